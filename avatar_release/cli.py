@@ -1,0 +1,245 @@
+"""The ``avatar-release`` command line: a thin layer that parses, calls one function,
+prints (human or ``--json``) and maps the exception tree to exit codes.
+
+JAX is never imported before the command knows how many devices it needs: the entry
+point sets XLA_FLAGS explicitly from the target or the build's manifest, then calls in.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
+
+__all__ = ["main", "cli"]
+
+_T0 = time.perf_counter()
+
+
+def _emit(ctx_json: bool, payload: dict, human: str) -> None:
+    if ctx_json:
+        click.echo(json.dumps(payload, indent=2, sort_keys=True))
+    else:
+        click.echo(human)
+
+
+def _progress(enabled: bool):
+    def say(msg: str) -> None:
+        if enabled:
+            click.echo(f"  {msg}", err=True)
+
+    return say
+
+
+class _Group(click.Group):
+    """Maps AvatarReleaseError subclasses to their exit codes; anything else is a crash."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except AvatarReleaseError as e:
+            as_json = "--json" in sys.argv
+            if as_json:
+                click.echo(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e),
+                                       "exit_code": e.exit_code}, indent=2))
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception:  # noqa: BLE001 - a crash, reported as one
+            traceback.print_exc()
+            click.echo("avatar-release crashed (a bug, not a refusal); exit 70", err=True)
+            ctx.exit(CRASH_EXIT_CODE)
+
+
+registry_option = click.option(
+    "--registry", "registry_uri", default=None, envvar="AVATAR_RELEASE_REGISTRY",
+    help="Registry: a directory (default ./.avatar-release), file://PATH or memory://NAME.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result.")
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="avatar-release")
+def cli() -> None:
+    """Compiled XLA programs as release artifacts: compile, gate, promote, render."""
+
+
+def _prepare_devices_for_target(target_name: str) -> None:
+    from .environment import configure_host_devices
+    from .specs import load_target
+
+    t = load_target(target_name)
+    if t.platform == "cpu":
+        configure_host_devices(t.device_count)
+
+
+def _prepare_devices_for_build(registry, ref: str):
+    """Read the manifest (no JAX needed) and set the device count it was compiled for."""
+    from .environment import configure_host_devices
+    from .records import Manifest, parse_record
+
+    resolved = registry.resolve(ref)
+    manifest = parse_record(Manifest, registry.get_manifest_bytes(resolved.digest), where=f"manifest {resolved.digest}")
+    if manifest.platform.backend == "cpu":
+        configure_host_devices(manifest.platform.device_count)
+    return resolved, manifest
+
+
+# ---------------------------------------------------------------------------------- compile
+@cli.command("compile")
+@click.option("--pipeline", default="tiny", show_default=True, help="A pipeline spec under manifests/pipelines/.")
+@click.option("--target", default="cpu-8", show_default=True, help="A target under manifests/targets/.")
+@click.option("--weights", "weights_path", default=None, help="A .safetensors checkpoint (default: the spec's source).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a model config field (repeatable).")
+@click.option("--serial", is_flag=True, help="Compile stages one after another instead of concurrently.")
+@registry_option
+@json_option
+def compile_cmd(pipeline, target, weights_path, sets, serial, registry_uri, as_json):
+    """Trace, AOT-compile and publish a build; points the dev channel at it."""
+    from .compile._overrides import parse_set_args
+    from .registry import open_registry
+
+    overrides = parse_set_args(sets)
+    _prepare_devices_for_target(target)
+    registry = open_registry(registry_uri)
+    from .compile import compile_build
+
+    result = compile_build(
+        pipeline, target, registry=registry, weights_path=weights_path, overrides=overrides,
+        concurrent_compile=not serial, progress=_progress(not as_json),
+    )
+    rows = "\n".join(
+        f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
+        f"trace {e.trace_seconds:5.2f}s lower {e.lower_seconds:5.2f}s compile {e.compile_seconds:5.2f}s"
+        for e in result.executables
+    )
+    state = "published" if result.created else "already published (identical build)"
+    _emit(as_json, {"ok": True, **result.to_json()},
+          f"{state}: {result.build_id}\n  digest {result.digest}\n{rows}\n"
+          f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)")
+
+
+# ---------------------------------------------------------------------------------- ls / inspect / verify
+@cli.command("ls")
+@registry_option
+@json_option
+def ls_cmd(registry_uri, as_json):
+    """List builds and the channels that point at them."""
+    from .registry import open_registry
+
+    reg = open_registry(registry_uri, create=False)
+    channels = {c.channel: c for c in reg.list_channels()}
+    builds = reg.list_builds()
+    rows = []
+    for b in builds:
+        on = sorted(name for name, c in channels.items() if c.digest == b.digest)
+        rows.append({"build_id": b.build_id, "digest": b.digest, "published_at": b.published_at, "channels": on})
+    human = "\n".join(
+        f"{r['build_id']:<40} {r['digest'][:19]}  {r['published_at'][:19]}  {' '.join(r['channels'])}" for r in rows
+    ) or "no builds"
+    _emit(as_json, {"ok": True, "registry": reg.uri, "builds": rows,
+                    "channels": {k: v.build_id for k, v in channels.items()}}, human)
+
+
+@cli.command("inspect")
+@click.argument("ref")
+@registry_option
+@json_option
+def inspect_cmd(ref, registry_uri, as_json):
+    """Show a build's manifest (REF: channel, build id or digest)."""
+    from .records import Manifest, parse_record
+    from .registry import open_registry
+
+    reg = open_registry(registry_uri, create=False)
+    resolved = reg.resolve(ref)
+    m = parse_record(Manifest, reg.get_manifest_bytes(resolved.digest), where=f"manifest {resolved.digest}")
+    if as_json:
+        click.echo(json.dumps({"ok": True, "digest": resolved.digest, "manifest": m.model_dump(mode="json")},
+                              indent=2, sort_keys=True))
+        return
+    p = m.platform
+    lines = [
+        f"build      {m.build_id}",
+        f"digest     {resolved.digest}",
+        f"identity   {m.identity}",
+        f"created    {m.created_at} by {m.created_by}",
+        f"pipeline   {m.pipeline} ({m.model_entry}), overrides {m.overrides or '{}'}",
+        f"target     {m.target}: {p.backend} {p.device_kind} x{p.device_count}, mesh "
+        f"{dict(zip(p.mesh_axes, p.mesh_shape))}",
+        f"flags      {m.flags.name} v{m.flags.version} {m.flags.digest[:19]}",
+        f"toolchain  jax {m.toolchain.jax}, jaxlib {m.toolchain.jaxlib}, torch {m.toolchain.torch}, "
+        f"torchax {m.toolchain.torchax}",
+        f"weights    {m.weights.tensors} tensors, {m.weights.raw_size / 1e6:.2f} MB ({m.weights.source})",
+        "executables:",
+    ]
+    for e in m.executables:
+        lines.append(f"  {e.key:<12} {e.blob.size / 1e6:6.2f} MB zstd ({e.raw_size / 1e6:.2f} raw)  "
+                     f"hlo {e.hlo_digest[7:19]}  flops {e.cost.get('flops', 0):.3g}")
+    click.echo("\n".join(lines))
+
+
+@cli.command("verify")
+@click.argument("ref")
+@registry_option
+@json_option
+def verify_cmd(ref, registry_uri, as_json):
+    """Re-hash every blob of a build; exit 4 naming each blob that fails."""
+    from .verify import verify_build
+
+    report = verify_build(ref, registry_uri)
+    human = "\n".join(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['what']:<16} {r['digest'][:19]}  {r.get('error', '')}"
+                      for r in report["blobs"])
+    _emit(as_json, {"ok": report["ok"], **report}, f"{report['build_id']}:\n{human}")
+    if not report["ok"]:
+        bad = [r["what"] for r in report["blobs"] if not r["ok"]]
+        from .errors import IntegrityError
+
+        raise IntegrityError(f"build {report['build_id']}: {len(bad)} blob(s) failed verification: {', '.join(bad)}")
+
+
+# ---------------------------------------------------------------------------------- render
+@cli.command("render")
+@click.option("--channel", default=None, help="Render the build a channel points at (default: dev).")
+@click.option("--build", "build_ref", default=None, help="Render a build id or digest.")
+@click.option("--image", "image_path", default=None, help="Reference image (.png/.npy); default: the sample face.")
+@click.option("--audio", "audio_path", default=None, help="Speech (.wav); default: the sample clip.")
+@click.option("--seconds", default=1.0, show_default=True, help="Length of the default sample audio.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", "out_path", default="out.mp4", show_default=True, help="H.264 mp4 with the audio muxed in.")
+@click.option("--frames-dir", default=None, help="Also write every frame as PNG here.")
+@registry_option
+@json_option
+def render_cmd(channel, build_ref, image_path, audio_path, seconds, seed, out_path, frames_dir, registry_uri, as_json):
+    """Load a build as a serving pod would and render a video with zero compiles."""
+    if channel and build_ref:
+        raise InputError("give --channel or --build, not both")
+    from .render import render_to_files
+
+    summary = render_to_files(
+        ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
+        audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
+        prepare=_prepare_devices_for_build, t_process=_T0,
+    )
+    human = (
+        f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "
+        f"{summary['out']}\n  compiles {summary['compiles']}, deadline misses {summary['deadline_misses']}, "
+        f"cold start {summary['cold_start']['total']:.2f}s (first chunk {summary['cold_start']['first_chunk']:.2f}s)"
+    )
+    _emit(as_json, {"ok": True, **summary}, human)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    return cli.main(args=argv, prog_name="avatar-release")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,151 @@
+"""One stage x bucket: trace through torchax, lower with shardings, compile under flags,
+serialize. Returns the blob and the evidence the manifest records."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import CompileError
+from ..records import ArraySpec
+
+__all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage"]
+
+
+def fsdp_spec(shape: tuple[int, ...], axis: str, size: int) -> list[str | None]:
+    """FSDP: shard a weight's first dimension over the mesh axis when it divides evenly."""
+    if len(shape) >= 1 and shape[0] % size == 0 and shape[0] >= size:
+        return [axis] + [None] * (len(shape) - 1)
+    return [None] * len(shape)
+
+
+@dataclass
+class StagePlan:
+    stage: str
+    bucket: str
+    jax_func: Any  # torchax-extracted callable: (params, args_tuple) -> outputs
+    params: list[ArraySpec]  # full tensor names "<stage>.<param>", in sorted order
+    param_keys: list[str]  # the keys jax_func expects
+    inputs: list[ArraySpec]
+    outputs: list[ArraySpec]
+
+
+@dataclass
+class LoweredStage:
+    plan: StagePlan
+    lowered: Any
+    trace_seconds: float
+    lower_seconds: float
+
+
+@dataclass
+class CompiledStage:
+    plan: StagePlan
+    payload: bytes
+    in_tree: str
+    out_tree: str
+    hlo_digest: str
+    fingerprint: str | None
+    trace_seconds: float
+    lower_seconds: float
+    compile_seconds: float
+    cost: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, int] = field(default_factory=dict)
+
+
+def _sharding(mesh, spec: list[str | None]):
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def lower_stage(plan: StagePlan, mesh) -> LoweredStage:
+    import jax
+
+    def stage_fn(params, *inputs):
+        out = plan.jax_func(params, inputs)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    p_abstract = {
+        key: jax.ShapeDtypeStruct(tuple(s.shape), np.dtype(s.dtype) if s.dtype != "bfloat16" else jax.numpy.bfloat16,
+                                  sharding=_sharding(mesh, s.sharding))
+        for key, s in zip(plan.param_keys, plan.params)
+    }
+    i_abstract = [
+        jax.ShapeDtypeStruct(tuple(s.shape), np.dtype(s.dtype), sharding=_sharding(mesh, s.sharding))
+        for s in plan.inputs
+    ]
+    out_shardings = tuple(_sharding(mesh, s.sharding) for s in plan.outputs)
+    jitted = jax.jit(stage_fn, out_shardings=out_shardings)
+    try:
+        t0 = time.perf_counter()
+        traced = jitted.trace(p_abstract, *i_abstract)
+        t1 = time.perf_counter()
+        lowered = traced.lower()
+        t2 = time.perf_counter()
+    except Exception as e:  # noqa: BLE001
+        raise CompileError(
+            f"stage {plan.stage}/{plan.bucket}: tracing or lowering failed: {type(e).__name__}: {str(e)[:500]}"
+        ) from e
+    return LoweredStage(plan, lowered, t1 - t0, t2 - t1)
+
+
+def _text_tree(tree) -> str:
+    return str(tree)
+
+
+def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> CompiledStage:
+    from jax.experimental.serialize_executable import serialize
+
+    plan = ls.plan
+    t0 = time.perf_counter()
+    try:
+        compiled = ls.lowered.compile(compiler_options=dict(compiler_options))
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        hint = ""
+        if "No such compile option" in msg:
+            hint = " — the flag profile names an option this XLA does not know; fix or remove it in manifests/flags/"
+        raise CompileError(f"stage {plan.stage}/{plan.bucket}: XLA compile failed: {msg[:500]}{hint}") from None
+    seconds = time.perf_counter() - t0
+    payload, in_tree, out_tree = serialize(compiled)
+    fp = None
+    try:
+        raw_fp = compiled.runtime_executable().fingerprint
+        fp = raw_fp.decode() if isinstance(raw_fp, bytes) else (str(raw_fp) if raw_fp is not None else None)
+    except Exception:  # noqa: BLE001 - not every backend reports one
+        fp = None
+    cost: dict[str, float] = {}
+    try:
+        ca = compiled.cost_analysis()
+        ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+        cost = {k: float(v) for k, v in (ca or {}).items() if "{" not in k and isinstance(v, (int, float))}
+    except Exception:  # noqa: BLE001
+        pass
+    memory: dict[str, int] = {}
+    try:
+        ma = compiled.memory_analysis()
+        for name in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
+                     "alias_size_in_bytes", "generated_code_size_in_bytes"):
+            if hasattr(ma, name):
+                memory[name.removesuffix("_in_bytes")] = int(getattr(ma, name))
+    except Exception:  # noqa: BLE001
+        pass
+    hlo = compiled.as_text() or ""
+    return CompiledStage(
+        plan=plan,
+        payload=payload,
+        in_tree=_text_tree(in_tree),
+        out_tree=_text_tree(out_tree),
+        hlo_digest="sha256:" + hashlib.sha256(hlo.encode()).hexdigest(),
+        fingerprint=fp,
+        trace_seconds=ls.trace_seconds,
+        lower_seconds=ls.lower_seconds,
+        compile_seconds=seconds,
+        cost=cost,
+        memory=memory,
+    )

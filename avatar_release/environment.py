@@ -1,0 +1,127 @@
+"""The machine a process runs on: device setup, toolchain and platform fingerprints.
+
+Nothing here runs at import. ``configure_host_devices`` must be called by an entry point
+before anything initialises the JAX backend.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as _platform
+import sys
+from importlib import metadata
+
+from .errors import EnvironmentMismatch
+from .records import Platform, Toolchain
+
+__all__ = [
+    "configure_host_devices",
+    "backend_initialized",
+    "toolchain",
+    "host_cpu_features",
+    "current_platform",
+    "compare_platform",
+]
+
+# ISA extensions XLA:CPU may generate code for. A build made on a host with one of them
+# can crash (SIGILL) on a host without it, so the loader requires build ⊆ host.
+_ISA_FLAGS = (
+    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2",
+    "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16",
+    "avx512_vnni", "avx512vbmi", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
+)
+_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def backend_initialized() -> bool:
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import xla_bridge
+
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
+def configure_host_devices(count: int) -> None:
+    """Ask XLA:CPU for ``count`` virtual devices. Must run before the backend starts."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_COUNT_FLAG)]
+    wanted = flags + [f"{_COUNT_FLAG}={count}"]
+    if backend_initialized():
+        import jax
+
+        have = len(jax.devices("cpu"))
+        if have != count:
+            raise EnvironmentMismatch(
+                f"the JAX CPU backend already started with {have} devices, {count} are needed; "
+                f"set XLA_FLAGS={_COUNT_FLAG}={count} before starting the process",
+                {"device_count": (count, have)},
+            )
+        return
+    os.environ["XLA_FLAGS"] = " ".join(wanted)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def toolchain(*, with_compile_tools: bool) -> Toolchain:
+    from . import __version__
+
+    return Toolchain(
+        python=_platform.python_version(),
+        jax=_version("jax") or "?",
+        jaxlib=_version("jaxlib") or "?",
+        torch=_version("torch") if with_compile_tools else None,
+        torchax=_version("torchax") if with_compile_tools else None,
+        avatar_release=__version__,
+    )
+
+
+def host_cpu_features() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [f for f in _ISA_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def current_platform(devices, mesh_axes: list[str], mesh_shape: list[int], topology: str | None = None) -> Platform:
+    """Describe ``devices`` (live or from a topology description) as a Platform record."""
+    d0 = devices[0]
+    backend = d0.platform
+    try:
+        version = d0.client.platform_version
+    except Exception:  # topology devices have no live client
+        version = "topology:" + (topology or "?")
+    return Platform(
+        backend=backend,
+        platform_version=str(version),
+        device_kind=d0.device_kind,
+        device_count=len(devices),
+        mesh_axes=list(mesh_axes),
+        mesh_shape=list(mesh_shape),
+        topology=topology,
+        cpu_features=host_cpu_features() if backend == "cpu" else None,
+    )
+
+
+def compare_platform(expected: Platform, actual: Platform, expected_jaxlib: str, actual_jaxlib: str) -> dict:
+    """Every field where this machine differs from the build, as {field: (expected, actual)}."""
+    diffs: dict[str, tuple[object, object]] = {}
+    if expected_jaxlib != actual_jaxlib:
+        diffs["jaxlib"] = (expected_jaxlib, actual_jaxlib)
+    for field in ("backend", "platform_version", "device_kind", "device_count"):
+        e, a = getattr(expected, field), getattr(actual, field)
+        if e != a:
+            diffs[field] = (e, a)
+    if expected.cpu_features is not None:
+        missing = sorted(set(expected.cpu_features) - set(actual.cpu_features or []))
+        if missing:
+            diffs["cpu_features"] = (expected.cpu_features, f"{actual.cpu_features} (missing {missing})")
+    return diffs

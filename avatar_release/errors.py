@@ -1,0 +1,122 @@
+"""The one exception tree of avatar-release, and the exit code of each branch.
+
+Every error the tool raises on purpose is an :class:`AvatarReleaseError`. Messages say
+what went wrong, where, expected vs actual, and how to fix it. The CLI maps each class
+to an exit code, so CI can tell "a gate or policy said no" (1) from "bad input" (2) from
+"refused to load" (3-5) from "the infrastructure broke" (6+).
+
+    AvatarReleaseError                  exit 10  (base; never raised bare)
+    ├── InputError                      exit 2   bad arguments, specs, files, overrides
+    │   └── SpecError                   exit 2   a manifests/ file is wrong or missing
+    ├── Refusal                         exit 1   a gate or a policy said no
+    ├── NotFoundError                   exit 3   unknown build, channel or blob
+    ├── IntegrityError                  exit 4   size / digest / format check failed
+    │   └── SchemaVersionError          exit 4   a record from an unsupported schema version
+    ├── EnvironmentMismatch             exit 5   this machine is not what the build was made for
+    ├── CompileError                    exit 6   tracing, lowering or XLA compilation failed
+    ├── RegistryError                   exit 7   the store is unreachable, unwritable or locked
+    │   └── ConflictError               exit 7   a concurrent writer won the race
+    └── RecompileError                  exit 8   the zero-compile guard saw a compile
+
+Anything else escaping the CLI is a crash (exit 70).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AvatarReleaseError",
+    "InputError",
+    "SpecError",
+    "Refusal",
+    "NotFoundError",
+    "IntegrityError",
+    "SchemaVersionError",
+    "EnvironmentMismatch",
+    "CompileError",
+    "RegistryError",
+    "ConflictError",
+    "RecompileError",
+    "CRASH_EXIT_CODE",
+]
+
+CRASH_EXIT_CODE = 70
+
+
+class AvatarReleaseError(Exception):
+    """Base of every error avatar-release raises on purpose."""
+
+    exit_code: int = 10
+
+
+class InputError(AvatarReleaseError):
+    """Bad input from the user: arguments, files, overrides. Fix the input and rerun."""
+
+    exit_code = 2
+
+
+class SpecError(InputError):
+    """A declared spec under manifests/ (pipeline, target, flag profile) is missing or wrong."""
+
+
+class Refusal(AvatarReleaseError):
+    """A gate or a promotion policy said no. Not a fault: the evidence is in the message."""
+
+    exit_code = 1
+
+
+class NotFoundError(AvatarReleaseError):
+    """An unknown build, channel or blob."""
+
+    exit_code = 3
+
+
+class IntegrityError(AvatarReleaseError):
+    """Stored bytes are not what their record says (size, digest, format)."""
+
+    exit_code = 4
+
+
+class SchemaVersionError(IntegrityError):
+    """A record was written with a schema version this tool does not read."""
+
+
+class EnvironmentMismatch(AvatarReleaseError):
+    """This machine differs from the one a build was compiled for.
+
+    ``differences`` maps each differing field to ``(expected, actual)``.
+    """
+
+    exit_code = 5
+
+    def __init__(self, message: str, differences: dict[str, tuple[object, object]] | None = None):
+        super().__init__(message)
+        self.differences = dict(differences or {})
+
+
+class CompileError(AvatarReleaseError):
+    """Tracing, lowering or XLA compilation failed (including rejected compiler options)."""
+
+    exit_code = 6
+
+
+class RegistryError(AvatarReleaseError):
+    """The registry is unreachable, unwritable, or failed mid-operation."""
+
+    exit_code = 7
+
+
+class ConflictError(RegistryError):
+    """Another writer moved the same channel first; nothing was changed by this call."""
+
+
+class RecompileError(AvatarReleaseError):
+    """The zero-compile guard saw XLA compile while serving.
+
+    ``events`` lists what compiled (stage, shapes, seconds) as far as it is known.
+    """
+
+    exit_code = 8
+
+    def __init__(self, message: str, events: list[dict] | None = None):
+        super().__init__(message)
+        self.events = list(events or [])

@@ -1,0 +1,272 @@
+"""On-disk records (pydantic v2): build manifests, channel states and history entries.
+
+Every record carries ``schema_version``. Readers accept the range in ``SUPPORTED``
+and refuse anything else with a message naming both versions and the fix.
+
+Changelog of the manifest schema:
+  * 1 (2026-11-29): first version.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ._digest import DIGEST_RE, canonical_json, sha256_digest
+from .errors import IntegrityError, SchemaVersionError
+
+__all__ = [
+    "MANIFEST_SCHEMA_VERSION",
+    "SUPPORTED",
+    "BlobRef",
+    "ArraySpec",
+    "Bucket",
+    "Toolchain",
+    "Platform",
+    "FlagProfileRecord",
+    "ExecutableEntry",
+    "WeightsRecord",
+    "ChunkProgram",
+    "Manifest",
+    "ChannelState",
+    "HistoryEntry",
+    "parse_record",
+    "utcnow",
+]
+
+MANIFEST_SCHEMA_VERSION = 1
+# kind -> (oldest, newest) schema version this tool reads.
+SUPPORTED: dict[str, tuple[int, int]] = {
+    "avatar-release/build": (1, 1),
+    "avatar-release/channel": (1, 1),
+    "avatar-release/history-entry": (1, 1),
+}
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_json_bytes(self) -> bytes:
+        """Canonical bytes: what is stored and what the digest is taken over."""
+        return canonical_json(self.model_dump(mode="json"))
+
+    def content_digest(self) -> str:
+        return sha256_digest(self.to_json_bytes())
+
+
+class BlobRef(_Record):
+    """A content-addressed blob: what to fetch and how to check it before use."""
+
+    digest: str
+    size: int = Field(ge=0)
+    media_type: str
+
+    @field_validator("digest")
+    @classmethod
+    def _check_digest(cls, v: str) -> str:
+        if not DIGEST_RE.match(v):
+            raise ValueError(f"expected 'sha256:' + 64 lowercase hex, got {v!r}")
+        return v
+
+
+class ArraySpec(_Record):
+    """One positional array of an executable: name, shape, dtype and its sharding.
+
+    ``sharding`` is the PartitionSpec, one entry per dimension: a mesh axis name or None.
+    """
+
+    name: str
+    shape: list[int]
+    dtype: str
+    sharding: list[str | None]
+
+
+class Bucket(_Record):
+    """A shape bucket: one compiled shape of the per-chunk program."""
+
+    name: str
+    frames: int = Field(gt=0)
+    height: int = Field(gt=0)
+    width: int = Field(gt=0)
+
+
+class Toolchain(_Record):
+    python: str
+    jax: str
+    jaxlib: str
+    torch: str | None
+    torchax: str | None
+    avatar_release: str
+
+
+class Platform(_Record):
+    """What the executables were compiled for; the loader compares this with the pod."""
+
+    backend: str
+    platform_version: str
+    device_kind: str
+    device_count: int
+    mesh_axes: list[str]
+    mesh_shape: list[int]
+    topology: str | None = None
+    # XLA:CPU code is built for the host's CPU features; recorded for CPU targets.
+    cpu_features: list[str] | None = None
+
+
+class FlagProfileRecord(_Record):
+    name: str
+    version: int
+    compiler_options: dict[str, Any]
+    env_flags: list[str]
+    kernel_flags: dict[str, Any] = {}
+    digest: str
+
+
+class ExecutableEntry(_Record):
+    """One compiled stage x bucket."""
+
+    key: str  # "<stage>/<bucket>"
+    stage: str
+    bucket: str
+    blob: BlobRef  # the zstd-compressed serialized executable
+    raw_size: int
+    raw_digest: str
+    params: list[ArraySpec]  # weights, in call order
+    inputs: list[ArraySpec]  # per-chunk inputs, in call order
+    outputs: list[ArraySpec]
+    in_tree: str  # pytree structure, as text (never pickled)
+    out_tree: str
+    hlo_digest: str
+    fingerprint: str | None
+    trace_seconds: float
+    lower_seconds: float
+    compile_seconds: float
+    cost: dict[str, float] = {}
+    memory: dict[str, int] = {}
+
+
+class WeightsRecord(_Record):
+    blob: BlobRef  # safetensors file, zstd-compressed
+    raw_size: int
+    raw_digest: str
+    tensors: int
+    source: str  # "init:seed=0" or the path it was read from
+
+
+class ChunkProgram(_Record):
+    """How the runtime drives the stages for one chunk, without knowing the model.
+
+    Stages run in ``stages`` order; each reads its inputs by name from the chunk's
+    environment: request inputs (``image``, ``audio``, ``noise``), carried state and
+    earlier stages' outputs. ``carry`` maps a state input to the output that feeds it
+    in the next chunk (zeros before the first). ``deliver`` names the uint8 frames.
+    """
+
+    stages: list[str]
+    image_input: str
+    audio_input: str
+    noise_input: str
+    carry: dict[str, str]
+    deliver: str
+    noise_recipe: Literal["numpy-pcg64-standard-normal/v1"] = "numpy-pcg64-standard-normal/v1"
+    fps: int
+    sample_rate: int
+    samples_per_frame: int
+    height: int
+    width: int
+
+
+class Manifest(_Record):
+    schema_version: int = MANIFEST_SCHEMA_VERSION
+    kind: Literal["avatar-release/build"] = "avatar-release/build"
+    build_id: str
+    identity: str  # hash over everything that changes the binary or its output
+    created_at: str
+    created_by: str
+    pipeline: str
+    model_entry: str
+    config: dict[str, Any]
+    overrides: dict[str, Any]
+    source_digest: str
+    weights: WeightsRecord
+    target: str
+    flags: FlagProfileRecord
+    toolchain: Toolchain
+    platform: Platform
+    buckets: list[Bucket]
+    program: ChunkProgram
+    executables: list[ExecutableEntry]
+
+    def executable(self, stage: str, bucket: str) -> ExecutableEntry:
+        for e in self.executables:
+            if e.stage == stage and e.bucket == bucket:
+                return e
+        raise KeyError(f"{stage}/{bucket}")
+
+    def blobs(self) -> list[BlobRef]:
+        return [self.weights.blob] + [e.blob for e in self.executables]
+
+
+class ChannelState(_Record):
+    schema_version: int = 1
+    kind: Literal["avatar-release/channel"] = "avatar-release/channel"
+    channel: str
+    build_id: str
+    digest: str
+    sequence: int
+    updated_at: str
+
+
+class HistoryEntry(_Record):
+    schema_version: int = 1
+    kind: Literal["avatar-release/history-entry"] = "avatar-release/history-entry"
+    sequence: int  # registry-wide, strictly increasing
+    channel: str
+    action: Literal["publish", "promote", "rollback"]
+    from_build: str | None
+    from_digest: str | None
+    to_build: str
+    to_digest: str
+    who: str
+    when: str
+    reason: str
+    gate_result_digest: str | None = None
+
+
+def parse_record(cls: type[_Record], data: bytes, *, where: str) -> Any:
+    """Parse stored bytes as ``cls``, checking the schema version first.
+
+    Raises IntegrityError (bad JSON / fields) or SchemaVersionError, naming ``where``.
+    """
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise IntegrityError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise IntegrityError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    kind = cls.model_fields["kind"].default
+    lo, hi = SUPPORTED[kind]
+    version = raw.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise IntegrityError(f"{where}: missing or non-integer schema_version (got {version!r})")
+    if not lo <= version <= hi:
+        newer = version > hi
+        raise SchemaVersionError(
+            f"{where}: {kind} schema_version {version}, this avatar-release reads {lo}..{hi}; "
+            + ("upgrade avatar-release to read it" if newer else "recompile the build with this version")
+        )
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise IntegrityError(
+            f"{where}: invalid {kind}: {loc}: {first['msg']} ({e.error_count()} error(s))"
+        ) from None

@@ -1,0 +1,44 @@
+"""Registries: one protocol, several stores. ``open_registry`` picks one from a URI."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import InputError
+from ._local import LocalRegistry
+from ._memory import MemoryRegistry
+from ._protocol import CHANNELS, BuildRef, Registry, Resolved, check_name
+
+__all__ = [
+    "Registry",
+    "Resolved",
+    "BuildRef",
+    "LocalRegistry",
+    "MemoryRegistry",
+    "CHANNELS",
+    "check_name",
+    "open_registry",
+    "default_registry_uri",
+    "DEFAULT_REGISTRY",
+]
+
+DEFAULT_REGISTRY = ".avatar-release"
+
+
+def default_registry_uri(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("AVATAR_RELEASE_REGISTRY") or DEFAULT_REGISTRY
+
+
+def open_registry(uri: str | None = None, *, create: bool = True) -> Registry:
+    """``PATH`` or ``file://PATH`` -> local directory; ``memory://NAME`` -> in-memory fake."""
+    uri = default_registry_uri(uri)
+    if uri.startswith("memory://"):
+        return MemoryRegistry(uri.removeprefix("memory://") or "memory")
+    if uri.startswith("file://"):
+        return LocalRegistry(uri.removeprefix("file://"), create=create)
+    if "://" in uri:
+        scheme = uri.split("://", 1)[0]
+        raise InputError(
+            f"registry {uri!r}: unsupported scheme {scheme!r}; supported: a directory path, file://PATH, memory://NAME"
+        )
+    return LocalRegistry(uri, create=create)

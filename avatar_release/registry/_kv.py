@@ -1,0 +1,281 @@
+"""Registry logic written once over five storage primitives.
+
+The local directory and the in-memory fake differ only in how they read, write
+atomically, append, list and lock; resolution, verification, channel moves and
+history live here.
+
+Crash safety of a channel move: under the store lock the channel file is replaced
+atomically first, then the history entry is appended. A crash between the two leaves
+the channel carrying its own entry; the next writer under the lock repairs the history
+from it, so history never loses a move and never records one that did not happen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+
+from .._digest import hex_of, is_digest, sha256_digest
+from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
+from ..records import ChannelState, HistoryEntry, parse_record, utcnow
+from ._protocol import BuildRef, Resolved, check_name
+
+__all__ = ["KVRegistry"]
+
+
+class KVRegistry:
+    uri: str = ""
+
+    # ---- primitives a backend supplies -------------------------------------------
+    def _read(self, key: str, limit: int | None = None) -> bytes | None:
+        raise NotImplementedError
+
+    def _write_atomic(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _append(self, key: str, line: bytes) -> None:
+        raise NotImplementedError
+
+    def _list(self, prefix: str) -> list[str]:
+        raise NotImplementedError
+
+    def _lock(self) -> contextlib.AbstractContextManager:
+        raise NotImplementedError
+
+    # ---- blobs ----------------------------------------------------------------------
+    @staticmethod
+    def _blob_key(digest: str) -> str:
+        return f"blobs/sha256/{hex_of(digest)}"
+
+    def has_blob(self, digest: str) -> bool:
+        return self._read(self._blob_key(digest), limit=0) is not None
+
+    def put_blob(self, data: bytes) -> str:
+        digest = sha256_digest(data)
+        key = self._blob_key(digest)
+        existing = self._read(key, limit=len(data) + 1)
+        if existing is not None and sha256_digest(existing) == digest:
+            return digest  # content-addressed: already there, nothing rewritten
+        self._write_atomic(key, data)
+        return digest
+
+    def get_blob(self, digest: str, size: int) -> bytes:
+        """Fetch by digest, reading at most ``size`` + 1 bytes, and verify both."""
+        data = self._read(self._blob_key(digest), limit=size + 1)
+        if data is None:
+            raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
+        if len(data) != size:
+            got = f"more than {size}" if len(data) > size else str(len(data))
+            raise IntegrityError(
+                f"blob {digest} in {self.uri}: size {got} bytes, manifest says {size}; "
+                "the store is corrupted or was tampered with — republish the build"
+            )
+        actual = sha256_digest(data)
+        if actual != digest:
+            raise IntegrityError(
+                f"blob {digest} in {self.uri}: content hashes to {actual}; "
+                "the store is corrupted or was tampered with — republish the build"
+            )
+        return data
+
+    # ---- builds ---------------------------------------------------------------------
+    def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]:
+        """Commit a build: manifest blob, then the build reference last (the commit marker).
+
+        Returns (manifest digest, created). An existing build id is never rewritten.
+        """
+        check_name("build", build_id)
+        with self._lock():
+            existing = self._read(f"builds/{build_id}")
+            if existing is not None:
+                return json.loads(existing)["digest"], False
+            digest = self.put_blob(manifest_bytes)
+            ref = {"build_id": build_id, "digest": digest, "published_at": utcnow()}
+            self._write_atomic(f"builds/{build_id}", json.dumps(ref).encode())
+            return digest, True
+
+    def get_manifest_bytes(self, digest: str) -> bytes:
+        data = self._read(self._blob_key(digest))
+        if data is None:
+            raise NotFoundError(f"manifest {digest} not found in registry {self.uri}")
+        if sha256_digest(data) != digest:
+            raise IntegrityError(f"manifest {digest} in {self.uri}: content does not match its digest")
+        return data
+
+    def list_builds(self) -> list[BuildRef]:
+        out = []
+        for key in self._list("builds/"):
+            raw = self._read(key)
+            if raw is None:
+                continue
+            ref = json.loads(raw)
+            out.append(BuildRef(ref["build_id"], ref["digest"], ref["published_at"]))
+        return sorted(out, key=lambda r: r.published_at)
+
+    def resolve(self, ref: str) -> Resolved:
+        """Channel name, build id, manifest digest, or a unique prefix of a build id."""
+        if not isinstance(ref, str) or not ref:
+            raise NotFoundError("empty build reference: give a channel (dev, staging, prod), a build id or a digest")
+        if is_digest(ref):
+            for b in self.list_builds():
+                if b.digest == ref:
+                    return Resolved(ref, b.build_id, b.digest, "digest")
+            raise NotFoundError(f"no build with manifest digest {ref} in {self.uri}")
+        state = self.get_channel(ref) if _plausible(ref) else None
+        if state is not None:
+            return Resolved(ref, state.build_id, state.digest, "channel")
+        builds = self.list_builds()
+        exact = [b for b in builds if b.build_id == ref]
+        matches = exact or [b for b in builds if b.build_id.startswith(ref)]
+        if len(matches) == 1:
+            return Resolved(ref, matches[0].build_id, matches[0].digest, "build-id")
+        if len(matches) > 1:
+            names = ", ".join(b.build_id for b in matches[:5])
+            raise NotFoundError(f"build reference {ref!r} is ambiguous in {self.uri}: {names}")
+        if ref in ("dev", "staging", "prod"):
+            raise NotFoundError(f"channel {ref!r} is empty in {self.uri}: nothing has been promoted to it yet")
+        known = ", ".join(b.build_id for b in builds[-5:]) or "none"
+        raise NotFoundError(
+            f"unknown build or channel {ref!r} in {self.uri} (latest builds: {known}); "
+            "see `avatar-release ls`"
+        )
+
+    # ---- channels and history -----------------------------------------------------------
+    def get_channel(self, channel: str) -> ChannelState | None:
+        check_name("channel", channel)
+        raw = self._read(f"channels/{channel}.json")
+        if raw is None:
+            return None
+        doc = json.loads(raw)
+        return parse_record(ChannelState, json.dumps(doc["state"]).encode(), where=f"{self.uri} channel {channel}")
+
+    def list_channels(self) -> list[ChannelState]:
+        out = []
+        for key in self._list("channels/"):
+            name = key.rsplit("/", 1)[-1].removesuffix(".json")
+            st = self.get_channel(name)
+            if st is not None:
+                out.append(st)
+        return out
+
+    def _history_entries(self) -> list[HistoryEntry]:
+        raw = self._read("history.jsonl") or b""
+        out = []
+        for n, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(parse_record(HistoryEntry, line, where=f"{self.uri} history line {n}"))
+            except IntegrityError:
+                # A torn last line from a crash mid-append: the channel file still carries
+                # the entry, and _repair_history re-appends it.
+                continue
+        return out
+
+    def _repair_history(self) -> list[HistoryEntry]:
+        """Under the lock: re-append any channel's latest entry missing from history."""
+        entries = self._history_entries()
+        seen = {e.sequence for e in entries}
+        for key in self._list("channels/"):
+            raw = self._read(key)
+            if raw is None:
+                continue
+            doc = json.loads(raw)
+            last = parse_record(HistoryEntry, json.dumps(doc["entry"]).encode(), where=key)
+            if last.sequence not in seen:
+                self._append("history.jsonl", last.to_json_bytes() + b"\n")
+                entries.append(last)
+                seen.add(last.sequence)
+        return sorted(entries, key=lambda e: e.sequence)
+
+    def move_channel(
+        self,
+        channel: str,
+        resolved: Resolved,
+        *,
+        expected_digest: str | None,
+        action: str,
+        who: str,
+        reason: str,
+        gate_result_digest: str | None = None,
+    ) -> HistoryEntry | None:
+        """Compare-and-swap a channel to ``resolved``; None when it already points there.
+
+        ``expected_digest`` is what the caller saw the channel point at when it decided
+        (None for an empty channel); anything else now means a concurrent move won.
+        """
+        check_name("channel", channel)
+        with self._lock():
+            entries = self._repair_history()
+            current = self.get_channel(channel)
+            current_digest = current.digest if current else None
+            if current_digest != expected_digest:
+                raise ConflictError(
+                    f"channel {channel!r} moved while this {action} was being decided: expected it at "
+                    f"{expected_digest or 'empty'}, found {current_digest or 'empty'} "
+                    f"({current.build_id if current else '-'}); nothing was changed — retry"
+                )
+            if current_digest == resolved.digest:
+                return None
+            seq = (entries[-1].sequence if entries else 0) + 1
+            now = utcnow()
+            entry = HistoryEntry(
+                sequence=seq,
+                channel=channel,
+                action=action,
+                from_build=current.build_id if current else None,
+                from_digest=current_digest,
+                to_build=resolved.build_id,
+                to_digest=resolved.digest,
+                who=who,
+                when=now,
+                reason=reason,
+                gate_result_digest=gate_result_digest,
+            )
+            state = ChannelState(
+                channel=channel, build_id=resolved.build_id, digest=resolved.digest, sequence=seq, updated_at=now
+            )
+            doc = {"state": state.model_dump(mode="json"), "entry": entry.model_dump(mode="json")}
+            self._write_atomic(f"channels/{channel}.json", json.dumps(doc, sort_keys=True).encode())
+            self._append("history.jsonl", entry.to_json_bytes() + b"\n")
+            return entry
+
+    def history(self, channel: str | None = None) -> list[HistoryEntry]:
+        entries = self._history_entries()
+        seen = {e.sequence for e in entries}
+        # Entries whose append was cut short are still carried by their channel file.
+        for st_key in self._list("channels/"):
+            raw = self._read(st_key)
+            if raw is None:
+                continue
+            last = parse_record(HistoryEntry, json.dumps(json.loads(raw)["entry"]).encode(), where=st_key)
+            if last.sequence not in seen:
+                entries.append(last)
+        entries.sort(key=lambda e: e.sequence)
+        return [e for e in entries if channel is None or e.channel == channel]
+
+    # ---- side records -------------------------------------------------------------------
+    def put_record(self, namespace: str, name: str, data: bytes) -> None:
+        check_name("record namespace", namespace)
+        check_name("record", name)
+        self._write_atomic(f"records/{namespace}/{name}", data)
+
+    def get_record(self, namespace: str, name: str) -> bytes | None:
+        check_name("record namespace", namespace)
+        check_name("record", name)
+        return self._read(f"records/{namespace}/{name}")
+
+    def list_records(self, namespace: str) -> list[str]:
+        check_name("record namespace", namespace)
+        return sorted(k.rsplit("/", 1)[-1] for k in self._list(f"records/{namespace}/"))
+
+
+def _plausible(name: str) -> bool:
+    try:
+        check_name("channel", name)
+        return True
+    except Exception:
+        return False
+
+

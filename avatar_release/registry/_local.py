@@ -1,0 +1,118 @@
+"""The local-directory registry, the embedded default (``./.avatar-release``).
+
+Layout::
+
+    blobs/sha256/<hex>        content-addressed blobs (executables, weights, manifests)
+    builds/<build-id>         {"build_id", "digest", "published_at"}: the commit marker
+    channels/<name>.json      current state + the entry that put it there
+    history.jsonl             append-only move history
+    records/<ns>/<name>       gate results and reviews
+    tmp/                      staging area for atomic writes
+    .lock                     flock()ed by every writer that needs mutual exclusion
+
+Every write goes to ``tmp/``, is fsynced, renamed into place and the directory fsynced,
+so kill -9 at any instant leaves the old or the new state, never a torn file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import RegistryError
+from ._kv import KVRegistry
+
+__all__ = ["LocalRegistry"]
+
+
+class LocalRegistry(KVRegistry):
+    def __init__(self, root: str | os.PathLike, *, create: bool = True):
+        self.root = Path(root).absolute()
+        self.uri = str(self.root)
+        if create:
+            try:
+                for sub in ("blobs/sha256", "builds", "channels", "records", "tmp"):
+                    (self.root / sub).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise RegistryError(
+                    f"registry {self.root}: cannot create it ({e.strerror}); pass a writable "
+                    "--registry or set AVATAR_RELEASE_REGISTRY"
+                ) from None
+        elif not (self.root / "builds").is_dir():
+            raise RegistryError(f"registry {self.root}: not found (no builds/ directory)")
+
+    def _path(self, key: str) -> Path:
+        p = (self.root / key).resolve()
+        if self.root.resolve() not in p.parents:
+            raise RegistryError(f"registry key {key!r} escapes the registry root")
+        return p
+
+    def _read(self, key: str, limit: int | None = None) -> bytes | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read() if limit is None else f.read(limit)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RegistryError(f"registry {self.root}: cannot read {key} ({e.strerror})") from None
+
+    def _write_atomic(self, key: str, data: bytes) -> None:
+        dest = self._path(key)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root / "tmp", prefix=dest.name[:40] + ".")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, dest)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            _fsync_dir(dest.parent)
+        except OSError as e:
+            raise RegistryError(
+                f"registry {self.root}: cannot write {key} ({e.strerror}); check permissions and free space"
+            ) from None
+
+    def _append(self, key: str, line: bytes) -> None:
+        path = self._path(key)
+        try:
+            with open(path, "ab") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise RegistryError(f"registry {self.root}: cannot append to {key} ({e.strerror})") from None
+
+    def _list(self, prefix: str) -> list[str]:
+        d = self._path(prefix.rstrip("/"))
+        if not d.is_dir():
+            return []
+        return sorted(f"{prefix}{p.name}" for p in d.iterdir() if p.is_file())
+
+    @contextlib.contextmanager
+    def _lock(self):
+        try:
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RegistryError(f"registry {self.root}: cannot open lock file ({e.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,34 @@
+"""An in-memory registry for unit tests only (no persistence, one process)."""
+
+from __future__ import annotations
+
+import threading
+
+from ._kv import KVRegistry
+
+__all__ = ["MemoryRegistry"]
+
+
+class MemoryRegistry(KVRegistry):
+    def __init__(self, name: str = "memory"):
+        self.uri = f"memory://{name}"
+        self._data: dict[str, bytes] = {}
+        self._mutex = threading.RLock()
+
+    def _read(self, key, limit=None):
+        data = self._data.get(key)
+        if data is None:
+            return None
+        return data if limit is None else data[:limit]
+
+    def _write_atomic(self, key, data):
+        self._data[key] = bytes(data)
+
+    def _append(self, key, line):
+        self._data[key] = self._data.get(key, b"") + line
+
+    def _list(self, prefix):
+        return sorted(k for k in self._data if k.startswith(prefix) and "/" not in k[len(prefix):])
+
+    def _lock(self):
+        return self._mutex

@@ -1,0 +1,84 @@
+"""The registry protocol: what compile, runtime, gates and promote need from a store.
+
+A store holds content-addressed blobs, build references (build id -> manifest digest),
+channels (name -> build) and an append-only history. Backends: a local directory (the
+default), an in-memory fake for unit tests.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ..errors import InputError
+from ..records import ChannelState, HistoryEntry
+
+__all__ = ["Registry", "Resolved", "BuildRef", "check_name", "CHANNELS"]
+
+CHANNELS = ("dev", "staging", "prod")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+
+def check_name(kind: str, name: str) -> str:
+    """Refuse names that could escape a directory or a tag namespace."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+        raise InputError(
+            f"invalid {kind} name {name!r}: expected lowercase letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, at most 128 characters, no '..'"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A reference resolved once to a digest; everything after fetches by digest."""
+
+    ref: str
+    build_id: str
+    digest: str
+    via: str  # "channel", "build-id", "digest"
+
+
+@dataclass(frozen=True)
+class BuildRef:
+    build_id: str
+    digest: str
+    published_at: str
+
+
+@runtime_checkable
+class Registry(Protocol):
+    uri: str
+
+    # blobs
+    def has_blob(self, digest: str) -> bool: ...
+    def put_blob(self, data: bytes) -> str: ...
+    def get_blob(self, digest: str, size: int) -> bytes: ...
+
+    # builds
+    def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]: ...
+    def get_manifest_bytes(self, digest: str) -> bytes: ...
+    def list_builds(self) -> list[BuildRef]: ...
+    def resolve(self, ref: str) -> Resolved: ...
+
+    # channels and history
+    def get_channel(self, channel: str) -> ChannelState | None: ...
+    def list_channels(self) -> list[ChannelState]: ...
+    def move_channel(
+        self,
+        channel: str,
+        resolved: Resolved,
+        *,
+        expected_digest: str | None,
+        action: str,
+        who: str,
+        reason: str,
+        gate_result_digest: str | None = None,
+    ) -> HistoryEntry | None: ...
+    def history(self, channel: str | None = None) -> list[HistoryEntry]: ...
+
+    # side records (gate results, reviews), content-addressed under a namespace
+    def put_record(self, namespace: str, name: str, data: bytes) -> None: ...
+    def get_record(self, namespace: str, name: str) -> bytes | None: ...
+    def list_records(self, namespace: str) -> list[str]: ...

@@ -1,0 +1,220 @@
+"""ref -> resolve once -> verify every blob -> check the environment -> decompress ->
+deserialize with explicit devices -> place weights. Imports no torch.
+
+Order matters for safety: the serialized executable is a pickle, and unpickling untrusted
+bytes can run code. Every blob's size and sha256 are verified against the manifest (whose
+own digest was resolved from the registry) before any byte is decompressed or unpickled.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from .._digest import sha256_digest
+from ..environment import compare_platform, current_platform
+from ..errors import EnvironmentMismatch, IntegrityError
+from ..records import ArraySpec, ExecutableEntry, Manifest, parse_record
+from ..registry import Registry, Resolved, open_registry
+from ._guard import CompileGuard
+from ._safetensors import read_safetensors
+
+__all__ = ["LoadedBuild", "LoadTimings", "load", "check_environment"]
+
+
+@dataclass
+class LoadTimings:
+    resolve: float = 0.0
+    fetch: float = 0.0
+    verify: float = 0.0
+    decompress: float = 0.0
+    deserialize: float = 0.0
+    weights: float = 0.0
+
+    def total(self) -> float:
+        return self.resolve + self.fetch + self.verify + self.decompress + self.deserialize + self.weights
+
+
+@dataclass
+class LoadedStage:
+    entry: ExecutableEntry
+    executable: Any  # a jax Compiled, callable(params_dict, *inputs)
+    input_shardings: list
+    params: dict  # device arrays keyed as the executable expects
+
+
+@dataclass
+class LoadedBuild:
+    resolved: Resolved
+    manifest: Manifest
+    registry: str
+    mesh: Any
+    stages: dict[tuple[str, str], LoadedStage]
+    timings: LoadTimings
+    guard: CompileGuard = field(default_factory=CompileGuard)
+
+    @property
+    def build_id(self) -> str:
+        return self.manifest.build_id
+
+    @property
+    def digest(self) -> str:
+        return self.resolved.digest
+
+
+def _devices_for(manifest: Manifest):
+    import jax
+
+    p = manifest.platform
+    return jax.devices(p.backend)[: p.device_count] if p.backend in ("cpu",) else jax.devices()[: p.device_count]
+
+
+def check_environment(manifest: Manifest) -> None:
+    """Refuse to load on a machine that differs from the build's, listing every field."""
+    import jax
+    import jaxlib
+
+    try:
+        devices = _devices_for(manifest)
+    except RuntimeError as e:
+        raise EnvironmentMismatch(
+            f"build {manifest.build_id} needs backend {manifest.platform.backend!r}, which this machine lacks ({e})",
+            {"backend": (manifest.platform.backend, "absent")},
+        ) from None
+    p = manifest.platform
+    actual = current_platform(devices, p.mesh_axes, p.mesh_shape, p.topology)
+    if len(jax.devices()) != len(devices) and p.backend == "cpu":
+        actual = actual.model_copy(update={"device_count": len(jax.devices("cpu"))})
+    diffs = compare_platform(p, actual, manifest.toolchain.jaxlib, jaxlib.__version__)
+    if diffs:
+        lines = "\n".join(f"  {k}: expected {e!r}, actual {a!r}" for k, (e, a) in diffs.items())
+        fix = ""
+        if "device_count" in diffs and p.backend == "cpu":
+            fix = (f"\nfix: start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
+                   f"{p.device_count} (the avatar-release CLI does this)")
+        raise EnvironmentMismatch(
+            f"build {manifest.build_id} was compiled for another environment; refusing to load:\n{lines}{fix}",
+            diffs,
+        )
+
+
+_TREE_RE = re.compile(r"^PyTreeDef\(")
+
+
+def _tree_from_text(text: str, entry: ExecutableEntry, side: str):
+    """Rebuild the executable's pytree structure from its recorded text (never a pickle)."""
+    import jax
+
+    if side == "in":
+        keys = [p.name.split(".", 1)[1] for p in entry.params]
+        tree = jax.tree_util.tree_structure((({k: 0 for k in keys}, *[0] * len(entry.inputs)), {}))
+    else:
+        tree = jax.tree_util.tree_structure(tuple([0] * len(entry.outputs)))
+    if str(tree) != text or not _TREE_RE.match(text):
+        raise IntegrityError(
+            f"executable {entry.key}: recorded {side}_tree {text[:120]!r} does not match its declared "
+            f"params/inputs/outputs ({str(tree)[:120]!r})"
+        )
+    return tree
+
+
+def _sharding(mesh, spec: ArraySpec):
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(mesh, PartitionSpec(*spec.sharding))
+
+
+def load(ref: str, registry: Registry | str | None = None, *, strict: bool = True) -> LoadedBuild:
+    """Load a build (channel, build id or digest) ready to serve, or refuse with a reason."""
+    import jax
+    from jax.experimental.serialize_executable import deserialize_and_load
+    from jax.sharding import Mesh
+
+    reg = registry if registry is not None and not isinstance(registry, str) else open_registry(registry, create=False)
+    t = LoadTimings()
+
+    t0 = time.perf_counter()
+    resolved = reg.resolve(ref)  # once; everything below is fetched by digest
+    manifest_bytes = reg.get_manifest_bytes(resolved.digest)
+    manifest: Manifest = parse_record(Manifest, manifest_bytes, where=f"manifest {resolved.digest}")
+    if manifest.build_id != resolved.build_id:
+        raise IntegrityError(
+            f"manifest {resolved.digest} says build {manifest.build_id}, the registry calls it {resolved.build_id}"
+        )
+    t.resolve = time.perf_counter() - t0
+
+    check_environment(manifest)
+
+    # Fetch and verify every blob before decompressing or unpickling any of them.
+    t0 = time.perf_counter()
+    raw: dict[str, bytes] = {}
+    for ref_ in manifest.blobs():
+        raw[ref_.digest] = reg.get_blob(ref_.digest, ref_.size)  # reads at most size+1, checks size
+    t.fetch = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for ref_ in manifest.blobs():
+        if sha256_digest(raw[ref_.digest]) != ref_.digest:  # independent of the store's own check
+            raise IntegrityError(f"build {manifest.build_id}: blob {ref_.digest} does not match its digest")
+    t.verify = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    dctx = zstandard.ZstdDecompressor()
+
+    def unzstd(data: bytes, raw_size: int, raw_digest: str, what: str) -> bytes:
+        try:
+            out = dctx.decompress(data, max_output_size=raw_size)
+        except zstandard.ZstdError as e:
+            raise IntegrityError(f"build {manifest.build_id}: {what}: zstd frame is corrupt or truncated ({e})") from None
+        if len(out) != raw_size or sha256_digest(out) != raw_digest:
+            raise IntegrityError(f"build {manifest.build_id}: {what}: decompressed bytes do not match the manifest")
+        return out
+
+    w = manifest.weights
+    weights_raw = unzstd(raw[w.blob.digest], w.raw_size, w.raw_digest, "weights")
+    payloads = {e.key: unzstd(raw[e.blob.digest], e.raw_size, e.raw_digest, f"executable {e.key}")
+                for e in manifest.executables}
+    t.decompress = time.perf_counter() - t0
+
+    devices = _devices_for(manifest)
+    mesh = Mesh(np.array(devices).reshape(manifest.platform.mesh_shape), tuple(manifest.platform.mesh_axes))
+
+    t0 = time.perf_counter()
+    loaded: dict[tuple[str, str], LoadedStage] = {}
+    backend = jax.extend.backend.get_backend(manifest.platform.backend) if hasattr(jax, "extend") else None
+    for e in manifest.executables:
+        in_tree = _tree_from_text(e.in_tree, e, "in")
+        out_tree = _tree_from_text(e.out_tree, e, "out")
+        exe = deserialize_and_load(payloads[e.key], in_tree, out_tree, backend=backend, execution_devices=devices)
+        loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [_sharding(mesh, s) for s in e.inputs], {})
+    t.deserialize = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    tensors = read_safetensors(weights_raw, where=f"build {manifest.build_id} weights")
+    placed: dict[str, Any] = {}
+    for ls in loaded.values():
+        for spec in ls.entry.params:
+            if spec.name not in tensors:
+                raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {spec.name!r}")
+            arr = tensors[spec.name]
+            if list(arr.shape) != spec.shape or _dtype_name(arr.dtype) != spec.dtype:
+                raise IntegrityError(
+                    f"build {manifest.build_id}: tensor {spec.name!r} is {arr.dtype}{list(arr.shape)}, "
+                    f"executable {ls.entry.key} expects {spec.dtype}{spec.shape}"
+                )
+            key = (spec.name, tuple(spec.sharding))
+            if key not in placed:  # weights shared by every bucket of a stage are placed once
+                placed[key] = jax.device_put(arr, _sharding(mesh, spec))
+            ls.params[spec.name.split(".", 1)[1]] = placed[key]
+    jax.block_until_ready(list(placed.values()))
+    t.weights = time.perf_counter() - t0
+
+    return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
+
+
+def _dtype_name(dt) -> str:
+    return "bfloat16" if str(dt) == "bfloat16" else np.dtype(dt).name

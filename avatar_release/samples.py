@@ -1,0 +1,241 @@
+"""Deterministic sample inputs: a synthetic face picture and a speech-like audio track.
+
+Gates, the CLI's defaults and the README use these instead of shipping media files. They
+are drawn with numpy only, no randomness, and give the same bytes on every run and
+machine: the picture uses only +, *, / and sqrt (exactly rounded in IEEE arithmetic), and
+the audio, which needs sin, is computed in float64 and snapped to the 16-bit grid
+(``k / 32767``), so a last-bit difference between libm implementations cannot change a
+sample, and writing it to a WAV and reading it back gives the same float32 values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+
+from avatar_release.errors import InputError
+
+__all__ = ["SampleFiles", "sample_image", "sample_audio", "write_samples"]
+
+# Colour schemes per variant (background top, background bottom, skin, hair, iris, lips, shirt).
+_PALETTES = [
+    dict(bg_top=(70, 110, 170), bg_bottom=(190, 205, 225), skin=(232, 190, 160), hair=(70, 45, 30),
+         iris=(60, 100, 60), lips=(185, 80, 85), shirt=(40, 70, 120)),
+    dict(bg_top=(150, 80, 60), bg_bottom=(235, 200, 150), skin=(165, 115, 85), hair=(25, 20, 20),
+         iris=(70, 50, 30), lips=(140, 60, 60), shirt=(120, 40, 50)),
+    dict(bg_top=(50, 120, 90), bg_bottom=(200, 230, 200), skin=(245, 215, 195), hair=(200, 150, 60),
+         iris=(50, 90, 150), lips=(200, 100, 110), shirt=(60, 60, 60)),
+    dict(bg_top=(90, 70, 140), bg_bottom=(220, 210, 240), skin=(200, 150, 115), hair=(110, 60, 30),
+         iris=(40, 40, 40), lips=(170, 70, 70), shirt=(200, 170, 60)),
+]
+
+# Geometry offsets per variant (face centre shift in x/y, face scale, eye spacing, mouth width).
+_GEOMETRY = [
+    dict(dx=0.0, dy=0.0, scale=1.0, eye=0.0, mouth=0.0, open=0.0),
+    dict(dx=0.06, dy=0.02, scale=0.92, eye=0.02, mouth=-0.02, open=0.015),
+    dict(dx=-0.05, dy=-0.02, scale=1.05, eye=-0.015, mouth=0.02, open=0.02),
+    dict(dx=0.03, dy=0.03, scale=0.97, eye=0.01, mouth=0.01, open=0.0),
+]
+
+
+def _check_size(height: int, width: int) -> tuple[int, int]:
+    try:
+        h, w = int(height), int(width)
+    except (TypeError, ValueError):
+        raise InputError(f"sample image: size {width!r}x{height!r}, expected positive integers (width x height)") from None
+    if h < 8 or w < 8:
+        raise InputError(f"sample image: size {w}x{h}, expected at least 8x8 (width x height)")
+    return h, w
+
+
+def _variant_index(variant: int) -> int:
+    v = int(variant)
+    if v < 0:
+        raise InputError(f"sample variant {variant}, expected a non-negative integer")
+    return v
+
+
+def sample_image(height: int, width: int, variant: int = 0) -> np.ndarray:
+    """A synthetic face-like (height, width, 3) uint8 RGB picture, the same every time.
+
+    Background gradient, shoulders, hair, a skin-coloured face, two eyes with irises and
+    pupils, eyebrows, a nose shadow and a mouth, with soft (antialiased) edges. ``variant``
+    changes colours and geometry; variants 0..3 have their own palettes, higher variants
+    reuse them with a further shift.
+    """
+    h, w = _check_size(height, width)
+    v = _variant_index(variant)
+    pal = {k: np.array(c, dtype=np.float64) for k, c in _PALETTES[v % len(_PALETTES)].items()}
+    geo = dict(_GEOMETRY[v % len(_GEOMETRY)])
+    extra = v // len(_GEOMETRY)  # higher variants: shift a bit more
+    geo["dx"] += 0.02 * extra
+    geo["dy"] -= 0.01 * extra
+
+    # Pixel centres in a frame where the shorter side spans [0, 1]; x, y are centred.
+    unit = float(min(h, w))
+    ys = (np.arange(h, dtype=np.float64) + 0.5 - h / 2.0) / unit
+    xs = (np.arange(w, dtype=np.float64) + 0.5 - w / 2.0) / unit
+    y, x = np.meshgrid(ys, xs, indexing="ij")
+    px = 1.0 / unit  # one pixel in these units
+
+    def ellipse(cx: float, cy: float, rx: float, ry: float) -> np.ndarray:
+        """Coverage in [0, 1] of an axis-aligned ellipse, antialiased over about a pixel."""
+        d = np.sqrt(((x - cx) / rx) ** 2 + ((y - cy) / ry) ** 2)
+        signed = (d - 1.0) * min(rx, ry)  # approximate distance to the edge
+        return np.clip(0.5 - signed / px, 0.0, 1.0)
+
+    def paint(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray) -> None:
+        a = alpha[..., None]
+        img *= 1.0 - a
+        img += a * colour
+
+    # Background: vertical gradient with a faint horizontal tint.
+    t = np.clip((y - ys[0]) / max(ys[-1] - ys[0], px), 0.0, 1.0)[..., None]
+    img = pal["bg_top"] * (1.0 - t) + pal["bg_bottom"] * t
+    img = img + (x[..., None] * 12.0)
+
+    s = geo["scale"]
+    fx, fy = geo["dx"], 0.02 + geo["dy"]
+    frx, fry = 0.24 * s, 0.31 * s
+
+    # Shoulders / shirt below the face.
+    paint(img, ellipse(fx, fy + 0.62 * s, 0.48 * s, 0.3 * s), pal["shirt"])
+    # Neck.
+    paint(img, ellipse(fx, fy + 0.3 * s, 0.09 * s, 0.16 * s), pal["skin"] * 0.85)
+    # Hair: a larger ellipse behind the top of the head.
+    paint(img, ellipse(fx, fy - 0.07 * s, frx * 1.14, fry * 1.02), pal["hair"])
+    # Ears.
+    for side in (-1.0, 1.0):
+        paint(img, ellipse(fx + side * frx * 0.98, fy + 0.01 * s, 0.045 * s, 0.07 * s), pal["skin"] * 0.93)
+    # Face.
+    paint(img, ellipse(fx, fy, frx, fry), pal["skin"])
+    # Fringe: hair over the forehead, cut by an ellipse so the face shows below it.
+    fringe = ellipse(fx, fy - 0.24 * s, frx * 1.02, 0.12 * s) * (1.0 - ellipse(fx, fy + 0.02 * s, frx * 0.95, fry * 0.93))
+    paint(img, np.clip(fringe * 1.0, 0.0, 1.0), pal["hair"])
+    paint(img, ellipse(fx + 0.02 * s, fy - 0.25 * s, frx * 0.9, 0.07 * s), pal["hair"])
+
+    # Eyes: white, iris, pupil, brow.
+    eye_dx = (0.095 + geo["eye"]) * s
+    eye_y = fy - 0.04 * s
+    for side in (-1.0, 1.0):
+        ex = fx + side * eye_dx
+        paint(img, ellipse(ex, eye_y, 0.05 * s, 0.026 * s), np.array([245.0, 245.0, 240.0]))
+        paint(img, ellipse(ex + 0.004 * s, eye_y, 0.022 * s, 0.022 * s), pal["iris"])
+        paint(img, ellipse(ex + 0.004 * s, eye_y, 0.01 * s, 0.01 * s), np.array([15.0, 15.0, 20.0]))
+        paint(img, ellipse(ex, eye_y - 0.052 * s, 0.055 * s, 0.012 * s), pal["hair"] * 0.9)
+    # Nose: a soft shadow.
+    paint(img, 0.35 * ellipse(fx + 0.01 * s, fy + 0.05 * s, 0.025 * s, 0.055 * s), pal["skin"] * 0.7)
+    # Mouth: lips with a dark opening.
+    mouth_y = fy + 0.15 * s
+    mrx = (0.085 + geo["mouth"]) * s
+    paint(img, ellipse(fx, mouth_y, mrx, (0.03 + geo["open"]) * s), pal["lips"])
+    paint(img, ellipse(fx, mouth_y, mrx * 0.75, (0.008 + geo["open"]) * s), np.array([70.0, 25.0, 30.0]))
+
+    return np.clip(np.floor(img + 0.5), 0.0, 255.0).astype(np.uint8)
+
+
+# Vowel formants (F1, F2, F3) in Hz, roughly /a/, /e/, /i/, /o/, /u/.
+_VOWELS = np.array(
+    [[730.0, 1090.0, 2440.0], [530.0, 1840.0, 2480.0], [270.0, 2290.0, 3010.0],
+     [570.0, 840.0, 2410.0], [300.0, 870.0, 2240.0]],
+    dtype=np.float64,
+)
+
+
+def sample_audio(seconds: float, sample_rate: int = 16000, variant: int = 0) -> np.ndarray:
+    """A deterministic speech-like float32 mono signal in [-1, 1], ``seconds`` long.
+
+    A glottal-like harmonic series on a moving pitch contour, shaped by vowel formants
+    that change per syllable, under a syllable-rate amplitude envelope with short pauses
+    between "words". ``variant`` changes the pitch, the syllable rate and the vowel
+    sequence. Peak is about 0.8; values lie on the 16-bit grid ``k / 32767``.
+    """
+    try:
+        secs = float(seconds)
+        sr = int(sample_rate)
+    except (TypeError, ValueError):
+        raise InputError(f"sample audio: seconds={seconds!r}, sample_rate={sample_rate!r}; expected numbers") from None
+    if not secs > 0:
+        raise InputError(f"sample audio: {seconds!r} seconds, expected a positive duration")
+    if sr < 4000:
+        raise InputError(f"sample audio: sample rate {sample_rate} Hz, expected at least 4000 Hz (e.g. 16000)")
+    v = _variant_index(variant)
+    n = max(1, int(round(secs * sr)))
+    t = np.arange(n, dtype=np.float64) / sr
+
+    base_f0 = (115.0, 190.0, 145.0, 230.0)[v % 4] * (1.0 + 0.05 * (v // 4))
+    rate = (4.0, 4.7, 3.4, 5.2)[v % 4]  # syllables per second
+    phase_off = 0.9 * v
+
+    # Pitch contour: slow declination-like drift plus a faster intonation wobble.
+    f0 = base_f0 * (
+        1.0 + 0.08 * np.sin(2 * np.pi * 0.35 * t + phase_off) + 0.04 * np.sin(2 * np.pi * 1.7 * t + 2 * phase_off)
+    )
+    phase = 2 * np.pi * np.cumsum(f0) / sr
+
+    # Syllables and words: syllable k spans [k / rate, (k + 1) / rate); every 4th (+variant) is a pause.
+    syl_pos = t * rate
+    syl = np.floor(syl_pos).astype(np.int64)
+    frac = syl_pos - syl
+    word_len = 4 + (v % 3)
+    silent = (syl % (word_len + 1)) == word_len
+    env = np.sin(np.pi * frac) ** 2 * np.where(silent, 0.0, 1.0)
+    env *= 0.75 + 0.25 * np.cos(2 * np.pi * 0.23 * t + phase_off) ** 2  # stress variation
+
+    vowel = _VOWELS[(syl * 3 + 2 * v + (syl // 5)) % len(_VOWELS)]  # (n, 3)
+    bandwidths = np.array([90.0, 110.0, 170.0])
+    gains = np.array([1.0, 0.6, 0.3])
+
+    signal = np.zeros(n, dtype=np.float64)
+    nyquist_guard = 0.45 * sr
+    for k in range(1, 41):
+        fk = k * f0
+        if float(np.min(fk)) >= nyquist_guard:
+            break
+        resonance = np.zeros(n, dtype=np.float64)
+        for j in range(3):
+            resonance += gains[j] / (1.0 + ((fk - vowel[:, j]) / bandwidths[j]) ** 2)
+        amp = (1.0 / k) * (0.15 + resonance) * (fk < nyquist_guard)
+        signal += amp * np.sin(k * phase)
+
+    signal *= env
+    # 10 ms fades so the clip starts and ends at zero.
+    fade = min(n // 2, max(1, sr // 100))
+    ramp = np.arange(fade, dtype=np.float64) / fade
+    signal[:fade] *= ramp
+    signal[n - fade :] *= ramp[::-1]
+
+    peak = float(np.max(np.abs(signal)))
+    if peak > 0:
+        signal *= 0.8 / peak
+    snapped = np.round(np.clip(signal, -1.0, 1.0) * 32767.0) / 32767.0
+    return snapped.astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleFiles:
+    """Paths :func:`write_samples` wrote."""
+
+    image: Path
+    audio: Path
+
+
+def write_samples(
+    directory: str | os.PathLike,
+    *,
+    height: int,
+    width: int,
+    seconds: float,
+    sample_rate: int,
+    variant: int = 0,
+) -> SampleFiles:
+    """Write ``reference.png`` and ``speech.wav`` into ``directory`` (created if needed)."""
+    from avatar_release import media
+
+    out = Path(directory)
+    image = media.write_png(out / "reference.png", sample_image(height, width, variant))
+    audio = media.write_wav(out / "speech.wav", sample_audio(seconds, sample_rate, variant), sample_rate)
+    return SampleFiles(image=image, audio=audio)

@@ -1,0 +1,146 @@
+"""Declared, versioned specs under ``manifests/``: targets, flag profiles, pipelines.
+
+Each is a TOML file with ``schema_version``; unknown fields are errors, and so are
+unknown names, with the list of known ones.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ._digest import canonical_json, sha256_digest
+from .errors import SpecError
+
+__all__ = [
+    "TargetSpec",
+    "FlagProfile",
+    "PipelineSpec",
+    "BucketSpec",
+    "WeightsSpec",
+    "manifests_dir",
+    "load_target",
+    "load_flag_profile",
+    "load_pipeline",
+    "list_specs",
+]
+
+SPEC_SCHEMA_VERSION = 1
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: int = Field(SPEC_SCHEMA_VERSION, ge=1, le=SPEC_SCHEMA_VERSION)
+
+
+class TargetSpec(_Spec):
+    name: str
+    platform: str  # "cpu" | "tpu" | "gpu"
+    device_count: int = Field(gt=0)
+    mesh_axes: list[str]
+    mesh_shape: list[int]
+    flag_profile: str
+    topology: str | None = None
+
+
+class FlagProfile(_Spec):
+    name: str
+    version: int
+    platform: str
+    compiler_options: dict[str, Any] = {}
+    env_flags: list[str] = []
+    kernel_flags: dict[str, Any] = {}
+
+    def digest(self) -> str:
+        return sha256_digest(canonical_json(self.model_dump(mode="json")))
+
+
+class BucketSpec(_Spec):
+    name: str
+    frames: int = Field(gt=0)
+
+
+class WeightsSpec(_Spec):
+    source: str = "init"  # "init" (deterministic random from seed) or a safetensors path
+    seed: int = 0
+
+
+class PipelineSpec(_Spec):
+    name: str
+    entry: str  # "package.module:Class"
+    config: str  # model config name
+    buckets: list[BucketSpec]
+    weights: WeightsSpec = WeightsSpec()
+    description: str = ""
+
+
+def manifests_dir() -> Path:
+    """``$AVATAR_RELEASE_MANIFESTS`` or the ``manifests/`` folder beside the package."""
+    env = os.environ.get("AVATAR_RELEASE_MANIFESTS")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "manifests"
+    if not path.is_dir():
+        raise SpecError(
+            f"manifests folder {path} not found; set AVATAR_RELEASE_MANIFESTS to the folder "
+            "holding targets/, flags/ and pipelines/ (the repository's manifests/)"
+        )
+    return path
+
+
+def list_specs(kind: str) -> list[str]:
+    d = manifests_dir() / kind
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+def _load(kind: str, label: str, name: str, cls: type[_Spec]):
+    path = manifests_dir() / kind / f"{name}.toml"
+    if "/" in name or name.startswith(".") or not path.is_file():
+        known = ", ".join(list_specs(kind)) or "none"
+        raise SpecError(f"unknown {label} {name!r} (known: {known}); specs live in {path.parent}")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: not valid TOML ({e})") from None
+    try:
+        spec = cls.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise SpecError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r})") from None
+    if getattr(spec, "name", name) != name:
+        raise SpecError(f"{path}: name = {spec.name!r} but the file is named {name!r}; make them agree")
+    return spec
+
+
+def load_target(name: str) -> TargetSpec:
+    t = _load("targets", "target", name, TargetSpec)
+    if len(t.mesh_axes) != len(t.mesh_shape) or _prod(t.mesh_shape) != t.device_count:
+        raise SpecError(
+            f"target {name}: mesh {dict(zip(t.mesh_axes, t.mesh_shape))} does not cover "
+            f"device_count {t.device_count}"
+        )
+    return t
+
+
+def load_flag_profile(name: str) -> FlagProfile:
+    return _load("flags", "flag profile", name, FlagProfile)
+
+
+def load_pipeline(name: str) -> PipelineSpec:
+    p = _load("pipelines", "pipeline", name, PipelineSpec)
+    if not p.buckets:
+        raise SpecError(f"pipeline {name}: declares no shape buckets")
+    names = [b.name for b in p.buckets]
+    if len(set(names)) != len(names):
+        raise SpecError(f"pipeline {name}: duplicate bucket names {names}")
+    return p
+
+
+def _prod(xs: list[int]) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
