@@ -42,11 +42,15 @@ def _progress(enabled: bool):
 class _Group(click.Group):
     """Maps AvatarReleaseError subclasses to their exit codes; anything else is a crash."""
 
+    def parse_args(self, ctx, args):
+        ctx.meta["avatar_release.argv"] = list(args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except AvatarReleaseError as e:
-            as_json = "--json" in sys.argv
+            as_json = "--json" in ctx.meta.get("avatar_release.argv", sys.argv)
             if as_json:
                 click.echo(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e),
                                        "exit_code": e.exit_code}, indent=2))

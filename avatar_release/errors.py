@@ -16,7 +16,8 @@ to an exit code, so CI can tell "a gate or policy said no" (1) from "bad input" 
     ├── CompileError                    exit 6   tracing, lowering or XLA compilation failed
     ├── RegistryError                   exit 7   the store is unreachable, unwritable or locked
     │   └── ConflictError               exit 7   a concurrent writer won the race
-    └── RecompileError                  exit 8   the zero-compile guard saw a compile
+    ├── RecompileError                  exit 8   the zero-compile guard saw a compile
+    └── MediaError                      exit 9   ffmpeg failed on already-validated input
 
 Anything else escaping the CLI is a crash (exit 70).
 """
@@ -36,6 +37,7 @@ __all__ = [
     "RegistryError",
     "ConflictError",
     "RecompileError",
+    "MediaError",
     "CRASH_EXIT_CODE",
 ]
 
@@ -120,3 +122,9 @@ class RecompileError(AvatarReleaseError):
     def __init__(self, message: str, events: list[dict] | None = None):
         super().__init__(message)
         self.events = list(events or [])
+
+
+class MediaError(AvatarReleaseError):
+    """ffmpeg failed (missing, crashed, refused an encoder) on input already validated."""
+
+    exit_code = 9

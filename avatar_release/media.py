@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from avatar_release.errors import AvatarReleaseError, InputError
+from avatar_release.errors import InputError, MediaError
 
 __all__ = [
     "MediaError",
@@ -68,14 +68,6 @@ _NPY_MAGIC = b"\x93NUMPY"
 _INT16_SCALE = 32767.0
 # How much of ffmpeg's stderr an error message quotes.
 _STDERR_TAIL_CHARS = 2000
-
-
-class MediaError(AvatarReleaseError):
-    """ffmpeg failed on input this module had already validated (exit 10).
-
-    Raised for infrastructure-side failures (the binary is missing, crashed or refused an
-    encoder); bad user input is an :class:`InputError` instead.
-    """
 
 
 # ---------------------------------------------------------------------------------------

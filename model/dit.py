@@ -100,8 +100,8 @@ class MotionDiT(nn.Module):
         return log_mel(audio, audio.shape[0] // c.samples_per_frame, c.sample_rate, c.n_mels)
 
     def velocity(self, x, t, context, audio_c, rope):
+        """v(x_t, t): x (F, C, h, w) f32, t a python float, context (1, T, D), audio_c (F, D) -> (F, C, h, w)."""
         c, p = self.config, self.config.dit.patch
-        n = x.shape[0]
         time_c = self.time_out(F.silu(self.time_in(timestep_embedding(t, c.dit.freq_dim, x.device))))  # (1, D)
         cond = audio_c + time_c  # (F, D)
         dtype = getattr(torch, c.residual_dtype)
@@ -116,8 +116,7 @@ class MotionDiT(nn.Module):
         """image_u8 (H, W, 3) uint8, audio (F*spf,) f32, prev_latent (C, h, w) f32, noise (F, C, h, w) f32
         -> latents (F, C, h, w) f32, last_latent (C, h, w) f32."""
         c, p = self.config, self.config.dit.patch
-        n = noise.shape[0]
-        h, w = c.dit_grid
+        n, (h, w) = noise.shape[0], c.dit_grid
 
         # Conditioning, computed once per chunk.
         ref = self.ref_embed(image_tokens(image_u8, c.vae_scale * c.sr_scale * p, c.decoded_size))  # (T, D)

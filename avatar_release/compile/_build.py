@@ -162,8 +162,10 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
         for b in spec.buckets:
             ins = P.stage_inputs(config, b.frames)[stage]
             outs = P.stage_outputs(config, b.frames)[stage]
-            # Activations cross stage boundaries replicated, so one stage's outputs are
-            # exactly the next stage's inputs: no resharding program at serving time.
+            # Activations cross stage boundaries sharded by the same shape rule as weights
+            # (leading dim over the mesh axis when it divides): one stage's outputs are then
+            # exactly the next stage's inputs, so serving never needs a resharding program,
+            # and each device works on its slice instead of all of it.
             plans.append(
                 StagePlan(
                     stage=stage,
@@ -171,8 +173,10 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
                     jax_func=jax_func,
                     params=params,
                     param_keys=keys,
-                    inputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=[None] * len(s)) for n, s, d in ins],
-                    outputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=[None] * len(s)) for n, s, d in outs],
+                    inputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=fsdp_spec(s, axis, size))
+                            for n, s, d in ins],
+                    outputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=fsdp_spec(s, axis, size))
+                             for n, s, d in outs],
                 )
             )
     return plans
@@ -181,7 +185,12 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
 def _program(config) -> ChunkProgram:
     from model import pipeline as P
 
-    prog = P.CHUNK_PROGRAM
+    # How a chunk flows through the stages, by input/output names. A model may declare
+    # its own CHUNK_PROGRAM; this is the shape of the bundled pipeline.
+    prog = getattr(P, "CHUNK_PROGRAM", None) or {
+        "image": "image", "audio": "audio", "noise": "noise",
+        "carry": {"prev_latent": "last_latent"}, "deliver": "frames",
+    }
     return ChunkProgram(
         stages=list(P.STAGES),
         image_input=prog["image"],
@@ -231,10 +240,14 @@ def compile_build(
     axis, size = tgt.mesh_axes[0], tgt.mesh_shape[0]
     plans = _plans(config, pipe, spec, axis, size)
     lowered: list[LoweredStage] = []
-    for plan in plans:  # tracing runs Python (torchax dispatch): serial
-        ls = lower_stage(plan, mesh)
-        progress(f"{plan.stage}/{plan.bucket}: traced {ls.trace_seconds:.2f}s, lowered {ls.lower_seconds:.2f}s")
-        lowered.append(ls)
+    # Tracing runs Python (torchax dispatch), so it is serial. It runs in a worker thread
+    # on purpose: XLA records the Python call stack in the program's debug locations, and
+    # a fixed stack keeps the HLO (and so the build identity) independent of the caller.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as tracer:
+        for plan in plans:
+            ls = tracer.submit(lower_stage, plan, mesh).result()
+            progress(f"{plan.stage}/{plan.bucket}: traced {ls.trace_seconds:.2f}s, lowered {ls.lower_seconds:.2f}s")
+            lowered.append(ls)
 
     t_compile = time.perf_counter()
     options = dict(flags.compiler_options)

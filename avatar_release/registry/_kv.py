@@ -176,6 +176,9 @@ class KVRegistry:
     def _repair_history(self) -> list[HistoryEntry]:
         """Under the lock: re-append any channel's latest entry missing from history."""
         entries = self._history_entries()
+        raw = self._read("history.jsonl") or b""
+        if raw and not raw.endswith(b"\n"):  # a torn last line: close it so appends start clean
+            self._append("history.jsonl", b"\n")
         seen = {e.sequence for e in entries}
         for key in self._list("channels/"):
             raw = self._read(key)

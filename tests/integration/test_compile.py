@@ -1,0 +1,121 @@
+"""`avatar-release compile`: a real tiny build, its manifest, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from avatar_release.cli import cli
+from avatar_release.records import Manifest, parse_record
+from avatar_release.registry import LocalRegistry
+
+pytestmark = pytest.mark.slow
+
+
+def _manifest(root, ref="dev") -> Manifest:
+    reg = LocalRegistry(root, create=False)
+    r = reg.resolve(ref)
+    return parse_record(Manifest, reg.get_manifest_bytes(r.digest), where=r.digest)
+
+
+def test_build_manifest_records_what_a_release_needs(built_registry):
+    root, result = built_registry
+    m = _manifest(root)
+    assert m.build_id == result.build_id and m.build_id.startswith("tiny-cpu-8-")
+    assert {e.key for e in m.executables} == {"dit/f8", "sr/f8", "vae/f8"}
+    assert m.platform.backend == "cpu" and m.platform.device_count == 8 and m.platform.mesh_shape == [8]
+    assert m.platform.cpu_features  # XLA:CPU code depends on them
+    assert m.toolchain.jax == "0.10.2" and m.toolchain.torchax.startswith("0.0.14")
+    assert m.flags.name == "cpu-default" and m.flags.compiler_options["xla_cpu_enable_fast_math"] is False
+    for e in m.executables:
+        assert e.blob.size < e.raw_size  # zstd did something
+        assert e.hlo_digest.startswith("sha256:") and e.fingerprint
+        assert e.cost.get("flops", 0) > 0
+        assert e.in_tree.startswith("PyTreeDef(")
+    # FSDP: weights whose leading dim divides the mesh are sharded over it.
+    sharded = [p for e in m.executables for p in e.params if p.sharding and p.sharding[0] == "fsdp"]
+    assert sharded and all(p.shape[0] % 8 == 0 for p in sharded)
+    # The dev channel and history say who put the build there.
+    reg = LocalRegistry(root, create=False)
+    (entry,) = reg.history("dev")
+    assert entry.action == "publish" and entry.to_build == m.build_id
+
+
+def test_every_blob_is_stored_once_by_digest(built_registry):
+    root, _ = built_registry
+    m = _manifest(root)
+    for b in m.blobs():
+        assert (root / "blobs" / "sha256" / b.digest.split(":")[1]).stat().st_size == b.size
+
+
+def test_recompiling_the_same_inputs_is_the_same_build(built_registry, tmp_path):
+    """HLO text hash and executable fingerprint are stable; so is the build identity."""
+    from avatar_release.compile import compile_build
+
+    root, first = built_registry
+    reg = LocalRegistry(root, create=False)
+    again = compile_build("tiny", "cpu-8", registry=reg, publish=False)
+    a, b = _manifest(root), again.manifest
+    assert again.build_id == first.build_id
+    assert [(e.key, e.hlo_digest, e.fingerprint) for e in a.executables] == [
+        (e.key, e.hlo_digest, e.fingerprint) for e in b.executables
+    ]
+
+
+def test_an_override_changes_the_build_and_is_recorded(tmp_path):
+    from avatar_release.compile import compile_build
+
+    reg = LocalRegistry(tmp_path / "reg")
+    r = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"}, publish=True)
+    m = _manifest(tmp_path / "reg", r.build_id)
+    assert m.overrides == {"dit.steps": 2} and m.config["dit"]["steps"] == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--pipeline", "nope"], "unknown pipeline 'nope' (known: "),
+        (["--target", "tpu-v9"], "unknown target 'tpu-v9'"),
+        (["--set", "dit.nope=1"], "--set dit.nope: unknown key; settable keys are: "),
+        (["--set", "dit.steps=many"], "--set dit.steps=many: expected a int"),
+        (["--set", "residual_dtype=float8"], "residual_dtype must be one of ('float32', 'bfloat16'), got 'float8'"),
+        (["--set", "novalue"], "expected KEY=VALUE"),
+        (["--weights", "/nonexistent/w.safetensors"], "no such file"),
+    ],
+)
+def test_bad_input_is_refused_with_exit_2_and_registry_unchanged(tmp_path, args, message):
+    root = tmp_path / "reg"
+    res = CliRunner().invoke(cli, ["compile", "--registry", str(root), *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    builds = list((root / "builds").iterdir()) if (root / "builds").exists() else []
+    assert builds == []
+
+
+def test_unknown_xla_option_is_a_clear_compile_error(tmp_path, monkeypatch):
+    man = tmp_path / "manifests"
+    import shutil
+
+    from avatar_release.specs import manifests_dir
+
+    shutil.copytree(manifests_dir(), man)
+    prof = man / "flags" / "cpu-default.toml"
+    prof.write_text(prof.read_text() + "\nxla_cpu_no_such_option = true\n")
+    monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(man))
+    res = CliRunner().invoke(cli, ["compile", "--registry", str(tmp_path / "reg"), "--json"])
+    assert res.exit_code == 6, res.output
+    out = json.loads(res.stdout)
+    assert out["error"] == "CompileError" and "xla_cpu_no_such_option" in out["message"]
+    assert list((tmp_path / "reg" / "builds").iterdir()) == []
+
+
+def test_tpu_target_without_libtpu_fails_clearly_never_falls_back(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is not None:
+        pytest.skip("libtpu is installed: the TPU target compiles here")
+    res = CliRunner().invoke(cli, ["compile", "--target", "tpu-v6e-8", "--registry", str(tmp_path / "reg")])
+    assert res.exit_code == 6, res.output
+    assert "never falls back" in res.output

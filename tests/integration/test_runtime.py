@@ -1,0 +1,203 @@
+"""The serving-pod loader: verify before unpickling, refuse mismatches, stream with zero compiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zstandard
+from click.testing import CliRunner
+
+from avatar_release._digest import sha256_digest
+from avatar_release.cli import cli
+from avatar_release.errors import EnvironmentMismatch, IntegrityError, NotFoundError, RecompileError
+from avatar_release.records import Manifest, parse_record
+from avatar_release.registry import LocalRegistry
+from avatar_release.samples import sample_audio, sample_image
+
+pytestmark = pytest.mark.slow
+
+
+def _blob_path(root, digest):
+    return root / "blobs" / "sha256" / digest.split(":")[1]
+
+
+def _manifest(reg, ref="dev"):
+    r = reg.resolve(ref)
+    return parse_record(Manifest, reg.get_manifest_bytes(r.digest), where=r.digest)
+
+
+def _republish(reg, manifest: Manifest, build_id: str, **platform_changes):
+    """Publish a variant manifest (as a tampering or foreign-build stand-in)."""
+    data = manifest.model_dump(mode="json")
+    data["build_id"] = build_id
+    data["platform"].update(platform_changes.pop("platform", {}))
+    for k, v in platform_changes.items():
+        data[k] = v
+    m = Manifest.model_validate(data)
+    reg.put_build(build_id, m.to_json_bytes())
+    return m
+
+
+def test_stream_yields_chunks_with_zero_compiles_and_deadlines(built_registry):
+    from avatar_release.runtime import load, stream
+
+    root, result = built_registry
+    build = load("dev", LocalRegistry(root, create=False))
+    image, audio = sample_image(48, 80), sample_audio(0.5)  # 12.5 frames -> 13 frames, 2 chunks
+    chunks = list(stream(build, image, audio))
+    assert [c.frames.shape for c in chunks] == [(8, 48, 80, 3), (5, 48, 80, 3)]
+    assert all(c.frames.dtype == np.uint8 for c in chunks)
+    assert build.guard.count == 0 and all(c.compiles == 0 for c in chunks)
+    assert [c.deadline for c in chunks] == [pytest.approx(8 / 25), pytest.approx(5 / 25)]
+    # Rendering is deterministic: the same build, inputs and seed give the same pixels.
+    again = list(stream(build, image, audio))
+    assert all(np.array_equal(a.frames, b.frames) for a, b in zip(chunks, again))
+    # The picture follows the reference image (VAE skip), not noise.
+    assert np.abs(chunks[0].frames[0].astype(int) - image.astype(int)).mean() < 64
+
+
+def test_strict_guard_raises_naming_the_stage(built_registry):
+    """A compile during serving (here: forced by a stray jit inside a stage call) is fatal."""
+    import jax
+    import jax.numpy as jnp
+
+    from avatar_release.runtime import load, stream
+
+    root, _ = built_registry
+    build = load("dev", LocalRegistry(root, create=False))
+    ls = build.stages[("sr", "f8")]
+    real = ls.executable
+
+    def compiling(params, *args):
+        jax.jit(lambda x: x * 3 + 1)(jnp.arange(7.0))  # a fresh program: one backend compile
+        return real(params, *args)
+
+    ls.executable = compiling
+    with pytest.raises(RecompileError, match=r"stage sr/f8 .*latents\(8, 8, 6, 10\)"):
+        list(stream(build, sample_image(48, 80), sample_audio(0.2)))
+    assert build.guard.count >= 1
+
+
+def test_runtime_never_imports_torch(built_registry, tmp_path):
+    root, _ = built_registry
+    code = f"""
+import os, sys, json
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+from avatar_release.runtime import load, render
+from avatar_release.samples import sample_image, sample_audio
+b = load("dev", {str(root)!r})
+frames, report = render(b, sample_image(48, 80), sample_audio(0.3))
+print(json.dumps({{"torch": "torch" in sys.modules, "torchax": "torchax" in sys.modules,
+                  "compile": "avatar_release.compile" in sys.modules, "frames": int(frames.shape[0]),
+                  "compiles": b.guard.count}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    assert info == {"torch": False, "torchax": False, "compile": False, "frames": 8, "compiles": 0}
+
+
+def test_corrupted_blob_is_refused_before_unpickling(registry_copy):
+    from avatar_release.runtime import load
+
+    root, _ = registry_copy
+    reg = LocalRegistry(root, create=False)
+    m = _manifest(reg)
+    p = _blob_path(root, m.executable("sr", "f8").blob.digest)
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    p.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="content hashes to"):
+        load("dev", reg)
+
+
+def test_truncated_zstd_frame_is_refused(registry_copy):
+    """A manifest whose digest matches a truncated frame: caught at decompression."""
+    from avatar_release.runtime import load
+
+    root, _ = registry_copy
+    reg = LocalRegistry(root, create=False)
+    m = _manifest(reg)
+    e = m.executable("vae", "f8")
+    good = _blob_path(root, e.blob.digest).read_bytes()
+    cut = good[: len(good) // 2]
+    d = reg.put_blob(cut)
+    data = m.model_dump(mode="json")
+    data["build_id"] = "tiny-cpu-8-truncated"
+    for x in data["executables"]:
+        if x["key"] == "vae/f8":
+            x["blob"] = {"digest": d, "size": len(cut), "media_type": x["blob"]["media_type"]}
+    reg.put_build("tiny-cpu-8-truncated", Manifest.model_validate(data).to_json_bytes())
+    with pytest.raises(IntegrityError, match="zstd frame is corrupt or truncated"):
+        load("tiny-cpu-8-truncated", reg)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"platform": {"device_count": 4, "mesh_shape": [4]}}, "device_count"),
+        ({"platform": {"backend": "tpu", "device_kind": "TPU v6 lite"}}, "backend"),
+        ({"toolchain": None}, "jaxlib"),
+    ],
+)
+def test_environment_mismatch_lists_every_field(registry_copy, change, field):
+    from avatar_release.runtime import load
+
+    root, _ = registry_copy
+    reg = LocalRegistry(root, create=False)
+    m = _manifest(reg)
+    if "toolchain" in change:
+        change = {"toolchain": {**m.toolchain.model_dump(), "jaxlib": "0.9.0"}}
+    _republish(reg, m, "tiny-cpu-8-foreign", **change)
+    with pytest.raises(EnvironmentMismatch) as ei:
+        load("tiny-cpu-8-foreign", reg)
+    assert field in ei.value.differences
+    assert "expected" in str(ei.value) and "actual" in str(ei.value)
+
+
+def test_unknown_and_empty_references(built_registry):
+    from avatar_release.runtime import load
+
+    root, _ = built_registry
+    with pytest.raises(NotFoundError, match="channel 'prod' is empty"):
+        load("prod", LocalRegistry(root, create=False))
+    with pytest.raises(NotFoundError, match="unknown build or channel"):
+        load("tiny-cpu-8-000000000000", LocalRegistry(root, create=False))
+
+
+def test_cli_render_writes_video_frames_and_summary(built_registry, tmp_path):
+    from avatar_release.media import probe_mp4, read_png
+
+    root, result = built_registry
+    out = tmp_path / "out.mp4"
+    frames_dir = tmp_path / "frames"
+    res = CliRunner().invoke(cli, ["render", "--registry", str(root), "--seconds", "0.4", "--out", str(out),
+                                   "--frames-dir", str(frames_dir), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert summary["build_id"] == result.build_id
+    assert summary["compiles"] == 0 and summary["frames"] == 10 and summary["chunks"] == 2
+    assert set(summary["cold_start"]) >= {"imports", "resolve", "verify", "decompress", "deserialize", "first_chunk"}
+    probe = probe_mp4(out)
+    assert probe.video_codec == "h264" and probe.audio_codec == "aac" and probe.frames == 10
+    assert len(list(frames_dir.glob("*.png"))) == 10 and read_png(frames_dir / "frame_00000.png").shape == (48, 80, 3)
+
+
+def test_cli_refusals_have_distinct_exit_codes(registry_copy, tmp_path):
+    root, _ = registry_copy
+    r = CliRunner().invoke(cli, ["render", "--registry", str(root), "--channel", "prod", "--out", str(tmp_path / "a.mp4")])
+    assert r.exit_code == 3 and "empty" in r.output
+    reg = LocalRegistry(root, create=False)
+    m = _manifest(reg)
+    p = _blob_path(root, m.weights.blob.digest)
+    p.write_bytes(p.read_bytes()[:-10])
+    r = CliRunner().invoke(cli, ["render", "--registry", str(root), "--out", str(tmp_path / "b.mp4")])
+    assert r.exit_code == 4 and "size" in r.output
+    assert not (tmp_path / "b.mp4").exists()
+    r = CliRunner().invoke(cli, ["verify", "dev", "--registry", str(root)])
+    assert r.exit_code == 4 and "weights" in r.output
