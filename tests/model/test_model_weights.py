@@ -123,3 +123,25 @@ def test_weights_of_another_config_are_refused(tmp_path, tiny_pipeline):
     with pytest.raises(WeightsError, match=r"missing 48 tensor\(s\) for config 'small'.*has shape .*more tensors of the wrong shape"):
         load_weights(get_config("small"), path)
     assert load_file(path)  # the file itself is intact
+
+
+def test_init_is_identical_in_a_fresh_process(tiny_pipeline):
+    import hashlib
+    import subprocess
+    import sys
+
+    def digest(state):
+        h = hashlib.sha256()
+        for name in sorted(state):
+            h.update(name.encode() + state[name].contiguous().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+    code = (
+        "import hashlib, torch\n"
+        "from model.config import get_config\nfrom model.weights import init_pipeline\n"
+        "s = init_pipeline(get_config('tiny'), 1234).state_dict()\nh = hashlib.sha256()\n"
+        "for n in sorted(s): h.update(n.encode() + s[n].contiguous().view(torch.uint8).numpy().tobytes())\n"
+        "print(h.hexdigest())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == digest(tiny_pipeline.state_dict())
