@@ -241,6 +241,31 @@ def render_cmd(channel, build_ref, image_path, audio_path, seconds, seed, out_pa
     _emit(as_json, {"ok": True, **summary}, human)
 
 
+# ---------------------------------------------------------------------------------- serve
+@cli.command("serve")
+@click.option("--channel", default="prod", show_default=True, help="Channel (or build id / digest) to serve.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, help="0 picks a free port (printed when ready).")
+@registry_option
+def serve_cmd(channel, host, port, registry_uri):
+    """Serve renders over HTTP; ready only after verify + load + one warm chunk with 0 compiles."""
+    from .registry import open_registry
+
+    registry = open_registry(registry_uri, create=False)
+    resolved, _ = _prepare_devices_for_build(registry, channel)
+    from .runtime import load
+    from .serve import ServingPod, serve_forever
+
+    pod = ServingPod(load(resolved.digest, registry, strict=True))
+    pod.warm_up()
+
+    def ready(addr):
+        click.echo(json.dumps({"event": "ready", "host": addr[0], "port": addr[1], **pod.health()}), nl=True)
+        sys.stdout.flush()
+
+    serve_forever(pod, host, port, ready)
+
+
 def main(argv: list[str] | None = None) -> Any:
     return cli.main(args=argv, prog_name="avatar-release")
 
