@@ -132,6 +132,32 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, registry_uri, as_j
           f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)")
 
 
+@cli.command("rebuild")
+@click.argument("ref")
+@registry_option
+@json_option
+def rebuild_cmd(ref, registry_uri, as_json):
+    """Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."""
+    from .registry import open_registry
+
+    reg = open_registry(registry_uri, create=False)
+    r = reg.resolve(ref)
+    from .records import Manifest, parse_record
+
+    m = parse_record(Manifest, reg.get_manifest_bytes(r.digest), where=r.digest)
+    _prepare_devices_for_target(m.target)
+    from .compile._rebuild import rebuild
+    from .errors import Refusal
+
+    report = rebuild(ref, reg, progress=_progress(not as_json))
+    lines = "\n".join(f"  {d['what']}: published {d['published']}, rebuilt {d['rebuilt']}" for d in report.differences)
+    _emit(as_json, {"ok": report.identical, **report.to_json()},
+          f"{report.build_id}: " + ("reproduced bit for bit (HLO hashes, fingerprints, identity)" if report.identical
+                                    else f"NOT reproducible:\n{lines}"))
+    if not report.identical:
+        raise Refusal(f"rebuild of {report.build_id} differs in {len(report.differences)} field(s)")
+
+
 # ---------------------------------------------------------------------------------- ls / inspect / verify
 @cli.command("ls")
 @registry_option

@@ -1,6 +1,7 @@
 """Seeded init, safetensors round trip, and every way a weights file can be wrong."""
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -143,5 +144,6 @@ def test_init_is_identical_in_a_fresh_process(tiny_pipeline):
         "for n in sorted(s): h.update(n.encode() + s[n].contiguous().view(torch.uint8).numpy().tobytes())\n"
         "print(h.hexdigest())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    repo = Path(__file__).resolve().parents[2]  # python -c puts the cwd on sys.path
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo)
     assert out.stdout.strip() == digest(tiny_pipeline.state_dict())

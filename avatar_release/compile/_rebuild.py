@@ -1,0 +1,57 @@
+"""Reproducible builds: recompile a published build from its manifest and compare.
+
+The executable fingerprint and the HLO text hash are stable across processes (the raw
+serialized bytes are not), so those, the weights digest and the identity are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..records import Manifest, parse_record
+from ..registry import Registry
+from ._build import compile_build
+
+__all__ = ["RebuildReport", "rebuild"]
+
+
+@dataclass
+class RebuildReport:
+    build_id: str
+    rebuilt_id: str
+    identical: bool
+    differences: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"build_id": self.build_id, "rebuilt_id": self.rebuilt_id, "identical": self.identical,
+                "differences": self.differences}
+
+
+def rebuild(ref: str, registry: Registry, *, progress=lambda msg: None) -> RebuildReport:
+    resolved = registry.resolve(ref)
+    m: Manifest = parse_record(Manifest, registry.get_manifest_bytes(resolved.digest), where=resolved.digest)
+    source = m.weights.source
+    weights_path = None if source.startswith("init:") else source
+    overrides = {k: str(v) for k, v in m.overrides.items()}
+    again = compile_build(m.pipeline, m.target, registry=registry, weights_path=weights_path,
+                          overrides=overrides, publish=False, progress=progress).manifest
+    diffs: list[dict] = []
+
+    def differ(what: str, a, b) -> None:
+        if a != b:
+            diffs.append({"what": what, "published": a, "rebuilt": b})
+
+    differ("source_digest", m.source_digest, again.source_digest)
+    differ("weights", m.weights.raw_digest, again.weights.raw_digest)
+    differ("flags", m.flags.digest, again.flags.digest)
+    differ("toolchain", m.toolchain.model_dump(), again.toolchain.model_dump())
+    new = {e.key: e for e in again.executables}
+    for e in m.executables:
+        n = new.get(e.key)
+        if n is None:
+            diffs.append({"what": f"{e.key}", "published": "present", "rebuilt": "absent"})
+            continue
+        differ(f"{e.key}.hlo_digest", e.hlo_digest, n.hlo_digest)
+        differ(f"{e.key}.fingerprint", e.fingerprint, n.fingerprint)
+    differ("identity", m.identity, again.identity)
+    return RebuildReport(m.build_id, again.build_id, not diffs, diffs)
