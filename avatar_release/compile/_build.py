@@ -67,6 +67,10 @@ class CompileResult:
     wall_seconds: float = 0.0
     compile_wall_seconds: float = 0.0
     manifest: Manifest | None = None
+    # In-process compiled objects and raw weights, only with keep_compiled=True (benchmarks:
+    # the JIT path runs exactly these programs without a serialize/deserialize round trip).
+    compiled: dict[str, Any] | None = None
+    weights_raw: bytes | None = None
 
     def to_json(self) -> dict:
         return {
@@ -215,6 +219,7 @@ def compile_build(
     overrides: dict[str, str] | None = None,
     concurrent_compile: bool = True,
     publish: bool = True,
+    keep_compiled: bool = False,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> CompileResult:
     """Compile every stage x bucket of ``pipeline`` for ``target`` and publish one build."""
@@ -369,6 +374,9 @@ def compile_build(
         compile_wall_seconds=compile_wall,
         manifest=manifest,
     )
+    if keep_compiled:
+        result.compiled = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled for cs in compiled}
+        result.weights_raw = weights_raw
     if publish:
         progress(f"publishing {build_id} ({sum(len(b) for b in blobs.values()) / 1e6:.1f} MB) to {registry.uri}")
         for data in blobs.values():

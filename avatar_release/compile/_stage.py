@@ -55,6 +55,7 @@ class CompiledStage:
     compile_seconds: float
     cost: dict[str, float] = field(default_factory=dict)
     memory: dict[str, int] = field(default_factory=dict)
+    compiled: Any = None
 
 
 def _sharding(mesh, spec: list[str | None]):
@@ -81,9 +82,12 @@ def lower_stage(plan: StagePlan, mesh) -> LoweredStage:
     ]
     out_shardings = tuple(_sharding(mesh, s.sharding) for s in plan.outputs)
     jitted = jax.jit(stage_fn, out_shardings=out_shardings)
+    from ._attention import head_sharded_attention
+
     try:
         t0 = time.perf_counter()
-        traced = jitted.trace(p_abstract, *i_abstract)
+        with head_sharded_attention(mesh, mesh.axis_names[0]):
+            traced = jitted.trace(p_abstract, *i_abstract)
         t1 = time.perf_counter()
         lowered = traced.lower()
         t2 = time.perf_counter()
@@ -148,4 +152,5 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         compile_seconds=seconds,
         cost=cost,
         memory=memory,
+        compiled=compiled,
     )

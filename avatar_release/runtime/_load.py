@@ -24,7 +24,7 @@ from ..registry import Registry, Resolved, open_registry
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
 
-__all__ = ["LoadedBuild", "LoadTimings", "load", "check_environment"]
+__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "place_weights"]
 
 
 @dataclass
@@ -194,9 +194,19 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     t.deserialize = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    place_weights(manifest, loaded, weights_raw, mesh)
+    t.weights = time.perf_counter() - t0
+
+    return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
+
+
+def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) -> None:
+    """Put every stage's weights on the mesh with the shardings its executable expects."""
+    import jax
+
     tensors = read_safetensors(weights_raw, where=f"build {manifest.build_id} weights")
-    placed: dict[str, Any] = {}
-    for ls in loaded.values():
+    placed: dict[Any, Any] = {}
+    for ls in stages.values():
         for spec in ls.entry.params:
             if spec.name not in tensors:
                 raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {spec.name!r}")
@@ -211,9 +221,6 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
                 placed[key] = jax.device_put(arr, _sharding(mesh, spec))
             ls.params[spec.name.split(".", 1)[1]] = placed[key]
     jax.block_until_ready(list(placed.values()))
-    t.weights = time.perf_counter() - t0
-
-    return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
 
 
 def _dtype_name(dt) -> str:

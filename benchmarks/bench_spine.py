@@ -1,0 +1,207 @@
+"""Spine benchmarks: compile, load, serve and JIT paths of one pipeline, side by side.
+
+Each scenario runs in its own fresh process (so imports, cold start and peak RSS are real),
+then the parent prints ratios against the goals and writes JSON. Nothing here is asserted:
+speed targets are measurements, not tests.
+
+    python benchmarks/bench_spine.py [--pipeline tiny] [--chunks 3] [--out benchmarks/results/spine.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+T_PROCESS = time.perf_counter()
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _inputs(program, chunks: int):
+    from avatar_release.samples import sample_audio, sample_image
+
+    frames = chunks * 8
+    return sample_image(program.height, program.width), sample_audio(frames / program.fps, program.sample_rate)
+
+
+def scenario_compile(args) -> dict:
+    from avatar_release.compile import compile_build
+    from avatar_release.registry import LocalRegistry, MemoryRegistry
+
+    conc = compile_build(args.pipeline, "cpu-8", registry=LocalRegistry(args.registry))
+    serial = compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(), concurrent_compile=False, publish=False)
+    m = conc.manifest
+    return {
+        "build_id": conc.build_id,
+        "per_executable": [
+            {"key": e.key, "trace_s": e.trace_seconds, "lower_s": e.lower_seconds, "compile_s": e.compile_seconds,
+             "raw_bytes": e.raw_size, "zstd_bytes": e.blob.size, "zstd_ratio": round(e.blob.size / e.raw_size, 4)}
+            for e in m.executables
+        ],
+        "trace_lower_compile_s": sum(e.trace_seconds + e.lower_seconds + e.compile_seconds for e in m.executables),
+        "compile_wall_concurrent_s": conc.compile_wall_seconds,
+        "compile_wall_serial_s": serial.compile_wall_seconds,
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+def _time_chunks(build, image, audio) -> tuple[float, list[float]]:
+    from avatar_release.runtime import stream
+
+    times = [c.seconds for c in stream(build, image, audio)]
+    return times[0], times[1:]
+
+
+def scenario_serve(args) -> dict:
+    import jax  # noqa: F401
+
+    from avatar_release.runtime import load
+
+    t_imports = time.perf_counter() - T_PROCESS
+    build = load("dev", args.registry)
+    t = build.timings
+    image, audio = _inputs(build.manifest.program, args.chunks)
+    first, rest = _time_chunks(build, image, audio)
+    return {
+        "imports_s": t_imports,
+        "load": {"resolve": t.resolve, "fetch": t.fetch, "verify": t.verify, "decompress": t.decompress,
+                 "deserialize": t.deserialize, "weights": t.weights, "total": t.total()},
+        "first_chunk_s": first,
+        "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - sum(rest),
+        "steady_chunk_s": sorted(rest)[len(rest) // 2] if rest else first,
+        "compiles": build.guard.count,
+        "torch_imported": "torch" in sys.modules,
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+def scenario_jit(args) -> dict:
+    """The JIT path from model code: trace + lower + compile in-process, then run the same stream."""
+    import jax
+    import numpy as np
+
+    from avatar_release.compile import compile_build
+    from avatar_release.registry import MemoryRegistry
+    from avatar_release.runtime import LoadedBuild, LoadTimings
+    from avatar_release.runtime._guard import CompileGuard
+    from avatar_release.runtime._load import LoadedStage, _devices_for, _sharding, place_weights
+    from avatar_release.registry import Resolved
+
+    res = compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(), publish=False, keep_compiled=True)
+    m = res.manifest
+    devices = _devices_for(m)
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(m.platform.mesh_shape), tuple(m.platform.mesh_axes))
+    stages = {(e.stage, e.bucket): LoadedStage(e, res.compiled[e.key], [_sharding(mesh, s) for s in e.inputs], {})
+              for e in m.executables}
+    place_weights(m, stages, res.weights_raw, mesh)
+    build = LoadedBuild(Resolved("jit", m.build_id, "", "jit"), m, "memory", mesh, stages, LoadTimings(),
+                        CompileGuard(strict=False))
+    image, audio = _inputs(m.program, args.chunks)
+    first, rest = _time_chunks(build, image, audio)
+    return {
+        "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - sum(rest),
+        "first_chunk_s": first,
+        "steady_chunk_s": sorted(rest)[len(rest) // 2] if rest else first,
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+def scenario_eager(args) -> dict:
+    """The same chunk in plain PyTorch eager, on the host (no XLA)."""
+    import numpy as np
+    import torch
+
+    from model.config import get_config
+    from model.noise import chunk_noise
+    from model.weights import init_pipeline
+
+    config = get_config(args.pipeline)
+    pipe = init_pipeline(config, 0)
+    from avatar_release.samples import sample_audio, sample_image
+
+    image = torch.from_numpy(sample_image(config.height, config.width))
+    audio = torch.from_numpy(sample_audio(config.frames_per_chunk / config.fps, config.sample_rate))
+    h, w = config.dit_grid
+    prev = torch.zeros(config.latent_channels, h, w)
+    times = []
+    with torch.no_grad():
+        for i in range(args.chunks):
+            noise = torch.from_numpy(chunk_noise(config, 0, i))
+            t0 = time.perf_counter()
+            frames, prev = pipe.render_chunk(image, audio, prev, noise)
+            times.append(time.perf_counter() - t0)
+    return {"chunk_s": sorted(times)[len(times) // 2], "threads": torch.get_num_threads(),
+            "frames_per_chunk": config.frames_per_chunk, "fps": config.fps}
+
+
+SCENARIOS = {"compile": scenario_compile, "serve": scenario_serve, "jit": scenario_jit, "eager": scenario_eager}
+
+
+def _run(name: str, args) -> dict:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    cmd = [sys.executable, __file__, "--scenario", name, "--pipeline", args.pipeline, "--chunks", str(args.chunks),
+           "--registry", args.registry]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise SystemExit(f"scenario {name} failed:\n{out.stderr[-3000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["process_wall_s"] = time.perf_counter() - t0
+    print(f"  {name:<8} done in {res['process_wall_s']:.1f}s", file=sys.stderr)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", choices=sorted(SCENARIOS))
+    ap.add_argument("--pipeline", default="tiny")
+    ap.add_argument("--chunks", type=int, default=3)
+    ap.add_argument("--registry", default=None)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "spine.json"))
+    args = ap.parse_args()
+    if args.scenario:
+        print(json.dumps(SCENARIOS[args.scenario](args)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        args.registry = args.registry or str(Path(tmp) / "reg")
+        r = {name: _run(name, args) for name in ("compile", "serve", "jit", "eager")}
+    c, s, j, e = r["compile"], r["serve"], r["jit"], r["eager"]
+    chunk_seconds = e["frames_per_chunk"] / e["fps"]
+    ratios = [
+        ("concurrent / serial compile wall", c["compile_wall_concurrent_s"] / c["compile_wall_serial_s"], "<= 0.70"),
+        ("cold load / (trace+lower+compile)", s["load"]["total"] / c["trace_lower_compile_s"], "<= 0.05"),
+        ("first chunk: registry / JIT path", s["time_to_first_chunk_s"] / j["time_to_first_chunk_s"], "<= 0.25"),
+        ("steady chunk: loaded / JIT", s["steady_chunk_s"] / j["steady_chunk_s"], "1.00 +- 0.03"),
+        ("(verify + decompress) / load", (s["load"]["verify"] + s["load"]["decompress"]) / s["load"]["total"],
+         "<= 0.05"),
+        ("peak RSS: serving / compile", s["peak_rss_mb"] / c["peak_rss_mb"], "(lower is better)"),
+        ("chunk: eager torch / torchax+jit", e["chunk_s"] / j["steady_chunk_s"], "(>1: XLA faster)"),
+        ("real-time factor, torchax+jit", chunk_seconds / j["steady_chunk_s"], "(>=1: real time)"),
+        ("real-time factor, eager torch", chunk_seconds / e["chunk_s"], "(>=1: real time)"),
+    ]
+    print(f"\npipeline {args.pipeline}, 8 virtual CPU devices on {os.cpu_count()} cores\n")
+    print(f"{'measure':<38} {'ratio':>8}   goal")
+    for name, value, goal in ratios:
+        print(f"{name:<38} {value:8.3f}   {goal}")
+    print("\nper executable:")
+    for x in c["per_executable"]:
+        print(f"  {x['key']:<8} trace {x['trace_s']:.2f}s lower {x['lower_s']:.2f}s compile {x['compile_s']:.2f}s  "
+              f"raw {x['raw_bytes'] / 1e6:.2f} MB zstd {x['zstd_bytes'] / 1e6:.2f} MB ({x['zstd_ratio']:.3f})")
+    doc = {"pipeline": args.pipeline, "cores": os.cpu_count(), "scenarios": r,
+           "ratios": {name: {"value": round(v, 4), "goal": g} for name, v, g in ratios}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2))
+    print(f"\nwritten to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
