@@ -189,12 +189,7 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
 def _program(config) -> ChunkProgram:
     from model import pipeline as P
 
-    # How a chunk flows through the stages, by input/output names. A model may declare
-    # its own CHUNK_PROGRAM; this is the shape of the bundled pipeline.
-    prog = getattr(P, "CHUNK_PROGRAM", None) or {
-        "image": "image", "audio": "audio", "noise": "noise",
-        "carry": {"prev_latent": "last_latent"}, "deliver": "frames",
-    }
+    prog = P.CHUNK_PROGRAM
     return ChunkProgram(
         stages=list(P.STAGES),
         image_input=prog["image"],
