@@ -164,7 +164,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", choices=sorted(SCENARIOS))
     ap.add_argument("--pipeline", default="tiny")
-    ap.add_argument("--chunks", type=int, default=3)
+    ap.add_argument("--chunks", type=int, default=6)
     ap.add_argument("--registry", default=None)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "spine.json"))
     args = ap.parse_args()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 
 import pytest
@@ -125,30 +124,36 @@ def test_missing_local_registry_is_reported(tmp_path):
         open_registry(str(tmp_path / "absent"), create=False)
 
 
-def _race(root: str, target: str, expected: str | None, barrier, results) -> None:
-    reg = LocalRegistry(root)
-    barrier.wait()
-    try:
-        reg.move_channel("staging", reg.resolve(target), expected_digest=expected, action="promote",
-                         who=target, reason="race")
-        results.put(("won", target))
-    except ConflictError:
-        results.put(("conflict", target))
+_RACER = """
+import os, sys, time
+from avatar_release.errors import ConflictError
+from avatar_release.registry import LocalRegistry
+root, target, go = sys.argv[1:4]
+reg = LocalRegistry(root)
+resolved = reg.resolve(target)
+while not os.path.exists(go):
+    time.sleep(0.001)
+try:
+    reg.move_channel("staging", resolved, expected_digest=None, action="promote", who=target, reason="race")
+    print("won")
+except ConflictError:
+    print("conflict")
+"""
 
 
 def test_concurrent_promotions_across_processes_exactly_one_wins(tmp_path):
+    import subprocess
+    import sys
+
     root = str(tmp_path / "reg")
     reg = LocalRegistry(root)
     _publish(reg, "b-1", b"1")
     _publish(reg, "b-2", b"2")
-    ctx = multiprocessing.get_context("fork")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(root, b, None, barrier, results)) for b in ("b-1", "b-2")]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(30)
-    outcomes = sorted(results.get(timeout=5)[0] for _ in procs)
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, root, b, str(go)], stdout=subprocess.PIPE, text=True)
+             for b in ("b-1", "b-2")]
+    go.write_text("go")
+    outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
     assert outcomes == ["conflict", "won"]
     assert len(reg.history("staging")) == 1
 
