@@ -89,10 +89,9 @@ def _prepare_devices_for_target(target_name: str) -> None:
 def _prepare_devices_for_build(registry, ref: str):
     """Read the manifest (no JAX needed) and set the device count it was compiled for."""
     from .environment import configure_host_devices
-    from .records import Manifest, parse_record
+    from .registry import read_manifest
 
-    resolved = registry.resolve(ref)
-    manifest = parse_record(Manifest, registry.get_manifest_bytes(resolved.digest), where=f"manifest {resolved.digest}")
+    resolved, manifest = read_manifest(registry, ref)
     if manifest.platform.backend == "cpu":
         configure_host_devices(manifest.platform.device_count)
     return resolved, manifest
@@ -138,13 +137,10 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, registry_uri, as_j
 @json_option
 def rebuild_cmd(ref, registry_uri, as_json):
     """Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."""
-    from .registry import open_registry
+    from .registry import open_registry, read_manifest
 
     reg = open_registry(registry_uri, create=False)
-    r = reg.resolve(ref)
-    from .records import Manifest, parse_record
-
-    m = parse_record(Manifest, reg.get_manifest_bytes(r.digest), where=r.digest)
+    _, m = read_manifest(reg, ref)
     _prepare_devices_for_target(m.target)
     from .compile._rebuild import rebuild
     from .errors import Refusal
@@ -186,12 +182,10 @@ def ls_cmd(registry_uri, as_json):
 @json_option
 def inspect_cmd(ref, registry_uri, as_json):
     """Show a build's manifest (REF: channel, build id or digest)."""
-    from .records import Manifest, parse_record
-    from .registry import open_registry
+    from .registry import open_registry, read_manifest
 
     reg = open_registry(registry_uri, create=False)
-    resolved = reg.resolve(ref)
-    m = parse_record(Manifest, reg.get_manifest_bytes(resolved.digest), where=f"manifest {resolved.digest}")
+    resolved, m = read_manifest(reg, ref)
     if as_json:
         click.echo(json.dumps({"ok": True, "digest": resolved.digest, "manifest": m.model_dump(mode="json")},
                               indent=2, sort_keys=True))

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from .errors import AvatarReleaseError
-from .records import Manifest, parse_record
-from .registry import open_registry
+from .registry import open_registry, read_manifest
 
 __all__ = ["verify_build"]
 
 
 def verify_build(ref: str, registry_uri: str | None = None) -> dict:
     reg = open_registry(registry_uri, create=False)
-    resolved = reg.resolve(ref)
-    m = parse_record(Manifest, reg.get_manifest_bytes(resolved.digest), where=f"manifest {resolved.digest}")
+    resolved, m = read_manifest(reg, ref)
     rows = []
     items = [("weights", m.weights.blob)] + [(e.key, e.blob) for e in m.executables]
     for what, blob in items:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..records import Manifest, parse_record
-from ..registry import Registry
+from ..registry import Registry, read_manifest
 from ._build import compile_build
 
 __all__ = ["RebuildReport", "rebuild"]
@@ -28,8 +27,7 @@ class RebuildReport:
 
 
 def rebuild(ref: str, registry: Registry, *, progress=lambda msg: None) -> RebuildReport:
-    resolved = registry.resolve(ref)
-    m: Manifest = parse_record(Manifest, registry.get_manifest_bytes(resolved.digest), where=resolved.digest)
+    _, m = read_manifest(registry, ref)
     source = m.weights.source
     weights_path = None if source.startswith("init:") else source
     overrides = {k: str(v) for k, v in m.overrides.items()}

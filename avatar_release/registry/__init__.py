@@ -20,6 +20,7 @@ __all__ = [
     "open_registry",
     "default_registry_uri",
     "DEFAULT_REGISTRY",
+    "read_manifest",
 ]
 
 DEFAULT_REGISTRY = ".avatar-release"
@@ -42,3 +43,12 @@ def open_registry(uri: str | None = None, *, create: bool = True) -> Registry:
             f"registry {uri!r}: unsupported scheme {scheme!r}; supported: a directory path, file://PATH, memory://NAME"
         )
     return LocalRegistry(uri, create=create)
+
+
+def read_manifest(registry: Registry, ref: str):
+    """Resolve ``ref`` once and parse the manifest it names: (Resolved, Manifest)."""
+    from ..records import Manifest, parse_record
+
+    resolved = registry.resolve(ref)
+    data = registry.get_manifest_bytes(resolved.digest)
+    return resolved, parse_record(Manifest, data, where=f"manifest {resolved.digest}")
