@@ -11,7 +11,6 @@ import json
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 import click

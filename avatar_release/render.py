@@ -56,7 +56,7 @@ def render_to_files(
 
     imports = (t_cli - t_process) + (time.perf_counter() - t_imp)
     build = load(resolved.digest, registry, strict=True)
-    chunks, latencies = [], []
+    chunks = []
     first_chunk = None
     for chunk in stream(build, image, audio, seed=seed):
         if first_chunk is None:

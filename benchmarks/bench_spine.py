@@ -117,7 +117,6 @@ def scenario_jit(args) -> dict:
 
 def scenario_eager(args) -> dict:
     """The same chunk in plain PyTorch eager, on the host (no XLA)."""
-    import numpy as np
     import torch
 
     from model.config import get_config

@@ -8,7 +8,6 @@ import dataclasses
 import getpass
 import hashlib
 import importlib
-import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ import zstandard
 
 from .._digest import canonical_json, sha256_digest
 from ..environment import current_platform, toolchain
-from ..errors import CompileError, InputError
+from ..errors import InputError
 from ..records import (
     ArraySpec,
     BlobRef,

@@ -17,7 +17,7 @@ import json
 
 
 from .._digest import hex_of, is_digest, sha256_digest
-from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
+from ..errors import ConflictError, IntegrityError, NotFoundError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
 from ._protocol import BuildRef, Resolved, check_name
 

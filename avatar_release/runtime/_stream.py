@@ -105,7 +105,6 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: in
     plan = plan_chunks(m, n_frames)
     guard = build.guard.start()
     try:
-        replicated = build.stages[(prog.stages[0], plan[0][0])].input_shardings
         image_dev = None
         state: dict[str, object] = {}
         first = 0
