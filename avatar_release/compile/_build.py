@@ -17,6 +17,7 @@ from typing import Any, Callable
 import zstandard
 
 from .._digest import canonical_json, sha256_digest
+from .._dtypes import dtype_name
 from ..environment import current_platform, toolchain
 from ..errors import InputError
 from ..records import (
@@ -138,11 +139,6 @@ def _weights_bytes(pipe) -> tuple[bytes, int]:
     return save(state), len(state)
 
 
-def _dtype_name(dt) -> str:
-    import numpy as np
-
-    return "bfloat16" if str(dt) == "bfloat16" else np.dtype(dt).name
-
 
 def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[StagePlan]:
     import torchax
@@ -157,7 +153,7 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
             ArraySpec(
                 name=f"{stage}.{k}",
                 shape=list(states[k].shape),
-                dtype=_dtype_name(states[k].dtype),
+                dtype=dtype_name(states[k].dtype),
                 sharding=fsdp_spec(tuple(states[k].shape), axis, size),
             )
             for k in keys

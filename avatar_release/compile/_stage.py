@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
+from .._dtypes import np_dtype
 from ..errors import CompileError
 from ..records import ArraySpec
 
@@ -72,12 +72,11 @@ def lower_stage(plan: StagePlan, mesh) -> LoweredStage:
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
     p_abstract = {
-        key: jax.ShapeDtypeStruct(tuple(s.shape), np.dtype(s.dtype) if s.dtype != "bfloat16" else jax.numpy.bfloat16,
-                                  sharding=_sharding(mesh, s.sharding))
+        key: jax.ShapeDtypeStruct(tuple(s.shape), np_dtype(s.dtype), sharding=_sharding(mesh, s.sharding))
         for key, s in zip(plan.param_keys, plan.params)
     }
     i_abstract = [
-        jax.ShapeDtypeStruct(tuple(s.shape), np.dtype(s.dtype), sharding=_sharding(mesh, s.sharding))
+        jax.ShapeDtypeStruct(tuple(s.shape), np_dtype(s.dtype), sharding=_sharding(mesh, s.sharding))
         for s in plan.inputs
     ]
     out_shardings = tuple(_sharding(mesh, s.sharding) for s in plan.outputs)

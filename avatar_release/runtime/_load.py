@@ -17,6 +17,7 @@ import numpy as np
 import zstandard
 
 from .._digest import sha256_digest
+from .._dtypes import dtype_name
 from ..environment import compare_platform, current_platform
 from ..errors import EnvironmentMismatch, IntegrityError
 from ..records import ArraySpec, ExecutableEntry, Manifest, parse_record
@@ -211,7 +212,7 @@ def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) ->
             if spec.name not in tensors:
                 raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {spec.name!r}")
             arr = tensors[spec.name]
-            if list(arr.shape) != spec.shape or _dtype_name(arr.dtype) != spec.dtype:
+            if list(arr.shape) != spec.shape or dtype_name(arr.dtype) != spec.dtype:
                 raise IntegrityError(
                     f"build {manifest.build_id}: tensor {spec.name!r} is {arr.dtype}{list(arr.shape)}, "
                     f"executable {ls.entry.key} expects {spec.dtype}{spec.shape}"
@@ -222,6 +223,3 @@ def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) ->
             ls.params[spec.name.split(".", 1)[1]] = placed[key]
     jax.block_until_ready(list(placed.values()))
 
-
-def _dtype_name(dt) -> str:
-    return "bfloat16" if str(dt) == "bfloat16" else np.dtype(dt).name

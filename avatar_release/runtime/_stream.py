@@ -13,6 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .._dtypes import np_dtype
 from ..errors import InputError, RecompileError
 from ..records import Manifest
 from ._load import LoadedBuild
@@ -131,7 +132,7 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: in
                     elif spec.name in env:
                         value = env[spec.name]
                     elif spec.name in prog.carry:  # first chunk: the carried state starts at zeros
-                        value = jax.device_put(np.zeros(spec.shape, np.dtype(spec.dtype)), sharding)
+                        value = jax.device_put(np.zeros(spec.shape, np_dtype(spec.dtype)), sharding)
                     else:
                         raise InputError(f"build {build.build_id}: stage {stage} input {spec.name!r} has no source")
                     args.append(value)
