@@ -173,6 +173,15 @@ class KVRegistry:
                 continue
         return out
 
+    def _channel_entries(self) -> list[HistoryEntry]:
+        """The entry each channel file carries: the move that put the channel where it is."""
+        out = []
+        for key in self._list("channels/"):
+            raw = self._read(key)
+            if raw is not None:
+                out.append(parse_record(HistoryEntry, json.dumps(json.loads(raw)["entry"]).encode(), where=key))
+        return out
+
     def _repair_history(self) -> list[HistoryEntry]:
         """Under the lock: re-append any channel's latest entry missing from history."""
         entries = self._history_entries()
@@ -180,12 +189,7 @@ class KVRegistry:
         if raw and not raw.endswith(b"\n"):  # a torn last line: close it so appends start clean
             self._append("history.jsonl", b"\n")
         seen = {e.sequence for e in entries}
-        for key in self._list("channels/"):
-            raw = self._read(key)
-            if raw is None:
-                continue
-            doc = json.loads(raw)
-            last = parse_record(HistoryEntry, json.dumps(doc["entry"]).encode(), where=key)
+        for last in self._channel_entries():
             if last.sequence not in seen:
                 self._append("history.jsonl", last.to_json_bytes() + b"\n")
                 entries.append(last)
@@ -248,13 +252,7 @@ class KVRegistry:
         entries = self._history_entries()
         seen = {e.sequence for e in entries}
         # Entries whose append was cut short are still carried by their channel file.
-        for st_key in self._list("channels/"):
-            raw = self._read(st_key)
-            if raw is None:
-                continue
-            last = parse_record(HistoryEntry, json.dumps(json.loads(raw)["entry"]).encode(), where=st_key)
-            if last.sequence not in seen:
-                entries.append(last)
+        entries += [e for e in self._channel_entries() if e.sequence not in seen]
         entries.sort(key=lambda e: e.sequence)
         return [e for e in entries if channel is None or e.channel == channel]
 

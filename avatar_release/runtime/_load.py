@@ -20,8 +20,8 @@ from .._digest import sha256_digest
 from .._dtypes import dtype_name
 from ..environment import compare_platform, current_platform
 from ..errors import EnvironmentMismatch, IntegrityError
-from ..records import ArraySpec, ExecutableEntry, Manifest, parse_record
-from ..registry import Registry, Resolved, open_registry
+from ..records import ArraySpec, ExecutableEntry, Manifest
+from ..registry import Registry, Resolved, open_registry, read_manifest
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
 
@@ -140,9 +140,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     t = LoadTimings()
 
     t0 = time.perf_counter()
-    resolved = reg.resolve(ref)  # once; everything below is fetched by digest
-    manifest_bytes = reg.get_manifest_bytes(resolved.digest)
-    manifest: Manifest = parse_record(Manifest, manifest_bytes, where=f"manifest {resolved.digest}")
+    resolved, manifest = read_manifest(reg, ref)  # once; everything below is fetched by digest
     if manifest.build_id != resolved.build_id:
         raise IntegrityError(
             f"manifest {resolved.digest} says build {manifest.build_id}, the registry calls it {resolved.build_id}"
