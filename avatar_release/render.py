@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 
 from .registry import open_registry
 
@@ -52,17 +51,11 @@ def render_to_files(
     t_imp = time.perf_counter()
     import jax  # noqa: F401 - timed: part of the cold start
 
-    from .runtime import load, stream
+    from .runtime import load, render
 
     imports = (t_cli - t_process) + (time.perf_counter() - t_imp)
     build = load(resolved.digest, registry, strict=True)
-    chunks = []
-    first_chunk = None
-    for chunk in stream(build, image, audio, seed=seed):
-        if first_chunk is None:
-            first_chunk = chunk.seconds
-        chunks.append(chunk)
-    frames = np.concatenate([c.frames for c in chunks], axis=0)
+    frames, report = render(build, image, audio, seed=seed)
     prog = manifest.program
     mp4 = write_mp4(out_path, frames, fps=prog.fps, audio=audio, sample_rate=prog.sample_rate)
     if frames_dir:
@@ -79,7 +72,7 @@ def render_to_files(
         "decompress": round(t.decompress, 4),
         "deserialize": round(t.deserialize, 4),
         "weights": round(t.weights, 4),
-        "first_chunk": round(first_chunk or 0.0, 4),
+        "first_chunk": round(report.chunks[0].seconds, 4),
     }
     cold["total"] = round(sum(cold.values()), 4)
     return {
@@ -87,15 +80,8 @@ def render_to_files(
         "digest": build.digest,
         "out": str(Path(out_path).absolute()),
         "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
-        "chunks": len(chunks),
-        "frames": int(frames.shape[0]),
+        **report.to_json(),
         "compiles": build.guard.count,
-        "deadline_misses": sum(c.missed for c in chunks),
-        "per_chunk": [
-            {"index": c.index, "bucket": c.bucket, "frames": int(c.frames.shape[0]), "seconds": round(c.seconds, 4),
-             "deadline": round(c.deadline, 4), "missed": c.missed}
-            for c in chunks
-        ],
         "cold_start": cold,
-        "video": {"bytes": mp4.bytes if hasattr(mp4, "bytes") else None},
+        "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},
     }
