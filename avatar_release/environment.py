@@ -125,3 +125,29 @@ def compare_platform(expected: Platform, actual: Platform, expected_jaxlib: str,
         if missing:
             diffs["cpu_features"] = (expected.cpu_features, f"{actual.cpu_features} (missing {missing})")
     return diffs
+
+
+def environment_record(backend: str | None = None):
+    """This process's serving environment, with a fingerprint over it (JAX must be usable).
+
+    Two gate runs are only compared when their fingerprints are equal: the same jax and
+    jaxlib, backend and platform version, device kind and count, and for CPU backends the
+    host's instruction-set features (XLA:CPU generates code for them).
+    """
+    import jax
+
+    from ._digest import canonical_json, sha256_digest
+    from .gates.records import EnvironmentRecord
+
+    devices = jax.devices(backend) if backend else jax.devices()
+    d0 = devices[0]
+    fields = {
+        "backend": d0.platform,
+        "platform_version": str(getattr(d0.client, "platform_version", "?")),
+        "device_kind": d0.device_kind,
+        "device_count": len(devices),
+        "jax": _version("jax") or "?",
+        "jaxlib": _version("jaxlib") or "?",
+        "cpu_features": host_cpu_features() if d0.platform == "cpu" else None,
+    }
+    return EnvironmentRecord(fingerprint=sha256_digest(canonical_json(fields)), **fields)

@@ -33,6 +33,7 @@ __all__ = [
     "Manifest",
     "ChannelState",
     "HistoryEntry",
+    "Record",
     "parse_record",
     "utcnow",
 ]
@@ -43,6 +44,9 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     "avatar-release/build": (1, 1),
     "avatar-release/channel": (1, 1),
     "avatar-release/history-entry": (1, 1),
+    "avatar-release/gate-result": (1, 1),
+    "avatar-release/review": (1, 1),
+    "avatar-release/band": (1, 1),
 }
 
 
@@ -50,7 +54,7 @@ def utcnow() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     def to_json_bytes(self) -> bytes:
@@ -61,7 +65,7 @@ class _Record(BaseModel):
         return sha256_digest(self.to_json_bytes())
 
 
-class BlobRef(_Record):
+class BlobRef(Record):
     """A content-addressed blob: what to fetch and how to check it before use."""
 
     digest: str
@@ -76,7 +80,7 @@ class BlobRef(_Record):
         return v
 
 
-class ArraySpec(_Record):
+class ArraySpec(Record):
     """One positional array of an executable: name, shape, dtype and its sharding.
 
     ``sharding`` is the PartitionSpec, one entry per dimension: a mesh axis name or None.
@@ -88,7 +92,7 @@ class ArraySpec(_Record):
     sharding: list[str | None]
 
 
-class Bucket(_Record):
+class Bucket(Record):
     """A shape bucket: one compiled shape of the per-chunk program."""
 
     name: str
@@ -97,7 +101,7 @@ class Bucket(_Record):
     width: int = Field(gt=0)
 
 
-class Toolchain(_Record):
+class Toolchain(Record):
     python: str
     jax: str
     jaxlib: str
@@ -106,7 +110,7 @@ class Toolchain(_Record):
     avatar_release: str
 
 
-class Platform(_Record):
+class Platform(Record):
     """What the executables were compiled for; the loader compares this with the pod."""
 
     backend: str
@@ -120,7 +124,7 @@ class Platform(_Record):
     cpu_features: list[str] | None = None
 
 
-class FlagProfileRecord(_Record):
+class FlagProfileRecord(Record):
     name: str
     version: int
     compiler_options: dict[str, Any]
@@ -129,12 +133,16 @@ class FlagProfileRecord(_Record):
     digest: str
 
 
-class ExecutableEntry(_Record):
+class ExecutableEntry(Record):
     """One compiled stage x bucket."""
 
     key: str  # "<stage>/<bucket>"
     stage: str
     bucket: str
+    # "xla-executable": a compiled, serialized XLA executable (loads without compiling).
+    # "jax-export": portable StableHLO (jax.export); the pod compiles it on first use, so the
+    # zero-recompile gate refuses it. Kept for hosts whose exact device the builder cannot know.
+    format: Literal["xla-executable", "jax-export"] = "xla-executable"
     blob: BlobRef  # the zstd-compressed serialized executable
     raw_size: int
     raw_digest: str
@@ -152,7 +160,7 @@ class ExecutableEntry(_Record):
     memory: dict[str, int] = {}
 
 
-class WeightsRecord(_Record):
+class WeightsRecord(Record):
     blob: BlobRef  # safetensors file, zstd-compressed
     raw_size: int
     raw_digest: str
@@ -160,7 +168,7 @@ class WeightsRecord(_Record):
     source: str  # "init:seed=0" or the path it was read from
 
 
-class ChunkProgram(_Record):
+class ChunkProgram(Record):
     """How the runtime drives the stages for one chunk, without knowing the model.
 
     Stages run in ``stages`` order; each reads its inputs by name from the chunk's
@@ -175,7 +183,12 @@ class ChunkProgram(_Record):
     noise_input: str
     carry: dict[str, str]
     deliver: str
-    noise_recipe: Literal["numpy-pcg64-standard-normal/v1"] = "numpy-pcg64-standard-normal/v1"
+    # "numpy-pcg64-standard-normal/v1": noise from (request seed, chunk index), reproducible.
+    # "os-entropy-standard-normal/v1": fresh noise every request (varied takes); such a build
+    # can never pass the twin-baseline gate.
+    noise_recipe: Literal["numpy-pcg64-standard-normal/v1", "os-entropy-standard-normal/v1"] = (
+        "numpy-pcg64-standard-normal/v1"
+    )
     fps: int
     sample_rate: int
     samples_per_frame: int
@@ -183,7 +196,7 @@ class ChunkProgram(_Record):
     width: int
 
 
-class Manifest(_Record):
+class Manifest(Record):
     schema_version: int = MANIFEST_SCHEMA_VERSION
     kind: Literal["avatar-release/build"] = "avatar-release/build"
     build_id: str
@@ -214,7 +227,7 @@ class Manifest(_Record):
         return [self.weights.blob] + [e.blob for e in self.executables]
 
 
-class ChannelState(_Record):
+class ChannelState(Record):
     schema_version: int = 1
     kind: Literal["avatar-release/channel"] = "avatar-release/channel"
     channel: str
@@ -224,7 +237,7 @@ class ChannelState(_Record):
     updated_at: str
 
 
-class HistoryEntry(_Record):
+class HistoryEntry(Record):
     schema_version: int = 1
     kind: Literal["avatar-release/history-entry"] = "avatar-release/history-entry"
     sequence: int  # registry-wide, strictly increasing
@@ -240,7 +253,7 @@ class HistoryEntry(_Record):
     gate_result_digest: str | None = None
 
 
-def parse_record(cls: type[_Record], data: bytes, *, where: str) -> Any:
+def parse_record(cls: type[Record], data: bytes, *, where: str) -> Any:
     """Parse stored bytes as ``cls``, checking the schema version first.
 
     Raises IntegrityError (bad JSON / fields) or SchemaVersionError, naming ``where``.

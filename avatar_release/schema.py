@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .gates.records import Band, GateResult, ReviewRecord
 from .records import ChannelState, HistoryEntry, Manifest
 
 __all__ = ["SCHEMAS", "render_schemas", "write_schemas"]
@@ -17,6 +18,9 @@ SCHEMAS = {
     "build-manifest.v1.json": Manifest,
     "channel-state.v1.json": ChannelState,
     "history-entry.v1.json": HistoryEntry,
+    "gate-result.v1.json": GateResult,
+    "review.v1.json": ReviewRecord,
+    "band.v1.json": Band,
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -75,6 +75,8 @@ class PipelineSpec(_Spec):
     config: str  # model config name
     buckets: list[BucketSpec]
     weights: WeightsSpec = WeightsSpec()
+    # "seeded": chunk noise from (request seed, chunk index); "entropy": fresh noise per request.
+    noise: Literal["seeded", "entropy"] = "seeded"
     description: str = ""
 
 

@@ -31,13 +31,29 @@ class Linear(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True):
         super().__init__()
+        # Parts the contraction is split into (PipelineConfig.matmul_k_split; set by the pipeline).
+        # Parts that would not divide d_in fall back to one dot.
+        self.k_split = 1
         # Zeros, not torch's default init: construction must not draw from the global RNG.
         # model.weights.init_pipeline fills the values from a seeded generator.
         self.weight = nn.Parameter(torch.zeros(d_out, d_in, dtype=BF16))
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
 
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        y = F.linear(x.to(BF16), self.weight).to(out_dtype)
+        # bf16 operands, float32 accumulation and result: what a bf16 MXU / tensor-core matmul
+        # with a float32 accumulator computes (jnp.dot(..., preferred_element_type=float32)).
+        # Written as a float32 product of bf16-rounded values so eager torch and XLA agree.
+        x = x.to(BF16).float()
+        w = self.weight.float()
+        k = self.k_split
+        if k > 1 and x.shape[-1] % k == 0:
+            y = None
+            for xi, wi in zip(x.chunk(k, dim=-1), w.chunk(k, dim=-1)):  # partial products, summed in float32
+                p = F.linear(xi, wi)
+                y = p if y is None else y + p
+        else:
+            y = F.linear(x, w)
+        y = y.to(out_dtype)
         return y if self.bias is None else y + self.bias.to(out_dtype)
 
 

@@ -78,6 +78,11 @@ class PipelineConfig:
     # dtype of the residual stream between blocks. Matmuls run in bf16 either way. "bfloat16" is
     # the faster lever the similarity-band gate rejects on the production model; keep "float32".
     residual_dtype: str = "float32"
+    # Split the contraction of every bf16 matmul into this many parts, as a K-tiled kernel does:
+    # bf16 operands, float32 partial products summed in float32, rounded to bf16 like one dot.
+    # Mathematically the same product; only the reduction order (and so the rounding) changes.
+    # 1 = one dot per matmul. The similarity band is calibrated with this lever (gate calibrate).
+    matmul_k_split: int = 1
 
     def __post_init__(self) -> None:
         self.validate()
@@ -147,6 +152,7 @@ class PipelineConfig:
             need(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         need(self.residual_dtype in RESIDUAL_DTYPES,
              f"residual_dtype must be one of {RESIDUAL_DTYPES}, got {self.residual_dtype!r}")
+        need(self.matmul_k_split >= 1, f"matmul_k_split must be >= 1, got {self.matmul_k_split}")
         if problems:  # the arithmetic below needs positive sizes
             raise ConfigError(f"config {self.name!r}: " + "; ".join(problems))
 

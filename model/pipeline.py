@@ -14,6 +14,7 @@ import torch.nn as nn
 
 from model.chunks import audio_chunks, num_frames
 from model.config import PipelineConfig
+from model.attention import Linear
 from model.dit import MotionDiT
 from model.noise import chunk_noise
 from model.sr import SuperResolution
@@ -43,6 +44,9 @@ class AvatarPipeline(nn.Module):
         self.dit = MotionDiT(config)
         self.sr = SuperResolution(config)
         self.vae = VAEDecoder(config)
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m.k_split = config.matmul_k_split
 
     def forward(self, image_u8, audio, prev_latent, noise):
         return self.render_chunk(image_u8, audio, prev_latent, noise)

@@ -20,7 +20,8 @@ from model.patches import upsample_nearest
 
 
 class Conv2d(nn.Module):
-    """Same-padded k x k convolution with a bf16 weight, run in bf16, returning float32."""
+    """Same-padded k x k convolution: bf16 weight and operands, float32 accumulation and result
+    (the numerics of model.attention.Linear)."""
 
     def __init__(self, c_in: int, c_out: int, k: int = 3):
         super().__init__()
@@ -28,8 +29,8 @@ class Conv2d(nn.Module):
         self.bias = nn.Parameter(torch.zeros(c_out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.conv2d(x.to(BF16), self.weight, padding=self.weight.shape[-1] // 2)
-        return y.float() + self.bias[:, None, None]
+        y = F.conv2d(x.to(BF16).float(), self.weight.float(), padding=self.weight.shape[-1] // 2)
+        return y + self.bias[:, None, None]
 
 
 class GroupNorm(nn.Module):

@@ -21,11 +21,20 @@ from model.pipeline import AvatarPipeline
 from model.vae import Conv2d, GroupNorm
 
 
+# Stand-in weights are scaled below variance-preserving (gain 1) so that the random network is
+# contractive, as a trained diffusion model is. At gain 1 a random transformer sits at the edge
+# of chaos: any rounding change (a reordered fp32 sum) grows through the bf16 casts until every
+# lever looks alike in the output, and the similarity band could not tell a reassociation from a
+# bf16 residual stream. Measured on `tiny` (DiT latents, mean relative difference from the
+# baseline): gain 1: k-split 6e-4 vs bf16 residual 2e-3; gain 0.25: 3e-8 vs 4e-4.
+INIT_GAIN = 0.25
+
+
 def init_pipeline(config: PipelineConfig, seed: int) -> AvatarPipeline:
     """A pipeline with weights drawn from one seeded torch.Generator: identical in every process.
 
-    Matmul / conv weights ~ N(0, 1 / fan_in) (variance-preserving), stored bf16; biases 0; norm
-    scales 1. Draws happen in module registration order, which the model code fixes.
+    Matmul / conv weights ~ N(0, (INIT_GAIN^2) / fan_in), stored bf16; biases 0; norm scales 1.
+    Draws happen in module registration order, which the model code fixes.
     """
     g = torch.Generator().manual_seed(seed)
     pipeline = AvatarPipeline(config)
@@ -34,7 +43,7 @@ def init_pipeline(config: PipelineConfig, seed: int) -> AvatarPipeline:
             if isinstance(module, (Linear, Conv2d)):
                 w = module.weight
                 fan_in = math.prod(w.shape[1:])
-                draw = torch.randn(w.shape, generator=g, dtype=torch.float32) / math.sqrt(fan_in)
+                draw = torch.randn(w.shape, generator=g, dtype=torch.float32) * (INIT_GAIN / math.sqrt(fan_in))
                 w.copy_(draw.to(w.dtype))
                 if module.bias is not None:
                     module.bias.zero_()

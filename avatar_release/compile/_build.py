@@ -181,7 +181,10 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
     return plans
 
 
-def _program(config) -> ChunkProgram:
+NOISE_RECIPES = {"seeded": "numpy-pcg64-standard-normal/v1", "entropy": "os-entropy-standard-normal/v1"}
+
+
+def _program(config, noise: str = "seeded") -> ChunkProgram:
     from model import pipeline as P
 
     prog = P.CHUNK_PROGRAM
@@ -192,6 +195,7 @@ def _program(config) -> ChunkProgram:
         noise_input=prog["noise"],
         carry=dict(prog["carry"]),
         deliver=prog["deliver"],
+        noise_recipe=NOISE_RECIPES[noise],
         fps=config.fps,
         sample_rate=config.sample_rate,
         samples_per_frame=config.samples_per_frame,
@@ -210,9 +214,17 @@ def compile_build(
     concurrent_compile: bool = True,
     publish: bool = True,
     keep_compiled: bool = False,
+    executable_format: str = "xla-executable",
+    move_dev: bool = True,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> CompileResult:
-    """Compile every stage x bucket of ``pipeline`` for ``target`` and publish one build."""
+    """Compile every stage x bucket of ``pipeline`` for ``target`` and publish one build.
+
+    ``executable_format="jax-export"`` ships portable StableHLO instead of executables: the
+    serving pod then compiles on first use, which the zero-recompile gate refuses.
+    """
+    if executable_format not in ("xla-executable", "jax-export"):
+        raise InputError(f"--format {executable_format!r}: expected xla-executable or jax-export")
     t_start = time.perf_counter()
     spec = load_pipeline(pipeline)
     tgt = load_target(target)
@@ -240,7 +252,7 @@ def compile_build(
     # a fixed stack keeps the HLO (and so the build identity) independent of the caller.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as tracer:
         for plan in plans:
-            ls = tracer.submit(lower_stage, plan, mesh).result()
+            ls = tracer.submit(lower_stage, plan, mesh, export=executable_format == "jax-export").result()
             progress(f"{plan.stage}/{plan.bucket}: traced {ls.trace_seconds:.2f}s, lowered {ls.lower_seconds:.2f}s")
             lowered.append(ls)
 
@@ -284,6 +296,7 @@ def compile_build(
                 key=f"{p.stage}/{p.bucket}",
                 stage=p.stage,
                 bucket=p.bucket,
+                format=executable_format,
                 blob=BlobRef(digest=sha256_digest(z), size=len(z), media_type=EXECUTABLE_MEDIA_TYPE),
                 raw_size=len(cs.payload),
                 raw_digest=sha256_digest(cs.payload),
@@ -330,7 +343,8 @@ def compile_build(
         "jax": tools.jax,
         "jaxlib": tools.jaxlib,
         "platform": platform.model_dump(mode="json"),
-        "executables": [(e.key, e.hlo_digest, e.fingerprint) for e in entries],
+        "executables": [(e.key, e.format, e.hlo_digest, e.fingerprint) for e in entries],
+        "noise": spec.noise,
     }
     identity = sha256_digest(canonical_json(identity_doc))
     build_id = f"{spec.name}-{tgt.name}-{identity.split(':')[1][:12]}"
@@ -350,7 +364,7 @@ def compile_build(
         toolchain=tools,
         platform=platform,
         buckets=[Bucket(name=b.name, frames=b.frames, height=config.height, width=config.width) for b in spec.buckets],
-        program=_program(config),
+        program=_program(config, spec.noise),
         executables=entries,
     )
     result = CompileResult(
@@ -373,7 +387,8 @@ def compile_build(
             registry.put_blob(data)
         digest, created = registry.put_build(build_id, manifest.to_json_bytes())
         result.digest, result.created = digest, created
-        resolved = registry.resolve(digest)
+    if publish and move_dev:
+        resolved = registry.resolve(result.digest)
         current = registry.get_channel("dev")
         registry.move_channel(
             "dev",
@@ -383,7 +398,7 @@ def compile_build(
             who=_who(),
             reason=f"compile {spec.name} for {tgt.name}",
         )
-    else:
+    if not publish:
         result.digest = manifest.content_digest()
     result.wall_seconds = time.perf_counter() - t_start
     return result

@@ -40,6 +40,7 @@ class LoweredStage:
     lowered: Any
     trace_seconds: float
     lower_seconds: float
+    exported: Any = None  # jax.export.Exported, for the portable "jax-export" format
 
 
 @dataclass
@@ -64,7 +65,7 @@ def _sharding(mesh, spec: list[str | None]):
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
-def lower_stage(plan: StagePlan, mesh) -> LoweredStage:
+def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
     import jax
 
     def stage_fn(params, *inputs):
@@ -90,11 +91,15 @@ def lower_stage(plan: StagePlan, mesh) -> LoweredStage:
         t1 = time.perf_counter()
         lowered = traced.lower()
         t2 = time.perf_counter()
+        exported = None
+        if export:
+            with head_sharded_attention(mesh, mesh.axis_names[0]):
+                exported = jax.export.export(jitted)(p_abstract, *i_abstract)
     except Exception as e:  # noqa: BLE001
         raise CompileError(
             f"stage {plan.stage}/{plan.bucket}: tracing or lowering failed: {type(e).__name__}: {str(e)[:500]}"
         ) from e
-    return LoweredStage(plan, lowered, t1 - t0, t2 - t1)
+    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported)
 
 
 def _text_tree(tree) -> str:
@@ -116,6 +121,8 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         raise CompileError(f"stage {plan.stage}/{plan.bucket}: XLA compile failed: {msg[:500]}{hint}") from None
     seconds = time.perf_counter() - t0
     payload, in_tree, out_tree = serialize(compiled)
+    if ls.exported is not None:  # portable: ship the StableHLO; the pod compiles it
+        payload = bytes(ls.exported.serialize())
     fp = None
     try:
         raw_fp = compiled.runtime_executable().fingerprint

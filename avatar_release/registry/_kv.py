@@ -267,6 +267,15 @@ class KVRegistry:
         check_name("record", name)
         return self._read(f"records/{namespace}/{name}")
 
+    def update_record(self, namespace: str, name: str, update) -> bytes:
+        """Read-modify-write one record under the registry lock: ``update(old or None) -> new``."""
+        check_name("record namespace", namespace)
+        check_name("record", name)
+        with self._lock():
+            new = update(self._read(f"records/{namespace}/{name}"))
+            self._write_atomic(f"records/{namespace}/{name}", new)
+            return new
+
     def list_records(self, namespace: str) -> list[str]:
         check_name("record namespace", namespace)
         return sorted(k.rsplit("/", 1)[-1] for k in self._list(f"records/{namespace}/"))

@@ -186,9 +186,12 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     loaded: dict[tuple[str, str], LoadedStage] = {}
     backend = jax.extend.backend.get_backend(manifest.platform.backend) if hasattr(jax, "extend") else None
     for e in manifest.executables:
-        in_tree = _tree_from_text(e.in_tree, e, "in")
-        out_tree = _tree_from_text(e.out_tree, e, "out")
-        exe = deserialize_and_load(payloads[e.key], in_tree, out_tree, backend=backend, execution_devices=devices)
+        if e.format == "jax-export":
+            exe = _portable(payloads[e.key], e, manifest)
+        else:
+            in_tree = _tree_from_text(e.in_tree, e, "in")
+            out_tree = _tree_from_text(e.out_tree, e, "out")
+            exe = deserialize_and_load(payloads[e.key], in_tree, out_tree, backend=backend, execution_devices=devices)
         loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [_sharding(mesh, s) for s in e.inputs], {})
     t.deserialize = time.perf_counter() - t0
 
@@ -197,6 +200,17 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     t.weights = time.perf_counter() - t0
 
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
+
+
+def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):
+    """A portable (jax-export) stage: StableHLO that XLA compiles on its first call."""
+    import jax
+
+    try:
+        exported = jax.export.deserialize(bytearray(payload))
+    except Exception as e:  # noqa: BLE001
+        raise IntegrityError(f"build {manifest.build_id}: {entry.key}: not a jax.export payload ({e})") from None
+    return jax.jit(exported.call)
 
 
 def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) -> None:

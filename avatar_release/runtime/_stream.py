@@ -78,9 +78,23 @@ def plan_chunks(manifest: Manifest, n_frames: int) -> list[tuple[str, int, int]]
     return plan
 
 
-def chunk_noise(seed: int, chunk_index: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The ``numpy-pcg64-standard-normal/v1`` recipe recorded in the manifest."""
-    return np.random.default_rng([seed, chunk_index]).standard_normal(shape, dtype=np.float32)
+SEEDED_NOISE = "numpy-pcg64-standard-normal/v1"
+ENTROPY_NOISE = "os-entropy-standard-normal/v1"
+
+
+def chunk_noise(seed: int, chunk_index: int, shape: tuple[int, ...], recipe: str = SEEDED_NOISE) -> np.ndarray:
+    """The chunk's noise by the recipe the manifest records.
+
+    ``numpy-pcg64-standard-normal/v1``: PCG64 seeded with (request seed, chunk index).
+    ``os-entropy-standard-normal/v1``: fresh OS entropy; the seed is ignored.
+    """
+    if recipe == SEEDED_NOISE:
+        rng = np.random.default_rng([seed, chunk_index])
+    elif recipe == ENTROPY_NOISE:
+        rng = np.random.default_rng()
+    else:
+        raise InputError(f"unknown noise recipe {recipe!r}; this runtime knows {SEEDED_NOISE}, {ENTROPY_NOISE}")
+    return rng.standard_normal(shape, dtype=np.float32)
 
 
 def _check_inputs(build: LoadedBuild, image: np.ndarray, audio: np.ndarray) -> None:
@@ -128,7 +142,7 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: in
                     elif spec.name == prog.audio_input:
                         value = jax.device_put(chunk_audio, sharding)
                     elif spec.name == prog.noise_input:
-                        value = jax.device_put(chunk_noise(seed, index, tuple(spec.shape)), sharding)
+                        value = jax.device_put(chunk_noise(seed, index, tuple(spec.shape), prog.noise_recipe), sharding)
                     elif spec.name in env:
                         value = env[spec.name]
                     elif spec.name in prog.carry:  # first chunk: the carried state starts at zeros
@@ -136,16 +150,17 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: in
                     else:
                         raise InputError(f"build {build.build_id}: stage {stage} input {spec.name!r} has no source")
                     args.append(value)
-                guard.context = f"stage {stage}/{bucket}"
+                shapes = ", ".join(f"{s.name}{tuple(s.shape)}:{s.dtype}" for s in ls.entry.inputs)
+                guard.context = f"stage {stage}/{bucket} (inputs {shapes})"
+                stage_before = guard.count
                 outs = ls.executable(ls.params, *args)
                 for spec, value in zip(ls.entry.outputs, outs):
                     env[spec.name] = value
-                if guard.strict and guard.count > before:
-                    shapes = ", ".join(f"{s.name}{tuple(s.shape)}:{s.dtype}" for s in ls.entry.inputs)
+                if guard.strict and guard.count > stage_before:
                     raise RecompileError(
                         f"zero-compile guard: XLA compiled while serving stage {stage}/{bucket} "
                         f"of build {build.build_id} (inputs {shapes}); a loaded build must never compile",
-                        guard.events[before:],
+                        guard.events[stage_before:],
                     )
             frames_u8 = np.asarray(env[prog.deliver])[:deliver]
             state = {k: env[v] for k, v in prog.carry.items()}

@@ -1,0 +1,96 @@
+"""One gate run in a fresh process, as a serving pod would run it.
+
+    python -m avatar_release.gates._worker JOB.json
+
+The job names a registry, a build digest and an output folder. The process imports only
+the runtime loader (never the compiler, torch or torchax), loads the build in counting mode
+(every compile is recorded, none is fatal, so all of them can be reported), renders every
+request of the gate set, and writes:
+
+    frames.npy   every delivered frame, (N, H, W, 3) uint8, requests in gate-set order
+    run.json     per-frame sha256, compile events (stage and input shapes), timings,
+                 the environment fingerprint, and which heavy modules were imported
+
+Exit 0 when the run completed (whatever it found); non-zero only for infrastructure faults,
+with the error as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def run(job: dict) -> dict:
+    t_start = time.perf_counter()
+    from ..environment import configure_host_devices
+    from ..registry import open_registry, read_manifest
+
+    registry = open_registry(job["registry"], create=False)
+    resolved, manifest = read_manifest(registry, job["digest"])
+    if manifest.platform.backend == "cpu":
+        configure_host_devices(manifest.platform.device_count)
+
+    import numpy as np
+
+    from ..environment import environment_record
+    from ..media import frame_sha256
+    from ..runtime import load, render
+    from .gateset import gate_set, request_inputs
+
+    gs = gate_set(manifest)
+    if gs.digest != job["gate_set_digest"]:
+        raise RuntimeError(f"gate set digest {gs.digest} differs from the parent's {job['gate_set_digest']}")
+    t0 = time.perf_counter()
+    build = load(resolved.digest, registry, strict=False)
+    load_seconds = time.perf_counter() - t0
+    env = environment_record(manifest.platform.backend)
+
+    frames, hashes, chunks = [], [], []
+    t0 = time.perf_counter()
+    for req in gs.requests:
+        image, audio = request_inputs(manifest, req)
+        out, report = render(build, image, audio, seed=req.seed)
+        frames.append(out)
+        hashes.append([frame_sha256(f) for f in out])
+        chunks += [{"request": req.name, **c} for c in report.to_json()["per_chunk"]]
+    render_seconds = time.perf_counter() - t0
+    out_dir = Path(job["out_dir"])
+    np.save(out_dir / "frames.npy", np.concatenate(frames), allow_pickle=False)
+    heavy = sorted(m for m in ("torch", "torchax", "avatar_release.compile", "model") if m in sys.modules)
+    return {
+        "ok": True,
+        "build_id": manifest.build_id,
+        "digest": resolved.digest,
+        "frame_sha256": hashes,
+        "compiles": build.guard.count,
+        "compile_events": build.guard.events,
+        "chunks": chunks,
+        "environment": env.model_dump(mode="json"),
+        "heavy_modules": heavy,
+        "seconds": {"load": round(load_seconds, 4), "render": round(render_seconds, 4),
+                    "process": round(time.perf_counter() - t_start, 4)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(argv[0]).read_text())
+    try:
+        result = run(job)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises the typed error
+        from ..errors import AvatarReleaseError
+
+        out = {"ok": False, "error": f"{type(e).__name__}: {e}",
+               "exit_code": e.exit_code if isinstance(e, AvatarReleaseError) else 70}
+        print(json.dumps(out))
+        return 1
+    (Path(job["out_dir"]) / "run.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({"ok": True}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

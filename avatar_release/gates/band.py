@@ -1,0 +1,145 @@
+"""The similarity band: measured from bf16 reassociation alone, stored with its provenance.
+
+``calibrate`` compiles the pipeline as-is (the reference) and once per variant, where each
+variant is the same model under a mathematically equivalent but differently ordered
+reduction (default: every matmul's contraction split in 2 and in 4 float32 partial sums).
+Each build renders the gate set in a fresh process; the reference twice (it must be
+deterministic, or nothing measured against it means anything). The band is then:
+
+    psnr_floor_db        = lowest per-frame PSNR of any variant vs the reference - margin_db
+    max_abs_diff_ceiling = largest per-pixel difference any variant produced
+
+and is written to ``manifests/bands/<pipeline>-<target>.json`` with the builds, the gate set,
+the environment and the per-variant statistics it came from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .._digest import sha256_digest
+from ..errors import InputError, Refusal, SpecError
+from ..records import parse_record, utcnow
+from ..specs import manifests_dir
+from .records import Band, BandVariant
+
+__all__ = ["DEFAULT_VARIANTS", "band_path", "load_band", "calibrate", "CalibrationResult"]
+
+DEFAULT_VARIANTS: tuple[dict[str, str], ...] = ({"matmul_k_split": "2"}, {"matmul_k_split": "4"})
+DEFAULT_MARGIN_DB = 0.25
+
+
+def band_path(pipeline: str, target: str) -> Path:
+    return manifests_dir() / "bands" / f"{pipeline}-{target}.json"
+
+
+def load_band(pipeline: str, target: str, path: str | Path | None = None) -> tuple[Band, str, Path]:
+    """(band, digest of its bytes, path). Missing or unreadable: a SpecError naming the fix."""
+    p = Path(path) if path else band_path(pipeline, target)
+    if not p.is_file():
+        raise SpecError(
+            f"no similarity band for pipeline {pipeline} on target {target} (looked for {p}); "
+            f"measure one with: avatar-release gate calibrate --pipeline {pipeline} --target {target}"
+        )
+    data = p.read_bytes()
+    band = parse_record(Band, data, where=str(p))
+    if (band.pipeline, band.target) != (pipeline, target):
+        raise SpecError(f"{p}: band was measured for {band.pipeline} on {band.target}, "
+                        f"not {pipeline} on {target}; recalibrate or pass the right --band")
+    return band, sha256_digest(data), p
+
+
+@dataclass
+class CalibrationResult:
+    band: Band
+    path: Path
+    digest: str
+
+
+def calibrate(
+    pipeline: str,
+    target: str,
+    *,
+    registry,
+    variants: list[dict[str, str]] | None = None,
+    margin_db: float = DEFAULT_MARGIN_DB,
+    out: str | Path | None = None,
+    progress: Callable[[str], None] = lambda m: None,
+) -> CalibrationResult:
+    from ..compile import compile_build
+    from ..environment import environment_record, toolchain
+    from ..registry import read_manifest
+    from ._compare import per_frame_psnr
+    from ._runs import fresh_run
+    from .gateset import gate_set
+    from ..media import max_abs_diff
+
+    variants = list(variants or DEFAULT_VARIANTS)
+    if not variants:
+        raise InputError("gate calibrate: give at least one --variant KEY=VALUE")
+    if margin_db < 0:
+        raise InputError(f"--margin-db {margin_db}: must be >= 0")
+
+    progress(f"compiling the reference {pipeline} for {target}")
+    ref = compile_build(pipeline, target, registry=registry, move_dev=False, progress=progress)
+    builds = []
+    for v in variants:
+        progress(f"compiling variant {v}")
+        builds.append((v, compile_build(pipeline, target, registry=registry, overrides=v, move_dev=False,
+                                        progress=progress)))
+    _, manifest = read_manifest(registry, ref.digest)
+    gs = gate_set(manifest)
+
+    progress("rendering the gate set: reference, twice")
+    r1 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #1")
+    r2 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #2")
+    if r1.flat_hashes != r2.flat_hashes:
+        raise Refusal(f"reference build {ref.build_id} is not deterministic (two fresh runs differ); "
+                      "a band measured against it would be meaningless")
+    measured: list[BandVariant] = []
+    lowest, ceiling = math.inf, 0
+    for v, b in builds:
+        if b.digest == ref.digest:
+            raise InputError(f"variant {v} compiled to the reference build itself; it changes nothing")
+        progress(f"rendering the gate set: variant {v}")
+        run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}")
+        psnrs = per_frame_psnr(run.frames, r1.frames)
+        diffs = [int(max_abs_diff(x, y)) for x, y in zip(run.frames, r1.frames)]
+        finite = sorted(p for p in psnrs if not math.isinf(p))
+        measured.append(BandVariant(
+            overrides=dict(v), build_id=b.build_id,
+            min_psnr_db=round(finite[0], 4) if finite else None,
+            median_psnr_db=round(finite[len(finite) // 2], 4) if finite else None,
+            max_abs_diff=max(diffs), identical_frames=len(psnrs) - len(finite), frames=len(psnrs),
+        ))
+        if finite:
+            lowest = min(lowest, finite[0])
+        ceiling = max(ceiling, max(diffs))
+    if math.isinf(lowest):
+        raise Refusal("no variant changed a single frame: the band would be empty. Choose variants "
+                      "that reorder reductions in the model (e.g. --variant matmul_k_split=2)")
+
+    tools = toolchain(with_compile_tools=False)
+    band = Band(
+        pipeline=pipeline, target=target,
+        psnr_floor_db=round(math.floor((lowest - margin_db) * 100) / 100, 2),
+        max_abs_diff_ceiling=ceiling, margin_db=margin_db,
+        reference_build=ref.build_id, reference_digest=ref.digest, variants=measured,
+        gate_set=gs, environment=environment_record(manifest.platform.backend),
+        tool={"avatar_release": tools.avatar_release, "jax": tools.jax, "jaxlib": tools.jaxlib},
+        measured_at=utcnow(),
+        method=("per-frame PSNR and max abs pixel difference of each variant's gate-set frames vs "
+                "the reference's; floor = lowest PSNR - margin, rounded down to 0.01 dB; "
+                "ceiling = largest difference"),
+    )
+    path = Path(out) if out else band_path(pipeline, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = band.to_json_bytes()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return CalibrationResult(band, path, sha256_digest(data))
+

@@ -1,0 +1,80 @@
+"""The gate set: fixed, versioned, deterministic inputs every gate renders.
+
+Version 1: two reference images (sample variants 0 and 1) x two audio clips (variants 0 and 1),
+seed 0. Each request is long enough for at least three chunks and, for a build with several
+buckets, lays out its frames so that every bucket renders at least once (largest twice, then
+each smaller one). The digest covers the layout and the bytes of every input, so a change
+to the sample generators changes the gate set's identity and old results stop comparing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from .._digest import canonical_json
+from ..errors import SpecError
+from ..records import Manifest
+from .records import GateRequestRecord, GateSetRecord
+
+__all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "gate_set", "request_inputs"]
+
+GATE_SET_NAME = "avatar-default"
+GATE_SET_VERSION = 1
+_IMAGES = (0, 1)
+_AUDIO = (0, 1)
+_SEED = 0
+_MIN_CHUNKS = 3
+
+
+def _frames_per_request(manifest: Manifest) -> int:
+    sizes = sorted({b.frames for b in manifest.buckets}, reverse=True)
+    # Largest bucket (MIN_CHUNKS - 1) times, then each smaller bucket once: the greedy planner
+    # then uses every bucket, and there are at least MIN_CHUNKS chunks.
+    return sizes[0] * (_MIN_CHUNKS - 1) + sum(sizes[1:]) + (sizes[0] if len(sizes) == 1 else 0)
+
+
+def request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.ndarray, np.ndarray]:
+    """The (image, audio) of one request: exactly ``req.frames`` frames of audio."""
+    from ..samples import sample_audio, sample_image
+
+    p = manifest.program
+    image = sample_image(p.height, p.width, req.image_variant)
+    audio = sample_audio(req.frames / p.fps, sample_rate=p.sample_rate, variant=req.audio_variant)
+    n = req.frames * p.samples_per_frame
+    if audio.shape[0] < n:
+        audio = np.pad(audio, (0, n - audio.shape[0]))
+    return image, np.ascontiguousarray(audio[:n], dtype=np.float32)
+
+
+def gate_set(manifest: Manifest) -> GateSetRecord:
+    """The gate set for this build's program and buckets."""
+    from ..runtime._stream import plan_chunks
+
+    frames = _frames_per_request(manifest)
+    plan = plan_chunks(manifest, frames)
+    used = {bucket for bucket, _, _ in plan}
+    missing = sorted({b.name for b in manifest.buckets} - used)
+    if missing or len(plan) < _MIN_CHUNKS:
+        raise SpecError(
+            f"gate set {GATE_SET_NAME} v{GATE_SET_VERSION}: {frames} frames per request plan as "
+            f"{[b for b, _, _ in plan]}; buckets {missing} would never be exercised. "
+            "Choose bucket sizes where each smaller bucket is used for the tail."
+        )
+    requests = [
+        GateRequestRecord(name=f"image{i}-audio{a}", image_variant=i, audio_variant=a, seed=_SEED,
+                          frames=frames, buckets=[b for b, _, _ in plan])
+        for i in _IMAGES for a in _AUDIO
+    ]
+    h = hashlib.sha256()
+    p = manifest.program
+    h.update(canonical_json({"name": GATE_SET_NAME, "version": GATE_SET_VERSION,
+                             "program": [p.height, p.width, p.fps, p.sample_rate],
+                             "requests": [r.model_dump(mode="json") for r in requests]}))
+    for r in requests:
+        image, audio = request_inputs(manifest, r)
+        h.update(image.tobytes())
+        h.update(audio.tobytes())
+    return GateSetRecord(name=GATE_SET_NAME, version=GATE_SET_VERSION,
+                         digest="sha256:" + h.hexdigest(), requests=requests)

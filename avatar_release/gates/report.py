@@ -1,0 +1,165 @@
+"""The gate report: one self-contained HTML page plus the result JSON.
+
+Shows every gate's verdict and evidence, sample frames (baseline, candidate, diff heat map)
+and a per-frame PSNR plot against the band floor. Images are embedded as data URIs, so the
+folder can be archived as a CI artifact and opened anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..media import encode_png, psnr
+from .records import GateResult
+
+__all__ = ["heatmap", "psnr_plot_svg", "write_report", "png_data_uri"]
+
+
+def heatmap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| as an RGB picture: black = equal; dark red .. yellow .. white = the largest difference.
+
+    Scaled to the largest difference in the frame (at least 1), so a single-level change is
+    fully visible; the caption states the scale.
+    """
+    d = np.abs(a.astype(np.int16) - b.astype(np.int16)).max(axis=-1).astype(np.float32)
+    t = d / max(float(d.max()), 1.0)
+    r = np.clip(t * 3.0, 0, 1)
+    g = np.clip(t * 3.0 - 1.0, 0, 1)
+    bl = np.clip(t * 3.0 - 2.0, 0, 1)
+    rgb = np.stack([r, g, bl], axis=-1)
+    rgb[d > 0] = np.maximum(rgb[d > 0], [0.35, 0.0, 0.0])  # any difference at all stays visible
+    return (rgb * 255).round().astype(np.uint8)
+
+
+def png_data_uri(rgb: np.ndarray) -> str:
+    return "data:image/png;base64," + base64.b64encode(encode_png(rgb)).decode()
+
+
+def psnr_plot_svg(psnrs: list[float], floor: float | None, boundaries: list[int], *, width: int = 760,
+                  height: int = 220) -> str:
+    """Per-frame PSNR as an SVG polyline; identical frames drawn at the top as 'identical'."""
+    finite = [p for p in psnrs if not math.isinf(p)]
+    top = max(finite + ([floor] if floor else []) + [40.0]) + 3
+    bottom = min(finite + ([floor] if floor else []) + [top - 10]) - 3
+    ml, mr, mt, mb = 46, 10, 18, 26
+    W, H = width - ml - mr, height - mt - mb
+    n = max(len(psnrs) - 1, 1)
+
+    def x(i: float) -> float:
+        return ml + W * i / n
+
+    def y(v: float) -> float:
+        v = top if math.isinf(v) else v
+        return mt + H * (top - v) / (top - bottom)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'role="img" aria-label="per-frame PSNR">',
+             f'<rect x="{ml}" y="{mt}" width="{W}" height="{H}" fill="#fafafa" stroke="#ccc"/>']
+    for k in range(5):
+        v = bottom + (top - bottom) * k / 4
+        parts.append(f'<text x="{ml - 4}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end">{v:.1f}</text>')
+    for bnd in boundaries:
+        parts.append(f'<line x1="{x(bnd):.1f}" y1="{mt}" x2="{x(bnd):.1f}" y2="{mt + H}" stroke="#ddd"/>')
+    if floor is not None:
+        parts.append(f'<line x1="{ml}" y1="{y(floor):.1f}" x2="{ml + W}" y2="{y(floor):.1f}" '
+                     f'stroke="#c00" stroke-dasharray="4 3"/>')
+        parts.append(f'<text x="{ml + W - 4}" y="{y(floor) - 4:.1f}" font-size="10" fill="#c00" '
+                     f'text-anchor="end">band floor {floor:.2f} dB</text>')
+    pts = " ".join(f"{x(i):.1f},{y(p):.1f}" for i, p in enumerate(psnrs))
+    parts.append(f'<polyline points="{pts}" fill="none" stroke="#246" stroke-width="1.5"/>')
+    for i, p in enumerate(psnrs):
+        colour = "#2a2" if math.isinf(p) else ("#c00" if floor is not None and p < floor else "#246")
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p):.1f}" r="2" fill="{colour}"/>')
+    parts.append(f'<text x="{ml}" y="{height - 6}" font-size="10">frame (gate-set order); '
+                 f'PSNR dB vs baseline; identical frames at the top in green</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;max-width:1100px;color:#222}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+.passed{color:#070}.failed,.below-band{color:#b00}.skipped{color:#777}.needs-review{color:#a60}
+img.frame{width:240px;image-rendering:pixelated;border:1px solid #ccc}
+code{background:#f4f4f4;padding:1px 3px}
+"""
+
+
+def _samples(result: GateResult, cand: np.ndarray, base: np.ndarray | None, limit: int = 4) -> list[int]:
+    if base is None:
+        return [int(i) for i in np.linspace(0, len(cand) - 1, num=min(limit, len(cand)))]
+    scores = [psnr(a, b) for a, b in zip(cand, base)]
+    order = sorted(range(len(scores)), key=lambda i: scores[i])  # worst first
+    return sorted(order[:limit])
+
+
+def write_report(folder: str | Path, result: GateResult, result_digest: str, cand: np.ndarray,
+                 base: np.ndarray | None, *, review_page: str | None = None) -> Path:
+    """Write ``index.html`` and ``result.json`` into ``folder``; returns the HTML path."""
+    from ._compare import frame_label
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "result.json").write_text(json.dumps(result.model_dump(mode="json"), indent=1))
+    e = html.escape
+    rows = "".join(
+        f'<tr><td>{e(g.name)}</td><td class="{e(g.status)}">{e(g.status)}</td><td>{e(g.summary)}</td></tr>'
+        for g in result.gates
+    )
+    base_txt = (f"{e(result.baseline.build_id)} <code>{e(result.baseline.digest)}</code>"
+                if result.baseline else "none (first build: zero-recompile and twin gates only)")
+    tier_txt = (f"tier {result.tier}: " + e("; ".join(result.tier_reasons))) if result.tier else "—"
+    body = [f"<h1>Gate report: {e(result.build_id)}</h1>",
+            f'<p>Status: <b class="{e(result.status)}">{e(result.status)}</b></p>',
+            "<table>",
+            f"<tr><th>build</th><td><code>{e(result.build_digest)}</code></td></tr>",
+            f"<tr><th>baseline</th><td>{base_txt}</td></tr>",
+            f"<tr><th>tier</th><td>{tier_txt}</td></tr>",
+            f"<tr><th>gate set</th><td>{e(result.gate_set.name)} v{result.gate_set.version}: "
+            f"{len(result.gate_set.requests)} requests, {result.gate_set.frames} frames "
+            f"<code>{e(result.gate_set.digest)}</code></td></tr>",
+            f"<tr><th>environment</th><td>{e(result.environment.backend)} {e(result.environment.device_kind)} "
+            f"x{result.environment.device_count}, jaxlib {e(result.environment.jaxlib)} "
+            f"<code>{e(result.environment.fingerprint)}</code></td></tr>",
+            f"<tr><th>result</th><td><code>{e(result_digest)}</code> (result.json)</td></tr>",
+            "</table>",
+            "<h2>Gates</h2><table><tr><th>gate</th><th>status</th><th>evidence</th></tr>", rows, "</table>"]
+    if review_page:
+        body.append(f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
+                    f"review</a> first (served by <code>avatar-release review {e(result.build_id)} --serve</code>), "
+                    "then look at the heat maps below.</p>")
+    if base is not None:
+        psnrs = [psnr(a, b) for a, b in zip(cand, base)]
+        bounds, k = [], 0
+        for r in result.gate_set.requests[:-1]:
+            k += r.frames
+            bounds.append(k)
+        floor = result.band.get("psnr_floor_db") if result.band else None
+        body.append("<h2>Per-frame PSNR vs baseline</h2>")
+        body.append(psnr_plot_svg(psnrs, floor, bounds))
+    body.append("<h2>Sample frames</h2><table><tr><th>frame</th>"
+                + ("<th>baseline</th><th>candidate</th><th>difference</th>" if base is not None else "<th>candidate</th>")
+                + "</tr>")
+    for i in _samples(result, cand, base):
+        cells = [f"<td>{e(frame_label(result.gate_set, i))}</td>"]
+        if base is not None:
+            d = int(np.abs(cand[i].astype(np.int16) - base[i].astype(np.int16)).max())
+            cells.append(f'<td><img class="frame" src="{png_data_uri(base[i])}"></td>')
+            cells.append(f'<td><img class="frame" src="{png_data_uri(cand[i])}"></td>')
+            cells.append(f'<td><img class="frame" src="{png_data_uri(heatmap(cand[i], base[i]))}">'
+                         f"<br>max abs diff {d} (white = {max(d, 1)})</td>")
+        else:
+            cells.append(f'<td><img class="frame" src="{png_data_uri(cand[i])}"></td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    body.append("</table>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
+    out = folder / "index.html"
+    out.write_text(page)
+    return out

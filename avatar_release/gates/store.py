@@ -1,0 +1,100 @@
+"""Gate results, frames and reviews in the registry, next to the build they judge.
+
+* a gate result is a content-addressed blob (canonical JSON); the record
+  ``gate-results/<build id>`` lists the digests of every result for that build, newest last;
+* the delivered frames of a run are a blob (``.npy``, zstd), referenced from the result;
+* the blind review of a build is the record ``reviews/<build id>``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import zstandard
+
+from .._digest import sha256_digest
+from ..errors import IntegrityError
+from ..records import BlobRef, parse_record
+from .records import FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, GateResult, ReviewRecord
+
+__all__ = ["put_frames", "get_frames", "save_result", "result_refs", "latest_result", "get_result",
+           "save_review", "load_review"]
+
+_RESULTS = "gate-results"
+_REVIEWS = "reviews"
+
+
+def put_frames(registry, frames: np.ndarray) -> BlobRef:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(frames, dtype=np.uint8), allow_pickle=False)
+    data = zstandard.ZstdCompressor(level=10).compress(buf.getvalue())
+    digest = registry.put_blob(data)
+    return BlobRef(digest=digest, size=len(data), media_type=FRAMES_MEDIA_TYPE)
+
+
+def get_frames(registry, ref: BlobRef) -> np.ndarray:
+    data = registry.get_blob(ref.digest, ref.size)
+    if sha256_digest(data) != ref.digest:
+        raise IntegrityError(f"gate frames {ref.digest}: bytes do not match the digest")
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 34)
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+    except (zstandard.ZstdError, ValueError) as e:
+        raise IntegrityError(f"gate frames {ref.digest}: not a zstd .npy array ({e})") from None
+
+
+def _parse_refs(raw: bytes | None, build_id: str) -> list[BlobRef]:
+    if raw is None:
+        return []
+    try:
+        return [BlobRef(**r) for r in json.loads(raw)["results"]]
+    except (ValueError, KeyError, TypeError):
+        raise IntegrityError(f"registry record {_RESULTS}/{build_id} is not a list of gate results") from None
+
+
+def result_refs(registry, build_id: str) -> list[BlobRef]:
+    """Every stored gate result of a build, oldest first."""
+    return _parse_refs(registry.get_record(_RESULTS, build_id), build_id)
+
+
+def save_result(registry, result: GateResult) -> str:
+    data = result.to_json_bytes()
+    ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=RESULT_MEDIA_TYPE)
+
+    def add(old: bytes | None) -> bytes:
+        refs = _parse_refs(old, result.build_id)
+        if ref not in refs:
+            refs.append(ref)
+        return json.dumps({"results": [r.model_dump() for r in refs]}).encode()
+
+    registry.update_record(_RESULTS, result.build_id, add)
+    return ref.digest
+
+
+def get_result(registry, ref: BlobRef) -> GateResult:
+    digest = ref.digest
+    data = registry.get_blob(digest, ref.size)
+    if sha256_digest(data) != digest:
+        raise IntegrityError(f"gate result {digest}: bytes do not match the digest")
+    return parse_record(GateResult, data, where=f"gate result {digest}")
+
+
+def latest_result(registry, build_id: str) -> tuple[GateResult, str] | None:
+    """(the newest gate result of a build, its digest), or None when it was never gated."""
+    refs = result_refs(registry, build_id)
+    if not refs:
+        return None
+    return get_result(registry, refs[-1]), refs[-1].digest
+
+
+def save_review(registry, review: ReviewRecord) -> None:
+    registry.put_record(_REVIEWS, review.build_id, review.to_json_bytes())
+
+
+def load_review(registry, build_id: str) -> ReviewRecord | None:
+    raw = registry.get_record(_REVIEWS, build_id)
+    if raw is None:
+        return None
+    return parse_record(ReviewRecord, raw, where=f"registry record {_REVIEWS}/{build_id}")
