@@ -155,6 +155,9 @@ def run_gate(
                         ("twin #2", run_b.compiles, run_b.compile_events)]),
         twin_baseline(gs, run_a.flat_hashes, run_b.flat_hashes, run_a.frames, run_b.frames),
     ]
+    # What the serving processes imported: a pod needs none of the compile stack.
+    imports = sorted(set(run_a.heavy_modules) | set(run_b.heavy_modules))
+    gates[0] = gates[0].model_copy(update={"details": {**gates[0].details, "imports": imports}})
     zr_ok, twin_ok = gates[0].status == "passed", gates[1].status == "passed"
     base_frames = None
     status = "passed" if zr_ok and twin_ok else "failed"
