@@ -161,7 +161,8 @@ def rebuild_cmd(ref, registry_uri, as_json):
 @registry_option
 @json_option
 def ls_cmd(registry_uri, as_json):
-    """List builds and the channels that point at them."""
+    """List builds, their gate status and the channels that point at them."""
+    from .gates import effective_status
     from .registry import open_registry
 
     reg = open_registry(registry_uri, create=False)
@@ -170,9 +171,12 @@ def ls_cmd(registry_uri, as_json):
     rows = []
     for b in builds:
         on = sorted(name for name, c in channels.items() if c.digest == b.digest)
-        rows.append({"build_id": b.build_id, "digest": b.digest, "published_at": b.published_at, "channels": on})
+        gate = effective_status(reg, b.build_id)[0]
+        rows.append({"build_id": b.build_id, "digest": b.digest, "published_at": b.published_at, "channels": on,
+                     "gate": gate})
     human = "\n".join(
-        f"{r['build_id']:<40} {r['digest'][:19]}  {r['published_at'][:19]}  {' '.join(r['channels'])}" for r in rows
+        f"{r['build_id']:<40} {r['digest'][:19]}  {r['published_at'][:19]}  {r['gate']:<12} {' '.join(r['channels'])}"
+        for r in rows
     ) or "no builds"
     _emit(as_json, {"ok": True, "registry": reg.uri, "builds": rows,
                     "channels": {k: v.build_id for k, v in channels.items()}}, human)
@@ -286,6 +290,62 @@ def serve_cmd(channel, host, port, registry_uri):
         sys.stdout.flush()
 
     serve_forever(pod, host, port, ready)
+
+# ---------------------------------------------------------------------------------- promotion
+def _move_human(r, verb: str) -> str:
+    d = r.decision
+    if not r.changed:
+        return f"{d.channel} already points at {d.build_id}: nothing changed"
+    e = r.entry
+    gate = f"; gate result {d.gate_result_digest}" if d.gate_result_digest else ""
+    return (f"{verb}: {d.channel} {r.previous or '(empty)'} -> {d.build_id}\n"
+            f"  history #{e.sequence} by {e.who} at {e.when}{gate}")
+
+
+@cli.command("promote")
+@click.argument("ref")
+@click.option("--to", "channel", required=True, type=click.Choice(["dev", "staging", "prod"]))
+@click.option("--reason", default="", help="Recorded in the history.")
+@registry_option
+@json_option
+def promote_cmd(ref, channel, reason, registry_uri, as_json):
+    """Move a channel to REF if the policy allows it (exit 1 with the reason if not)."""
+    from .promote import promote
+    from .registry import open_registry
+
+    r = promote(open_registry(registry_uri, create=False), ref, channel, reason=reason)
+    _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "promoted"))
+
+
+@cli.command("rollback")
+@click.argument("channel", type=click.Choice(["dev", "staging", "prod"]))
+@click.option("--to", "to", default=None, help="Build to return to (default: the one before the current).")
+@click.option("--reason", default="", help="Recorded in the history.")
+@registry_option
+@json_option
+def rollback_cmd(channel, to, reason, registry_uri, as_json):
+    """Move CHANNEL back to an earlier build that passed its gates."""
+    from .promote import rollback
+    from .registry import open_registry
+
+    r = rollback(open_registry(registry_uri, create=False), channel, to=to, reason=reason)
+    _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "rolled back"))
+
+
+@cli.command("history")
+@click.argument("channel", required=False, type=click.Choice(["dev", "staging", "prod"]))
+@registry_option
+@json_option
+def history_cmd(channel, registry_uri, as_json):
+    """The append-only history of channel moves (all channels, or one)."""
+    from .registry import open_registry
+
+    entries = open_registry(registry_uri, create=False).history(channel)
+    human = "\n".join(
+        f"#{e.sequence:<4} {e.when[:19]}  {e.channel:<8} {e.action:<8} {(e.from_build or '-'):<26} -> "
+        f"{e.to_build:<26} {e.who}  {e.reason}" for e in entries) or "no history"
+    _emit(as_json, {"ok": True, "entries": [e.model_dump(mode="json") for e in entries]}, human)
+
 
 # ------------------------------------------------------------------------------------ gates
 class _GateGroup(click.Group):

@@ -1,0 +1,86 @@
+"""Promote and roll back: a policy decision, then one compare-and-swap of the channel pointer.
+
+Nothing is uploaded or rewritten: a promotion moves a pointer and appends one history entry.
+The channel's position is read once, the policy decides against that, and the move only
+succeeds if the channel is still where it was read (otherwise ConflictError, nothing changed).
+Repeating a promotion is a no-op.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from dataclasses import dataclass
+
+from ..errors import Refusal
+from ..records import HistoryEntry
+from ..registry import read_manifest
+from .policy import Decision, check_promotion, check_rollback_target
+
+__all__ = ["MoveResult", "promote", "rollback", "actor"]
+
+
+def actor() -> str:
+    """Who is acting: AVATAR_RELEASE_ACTOR (CI sets it), else user@host."""
+    explicit = os.environ.get("AVATAR_RELEASE_ACTOR")
+    if explicit:
+        return explicit
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+@dataclass
+class MoveResult:
+    decision: Decision
+    entry: HistoryEntry | None  # None: the channel already pointed there (no-op)
+    previous: str | None  # build id the channel pointed at before
+
+    @property
+    def changed(self) -> bool:
+        return self.entry is not None
+
+    def to_json(self) -> dict:
+        return {"channel": self.decision.channel, "build_id": self.decision.build_id,
+                "digest": self.decision.digest, "changed": self.changed, "previous": self.previous,
+                "gate_status": self.decision.gate_status, "gate_result_digest": self.decision.gate_result_digest,
+                "entry": self.entry.model_dump(mode="json") if self.entry else None}
+
+
+def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | None = None) -> MoveResult:
+    resolved, manifest = read_manifest(registry, ref)
+    current = registry.get_channel(channel) if channel in ("dev", "staging", "prod") else None
+    decision = check_promotion(registry, resolved, manifest, channel)
+    entry = registry.move_channel(
+        channel, resolved, expected_digest=current.digest if current else None, action="promote",
+        who=who or actor(), reason=reason or f"promote to {channel}", gate_result_digest=decision.gate_result_digest,
+    )
+    return MoveResult(decision, entry, current.build_id if current else None)
+
+
+def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None) -> MoveResult:
+    current = registry.get_channel(channel) if channel in ("dev", "staging", "prod") else None
+    if to is None:
+        if current is None:
+            raise Refusal(f"rollback {channel}: the channel is empty, there is nothing to roll back")
+        previous = _previous_build(registry, channel, current.digest)
+        if previous is None:
+            raise Refusal(f"rollback {channel}: no earlier build in its history; name one with --to BUILD")
+        to = previous
+    resolved, manifest = read_manifest(registry, to)
+    decision = check_rollback_target(registry, resolved, manifest, channel)
+    entry = registry.move_channel(
+        channel, resolved, expected_digest=current.digest if current else None, action="rollback",
+        who=who or actor(), reason=reason or f"rollback {channel}", gate_result_digest=decision.gate_result_digest,
+    )
+    return MoveResult(decision, entry, current.build_id if current else None)
+
+
+def _previous_build(registry, channel: str, current_digest: str) -> str | None:
+    """The digest the channel pointed at before the move that brought it to its current build."""
+    for e in reversed(registry.history(channel)):
+        if e.to_digest == current_digest and e.from_digest and e.from_digest != current_digest:
+            return e.from_digest
+    return None

@@ -1,0 +1,177 @@
+"""Promotion policy on an in-memory registry with stored gate results: every refusal and its reason."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from avatar_release.errors import ConflictError, InputError, Refusal
+from avatar_release.gates.records import EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord
+from avatar_release.gates.review import decide, new_review, record_answer
+from avatar_release.gates.store import save_result, save_review
+from avatar_release.promote import promote, rollback
+from avatar_release.records import BlobRef, Manifest, parse_record
+from avatar_release.registry import MemoryRegistry
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def _publish(reg, suffix: str) -> tuple[str, str, Manifest]:
+    m = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
+    m = m.model_copy(update={"build_id": f"tiny-cpu-8-{suffix * 12}"})
+    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
+    return m.build_id, digest, m
+
+
+def _env(m: Manifest, **changes) -> EnvironmentRecord:
+    p = m.platform
+    fields = dict(fingerprint="sha256:" + "1" * 64, backend=p.backend, platform_version=p.platform_version,
+                  device_kind=p.device_kind, device_count=p.device_count, jax="0.10.2",
+                  jaxlib=m.toolchain.jaxlib, cpu_features=p.cpu_features)
+    fields.update(changes)
+    return EnvironmentRecord(**fields)
+
+
+def _gate(reg, build_id, digest, m, status="passed", **env_changes) -> str:
+    gs = GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
+        GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=1, buckets=["f8"])])
+    r = GateResult(status=status, build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
+                   baseline=None, tier=None, environment=_env(m, **env_changes), tool={}, gate_set=gs,
+                   gates=[GateEvidence(name="similarity-band", status="below-band", summary="x")],
+                   frame_sha256=[["h"]], frames_blob=BlobRef(digest="sha256:" + "b" * 64, size=1, media_type="x"),
+                   created_at=f"t{len(reg.list_records('gate-results'))}", created_by="test")
+    return save_result(reg, r)
+
+
+@pytest.fixture
+def reg():
+    return MemoryRegistry("memory://policy")
+
+
+def test_staging_needs_a_passing_gate_result_for_this_build(reg):
+    a, da, m = _publish(reg, "a")
+    with pytest.raises(Refusal, match="never been gated"):
+        promote(reg, a, "staging")
+    _gate(reg, a, da, m, status="failed")
+    with pytest.raises(Refusal, match="'failed'"):
+        promote(reg, a, "staging")
+    _gate(reg, a, "sha256:" + "f" * 64, m)  # a result recorded for another digest
+    with pytest.raises(Refusal, match="is for build digest"):
+        promote(reg, a, "staging")
+    _gate(reg, a, da, m, device_kind="TPU v6 lite", backend="tpu", cpu_features=None)
+    with pytest.raises(Refusal, match="device_kind: build cpu, gated on TPU v6 lite"):
+        promote(reg, a, "staging")
+    gate = _gate(reg, a, da, m)
+    r = promote(reg, a, "staging", reason="release 1", who="ci")
+    assert r.changed and r.entry.gate_result_digest == gate and r.entry.who == "ci"
+    assert reg.get_channel("staging").build_id == a
+
+
+def test_prod_takes_only_the_build_in_staging_and_repeats_are_no_ops(reg):
+    a, da, m = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, a, da, m)
+    _gate(reg, b, db, m)
+    with pytest.raises(Refusal, match="only the build in staging may go to prod .staging is empty"):
+        promote(reg, a, "prod")
+    promote(reg, a, "staging")
+    with pytest.raises(Refusal, match=f"staging is {a}"):
+        promote(reg, b, "prod")
+    assert promote(reg, a, "prod").changed
+    n = len(reg.history())
+    again = promote(reg, a, "prod")
+    assert not again.changed and len(reg.history()) == n
+
+
+def test_review_outcomes_decide_promotion(reg):
+    a, da, m = _publish(reg, "a")
+    digest = _gate(reg, a, da, m, status="needs-review")
+    with pytest.raises(Refusal, match="blind review"):
+        promote(reg, a, "staging")
+    from avatar_release.gates.store import latest_result
+
+    result, _ = latest_result(reg, a)
+    rv = new_review(result, digest, [0], seed=1)
+    save_review(reg, rv)
+    record_answer(reg, a, 0, "same")
+    decide(reg, a, approve=True, reviewer="ana", note="")
+    assert promote(reg, a, "staging").decision.gate_status == "approved"
+
+    b, db, _ = _publish(reg, "b")
+    digest = _gate(reg, b, db, m, status="needs-review")
+    result, _ = latest_result(reg, b)
+    save_review(reg, new_review(result, digest, [0], seed=1))
+    decide(reg, b, approve=False, reviewer="ana", note="no")
+    with pytest.raises(Refusal, match="never promoted"):
+        promote(reg, b, "staging")
+    with pytest.raises(Refusal, match="rejected in blind review"):
+        promote(reg, b, "dev")
+    _gate(reg, b, db, m, status="passed")  # a later pass does not undo a rejection
+    with pytest.raises(Refusal, match="rejected"):
+        promote(reg, b, "staging")
+
+
+def test_dev_takes_any_compiled_build_and_unknown_channels_are_bad_input(reg):
+    a, _, _ = _publish(reg, "a")
+    assert promote(reg, a, "dev").decision.gate_status == "ungated"
+    with pytest.raises(InputError, match="unknown channel 'qa'"):
+        promote(reg, a, "qa")
+
+
+def test_rollback_returns_to_an_earlier_gated_build(reg):
+    a, da, m = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    c, dc, _ = _publish(reg, "c")
+    for bid, d in ((a, da), (b, db), (c, dc)):
+        _gate(reg, bid, d, m)
+    with pytest.raises(Refusal, match="channel is empty"):
+        rollback(reg, "prod")
+    for bid in (a, b):
+        promote(reg, bid, "staging")
+        promote(reg, bid, "prod")
+    r = rollback(reg, "prod", reason="b shimmers")
+    assert r.decision.build_id == a and r.previous == b and r.entry.action == "rollback"
+    with pytest.raises(Refusal, match="never in prod"):
+        rollback(reg, "prod", to=c)
+    _gate(reg, b, db, m, status="failed")  # b was re-gated and failed: no going back to it
+    with pytest.raises(Refusal, match="'failed'"):
+        rollback(reg, "prod", to=b)
+    assert [e.action for e in reg.history("prod")] == ["promote", "promote", "rollback"]
+
+
+def test_two_concurrent_promotions_exactly_one_wins(reg, monkeypatch):
+    a, da, m = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, a, da, m)
+    _gate(reg, b, db, m)
+    import avatar_release.promote.actions as actions
+
+    barrier = threading.Barrier(2)
+    original = actions.check_promotion
+
+    def decided_together(*args, **kwargs):  # both have read the channel and passed the policy
+        d = original(*args, **kwargs)
+        barrier.wait(timeout=10)
+        return d
+
+    monkeypatch.setattr(actions, "check_promotion", decided_together)
+    outcomes = {}
+
+    def go(ref):
+        try:
+            outcomes[ref] = promote(reg, ref, "staging")
+        except ConflictError as e:
+            outcomes[ref] = e
+
+    threads = [threading.Thread(target=go, args=(x,)) for x in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [o for o in outcomes.values() if isinstance(o, ConflictError)]
+    wins = [o for o in outcomes.values() if not isinstance(o, ConflictError)]
+    assert len(errors) == 1 and len(wins) == 1 and "moved while this promote was being decided" in str(errors[0])
+    assert reg.get_channel("staging").build_id == wins[0].decision.build_id
+    assert len(reg.history("staging")) == 1
