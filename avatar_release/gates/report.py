@@ -44,9 +44,10 @@ def png_data_uri(rgb: np.ndarray) -> str:
 def psnr_plot_svg(psnrs: list[float], floor: float | None, boundaries: list[int], *, width: int = 760,
                   height: int = 220) -> str:
     """Per-frame PSNR as an SVG polyline; identical frames drawn at the top as 'identical'."""
-    finite = [p for p in psnrs if not math.isinf(p)]
-    top = max(finite + ([floor] if floor else []) + [40.0]) + 3
-    bottom = min(finite + ([floor] if floor else []) + [top - 10]) - 3
+    finite = [p for p in psnrs if not math.isinf(p)] + ([floor] if floor else [])
+    top = (max(finite) if finite else 60.0) + 1.5
+    bottom = (min(finite) if finite else 40.0) - 1.5
+    bottom = min(bottom, top - 4.0)  # at least a 4 dB window
     ml, mr, mt, mb = 46, 10, 18, 26
     W, H = width - ml - mr, height - mt - mb
     n = max(len(psnrs) - 1, 1)
