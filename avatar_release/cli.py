@@ -70,6 +70,33 @@ registry_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result.")
 
 
+def trust_options(f):
+    f = click.option("--trust-state", default="~/.local/state/avatar-release/accepted.json", show_default=True,
+                     envvar="AVATAR_RELEASE_TRUST_STATE",
+                     help="Where this pod keeps the highest statement sequence it accepted (replay protection).")(f)
+    return click.option("--trust-key", default=None, envvar="AVATAR_RELEASE_TRUST_KEY",
+                        help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
+
+
+def _trust(trust_key, trust_state):
+    if not trust_key:
+        return None
+    import os
+
+    from .runtime import TrustConfig
+    from .trust.keys import load_public_key
+    from .trust.statements import AcceptedState
+
+    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)))
+
+
+def signing_options(f):
+    f = click.option("--valid-days", default=30.0, show_default=True, type=float,
+                     help="How long the signed statement stays valid.")(f)
+    return click.option("--sign-key", default=None, envvar="AVATAR_RELEASE_SIGNING_KEY",
+                        help="Ed25519 private key: sign a statement for the move (pods with the public key need it).")(f)
+
+
 @click.group(cls=_Group)
 @click.version_option(__version__, prog_name="avatar-release")
 def cli() -> None:
@@ -246,9 +273,11 @@ def verify_cmd(ref, registry_uri, as_json):
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", "out_path", default="out.mp4", show_default=True, help="H.264 mp4 with the audio muxed in.")
 @click.option("--frames-dir", default=None, help="Also write every frame as PNG here.")
+@trust_options
 @registry_option
 @json_option
-def render_cmd(channel, build_ref, image_path, audio_path, seconds, seed, out_path, frames_dir, registry_uri, as_json):
+def render_cmd(channel, build_ref, image_path, audio_path, seconds, seed, out_path, frames_dir, trust_key,
+               trust_state, registry_uri, as_json):
     """Load a build as a serving pod would and render a video with zero compiles."""
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
@@ -257,7 +286,7 @@ def render_cmd(channel, build_ref, image_path, audio_path, seconds, seed, out_pa
     summary = render_to_files(
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
-        prepare=_prepare_devices_for_build, t_process=_T0,
+        prepare=_prepare_devices_for_build, t_process=_T0, trust=_trust(trust_key, trust_state),
     )
     human = (
         f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "
@@ -272,8 +301,9 @@ def render_cmd(channel, build_ref, image_path, audio_path, seconds, seed, out_pa
 @click.option("--channel", default="prod", show_default=True, help="Channel (or build id / digest) to serve.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, help="0 picks a free port (printed when ready).")
+@trust_options
 @registry_option
-def serve_cmd(channel, host, port, registry_uri):
+def serve_cmd(channel, host, port, trust_key, trust_state, registry_uri):
     """Serve renders over HTTP; ready only after verify + load + one warm chunk with 0 compiles."""
     from .registry import open_registry
 
@@ -282,7 +312,8 @@ def serve_cmd(channel, host, port, registry_uri):
     from .runtime import load
     from .serve import ServingPod, serve_forever
 
-    pod = ServingPod(load(resolved.digest, registry, strict=True))
+    trust = _trust(trust_key, trust_state)
+    pod = ServingPod(load(channel if trust else resolved.digest, registry, strict=True, trust=trust))
     pod.warm_up()
 
     def ready(addr):
@@ -292,28 +323,40 @@ def serve_cmd(channel, host, port, registry_uri):
     serve_forever(pod, host, port, ready)
 
 # ---------------------------------------------------------------------------------- promotion
+def _signing_key(path):
+    if not path:
+        return None
+    from .trust.keys import load_private_key
+
+    return load_private_key(path)
+
+
 def _move_human(r, verb: str) -> str:
     d = r.decision
     if not r.changed:
         return f"{d.channel} already points at {d.build_id}: nothing changed"
     e = r.entry
     gate = f"; gate result {d.gate_result_digest}" if d.gate_result_digest else ""
+    signed = f"\n  signed statement #{r.statement.payload.sequence}, expires {r.statement.payload.expires_at}" \
+        if r.statement else ""
     return (f"{verb}: {d.channel} {r.previous or '(empty)'} -> {d.build_id}\n"
-            f"  history #{e.sequence} by {e.who} at {e.when}{gate}")
+            f"  history #{e.sequence} by {e.who} at {e.when}{gate}{signed}")
 
 
 @cli.command("promote")
 @click.argument("ref")
 @click.option("--to", "channel", required=True, type=click.Choice(["dev", "staging", "prod"]))
 @click.option("--reason", default="", help="Recorded in the history.")
+@signing_options
 @registry_option
 @json_option
-def promote_cmd(ref, channel, reason, registry_uri, as_json):
+def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_json):
     """Move a channel to REF if the policy allows it (exit 1 with the reason if not)."""
     from .promote import promote
     from .registry import open_registry
 
-    r = promote(open_registry(registry_uri, create=False), ref, channel, reason=reason)
+    r = promote(open_registry(registry_uri, create=False), ref, channel, reason=reason,
+                signing_key=_signing_key(sign_key), valid_days=valid_days)
     _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "promoted"))
 
 
@@ -321,14 +364,16 @@ def promote_cmd(ref, channel, reason, registry_uri, as_json):
 @click.argument("channel", type=click.Choice(["dev", "staging", "prod"]))
 @click.option("--to", "to", default=None, help="Build to return to (default: the one before the current).")
 @click.option("--reason", default="", help="Recorded in the history.")
+@signing_options
 @registry_option
 @json_option
-def rollback_cmd(channel, to, reason, registry_uri, as_json):
+def rollback_cmd(channel, to, reason, sign_key, valid_days, registry_uri, as_json):
     """Move CHANNEL back to an earlier build that passed its gates."""
     from .promote import rollback
     from .registry import open_registry
 
-    r = rollback(open_registry(registry_uri, create=False), channel, to=to, reason=reason)
+    r = rollback(open_registry(registry_uri, create=False), channel, to=to, reason=reason,
+                 signing_key=_signing_key(sign_key), valid_days=valid_days)
     _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "rolled back"))
 
 
@@ -346,6 +391,43 @@ def history_cmd(channel, registry_uri, as_json):
         f"{e.to_build:<26} {e.who}  {e.reason}" for e in entries) or "no history"
     _emit(as_json, {"ok": True, "entries": [e.model_dump(mode="json") for e in entries]}, human)
 
+
+
+# ---------------------------------------------------------------------------------- keys
+@cli.group("keys")
+def keys_group() -> None:
+    """Ed25519 keys for signed promotions."""
+
+
+@keys_group.command("generate")
+@click.option("--out", "out_dir", default="keys", show_default=True, help="Folder for NAME.key and NAME.pub.")
+@click.option("--name", default="release", show_default=True)
+@json_option
+def keys_generate_cmd(out_dir, name, as_json):
+    """Create a signing key (0600) and its public key; never overwrites."""
+    from .trust.keys import generate_keypair
+
+    priv, pub, kid = generate_keypair(out_dir, name)
+    _emit(as_json, {"ok": True, "private_key": str(priv), "public_key": str(pub), "key_id": kid},
+          f"key {kid}\n  private {priv} (keep it on the release machine)\n  public  {pub} (give it to serving pods)")
+
+
+@keys_group.command("sign")
+@click.argument("channel", type=click.Choice(["dev", "staging", "prod"]))
+@click.option("--key", "key_path", required=True, envvar="AVATAR_RELEASE_SIGNING_KEY")
+@click.option("--valid-days", default=30.0, show_default=True, type=float)
+@registry_option
+@json_option
+def keys_sign_cmd(channel, key_path, valid_days, registry_uri, as_json):
+    """(Re-)sign the statement for where CHANNEL points now (e.g. before it expires)."""
+    from .promote.actions import sign_channel
+    from .registry import open_registry
+
+    st = sign_channel(open_registry(registry_uri, create=False), channel, _signing_key(key_path),
+                      valid_days=valid_days)
+    p = st.payload
+    _emit(as_json, {"ok": True, "statement": st.model_dump(mode="json")},
+          f"signed {channel} -> {p.build_id} (sequence {p.sequence}), expires {p.expires_at}")
 
 # ------------------------------------------------------------------------------------ gates
 class _GateGroup(click.Group):

@@ -32,6 +32,7 @@ __all__ = [
     "NotFoundError",
     "IntegrityError",
     "SchemaVersionError",
+    "TrustError",
     "EnvironmentMismatch",
     "CompileError",
     "RegistryError",
@@ -76,6 +77,11 @@ class IntegrityError(AvatarReleaseError):
     """Stored bytes are not what their record says (size, digest, format)."""
 
     exit_code = 4
+
+
+class TrustError(IntegrityError):
+    """A signature check refused a build: unsigned, wrong key, tampered, wrong channel, expired
+    or replayed. Nothing was unpickled."""
 
 
 class SchemaVersionError(IntegrityError):

@@ -47,6 +47,8 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     "avatar-release/gate-result": (1, 1),
     "avatar-release/review": (1, 1),
     "avatar-release/band": (1, 1),
+    "avatar-release/statement": (1, 1),
+    "avatar-release/signed-statement": (1, 1),
 }
 
 

@@ -40,6 +40,7 @@ def render_to_files(
     frames_dir: str | None,
     prepare: Callable,
     t_process: float,
+    trust=None,
 ) -> dict:
     from .media import write_mp4, write_png
 
@@ -54,7 +55,8 @@ def render_to_files(
     from .runtime import load, render
 
     imports = (t_cli - t_process) + (time.perf_counter() - t_imp)
-    build = load(resolved.digest, registry, strict=True)
+    # With a trust key the loader resolves the channel itself and checks its signed statement.
+    build = load(ref if trust is not None else resolved.digest, registry, strict=True, trust=trust)
     frames, report = render(build, image, audio, seed=seed)
     prog = manifest.program
     mp4 = write_mp4(out_path, frames, fps=prog.fps, audio=audio, sample_rate=prog.sample_rate)
@@ -72,6 +74,7 @@ def render_to_files(
         "decompress": round(t.decompress, 4),
         "deserialize": round(t.deserialize, 4),
         "weights": round(t.weights, 4),
+        "signature": round(t.signature, 4),
         "first_chunk": round(report.chunks[0].seconds, 4),
     }
     cold["total"] = round(sum(cold.values()), 4)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .gates.records import Band, GateResult, ReviewRecord
 from .records import ChannelState, HistoryEntry, Manifest
+from .trust.statements import SignedStatement
 
 __all__ = ["SCHEMAS", "render_schemas", "write_schemas"]
 
@@ -21,6 +22,7 @@ SCHEMAS = {
     "gate-result.v1.json": GateResult,
     "review.v1.json": ReviewRecord,
     "band.v1.json": Band,
+    "signed-statement.v1.json": SignedStatement,
 }
 
 

@@ -18,7 +18,7 @@ from ..records import HistoryEntry
 from ..registry import read_manifest
 from .policy import Decision, check_promotion, check_rollback_target
 
-__all__ = ["MoveResult", "promote", "rollback", "actor"]
+__all__ = ["MoveResult", "promote", "rollback", "actor", "sign_channel"]
 
 
 def actor() -> str:
@@ -37,6 +37,7 @@ class MoveResult:
     decision: Decision
     entry: HistoryEntry | None  # None: the channel already pointed there (no-op)
     previous: str | None  # build id the channel pointed at before
+    statement: object = None  # trust.statements.SignedStatement when a signing key was given
 
     @property
     def changed(self) -> bool:
@@ -46,10 +47,41 @@ class MoveResult:
         return {"channel": self.decision.channel, "build_id": self.decision.build_id,
                 "digest": self.decision.digest, "changed": self.changed, "previous": self.previous,
                 "gate_status": self.decision.gate_status, "gate_result_digest": self.decision.gate_result_digest,
-                "entry": self.entry.model_dump(mode="json") if self.entry else None}
+                "entry": self.entry.model_dump(mode="json") if self.entry else None,
+                "statement": self.statement.model_dump(mode="json") if self.statement else None}
 
 
-def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | None = None) -> MoveResult:
+def sign_channel(registry, channel: str, signing_key, *, valid_days: float = 30.0, who: str | None = None):
+    """Sign and publish the statement for where ``channel`` points now (its state's sequence)."""
+    from datetime import timedelta
+
+    from ..trust.statements import publish_statement, sign
+
+    state = registry.get_channel(channel)
+    if state is None:
+        raise Refusal(f"sign {channel}: the channel is empty")
+    st = sign(signing_key, build_id=state.build_id, build_digest=state.digest, channel=channel,
+              sequence=state.sequence, who=who or actor(), validity=timedelta(days=valid_days))
+    publish_statement(registry, st)
+    return st
+
+
+def _maybe_sign(registry, result: "MoveResult", signing_key, valid_days: float) -> "MoveResult":
+    if signing_key is None:
+        return result
+    from ..trust.statements import read_statement
+
+    current = read_statement(registry, result.decision.channel)
+    state = registry.get_channel(result.decision.channel)
+    if result.changed or current is None or current.payload.sequence != state.sequence:
+        result.statement = sign_channel(registry, result.decision.channel, signing_key, valid_days=valid_days)
+    else:
+        result.statement = current  # a repeated promotion re-uses the valid statement
+    return result
+
+
+def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | None = None,
+            signing_key=None, valid_days: float = 30.0) -> MoveResult:
     resolved, manifest = read_manifest(registry, ref)
     current = registry.get_channel(channel) if channel in ("dev", "staging", "prod") else None
     decision = check_promotion(registry, resolved, manifest, channel)
@@ -57,10 +89,12 @@ def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | No
         channel, resolved, expected_digest=current.digest if current else None, action="promote",
         who=who or actor(), reason=reason or f"promote to {channel}", gate_result_digest=decision.gate_result_digest,
     )
-    return MoveResult(decision, entry, current.build_id if current else None)
+    return _maybe_sign(registry, MoveResult(decision, entry, current.build_id if current else None),
+                       signing_key, valid_days)
 
 
-def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None) -> MoveResult:
+def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,
+             signing_key=None, valid_days: float = 30.0) -> MoveResult:
     current = registry.get_channel(channel) if channel in ("dev", "staging", "prod") else None
     if to is None:
         if current is None:
@@ -75,7 +109,8 @@ def rollback(registry, channel: str, *, to: str | None = None, reason: str = "",
         channel, resolved, expected_digest=current.digest if current else None, action="rollback",
         who=who or actor(), reason=reason or f"rollback {channel}", gate_result_digest=decision.gate_result_digest,
     )
-    return MoveResult(decision, entry, current.build_id if current else None)
+    return _maybe_sign(registry, MoveResult(decision, entry, current.build_id if current else None),
+                       signing_key, valid_days)
 
 
 def _previous_build(registry, channel: str, current_digest: str) -> str | None:

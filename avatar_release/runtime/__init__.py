@@ -4,13 +4,14 @@ Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 """
 
 from ._guard import COMPILE_EVENT, CompileGuard
-from ._load import LoadedBuild, LoadTimings, check_environment, load
+from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, load
 from ._stream import Chunk, StreamReport, chunk_noise, plan_chunks, render, stream
 
 __all__ = [
     "load",
     "LoadedBuild",
     "LoadTimings",
+    "TrustConfig",
     "check_environment",
     "stream",
     "render",

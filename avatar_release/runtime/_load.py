@@ -19,6 +19,7 @@ import zstandard
 from .._digest import sha256_digest
 from .._dtypes import dtype_name
 from ..environment import compare_platform, current_platform
+from ._unpickle import deserialize_and_load
 from ..errors import EnvironmentMismatch, IntegrityError
 from ..records import ArraySpec, ExecutableEntry, Manifest
 from ..registry import Registry, Resolved, open_registry, read_manifest
@@ -36,9 +37,19 @@ class LoadTimings:
     decompress: float = 0.0
     deserialize: float = 0.0
     weights: float = 0.0
+    signature: float = 0.0  # statement fetch + ed25519 verification (0 without a trust key)
 
     def total(self) -> float:
-        return self.resolve + self.fetch + self.verify + self.decompress + self.deserialize + self.weights
+        return (self.resolve + self.signature + self.fetch + self.verify + self.decompress + self.deserialize
+                + self.weights)
+
+
+@dataclass(frozen=True)
+class TrustConfig:
+    """What a pod trusts: an Ed25519 public key, and where it keeps the highest sequence it accepted."""
+
+    public_key: Any
+    state: Any = None  # trust.statements.AcceptedState, or None (no replay protection)
 
 
 @dataclass
@@ -130,10 +141,14 @@ def _sharding(mesh, spec: ArraySpec):
     return NamedSharding(mesh, PartitionSpec(*spec.sharding))
 
 
-def load(ref: str, registry: Registry | str | None = None, *, strict: bool = True) -> LoadedBuild:
-    """Load a build (channel, build id or digest) ready to serve, or refuse with a reason."""
+def load(ref: str, registry: Registry | str | None = None, *, strict: bool = True,
+         trust: TrustConfig | None = None) -> LoadedBuild:
+    """Load a build (channel, build id or digest) ready to serve, or refuse with a reason.
+
+    With ``trust``, only a channel whose signed statement verifies is loaded, and the
+    signature is checked before any blob is fetched, decompressed or unpickled.
+    """
     import jax
-    from jax.experimental.serialize_executable import deserialize_and_load
     from jax.sharding import Mesh
 
     reg = registry if registry is not None and not isinstance(registry, str) else open_registry(registry, create=False)
@@ -146,6 +161,12 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
             f"manifest {resolved.digest} says build {manifest.build_id}, the registry calls it {resolved.build_id}"
         )
     t.resolve = time.perf_counter() - t0
+
+    accepted = None
+    if trust is not None:
+        t0 = time.perf_counter()
+        accepted = _check_signature(reg, resolved, trust)
+        t.signature = time.perf_counter() - t0
 
     check_environment(manifest)
 
@@ -191,7 +212,8 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         else:
             in_tree = _tree_from_text(e.in_tree, e, "in")
             out_tree = _tree_from_text(e.out_tree, e, "out")
-            exe = deserialize_and_load(payloads[e.key], in_tree, out_tree, backend=backend, execution_devices=devices)
+            exe = deserialize_and_load(payloads[e.key], in_tree, out_tree, backend=backend or devices[0].client,
+                                           execution_devices=devices)
         loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [_sharding(mesh, s) for s in e.inputs], {})
     t.deserialize = time.perf_counter() - t0
 
@@ -199,7 +221,20 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     place_weights(manifest, loaded, weights_raw, mesh)
     t.weights = time.perf_counter() - t0
 
+    if accepted is not None and trust.state is not None:
+        trust.state.accept(accepted)  # only once the whole build loaded
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
+
+
+def _check_signature(reg, resolved: Resolved, trust: TrustConfig):
+    from ..errors import TrustError
+    from ..trust.statements import read_statement, verify
+
+    if resolved.via != "channel":
+        raise TrustError(f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
+                         "(dev, staging, prod), which carry signed statements")
+    return verify(read_statement(reg, resolved.ref), trust.public_key, channel=resolved.ref,
+                  digest=resolved.digest, state=trust.state)
 
 
 def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):

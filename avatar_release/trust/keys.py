@@ -1,0 +1,78 @@
+"""Ed25519 keys for signed promotions: generate, load, identify.
+
+The private key signs promotion statements on the release machine; the public key is all a
+serving pod needs. Files are PEM (PKCS#8 private, SubjectPublicKeyInfo public); the private
+key is written 0600 and never overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+__all__ = ["generate_keypair", "load_private_key", "load_public_key", "key_id"]
+
+
+def key_id(public_key) -> str:
+    """'ed25519:' + first 16 hex of sha256 over the raw public key bytes."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    raw = public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path, Path, str]:
+    """Write ``NAME.key`` (0600) and ``NAME.pub`` into ``directory``; refuse to overwrite."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding, NoEncryption, PrivateFormat, PublicFormat,
+    )
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    priv_path, pub_path = d / f"{name}.key", d / f"{name}.pub"
+    for p in (priv_path, pub_path):
+        if p.exists():
+            raise InputError(f"{p} already exists; keys are never overwritten (choose another --out or --name)")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    pub_path.write_bytes(key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    return priv_path, pub_path, key_id(key.public_key())
+
+
+def load_private_key(path: str | Path):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"signing key {p}: no such file (create one with `avatar-release keys generate`)")
+    try:
+        key = load_pem_private_key(p.read_bytes(), password=None)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"signing key {p}: not an unencrypted PEM private key ({e})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InputError(f"signing key {p}: expected an Ed25519 key, got {type(key).__name__}")
+    return key
+
+
+def load_public_key(path: str | Path):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"trust key {p}: no such file")
+    try:
+        key = load_pem_public_key(p.read_bytes())
+    except (ValueError, TypeError) as e:
+        raise InputError(f"trust key {p}: not a PEM public key ({e})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise InputError(f"trust key {p}: expected an Ed25519 public key, got {type(key).__name__}")
+    return key

@@ -1,0 +1,155 @@
+"""Signed promotion statements, and the checks a serving pod makes before it trusts a channel.
+
+A statement binds: build id and manifest digest, the channel, the history sequence number of
+the move that put the build there (registry-wide, strictly increasing), issue and expiry
+times, and the signing key's id. A digest alone is not enough: the channel is signed, so a
+statement for dev never passes for prod, and the sequence lets a pod refuse a replay of an
+older statement (rollback protection: the pod remembers the highest sequence it accepted per
+channel). An intentional rollback is a new move with a higher sequence and a new statement.
+
+Stored in the registry as the record ``statements/<channel>`` (canonical JSON).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Literal
+
+from .._digest import canonical_json
+from ..errors import IntegrityError, TrustError
+from ..records import Record, parse_record
+from .keys import key_id
+
+__all__ = ["StatementPayload", "SignedStatement", "sign", "publish_statement", "read_statement",
+           "verify", "AcceptedState", "DEFAULT_VALIDITY"]
+
+DEFAULT_VALIDITY = timedelta(days=30)
+_NS = "statements"
+
+
+def _ts(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_ts(text: str, what: str) -> datetime:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise TrustError(f"statement {what} {text!r} is not a UTC timestamp") from None
+
+
+class StatementPayload(Record):
+    kind: Literal["avatar-release/statement"] = "avatar-release/statement"
+    schema_version: int = 1
+    build_id: str
+    build_digest: str
+    channel: str
+    sequence: int
+    issued_at: str
+    expires_at: str
+    key_id: str
+    who: str
+
+
+class SignedStatement(Record):
+    kind: Literal["avatar-release/signed-statement"] = "avatar-release/signed-statement"
+    schema_version: int = 1
+    payload: StatementPayload
+    signature: str  # base64 ed25519 over canonical JSON of the payload
+
+
+def sign(private_key, *, build_id: str, build_digest: str, channel: str, sequence: int, who: str,
+         validity: timedelta = DEFAULT_VALIDITY, now: datetime | None = None) -> SignedStatement:
+    now = now or datetime.now(timezone.utc)
+    payload = StatementPayload(build_id=build_id, build_digest=build_digest, channel=channel, sequence=sequence,
+                               issued_at=_ts(now), expires_at=_ts(now + validity),
+                               key_id=key_id(private_key.public_key()), who=who)
+    sig = private_key.sign(canonical_json(payload.model_dump(mode="json")))
+    return SignedStatement(payload=payload, signature=base64.b64encode(sig).decode())
+
+
+def publish_statement(registry, statement: SignedStatement) -> None:
+    registry.put_record(_NS, statement.payload.channel, statement.to_json_bytes())
+
+
+def read_statement(registry, channel: str) -> SignedStatement | None:
+    raw = registry.get_record(_NS, channel)
+    if raw is None:
+        return None
+    try:
+        return parse_record(SignedStatement, raw, where=f"statement for channel {channel}")
+    except IntegrityError as e:
+        raise TrustError(f"channel {channel}: the signed statement is unreadable ({e})") from None
+
+
+class AcceptedState:
+    """The highest statement sequence this pod has accepted, per channel, kept in a JSON file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def load(self) -> dict:
+        if not self.path.is_file():
+            return {}
+        try:
+            return json.loads(self.path.read_text())
+        except ValueError:
+            raise TrustError(f"pod trust state {self.path} is corrupt; restore it (deleting it disables "
+                             "replay protection until the next accepted statement)") from None
+
+    def highest(self, channel: str) -> dict | None:
+        return self.load().get(channel)
+
+    def accept(self, payload: StatementPayload) -> None:
+        state = self.load()
+        state[payload.channel] = {"sequence": payload.sequence, "digest": payload.build_digest,
+                                  "build_id": payload.build_id, "accepted_at": _ts(datetime.now(timezone.utc))}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".accepted.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+def verify(statement: SignedStatement | None, public_key, *, channel: str, digest: str,
+           state: AcceptedState | None = None, now: datetime | None = None) -> StatementPayload:
+    """Every check a pod makes, in order; TrustError naming the first that fails."""
+    from cryptography.exceptions import InvalidSignature
+
+    where = f"channel {channel}"
+    if statement is None:
+        raise TrustError(f"{where}: unsigned: no signed statement in the registry; a trust key is configured, "
+                         "so only signed promotions are served (promote with --sign-key)")
+    p = statement.payload
+    want = key_id(public_key)
+    if p.key_id != want:
+        raise TrustError(f"{where}: signed by key {p.key_id}, this pod trusts {want}")
+    try:
+        sig = base64.b64decode(statement.signature, validate=True)
+        public_key.verify(sig, canonical_json(p.model_dump(mode="json")))
+    except (InvalidSignature, ValueError):
+        raise TrustError(f"{where}: the statement's signature does not verify (tampered, or a wrong key)") from None
+    if p.channel != channel:
+        raise TrustError(f"{where}: the statement was signed for channel {p.channel!r}, not {channel!r}")
+    if p.build_digest != digest:
+        raise TrustError(f"{where}: the statement signs {p.build_id} ({p.build_digest}), but the channel points "
+                         f"at {digest}; the channel was moved without a signed promotion")
+    now = now or datetime.now(timezone.utc)
+    if now >= _parse_ts(p.expires_at, "expiry"):
+        raise TrustError(f"{where}: the statement expired at {p.expires_at}; re-sign it "
+                         f"(avatar-release keys sign {channel} --key KEY)")
+    if state is not None:
+        seen = state.highest(channel)
+        if seen is not None and (p.sequence < seen["sequence"]
+                                 or (p.sequence == seen["sequence"] and p.build_digest != seen["digest"])):
+            raise TrustError(f"{where}: replayed statement: sequence {p.sequence} ({p.build_id}) is older than "
+                             f"the {seen['sequence']} ({seen['build_id']}) this pod already accepted; a rollback "
+                             "must be a new signed promotion")
+    return p

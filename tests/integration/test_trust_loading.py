@@ -1,0 +1,109 @@
+"""Safe loading on a real build: signatures before unpickling, and the restricted unpickler."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import zstandard
+
+from avatar_release._digest import sha256_digest
+from avatar_release.errors import IntegrityError, TrustError
+from avatar_release.registry import LocalRegistry, read_manifest
+from avatar_release.runtime import TrustConfig, load
+from avatar_release.runtime._unpickle import ALLOWED, classes_in
+from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+from avatar_release.trust.statements import AcceptedState
+
+
+class _Payload:
+    """A pickle that runs a shell command when unpickled: what a registry writer could plant."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _plant(reg: LocalRegistry, build_id: str, marker) -> str:
+    """Publish a copy of ``build_id`` whose dit executable is the malicious pickle, with every
+    digest and size in its manifest made to match, and point dev at it."""
+    resolved, m = read_manifest(reg, build_id)
+    evil = pickle.dumps(_Payload(marker))
+    z = zstandard.ZstdCompressor().compress(evil)
+    blob = reg.put_blob(z)
+    entries = [e.model_copy(update={"blob": e.blob.model_copy(update={"digest": blob, "size": len(z)}),
+                                    "raw_size": len(evil), "raw_digest": sha256_digest(evil)})
+               if e.stage == "dit" else e for e in m.executables]
+    bad = m.model_copy(update={"build_id": build_id[:-4] + "evil", "executables": entries})
+    digest, _ = reg.put_build(bad.build_id, bad.to_json_bytes())
+    current = reg.get_channel("dev")
+    reg.move_channel("dev", reg.resolve(digest), expected_digest=current.digest if current else None,
+                     action="publish", who="attacker", reason="")
+    return bad.build_id
+
+
+def test_the_allow_list_is_exactly_what_an_executable_needs(built_registry):
+    """Recorded on a real build: if a jax upgrade changes the classes, this fails loudly."""
+    import jax
+
+    root, result = built_registry
+    reg = LocalRegistry(root)
+    _, m = read_manifest(reg, result.build_id)
+    seen = set()
+    for e in m.executables:
+        raw = zstandard.ZstdDecompressor().decompress(reg.get_blob(e.blob.digest, e.blob.size),
+                                                      max_output_size=e.raw_size)
+        seen |= classes_in(raw, backend=jax.devices()[0].client, execution_devices=jax.devices())
+    assert seen == ALLOWED, f"new: {sorted(seen - ALLOWED)}, gone: {sorted(ALLOWED - seen)}"
+
+
+def test_a_planted_pickle_with_matching_digests_never_runs(registry_copy, tmp_path):
+    root, result = registry_copy
+    reg = LocalRegistry(root)
+    marker = tmp_path / "pwned"
+    _plant(reg, result.build_id, marker)
+    # No key configured: digests match, so the restricted unpickler is what stops it.
+    with pytest.raises(IntegrityError, match="posix.system|os.system"):
+        load("dev", reg)
+    assert not marker.exists()
+    # A key configured: the channel has no statement for this digest; refused before any unpickling.
+    _, pub, _ = generate_keypair(tmp_path / "k")
+    with pytest.raises(TrustError, match="unsigned"):
+        load("dev", reg, trust=TrustConfig(load_public_key(pub), None))
+    assert not marker.exists()
+
+
+def test_a_pod_with_a_key_serves_only_signed_channels(registry_copy, tmp_path, monkeypatch):
+    from avatar_release.promote import promote
+    from tests.unit.test_promote_policy import _env, _gate
+
+    root, result = registry_copy
+    reg = LocalRegistry(root)
+    priv, pub, _ = generate_keypair(tmp_path / "k")
+    _, other_pub, _ = generate_keypair(tmp_path / "k", name="other")
+    signing, trusted = load_private_key(priv), load_public_key(pub)
+    # A stored passing gate result for this build (the gates themselves are tested elsewhere).
+    _, m = read_manifest(reg, result.build_id)
+    _gate(reg, result.build_id, reg.resolve(result.build_id).digest, m)
+    assert _env(m).device_count == 8
+    promote(reg, result.build_id, "staging", signing_key=signing)
+
+    state = AcceptedState(tmp_path / "pod" / "accepted.json")
+    calls = []
+    import avatar_release.runtime._load as loader
+
+    real = loader.deserialize_and_load
+    monkeypatch.setattr(loader, "deserialize_and_load", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    build = load("staging", reg, trust=TrustConfig(trusted, state))
+    assert build.build_id == result.build_id and build.timings.signature > 0
+    assert state.highest("staging")["digest"] == build.digest
+    n = len(calls)
+    with pytest.raises(TrustError, match="this pod trusts"):
+        load("staging", reg, trust=TrustConfig(load_public_key(other_pub), state))
+    with pytest.raises(TrustError, match="is a build-id"):
+        load(result.build_id, reg, trust=TrustConfig(trusted, state))
+    assert len(calls) == n  # refused before anything was unpickled
