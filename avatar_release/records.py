@@ -203,6 +203,9 @@ class Manifest(Record):
     kind: Literal["avatar-release/build"] = "avatar-release/build"
     build_id: str
     identity: str  # hash over everything that changes the binary or its output
+    # Hash over the identity and the exact bytes of every executable and the weights (their
+    # digests): binds this build's blobs to it, so entries mixed in from another build are refused.
+    seal: str | None = None
     created_at: str
     created_by: str
     pipeline: str

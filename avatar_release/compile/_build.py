@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import zstandard
 
-from .._digest import canonical_json, sha256_digest
+from .._digest import sha256_digest
 from .._dtypes import dtype_name
 from ..environment import current_platform, toolchain
 from ..errors import InputError
@@ -34,6 +34,7 @@ from ..records import (
 from ..registry import Registry
 from ..specs import PipelineSpec, load_flag_profile, load_pipeline, load_target
 from ._devices import make_mesh, target_devices
+from ..identity import build_id_for, identity_digest, manifest_seal
 from ._overrides import apply_overrides
 from ._stage import CompiledStage, LoweredStage, StagePlan, compile_stage, fsdp_spec, lower_stage
 
@@ -330,24 +331,15 @@ def compile_build(
     tools = toolchain(with_compile_tools=True)
     config_doc = dataclasses.asdict(config)
     src = source_digest()
-    # The identity: a hash over everything that changes the binary or what it computes.
-    identity_doc = {
-        "pipeline": spec.name,
-        "entry": spec.entry,
-        "config": config_doc,
-        "overrides": applied,
-        "source": src,
-        "weights": weights_rec.raw_digest,
-        "target": tgt.name,
-        "flags": flags_rec.digest,
-        "jax": tools.jax,
-        "jaxlib": tools.jaxlib,
-        "platform": platform.model_dump(mode="json"),
-        "executables": [(e.key, e.format, e.hlo_digest, e.fingerprint) for e in entries],
-        "noise": spec.noise,
-    }
-    identity = sha256_digest(canonical_json(identity_doc))
-    build_id = f"{spec.name}-{tgt.name}-{identity.split(':')[1][:12]}"
+    # The identity: a hash over everything that changes the binary or its output (identity.py).
+    identity = identity_digest(
+        pipeline=spec.name, entry=spec.entry, config=config_doc, overrides=applied, source=src,
+        weights=weights_rec.raw_digest, target=tgt.name, flags=flags_rec.digest, jax=tools.jax, jaxlib=tools.jaxlib,
+        platform=platform.model_dump(mode="json"),
+        executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in entries],
+        noise=NOISE_RECIPES[spec.noise],
+    )
+    build_id = build_id_for(spec.name, tgt.name, identity)
     manifest = Manifest(
         build_id=build_id,
         identity=identity,
@@ -367,6 +359,7 @@ def compile_build(
         program=_program(config, spec.noise),
         executables=entries,
     )
+    manifest = manifest.model_copy(update={"seal": manifest_seal(manifest)})
     result = CompileResult(
         build_id=build_id,
         digest="",

@@ -160,6 +160,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         raise IntegrityError(
             f"manifest {resolved.digest} says build {manifest.build_id}, the registry calls it {resolved.build_id}"
         )
+    _check_identity(manifest)
     t.resolve = time.perf_counter() - t0
 
     accepted = None
@@ -224,6 +225,23 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     if accepted is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
+
+
+def _check_identity(manifest: Manifest) -> None:
+    """The manifest's fields must hash to the identity (and build id) it carries."""
+    from ..identity import build_id_for, manifest_identity, manifest_seal
+
+    got = manifest_identity(manifest)
+    if got != manifest.identity or build_id_for(manifest.pipeline, manifest.target, got) != manifest.build_id:
+        raise IntegrityError(
+            f"build {manifest.build_id}: its manifest fields hash to identity {got}, but it claims "
+            f"{manifest.identity}: the manifest was edited or mixes entries from another build; refusing it"
+        )
+    if manifest.seal is not None and manifest_seal(manifest) != manifest.seal:
+        raise IntegrityError(
+            f"build {manifest.build_id}: its executable and weights blobs are not the ones it was sealed with "
+            "(an entry was swapped in from another build); refusing it"
+        )
 
 
 def _check_signature(reg, resolved: Resolved, trust: TrustConfig):

@@ -31,15 +31,25 @@ def _manifest(reg, ref="dev"):
     return parse_record(Manifest, reg.get_manifest_bytes(r.digest), where=r.digest)
 
 
-def _republish(reg, manifest: Manifest, build_id: str, **platform_changes):
-    """Publish a variant manifest (as a tampering or foreign-build stand-in)."""
+def _sealed(data: dict) -> Manifest:
+    """A manifest whose identity, build id and seal agree with its fields: what a genuine
+    build with these fields (e.g. compiled for another machine) would carry."""
+    from avatar_release.identity import build_id_for, manifest_identity, manifest_seal
+
+    m = Manifest.model_validate(data)
+    ident = manifest_identity(m)
+    m = m.model_copy(update={"identity": ident, "build_id": build_id_for(m.pipeline, m.target, ident)})
+    return m.model_copy(update={"seal": manifest_seal(m)})
+
+
+def _republish(reg, manifest: Manifest, **platform_changes) -> Manifest:
+    """Publish a variant manifest, consistently sealed (a foreign-build stand-in)."""
     data = manifest.model_dump(mode="json")
-    data["build_id"] = build_id
     data["platform"].update(platform_changes.pop("platform", {}))
     for k, v in platform_changes.items():
         data[k] = v
-    m = Manifest.model_validate(data)
-    reg.put_build(build_id, m.to_json_bytes())
+    m = _sealed(data)
+    reg.put_build(m.build_id, m.to_json_bytes())
     return m
 
 
@@ -128,13 +138,14 @@ def test_truncated_zstd_frame_is_refused(registry_copy):
     cut = good[: len(good) // 2]
     d = reg.put_blob(cut)
     data = m.model_dump(mode="json")
-    data["build_id"] = "tiny-cpu-8-truncated"
     for x in data["executables"]:
         if x["key"] == "vae/f8":
             x["blob"] = {"digest": d, "size": len(cut), "media_type": x["blob"]["media_type"]}
-    reg.put_build("tiny-cpu-8-truncated", Manifest.model_validate(data).to_json_bytes())
+    bad = _sealed(data)  # the same build id: replace the build's reference with the bad manifest
+    (root / "builds" / bad.build_id).unlink()
+    reg.put_build(bad.build_id, bad.to_json_bytes())
     with pytest.raises(IntegrityError, match="zstd frame is corrupt or truncated"):
-        load("tiny-cpu-8-truncated", reg)
+        load(bad.build_id, reg)
 
 
 @pytest.mark.parametrize(
@@ -153,9 +164,9 @@ def test_environment_mismatch_lists_every_field(registry_copy, change, field):
     m = _manifest(reg)
     if "toolchain" in change:
         change = {"toolchain": {**m.toolchain.model_dump(), "jaxlib": "0.9.0"}}
-    _republish(reg, m, "tiny-cpu-8-foreign", **change)
+    foreign = _republish(reg, m, **change)
     with pytest.raises(EnvironmentMismatch) as ei:
-        load("tiny-cpu-8-foreign", reg)
+        load(foreign.build_id, reg)
     assert field in ei.value.differences
     assert "expected" in str(ei.value) and "actual" in str(ei.value)
 

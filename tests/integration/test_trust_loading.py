@@ -27,9 +27,12 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _plant(reg: LocalRegistry, build_id: str, marker) -> str:
-    """Publish a copy of ``build_id`` whose dit executable is the malicious pickle, with every
-    digest and size in its manifest made to match, and point dev at it."""
+def _plant(reg: LocalRegistry, root, build_id: str, marker) -> str:
+    """Replace ``build_id`` with a copy whose dit executable is the malicious pickle, every digest,
+    size, identity and seal in its manifest made to match (a writer who knows the format), and
+    point dev at it."""
+    from avatar_release.identity import manifest_seal
+
     resolved, m = read_manifest(reg, build_id)
     evil = pickle.dumps(_Payload(marker))
     z = zstandard.ZstdCompressor().compress(evil)
@@ -37,7 +40,9 @@ def _plant(reg: LocalRegistry, build_id: str, marker) -> str:
     entries = [e.model_copy(update={"blob": e.blob.model_copy(update={"digest": blob, "size": len(z)}),
                                     "raw_size": len(evil), "raw_digest": sha256_digest(evil)})
                if e.stage == "dit" else e for e in m.executables]
-    bad = m.model_copy(update={"build_id": build_id[:-4] + "evil", "executables": entries})
+    bad = m.model_copy(update={"executables": entries})
+    bad = bad.model_copy(update={"seal": manifest_seal(bad)})
+    (root / "builds" / build_id).unlink()
     digest, _ = reg.put_build(bad.build_id, bad.to_json_bytes())
     current = reg.get_channel("dev")
     reg.move_channel("dev", reg.resolve(digest), expected_digest=current.digest if current else None,
@@ -64,7 +69,7 @@ def test_a_planted_pickle_with_matching_digests_never_runs(registry_copy, tmp_pa
     root, result = registry_copy
     reg = LocalRegistry(root)
     marker = tmp_path / "pwned"
-    _plant(reg, result.build_id, marker)
+    _plant(reg, root, result.build_id, marker)
     # No key configured: digests match, so the restricted unpickler is what stops it.
     with pytest.raises(IntegrityError, match="posix.system|os.system"):
         load("dev", reg)
@@ -107,3 +112,25 @@ def test_a_pod_with_a_key_serves_only_signed_channels(registry_copy, tmp_path, m
     with pytest.raises(TrustError, match="is a build-id"):
         load(result.build_id, reg, trust=TrustConfig(trusted, state))
     assert len(calls) == n  # refused before anything was unpickled
+
+
+def test_a_manifest_mixing_in_another_builds_executable_is_refused(registry_copy):
+    """Build B has the same shapes as A (a reassociation variant): its dit executable would run,
+    silently computing B's numbers with A's weights. The seal refuses the mix."""
+    from avatar_release.compile import compile_build
+
+    root, a = registry_copy
+    reg = LocalRegistry(root)
+    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    _, ma = read_manifest(reg, a.build_id)
+    _, mb = read_manifest(reg, b.build_id)
+    from_b = mb.executable("dit", "f8")
+    entries = [from_b if e.key == "dit/f8" else e for e in ma.executables]
+    mixed = ma.model_copy(update={"executables": [
+        e.model_copy(update={"hlo_digest": ma.executable("dit", "f8").hlo_digest,
+                             "fingerprint": ma.executable("dit", "f8").fingerprint}) if e.key == "dit/f8" else e
+        for e in entries]})
+    (root / "builds" / a.build_id).unlink()
+    reg.put_build(a.build_id, mixed.to_json_bytes())
+    with pytest.raises(IntegrityError, match="not the ones it was sealed with"):
+        load(a.build_id, reg)

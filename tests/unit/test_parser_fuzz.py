@@ -1,0 +1,72 @@
+"""Fuzzing the record parsers: arbitrary bytes, or a valid record with fields mangled, must give
+a validation error (IntegrityError / SchemaVersionError), never anything else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from avatar_release.errors import IntegrityError
+from avatar_release.gates.records import Band, GateResult, ReviewRecord
+from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
+from avatar_release.trust.statements import SignedStatement
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+MANIFEST = json.loads((DATA / "build-manifest.v1.json").read_text())
+RECORDS = [Manifest, GateResult, ReviewRecord, Band, ChannelState, HistoryEntry, SignedStatement]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def _only_validation_errors(cls, data: bytes) -> None:
+    try:
+        parse_record(cls, data, where="fuzz")
+    except IntegrityError:  # SchemaVersionError is one too
+        pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(max_size=400), which=st.sampled_from(RECORDS))
+def test_arbitrary_bytes(data, which):
+    _only_validation_errors(which, data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=json_values, which=st.sampled_from(RECORDS))
+def test_arbitrary_json(doc, which):
+    _only_validation_errors(which, json.dumps(doc).encode())
+
+
+def _paths(doc, prefix=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield prefix + (i,)
+            yield from _paths(v, prefix + (i,))
+
+
+MANIFEST_PATHS = list(_paths(MANIFEST))
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=st.sampled_from(MANIFEST_PATHS), value=json_values, drop=st.booleans())
+def test_a_manifest_with_one_field_mangled(path, value, drop):
+    doc = json.loads(json.dumps(MANIFEST))
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    if drop and isinstance(node, dict):
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = value
+    _only_validation_errors(Manifest, json.dumps(doc).encode())
