@@ -114,12 +114,11 @@ def _prepare_devices_for_target(target_name: str) -> None:
 
 def _prepare_devices_for_build(registry, ref: str):
     """Read the manifest (no JAX needed) and set the device count it was compiled for."""
-    from .environment import configure_host_devices
+    from .environment import configure_for_manifest
     from .registry import read_manifest
 
     resolved, manifest = read_manifest(registry, ref)
-    if manifest.platform.backend == "cpu":
-        configure_host_devices(manifest.platform.device_count)
+    configure_for_manifest(manifest)
     return resolved, manifest
 
 

@@ -59,6 +59,22 @@ def configure_host_devices(count: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join(wanted)
 
 
+def configure_for_manifest(manifest) -> None:
+    """Before JAX starts: the build's device count (CPU) and its flag profile's process flags."""
+    if manifest.platform.backend == "cpu":
+        configure_host_devices(manifest.platform.device_count)
+    have = os.environ.get("XLA_FLAGS", "").split()
+    missing = [f for f in manifest.flags.env_flags if f not in have]
+    if missing and not backend_initialized():
+        os.environ["XLA_FLAGS"] = " ".join(have + missing)
+
+
+def missing_env_flags(manifest) -> list[str]:
+    """Process-level XLA flags the build's flag profile pins that this process lacks."""
+    have = os.environ.get("XLA_FLAGS", "").split()
+    return [f for f in manifest.flags.env_flags if f not in have]
+
+
 def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)

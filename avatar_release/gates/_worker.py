@@ -25,13 +25,12 @@ from pathlib import Path
 
 def run(job: dict) -> dict:
     t_start = time.perf_counter()
-    from ..environment import configure_host_devices
+    from ..environment import configure_for_manifest
     from ..registry import open_registry, read_manifest
 
     registry = open_registry(job["registry"], create=False)
     resolved, manifest = read_manifest(registry, job["digest"])
-    if manifest.platform.backend == "cpu":
-        configure_host_devices(manifest.platform.device_count)
+    configure_for_manifest(manifest)
 
     import numpy as np
 

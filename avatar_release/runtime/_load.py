@@ -18,7 +18,7 @@ import zstandard
 
 from .._digest import sha256_digest
 from .._dtypes import dtype_name
-from ..environment import compare_platform, current_platform
+from ..environment import compare_platform, current_platform, missing_env_flags
 from ._unpickle import deserialize_and_load
 from ..errors import EnvironmentMismatch, IntegrityError
 from ..records import ArraySpec, ExecutableEntry, Manifest
@@ -103,6 +103,10 @@ def check_environment(manifest: Manifest) -> None:
     if len(jax.devices()) != len(devices) and p.backend == "cpu":
         actual = actual.model_copy(update={"device_count": len(jax.devices("cpu"))})
     diffs = compare_platform(p, actual, manifest.toolchain.jaxlib, jaxlib.__version__)
+    missing = missing_env_flags(manifest)
+    if missing:
+        diffs["flag_profile"] = (f"{manifest.flags.name} v{manifest.flags.version} with XLA_FLAGS {missing}",
+                                 "those flags absent from XLA_FLAGS")
     if diffs:
         lines = "\n".join(f"  {k}: expected {e!r}, actual {a!r}" for k, (e, a) in diffs.items())
         fix = ""
