@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 
 from ..errors import InputError
+from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
+from ._oci import OciRegistry
 from ._protocol import CHANNELS, BuildRef, Registry, Resolved, check_name
 
 __all__ = [
@@ -15,6 +17,8 @@ __all__ = [
     "BuildRef",
     "LocalRegistry",
     "MemoryRegistry",
+    "OciRegistry",
+    "GarRegistry",
     "CHANNELS",
     "check_name",
     "open_registry",
@@ -31,8 +35,17 @@ def default_registry_uri(explicit: str | None = None) -> str:
 
 
 def open_registry(uri: str | None = None, *, create: bool = True) -> Registry:
-    """``PATH`` or ``file://PATH`` -> local directory; ``memory://NAME`` -> in-memory fake."""
+    """``PATH`` or ``file://PATH`` -> local directory; ``memory://NAME`` -> in-memory fake;
+    ``oci://HOST[:PORT]/REPO`` (``oci+http://``, ``oci+https://``) -> an OCI registry;
+    ``gar://projects/P/locations/L/repositories/R`` -> Google Artifact Registry.
+
+    Remote registries are contacted on first use, not here; ``create`` does not apply to them.
+    """
     uri = default_registry_uri(uri)
+    if uri.startswith(("oci://", "oci+http://", "oci+https://")):
+        return OciRegistry(uri)
+    if uri.startswith("gar://"):
+        return GarRegistry(uri)
     if uri.startswith("memory://"):
         return MemoryRegistry(uri.removeprefix("memory://") or "memory")
     if uri.startswith("file://"):
@@ -40,7 +53,8 @@ def open_registry(uri: str | None = None, *, create: bool = True) -> Registry:
     if "://" in uri:
         scheme = uri.split("://", 1)[0]
         raise InputError(
-            f"registry {uri!r}: unsupported scheme {scheme!r}; supported: a directory path, file://PATH, memory://NAME"
+            f"registry {uri!r}: unsupported scheme {scheme!r}; supported: a directory path, file://PATH, memory://NAME, "
+            "oci://HOST[:PORT]/REPO, gar://projects/P/locations/L/repositories/R"
         )
     return LocalRegistry(uri, create=create)
 

@@ -1,0 +1,538 @@
+"""The OCI backend against a real registry (CNCF distribution), cross-checked with skopeo.
+
+Each test works in its own repository of one module-wide server; tests that stop the server
+start their own. Retries use millisecond delays so that fault tests stay fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+import requests
+
+from avatar_release._digest import sha256_digest
+from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
+from avatar_release.registry import OciRegistry, Registry, open_registry
+from avatar_release.registry._oci import RetryPolicy, parse_oci_uri
+from tests.oci_server import OciServer, oci_server, registry_binary_or_skip  # noqa: F401  (fixture)
+from tests.unit import test_registry as contract
+
+FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
+
+
+# ---- fixtures and helpers ----------------------------------------------------------------------
+class HookedSession(requests.Session):
+    """A real HTTP session with hooks: ``before`` may answer instead of the server, ``after`` sees replies."""
+
+    def __init__(self, before=None, after=None):
+        super().__init__()
+        self.before, self.after = before, after
+        self.log: list[tuple[str, str, dict]] = []
+
+    def request(self, method, url, **kw):
+        self.log.append((method, url, dict(kw.get("headers") or {})))
+        if self.before is not None:
+            canned = self.before(method, url, kw)
+            if canned is not None:
+                return canned
+        resp = super().request(method, url, **kw)
+        if self.after is not None:
+            resp = self.after(method, url, resp) or resp
+        return resp
+
+
+def fake_response(status: int, url: str, body: bytes = b"") -> requests.Response:
+    r = requests.Response()
+    r.status_code, r.url, r._content, r._content_consumed = status, url, body, True
+    return r
+
+
+def server_error(url: str) -> requests.Response:
+    return fake_response(500, url, b'{"errors":[{"code":"UNKNOWN","message":"injected failure"}]}')
+
+
+@pytest.fixture
+def make_reg(oci_server, tmp_path):
+    """Registries on a fresh repository of the shared server, sharing one lock directory."""
+    repo = f"t/{uuid.uuid4().hex[:12]}"
+
+    def make(session=None, retry=FAST, server=None):
+        host = (server or oci_server).host
+        return OciRegistry(f"oci://{host}/{repo}", session=session, retry=retry, lock_dir=tmp_path / "locks")
+
+    return make
+
+
+@pytest.fixture
+def reg(make_reg):
+    return make_reg()
+
+
+def publish(reg, build_id: str, payloads=(b"exe",), **fields) -> tuple[str, dict]:
+    """A build whose manifest references real blobs (so they become OCI layers)."""
+    media = "application/vnd.avatar-release.executable.v1+zstd"
+    refs = [{"digest": reg.put_blob(p), "size": len(p), "media_type": media} for p in payloads]
+    doc = {"build_id": build_id, "pipeline": "tiny", "target": "cpu-8", "created_at": "2026-11-29T00:00:00.000000Z",
+           "weights": {"blob": refs[0]}, "executables": [{"key": f"dit/b{i}", "blob": r} for i, r in enumerate(refs)],
+           **fields}
+    digest, _ = reg.put_build(build_id, json.dumps(doc).encode())
+    return digest, doc
+
+
+def skopeo(*args: str) -> bytes:
+    exe = shutil.which("skopeo")
+    if exe is None:
+        pytest.skip("skopeo is not installed (Debian: apt-get install skopeo)")
+    proc = subprocess.run([exe, *args], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout
+
+
+# ---- the registry contract, shared with the local and in-memory stores -----------------------------
+test_contract_blob_round_trip_and_dedup = contract.test_blob_round_trip_and_dedup
+test_contract_blob_with_lying_size_is_refused = contract.test_blob_with_lying_size_is_refused
+test_contract_missing_blob_is_not_found = contract.test_missing_blob_is_not_found
+test_contract_put_build_is_immutable = contract.test_put_build_is_immutable
+test_contract_resolve_channel_build_id_digest_and_prefix = contract.test_resolve_channel_build_id_digest_and_prefix
+test_contract_move_channel_is_compare_and_swap = contract.test_move_channel_is_compare_and_swap
+test_contract_names_that_escape_are_refused = contract.test_names_that_escape_are_refused
+
+
+# ---- URIs ------------------------------------------------------------------------------------------
+def test_oci_uris_pick_http_for_loopback_and_https_elsewhere():
+    assert parse_oci_uri("oci://127.0.0.1:5000/team/avatar").base == "http://127.0.0.1:5000/v2/team/avatar"
+    assert parse_oci_uri("oci://localhost/avatar").scheme == "http"
+    assert parse_oci_uri("oci://registry.example.com/avatar").base == "https://registry.example.com/v2/avatar"
+    assert parse_oci_uri("oci+http://registry.lan:5000/avatar").scheme == "http"
+    assert parse_oci_uri("oci+https://127.0.0.1:5000/avatar").scheme == "https"
+    opened = open_registry("oci://127.0.0.1:5000/avatar")
+    assert isinstance(opened, OciRegistry) and isinstance(opened, Registry)
+
+
+@pytest.mark.parametrize("uri, why", [
+    ("oci://127.0.0.1:5000", "invalid repository"),
+    ("oci://127.0.0.1:5000/Upper", "invalid repository"),
+    ("oci://127.0.0.1:5000/a/../b", "invalid repository"),
+    ("oci://user:pw@host/repo", "no credentials"),
+    ("oci://host/repo?x=1", "no credentials, query"),
+    ("oci:///repo", "invalid host"),
+    ("ocix://host/repo", "expected oci://"),
+])
+def test_bad_oci_uris_are_input_errors(uri, why):
+    with pytest.raises(InputError, match=why):
+        OciRegistry(uri)
+
+
+# ---- builds as OCI artifacts, seen by an independent client ------------------------------------------
+def test_build_is_an_oci_artifact_that_skopeo_reads(reg, oci_server):
+    digest, doc = publish(reg, "tiny-cpu-8-aaaa", (b"weights", b"exe-1", b"exe-2"))
+    reg.move_channel("dev", reg.resolve("tiny-cpu-8-aaaa"), expected_digest=None, action="publish", who="t", reason="r")
+    reg.move_channel("staging", reg.resolve("dev"), expected_digest=None, action="promote", who="t", reason="r")
+    ref = f"docker://{oci_server.host}/{reg.location.repo}"
+
+    raw = skopeo("inspect", "--raw", "--tls-verify=false", f"{ref}:staging")
+    assert sha256_digest(raw) == reg.resolve("staging").digest == reg.resolve("dev").digest == digest
+    m = json.loads(raw)
+    assert m["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert m["artifactType"] == "application/vnd.avatar-release.build.v1"
+    assert m["annotations"]["io.avatar-release.build-id"] == "tiny-cpu-8-aaaa"
+    assert m["annotations"]["io.avatar-release.pipeline"] == "tiny"
+    assert m["annotations"]["io.avatar-release.target"] == "cpu-8"
+    assert m["annotations"]["org.opencontainers.image.created"] == doc["created_at"]
+    # The avatar-release manifest is the config blob; every blob it references is a layer (kept by GC).
+    manifest_bytes = reg.get_manifest_bytes(digest)
+    assert m["config"]["digest"] == sha256_digest(manifest_bytes) and json.loads(manifest_bytes) == doc
+    assert {layer["digest"] for layer in m["layers"]} == {sha256_digest(p) for p in (b"weights", b"exe-1", b"exe-2")}
+
+    tags = json.loads(skopeo("list-tags", "--tls-verify=false", ref))["Tags"]
+    assert {"dev", "staging", "_b.tiny-cpu-8-aaaa", "_history"} <= set(tags)
+    assert "prod" not in tags
+
+
+def test_manifests_are_pushed_and_read_with_oci_media_types(make_reg):
+    session = HookedSession()
+    reg = make_reg(session=session)
+    publish(reg, "b-1")
+    reg.move_channel("dev", reg.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r")
+    puts = [h for m, u, h in session.log if m == "PUT" and "/manifests/" in u]
+    gets = [h for m, u, h in session.log if m in ("GET", "HEAD") and "/manifests/" in u]
+    assert puts and all(h["Content-Type"] == "application/vnd.oci.image.manifest.v1+json" for h in puts)
+    assert gets and all(h["Accept"].startswith("application/vnd.oci.image.manifest.v1+json") for h in gets)
+
+
+def test_a_build_whose_blobs_are_missing_is_refused_and_invisible(reg):
+    ghost = {"digest": sha256_digest(b"never pushed"), "size": 12, "media_type": "application/octet-stream"}
+    with pytest.raises(IntegrityError, match="push every blob before the manifest"):
+        reg.put_build("b-ghost", json.dumps({"weights": {"blob": ghost}}).encode())
+    with pytest.raises(NotFoundError):
+        reg.resolve("b-ghost")
+    assert reg.list_builds() == []
+
+
+def test_list_builds_and_resolve_by_digest_need_a_committed_build(reg):
+    d1, _ = publish(reg, "b-1", (b"1",))
+    d2, _ = publish(reg, "b-2", (b"2",))
+    assert [(b.build_id, b.digest) for b in reg.list_builds()] == [("b-1", d1), ("b-2", d2)]
+    assert reg.resolve(d1).via == "digest" and reg.resolve(d1).build_id == "b-1"
+    with pytest.raises(NotFoundError, match="no build with manifest digest"):
+        reg.resolve(sha256_digest(b"nothing"))
+
+
+def test_pull_reads_at_most_size_plus_one_and_checks_the_digest(make_reg):
+    served = {"bytes": 0, "tamper": False}
+
+    def after(method, url, resp):
+        if method == "GET" and "/blobs/sha256:" in url:
+            inner = resp.iter_content
+
+            def counted(chunk_size=1, decode_unicode=False):
+                for chunk in inner(chunk_size=chunk_size):
+                    served["bytes"] += len(chunk)
+                    yield bytes([chunk[0] ^ 1]) + chunk[1:] if served["tamper"] else chunk
+
+            resp.iter_content = counted
+        return resp
+
+    reg = make_reg(session=HookedSession(after=after))
+    big = bytes(range(256)) * 4096  # 1 MiB
+    digest = reg.put_blob(big)
+    with pytest.raises(IntegrityError, match="size more than 10 bytes, manifest says 10"):
+        reg.get_blob(digest, 10)
+    assert served["bytes"] <= 11  # the rest of the megabyte was never read
+    served["tamper"] = True
+    with pytest.raises(IntegrityError, match="content hashes to"):
+        reg.get_blob(digest, len(big))
+
+
+# ---- channels, history and records --------------------------------------------------------------------
+def test_channel_states_and_history_match_the_local_semantics(reg, make_reg):
+    for n in (1, 2, 3):
+        publish(reg, f"b-{n}", (str(n).encode(),))
+    r1, r2, r3 = (reg.resolve(f"b-{n}") for n in (1, 2, 3))
+    e1 = reg.move_channel("dev", r1, expected_digest=None, action="publish", who="ci", reason="one")
+    e2 = reg.move_channel("staging", r1, expected_digest=None, action="promote", who="ann", reason="gate ok",
+                          gate_result_digest=sha256_digest(b"gate"))
+    e3 = reg.move_channel("dev", r2, expected_digest=r1.digest, action="publish", who="ci", reason="two")
+    e4 = reg.move_channel("dev", r3, expected_digest=r2.digest, action="publish", who="ci", reason="three")
+    e5 = reg.move_channel("dev", r2, expected_digest=r3.digest, action="rollback", who="bob", reason="bad")
+    fresh = make_reg()  # another process would see the same
+    assert [e.sequence for e in fresh.history()] == [1, 2, 3, 4, 5]
+    assert fresh.history() == [e1, e2, e3, e4, e5]
+    assert [e.to_build for e in fresh.history("dev")] == ["b-1", "b-2", "b-3", "b-2"]
+    dev = fresh.get_channel("dev")
+    assert (dev.build_id, dev.digest, dev.sequence, dev.updated_at) == ("b-2", r2.digest, 5, e5.when)
+    assert fresh.history("staging")[0].gate_result_digest == sha256_digest(b"gate")
+    assert {(c.channel, c.build_id, c.sequence) for c in fresh.list_channels()} == {("dev", "b-2", 5),
+                                                                                     ("staging", "b-1", 2)}
+    assert fresh.get_channel("prod") is None
+
+
+def test_records_put_get_update_and_list(reg):
+    assert reg.get_record("gate-results", "b-1") is None and reg.list_records("gate-results") == []
+    reg.put_record("reviews", "b-1", b'{"verdict": "ok"}')
+    reg.put_record("reviews", "b-2", b"")
+    assert reg.get_record("reviews", "b-1") == b'{"verdict": "ok"}'
+    assert reg.get_record("reviews", "b-2") == b""
+    assert reg.update_record("gate-results", "b-1", lambda old: (old or b"") + b"a") == b"a"
+    assert reg.update_record("gate-results", "b-1", lambda old: (old or b"") + b"b") == b"ab"
+    assert reg.get_record("gate-results", "b-1") == b"ab"
+    assert reg.list_records("reviews") == ["b-1", "b-2"] and reg.list_records("gate-results") == ["b-1"]
+    for bad in ("../x", "a/b", "UPPER", "a..b"):
+        with pytest.raises(InputError):
+            reg.put_record("reviews", bad, b"x")
+    with pytest.raises(InputError, match="over the 128"):
+        reg.put_record("reviews", "x" * 120, b"x")
+
+
+def test_concurrent_record_updates_lose_nothing(make_reg):
+    regs = [make_reg() for _ in range(4)]
+
+    def add(r, k):
+        for i in range(5):
+            r.update_record("gate-results", "b-1", lambda old, tag=f"{k}.{i}": json.dumps(
+                json.loads(old or b"[]") + [tag]).encode())
+
+    threads = [threading.Thread(target=add, args=(r, k)) for k, r in enumerate(regs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(json.loads(regs[0].get_record("gate-results", "b-1"))) == 20
+
+
+# ---- concurrency ---------------------------------------------------------------------------------------
+_RACER = """
+import os, sys, time
+from avatar_release.errors import ConflictError
+from avatar_release.registry import OciRegistry
+uri, locks, target, go = sys.argv[1:5]
+reg = OciRegistry(uri, lock_dir=locks)
+resolved = reg.resolve(target)
+while not os.path.exists(go):
+    time.sleep(0.001)
+try:
+    reg.move_channel("staging", resolved, expected_digest=None, action="promote", who=target, reason="race")
+    print("won")
+except ConflictError:
+    print("conflict")
+"""
+
+
+def test_concurrent_promotions_across_processes_exactly_one_wins(reg, tmp_path):
+    publish(reg, "b-1", (b"1",))
+    publish(reg, "b-2", (b"2",))
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, reg.uri, str(tmp_path / "locks"), b, str(go)],
+                              stdout=subprocess.PIPE, text=True) for b in ("b-1", "b-2")]
+    go.write_text("go")
+    outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert outcomes == ["conflict", "won"]
+    assert len(reg.history("staging")) == 1
+    assert reg.get_channel("staging").build_id == reg.history("staging")[0].to_build
+
+
+def test_concurrent_promotions_across_threads_exactly_one_wins(make_reg):
+    setup = make_reg()
+    ids = [f"b-{n}" for n in range(4)]
+    for n, b in enumerate(ids):
+        publish(setup, b, (str(n).encode(),))
+    barrier, outcomes = threading.Barrier(len(ids)), []
+
+    def race(build_id):
+        r = make_reg()
+        resolved = r.resolve(build_id)
+        barrier.wait()
+        try:
+            r.move_channel("prod", resolved, expected_digest=None, action="promote", who=build_id, reason="race")
+            outcomes.append("won")
+        except ConflictError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=race, args=(b,)) for b in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * 3 + ["won"]
+    assert len(setup.history("prod")) == 1
+
+
+def test_a_tag_overwritten_outside_the_lock_is_caught_by_the_read_back(make_reg):
+    setup = make_reg()
+    publish(setup, "b-1", (b"1",))
+    publish(setup, "b-2", (b"2",))
+    intruder = make_reg()
+    other = intruder._get_manifest("_b.b-2", "test")[1]
+
+    def after(method, url, resp):
+        if method == "PUT" and url.endswith("/manifests/staging"):  # another machine writes right after us
+            intruder._put_manifest("staging", other, "intruder")
+        return resp
+
+    reg = make_reg(session=HookedSession(after=after))
+    with pytest.raises(ConflictError, match="written by another writer"):
+        reg.move_channel("staging", reg.resolve("b-1"), expected_digest=None, action="promote", who="a", reason="r")
+
+
+def test_a_reader_during_tag_moves_always_gets_a_whole_build(make_reg):
+    mover = make_reg()
+    for n in (1, 2):
+        publish(mover, f"b-{n}", (f"payload-{n}".encode() * 1000,))
+    r1, r2 = mover.resolve("b-1"), mover.resolve("b-2")
+    mover.move_channel("dev", r1, expected_digest=None, action="publish", who="t", reason="r")
+    stop, seen, errors = threading.Event(), [], []
+
+    def read():
+        reader = make_reg(retry=RetryPolicy(attempts=8, base_delay=0.005, max_delay=0.05))
+        while not stop.is_set():
+            try:
+                resolved = reader.resolve("dev")
+                doc = json.loads(reader.get_manifest_bytes(resolved.digest))
+                blob = doc["weights"]["blob"]
+                data = reader.get_blob(blob["digest"], blob["size"])
+                assert doc["build_id"] == resolved.build_id
+                assert data.startswith(f"payload-{resolved.build_id[-1]}".encode())
+                seen.append(resolved.build_id)
+            except Exception as e:  # noqa: BLE001 - collected and reported below
+                errors.append(repr(e))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    current = r1
+    for _ in range(20):
+        nxt = r2 if current is r1 else r1
+        mover.move_channel("dev", nxt, expected_digest=current.digest, action="publish", who="t", reason="flip")
+        current = nxt
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors[:3]
+    assert set(seen) <= {"b-1", "b-2"} and len(seen) > 5
+    assert [e.sequence for e in mover.history("dev")] == list(range(1, 22))
+
+
+# ---- faults: 5xx, outages, interrupted moves ----------------------------------------------------------------
+def test_5xx_and_dropped_connections_are_retried(make_reg):
+    state = {"left": 0, "failed": 0}
+
+    def before(method, url, kw):
+        if state["left"] > 0:
+            state["left"] -= 1
+            state["failed"] += 1
+            if state["left"] % 2:
+                raise requests.ConnectionError("injected: connection reset")
+            return server_error(url)
+        return None
+
+    reg = make_reg(session=HookedSession(before=before))
+    for op in range(4):
+        state["left"] = 3  # fail three times in a row, then let it through
+        if op == 0:
+            d = reg.put_blob(b"payload")
+        elif op == 1:
+            assert reg.get_blob(d, 7) == b"payload"
+        elif op == 2:
+            publish(reg, "b-1", (b"payload",))
+        else:
+            reg.move_channel("dev", reg.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r")
+    assert state["failed"] == 12 and reg.get_channel("dev").build_id == "b-1"
+
+
+def test_persistent_5xx_gives_up_with_host_operation_and_status(make_reg, oci_server):
+    reg = make_reg(session=HookedSession(before=lambda m, u, kw: fake_response(503, u, b"")))
+    with pytest.raises(RegistryError) as err:
+        reg.get_blob(sha256_digest(b"x"), 1)
+    msg = str(err.value)
+    assert oci_server.host in msg and "pull blob" in msg and "4 attempt(s)" in msg and "HTTP 503" in msg
+    assert err.value.exit_code == 7
+
+
+def test_an_unreachable_registry_is_a_registry_error(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    reg = OciRegistry(f"oci://127.0.0.1:{port}/avatar", retry=FAST, lock_dir=tmp_path)
+    with pytest.raises(RegistryError, match=rf"127\.0\.0\.1:{port}/avatar: resolve channel dev failed after 4"):
+        reg.resolve("dev")
+
+
+def test_server_stopped_mid_publish_leaves_nothing_half_published(tmp_path):
+    server = OciServer(registry_binary_or_skip(), tmp_path / "srv").start()
+    try:
+        uri = server.uri("avatar")
+        reg = OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks")
+        publish(reg, "b-1", (b"1",))
+        reg.move_channel("dev", reg.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r")
+        uploads = {"n": 0}
+
+        def before(method, url, kw):
+            if method == "POST" and "/blobs/uploads/" in url:
+                uploads["n"] += 1
+                if uploads["n"] == 2:
+                    server.stop()  # the registry goes away in the middle of the publish
+            return None
+
+        flaky = OciRegistry(uri, session=HookedSession(before=before), retry=FAST, lock_dir=tmp_path / "locks")
+        with pytest.raises(RegistryError, match=rf"{server.host}/avatar: push blob .* failed after 4 attempt"):
+            digest, _ = publish(flaky, "b-2", (b"2a", b"2b", b"2c"))
+            flaky.move_channel("dev", flaky.resolve(digest), expected_digest=None, action="publish", who="t",
+                               reason="r")
+        server.start()
+        after = OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks")
+        assert after.resolve("dev").build_id == "b-1"
+        with pytest.raises(NotFoundError):
+            after.resolve("b-2")
+        assert [b.build_id for b in after.list_builds()] == ["b-1"] and len(after.history()) == 1
+    finally:
+        server.stop()
+
+
+def _failing_put(tag: str):
+    def before(method, url, kw):
+        return server_error(url) if method == "PUT" and url.endswith(f"/manifests/{tag}") else None
+    return before
+
+
+def test_a_move_whose_tag_write_fails_changes_nothing(make_reg):
+    setup = make_reg()
+    publish(setup, "b-1", (b"1",))
+    publish(setup, "b-2", (b"2",))
+    r1, r2 = setup.resolve("b-1"), setup.resolve("b-2")
+    setup.move_channel("dev", r1, expected_digest=None, action="publish", who="t", reason="r")
+    broken = make_reg(session=HookedSession(before=_failing_put("dev")))
+    with pytest.raises(RegistryError, match="move channel dev failed after 4 attempt"):
+        broken.move_channel("dev", r2, expected_digest=r1.digest, action="promote", who="a", reason="r")
+    assert setup.get_channel("dev").build_id == "b-1" and len(setup.history()) == 1  # parked entry not shown
+    e = setup.move_channel("dev", r2, expected_digest=r1.digest, action="promote", who="a", reason="again")
+    assert e.sequence > 1 and [h.to_build for h in setup.history("dev")] == ["b-1", "b-2"]
+
+
+def test_a_move_whose_history_write_fails_keeps_its_entry(make_reg):
+    setup = make_reg()
+    publish(setup, "b-1", (b"1",))
+    publish(setup, "b-2", (b"2",))
+    publish(setup, "b-3", (b"3",))
+    r1, r2, r3 = (setup.resolve(f"b-{n}") for n in (1, 2, 3))
+    setup.move_channel("dev", r1, expected_digest=None, action="publish", who="t", reason="r")
+    broken = make_reg(session=HookedSession(before=_failing_put("_history")))
+    with pytest.raises(RegistryError, match="append history failed after 4 attempt"):
+        broken.move_channel("dev", r2, expected_digest=r1.digest, action="promote", who="alice", reason="why")
+    # The tag moved; the parked entry (with who and why) is part of the history from now on.
+    assert setup.get_channel("dev").build_id == "b-2" and setup.get_channel("dev").sequence == 2
+    assert [(h.sequence, h.who, h.reason) for h in setup.history("dev")][-1] == (2, "alice", "why")
+    # The next move folds it into the history artifact for good.
+    setup.move_channel("dev", r3, expected_digest=r2.digest, action="promote", who="bob", reason="next")
+    stored = setup._entries_of("_history", "application/vnd.avatar-release.history.v1")
+    assert [(e.sequence, e.who) for e in stored] == [(1, "t"), (2, "alice"), (3, "bob")]
+
+
+def test_a_tag_moved_by_another_tool_is_recorded_by_the_next_move(make_reg, oci_server):
+    reg = make_reg()
+    for n in (1, 2, 3):
+        publish(reg, f"b-{n}", (str(n).encode(),))
+    r1, r2, r3 = (reg.resolve(f"b-{n}") for n in (1, 2, 3))
+    reg.move_channel("prod", r1, expected_digest=None, action="promote", who="t", reason="r")
+    reg._put_manifest("prod", reg._get_manifest(r2.digest, "test")[1], "someone else")  # e.g. skopeo copy
+    state = reg.get_channel("prod")
+    assert (state.build_id, state.sequence) == ("b-2", 0)
+    e = reg.move_channel("prod", r3, expected_digest=r2.digest, action="promote", who="t", reason="r")
+    assert [(h.who, h.to_build) for h in reg.history("prod")] == [("t", "b-1"), ("unknown", "b-2"), ("t", "b-3")]
+    assert e.sequence == 3 and e.from_build == "b-2"
+
+
+# ---- a real build, loaded and rendered from the OCI registry ------------------------------------------------
+@pytest.mark.slow
+def test_a_real_build_loads_and_renders_from_the_oci_registry(built_registry, reg):
+    import numpy as np
+
+    from avatar_release.registry import LocalRegistry, read_manifest
+    from avatar_release.runtime import load, stream
+    from avatar_release.samples import sample_audio, sample_image
+
+    root, _ = built_registry
+    local = LocalRegistry(root, create=False)
+    resolved, manifest = read_manifest(local, "dev")
+    for blob in manifest.blobs():
+        reg.put_blob(local.get_blob(blob.digest, blob.size))
+    digest, created = reg.put_build(manifest.build_id, local.get_manifest_bytes(resolved.digest))
+    reg.move_channel("prod", reg.resolve(digest), expected_digest=None, action="promote", who="t", reason="e2e")
+
+    build = load("prod", reg)
+    assert build.build_id == manifest.build_id and build.digest == digest
+    image, audio = sample_image(48, 80), sample_audio(0.3)
+    chunk = next(iter(stream(build, image, audio)))
+    assert chunk.frames.dtype == np.uint8 and chunk.frames.shape[1:] == (48, 80, 3)
+    assert build.guard.count == 0 and chunk.compiles == 0
+    reference = next(iter(stream(load("dev", local), image, audio)))
+    assert np.array_equal(chunk.frames, reference.frames)
+    assert hashlib.sha256(chunk.frames.tobytes()).hexdigest() == hashlib.sha256(reference.frames.tobytes()).hexdigest()

@@ -1,0 +1,123 @@
+"""A real OCI registry for tests: CNCF distribution (``docker-registry serve``) on 127.0.0.1.
+
+The server gets a free port, a config file written here (filesystem storage in a temp
+directory, deletes enabled, an HTTP secret) and is up once ``GET /v2/`` answers 200. It can
+be stopped and started again on the same port and storage, to play an outage.
+
+Without the binary the tests skip, unless ``AVATAR_RELEASE_REQUIRE_REGISTRY`` is set, where
+a missing registry fails them (CI that must run them).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+__all__ = ["OciServer", "registry_binary_or_skip", "oci_server"]
+
+_CANDIDATES = ("docker-registry", "registry")
+
+
+def registry_binary_or_skip() -> str:
+    """The distribution binary, or skip (fail under AVATAR_RELEASE_REQUIRE_REGISTRY)."""
+    for name in _CANDIDATES:
+        exe = shutil.which(name)
+        if exe:
+            return exe
+    if os.environ.get("AVATAR_RELEASE_REQUIRE_REGISTRY"):
+        pytest.fail("an OCI registry is required here (AVATAR_RELEASE_REQUIRE_REGISTRY) but docker-registry is "
+                    "not installed (Debian: apt-get install docker-registry)")
+    pytest.skip("no OCI registry binary on this machine (Debian: apt-get install docker-registry)")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OciServer:
+    """One distribution process serving ``root``; ``host`` is ``127.0.0.1:PORT``."""
+
+    def __init__(self, exe: str, root: Path, port: int | None = None):
+        self.exe, self.root = exe, Path(root)
+        self.port = port or _free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = self.root / "registry.log"
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def uri(self, repo: str) -> str:
+        return f"oci://{self.host}/{repo}"
+
+    def _config(self) -> Path:
+        cfg = self.root / "config.yml"
+        cfg.write_text(
+            "version: 0.1\n"
+            "log:\n  level: error\n  accesslog:\n    disabled: true\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {self.root / 'data'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.host}\n  secret: {secrets.token_hex(16)}\n"
+        )
+        return cfg
+
+    def start(self, timeout: float = 20.0) -> OciServer:
+        self.root.mkdir(parents=True, exist_ok=True)
+        cfg = self._config()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([self.exe, "serve", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log.read_text()[-2000:]
+                raise RuntimeError(f"docker-registry exited with {self.proc.returncode}: {tail}")
+            if self._answers():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"docker-registry did not answer GET /v2/ on {self.host} within {timeout}s")
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+
+    def restart(self) -> OciServer:
+        self.stop()
+        return self.start()
+
+
+@pytest.fixture(scope="module")
+def oci_server(tmp_path_factory):
+    """A registry shared by one test module; tests use their own repositories in it."""
+    exe = registry_binary_or_skip()
+    server = OciServer(exe, tmp_path_factory.mktemp("oci-registry")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
