@@ -392,6 +392,27 @@ def history_cmd(channel, registry_uri, as_json):
 
 
 
+@cli.command("gc")
+@click.option("--prune-builds", is_flag=True,
+              help="Also drop builds no channel points at and staging/prod never held.")
+@click.option("--min-age", "min_age_s", default=3600.0, show_default=True, type=float,
+              help="Seconds an unreferenced blob must be old before it is deleted (publishes in flight).")
+@click.option("--dry-run", is_flag=True, help="Report what would go; delete nothing.")
+@registry_option
+@json_option
+def gc_cmd(prune_builds, min_age_s, dry_run, registry_uri, as_json):
+    """Delete unreferenced blobs (never anything a channel or a rollback can reach)."""
+    from .registry import open_registry
+    from .registry._gc import collect_garbage
+
+    r = collect_garbage(open_registry(registry_uri, create=False), prune_builds=prune_builds,
+                        min_age_s=min_age_s, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    _emit(as_json, {"ok": True, **r.to_json()},
+          f"{verb} {r.deleted_blobs} blobs ({r.freed_bytes / 1e6:.2f} MB) and {len(r.pruned_builds)} builds; "
+          f"kept {len(r.kept_builds)} builds, {r.kept_blobs} blobs ({r.young_blobs} too young to judge)")
+
+
 # ---------------------------------------------------------------------------------- keys
 @cli.group("keys")
 def keys_group() -> None:

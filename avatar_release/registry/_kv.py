@@ -17,7 +17,7 @@ import json
 
 
 from .._digest import hex_of, is_digest, sha256_digest
-from ..errors import ConflictError, IntegrityError, NotFoundError
+from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
 from ._protocol import BuildRef, Resolved, check_name
 
@@ -43,6 +43,15 @@ class KVRegistry:
     def _lock(self) -> contextlib.AbstractContextManager:
         raise NotImplementedError
 
+    def _delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def _age(self, key: str) -> float:
+        raise NotImplementedError
+
+    def _touch(self, key: str) -> None:
+        pass
+
     # ---- blobs ----------------------------------------------------------------------
     @staticmethod
     def _blob_key(digest: str) -> str:
@@ -56,6 +65,7 @@ class KVRegistry:
         key = self._blob_key(digest)
         existing = self._read(key, limit=len(data) + 1)
         if existing is not None and sha256_digest(existing) == digest:
+            self._touch(key)  # re-used: garbage collection's grace period starts again
             return digest  # content-addressed: already there, nothing rewritten
         self._write_atomic(key, data)
         return digest
@@ -90,10 +100,23 @@ class KVRegistry:
             existing = self._read(f"builds/{build_id}")
             if existing is not None:
                 return json.loads(existing)["digest"], False
+            self._check_blobs_present(build_id, manifest_bytes)
             digest = self.put_blob(manifest_bytes)
             ref = {"build_id": build_id, "digest": digest, "published_at": utcnow()}
             self._write_atomic(f"builds/{build_id}", json.dumps(ref).encode())
             return digest, True
+
+    def _check_blobs_present(self, build_id: str, manifest_bytes: bytes) -> None:
+        """Under the lock: every blob the manifest names is there (a concurrent gc cannot have
+        removed one), so a committed build is always complete."""
+        try:
+            refs = [b["digest"] for b in _manifest_blob_refs(json.loads(manifest_bytes))]
+        except (ValueError, TypeError, KeyError):
+            return  # not a manifest this store understands: the loader validates it
+        missing = [d for d in refs if not self.has_blob(d)]
+        if missing:
+            raise RegistryError(f"publish {build_id}: blobs {missing[:3]} are missing from {self.uri} "
+                                "(removed by a concurrent gc?); nothing was committed — publish again")
 
     def get_manifest_bytes(self, digest: str) -> bytes:
         data = self._read(self._blob_key(digest))
@@ -289,3 +312,12 @@ def _plausible(name: str) -> bool:
         return False
 
 
+
+
+def _manifest_blob_refs(doc: dict) -> list[dict]:
+    out = []
+    if isinstance(doc.get("weights"), dict) and "blob" in doc["weights"]:
+        out.append(doc["weights"]["blob"])
+    for e in doc.get("executables", []) or []:
+        out.append(e["blob"])
+    return out

@@ -90,6 +90,33 @@ class LocalRegistry(KVRegistry):
         except OSError as e:
             raise RegistryError(f"registry {self.root}: cannot append to {key} ({e.strerror})") from None
 
+    def _delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise RegistryError(f"registry {self.root}: cannot delete {key} ({e.strerror})") from None
+
+    def _age(self, key: str) -> float:
+        """Seconds since ``key`` was last written or re-put (put_blob touches existing blobs)."""
+        import time
+
+        try:
+            return time.time() - self._path(key).stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    def _size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _touch(self, key: str) -> None:
+        with contextlib.suppress(OSError):
+            os.utime(self._path(key))
+
     def _list(self, prefix: str) -> list[str]:
         d = self._path(prefix.rstrip("/"))
         if not d.is_dir():

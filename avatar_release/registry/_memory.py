@@ -27,6 +27,15 @@ class MemoryRegistry(KVRegistry):
     def _append(self, key, line):
         self._data[key] = self._data.get(key, b"") + line
 
+    def _delete(self, key):
+        self._data.pop(key, None)
+
+    def _size(self, key):
+        return len(self._data.get(key, b""))
+
+    def _age(self, key):
+        return float("inf")  # no clock: everything counts as old enough to collect
+
     def _list(self, prefix):
         return sorted(k for k in self._data if k.startswith(prefix) and "/" not in k[len(prefix):])
 
