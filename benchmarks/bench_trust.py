@@ -1,0 +1,103 @@
+"""Trust cost: signature verification and the whole pre-load verification as shares of a cold load.
+
+Pre-load verification = signed-statement check + identity/seal recomputation + size and sha256
+of every blob (all before any decompression or unpickling). Goal: <= 2% of the cold load.
+Each measurement is a fresh process (a real cold load); the median of N runs is reported.
+
+    python benchmarks/bench_trust.py [--runs 3] [--out benchmarks/results/trust.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_CHILD = r"""
+import json, sys, time
+from avatar_release.environment import configure_host_devices
+configure_host_devices(8)
+from avatar_release.registry import LocalRegistry
+from avatar_release.runtime import TrustConfig, load
+from avatar_release.trust import AcceptedState, load_public_key
+reg = LocalRegistry(sys.argv[1])
+trust = TrustConfig(load_public_key(sys.argv[2]), AcceptedState(sys.argv[3])) if sys.argv[2] != "-" else None
+import jax  # imported before timing: the cold load is what the loader does
+t0 = time.perf_counter()
+from avatar_release import identity
+b = load("prod", reg, trust=trust)
+total = time.perf_counter() - t0
+t = b.timings
+t1 = time.perf_counter(); identity.manifest_identity(b.manifest); identity.manifest_seal(b.manifest)
+ident = time.perf_counter() - t1
+print(json.dumps({"total": total, "signature": t.signature, "verify": t.verify, "identity": ident,
+                  "fetch": t.fetch, "deserialize": t.deserialize}))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trust.json"))
+    args = ap.parse_args()
+
+    from avatar_release.environment import configure_host_devices
+
+    configure_host_devices(8)
+    from avatar_release.compile import compile_build
+    from avatar_release.gates import run_gate
+    from avatar_release.promote import promote
+    from avatar_release.registry import LocalRegistry
+    from avatar_release.trust import generate_keypair, load_private_key
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        reg = LocalRegistry(tmp / "reg")
+        b = compile_build("tiny", "cpu-8", registry=reg)
+        run_gate(b.build_id, reg, baseline="none")
+        priv, pub, _ = generate_keypair(tmp / "keys")
+        key = load_private_key(priv)
+        promote(reg, b.build_id, "staging", signing_key=key)
+        promote(reg, b.build_id, "prod", signing_key=key)
+
+        def child(pubkey: str) -> dict:
+            out = subprocess.run([sys.executable, "-c", _CHILD, str(tmp / "reg"), pubkey, str(tmp / "state.json")],
+                                 capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                 check=True)
+            return json.loads(out.stdout.strip().splitlines()[-1])
+
+        signed = [child(str(pub)) for _ in range(args.runs)]
+        plain = [child("-") for _ in range(args.runs)]
+
+    med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
+    sig_share = med(signed, "signature") / med(signed, "total")
+    pre = (med(signed, "signature") + med(signed, "verify") + med(signed, "identity")) / med(signed, "total")
+    result = {
+        "runs": args.runs,
+        "cold_load_s": {"with_key": round(med(signed, "total"), 4), "without_key": round(med(plain, "total"), 4)},
+        "signature_s": round(med(signed, "signature"), 5),
+        "blob_verify_s": round(med(signed, "verify"), 5),
+        "identity_and_seal_s": round(med(signed, "identity"), 5),
+        "ratios": {"signature / cold load": round(sig_share, 4),
+                   "pre-load verification / cold load": round(pre, 4)},
+    }
+    print(f"cold load (median of {args.runs} fresh processes): {med(signed, 'total'):.3f}s with a trust key, "
+          f"{med(plain, 'total'):.3f}s without")
+    print(f"{'measure':<40} {'ratio':>8} {'goal':>7}")
+    for name, v in result["ratios"].items():
+        print(f"{name:<40} {v:8.4f} {'<= 0.02':>7}  {'ok' if v <= 0.02 else 'MISSED'}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
