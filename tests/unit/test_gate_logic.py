@@ -182,7 +182,7 @@ def test_page_never_says_which_side_is_the_candidate(manifest):
 
 
 def test_answers_are_final_and_approval_needs_all_of_them(manifest):
-    reg = MemoryRegistry("memory://review")
+    reg = MemoryRegistry("review")
     result = _result(manifest)
     digest = save_result(reg, result)
     rv = new_review(result, digest, [3, 5], seed=3)
@@ -205,7 +205,7 @@ def test_answers_are_final_and_approval_needs_all_of_them(manifest):
 
 
 def test_only_a_build_that_needs_review_can_be_decided(manifest):
-    reg = MemoryRegistry("memory://review2")
+    reg = MemoryRegistry("review2")
     with pytest.raises(NotFoundError, match="no gate result"):
         decide(reg, "tiny-cpu-8-aaaaaaaaaaaa", approve=False, reviewer="x", note="")
     save_result(reg, _result(manifest, status="passed"))
@@ -214,7 +214,7 @@ def test_only_a_build_that_needs_review_can_be_decided(manifest):
 
 
 def test_results_accumulate_newest_last(manifest):
-    reg = MemoryRegistry("memory://results")
+    reg = MemoryRegistry("results")
     first = save_result(reg, _result(manifest, status="failed"))
     second = save_result(reg, _result(manifest, status="passed").model_copy(update={"created_at": "later"}))
     got, digest = latest_result(reg, "tiny-cpu-8-aaaaaaaaaaaa")

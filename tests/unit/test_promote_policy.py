@@ -21,6 +21,8 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 def _publish(reg, suffix: str) -> tuple[str, str, Manifest]:
     m = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
     m = m.model_copy(update={"build_id": f"tiny-cpu-8-{suffix * 12}"})
+    for ref in m.blobs():  # stand-in blob bytes: only the policy is under test here, nothing loads them
+        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
     digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
     return m.build_id, digest, m
 
@@ -47,7 +49,7 @@ def _gate(reg, build_id, digest, m, status="passed", **env_changes) -> str:
 
 @pytest.fixture
 def reg():
-    return MemoryRegistry("memory://policy")
+    return MemoryRegistry("policy")
 
 
 def test_staging_needs_a_passing_gate_result_for_this_build(reg):

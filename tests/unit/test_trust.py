@@ -83,7 +83,7 @@ def test_promotions_sign_with_the_history_sequence_and_rollbacks_get_a_newer_one
     from avatar_release.registry import MemoryRegistry
 
     priv, pub, *_ = keys
-    reg = MemoryRegistry("memory://signed")
+    reg = MemoryRegistry("signed")
     a, da, m = _publish(reg, "a")
     b, db, _ = _publish(reg, "b")
     _gate(reg, a, da, m)
