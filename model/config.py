@@ -26,6 +26,7 @@ from model.errors import ConfigError
 
 MESH_SIZE = 8  # devices in the serving mesh: Ulysses shards the sequence, then the heads, over it
 RESIDUAL_DTYPES = ("float32", "bfloat16")
+ATTENTION_KERNELS = ("xla", "blocksparse", "bounded")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,14 @@ class PipelineConfig:
     # Mathematically the same product; only the reduction order (and so the rounding) changes.
     # 1 = one dot per matmul. The similarity band is calibrated with this lever (gate calibrate).
     matmul_k_split: int = 1
+    # Attention kernel the compiler routes the model's attention call to (through torchax):
+    # "xla" (XLA's own fused softmax attention), "blocksparse" (frame-aligned block-sparse Pallas
+    # kernel for the masked SR attention), "bounded" (block-sparse with the bounded softmax).
+    # Eager PyTorch always runs the reference math.
+    attention_kernel: str = "xla"
+    # Ulysses head groups: independent all-to-all -> attention -> all-to-all groups per layer.
+    # 1 = one group. Grouping leaves per-head math unchanged (bit-exact).
+    ulysses_groups: int = 1
 
     def __post_init__(self) -> None:
         self.validate()
@@ -153,6 +162,9 @@ class PipelineConfig:
         need(self.residual_dtype in RESIDUAL_DTYPES,
              f"residual_dtype must be one of {RESIDUAL_DTYPES}, got {self.residual_dtype!r}")
         need(self.matmul_k_split >= 1, f"matmul_k_split must be >= 1, got {self.matmul_k_split}")
+        need(self.attention_kernel in ATTENTION_KERNELS,
+             f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
+        need(self.ulysses_groups >= 1, f"ulysses_groups must be >= 1, got {self.ulysses_groups}")
         if problems:  # the arithmetic below needs positive sizes
             raise ConfigError(f"config {self.name!r}: " + "; ".join(problems))
 
@@ -175,6 +187,9 @@ class PipelineConfig:
                  f"{stage}.heads ({s.heads}) must be a multiple of {MESH_SIZE}: Ulysses gives each "
                  f"device of the {MESH_SIZE}-device mesh whole heads")
             need(s.dim % max(s.heads, 1) == 0, f"{stage}.heads ({s.heads}) must divide {stage}.dim ({s.dim})")
+            need(s.heads % (MESH_SIZE * max(self.ulysses_groups, 1)) == 0,
+                 f"{stage}.heads ({s.heads}) must split into ulysses_groups ({self.ulysses_groups}) groups of "
+                 f"whole heads per device ({MESH_SIZE} devices)")
             head_dim = s.dim // max(s.heads, 1)
             need(head_dim % 2 == 0 and head_dim >= 6,
                  f"{stage} head_dim ({head_dim}) must be even and >= 6: rotary covers (frame, row, col)")

@@ -1,23 +1,77 @@
-"""Head-sharded attention while tracing: the Ulysses layout, expressed to GSPMD.
+"""The model's attention call, routed while tracing: Ulysses layout and the attention kernels.
 
 The model calls one attention entry point (``F.scaled_dot_product_attention`` via
 ``model.attention.attention``). While a stage is traced for a multi-device mesh, torchax's
-definition of that op is overridden by one that constrains q, k and v to be sharded over
-the heads axis. Each device then computes whole heads over the full sequence, and XLA
-inserts the all-to-alls that trade sequence shards for head shards (and back), instead of
-every device computing every head. The math is torchax's own reference implementation,
-unchanged, so per-head results are the same as unsharded.
+definition of that op is overridden:
+
+* default (``attention_kernel = "xla"``, ``ulysses_groups = 1``): q, k and v are constrained to
+  be sharded over the heads axis, so GSPMD inserts the all-to-alls that trade sequence shards
+  for head shards (the Ulysses layout) and each device computes whole heads. The math is
+  torchax's own reference implementation, unchanged.
+* otherwise the call goes through ``kernels.ulysses.ulysses_attention`` (``shard_map``: G
+  independent all-to-all -> attention -> all-to-all groups) with the chosen attention body:
+  ``kernels.blocksparse`` (frame-aligned block-sparse Pallas kernel) or
+  ``kernels.bounded_softmax`` for the masked super-resolution attention, the plain reference
+  for unmasked (DiT) attention. The SR mask is passed by its parameters (frames, tokens per
+  frame, window), which the model builds it from, never as an S x S array.
+
+Pallas kernels run in interpret mode on CPU targets and compile through Mosaic on TPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
-__all__ = ["head_sharded_attention"]
+from ..errors import CompileError
+
+__all__ = ["AttentionRoute", "head_sharded_attention"]
+
+
+@dataclass(frozen=True)
+class AttentionRoute:
+    kernel: str = "xla"  # "xla" | "blocksparse" | "bounded"
+    groups: int = 1
+    sr_tokens_per_frame: int = 0  # the masked (SR) attention's frame geometry
+    sr_window: int = 0
+
+    @property
+    def default(self) -> bool:
+        return self.kernel == "xla" and self.groups == 1
+
+    @classmethod
+    def from_config(cls, config) -> "AttentionRoute":
+        return cls(kernel=config.attention_kernel, groups=config.ulysses_groups,
+                   sr_tokens_per_frame=config.sr_tokens_per_frame, sr_window=config.sr.window)
+
+
+def _body(route: AttentionRoute, seq_len: int, masked: bool):
+    """(attention_fn, mask spec) for one call site."""
+    from kernels import ulysses
+
+    if not masked:
+        return ulysses.reference_attention, None
+    t = route.sr_tokens_per_frame
+    if t <= 0 or seq_len % t:
+        raise CompileError(f"masked attention over {seq_len} tokens is not a whole number of {t}-token frames; "
+                           "the attention kernels only know the SR frame-window mask")
+    frames, window = seq_len // t, route.sr_window
+    mask = ulysses.FrameWindow(frames, t, window)
+    if route.kernel == "blocksparse":
+        from kernels.blocksparse import blocksparse_attention
+
+        return (lambda q, k, v, m: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=t, window=window),
+                mask)
+    if route.kernel == "bounded":
+        from kernels.bounded_softmax import bounded_softmax_attention
+
+        return (lambda q, k, v, m: bounded_softmax_attention(q, k, v, frames=frames, tokens_per_frame=t,
+                                                             window=window), mask)
+    return ulysses.reference_attention, mask
 
 
 @contextlib.contextmanager
-def head_sharded_attention(mesh, axis: str):
+def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None):
     import jax
     import torch.nn.functional as F
     import torchax
@@ -25,6 +79,7 @@ def head_sharded_attention(mesh, axis: str):
     from torchax import interop
     from torchax.ops import jtorch
 
+    route = route or AttentionRoute()
     size = mesh.shape[axis]
 
     def constrain(t):
@@ -36,14 +91,25 @@ def head_sharded_attention(mesh, axis: str):
         j = interop.jax_view(t)
         return interop.torch_view(jax.lax.with_sharding_constraint(j, NamedSharding(mesh, PartitionSpec(*spec))))
 
-    def routed(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    def gspmd(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         q, k, v = constrain(query), constrain(key), constrain(value)
         return constrain(jtorch._sdpa_reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa))
+
+    def kernels(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        from kernels.ulysses import ulysses_attention
+
+        if query.ndim != 3 or is_causal or dropout_p or scale is not None:
+            raise CompileError("the attention kernels take (heads, S, head_dim) inputs with the default scale, "
+                               f"no dropout, not causal; got shape {tuple(query.shape)}")
+        q, k, v = (interop.jax_view(t) for t in (query, key, value))
+        fn, mask = _body(route, q.shape[1], attn_mask is not None)
+        out = ulysses_attention(q, k, v, mesh=mesh, axis=axis, groups=route.groups, mask=mask, attention_fn=fn)
+        return interop.torch_view(out)
 
     env = torchax.default_env()
     op = F.scaled_dot_product_attention
     previous = env._ops.get(op)
-    env.override_op_definition(op, routed)
+    env.override_op_definition(op, gspmd if route.default else kernels)
     try:
         yield
     finally:

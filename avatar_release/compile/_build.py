@@ -35,6 +35,7 @@ from ..registry import Registry
 from ..specs import PipelineSpec, load_flag_profile, load_pipeline, load_target
 from ._devices import make_mesh, target_devices
 from ..identity import build_id_for, identity_digest, manifest_seal
+from ._attention import AttentionRoute
 from ._overrides import apply_overrides
 from ._stage import CompiledStage, LoweredStage, StagePlan, compile_stage, fsdp_spec, lower_stage
 
@@ -177,6 +178,7 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
                             for n, s, d in ins],
                     outputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=fsdp_spec(s, axis, size))
                              for n, s, d in outs],
+                    attention=AttentionRoute.from_config(config),
                 )
             )
     return plans

@@ -32,6 +32,7 @@ class StagePlan:
     param_keys: list[str]  # the keys jax_func expects
     inputs: list[ArraySpec]
     outputs: list[ArraySpec]
+    attention: Any = None  # _attention.AttentionRoute: which kernels the attention call routes to
 
 
 @dataclass
@@ -86,14 +87,14 @@ def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
 
     try:
         t0 = time.perf_counter()
-        with head_sharded_attention(mesh, mesh.axis_names[0]):
+        with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention):
             traced = jitted.trace(p_abstract, *i_abstract)
         t1 = time.perf_counter()
         lowered = traced.lower()
         t2 = time.perf_counter()
         exported = None
         if export:
-            with head_sharded_attention(mesh, mesh.axis_names[0]):
+            with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention):
                 exported = jax.export.export(jitted)(p_abstract, *i_abstract)
     except Exception as e:  # noqa: BLE001
         raise CompileError(

@@ -1,0 +1,1 @@
+"""Custom kernels (Pallas and shard_map) for the attention path: Ulysses all-to-all, fused pre-attention."""
