@@ -413,6 +413,43 @@ def gc_cmd(prune_builds, min_age_s, dry_run, registry_uri, as_json):
           f"kept {len(r.kept_builds)} builds, {r.kept_blobs} blobs ({r.young_blobs} too young to judge)")
 
 
+@cli.group("analyze")
+def analyze_group() -> None:
+    """Static analyses of a pipeline config (no build needed)."""
+
+
+@analyze_group.command("attention")
+@click.option("--pipeline", default="tiny", show_default=True)
+@click.option("--no-eligibility", is_flag=True, help="Skip running the eager model for the bounded-softmax share.")
+@click.option("--no-collectives", is_flag=True, help="Skip compiling the grouped all-to-alls.")
+@json_option
+def analyze_attention_cmd(pipeline, no_eligibility, no_collectives, as_json):
+    """Mask live fraction, block counts (128 tiles vs aligned), bound eligibility, all-to-all bytes."""
+    from .environment import configure_host_devices
+
+    configure_host_devices(8)
+    from .analyze import analyze_attention
+
+    r = analyze_attention(pipeline, eligibility=not no_eligibility, collectives=not no_collectives)
+    sr = r["sr"]
+    lines = [f"{pipeline} ({r['config']}): SR {sr['frames']} frames x {sr['tokens_per_frame']} tokens = "
+             f"{sr['sequence']}, window {sr['window']}, {sr['heads']} heads x {sr['head_dim']}",
+             f"  live fraction of the mask: {r['live_fraction']:.3f}"]
+    for name, b in r["blocks"].items():
+        lines.append(f"  {name:<12} full {b['full']:>7}  partial {b['partial']:>6}  empty {b['empty']:>7}  "
+                     f"(partial share {b['partial_share']:.3f}, padded to {b['padded_length']})")
+    e = r["bounded_softmax_eligible"]
+    lines.append(f"  heads eligible for the bounded softmax: {e['share'] if e.get('share') is not None else 'n/a'}"
+                 + (f" over {e['layers']} layers ({e['inputs']})" if e.get("layers") else f" ({e.get('why')})"))
+    for a in r.get("all_to_all", []):
+        if "skipped" in a:
+            lines.append(f"  G={a['groups']}: {a['skipped']}")
+        else:
+            lines.append(f"  G={a['groups']}: {a['all_to_alls']} all-to-alls, {a['compiled_bytes_per_group']} B per "
+                         f"group per layer (analytic {a['analytic_bytes_per_group']}), total {a['compiled_bytes_total']} B")
+    _emit(as_json, {"ok": True, **r}, "\n".join(lines))
+
+
 # ---------------------------------------------------------------------------------- keys
 @cli.group("keys")
 def keys_group() -> None:

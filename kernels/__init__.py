@@ -1,1 +1,10 @@
-"""Custom kernels (Pallas and shard_map) for the attention path: Ulysses all-to-all, fused pre-attention."""
+"""The write-up's attention kernels (Pallas and shard_map), each with a plain-JAX reference.
+
+blocksparse      frame-aligned block-sparse attention for the SR stage (one pass over live blocks)
+bounded_softmax  the same grid with a precomputed per-row bound instead of the running max
+ulysses          Ulysses all-to-all attention with independent head groups
+preattn          fused norm + rotary + projection + head packing, in the all-to-all's layout
+_masks           block tables and tile counts (numpy only)
+
+Nothing is imported here: importing a kernel module never touches a device.
+"""

@@ -1,0 +1,46 @@
+"""The attention kernels inside a real build, and `analyze attention`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+from avatar_release.cli import cli
+from avatar_release.compile import compile_build
+from avatar_release.media import psnr
+from avatar_release.registry import LocalRegistry
+from avatar_release.runtime import load, render
+from avatar_release.samples import sample_audio, sample_image
+
+
+def test_a_blocksparse_build_serves_with_zero_compiles_close_to_the_default(registry_copy):
+    root, base = registry_copy
+    reg = LocalRegistry(root)
+    cand = compile_build("tiny", "cpu-8", registry=reg, overrides={"attention_kernel": "blocksparse"},
+                         move_dev=False)
+    sr = cand.manifest.executable("sr", "f8")
+    assert cand.manifest.overrides == {"attention_kernel": "blocksparse"}
+    assert sr.hlo_digest != base.manifest.executable("sr", "f8").hlo_digest  # a different SR program
+    image, audio = sample_image(48, 80), sample_audio(0.64)
+    a, _ = render(load(base.build_id, reg), image, audio)
+    build = load(cand.build_id, reg)
+    b, report = render(build, image, audio)
+    assert build.guard.count == 0 and all(c.compiles == 0 for c in report.chunks)
+    assert not np.array_equal(a, b)  # another reduction order...
+    assert min(psnr(x, y) for x, y in zip(a, b)) > 50  # ...of the same attention
+
+
+def test_analyze_attention_reports_the_masks_blocks_bound_and_collectives():
+    res = CliRunner().invoke(cli, ["analyze", "attention", "--pipeline", "tiny", "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    assert r["sr"]["tokens_per_frame"] == 240 and abs(r["live_fraction"] - 0.383) < 0.001
+    assert r["blocks"]["tile_128"]["partial"] > 0 and r["blocks"]["aligned_240"]["partial"] == 0
+    e = r["bounded_softmax_eligible"]
+    assert e["layers"] == 2 and 0.0 <= e["share"] <= 1.0
+    g1 = r["all_to_all"][0]
+    assert g1["groups"] == 1 and g1["all_to_alls"] == 2
+    assert g1["compiled_bytes_per_group"] == g1["analytic_bytes_per_group"]
+    assert "do not split" in r["all_to_all"][1]["skipped"]  # 8 heads cannot make 2 groups on 8 devices
