@@ -112,6 +112,38 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+@torch.library.custom_op("avatar::pre_attention", mutates_args=())
+def pre_attention(x: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None, q_norm: torch.Tensor,
+                  k_norm: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The pre-attention chain as one op: qkv projection -> per-head RMS norm of q, k -> rotary.
+
+    x (S, D) -> q, k, v (heads, S, head_dim) bf16. In eager PyTorch this is exactly the unfused
+    SelfAttention code below; while tracing for a build the compiler can route it to the fused
+    Pallas kernel (kernels/preattn.py) through a torchax override of this op.
+    """
+    S, D = x.shape
+    hd = D // heads
+    y = F.linear(x.to(BF16).float(), w_qkv.float())
+    if b_qkv is not None:
+        y = y + b_qkv
+    q, k, v = y.view(S, 3, heads, hd).permute(1, 2, 0, 3).unbind(0)
+
+    def norm(t, w):
+        return t * torch.rsqrt(t.square().mean(-1, keepdim=True) + eps) * w
+
+    q = apply_rope(norm(q, q_norm), cos, sin).to(BF16)
+    k = apply_rope(norm(k, k_norm), cos, sin).to(BF16)
+    return q, k, v.to(BF16)
+
+
+@pre_attention.register_fake
+def _pre_attention_shapes(x, w_qkv, b_qkv, q_norm, k_norm, cos, sin, heads, eps):
+    S, D = x.shape
+    shape = (heads, S, D // heads)
+    return tuple(x.new_empty(shape, dtype=BF16) for _ in range(3))
+
+
 class SelfAttention(nn.Module):
     """qkv projection -> per-head RMS q/k norm -> rotary -> attention -> output projection.
 
@@ -128,9 +160,17 @@ class SelfAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim)
         self.k_norm = RMSNorm(self.head_dim)
         self.proj = Linear(dim, dim)
+        # PipelineConfig.fused_preattn (set by the pipeline): call the pre-attention chain as the
+        # one op `pre_attention`, which a build can route to the fused kernel.
+        self.fused_preattn = False
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
         S, D = x.shape  # (S, D): the whole sequence of the chunk
+        if self.fused_preattn and self.qkv.k_split == 1:
+            q, k, v = pre_attention(x, self.qkv.weight, self.qkv.bias, self.q_norm.weight, self.k_norm.weight,
+                                    rope[0], rope[1], self.heads, self.q_norm.eps)
+            y = attention(q, k, v, mask)  # (nh, S, hs) bf16
+            return self.proj(y.transpose(0, 1).reshape(S, D))
         qkv = self.qkv(x).view(S, 3, self.heads, self.head_dim).permute(1, 2, 0, 3)  # (3, nh, S, hs)
         q, k, v = qkv.unbind(0)  # each (nh, S, hs) float32
         q = apply_rope(self.q_norm(q), *rope).to(BF16)

@@ -92,6 +92,9 @@ class PipelineConfig:
     # Ulysses head groups: independent all-to-all -> attention -> all-to-all groups per layer.
     # 1 = one group. Grouping leaves per-head math unchanged (bit-exact).
     ulysses_groups: int = 1
+    # Call each attention's pre-attention chain (qkv projection, q/k RMS norm, rotary) as one op
+    # that a build routes to the fused Pallas kernel (kernels/preattn.py). Eager: the same math.
+    fused_preattn: bool = False
 
     def __post_init__(self) -> None:
         self.validate()

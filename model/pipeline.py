@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from model.chunks import audio_chunks, num_frames
 from model.config import PipelineConfig
-from model.attention import Linear
+from model.attention import Linear, SelfAttention
 from model.dit import MotionDiT
 from model.noise import chunk_noise
 from model.sr import SuperResolution
@@ -47,6 +47,8 @@ class AvatarPipeline(nn.Module):
         for m in self.modules():
             if isinstance(m, Linear):
                 m.k_split = config.matmul_k_split
+            if isinstance(m, SelfAttention):
+                m.fused_preattn = config.fused_preattn
 
     def forward(self, image_u8, audio, prev_latent, noise):
         return self.render_chunk(image_u8, audio, prev_latent, noise)

@@ -8,6 +8,8 @@ definition of that op is overridden:
   be sharded over the heads axis, so GSPMD inserts the all-to-alls that trade sequence shards
   for head shards (the Ulysses layout) and each device computes whole heads. The math is
   torchax's own reference implementation, unchanged.
+* with ``fused_preattn``, the model's ``avatar::pre_attention`` op (qkv projection, q/k RMS
+  norm, rotary) runs as the fused Pallas kernel ``kernels.preattn`` on each device's tokens;
 * otherwise the call goes through ``kernels.ulysses.ulysses_attention`` (``shard_map``: G
   independent all-to-all -> attention -> all-to-all groups) with the chosen attention body:
   ``kernels.blocksparse`` (frame-aligned block-sparse Pallas kernel) or
@@ -21,6 +23,7 @@ Pallas kernels run in interpret mode on CPU targets and compile through Mosaic o
 from __future__ import annotations
 
 import contextlib
+import importlib
 from dataclasses import dataclass
 
 from ..errors import CompileError
@@ -34,6 +37,7 @@ class AttentionRoute:
     groups: int = 1
     sr_tokens_per_frame: int = 0  # the masked (SR) attention's frame geometry
     sr_window: int = 0
+    fused_preattn: bool = False  # route the model's `avatar::pre_attention` op to kernels.preattn
 
     @property
     def default(self) -> bool:
@@ -42,7 +46,8 @@ class AttentionRoute:
     @classmethod
     def from_config(cls, config) -> "AttentionRoute":
         return cls(kernel=config.attention_kernel, groups=config.ulysses_groups,
-                   sr_tokens_per_frame=config.sr_tokens_per_frame, sr_window=config.sr.window)
+                   sr_tokens_per_frame=config.sr_tokens_per_frame, sr_window=config.sr.window,
+                   fused_preattn=config.fused_preattn)
 
 
 def _body(route: AttentionRoute, seq_len: int, masked: bool):
@@ -73,6 +78,7 @@ def _body(route: AttentionRoute, seq_len: int, masked: bool):
 @contextlib.contextmanager
 def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None):
     import jax
+    import torch
     import torch.nn.functional as F
     import torchax
     from jax.sharding import NamedSharding, PartitionSpec
@@ -106,14 +112,28 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
         out = ulysses_attention(q, k, v, mesh=mesh, axis=axis, groups=route.groups, mask=mask, attention_fn=fn)
         return interop.torch_view(out)
 
+    def fused_preattn(x, w_qkv, b_qkv, q_norm, k_norm, cos, sin, heads, eps):
+        from kernels.preattn import PreAttnParams, preattn_sharded, unpack_qkv
+
+        j = interop.jax_view
+        params = PreAttnParams(j(w_qkv), None if b_qkv is None else j(b_qkv), j(q_norm), j(k_norm))
+        packed = preattn_sharded(j(x), params, j(cos), j(sin), mesh=mesh, axis=axis, heads=heads, groups=1, eps=eps)
+        return interop.torch_view(unpack_qkv(packed))
+
     env = torchax.default_env()
-    op = F.scaled_dot_product_attention
-    previous = env._ops.get(op)
-    env.override_op_definition(op, gspmd if route.default else kernels)
+    overrides = {F.scaled_dot_product_attention: gspmd if route.default else kernels}
+    if route.fused_preattn:
+        importlib.import_module("model.attention")  # registers the avatar::pre_attention op
+
+        overrides[torch.ops.avatar.pre_attention.default] = fused_preattn
+    previous = {op: env._ops.get(op) for op in overrides}
+    for op, impl in overrides.items():
+        env.override_op_definition(op, impl)
     try:
         yield
     finally:
-        if previous is None:
-            env._ops.pop(op, None)
-        else:
-            env._ops[op] = previous
+        for op, old in previous.items():
+            if old is None:
+                env._ops.pop(op, None)
+            else:
+                env._ops[op] = old

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from avatar_release.cli import cli
@@ -15,13 +16,13 @@ from avatar_release.runtime import load, render
 from avatar_release.samples import sample_audio, sample_image
 
 
-def test_a_blocksparse_build_serves_with_zero_compiles_close_to_the_default(registry_copy):
+@pytest.mark.parametrize("override", [{"attention_kernel": "blocksparse"}, {"fused_preattn": "true"}])
+def test_a_kernel_build_serves_with_zero_compiles_close_to_the_default(registry_copy, override):
     root, base = registry_copy
     reg = LocalRegistry(root)
-    cand = compile_build("tiny", "cpu-8", registry=reg, overrides={"attention_kernel": "blocksparse"},
-                         move_dev=False)
+    cand = compile_build("tiny", "cpu-8", registry=reg, overrides=override, move_dev=False)
     sr = cand.manifest.executable("sr", "f8")
-    assert cand.manifest.overrides == {"attention_kernel": "blocksparse"}
+    assert set(cand.manifest.overrides) == set(override)
     assert sr.hlo_digest != base.manifest.executable("sr", "f8").hlo_digest  # a different SR program
     image, audio = sample_image(48, 80), sample_audio(0.64)
     a, _ = render(load(base.build_id, reg), image, audio)

@@ -128,6 +128,19 @@ def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipel
     assert diff.mean() < 1e-5 * np.abs(ref).mean()  # ...at float32 rounding level, no more
 
 
+def test_the_fused_pre_attention_op_is_the_same_math_in_eager(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
+    from model.dit import MotionDiT
+
+    dit = MotionDiT(tiny.replace(fused_preattn=True))
+    dit.load_state_dict(tiny_pipeline.dit.state_dict())
+    for m in dit.modules():
+        if hasattr(m, "fused_preattn"):
+            m.fused_preattn = True
+    with torch.no_grad():
+        latents, _ = dit(*(torch.from_numpy(a) for a in tiny_chunk_inputs))
+    assert np.array_equal(latents.numpy(), tiny_eager_stages["dit"][0])
+
+
 # ---- whole-track rendering -----------------------------------------------------------------------
 
 
