@@ -85,12 +85,8 @@ def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | No
     resolved, manifest = read_manifest(registry, ref)
     current = registry.get_channel(channel) if channel in ("dev", "staging", "prod") else None
     decision = check_promotion(registry, resolved, manifest, channel)
-    entry = registry.move_channel(
-        channel, resolved, expected_digest=current.digest if current else None, action="promote",
-        who=who or actor(), reason=reason or f"promote to {channel}", gate_result_digest=decision.gate_result_digest,
-    )
-    return _maybe_sign(registry, MoveResult(decision, entry, current.build_id if current else None),
-                       signing_key, valid_days)
+    return _move(registry, resolved, decision, current, "promote", who, reason or f"promote to {channel}",
+                 signing_key, valid_days)
 
 
 def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,
@@ -105,9 +101,16 @@ def rollback(registry, channel: str, *, to: str | None = None, reason: str = "",
         to = previous
     resolved, manifest = read_manifest(registry, to)
     decision = check_rollback_target(registry, resolved, manifest, channel)
+    return _move(registry, resolved, decision, current, "rollback", who, reason or f"rollback {channel}",
+                 signing_key, valid_days)
+
+
+def _move(registry, resolved, decision: Decision, current, action: str, who: str | None, reason: str,
+          signing_key, valid_days: float) -> MoveResult:
+    """The one compare-and-swap: against where the channel was when the policy decided."""
     entry = registry.move_channel(
-        channel, resolved, expected_digest=current.digest if current else None, action="rollback",
-        who=who or actor(), reason=reason or f"rollback {channel}", gate_result_digest=decision.gate_result_digest,
+        decision.channel, resolved, expected_digest=current.digest if current else None, action=action,
+        who=who or actor(), reason=reason, gate_result_digest=decision.gate_result_digest,
     )
     return _maybe_sign(registry, MoveResult(decision, entry, current.build_id if current else None),
                        signing_key, valid_days)
