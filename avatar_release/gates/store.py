@@ -67,7 +67,11 @@ def save_result(registry, result: GateResult) -> str:
         refs = _parse_refs(old, result.build_id)
         if ref not in refs:
             refs.append(ref)
-        return json.dumps({"results": [r.model_dump() for r in refs]}).encode()
+        frames = json.loads(old).get("frames", []) if old else []
+        if result.frames_blob.model_dump() not in frames:
+            frames.append(result.frames_blob.model_dump())
+        # The frames are listed too, so stores that keep only what records reference keep them.
+        return json.dumps({"results": [r.model_dump() for r in refs], "frames": frames}).encode()
 
     registry.update_record(_RESULTS, result.build_id, add)
     return ref.digest

@@ -939,8 +939,19 @@ class OciRegistry:
             raise InputError(f"record {namespace}/{name}: expected bytes, got {type(data).__name__}")
         self._ensure_empty_blob()
         digest = self.put_blob(bytes(data))
-        layer = _descriptor(RECORD_TYPE, digest, len(data), {ANN_RECORD: f"{namespace}/{name}"})
-        body = _artifact(RECORD_ARTIFACT, [layer], {ANN_RECORD: f"{namespace}/{name}", ANN_PUBLISHED: utcnow()})
+        layers = [_descriptor(RECORD_TYPE, digest, len(data), {ANN_RECORD: f"{namespace}/{name}"})]
+        # Blobs a record refers to (a gate result, its frames) become layers too, so the
+        # registry's garbage collector keeps them as long as the record exists.
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            doc = None
+        seen = {digest}
+        for _, ref in _blob_refs(doc) if doc is not None else ():
+            if ref["digest"] not in seen:
+                seen.add(ref["digest"])
+                layers.append(_descriptor(ref["media_type"], ref["digest"], ref["size"]))
+        body = _artifact(RECORD_ARTIFACT, layers, {ANN_RECORD: f"{namespace}/{name}", ANN_PUBLISHED: utcnow()})
         written = self._put_manifest(tag, body, op)
         if not self._verify_tag(tag, written, op):
             raise ConflictError(
@@ -953,8 +964,9 @@ class OciRegistry:
         if got is None:
             return None
         layers = self._parse(got[1], f"record {namespace}/{name}", RECORD_ARTIFACT).get("layers") or []
-        if len(layers) != 1 or not isinstance(layers[0].get("size"), int):
-            raise IntegrityError(f"{self._where()}: record {namespace}/{name} should have exactly one layer")
+        # The first layer is the record; any further layers are blobs it refers to (kept for GC).
+        if not layers or layers[0].get("mediaType") != RECORD_TYPE or not isinstance(layers[0].get("size"), int):
+            raise IntegrityError(f"{self._where()}: record {namespace}/{name} has no record layer first")
         return self.get_blob(str(layers[0].get("digest")), layers[0]["size"])
 
     def put_record(self, namespace: str, name: str, data: bytes) -> None:

@@ -44,6 +44,12 @@ def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, 
         promote(reg, manifest.build_id, "staging")
     outcome = run_gate(manifest.build_id, reg, baseline="none")  # the workers pull from the server
     assert outcome.result.status == "passed" and outcome.result.build_digest == digest
+    # The gate result and its frames are layers of the record's artifact: server GC keeps them.
+    raw = subprocess.run([shutil.which("skopeo") or "skopeo", "inspect", "--raw", "--tls-verify=false",
+                          "docker://" + uri.removeprefix("oci://") + f":_r.gate-results.N.{manifest.build_id}"],
+                         capture_output=True, check=True).stdout
+    layers = {layer["digest"] for layer in json.loads(raw)["layers"]}
+    assert {outcome.digest, outcome.result.frames_blob.digest} <= layers
 
     priv, pub, _ = generate_keypair(tmp_path / "keys")
     key = load_private_key(priv)
