@@ -167,3 +167,17 @@ def environment_record(backend: str | None = None):
         "cpu_features": host_cpu_features() if d0.platform == "cpu" else None,
     }
     return EnvironmentRecord(fingerprint=sha256_digest(canonical_json(fields)), **fields)
+
+
+def who() -> str:
+    """Who is acting, for records and history: AVATAR_RELEASE_ACTOR (CI sets it), else user@host."""
+    explicit = os.environ.get("AVATAR_RELEASE_ACTOR")
+    if explicit:
+        return explicit
+    try:
+        import getpass
+        import socket
+
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:  # noqa: BLE001 - no user database in some containers
+        return "unknown"

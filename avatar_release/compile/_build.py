@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import getpass
 import hashlib
 import importlib
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +16,7 @@ import zstandard
 
 from .._digest import sha256_digest
 from .._dtypes import dtype_name
-from ..environment import current_platform, toolchain
+from ..environment import current_platform, toolchain, who
 from ..errors import InputError
 from ..records import (
     ArraySpec,
@@ -95,14 +93,6 @@ def source_digest() -> str:
         for p in sorted((_ROOT / folder).rglob("*.py")):
             h.update(str(p.relative_to(_ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
     return "sha256:" + h.hexdigest()
-
-
-def _who() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def _load_model(spec: PipelineSpec, overrides: dict[str, str], weights_path: str | None):
@@ -346,7 +336,7 @@ def compile_build(
         build_id=build_id,
         identity=identity,
         created_at=utcnow(),
-        created_by=_who(),
+        created_by=who(),
         pipeline=spec.name,
         model_entry=spec.entry,
         config=config_doc,
@@ -390,7 +380,7 @@ def compile_build(
             resolved,
             expected_digest=current.digest if current else None,
             action="publish",
-            who=_who(),
+            who=who(),
             reason=f"compile {spec.name} for {tgt.name}",
         )
     if not publish:

@@ -112,7 +112,7 @@ def run_gate(
 ) -> GateOutcome:
     t_start = time.perf_counter()
     from .. import __version__
-    from ..environment import configure_host_devices, environment_record, toolchain
+    from ..environment import configure_host_devices, environment_record, toolchain, who
     from .band import load_band
     from .gateset import gate_set
     from .tier import decide_tier
@@ -197,7 +197,7 @@ def run_gate(
         gate_set=gs, gates=gates, frame_sha256=run_a.frame_sha256, frames_blob=frames_blob,
         seconds={"twin_1": round(run_a.wall_seconds, 3), "twin_2": round(run_b.wall_seconds, 3),
                  "compare": round(compare_seconds, 3), "total": round(time.perf_counter() - t_start, 3)},
-        created_at=utcnow(), created_by=_who(),
+        created_at=utcnow(), created_by=who(),
     )
     digest = save_result(registry, result)
 
@@ -227,14 +227,3 @@ def run_gate(
         report = write_report(folder, result, digest, run_a.frames, base_frames,
                               review_page="review.html" if review_path else None)
     return GateOutcome(result, digest, report, review_path)
-
-
-def _who() -> str:
-    import getpass
-    import socket
-
-    try:
-        return f"{getpass.getuser()}@{socket.gethostname()}"
-    except Exception:  # noqa: BLE001
-        return "unknown"
-

@@ -19,7 +19,7 @@ from ..errors import IntegrityError
 from ..records import BlobRef, parse_record
 from .records import FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, GateResult, ReviewRecord
 
-__all__ = ["put_frames", "get_frames", "save_result", "result_refs", "latest_result", "get_result",
+__all__ = ["put_frames", "get_frames", "save_result", "result_refs", "frames_refs", "latest_result", "get_result",
            "save_review", "load_review"]
 
 _RESULTS = "gate-results"
@@ -57,6 +57,20 @@ def _parse_refs(raw: bytes | None, build_id: str) -> list[BlobRef]:
 def result_refs(registry, build_id: str) -> list[BlobRef]:
     """Every stored gate result of a build, oldest first."""
     return _parse_refs(registry.get_record(_RESULTS, build_id), build_id)
+
+
+def frames_refs(registry, build_id: str) -> list[BlobRef]:
+    """The frames blobs the build's gate results refer to (listed in the record since it has had them)."""
+    raw = registry.get_record(_RESULTS, build_id)
+    if raw is None:
+        return []
+    try:
+        listed = json.loads(raw).get("frames")
+        if listed is not None:
+            return [BlobRef(**r) for r in listed]
+    except (ValueError, TypeError, AttributeError):
+        raise IntegrityError(f"registry record {_RESULTS}/{build_id} is not a list of gate results") from None
+    return [get_result(registry, ref).frames_blob for ref in result_refs(registry, build_id)]  # older records
 
 
 def save_result(registry, result: GateResult) -> str:

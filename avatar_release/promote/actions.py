@@ -8,11 +8,9 @@ Repeating a promotion is a no-op.
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
 from dataclasses import dataclass
 
+from ..environment import who
 from ..errors import Refusal
 from ..records import HistoryEntry
 from ..registry import read_manifest
@@ -22,14 +20,8 @@ __all__ = ["MoveResult", "promote", "rollback", "actor", "sign_channel"]
 
 
 def actor() -> str:
-    """Who is acting: AVATAR_RELEASE_ACTOR (CI sets it), else user@host."""
-    explicit = os.environ.get("AVATAR_RELEASE_ACTOR")
-    if explicit:
-        return explicit
-    try:
-        return f"{getpass.getuser()}@{socket.gethostname()}"
-    except Exception:  # noqa: BLE001
-        return "unknown"
+    """Who is acting (environment.who): AVATAR_RELEASE_ACTOR, else user@host."""
+    return who()
 
 
 @dataclass

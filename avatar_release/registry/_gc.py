@@ -42,7 +42,7 @@ class GcReport:
 
 
 def collect_garbage(reg, *, prune_builds: bool = False, min_age_s: float = 3600.0, dry_run: bool = False) -> GcReport:
-    from ..gates.store import get_result, result_refs
+    from ..gates.store import frames_refs, result_refs
 
     if not all(hasattr(reg, a) for a in ("_delete", "_age", "_size", "_list")):
         raise InputError(f"gc: {reg.uri} is not a directory-like store; use the registry server's own gc")
@@ -64,9 +64,8 @@ def collect_garbage(reg, *, prune_builds: bool = False, min_age_s: float = 3600.
             reachable.add(b.digest)
             m = parse_record(Manifest, reg.get_manifest_bytes(b.digest), where=f"manifest {b.digest}")
             reachable.update(r.digest for r in m.blobs())
-            for ref in result_refs(reg, b.build_id):
-                reachable.add(ref.digest)
-                reachable.add(get_result(reg, ref).frames_blob.digest)
+            reachable.update(ref.digest for ref in result_refs(reg, b.build_id))
+            reachable.update(ref.digest for ref in frames_refs(reg, b.build_id))
         report.kept_builds = [b.build_id for b in keep]
         report.pruned_builds = [b.build_id for b in drop]
 

@@ -12,6 +12,7 @@ from it, so history never loses a move and never records one that did not happen
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 
@@ -24,33 +25,46 @@ from ._protocol import BuildRef, Resolved, check_name
 __all__ = ["KVRegistry"]
 
 
-class KVRegistry:
+class KVRegistry(abc.ABC):
+    """Registry logic over a handful of key/value primitives a backend supplies (abstract below)."""
+
     uri: str = ""
 
     # ---- primitives a backend supplies -------------------------------------------
+    @abc.abstractmethod
     def _read(self, key: str, limit: int | None = None) -> bytes | None:
-        raise NotImplementedError
+        """The bytes at ``key`` (at most ``limit``), or None when absent."""
 
+    @abc.abstractmethod
     def _write_atomic(self, key: str, data: bytes) -> None:
-        raise NotImplementedError
+        """Replace ``key`` so readers see the old or the new bytes, never a mix."""
 
+    @abc.abstractmethod
     def _append(self, key: str, line: bytes) -> None:
-        raise NotImplementedError
+        """Append one line durably."""
 
+    @abc.abstractmethod
     def _list(self, prefix: str) -> list[str]:
-        raise NotImplementedError
+        """Keys directly under ``prefix``."""
 
+    @abc.abstractmethod
     def _lock(self) -> contextlib.AbstractContextManager:
-        raise NotImplementedError
+        """The store-wide lock that serializes channel moves, commits and gc."""
 
+    @abc.abstractmethod
     def _delete(self, key: str) -> None:
-        raise NotImplementedError
+        """Remove ``key`` (absent is fine); used only by garbage collection."""
 
+    @abc.abstractmethod
     def _age(self, key: str) -> float:
-        raise NotImplementedError
+        """Seconds since ``key`` was written or touched (gc's grace period)."""
+
+    @abc.abstractmethod
+    def _size(self, key: str) -> int:
+        """Size of ``key`` in bytes, without reading it."""
 
     def _touch(self, key: str) -> None:
-        pass
+        """Restart ``key``'s age (a re-put of an existing blob); stores without clocks ignore it."""
 
     # ---- blobs ----------------------------------------------------------------------
     @staticmethod

@@ -15,7 +15,6 @@ from avatar_release.promote import promote
 from avatar_release.registry import LocalRegistry, open_registry, read_manifest
 from avatar_release.runtime import TrustConfig, load
 from avatar_release.trust import AcceptedState, generate_keypair, load_private_key, load_public_key
-from tests.oci_server import oci_server  # noqa: F401 - the module-scoped real server fixture
 
 
 def _skopeo_tags(uri: str) -> set[str]:
@@ -27,7 +26,7 @@ def _skopeo_tags(uri: str) -> set[str]:
     return set(json.loads(out.stdout)["Tags"])
 
 
-def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, oci_server, tmp_path,  # noqa: F811
+def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, oci_server, tmp_path,
                                                               monkeypatch):
     monkeypatch.setenv("AVATAR_RELEASE_LOCK_DIR", str(tmp_path / "locks"))
     root, built = built_registry

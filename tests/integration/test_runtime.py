@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-import zstandard
 from click.testing import CliRunner
 
-from avatar_release._digest import sha256_digest
 from avatar_release.cli import cli
 from avatar_release.errors import EnvironmentMismatch, IntegrityError, NotFoundError, RecompileError
 from avatar_release.records import Manifest, parse_record

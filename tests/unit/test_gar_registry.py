@@ -22,7 +22,6 @@ from avatar_release.errors import InputError, RegistryError
 from avatar_release.registry import GarRegistry, Registry, open_registry
 from avatar_release.registry._gar import parse_gar_uri
 from avatar_release.registry._oci import RetryPolicy
-from tests.oci_server import oci_server  # noqa: F401  (fixture)
 
 URI = "gar://projects/my-proj/locations/us-central1/repositories/releases"
 BASE = "https://us-central1-docker.pkg.dev/v2/my-proj/releases/avatar-release"
