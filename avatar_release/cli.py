@@ -104,12 +104,10 @@ def cli() -> None:
 
 
 def _prepare_devices_for_target(target_name: str) -> None:
-    from .environment import configure_host_devices
+    from .environment import configure_compile_env
     from .specs import load_target
 
-    t = load_target(target_name)
-    if t.platform == "cpu":
-        configure_host_devices(t.device_count)
+    configure_compile_env(load_target(target_name))
 
 
 def _prepare_devices_for_build(registry, ref: str):
@@ -415,7 +413,7 @@ def gc_cmd(prune_builds, min_age_s, dry_run, registry_uri, as_json):
 
 @cli.group("analyze")
 def analyze_group() -> None:
-    """Static analyses of a pipeline config (no build needed)."""
+    """Static analyses: of a pipeline config (attention, schedule) or of a compiled build (build)."""
 
 
 @analyze_group.command("attention")
@@ -448,6 +446,96 @@ def analyze_attention_cmd(pipeline, no_eligibility, no_collectives, as_json):
             lines.append(f"  G={a['groups']}: {a['all_to_alls']} all-to-alls, {a['compiled_bytes_per_group']} B per "
                          f"group per layer (analytic {a['analytic_bytes_per_group']}), total {a['compiled_bytes_total']} B")
     _emit(as_json, {"ok": True, **r}, "\n".join(lines))
+
+
+@analyze_group.command("build")
+@click.argument("ref")
+@registry_option
+@json_option
+def analyze_build_cmd(ref, registry_uri, as_json):
+    """What a compiled build's own evidence says: memory fit, estimated time per chunk vs its
+    deadline (a compiler estimate, never a measurement), all-to-all schedule, Pallas kernels."""
+    from .cost import LABEL, estimate_chunks
+    from .errors import SpecError
+    from .registry import open_registry, read_manifest
+    from .specs import load_target
+
+    reg = open_registry(registry_uri, create=False)
+    _, m = read_manifest(reg, ref)
+    try:
+        tgt = load_target(m.target)
+        peak, bw = tgt.peak_flops_per_second, tgt.hbm_bytes_per_second
+    except SpecError:
+        peak = bw = None
+    chunks = estimate_chunks(m, peak, bw)
+    p = m.platform
+    gib = 2 ** 30
+    lines = [f"{m.build_id}: {m.pipeline} for {m.target} ({p.backend}: {p.device_kind} x {p.device_count})"]
+    if m.memory_fit:
+        f = m.memory_fit
+        lines.append(f"memory per device: {f.total_bytes / gib:.2f} of {f.capacity_bytes / gib:.2f} GiB "
+                     f"({'fits' if f.fits else 'DOES NOT FIT'}): weights {f.weights_bytes / gib:.2f} GiB "
+                     f"({f.weight_sharding}), peak working set {f.peak_working_bytes / gib:.2f} GiB in {f.peak_stage}")
+    lines.append(f"time per chunk: {LABEL}")
+    if peak is None:
+        lines.append(f"  (target {m.target} publishes no peak rates: roofline unavailable)")
+    for c in chunks:
+        verdict = "n/a" if c.ratio is None else (f"{c.ratio:.2f}x the deadline: "
+                                                 + ("meets it" if c.ratio <= 1 else "misses it"))
+        est = "n/a" if c.estimated_seconds is None else f"{c.estimated_seconds * 1e3:.1f} ms"
+        lines.append(f"  bucket {c.bucket} ({c.frames} frames, deadline {c.deadline_seconds * 1e3:.0f} ms): "
+                     f"estimated {est}, {verdict}")
+        for s in c.stages:
+            roof = "n/a" if s.roofline_seconds is None else f"{s.roofline_seconds * 1e3:.2f} ms ({s.bound}-bound)"
+            xla = (f"{s.xla_optimal_seconds * 1e3:.2f} ms" if s.xla_optimal_seconds is not None else s.xla_optimal_note)
+            scale = f", scans x{s.loop_scale:.1f}" if s.loop_scale != 1 else ""
+            lines.append(f"    {s.key:<10} roofline {roof}; XLA optimal_seconds: {xla}; "
+                         f"{s.flops:.3g} flops, {s.bytes_accessed:.3g} bytes{scale}")
+    for e in m.executables:
+        if e.schedule and e.schedule.all_to_alls:
+            sc = e.schedule
+            lines.append(f"all-to-alls {e.key}: {sc.all_to_alls} ({sc.async_pairs} async pairs, {sc.hidden} hidden "
+                         f"behind compute, {sc.exposed} exposed)")
+        for k in e.kernels:
+            flags = ", ".join(f"{n}={v}" for n, v in k.flags.items()) or "no flags"
+            lines.append(f"kernel {e.key}: {k.name} ({k.backend}"
+                         + (f", {k.count} call site(s)" if k.count is not None else "") + f"; {flags})")
+    payload = {"ok": True, "build_id": m.build_id, "target": m.target, "label": LABEL,
+               "memory_fit": m.memory_fit.model_dump() if m.memory_fit else None,
+               "chunks": [c.to_json() for c in chunks],
+               "executables": [{"key": e.key, "schedule": e.schedule.model_dump() if e.schedule else None,
+                                "kernels": [k.model_dump() for k in e.kernels], "cost": e.cost,
+                                "cost_loop_scale": e.cost_loop_scale, "memory": e.memory} for e in m.executables]}
+    _emit(as_json, payload, "\n".join(lines))
+
+
+@analyze_group.command("schedule")
+@click.option("--pipeline", default="tiny", show_default=True)
+@click.option("--target", default="tpu-v6e-8", show_default=True)
+@click.option("--groups", default="1,2,4", show_default=True, help="Ulysses head groups to compile, comma-separated.")
+@json_option
+def analyze_schedule_cmd(pipeline, target, groups, as_json):
+    """Hidden vs exposed all-to-alls of one SR attention layer, compiled for TARGET per head-group count."""
+    from .errors import InputError
+
+    try:
+        gs = tuple(int(g) for g in groups.split(",") if g.strip())
+    except ValueError:
+        raise InputError(f"--groups {groups!r}: expected comma-separated integers, e.g. 1,2,4") from None
+    if not gs or min(gs) < 1:
+        raise InputError(f"--groups {groups!r}: expected positive integers")
+    _prepare_devices_for_target(target)
+    from .schedule import probe_schedule
+
+    probes = probe_schedule(pipeline, target, gs, progress=_progress(not as_json))
+    lines = [f"{pipeline} on {target}: one SR attention layer, {probes[0].sequence} tokens, "
+             f"{probes[0].heads} heads x {probes[0].head_dim} (compiler schedule, not a measurement)"]
+    if probes[0].note:
+        lines.append(f"  note: {probes[0].note}")
+    lines += [f"  G={p.groups}: {p.all_to_alls} all-to-alls, {p.async_pairs} async pairs, {p.hidden} hidden behind "
+              f"compute, {p.exposed} exposed" for p in probes]
+    _emit(as_json, {"ok": True, "pipeline": pipeline, "target": target, "probes": [p.to_json() for p in probes]},
+          "\n".join(lines))
 
 
 # ---------------------------------------------------------------------------------- keys
@@ -520,6 +608,7 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, registry_uri, as_json):
 
     registry = open_registry(registry_uri, create=False)
     resolved, manifest = _prepare_devices_for_build(registry, ref)
+    _require_build_hardware(manifest)
     from .gates import run_gate
 
     outcome = run_gate(resolved.digest, registry, baseline=baseline,
@@ -539,6 +628,57 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, registry_uri, as_json):
                     "report": str(outcome.report) if outcome.report else None,
                     "review_page": str(outcome.review_page) if outcome.review_page else None,
                     "result": r.model_dump(mode="json")}, "\n".join(lines))
+    if not outcome.passed:
+        click.get_current_context().exit(1)
+
+
+def _require_build_hardware(manifest) -> None:
+    """Output gates run the build: refuse early, pointing at the compile gate, without its devices."""
+    if manifest.platform.backend == "cpu":
+        return
+    import jax
+
+    from .errors import EnvironmentMismatch
+
+    try:
+        have = len(jax.devices(manifest.platform.backend))
+    except RuntimeError:
+        have = 0
+    if have < manifest.platform.device_count:
+        p = manifest.platform
+        host = f"{jax.default_backend()} x {len(jax.devices())}"
+        raise EnvironmentMismatch(
+            f"the output gates run {manifest.build_id}, which needs {p.backend}: {p.device_kind} x {p.device_count}; "
+            f"this host has {host}. Run them on matching hardware. What can be proven here: "
+            f"avatar-release gate compile {manifest.build_id}",
+            {"platform": (f"{p.backend}: {p.device_kind} x {p.device_count}", host)},
+        )
+
+
+@gate_group.command("compile")
+@click.argument("ref")
+@click.option("--no-reproduce", is_flag=True, help="Skip the recompile (reproducible HLO and fingerprint).")
+@registry_option
+@json_option
+def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
+    """Compile gate for REF: what holds without its hardware (buckets, flags, memory, callbacks, rebuild).
+
+    Never enough to promote past dev: output gates need a run on the build's hardware.
+    """
+    from .registry import open_registry, read_manifest
+
+    registry = open_registry(registry_uri, create=False)
+    _, manifest = read_manifest(registry, ref)
+    _prepare_devices_for_target(manifest.target)
+    from .gates.compile_gate import run_compile_gate
+
+    outcome = run_compile_gate(registry, ref, reproduce=not no_reproduce, progress=_progress(not as_json))
+    r = outcome.result
+    lines = [f"{r.status.upper()}: compile gate of {r.build_id} ({r.target})"]
+    lines += [f"  {c.name:<18} {c.status:<8} {c.summary}" for c in r.checks]
+    lines.append(f"  stored as record compile-gates/{r.build_id} ({r.seconds:.1f}s). Output gates (twin baseline, "
+                 "bit-exact, band) still need a run on the build's hardware before staging.")
+    _emit(as_json, {"ok": outcome.passed, "status": r.status, "result": r.model_dump(mode="json")}, "\n".join(lines))
     if not outcome.passed:
         click.get_current_context().exit(1)
 

@@ -16,6 +16,7 @@ from .records import Platform, Toolchain
 
 __all__ = [
     "configure_host_devices",
+    "configure_compile_env",
     "backend_initialized",
     "toolchain",
     "host_cpu_features",
@@ -59,9 +60,29 @@ def configure_host_devices(count: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join(wanted)
 
 
+def configure_compile_env(target) -> None:
+    """Before JAX starts, for compiling ``target``: its device count (CPU) or the environment
+    its compiler plugin reads (e.g. libtpu's, for a topology on a host without TPUs).
+
+    Compiling never needs an accelerator (other platforms compile through a topology
+    description), so JAX is limited to its CPU backend unless JAX_PLATFORMS says otherwise.
+    Variables already set are left alone.
+    """
+    if not backend_initialized():
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if target.platform == "cpu":
+        configure_host_devices(target.device_count)
+        return
+    # Read by the plugin when it first describes a topology, whatever backends already run.
+    for key, value in target.compile_env.items():
+        os.environ.setdefault(key, value)
+
+
 def configure_for_manifest(manifest) -> None:
     """Before JAX starts: the build's device count (CPU) and its flag profile's process flags."""
     if manifest.platform.backend == "cpu":
+        if not backend_initialized():  # a CPU build runs on CPU: do not start other plugins
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
         configure_host_devices(manifest.platform.device_count)
     have = os.environ.get("XLA_FLAGS", "").split()
     missing = [f for f in manifest.flags.env_flags if f not in have]

@@ -38,6 +38,7 @@ __all__ = [
     "RegistryError",
     "ConflictError",
     "RecompileError",
+    "DoesNotFit",
     "MediaError",
     "CRASH_EXIT_CODE",
 ]
@@ -65,6 +66,17 @@ class Refusal(AvatarReleaseError):
     """A gate or a promotion policy said no. Not a fault: the evidence is in the message."""
 
     exit_code = 1
+
+
+class DoesNotFit(Refusal):
+    """A build's per-device memory (XLA's memory_analysis) exceeds the target's capacity.
+
+    ``fit`` is the MemoryFit record with the numbers; nothing was published.
+    """
+
+    def __init__(self, message: str, fit=None):
+        super().__init__(message)
+        self.fit = fit
 
 
 class NotFoundError(AvatarReleaseError):

@@ -45,6 +45,6 @@ def manifest_seal(m) -> str:
     """
     return sha256_digest(canonical_json({
         "identity": m.identity,
-        "weights": [m.weights.blob.digest, m.weights.raw_digest],
+        "weights": [m.weights.blob.digest if m.weights.blob else None, m.weights.raw_digest],
         "executables": [[e.key, e.blob.digest, e.raw_digest] for e in m.executables],
     }))

@@ -4,7 +4,8 @@ Every record carries ``schema_version``. Readers accept the range in ``SUPPORTED
 and refuse anything else with a message naming both versions and the fix.
 
 Changelog of the manifest schema:
-  * 1 (2026-11-29): first version.
+  * 1 (2026-11-29): first version. Additive since: abstract (never materialised) weights,
+    per-device memory fit, Pallas kernels and their compiler flags, collective schedule.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ __all__ = [
     "FlagProfileRecord",
     "ExecutableEntry",
     "WeightsRecord",
+    "KernelRecord",
+    "ScheduleRecord",
+    "MemoryFit",
     "ChunkProgram",
     "Manifest",
     "ChannelState",
@@ -49,6 +53,7 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     "avatar-release/band": (1, 1),
     "avatar-release/statement": (1, 1),
     "avatar-release/signed-statement": (1, 1),
+    "avatar-release/compile-gate": (1, 1),
 }
 
 
@@ -158,16 +163,61 @@ class ExecutableEntry(Record):
     trace_seconds: float
     lower_seconds: float
     compile_seconds: float
+    # XLA's own estimates from compiled.cost_analysis(): flops, bytes accessed, transcendentals,
+    # and on TPU optimal_seconds. Compiler estimates, never measurements.
     cost: dict[str, float] = {}
-    memory: dict[str, int] = {}
+    # XLA counts a while loop's body once: with scanned blocks, the cost above covers one block
+    # per scan. Multiply by this (traced matmul flops with / without scan trip counts) for the stage.
+    cost_loop_scale: float = 1.0
+    memory: dict[str, int] = {}  # compiled.memory_analysis(), bytes per device
+    kernels: list[KernelRecord] = []  # Pallas kernels in the compiled program
+    schedule: ScheduleRecord | None = None  # all-to-alls in the scheduled program
+    host_callbacks: list[str] = []  # custom calls into the Python host (the compile gate refuses any)
+
+
+class KernelRecord(Record):
+    """One Pallas kernel as compiled into the program."""
+
+    name: str
+    backend: Literal["mosaic", "interpret"]  # Mosaic custom call (TPU) or the Pallas interpreter (CPU)
+    count: int | None  # call sites in the compiled program (None: interpreted, inlined as loops)
+    flags: dict[str, Any] = {}  # Mosaic compiler flags the kernel requested, as found in the program
+
+
+class ScheduleRecord(Record):
+    """All-to-alls in the compiled (scheduled) program: how many overlap with compute.
+
+    ``hidden``: an async start/done pair with compute scheduled between them; ``exposed``: a
+    pair with none, or a synchronous all-to-all. Read from the scheduled HLO, not measured.
+    """
+
+    all_to_alls: int
+    async_pairs: int
+    synchronous: int
+    hidden: int
+    exposed: int
+
+
+class MemoryFit(Record):
+    """Per-device memory of the whole pipeline against the device's capacity, from XLA's
+    memory_analysis(): every stage's weights stay resident; one stage runs at a time."""
+
+    capacity_bytes: int
+    weights_bytes: int  # resident weight arguments of all stages, per device
+    peak_stage: str  # the stage x bucket with the largest working set
+    peak_working_bytes: int  # its non-weight arguments + outputs + temporaries - aliased
+    total_bytes: int  # weights_bytes + peak_working_bytes
+    fits: bool
+    weight_sharding: Literal["fsdp", "replicated"]
 
 
 class WeightsRecord(Record):
-    blob: BlobRef  # safetensors file, zstd-compressed
-    raw_size: int
-    raw_digest: str
+    blob: BlobRef | None  # safetensors file, zstd-compressed; None when never materialised
+    raw_size: int  # bytes of the tensors (for abstract weights: what they would take)
+    raw_digest: str  # of the safetensors bytes; for abstract weights, of the (name, shape, dtype) list
     tensors: int
-    source: str  # "init:seed=0" or the path it was read from
+    source: str  # "init:seed=0", the path it was read from, or "abstract: ..."
+    materialized: bool = True
 
 
 class ChunkProgram(Record):
@@ -221,6 +271,7 @@ class Manifest(Record):
     buckets: list[Bucket]
     program: ChunkProgram
     executables: list[ExecutableEntry]
+    memory_fit: MemoryFit | None = None  # targets that declare their device memory
 
     def executable(self, stage: str, bucket: str) -> ExecutableEntry:
         for e in self.executables:
@@ -229,7 +280,8 @@ class Manifest(Record):
         raise KeyError(f"{stage}/{bucket}")
 
     def blobs(self) -> list[BlobRef]:
-        return [self.weights.blob] + [e.blob for e in self.executables]
+        weights = [self.weights.blob] if self.weights.blob is not None else []
+        return weights + [e.blob for e in self.executables]
 
 
 class ChannelState(Record):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .gates.records import Band, GateResult, ReviewRecord
+from .gates.records import Band, CompileGateResult, GateResult, ReviewRecord
 from .records import ChannelState, HistoryEntry, Manifest
 from .trust.statements import SignedStatement
 
@@ -23,6 +23,7 @@ SCHEMAS = {
     "review.v1.json": ReviewRecord,
     "band.v1.json": Band,
     "signed-statement.v1.json": SignedStatement,
+    "compile-gate.v1.json": CompileGateResult,
 }
 
 

@@ -45,6 +45,19 @@ class TargetSpec(_Spec):
     mesh_shape: list[int]
     flag_profile: str
     topology: str | None = None
+    # Device memory per device (bytes). When set, a build whose per-device working set does
+    # not fit (XLA's memory_analysis) is refused at compile.
+    hbm_bytes_per_device: int | None = Field(None, gt=0)
+    # Published peak rates of one device, for the compiler-estimate roofline in `analyze`.
+    peak_flops_per_second: float | None = Field(None, gt=0)
+    hbm_bytes_per_second: float | None = Field(None, gt=0)
+    # "fsdp": weights sharded over the mesh axis by their first dimension (the default);
+    # "replicated": every device holds every weight (exists to measure what FSDP buys).
+    weight_sharding: Literal["fsdp", "replicated"] = "fsdp"
+    # Environment defaults for compiling through a topology description on a host without the
+    # devices (libtpu reads them at start-up instead of querying cloud metadata). Set only when
+    # the variable is unset, before JAX starts.
+    compile_env: dict[str, str] = {}
 
 
 class FlagProfile(_Spec):
@@ -65,7 +78,9 @@ class BucketSpec(_Spec):
 
 
 class WeightsSpec(_Spec):
-    source: str = "init"  # "init" (deterministic random from seed) or a safetensors path
+    # "init" (deterministic random from seed), "abstract" (shapes only: compile-only builds whose
+    # weights are never materialised, e.g. production shapes), or a safetensors path.
+    source: str = "init"
     seed: int = 0
 
 

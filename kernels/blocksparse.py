@@ -51,6 +51,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels import _masks
+from kernels._target import interpret_default, mosaic_flags
 
 _STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "interpret")
 
@@ -104,8 +105,8 @@ def resolve_block(tokens_per_frame: int, block: int | None) -> int:
 
 
 def resolve_interpret(interpret: bool | None) -> bool:
-    """None -> interpret everywhere but TPU (the kernel uses TPU grid specs). Queried at call time."""
-    return jax.default_backend() != "tpu" if interpret is None else bool(interpret)
+    """None -> interpret unless built for TPU (the kernel uses TPU grid specs); see kernels._target."""
+    return interpret_default() if interpret is None else bool(interpret)
 
 
 def check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, frames: int, tokens_per_frame: int) -> None:
@@ -164,8 +165,11 @@ def pair_specs(block: int, head_dim: int, n_extra_prefetch: int = 0):
 
 
 def compiler_params() -> pltpu.CompilerParams:
-    """Heads are independent (parallel); pairs carry the softmax state (arbitrary, in order)."""
-    return pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"))
+    """Heads are independent (parallel); pairs carry the softmax state (arbitrary, in order).
+
+    On a TPU target, plus the Mosaic flags the build's flag profile pins (kernels._target).
+    """
+    return pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"), flags=mosaic_flags() or None)
 
 
 # ---- cost model -----------------------------------------------------------------------------

@@ -37,8 +37,10 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, PartitionSpec
 
+from kernels._target import interpret_default, mosaic_flags
 from kernels.ulysses import _place, _shard_map, pack_groups
 
 __all__ = [
@@ -303,7 +305,7 @@ def preattn(
     if hg % hb:
         raise ValueError(f"block_heads={hb} must divide the {hg} heads of a group")
     if interpret is None:
-        interpret = jax.default_backend() == "cpu"
+        interpret = interpret_default()
     has_bias = params.b_qkv is not None
     per_slot = heads // hb  # head blocks in each of the q, k, v column ranges
     per_group = hg // hb  # head blocks in a group
@@ -313,13 +315,15 @@ def preattn(
         return pl.BlockSpec((hb * hd, dim), lambda n, i: (j * per_slot + n, 0))
 
     def bias_spec(j: int) -> pl.BlockSpec:
-        return pl.BlockSpec((1, hb * hd), lambda n, i: (0, j * per_slot + n))
+        # The bias as (3 * per_slot, 1, hb hd): a block's last two dims are then the array's own,
+        # which Mosaic accepts at any width (a (1, hb hd) slice of a row needs hb hd % 128 == 0).
+        return pl.BlockSpec((pl.Squeezed(), 1, hb * hd), lambda n, i: (j * per_slot + n, 0, 0))
 
     w = params.w_qkv.astype(BF16)
     in_specs = [pl.BlockSpec((bt, dim), lambda n, i: (i, 0))] + [weight_spec(j) for j in range(3)]
     args = [x, w, w, w]
     if has_bias:
-        b = params.b_qkv.astype(F32).reshape(1, 3 * dim)
+        b = params.b_qkv.astype(F32).reshape(3 * per_slot, 1, hb * hd)
         in_specs += [bias_spec(j) for j in range(3)]
         args += [b, b, b]
     norm_spec = pl.BlockSpec((1, hd), lambda n, i: (0, 0))
@@ -337,6 +341,7 @@ def preattn(
         out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct((groups, 3, hg, tokens, hd), BF16),
         cost_estimate=cost_estimate(tokens, dim, heads, x.dtype.itemsize, has_bias, hb),
+        compiler_params=pltpu.CompilerParams(flags=mosaic_flags() or None),
         interpret=interpret,
         name="preattn",
     )(*args)

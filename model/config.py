@@ -95,6 +95,9 @@ class PipelineConfig:
     # Call each attention's pre-attention chain (qkv projection, q/k RMS norm, rotary) as one op
     # that a build routes to the fused Pallas kernel (kernels/preattn.py). Eager: the same math.
     fused_preattn: bool = False
+    # Run each transformer's blocks as one scanned block over stacked weights when compiled
+    # (model/stack.py): compile time independent of depth. Eager PyTorch loops either way.
+    scan_layers: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -281,7 +284,7 @@ _CONFIGS = {
         # SR grid 92x160 (736 rows cropped to 720), patch 2 -> 46x80 = 3680 tokens/frame
         # (3680 % 128 = 96); 17 frames -> 62560 SR tokens. DiT 46x80 cells, patch 2 -> 920/frame.
         PipelineConfig(
-            name="avatar-720p", frames_per_chunk=16, height=720, width=1280, latent_channels=16,
+            name="avatar-720p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=720, width=1280, latent_channels=16,
             vae_scale=8, sr_scale=2, n_mels=80,
             dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2),
             sr=SRConfig(dim=3072, depth=32, heads=24, window=2, patch=2),
@@ -290,7 +293,7 @@ _CONFIGS = {
         # SR grid 136x240 (1088 rows cropped to 1080), patch 2 -> 68x120 = 8160 tokens/frame
         # (8160 % 128 = 96); DiT 68x120 cells, patch 2 -> 34x60 = 2040/frame.
         PipelineConfig(
-            name="avatar-1080p", frames_per_chunk=16, height=1080, width=1920, latent_channels=16,
+            name="avatar-1080p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=1080, width=1920, latent_channels=16,
             vae_scale=8, sr_scale=2, n_mels=80,
             dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2),
             sr=SRConfig(dim=3072, depth=32, heads=24, window=2, patch=2),

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from model.attention import MLP, Linear, SelfAttention, rope_tables
 from model.config import PipelineConfig
 from model.patches import image_tokens, patchify, unpatchify
+from model.stack import run_blocks
 
 
 def log_mel(audio: torch.Tensor, frames: int, sample_rate: int, n_mels: int) -> torch.Tensor:
@@ -106,8 +107,7 @@ class MotionDiT(nn.Module):
         cond = audio_c + time_c  # (F, D)
         dtype = getattr(torch, c.residual_dtype)
         h = (self.latent_embed(patchify(x, p)) + context).to(dtype)  # (F, T, D)
-        for block in self.blocks:
-            h = block(h, cond, rope)
+        h = run_blocks(self.blocks, h, cond, rope, scan=c.scan_layers)
         shift, scale = self.final_modulation(F.silu(cond))[:, None].chunk(2, dim=-1)  # (F, 1, D) each
         v = self.out(modulate(h, shift, scale))  # (F, T, C p p) float32
         return unpatchify(v, p, c.dit_grid)  # (F, C, h, w)

@@ -20,6 +20,7 @@ import torch.nn as nn
 from model.attention import MLP, Linear, RMSNorm, SelfAttention, rope_tables
 from model.config import PipelineConfig
 from model.patches import image_tokens, patchify, unpatchify, upsample_nearest
+from model.stack import run_blocks
 
 
 def frame_window_mask(frames: int, tokens: int, window: int, device: torch.device) -> torch.Tensor:
@@ -70,8 +71,7 @@ class SuperResolution(nn.Module):
 
         mask = frame_window_mask(n + 1, T, c.sr.window, x.device)  # (S, S)
         rope = rope_tables(n + 1, hs // p, ws // p, D // c.sr.heads, x.device)
-        for block in self.blocks:
-            x = block(x, rope, mask)
+        x = run_blocks(self.blocks, x, rope, mask, scan=c.scan_layers)
 
         x = x.view(n + 1, T, D)[1:]  # (F, T, D): drop the reference frame
         residual = self.out(self.norm_out(x))  # (F, T, C p p) float32

@@ -26,6 +26,8 @@ import contextlib
 import importlib
 from dataclasses import dataclass
 
+from kernels._target import kernel_target
+
 from ..errors import CompileError
 
 __all__ = ["AttentionRoute", "head_sharded_attention"]
@@ -38,16 +40,21 @@ class AttentionRoute:
     sr_tokens_per_frame: int = 0  # the masked (SR) attention's frame geometry
     sr_window: int = 0
     fused_preattn: bool = False  # route the model's `avatar::pre_attention` op to kernels.preattn
+    # What the Pallas kernels are built for (kernels._target): "tpu" lowers them through Mosaic
+    # with these compiler flags; any other platform runs them in the Pallas interpreter.
+    platform: str = "cpu"
+    kernel_flags: tuple[tuple[str, object], ...] = ()
 
     @property
     def default(self) -> bool:
         return self.kernel == "xla" and self.groups == 1
 
     @classmethod
-    def from_config(cls, config) -> "AttentionRoute":
+    def from_config(cls, config, platform: str = "cpu", kernel_flags: dict | None = None) -> "AttentionRoute":
         return cls(kernel=config.attention_kernel, groups=config.ulysses_groups,
                    sr_tokens_per_frame=config.sr_tokens_per_frame, sr_window=config.sr.window,
-                   fused_preattn=config.fused_preattn)
+                   fused_preattn=config.fused_preattn, platform=platform,
+                   kernel_flags=tuple(sorted((kernel_flags or {}).items())))
 
 
 def _body(route: AttentionRoute, seq_len: int, masked: bool):
@@ -130,7 +137,8 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
     for op, impl in overrides.items():
         env.override_op_definition(op, impl)
     try:
-        yield
+        with kernel_target(route.platform, dict(route.kernel_flags)):
+            yield
     finally:
         for op, old in previous.items():
             if old is None:

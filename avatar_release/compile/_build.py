@@ -7,6 +7,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import importlib
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,10 +15,10 @@ from typing import Any, Callable
 
 import zstandard
 
-from .._digest import sha256_digest
+from .._digest import canonical_json, sha256_digest
 from .._dtypes import dtype_name
-from ..environment import current_platform, toolchain, who
-from ..errors import InputError
+from ..environment import configure_compile_env, current_platform, toolchain, who
+from ..errors import DoesNotFit, InputError
 from ..records import (
     ArraySpec,
     BlobRef,
@@ -35,6 +36,8 @@ from ._devices import make_mesh, target_devices
 from ..identity import build_id_for, identity_digest, manifest_seal
 from ._attention import AttentionRoute
 from ._overrides import apply_overrides
+from ._evidence import memory_fit
+from ._trace import stage_function
 from ._stage import CompiledStage, LoweredStage, StagePlan, compile_stage, fsdp_spec, lower_stage
 
 __all__ = ["CompileResult", "compile_build", "source_digest", "EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE"]
@@ -42,6 +45,7 @@ __all__ = ["CompileResult", "compile_build", "source_digest", "EXECUTABLE_MEDIA_
 EXECUTABLE_MEDIA_TYPE = "application/vnd.avatar-release.executable.v1+zstd"
 WEIGHTS_MEDIA_TYPE = "application/vnd.avatar-release.weights.safetensors.v1+zstd"
 ZSTD_LEVEL = 9
+ABSTRACT_WEIGHTS = "abstract: shapes only, never materialised"
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -111,6 +115,15 @@ def _load_model(spec: PipelineSpec, overrides: dict[str, str], weights_path: str
     from model import weights as W
     from model.errors import WeightsError
 
+    if spec.weights.source == "abstract" and weights_path is None:
+        # Shapes only: the module lives on the meta device and no value is ever computed.
+        import torch
+
+        from model.pipeline import AvatarPipeline
+
+        with torch.device("meta"):
+            pipe = AvatarPipeline(config)
+        return config, applied, pipe, ABSTRACT_WEIGHTS
     source = weights_path or (None if spec.weights.source == "init" else spec.weights.source)
     try:
         if source is None:
@@ -131,22 +144,35 @@ def _weights_bytes(pipe) -> tuple[bytes, int]:
     return save(state), len(state)
 
 
+def _abstract_weights(pipe) -> WeightsRecord:
+    """What an abstract build records for weights it never materialised: their shapes, by digest."""
+    from .._dtypes import itemsize
 
-def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[StagePlan]:
-    import torchax
+    shapes = [(k, list(v.shape), dtype_name(v.dtype)) for k, v in sorted(pipe.state_dict().items())]
+    size = sum(math.prod(shape) * itemsize(dtype) for _, shape, dtype in shapes)
+    return WeightsRecord(blob=None, raw_size=size, raw_digest=sha256_digest(canonical_json(shapes)),
+                         tensors=len(shapes), source=ABSTRACT_WEIGHTS, materialized=False)
+
+
+
+def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int, *, weight_sharding: str = "fsdp",
+           route: AttentionRoute) -> list[StagePlan]:
+    def weight_spec(shape: tuple[int, ...]) -> list[str | None]:
+        return fsdp_spec(shape, axis, size) if weight_sharding == "fsdp" else [None] * len(shape)
+
     from model import pipeline as P
 
     plans = []
     for stage in P.STAGES:
         module = getattr(pipe, stage)
-        states, jax_func = torchax.extract_jax(module)
+        states, jax_func = stage_function(module)
         keys = sorted(states)
         params = [
             ArraySpec(
                 name=f"{stage}.{k}",
-                shape=list(states[k].shape),
-                dtype=dtype_name(states[k].dtype),
-                sharding=fsdp_spec(tuple(states[k].shape), axis, size),
+                shape=list(states[k][0]),
+                dtype=dtype_name(states[k][1]),
+                sharding=weight_spec(tuple(states[k][0])),
             )
             for k in keys
         ]
@@ -168,13 +194,33 @@ def _plans(config, pipe, spec: PipelineSpec, axis: str, size: int) -> list[Stage
                             for n, s, d in ins],
                     outputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=fsdp_spec(s, axis, size))
                              for n, s, d in outs],
-                    attention=AttentionRoute.from_config(config),
+                    attention=route,
                 )
             )
     return plans
 
 
 NOISE_RECIPES = {"seeded": "numpy-pcg64-standard-normal/v1", "entropy": "os-entropy-standard-normal/v1"}
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _does_not_fit(pipeline: str, tgt, fit, entries) -> str:
+    peak = next(e for e in entries if e.key == fit.peak_stage)
+    m = peak.memory
+    parts = ", ".join(f"{k.removesuffix('_size')} {_gib(v)}" for k, v in m.items() if v)
+    fixes = []
+    if tgt.weight_sharding != "fsdp":
+        fixes.append("shard the weights (a target with weight_sharding = \"fsdp\")")
+    fixes += ["a smaller bucket (fewer frames per chunk)",
+              "the frame-aligned attention kernel (--set attention_kernel=blocksparse) instead of dense attention"]
+    return (f"{pipeline} does not fit {tgt.name}: it needs {_gib(fit.total_bytes)} per device, the device has "
+            f"{_gib(fit.capacity_bytes)} (over by {_gib(fit.total_bytes - fit.capacity_bytes)}). Resident weights "
+            f"of all stages: {_gib(fit.weights_bytes)} ({fit.weight_sharding}); largest working set: "
+            f"{_gib(fit.peak_working_bytes)} in {fit.peak_stage} (XLA memory_analysis: {parts}). "
+            f"Nothing was published. Options: {'; '.join(fixes)}")
 
 
 def _program(config, noise: str = "seeded") -> ChunkProgram:
@@ -229,16 +275,20 @@ def compile_build(
     if weights_path is not None and not Path(weights_path).is_file():
         raise InputError(f"--weights {weights_path}: no such file")
 
+    if tgt.platform != "cpu":
+        configure_compile_env(tgt)  # CPU device counts are the entry point's job (before JAX starts)
     devices = target_devices(tgt)
     mesh = make_mesh(devices, tgt)
     platform = current_platform(devices, tgt.mesh_axes, tgt.mesh_shape, tgt.topology)
 
     progress(f"loading model {spec.entry} ({spec.config})")
     config, applied, pipe, weights_label = _load_model(spec, overrides or {}, weights_path)
-    weights_raw, n_tensors = _weights_bytes(pipe)
+    abstract = weights_label == ABSTRACT_WEIGHTS
+    weights_raw, n_tensors = (None, 0) if abstract else _weights_bytes(pipe)
 
     axis, size = tgt.mesh_axes[0], tgt.mesh_shape[0]
-    plans = _plans(config, pipe, spec, axis, size)
+    route = AttentionRoute.from_config(config, platform=tgt.platform, kernel_flags=flags.kernel_flags)
+    plans = _plans(config, pipe, spec, axis, size, weight_sharding=tgt.weight_sharding, route=route)
     lowered: list[LoweredStage] = []
     # Tracing runs Python (torchax dispatch), so it is serial. It runs in a worker thread
     # on purpose: XLA records the Python call stack in the program's debug locations, and
@@ -270,15 +320,19 @@ def compile_build(
     compile_wall = time.perf_counter() - t_compile
 
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    weights_z = cctx.compress(weights_raw)
-    blobs: dict[str, bytes] = {sha256_digest(weights_z): weights_z}
-    weights_rec = WeightsRecord(
-        blob=BlobRef(digest=sha256_digest(weights_z), size=len(weights_z), media_type=WEIGHTS_MEDIA_TYPE),
-        raw_size=len(weights_raw),
-        raw_digest=sha256_digest(weights_raw),
-        tensors=n_tensors,
-        source=weights_label,
-    )
+    blobs: dict[str, bytes] = {}
+    if abstract:
+        weights_rec = _abstract_weights(pipe)
+    else:
+        weights_z = cctx.compress(weights_raw)
+        blobs[sha256_digest(weights_z)] = weights_z
+        weights_rec = WeightsRecord(
+            blob=BlobRef(digest=sha256_digest(weights_z), size=len(weights_z), media_type=WEIGHTS_MEDIA_TYPE),
+            raw_size=len(weights_raw),
+            raw_digest=sha256_digest(weights_raw),
+            tensors=n_tensors,
+            source=weights_label,
+        )
     entries, reports = [], []
     for cs in compiled:
         z = cctx.compress(cs.payload)
@@ -304,13 +358,26 @@ def compile_build(
                 lower_seconds=round(cs.lower_seconds, 4),
                 compile_seconds=round(cs.compile_seconds, 4),
                 cost=cs.cost,
+                cost_loop_scale=round(cs.loop_scale, 6),
                 memory=cs.memory,
+                kernels=cs.kernels,
+                schedule=cs.schedule,
+                host_callbacks=cs.host_callbacks,
             )
         )
         reports.append(
             ExecutableReport(p.stage + "/" + p.bucket, len(cs.payload), len(z),
                              round(cs.trace_seconds, 3), round(cs.lower_seconds, 3), round(cs.compile_seconds, 3))
         )
+
+    fit = None
+    if tgt.hbm_bytes_per_device:
+        fit = memory_fit(entries, tgt.hbm_bytes_per_device, tgt.device_count, tgt.weight_sharding)
+        progress(f"memory per device: {_gib(fit.total_bytes)} of {_gib(fit.capacity_bytes)} "
+                 f"(weights {_gib(fit.weights_bytes)}, {tgt.weight_sharding}; "
+                 f"peak working set {_gib(fit.peak_working_bytes)} in {fit.peak_stage})")
+        if not fit.fits:
+            raise DoesNotFit(_does_not_fit(spec.name, tgt, fit, entries), fit)
 
     flags_rec = FlagProfileRecord(
         name=flags.name,
@@ -350,6 +417,7 @@ def compile_build(
         buckets=[Bucket(name=b.name, frames=b.frames, height=config.height, width=config.width) for b in spec.buckets],
         program=_program(config, spec.noise),
         executables=entries,
+        memory_fit=fit,
     )
     manifest = manifest.model_copy(update={"seal": manifest_seal(manifest)})
     result = CompileResult(

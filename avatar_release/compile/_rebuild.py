@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..registry import Registry, read_manifest
 from ._build import compile_build
 
-__all__ = ["RebuildReport", "rebuild"]
+__all__ = ["RebuildReport", "rebuild", "rebuild_manifest"]
 
 
 @dataclass
@@ -27,9 +27,14 @@ class RebuildReport:
 
 
 def rebuild(ref: str, registry: Registry, *, progress=lambda msg: None) -> RebuildReport:
+    return rebuild_manifest(ref, registry, progress=progress)[0]
+
+
+def rebuild_manifest(ref: str, registry: Registry, *, progress=lambda msg: None):
+    """(report, the rebuilt manifest): recompile without publishing, and compare."""
     _, m = read_manifest(registry, ref)
     source = m.weights.source
-    weights_path = None if source.startswith("init:") else source
+    weights_path = None if source.startswith(("init:", "abstract")) else source
     overrides = {k: str(v) for k, v in m.overrides.items()}
     again = compile_build(m.pipeline, m.target, registry=registry, weights_path=weights_path,
                           overrides=overrides, publish=False, progress=progress).manifest
@@ -52,4 +57,4 @@ def rebuild(ref: str, registry: Registry, *, progress=lambda msg: None) -> Rebui
         differ(f"{e.key}.hlo_digest", e.hlo_digest, n.hlo_digest)
         differ(f"{e.key}.fingerprint", e.fingerprint, n.fingerprint)
     differ("identity", m.identity, again.identity)
-    return RebuildReport(m.build_id, again.build_id, not diffs, diffs)
+    return RebuildReport(m.build_id, again.build_id, not diffs, diffs), again

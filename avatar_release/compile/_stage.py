@@ -42,6 +42,7 @@ class LoweredStage:
     trace_seconds: float
     lower_seconds: float
     exported: Any = None  # jax.export.Exported, for the portable "jax-export" format
+    loop_scale: float = 1.0  # _flops.loop_scale of the traced program (1.0: no scans)
 
 
 @dataclass
@@ -57,6 +58,10 @@ class CompiledStage:
     compile_seconds: float
     cost: dict[str, float] = field(default_factory=dict)
     memory: dict[str, int] = field(default_factory=dict)
+    loop_scale: float = 1.0
+    kernels: list = field(default_factory=list)  # records.KernelRecord
+    schedule: Any = None  # records.ScheduleRecord
+    host_callbacks: list[str] = field(default_factory=list)
     compiled: Any = None
 
 
@@ -84,23 +89,26 @@ def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
     out_shardings = tuple(_sharding(mesh, s.sharding) for s in plan.outputs)
     jitted = jax.jit(stage_fn, out_shardings=out_shardings)
     from ._attention import head_sharded_attention
+    from ._scan import scanned_blocks
 
     try:
         t0 = time.perf_counter()
-        with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention):
+        with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks():
             traced = jitted.trace(p_abstract, *i_abstract)
         t1 = time.perf_counter()
         lowered = traced.lower()
         t2 = time.perf_counter()
         exported = None
         if export:
-            with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention):
+            with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks():
                 exported = jax.export.export(jitted)(p_abstract, *i_abstract)
     except Exception as e:  # noqa: BLE001
         raise CompileError(
             f"stage {plan.stage}/{plan.bucket}: tracing or lowering failed: {type(e).__name__}: {str(e)[:500]}"
         ) from e
-    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported)
+    from ._flops import loop_scale
+
+    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr))
 
 
 def _text_tree(tree) -> str:
@@ -116,6 +124,15 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         compiled = ls.lowered.compile(compiler_options=dict(compiler_options))
     except Exception as e:  # noqa: BLE001
         msg = str(e)
+        if "RESOURCE_EXHAUSTED" in msg and "memory" in msg.lower():
+            from ..errors import DoesNotFit
+
+            first = next((line for line in msg.splitlines() if "memory" in line.lower()), msg)[:400]
+            raise DoesNotFit(
+                f"stage {plan.stage}/{plan.bucket} does not fit the device: XLA refused it at compile ({first.strip()}). "
+                "Nothing was published. Options: a smaller bucket (fewer frames per chunk), the weights sharded "
+                "(fsdp), or the frame-aligned attention kernel (--set attention_kernel=blocksparse)"
+            ) from None
         hint = ""
         if "No such compile option" in msg:
             hint = " — the flag profile names an option this XLA does not know; fix or remove it in manifests/flags/"
@@ -130,6 +147,9 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         fp = raw_fp.decode() if isinstance(raw_fp, bytes) else (str(raw_fp) if raw_fp is not None else None)
     except Exception:  # noqa: BLE001 - not every backend reports one
         fp = None
+    # A compile-only client (a TPU topology on a CPU host) reports no fingerprint, and its
+    # serialized bytes are no substitute: two compiles of one program in one process differ
+    # (measured). The scheduled HLO's digest (hlo_digest) is what reproducibility is checked on.
     cost: dict[str, float] = {}
     try:
         ca = compiled.cost_analysis()
@@ -147,6 +167,8 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
     except Exception:  # noqa: BLE001
         pass
     hlo = compiled.as_text() or ""
+    from ._evidence import host_callbacks, kernels_in, schedule_of
+
     return CompiledStage(
         plan=plan,
         payload=payload,
@@ -159,5 +181,9 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         compile_seconds=seconds,
         cost=cost,
         memory=memory,
+        loop_scale=ls.loop_scale,
+        kernels=kernels_in(hlo),
+        schedule=schedule_of(hlo),
+        host_callbacks=host_callbacks(hlo),
         compiled=compiled,
     )

@@ -25,6 +25,8 @@ __all__ = [
     "ReviewRecord",
     "BandVariant",
     "Band",
+    "CompileCheck",
+    "CompileGateResult",
 ]
 
 GATE_SCHEMA_VERSION = 1
@@ -167,3 +169,31 @@ class Band(Record):
     tool: dict[str, str]
     measured_at: str
     method: str
+
+
+class CompileCheck(Record):
+    name: Literal["every-bucket", "flags-present", "fits-memory", "no-host-callbacks", "reproducible"]
+    status: Literal["passed", "failed", "skipped"]
+    summary: str
+    details: dict[str, Any] = {}
+
+
+class CompileGateResult(Record):
+    """What can be proven about a build without its hardware: at compile time, on any host.
+
+    Never enough to promote past dev: the output gates (twin baseline, bit-exact, band) need a
+    run on matching hardware, and the promotion policy reads only their results.
+    """
+
+    kind: Literal["avatar-release/compile-gate"] = "avatar-release/compile-gate"
+    schema_version: int = GATE_SCHEMA_VERSION
+    status: Literal["passed", "failed"]
+    build_id: str
+    build_digest: str
+    pipeline: str
+    target: str
+    checks: list[CompileCheck]
+    host: dict[str, str]  # where the checks ran (backend, jaxlib, hostname)
+    seconds: float
+    created_at: str
+    created_by: str

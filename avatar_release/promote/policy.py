@@ -56,6 +56,14 @@ def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, wha
     status, result, digest = effective_status(registry, resolved.build_id)
     fix = f"run `avatar-release gate {resolved.build_id}`"
     if result is None:
+        from ..gates.compile_gate import load_compile_gate
+
+        compiled = load_compile_gate(registry, resolved.build_id)
+        if compiled is not None:
+            p = manifest.platform
+            raise Refusal(f"{what}: {resolved.build_id} has only a compile gate ({compiled.status}), which proves what "
+                          f"holds without hardware; output gates need a run on {p.backend}: {p.device_kind} x "
+                          f"{p.device_count} first ({fix} on such a host). CPU-only evidence never promotes past dev")
         raise Refusal(f"{what}: {resolved.build_id} has never been gated; {fix} first")
     if status not in ("passed", "approved"):
         extra = {"needs-review": f"; answer its blind review (avatar-release review {resolved.build_id} --serve) "

@@ -20,7 +20,7 @@ from .._digest import sha256_digest
 from .._dtypes import dtype_name
 from ..environment import compare_platform, current_platform, missing_env_flags
 from ._unpickle import deserialize_and_load
-from ..errors import EnvironmentMismatch, IntegrityError
+from ..errors import EnvironmentMismatch, InputError, IntegrityError
 from ..records import ArraySpec, ExecutableEntry, Manifest
 from ..registry import Registry, Resolved, open_registry, read_manifest
 from ._guard import CompileGuard
@@ -83,7 +83,12 @@ def _devices_for(manifest: Manifest):
     import jax
 
     p = manifest.platform
-    return jax.devices(p.backend)[: p.device_count] if p.backend in ("cpu",) else jax.devices()[: p.device_count]
+    return jax.devices(p.backend)[: p.device_count]
+
+
+def _describe(devices) -> str:
+    kinds = sorted({d.device_kind for d in devices})
+    return f"{devices[0].platform if devices else 'none'}: {'/'.join(kinds) or 'no devices'} x {len(devices)}"
 
 
 def check_environment(manifest: Manifest) -> None:
@@ -91,14 +96,18 @@ def check_environment(manifest: Manifest) -> None:
     import jax
     import jaxlib
 
+    p = manifest.platform
     try:
         devices = _devices_for(manifest)
     except RuntimeError as e:
+        expected = f"{p.backend}: {p.device_kind} x {p.device_count}" + (f" ({p.topology})" if p.topology else "")
+        actual = _describe(jax.devices())
         raise EnvironmentMismatch(
-            f"build {manifest.build_id} needs backend {manifest.platform.backend!r}, which this machine lacks ({e})",
-            {"backend": (manifest.platform.backend, "absent")},
+            f"build {manifest.build_id} was compiled for {expected}; this machine has {actual} "
+            f"and no {p.backend!r} backend ({str(e).splitlines()[0][:160]}). Refusing to load: run it on a "
+            f"host with {p.device_count} {p.device_kind} devices, or compile a build for this machine's target",
+            {"platform": (expected, actual)},
         ) from None
-    p = manifest.platform
     actual = current_platform(devices, p.mesh_axes, p.mesh_shape, p.topology)
     if len(jax.devices()) != len(devices) and p.backend == "cpu":
         actual = actual.model_copy(update={"device_count": len(jax.devices("cpu"))})
@@ -174,6 +183,11 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         t.signature = time.perf_counter() - t0
 
     check_environment(manifest)
+    if not manifest.weights.materialized or manifest.weights.blob is None:
+        raise InputError(
+            f"build {manifest.build_id} was compiled from abstract shapes ({manifest.weights.source}): it carries "
+            "no weights to serve; compile it with a checkpoint (--weights FILE) to make a servable build"
+        )
 
     # Fetch and verify every blob before decompressing or unpickling any of them.
     t0 = time.perf_counter()

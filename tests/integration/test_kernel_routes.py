@@ -24,6 +24,11 @@ def test_a_kernel_build_serves_with_zero_compiles_close_to_the_default(registry_
     sr = cand.manifest.executable("sr", "f8")
     assert set(cand.manifest.overrides) == set(override)
     assert sr.hlo_digest != base.manifest.executable("sr", "f8").hlo_digest  # a different SR program
+    # On a CPU target the Pallas kernels run in the interpreter, and no Mosaic flag is requested.
+    expected = "sr_blocksparse_attention" if "attention_kernel" in override else "preattn"
+    kernels = {k.name: k for k in sr.kernels}
+    assert kernels[expected].backend == "interpret" and kernels[expected].flags == {}
+    assert not base.manifest.executable("sr", "f8").kernels  # the default build has none
     image, audio = sample_image(48, 80), sample_audio(0.64)
     a, _ = render(load(base.build_id, reg), image, audio)
     build = load(cand.build_id, reg)

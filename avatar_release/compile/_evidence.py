@@ -1,0 +1,178 @@
+"""What a compiled program proves about itself, read from its scheduled HLO and XLA's analyses.
+
+* ``kernels_in``: the Pallas kernels it contains: Mosaic custom calls on TPU (with the compiler
+  flags each one carries in its backend config), or the Pallas interpreter's loops elsewhere.
+* ``schedule_of``: its all-to-alls. On TPU, with async all-to-all enabled, XLA emits
+  ``all-to-all-start`` / ``all-to-all-done`` pairs and schedules other work between them where
+  it can; a pair with nothing between is turned back into a synchronous ``all-to-all`` (it keeps
+  an ``async_collective_name`` attribute). Hidden = a pair with compute scheduled inside it.
+* ``memory_fit``: per-device bytes of the whole pipeline against the device's capacity.
+* ``host_callbacks``: custom calls that call back into the Python host (never allowed on the
+  serving path: they cannot be serialised, and they stall the device).
+
+All of it is text analysis of the compiled program: compiler evidence, not measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from .._dtypes import itemsize
+from ..records import ArraySpec, KernelRecord, MemoryFit, ScheduleRecord
+
+__all__ = ["kernels_in", "schedule_of", "memory_fit", "per_device_bytes", "host_callbacks", "COMPUTE_OPCODES"]
+
+# "%name = <shape> opcode(operands), attrs..." — one instruction per line in HLO text.
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*.*?\s([a-z][a-z0-9\-]*)\((.*)$")
+_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+# Instructions that do work on the device's compute units (anything that is not data
+# movement, bookkeeping or another collective). A pair with one of these inside is hidden.
+COMPUTE_OPCODES = frozenset({
+    "fusion", "convolution", "dot", "custom-call", "reduce", "reduce-window", "select-and-scatter",
+    "scatter", "gather", "sort", "map", "add", "multiply", "subtract", "divide", "exponential",
+    "while", "conditional", "call", "rng", "cholesky", "triangular-solve", "fft",
+})
+_HOST_CALLBACK_TARGETS = ("xla_python_cpu_callback", "xla_python_gpu_callback", "xla_ffi_python_cpu_callback",
+                          "xla_ffi_python_gpu_callback", "xla_ffi_partitioned_python_cpu_callback")
+
+
+def _computations(hlo: str) -> list[list[str]]:
+    """The instruction lines of each computation, in (scheduled) order."""
+    out: list[list[str]] = []
+    current: list[str] | None = None
+    for line in hlo.splitlines():
+        if current is None:
+            if line.rstrip().endswith("{") and not line.startswith(" ") and "=" not in line.split("(")[0]:
+                current = []
+            continue
+        if line.startswith("}"):
+            out.append(current)
+            current = None
+        else:
+            current.append(line)
+    return out
+
+
+def schedule_of(hlo: str) -> ScheduleRecord:
+    pairs = hidden = synchronous = 0
+    for lines in _computations(hlo):
+        starts: dict[str, int] = {}  # start name -> compute ops seen since
+        for line in lines:
+            m = _INSTR.match(line)
+            if not m:
+                continue
+            name, opcode, rest = m.groups()
+            if opcode == "all-to-all":
+                synchronous += 1
+            elif opcode == "all-to-all-start":
+                starts[name] = 0
+            elif opcode == "all-to-all-done":
+                operand = re.match(r"\s*%([\w.\-]+)", rest)
+                inside = starts.pop(operand.group(1), None) if operand else None
+                if inside is not None:
+                    pairs += 1
+                    hidden += inside > 0
+            elif opcode in COMPUTE_OPCODES:
+                for key in starts:
+                    starts[key] += 1
+    return ScheduleRecord(all_to_alls=pairs + synchronous, async_pairs=pairs, synchronous=synchronous,
+                          hidden=hidden, exposed=pairs - hidden + synchronous)
+
+
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def _kernel_name(line: str) -> str:
+    """The pallas_call's name: the path component before ``pallas_call`` in the op name."""
+    m = _OP_NAME.search(line)
+    if m:
+        parts = m.group(1).split("/")
+        for i, part in enumerate(parts):
+            if part.startswith("pallas_call") and i > 0:
+                return parts[i - 1]
+    head = _INSTR.match(line)
+    return re.sub(r"\.\d+$", "", head.group(1)) if head else "pallas_call"
+
+
+def _mosaic_flags(line: str) -> dict:
+    m = re.search(r'backend_config=(\{.*\})\s*(?:,\s*\w+=|$)', line)
+    flags: dict = {}
+    if not m:
+        return flags
+    text = m.group(1)
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError:
+        config = None
+    if isinstance(config, dict):
+        for f in config.get("flag_configs", []):
+            value = f.get("value", {})
+            flags[f.get("flag_type", "?")] = next(iter(value.values())) if len(value) == 1 else value
+        return flags
+    for name, value in re.findall(r'"flag_type":"([A-Z0-9_]+)","value":\{"\w+":([^}]*)\}', text):
+        flags[name] = json.loads(value) if value in ("true", "false") or value.lstrip("-").isdigit() else value
+    return flags
+
+
+def kernels_in(hlo: str) -> list[KernelRecord]:
+    """Pallas kernels in a compiled program, by name, with their Mosaic flags (TPU).
+
+    A Mosaic kernel is one ``tpu_custom_call`` per call site. An interpreted kernel (CPU) is
+    inlined as ordinary loops; it is found by its name scope, and its call sites are not counted.
+    """
+    from kernels._target import PALLAS_KERNELS
+
+    mosaic: dict[str, list[dict]] = {}
+    interpreted: set[str] = set()
+    for line in hlo.splitlines():
+        if 'custom_call_target="tpu_custom_call"' in line:
+            mosaic.setdefault(_kernel_name(line), []).append(_mosaic_flags(line))
+            continue
+        m = _OP_NAME.search(line)
+        if m:
+            interpreted.update(k for k in PALLAS_KERNELS if f"/{k}/" in m.group(1))
+    records = [KernelRecord(name=n, backend="mosaic", count=len(fl), flags=_common(fl))
+               for n, fl in sorted(mosaic.items())]
+    records += [KernelRecord(name=n, backend="interpret", count=None) for n in sorted(interpreted - set(mosaic))]
+    return records
+
+
+def _common(flag_sets: list[dict]) -> dict:
+    """Flags every call site of a kernel carries (a site without them shows as absent)."""
+    if not flag_sets:
+        return {}
+    keys = set(flag_sets[0]).intersection(*flag_sets[1:])
+    return {k: flag_sets[0][k] for k in sorted(keys) if all(f[k] == flag_sets[0][k] for f in flag_sets)}
+
+
+def host_callbacks(hlo: str) -> list[str]:
+    """Custom-call targets in the program that call back into Python on the host."""
+    found = re.findall(r'custom_call_target="([^"]+)"', hlo)
+    return sorted({t for t in found if t in _HOST_CALLBACK_TARGETS or "callback" in t})
+
+
+def per_device_bytes(spec: ArraySpec, mesh_size: int) -> int:
+    """Bytes one device holds of an array with this sharding (one mesh axis)."""
+    total = math.prod(spec.shape) * itemsize(spec.dtype)
+    return total // mesh_size if any(s is not None for s in spec.sharding) else total
+
+
+def memory_fit(entries, capacity: int, mesh_size: int, weight_sharding: str) -> MemoryFit:
+    """Every stage's weights resident at once; the largest stage working set on top of them."""
+    weights: dict[str, int] = {}
+    for e in entries:  # buckets of a stage share its weights
+        weights.setdefault(e.stage, sum(per_device_bytes(p, mesh_size) for p in e.params))
+    peak_key, peak = "", -1
+    for e in entries:
+        m = e.memory
+        working = (m.get("argument_size", 0) - weights[e.stage] + m.get("output_size", 0) + m.get("temp_size", 0)
+                   + m.get("generated_code_size", 0) - m.get("alias_size", 0))
+        if working > peak:
+            peak_key, peak = e.key, working
+    resident = sum(weights.values())
+    total = resident + max(peak, 0)
+    return MemoryFit(capacity_bytes=capacity, weights_bytes=resident, peak_stage=peak_key,
+                     peak_working_bytes=max(peak, 0), total_bytes=total, fits=total <= capacity,
+                     weight_sharding=weight_sharding)

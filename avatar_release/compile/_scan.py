@@ -1,0 +1,52 @@
+"""The compiler's runner for ``model.stack.run_blocks``: a block stack as one ``lax.scan``.
+
+While a stage is traced, the block parameters are torchax tensors (JAX tracers inside). The
+runner stacks each parameter over the blocks (leading axis = depth; FSDP sharding moves to the
+next axis) and scans one block's functional call over them. The traced program then holds one
+block instead of ``depth``, so compile time no longer grows with depth. The stacking is a copy
+of the stack's weights inside the program (per device, under FSDP: weights / mesh size); a
+checkpoint stored pre-stacked would avoid it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+__all__ = ["scanned_blocks"]
+
+
+def _scan(blocks, x, *args):
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import torchax
+    from torchax import interop
+
+    env = torchax.default_env()
+    first = blocks[0]
+    names = [n for n, _ in first.named_parameters()]
+    per_block = [dict(b.named_parameters()) for b in blocks]
+    for i, params in enumerate(per_block):
+        if list(params) != names:
+            raise ValueError(f"block {i} of the stack has parameters {list(params)[:4]}..., block 0 has "
+                             f"{names[:4]}...: only identical blocks can be scanned")
+    stacked = {n: jnp.stack([interop.jax_view(p[n]) for p in per_block]) for n in names}
+    const = interop.jax_view(args)
+
+    def body(h, params):
+        with env:
+            out = torch.func.functional_call(first, interop.torch_view(params),
+                                             (interop.torch_view(h), *interop.torch_view(const)))
+        return interop.jax_view(out), None
+
+    out, _ = jax.lax.scan(body, interop.jax_view(x), stacked)
+    return interop.torch_view(out)
+
+
+@contextlib.contextmanager
+def scanned_blocks():
+    """While tracing: stacks that ask for it (``scan_layers``) run as one scanned block."""
+    from model.stack import block_runner
+
+    with block_runner(_scan):
+        yield
