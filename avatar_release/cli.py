@@ -51,8 +51,11 @@ class _Group(click.Group):
         except AvatarReleaseError as e:
             as_json = "--json" in ctx.meta.get("avatar_release.argv", sys.argv)
             if as_json:
-                click.echo(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e),
-                                       "exit_code": e.exit_code}, indent=2))
+                payload = {"ok": False, "error": type(e).__name__, "message": str(e), "exit_code": e.exit_code}
+                fit = getattr(e, "fit", None)
+                if fit is not None:  # DoesNotFit: the numbers, for CI and benchmarks
+                    payload["memory_fit"] = fit.model_dump()
+                click.echo(json.dumps(payload, indent=2))
             click.echo(f"error: {e}", err=True)
             ctx.exit(e.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):

@@ -204,3 +204,25 @@ def test_production_shapes_compile_for_tpu_from_abstract_shapes(tmp_path):
     assert m.weights.raw_size > fit.capacity_bytes
     assert {k.name for e in m.executables for k in e.kernels} == {"sr_blocksparse_attention"}
     assert m.executable("dit", "f16").cost_loop_scale > 30  # 32 scanned blocks, counted once by XLA
+
+
+def test_an_abstract_build_verifies_but_a_pod_refuses_it_for_lack_of_weights(tmp_path, monkeypatch):
+    from avatar_release.compile import compile_build
+    from avatar_release.errors import InputError
+    from avatar_release.runtime import load
+    from avatar_release.specs import manifests_dir
+    from avatar_release.verify import verify_build
+
+    manifests = tmp_path / "manifests"
+    shutil.copytree(manifests_dir(), manifests)
+    spec = (manifests / "pipelines" / "tiny.toml").read_text()
+    (manifests / "pipelines" / "tiny.toml").write_text(spec.replace('source = "init"', 'source = "abstract"'))
+    monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(manifests))
+    reg = LocalRegistry(tmp_path / "reg")
+    result = compile_build("tiny", "cpu-8", registry=reg)
+    w = result.manifest.weights
+    assert not w.materialized and w.blob is None and w.tensors > 100 and w.raw_size > 0
+    report = verify_build(result.build_id, str(tmp_path / "reg"))
+    assert report["ok"] and [b["what"] for b in report["blobs"]] == ["dit/f8", "sr/f8", "vae/f8"]
+    with pytest.raises(InputError, match="compiled from abstract shapes.*carries no weights"):
+        load(result.build_id, reg)

@@ -1,0 +1,128 @@
+"""The tpu-v6e-8 target, built on this CPU-only host: compile time, HBM fit, estimated time per
+chunk against the deadline, and hidden vs exposed all-to-alls per Ulysses head-group count.
+
+    python benchmarks/bench_tpu.py [--quick] [--out benchmarks/results/tpu.json]
+
+Every compile runs in a fresh `avatar-release compile --json` process (its peak RSS is recorded:
+the production pipelines' 19B parameters would be 38 GB if materialised). Memory figures are
+XLA's memory_analysis(); times per chunk are compiler estimates (XLA cost model + published
+v6e peaks), never measurements: nothing here runs on a TPU. `--quick` skips the production
+shapes (minutes each on 2 cores). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+GIB = 2**30
+
+
+def _compile(pipeline: str, target: str, sets: list[str], registry: Path) -> dict:
+    cmd = [sys.executable, "-m", "avatar_release", "compile", "--pipeline", pipeline, "--target", target,
+           "--registry", str(registry), "--json"]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    doc = json.loads(out) if out.strip() else {}
+    row = {"pipeline": pipeline, "target": target, "set": sets, "wall_seconds": round(wall, 1),
+           "exit_code": proc.returncode}
+    row["peak_rss_gib"] = round(usage.ru_maxrss * 1024 / GIB, 2)
+    if proc.returncode != 0:
+        row["refused"] = doc.get("message", "")[:600]
+        if doc.get("memory_fit"):
+            row["memory_fit"] = doc["memory_fit"]
+        return row
+    row["build_id"] = doc["build_id"]
+    row["compile_wall_seconds"] = doc["compile_wall_seconds"]
+    row["compile_seconds"] = {e["key"]: e["compile_seconds"] for e in doc["executables"]}
+    return row
+
+
+def _evidence(row: dict, registry: Path) -> None:
+    from avatar_release.cost import estimate_chunks
+    from avatar_release.registry import LocalRegistry, read_manifest
+    from avatar_release.specs import load_target
+
+    _, m = read_manifest(LocalRegistry(registry, create=False), row["build_id"])
+    t = load_target(m.target)
+    row["memory_fit"] = m.memory_fit.model_dump() if m.memory_fit else None
+    row["chunks"] = [c.to_json() for c in estimate_chunks(m, t.peak_flops_per_second, t.hbm_bytes_per_second)]
+    row["schedule"] = {e.key: e.schedule.model_dump() for e in m.executables if e.schedule}
+    row["kernels"] = {e.key: [k.model_dump() for k in e.kernels] for e in m.executables if e.kernels}
+    row["weights"] = {"materialized": m.weights.materialized, "bytes": m.weights.raw_size}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="tiny only: skip the production shapes")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tpu.json"))
+    args = ap.parse_args()
+
+    runs = [("tiny", "tpu-v6e-8", []),
+            ("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"])]
+    if not args.quick:
+        runs += [("avatar-720p", "tpu-v6e-8", []), ("avatar-1080p", "tpu-v6e-8", []),
+                 ("avatar-720p", "tpu-v6e-8-replicated", [])]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pipeline, target, sets in runs:
+            reg = Path(tmp) / f"reg-{len(rows)}"
+            print(f"compiling {pipeline} for {target} {' '.join(sets)} ...", flush=True)
+            row = _compile(pipeline, target, sets, reg)
+            if row["exit_code"] == 0:
+                _evidence(row, reg)
+            rows.append(row)
+
+    from avatar_release.environment import configure_compile_env
+    from avatar_release.specs import load_target
+
+    configure_compile_env(load_target("tpu-v6e-8"))
+    from avatar_release.schedule import probe_schedule
+
+    probes = {}
+    for pipeline in ["tiny"] + ([] if args.quick else ["avatar-720p"]):
+        print(f"schedule probe {pipeline} G=1,2,4 ...", flush=True)
+        probes[pipeline] = [p.to_json() for p in probe_schedule(pipeline, "tpu-v6e-8", (1, 2, 4))]
+
+    print("\ncompile on this CPU-only host for tpu-v6e-8 (fresh process each)")
+    print(f"{'pipeline':<13} {'target':<21} {'set':<44} {'wall s':>7} {'rss GiB':>8} {'HBM/chip':>16} {'use':>6}"
+          f" {'est/chunk':>10} {'deadline':>9} {'est/deadline':>12}")
+    for r in rows:
+        fit = r.get("memory_fit") or {}
+        hbm = f"{fit['total_bytes'] / GIB:.1f}/{fit['capacity_bytes'] / GIB:.0f} GiB" if fit else "-"
+        use = f"{fit['total_bytes'] / fit['capacity_bytes']:.2f}" if fit else "-"
+        c = (r.get("chunks") or [{}])[0]
+        est = f"{c['estimated_seconds'] * 1e3:.0f} ms" if c.get("estimated_seconds") else "-"
+        dl = f"{c['deadline_seconds'] * 1e3:.0f} ms" if c else "-"
+        ratio = f"{c['ratio']:.2f}" if c.get("ratio") is not None else ("refused" if r["exit_code"] else "-")
+        print(f"{r['pipeline']:<13} {r['target']:<21} {' '.join(r['set']) or '(spec defaults)':<44} "
+              f"{r['wall_seconds']:>7.1f} {r.get('peak_rss_gib', 0):>8.2f} {hbm:>16} {use:>6} {est:>10} {dl:>9} {ratio:>12}")
+    print("\nall-to-alls of one SR attention layer compiled for tpu-v6e-8 (hidden = compute inside start/done)")
+    for pipeline, ps in probes.items():
+        for p in ps:
+            share = p["hidden"] / p["all_to_alls"] if p["all_to_alls"] else 0
+            print(f"  {pipeline:<12} G={p['groups']}: {p['all_to_alls']:>2} all-to-alls, {p['hidden']:>2} hidden, "
+                  f"{p['exposed']:>2} exposed (hidden share {share:.2f})")
+    doc = {"label": "compile-only evidence for tpu-v6e-8 on a CPU-only host; times per chunk are compiler "
+                    "estimates, not measurements", "host_cpus": os.cpu_count(), "compiles": rows, "schedule": probes}
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwritten {args.out}")
+
+
+if __name__ == "__main__":
+    main()
