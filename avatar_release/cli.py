@@ -236,8 +236,12 @@ def inspect_cmd(ref, registry_uri, as_json):
         f"toolchain  jax {m.toolchain.jax}, jaxlib {m.toolchain.jaxlib}, torch {m.toolchain.torch}, "
         f"torchax {m.toolchain.torchax}",
         f"weights    {m.weights.tensors} tensors, {m.weights.raw_size / 1e6:.2f} MB ({m.weights.source})",
-        "executables:",
     ]
+    if m.memory_fit:
+        f = m.memory_fit
+        lines.append(f"memory     {f.total_bytes / 2**30:.2f} of {f.capacity_bytes / 2**30:.2f} GiB per device "
+                     f"({f.weight_sharding}; peak {f.peak_stage}){'' if f.fits else ' - DOES NOT FIT'}")
+    lines.append("executables:")
     for e in m.executables:
         lines.append(f"  {e.key:<12} {e.blob.size / 1e6:6.2f} MB zstd ({e.raw_size / 1e6:.2f} raw)  "
                      f"hlo {e.hlo_digest[7:19]}  flops {e.cost.get('flops', 0):.3g}")

@@ -103,10 +103,14 @@ def check_environment(manifest: Manifest) -> None:
         expected = f"{p.backend}: {p.device_kind} x {p.device_count}" + (f" ({p.topology})" if p.topology else "")
         actual = _describe(jax.devices())
         raise EnvironmentMismatch(
-            f"build {manifest.build_id} was compiled for {expected}; this machine has {actual} "
-            f"and no {p.backend!r} backend ({str(e).splitlines()[0][:160]}). Refusing to load: run it on a "
-            f"host with {p.device_count} {p.device_kind} devices, or compile a build for this machine's target",
-            {"platform": (expected, actual)},
+            f"build {manifest.build_id} was compiled for another machine; refusing to load:\n"
+            f"  platform: expected {expected!r}, actual {actual!r} (this machine has no {p.backend!r} backend: "
+            f"{str(e).splitlines()[0][:160]})\n"
+            f"fix: run it on a host with {p.device_count} {p.device_kind} devices, or compile a build for this "
+            "machine's target",
+            {"backend": (p.backend, jax.default_backend()),
+             "device_kind": (p.device_kind, "/".join(sorted({d.device_kind for d in jax.devices()}))),
+             "platform": (expected, actual)},
         ) from None
     actual = current_platform(devices, p.mesh_axes, p.mesh_shape, p.topology)
     if len(jax.devices()) != len(devices) and p.backend == "cpu":

@@ -89,7 +89,8 @@ def test_the_loader_refuses_a_tpu_build_on_this_host_naming_both_machines(tpu_bu
     with pytest.raises(EnvironmentMismatch) as err:
         load("dev", LocalRegistry(root, create=False))
     msg = str(err.value)
-    assert "tpu: TPU v6 lite x 8 (v6e:2x4)" in msg and "this machine has cpu:" in msg and "no 'tpu' backend" in msg
+    assert "expected 'tpu: TPU v6 lite x 8 (v6e:2x4)', actual 'cpu: cpu x 8'" in msg and "no 'tpu' backend" in msg
+    assert err.value.differences["backend"] == ("tpu", "cpu")
 
 
 def test_output_gates_refuse_here_and_the_compile_gate_proves_what_it_can(tpu_build, tmp_path):
