@@ -190,6 +190,7 @@ def rebuild_cmd(ref, registry_uri, as_json):
 def ls_cmd(registry_uri, as_json):
     """List builds, their gate status and the channels that point at them."""
     from .gates import effective_status
+    from .gates.compile_gate import load_compile_gate
     from .registry import open_registry
 
     reg = open_registry(registry_uri, create=False)
@@ -199,10 +200,12 @@ def ls_cmd(registry_uri, as_json):
     for b in builds:
         on = sorted(name for name, c in channels.items() if c.digest == b.digest)
         gate = effective_status(reg, b.build_id)[0]
+        compiled = load_compile_gate(reg, b.build_id)
         rows.append({"build_id": b.build_id, "digest": b.digest, "published_at": b.published_at, "channels": on,
-                     "gate": gate})
+                     "gate": gate, "compile_gate": compiled.status if compiled else None})
     human = "\n".join(
-        f"{r['build_id']:<40} {r['digest'][:19]}  {r['published_at'][:19]}  {r['gate']:<12} {' '.join(r['channels'])}"
+        f"{r['build_id']:<40} {r['digest'][:19]}  {r['published_at'][:19]}  {r['gate']:<12} "
+        f"{('compile:' + r['compile_gate']) if r['compile_gate'] else '':<16} {' '.join(r['channels'])}".rstrip()
         for r in rows
     ) or "no builds"
     _emit(as_json, {"ok": True, "registry": reg.uri, "builds": rows,

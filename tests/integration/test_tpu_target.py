@@ -111,6 +111,8 @@ def test_output_gates_refuse_here_and_the_compile_gate_proves_what_it_can(tpu_bu
         "no-host-callbacks": "passed", "reproducible": "passed"}
     assert checks["flags-present"]["details"]["mosaic_kernels"] == 3
     assert LocalRegistry(reg, create=False).get_record("compile-gates", result.build_id)
+    listed = json.loads(runner.invoke(cli, ["ls", "--registry", str(reg), "--json"]).stdout)["builds"]
+    assert [(b["gate"], b["compile_gate"]) for b in listed] == [("ungated", "passed")]
 
     # CPU-only evidence never takes a TPU build past dev.
     res = runner.invoke(cli, ["promote", "dev", "--to", "staging", "--registry", str(reg)])
