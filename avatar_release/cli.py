@@ -643,26 +643,21 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, registry_uri, as_json):
 
 
 def _require_build_hardware(manifest) -> None:
-    """Output gates run the build: refuse early, pointing at the compile gate, without its devices."""
+    """Output gates run the build: without its devices, refuse early with the loader's own
+    check (both machines named), pointing at the compile gate."""
     if manifest.platform.backend == "cpu":
-        return
-    import jax
-
+        return  # the fresh gate workers check CPU builds field by field as they load
     from .errors import EnvironmentMismatch
+    from .runtime import check_environment
 
     try:
-        have = len(jax.devices(manifest.platform.backend))
-    except RuntimeError:
-        have = 0
-    if have < manifest.platform.device_count:
-        p = manifest.platform
-        host = f"{jax.default_backend()} x {len(jax.devices())}"
+        check_environment(manifest)
+    except EnvironmentMismatch as e:
         raise EnvironmentMismatch(
-            f"the output gates run {manifest.build_id}, which needs {p.backend}: {p.device_kind} x {p.device_count}; "
-            f"this host has {host}. Run them on matching hardware. What can be proven here: "
-            f"avatar-release gate compile {manifest.build_id}",
-            {"platform": (f"{p.backend}: {p.device_kind} x {p.device_count}", host)},
-        )
+            f"the output gates run {manifest.build_id}, so they need its hardware: {e}\n"
+            f"What can be proven on this host: avatar-release gate compile {manifest.build_id}",
+            e.differences,
+        ) from None
 
 
 @gate_group.command("compile")
