@@ -411,7 +411,7 @@ def history_cmd(channel, registry_uri, as_json):
 def gc_cmd(prune_builds, min_age_s, dry_run, registry_uri, as_json):
     """Delete unreferenced blobs (never anything a channel or a rollback can reach)."""
     from .registry import open_registry
-    from .registry._gc import collect_garbage
+    from .ops import collect_garbage
 
     r = collect_garbage(open_registry(registry_uri, create=False), prune_builds=prune_builds,
                         min_age_s=min_age_s, dry_run=dry_run)

@@ -174,7 +174,7 @@ def environment_record(backend: str | None = None):
     import jax
 
     from ._digest import canonical_json, sha256_digest
-    from .gates.records import EnvironmentRecord
+    from .records import EnvironmentRecord
 
     devices = jax.devices(backend) if backend else jax.devices()
     d0 = devices[0]

@@ -11,13 +11,14 @@ to an exit code, so CI can tell "a gate or policy said no" (1) from "bad input" 
     ├── Refusal                         exit 1   a gate or a policy said no
     ├── NotFoundError                   exit 3   unknown build, channel or blob
     ├── IntegrityError                  exit 4   size / digest / format check failed
-    │   └── SchemaVersionError          exit 4   a record from an unsupported schema version
+    │   └── TrustError                  exit 4   a signature or trust check refused
     ├── EnvironmentMismatch             exit 5   this machine is not what the build was made for
     ├── CompileError                    exit 6   tracing, lowering or XLA compilation failed
     ├── RegistryError                   exit 7   the store is unreachable, unwritable or locked
     │   └── ConflictError               exit 7   a concurrent writer won the race
     ├── RecompileError                  exit 8   the zero-compile guard saw a compile
-    └── MediaError                      exit 9   ffmpeg failed on already-validated input
+    ├── MediaError                      exit 9   ffmpeg failed on already-validated input
+    └── SchemaVersionError              exit 11  a record written by a newer (or too old) avatar-release
 
 Anything else escaping the CLI is a crash (exit 70).
 """
@@ -96,8 +97,21 @@ class TrustError(IntegrityError):
     or replayed. Nothing was unpickled."""
 
 
-class SchemaVersionError(IntegrityError):
-    """A record was written with a schema version this tool does not read."""
+class SchemaVersionError(AvatarReleaseError):
+    """A record was written with a schema version this tool does not read.
+
+    Not an integrity fault: the bytes may be perfectly good, written by a newer (or much
+    older) avatar-release. ``kind``, ``found`` and ``supported`` carry both sides.
+    """
+
+    exit_code = 11
+
+    def __init__(self, message: str, *, kind: str = "", found: int | None = None,
+                 supported: tuple[int, int] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.found = found
+        self.supported = supported
 
 
 class EnvironmentMismatch(AvatarReleaseError):

@@ -4,7 +4,7 @@ Nothing here runs at import. ``run_gate`` is the entry point; ``calibrate`` meas
 """
 
 from .band import calibrate, load_band
-from .records import Band, GateEvidence, GateResult, ReviewRecord
+from ..records import Band, GateEvidence, GateResult, ReviewRecord
 from .run import GateOutcome, effective_status, run_gate
 
 __all__ = ["run_gate", "GateOutcome", "effective_status", "calibrate", "load_band", "GateResult",

@@ -22,9 +22,8 @@ from typing import Callable
 
 from .._digest import sha256_digest
 from ..errors import InputError, Refusal, SpecError
-from ..records import parse_record, utcnow
+from ..records import Band, BandVariant, parse_record, utcnow
 from ..specs import manifests_dir
-from .records import Band, BandVariant
 
 __all__ = ["DEFAULT_VARIANTS", "band_path", "load_band", "calibrate", "CalibrationResult"]
 

@@ -26,12 +26,12 @@ from typing import Callable
 
 from .._digest import sha256_digest
 from ..errors import AvatarReleaseError
-from ..records import parse_record, utcnow
-from .records import CompileCheck, CompileGateResult
+from ..records import CompileCheck, CompileGateResult, parse_record, utcnow
+from ..records.stored import COMPILE_GATES
 
 __all__ = ["run_compile_gate", "load_compile_gate", "CompileGateOutcome"]
 
-_NAMESPACE = "compile-gates"
+_NAMESPACE = COMPILE_GATES.name
 
 
 @dataclass

@@ -15,8 +15,7 @@ import numpy as np
 
 from .._digest import canonical_json
 from ..errors import SpecError
-from ..records import Manifest
-from .records import GateRequestRecord, GateSetRecord
+from ..records import GateRequestRecord, GateSetRecord, Manifest
 
 __all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "gate_set", "request_inputs"]
 

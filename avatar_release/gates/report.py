@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..media import encode_png, psnr
-from .records import GateResult
+from ..records import GateResult
 
 __all__ = ["heatmap", "psnr_plot_svg", "write_report", "png_data_uri"]
 

@@ -25,8 +25,7 @@ import numpy as np
 
 from ..errors import InputError, NotFoundError, Refusal
 from ..media import encode_png
-from ..records import utcnow
-from .records import GateResult, ReviewAnswer, ReviewDecision, ReviewRecord
+from ..records import GateResult, ReviewAnswer, ReviewDecision, ReviewRecord, utcnow
 from .report import heatmap, png_data_uri
 from .store import get_frames, latest_result, load_review, save_review
 

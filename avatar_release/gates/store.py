@@ -9,21 +9,20 @@
 from __future__ import annotations
 
 import io
-import json
 
 import numpy as np
 import zstandard
 
 from .._digest import sha256_digest
 from ..errors import IntegrityError
-from ..records import BlobRef, parse_record
-from .records import FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, GateResult, ReviewRecord
+from ..records import FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, BlobRef, GateResult, ReviewRecord, parse_record
+from ..records.stored import GATE_RESULTS, REVIEWS, parse_results_index, render_results_index
 
 __all__ = ["put_frames", "get_frames", "save_result", "result_refs", "frames_refs", "latest_result", "get_result",
            "save_review", "load_review"]
 
-_RESULTS = "gate-results"
-_REVIEWS = "reviews"
+_RESULTS = GATE_RESULTS.name
+_REVIEWS = REVIEWS.name
 
 
 def put_frames(registry, frames: np.ndarray) -> BlobRef:
@@ -45,32 +44,18 @@ def get_frames(registry, ref: BlobRef) -> np.ndarray:
         raise IntegrityError(f"gate frames {ref.digest}: not a zstd .npy array ({e})") from None
 
 
-def _parse_refs(raw: bytes | None, build_id: str) -> list[BlobRef]:
-    if raw is None:
-        return []
-    try:
-        return [BlobRef(**r) for r in json.loads(raw)["results"]]
-    except (ValueError, KeyError, TypeError):
-        raise IntegrityError(f"registry record {_RESULTS}/{build_id} is not a list of gate results") from None
-
-
 def result_refs(registry, build_id: str) -> list[BlobRef]:
     """Every stored gate result of a build, oldest first."""
-    return _parse_refs(registry.get_record(_RESULTS, build_id), build_id)
+    return parse_results_index(registry.get_record(_RESULTS, build_id), f"registry record {_RESULTS}/{build_id}")[0]
 
 
 def frames_refs(registry, build_id: str) -> list[BlobRef]:
-    """The frames blobs the build's gate results refer to (listed in the record since it has had them)."""
-    raw = registry.get_record(_RESULTS, build_id)
-    if raw is None:
-        return []
-    try:
-        listed = json.loads(raw).get("frames")
-        if listed is not None:
-            return [BlobRef(**r) for r in listed]
-    except (ValueError, TypeError, AttributeError):
-        raise IntegrityError(f"registry record {_RESULTS}/{build_id} is not a list of gate results") from None
-    return [get_result(registry, ref).frames_blob for ref in result_refs(registry, build_id)]  # older records
+    """The frames blobs the build's gate results refer to (listed in the index since it has had them)."""
+    results, frames = parse_results_index(registry.get_record(_RESULTS, build_id),
+                                          f"registry record {_RESULTS}/{build_id}")
+    if frames is not None:
+        return frames
+    return [get_result(registry, ref).frames_blob for ref in results]  # older indexes
 
 
 def save_result(registry, result: GateResult) -> str:
@@ -78,14 +63,15 @@ def save_result(registry, result: GateResult) -> str:
     ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=RESULT_MEDIA_TYPE)
 
     def add(old: bytes | None) -> bytes:
-        refs = _parse_refs(old, result.build_id)
+        where = f"registry record {_RESULTS}/{result.build_id}"
+        refs, frames = parse_results_index(old, where)
+        if frames is None:
+            frames = [get_result(registry, r).frames_blob for r in refs]
         if ref not in refs:
             refs.append(ref)
-        frames = json.loads(old).get("frames", []) if old else []
-        if result.frames_blob.model_dump() not in frames:
-            frames.append(result.frames_blob.model_dump())
-        # The frames are listed too, so stores that keep only what records reference keep them.
-        return json.dumps({"results": [r.model_dump() for r in refs], "frames": frames}).encode()
+        if result.frames_blob not in frames:
+            frames.append(result.frames_blob)
+        return render_results_index(refs, frames)
 
     registry.update_record(_RESULTS, result.build_id, add)
     return ref.digest

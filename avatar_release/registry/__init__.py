@@ -9,10 +9,11 @@ from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
 from ._oci import OciRegistry
-from ._protocol import CHANNELS, BuildRef, Registry, Resolved, check_name
+from ._protocol import CHANNELS, BuildRef, Collectable, Registry, Resolved, check_name
 
 __all__ = [
     "Registry",
+    "Collectable",
     "Resolved",
     "BuildRef",
     "LocalRegistry",

@@ -48,6 +48,10 @@ class KVRegistry(abc.ABC):
         """Keys directly under ``prefix``."""
 
     @abc.abstractmethod
+    def _list_dirs(self, prefix: str) -> list[str]:
+        """Sub-folders directly under ``prefix`` (record namespaces), as keys."""
+
+    @abc.abstractmethod
     def _lock(self) -> contextlib.AbstractContextManager:
         """The store-wide lock that serializes channel moves, commits and gc."""
 
@@ -316,6 +320,33 @@ class KVRegistry(abc.ABC):
     def list_records(self, namespace: str) -> list[str]:
         check_name("record namespace", namespace)
         return sorted(k.rsplit("/", 1)[-1] for k in self._list(f"records/{namespace}/"))
+
+    # ---- garbage collection (the Collectable protocol): public, so ops.gc reaches no private ----
+    def exclusive(self) -> contextlib.AbstractContextManager:
+        """The store-wide lock: no channel move, build commit or record update interleaves."""
+        return self._lock()
+
+    def record_namespaces(self) -> list[str]:
+        return sorted(k.rsplit("/", 1)[-1] for k in self._list_dirs("records/"))
+
+    def list_blob_digests(self) -> list[str]:
+        return ["sha256:" + k.rsplit("/", 1)[-1] for k in self._list("blobs/sha256/")]
+
+    def blob_age(self, digest: str) -> float:
+        return self._age(self._blob_key(digest))
+
+    def blob_size(self, digest: str) -> int:
+        return self._size(self._blob_key(digest))
+
+    def delete_blob(self, digest: str) -> None:
+        self._delete(self._blob_key(digest))
+
+    def delete_build(self, build_id: str) -> None:
+        """Remove a build's reference (its blobs go with the next collection)."""
+        self._delete(f"builds/{check_name('build', build_id)}")
+
+    def delete_record(self, namespace: str, name: str) -> None:
+        self._delete(f"records/{check_name('record namespace', namespace)}/{check_name('record', name)}")
 
 
 def _plausible(name: str) -> bool:

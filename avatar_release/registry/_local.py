@@ -7,7 +7,7 @@ Layout::
     channels/<name>.json      current state + the entry that put it there
     history.jsonl             append-only move history
     records/<ns>/<name>       gate results and reviews
-    tmp/                      staging area for atomic writes
+    tmp/                      staging area for atomic writes (leftovers swept on open)
     .lock                     flock()ed by every writer that needs mutual exclusion
 
 Every write goes to ``tmp/``, is fsynced, renamed into place and the directory fsynced,
@@ -19,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 from pathlib import Path
 
+from .. import _atomic
 from ..errors import RegistryError
 from ._kv import KVRegistry
 
@@ -41,6 +41,9 @@ class LocalRegistry(KVRegistry):
                     f"registry {self.root}: cannot create it ({e.strerror}); pass a writable "
                     "--registry or set AVATAR_RELEASE_REGISTRY"
                 ) from None
+            # What a killed writer left in tmp/ (never a write in flight: only old files).
+            with contextlib.suppress(OSError):
+                self.sweep()
         elif not (self.root / "builds").is_dir():
             raise RegistryError(f"registry {self.root}: not found (no builds/ directory)")
 
@@ -62,23 +65,15 @@ class LocalRegistry(KVRegistry):
     def _write_atomic(self, key: str, data: bytes) -> None:
         dest = self._path(key)
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.root / "tmp", prefix=dest.name[:40] + ".")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, dest)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-            _fsync_dir(dest.parent)
+            _atomic.write_bytes(dest, data, tmp_dir=self.root / "tmp")
         except OSError as e:
             raise RegistryError(
                 f"registry {self.root}: cannot write {key} ({e.strerror}); check permissions and free space"
             ) from None
+
+    def sweep(self, older_than: float = 3600.0) -> list[Path]:
+        """Remove temporary files a killed writer left in ``tmp/`` (older than ``older_than`` s)."""
+        return _atomic.sweep(self.root / "tmp", older_than=older_than)
 
     def _append(self, key: str, line: bytes) -> None:
         path = self._path(key)
@@ -123,6 +118,12 @@ class LocalRegistry(KVRegistry):
             return []
         return sorted(f"{prefix}{p.name}" for p in d.iterdir() if p.is_file())
 
+    def _list_dirs(self, prefix: str) -> list[str]:
+        d = self._path(prefix.rstrip("/"))
+        if not d.is_dir():
+            return []
+        return sorted(f"{prefix}{p.name}" for p in d.iterdir() if p.is_dir())
+
     @contextlib.contextmanager
     def _lock(self):
         try:
@@ -135,11 +136,3 @@ class LocalRegistry(KVRegistry):
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

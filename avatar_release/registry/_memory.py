@@ -39,5 +39,9 @@ class MemoryRegistry(KVRegistry):
     def _list(self, prefix):
         return sorted(k for k in self._data if k.startswith(prefix) and "/" not in k[len(prefix):])
 
+    def _list_dirs(self, prefix):
+        return sorted({prefix + k[len(prefix):].split("/", 1)[0] for k in self._data
+                       if k.startswith(prefix) and "/" in k[len(prefix):]})
+
     def _lock(self):
         return self._mutex

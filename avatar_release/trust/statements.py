@@ -14,22 +14,21 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Literal
 
+from .. import _atomic
 from .._digest import canonical_json
 from ..errors import IntegrityError, TrustError
-from ..records import Record, parse_record
+from ..records import SignedStatement, StatementPayload, parse_record
+from ..records.stored import STATEMENTS
 from .keys import key_id
 
 __all__ = ["StatementPayload", "SignedStatement", "sign", "publish_statement", "read_statement",
            "verify", "AcceptedState", "DEFAULT_VALIDITY"]
 
 DEFAULT_VALIDITY = timedelta(days=30)
-_NS = "statements"
+_NS = STATEMENTS.name
 
 
 def _ts(dt: datetime) -> str:
@@ -41,26 +40,6 @@ def _parse_ts(text: str, what: str) -> datetime:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
     except ValueError:
         raise TrustError(f"statement {what} {text!r} is not a UTC timestamp") from None
-
-
-class StatementPayload(Record):
-    kind: Literal["avatar-release/statement"] = "avatar-release/statement"
-    schema_version: int = 1
-    build_id: str
-    build_digest: str
-    channel: str
-    sequence: int
-    issued_at: str
-    expires_at: str
-    key_id: str
-    who: str
-
-
-class SignedStatement(Record):
-    kind: Literal["avatar-release/signed-statement"] = "avatar-release/signed-statement"
-    schema_version: int = 1
-    payload: StatementPayload
-    signature: str  # base64 ed25519 over canonical JSON of the payload
 
 
 def sign(private_key, *, build_id: str, build_digest: str, channel: str, sequence: int, who: str,
@@ -109,13 +88,7 @@ class AcceptedState:
         state = self.load()
         state[payload.channel] = {"sequence": payload.sequence, "digest": payload.build_digest,
                                   "build_id": payload.build_id, "accepted_at": _ts(datetime.now(timezone.utc))}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".accepted.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(state, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        _atomic.write_json(self.path, state, indent=None)
 
 
 def verify(statement: SignedStatement | None, public_key, *, channel: str, digest: str,

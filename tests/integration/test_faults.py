@@ -34,7 +34,7 @@ def _flip(path, offset=None):
 
 @pytest.mark.parametrize("kind", ["manifest", "weights", "executable", "gate-frames", "gate-result"])
 def test_a_bit_flip_in_any_kind_of_blob_is_refused_by_name(registry_copy, kind):
-    from avatar_release.gates.records import EnvironmentRecord, GateResult, GateSetRecord
+    from avatar_release.records import EnvironmentRecord, GateResult, GateSetRecord
     from avatar_release.gates.store import get_frames, get_result, put_frames, result_refs, save_result
     from avatar_release.records import BlobRef
 

@@ -12,7 +12,7 @@ from avatar_release.compile import compile_build
 from avatar_release.errors import NotFoundError
 from avatar_release.promote import promote
 from avatar_release.registry import LocalRegistry, read_manifest
-from avatar_release.registry._gc import collect_garbage
+from avatar_release.ops import collect_garbage
 from avatar_release.runtime import load
 from tests.unit.test_promote_policy import _gate
 

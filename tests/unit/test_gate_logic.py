@@ -10,7 +10,7 @@ import pytest
 
 from avatar_release.errors import InputError, NotFoundError, Refusal, SpecError
 from avatar_release.gates import _compare as C
-from avatar_release.gates.records import (
+from avatar_release.records import (
     Band, EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord,
 )
 from avatar_release.gates.review import decide, new_review, record_answer, review_page

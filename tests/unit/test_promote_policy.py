@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release.errors import ConflictError, InputError, Refusal
-from avatar_release.gates.records import EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord
+from avatar_release.records import EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord
 from avatar_release.gates.review import decide, new_review, record_answer
 from avatar_release.gates.store import save_result, save_review
 from avatar_release.promote import promote, rollback

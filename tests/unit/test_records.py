@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from avatar_release.errors import IntegrityError, SchemaVersionError
-from avatar_release.records import Manifest, parse_record
-from avatar_release.schema import render_schemas
+from avatar_release.records import STORED_KINDS, Manifest, parse_record, readable_versions
+from avatar_release.records.schema import render_schemas
 from avatar_release.specs import manifests_dir
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -22,11 +22,56 @@ def test_stored_v1_manifest_still_loads():
     assert {e.stage for e in m.executables} == {"dit", "sr", "vae"}
 
 
-def test_newer_schema_version_is_refused_with_both_versions_and_the_fix():
-    doc = json.loads((DATA / "build-manifest.v1.json").read_bytes())
-    doc["schema_version"] = 7
-    with pytest.raises(SchemaVersionError, match=r"schema_version 7, this avatar-release reads 1\.\.1; upgrade"):
-        parse_record(Manifest, json.dumps(doc).encode(), where="x")
+def test_manifests_written_with_later_fields_under_v1_still_load():
+    """Builds published before the version moved to 2 carry version-2 fields labelled 1."""
+    m = parse_record(Manifest, (DATA / "build-manifest.v1-later-fields.json").read_bytes(), where="stored")
+    assert m.schema_version == 1 and m.seal and m.executables[0].kernels is not None
+
+
+@pytest.mark.parametrize("stem, cls", sorted(STORED_KINDS.items()))
+def test_every_version_of_every_record_kind_has_a_stored_example_that_loads(stem, cls):
+    kind, oldest, newest = readable_versions(cls)
+    for version in range(oldest, newest + 1):
+        path = DATA / f"{stem}.v{version}.json"
+        assert path.is_file(), f"no stored example of {kind} v{version}: add {path.name} written by that version"
+        record = parse_record(cls, path.read_bytes(), where=path.name)
+        assert record.schema_version == version and record.kind == kind
+
+
+@pytest.mark.parametrize("stem, cls", sorted(STORED_KINDS.items()))
+def test_a_newer_version_is_a_version_error_naming_both_versions_not_an_integrity_error(stem, cls):
+    kind, oldest, newest = readable_versions(cls)
+    doc = json.loads((DATA / f"{stem}.v{newest}.json").read_bytes())
+    doc["schema_version"] = newest + 1
+    with pytest.raises(SchemaVersionError) as info:
+        parse_record(cls, json.dumps(doc).encode(), where="x")
+    message = str(info.value)
+    assert f"schema_version {newest + 1}, this avatar-release reads {oldest}..{newest}" in message
+    assert "upgrade avatar-release" in message
+    assert not isinstance(info.value, IntegrityError) and info.value.exit_code == 11
+    assert (info.value.found, info.value.supported) == (newest + 1, (oldest, newest))
+
+
+def test_a_record_of_another_kind_is_refused():
+    with pytest.raises(IntegrityError, match="expected a avatar-release/build record, found kind 'avatar-release/band'"):
+        parse_record(Manifest, (DATA / "band.v1.json").read_bytes(), where="x")
+
+
+def test_cli_exits_11_on_a_manifest_from_a_newer_tool(tmp_path):
+    from click.testing import CliRunner
+
+    from avatar_release.cli import cli
+    from avatar_release.registry import LocalRegistry
+
+    reg = LocalRegistry(tmp_path / "reg")
+    doc = json.loads((DATA / "build-manifest.v2.json").read_bytes())
+    doc["schema_version"] = 3
+    for ref in parse_record(Manifest, (DATA / "build-manifest.v2.json").read_bytes(), where="x").blobs():
+        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
+    reg.put_build(doc["build_id"], json.dumps(doc).encode())
+    res = CliRunner().invoke(cli, ["inspect", doc["build_id"], "--registry", str(tmp_path / "reg")])
+    assert res.exit_code == 11, res.output
+    assert "schema_version 3, this avatar-release reads 1..2" in res.output and "upgrade" in res.output
 
 
 @pytest.mark.parametrize(
@@ -52,9 +97,34 @@ def test_not_json_is_an_integrity_error():
 
 def test_checked_in_json_schemas_are_current():
     folder = manifests_dir() / "schema"
+    assert "build-manifest.v2.json" in render_schemas()
     for name, text in render_schemas().items():
         assert (folder / name).read_text() == text, (
             f"manifests/schema/{name} is stale: run "
-            "`python -c 'from pathlib import Path; from avatar_release.schema import write_schemas; "
+            "`python -c 'from pathlib import Path; from avatar_release.records.schema import write_schemas; "
             "write_schemas(Path(\"manifests/schema\"))'`"
+        )
+
+
+def _structure(schema):
+    """A JSON Schema without its prose: what changes only when the format does."""
+    if isinstance(schema, dict):
+        return {k: _structure(v) for k, v in schema.items() if k not in ("description", "title")}
+    if isinstance(schema, list):
+        return [_structure(v) for v in schema]
+    return schema
+
+
+def test_a_format_change_moves_the_version():
+    """The checked-in schema of the version this tool writes has the same structure as the
+    record classes: a changed field means a new version (and changelog line), not an edit."""
+    folder = manifests_dir() / "schema"
+    for name, text in render_schemas().items():
+        stored = folder / name
+        if not stored.is_file():
+            continue  # a new version: the staleness test asks for it to be exported
+        assert _structure(json.loads(stored.read_text())) == _structure(json.loads(text)), (
+            f"the format of {name} changed but its schema_version did not: bump the kind's version, add a dated "
+            "changelog line in its module under avatar_release/records/, a stored example under tests/data/, "
+            "and export the schemas"
         )

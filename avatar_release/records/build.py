@@ -1,32 +1,32 @@
-"""On-disk records (pydantic v2): build manifests, channel states and history entries.
+"""The build manifest and what it is made of: blobs, executables, the platform, the program.
 
-Every record carries ``schema_version``. Readers accept the range in ``SUPPORTED``
-and refuse anything else with a message naming both versions and the fix.
+Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
+  * 1 (2026-11-29): first version (stored example: tests/data/build-manifest.v1.json).
+  * 2 (2026-12-01): ``seal``; weights that are never materialised (``weights.blob`` None,
+    ``materialized``); ``memory_fit``; per executable ``cost_loop_scale``, ``kernels``,
+    ``schedule`` and ``host_callbacks``. These fields were first written on 2026-11-29 still
+    labelled 1, which a reader of the first version refused as an integrity error; a reader
+    now reads 1..2, and an older reader refuses a version-2 manifest with a version error.
 
-Changelog of the manifest schema:
-  * 1 (2026-11-29): first version. Additive since: abstract (never materialised) weights,
-    per-device memory fit, Pallas kernels and their compiler flags, collective schedule.
+``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
+compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field
 
-from ._digest import DIGEST_RE, canonical_json, sha256_digest
-from .errors import IntegrityError, SchemaVersionError
+from ._base import BlobRef, Record
 
 __all__ = [
-    "MANIFEST_SCHEMA_VERSION",
-    "SUPPORTED",
-    "BlobRef",
+    "BUILD_SCHEMA_VERSION",
     "ArraySpec",
     "Bucket",
     "Toolchain",
     "Platform",
+    "EnvironmentRecord",
     "FlagProfileRecord",
     "ExecutableEntry",
     "WeightsRecord",
@@ -35,56 +35,9 @@ __all__ = [
     "MemoryFit",
     "ChunkProgram",
     "Manifest",
-    "ChannelState",
-    "HistoryEntry",
-    "Record",
-    "parse_record",
-    "utcnow",
 ]
 
-MANIFEST_SCHEMA_VERSION = 1
-# kind -> (oldest, newest) schema version this tool reads.
-SUPPORTED: dict[str, tuple[int, int]] = {
-    "avatar-release/build": (1, 1),
-    "avatar-release/channel": (1, 1),
-    "avatar-release/history-entry": (1, 1),
-    "avatar-release/gate-result": (1, 1),
-    "avatar-release/review": (1, 1),
-    "avatar-release/band": (1, 1),
-    "avatar-release/statement": (1, 1),
-    "avatar-release/signed-statement": (1, 1),
-    "avatar-release/compile-gate": (1, 1),
-}
-
-
-def utcnow() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def to_json_bytes(self) -> bytes:
-        """Canonical bytes: what is stored and what the digest is taken over."""
-        return canonical_json(self.model_dump(mode="json"))
-
-    def content_digest(self) -> str:
-        return sha256_digest(self.to_json_bytes())
-
-
-class BlobRef(Record):
-    """A content-addressed blob: what to fetch and how to check it before use."""
-
-    digest: str
-    size: int = Field(ge=0)
-    media_type: str
-
-    @field_validator("digest")
-    @classmethod
-    def _check_digest(cls, v: str) -> str:
-        if not DIGEST_RE.match(v):
-            raise ValueError(f"expected 'sha256:' + 64 lowercase hex, got {v!r}")
-        return v
+BUILD_SCHEMA_VERSION = 2
 
 
 class ArraySpec(Record):
@@ -128,6 +81,20 @@ class Platform(Record):
     mesh_shape: list[int]
     topology: str | None = None
     # XLA:CPU code is built for the host's CPU features; recorded for CPU targets.
+    cpu_features: list[str] | None = None
+
+
+class EnvironmentRecord(Record):
+    """Where a gate ran (the live machine, not a build's target). Outputs are only compared
+    between equal fingerprints."""
+
+    fingerprint: str  # sha256 over the other fields
+    backend: str
+    platform_version: str
+    device_kind: str
+    device_count: int
+    jax: str
+    jaxlib: str
     cpu_features: list[str] | None = None
 
 
@@ -249,7 +216,7 @@ class ChunkProgram(Record):
 
 
 class Manifest(Record):
-    schema_version: int = MANIFEST_SCHEMA_VERSION
+    schema_version: int = BUILD_SCHEMA_VERSION
     kind: Literal["avatar-release/build"] = "avatar-release/build"
     build_id: str
     identity: str  # hash over everything that changes the binary or its output
@@ -282,61 +249,3 @@ class Manifest(Record):
     def blobs(self) -> list[BlobRef]:
         weights = [self.weights.blob] if self.weights.blob is not None else []
         return weights + [e.blob for e in self.executables]
-
-
-class ChannelState(Record):
-    schema_version: int = 1
-    kind: Literal["avatar-release/channel"] = "avatar-release/channel"
-    channel: str
-    build_id: str
-    digest: str
-    sequence: int
-    updated_at: str
-
-
-class HistoryEntry(Record):
-    schema_version: int = 1
-    kind: Literal["avatar-release/history-entry"] = "avatar-release/history-entry"
-    sequence: int  # registry-wide, strictly increasing
-    channel: str
-    action: Literal["publish", "promote", "rollback"]
-    from_build: str | None
-    from_digest: str | None
-    to_build: str
-    to_digest: str
-    who: str
-    when: str
-    reason: str
-    gate_result_digest: str | None = None
-
-
-def parse_record(cls: type[Record], data: bytes, *, where: str) -> Any:
-    """Parse stored bytes as ``cls``, checking the schema version first.
-
-    Raises IntegrityError (bad JSON / fields) or SchemaVersionError, naming ``where``.
-    """
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise IntegrityError(f"{where}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise IntegrityError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-    kind = cls.model_fields["kind"].default
-    lo, hi = SUPPORTED[kind]
-    version = raw.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise IntegrityError(f"{where}: missing or non-integer schema_version (got {version!r})")
-    if not lo <= version <= hi:
-        newer = version > hi
-        raise SchemaVersionError(
-            f"{where}: {kind} schema_version {version}, this avatar-release reads {lo}..{hi}; "
-            + ("upgrade avatar-release to read it" if newer else "recompile the build with this version")
-        )
-    try:
-        return cls.model_validate(raw)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise IntegrityError(
-            f"{where}: invalid {kind}: {loc}: {first['msg']} ({e.error_count()} error(s))"
-        ) from None

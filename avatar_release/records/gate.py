@@ -1,7 +1,9 @@
-"""Gate records: the result a gate stores with a build, the blind review, the similarity band.
+"""Gate records: the result a gate stores with a build, the similarity band, the compile gate.
 
-All are versioned like the manifest (``schema_version``, read through ``parse_record``) and
-exported as JSON Schema under ``manifests/schema/``.
+Changelogs (each kind versioned on its own):
+  * ``avatar-release/gate-result`` (``GATE_RESULT_SCHEMA_VERSION``): 1 (2026-11-29) first version.
+  * ``avatar-release/band`` (``BAND_SCHEMA_VERSION``): 1 (2026-11-29) first version.
+  * ``avatar-release/compile-gate`` (``COMPILE_GATE_SCHEMA_VERSION``): 1 (2026-11-29) first version.
 """
 
 from __future__ import annotations
@@ -10,41 +12,31 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..records import BlobRef, Record
+from ._base import BlobRef, Record
+from .build import EnvironmentRecord
 
 __all__ = [
-    "GATE_SCHEMA_VERSION",
-    "EnvironmentRecord",
+    "GATE_RESULT_SCHEMA_VERSION",
+    "BAND_SCHEMA_VERSION",
+    "COMPILE_GATE_SCHEMA_VERSION",
+    "FRAMES_MEDIA_TYPE",
+    "RESULT_MEDIA_TYPE",
     "GateSetRecord",
     "GateRequestRecord",
     "BaselineRef",
     "GateEvidence",
     "GateResult",
-    "ReviewAnswer",
-    "ReviewDecision",
-    "ReviewRecord",
     "BandVariant",
     "Band",
     "CompileCheck",
     "CompileGateResult",
 ]
 
-GATE_SCHEMA_VERSION = 1
+GATE_RESULT_SCHEMA_VERSION = 1
+BAND_SCHEMA_VERSION = 1
+COMPILE_GATE_SCHEMA_VERSION = 1
 FRAMES_MEDIA_TYPE = "application/vnd.avatar-release.gate-frames.v1.npy+zstd"
 RESULT_MEDIA_TYPE = "application/vnd.avatar-release.gate-result.v1+json"
-
-
-class EnvironmentRecord(Record):
-    """Where the gate ran. Outputs are only compared between equal fingerprints."""
-
-    fingerprint: str  # sha256 over the other fields
-    backend: str
-    platform_version: str
-    device_kind: str
-    device_count: int
-    jax: str
-    jaxlib: str
-    cpu_features: list[str] | None = None
 
 
 class GateRequestRecord(Record):
@@ -82,7 +74,7 @@ class GateEvidence(Record):
 
 class GateResult(Record):
     kind: Literal["avatar-release/gate-result"] = "avatar-release/gate-result"
-    schema_version: int = GATE_SCHEMA_VERSION
+    schema_version: int = GATE_RESULT_SCHEMA_VERSION
     status: Literal["passed", "failed", "needs-review"]
     build_id: str
     build_digest: str
@@ -106,41 +98,6 @@ class GateResult(Record):
         return next((g for g in self.gates if g.name == name), None)
 
 
-class ReviewAnswer(Record):
-    pair: int  # index into ReviewRecord.frames
-    choice: Literal["left", "right", "same"]  # which side looks better, or no visible difference
-    preferred: Literal["baseline", "candidate", "same"]  # resolved by the server, never shown
-    at: str
-
-
-class ReviewDecision(Record):
-    decision: Literal["approved", "rejected"]
-    reviewer: str
-    note: str
-    at: str
-
-
-class ReviewRecord(Record):
-    """A blind frame-by-frame review of a build whose output fell below the band."""
-
-    kind: Literal["avatar-release/review"] = "avatar-release/review"
-    schema_version: int = GATE_SCHEMA_VERSION
-    build_id: str
-    build_digest: str
-    gate_result_digest: str
-    baseline_digest: str
-    seed: int  # drew the left/right order
-    frames: list[int]  # global frame indices under review
-    candidate_left: list[bool]  # per pair: is the candidate on the left?
-    answers: list[ReviewAnswer] = []
-    decision: ReviewDecision | None = None
-    created_at: str
-
-    @property
-    def complete(self) -> bool:
-        return {a.pair for a in self.answers} >= set(range(len(self.frames)))
-
-
 class BandVariant(Record):
     overrides: dict[str, str]
     build_id: str
@@ -155,7 +112,7 @@ class Band(Record):
     """How far a reduction-order change may move the output: measured, with its provenance."""
 
     kind: Literal["avatar-release/band"] = "avatar-release/band"
-    schema_version: int = GATE_SCHEMA_VERSION
+    schema_version: int = BAND_SCHEMA_VERSION
     pipeline: str
     target: str
     psnr_floor_db: float = Field(description="every frame of a tier-2 candidate must reach this PSNR")
@@ -186,7 +143,7 @@ class CompileGateResult(Record):
     """
 
     kind: Literal["avatar-release/compile-gate"] = "avatar-release/compile-gate"
-    schema_version: int = GATE_SCHEMA_VERSION
+    schema_version: int = COMPILE_GATE_SCHEMA_VERSION
     status: Literal["passed", "failed"]
     build_id: str
     build_digest: str

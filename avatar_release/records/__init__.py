@@ -1,0 +1,72 @@
+"""Every on-disk record in one room: build, channel, gate, review, statement, and schema export.
+
+Each stored kind carries ``kind`` and ``schema_version``; its module keeps a dated changelog.
+``parse_record`` reads a supported range and refuses a newer version with a version error
+(exit 11) before validating any field. ``STORED_KINDS`` lists every stored kind, so schema
+export, stored examples under ``tests/data/`` and the version table never miss one.
+"""
+
+from __future__ import annotations
+
+from ._base import BlobRef, Record, parse_record, readable_versions, utcnow
+from .build import (
+    BUILD_SCHEMA_VERSION,
+    ArraySpec,
+    Bucket,
+    ChunkProgram,
+    EnvironmentRecord,
+    ExecutableEntry,
+    FlagProfileRecord,
+    KernelRecord,
+    Manifest,
+    MemoryFit,
+    Platform,
+    ScheduleRecord,
+    Toolchain,
+    WeightsRecord,
+)
+from .channel import CHANNEL_SCHEMA_VERSION, HISTORY_SCHEMA_VERSION, ChannelState, HistoryEntry
+from .gate import (
+    BAND_SCHEMA_VERSION,
+    COMPILE_GATE_SCHEMA_VERSION,
+    FRAMES_MEDIA_TYPE,
+    GATE_RESULT_SCHEMA_VERSION,
+    RESULT_MEDIA_TYPE,
+    Band,
+    BandVariant,
+    BaselineRef,
+    CompileCheck,
+    CompileGateResult,
+    GateEvidence,
+    GateRequestRecord,
+    GateResult,
+    GateSetRecord,
+)
+from .review import REVIEW_SCHEMA_VERSION, ReviewAnswer, ReviewDecision, ReviewRecord
+from .statement import STATEMENT_SCHEMA_VERSION, SignedStatement, StatementPayload
+
+__all__ = [
+    "Record", "BlobRef", "parse_record", "readable_versions", "utcnow", "STORED_KINDS",
+    "BUILD_SCHEMA_VERSION", "ArraySpec", "Bucket", "ChunkProgram", "EnvironmentRecord", "ExecutableEntry",
+    "FlagProfileRecord", "KernelRecord", "Manifest", "MemoryFit", "Platform", "ScheduleRecord", "Toolchain",
+    "WeightsRecord",
+    "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry",
+    "GATE_RESULT_SCHEMA_VERSION", "BAND_SCHEMA_VERSION", "COMPILE_GATE_SCHEMA_VERSION", "FRAMES_MEDIA_TYPE",
+    "RESULT_MEDIA_TYPE", "Band", "BandVariant", "BaselineRef", "CompileCheck", "CompileGateResult", "GateEvidence",
+    "GateRequestRecord", "GateResult", "GateSetRecord",
+    "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
+    "STATEMENT_SCHEMA_VERSION", "SignedStatement", "StatementPayload",
+]
+
+# Every kind that is stored on its own, by the file-name stem of its schema and stored example.
+STORED_KINDS: dict[str, type[Record]] = {
+    "build-manifest": Manifest,
+    "channel-state": ChannelState,
+    "history-entry": HistoryEntry,
+    "gate-result": GateResult,
+    "review": ReviewRecord,
+    "band": Band,
+    "statement": StatementPayload,
+    "signed-statement": SignedStatement,
+    "compile-gate": CompileGateResult,
+}

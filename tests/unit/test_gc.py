@@ -1,0 +1,76 @@
+"""Garbage collection on the in-memory store: every side-record kind is asked for its roots,
+pruned with its build, and a namespace gc does not know stops it from deleting any blob."""
+
+from __future__ import annotations
+
+import pytest
+
+from avatar_release.errors import InputError
+from avatar_release.ops import collect_garbage
+from avatar_release.promote import promote
+from avatar_release.records.stored import COMPILE_GATES, GATE_RESULTS, REVIEWS, STORED_NAMESPACES
+from avatar_release.registry import MemoryRegistry, OciRegistry
+from tests.unit.test_promote_policy import _gate, _publish
+
+
+@pytest.fixture
+def reg():
+    reg = MemoryRegistry("gc")
+    a, da, ma = _publish(reg, "a")
+    _gate(reg, a, da, ma)
+    promote(reg, a, "staging")
+    b, db, mb = _publish(reg, "b")
+    _gate(reg, b, db, mb)
+    reg.put_record(COMPILE_GATES.name, b, b"{}")
+    reg.put_record(REVIEWS.name, b, b"{}")
+    reg.put_blob(b"orphan")
+    return reg, a, b
+
+
+def test_every_build_keyed_record_kind_is_pruned_with_its_build(reg):
+    reg, a, b = reg
+    report = collect_garbage(reg, prune_builds=True, min_age_s=0)
+    assert report.pruned_builds == [b] and report.kept_builds == [a]
+    assert sorted(report.pruned_records) == sorted(f"{ns}/{b}" for ns in ("gate-results", "compile-gates", "reviews"))
+    for ns in (GATE_RESULTS, COMPILE_GATES, REVIEWS):
+        assert reg.get_record(ns.name, b) is None
+    assert reg.get_record(GATE_RESULTS.name, a) is not None  # the kept build's evidence stays
+    # a's gate result blob is a root of its gate-results record: still there, and it still promotes
+    assert promote(reg, a, "prod").changed
+
+
+def test_blobs_referenced_by_kept_records_survive_and_the_rest_go(reg):
+    reg, a, b = reg
+    before = set(reg.list_blob_digests())
+    report = collect_garbage(reg, prune_builds=True, min_age_s=0)
+    after = set(reg.list_blob_digests())
+    assert report.deleted_blobs == len(before - after) > 0
+    kept_result = GATE_RESULTS.roots(reg.get_record(GATE_RESULTS.name, a), a, None)[0]
+    assert kept_result.digest in after
+
+
+def test_an_unknown_record_namespace_is_kept_and_blocks_blob_deletion(reg):
+    reg, a, b = reg
+    reg.put_record("added-by-a-newer-tool", a, b"{}")
+    before = set(reg.list_blob_digests())
+    report = collect_garbage(reg, min_age_s=0)
+    assert report.unknown_namespaces == ["added-by-a-newer-tool"]
+    assert set(reg.list_blob_digests()) == before and report.deleted_blobs == 0
+
+
+def test_dry_run_deletes_nothing(reg):
+    reg, a, b = reg
+    before = (set(reg.list_blob_digests()), [x.build_id for x in reg.list_builds()])
+    report = collect_garbage(reg, prune_builds=True, min_age_s=0, dry_run=True)
+    assert report.deleted_blobs > 0 and report.pruned_builds == [b]
+    assert (set(reg.list_blob_digests()), [x.build_id for x in reg.list_builds()]) == before
+
+
+def test_every_declared_namespace_is_keyed_and_rooted():
+    assert {"gate-results", "compile-gates", "reviews", "statements"} <= set(STORED_NAMESPACES)
+    assert all(ns.keyed_by in ("build", "channel") for ns in STORED_NAMESPACES.values())
+
+
+def test_a_store_that_cannot_delete_is_refused():
+    with pytest.raises(InputError, match="not a directory-like store"):
+        collect_garbage(OciRegistry("oci://127.0.0.1:1/repo"))
