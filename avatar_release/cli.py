@@ -107,7 +107,7 @@ def cli() -> None:
 
 
 def _prepare_devices_for_target(target_name: str) -> None:
-    from .environment import configure_compile_env
+    from .machine import configure_compile_env
     from .specs import load_target
 
     configure_compile_env(load_target(target_name))
@@ -115,7 +115,7 @@ def _prepare_devices_for_target(target_name: str) -> None:
 
 def _prepare_devices_for_build(registry, ref: str):
     """Read the manifest (no JAX needed) and set the device count it was compiled for."""
-    from .environment import configure_for_manifest
+    from .machine import configure_for_manifest
     from .registry import read_manifest
 
     resolved, manifest = read_manifest(registry, ref)
@@ -433,7 +433,7 @@ def analyze_group() -> None:
 @json_option
 def analyze_attention_cmd(pipeline, no_eligibility, no_collectives, as_json):
     """Mask live fraction, block counts (128 tiles vs aligned), bound eligibility, all-to-all bytes."""
-    from .environment import configure_host_devices
+    from .machine import configure_host_devices
 
     configure_host_devices(8)
     from .analyze import analyze_attention

@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "kernels.json"))
     args = ap.parse_args()
 
-    from avatar_release.environment import configure_host_devices
+    from avatar_release.machine import configure_host_devices
 
     configure_host_devices(8)
     import jax

@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "promote.json"))
     args = ap.parse_args()
 
-    from avatar_release.environment import configure_host_devices
+    from avatar_release.machine import configure_host_devices
 
     configure_host_devices(8)
     from avatar_release.compile import compile_build

@@ -88,7 +88,7 @@ def main() -> None:
                 _evidence(row, reg)
             rows.append(row)
 
-    from avatar_release.environment import configure_compile_env
+    from avatar_release.machine import configure_compile_env
     from avatar_release.specs import load_target
 
     configure_compile_env(load_target("tpu-v6e-8"))

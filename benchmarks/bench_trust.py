@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 _CHILD = r"""
 import json, sys, time
-from avatar_release.environment import configure_host_devices
+from avatar_release.machine import configure_host_devices
 configure_host_devices(8)
 from avatar_release.registry import LocalRegistry
 from avatar_release.runtime import TrustConfig, load
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trust.json"))
     args = ap.parse_args()
 
-    from avatar_release.environment import configure_host_devices
+    from avatar_release.machine import configure_host_devices
 
     configure_host_devices(8)
     from avatar_release.compile import compile_build

@@ -17,7 +17,7 @@ import zstandard
 
 from .._digest import canonical_json, sha256_digest
 from .._dtypes import dtype_name
-from ..environment import configure_compile_env, current_platform, toolchain, who
+from ..machine import configure_compile_env, current_platform, toolchain, who
 from ..errors import DoesNotFit, InputError
 from ..records import (
     ArraySpec,

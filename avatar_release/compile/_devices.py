@@ -22,7 +22,7 @@ def target_devices(target: TargetSpec) -> list:
                 f"target {target.name} needs {target.device_count} CPU devices, this process has "
                 f"{len(devices)}; the avatar-release entry point sets "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={target.device_count} before JAX starts — "
-                "when calling the library directly, call avatar_release.environment.configure_host_devices first",
+                "when calling the library directly, call avatar_release.machine.configure_host_devices first",
                 {"device_count": (target.device_count, len(devices))},
             )
         return list(devices[: target.device_count])

@@ -25,7 +25,7 @@ from pathlib import Path
 
 def run(job: dict) -> dict:
     t_start = time.perf_counter()
-    from ..environment import configure_for_manifest
+    from ..machine import configure_for_manifest
     from ..registry import open_registry, read_manifest
 
     registry = open_registry(job["registry"], create=False)
@@ -34,7 +34,7 @@ def run(job: dict) -> dict:
 
     import numpy as np
 
-    from ..environment import environment_record
+    from ..machine import environment_record
     from ..media import frame_sha256
     from ..runtime import load, render
     from .gateset import gate_set, request_inputs

@@ -69,7 +69,7 @@ def calibrate(
     progress: Callable[[str], None] = lambda m: None,
 ) -> CalibrationResult:
     from ..compile import compile_build
-    from ..environment import environment_record, toolchain
+    from ..machine import environment_record, toolchain
     from ..registry import read_manifest
     from ._compare import per_frame_psnr
     from ._runs import fresh_run

@@ -148,7 +148,7 @@ def run_compile_gate(registry, ref: str, *, reproduce: bool = True, store: bool 
     import jax
     import jaxlib
 
-    from ..environment import who
+    from ..machine import who
     from ..registry import read_manifest
 
     t0 = time.perf_counter()

@@ -57,13 +57,10 @@ def effective_status(registry, build_id: str) -> tuple[str, GateResult | None, s
     return result.status, result, digest
 
 
-def _env_diff(a: EnvironmentRecord, b: EnvironmentRecord) -> dict:
-    fields = ("backend", "platform_version", "device_kind", "device_count", "jax", "jaxlib", "cpu_features")
-    return {f: (getattr(a, f), getattr(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}
-
-
 def _resolve_baseline(registry, baseline: str, manifest: Manifest, resolved_digest: str, env: EnvironmentRecord,
                       gs_digest: str):
+    from ..machine import Machine, diff_machines
+
     if baseline == "none":
         return None, None, None
     from ..registry import CHANNELS
@@ -85,8 +82,9 @@ def _resolve_baseline(registry, baseline: str, manifest: Manifest, resolved_dige
         raise Refusal(f"baseline {b_resolved.build_id} did not pass its gates (status {status}); "
                       "choose a baseline that passed")
     if b_result.environment.fingerprint != env.fingerprint:
-        diffs = _env_diff(b_result.environment, env)
-        listed = "; ".join(f"{k}: baseline {v[0]}, here {v[1]}" for k, v in diffs.items())
+        diff = diff_machines(Machine.of_environment(b_result.environment), Machine.of_environment(env),
+                             cpu_features="equal")
+        diffs, listed = diff.differences, diff.inline("baseline", "here")
         raise EnvironmentMismatch(
             f"baseline {b_resolved.build_id} was gated in environment {b_result.environment.fingerprint}, this "
             f"machine is {env.fingerprint} ({listed}); hashes only compare within one environment. Re-gate "
@@ -111,7 +109,7 @@ def run_gate(
 ) -> GateOutcome:
     t_start = time.perf_counter()
     from .. import __version__
-    from ..environment import configure_host_devices, environment_record, toolchain, who
+    from ..machine import Machine, configure_host_devices, diff_machines, environment_record, toolchain, who
     from .band import load_band
     from .gateset import gate_set
     from .tier import decide_tier
@@ -120,13 +118,12 @@ def run_gate(
     if manifest.platform.backend == "cpu":
         configure_host_devices(manifest.platform.device_count)
     env = environment_record(manifest.platform.backend)
-    if env.backend != manifest.platform.backend or env.device_count != manifest.platform.device_count:
+    here = diff_machines(Machine.of_build(manifest), Machine.of_environment(env), fields=("backend", "device_count"))
+    if here:
         raise EnvironmentMismatch(
-            f"build {manifest.build_id} runs on {manifest.platform.device_count} {manifest.platform.backend} "
-            f"device(s) of kind {manifest.platform.device_kind}; this machine has {env.device_count} "
-            f"{env.backend} ({env.device_kind}). Output gates need matching hardware",
-            {"backend": (manifest.platform.backend, env.backend),
-             "device_count": (manifest.platform.device_count, env.device_count)})
+            f"build {manifest.build_id} runs on {Machine.of_build(manifest).describe()}; this machine has "
+            f"{Machine.of_environment(env).describe()} ({here.inline()}). Output gates need matching hardware",
+            here.differences)
     gs = gate_set(manifest)
     base_ref, base_manifest, base_result = _resolve_baseline(registry, baseline, manifest, resolved.digest, env,
                                                              gs.digest)

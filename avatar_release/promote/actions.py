@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..environment import who
+from ..machine import who
 from ..errors import Refusal
 from ..records import HistoryEntry
 from ..registry import read_manifest

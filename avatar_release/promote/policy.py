@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError, Refusal
+from ..machine import Machine, diff_machines
 from ..records import Manifest
 from ..registry import CHANNELS, Resolved
 
@@ -35,18 +36,9 @@ def _check_channel(channel: str) -> None:
         raise InputError(f"unknown channel {channel!r}: expected one of {', '.join(CHANNELS)}")
 
 
-def _env_matches(manifest: Manifest, env) -> list[str]:
-    """Differences between where the build runs and where it was gated."""
-    p = manifest.platform
-    diffs = []
-    for field, want, got in (("backend", p.backend, env.backend), ("device_kind", p.device_kind, env.device_kind),
-                             ("device_count", p.device_count, env.device_count),
-                             ("jaxlib", manifest.toolchain.jaxlib, env.jaxlib)):
-        if want != got:
-            diffs.append(f"{field}: build {want}, gated on {got}")
-    if p.cpu_features is not None and not set(p.cpu_features) <= set(env.cpu_features or []):
-        diffs.append("cpu_features: the gate machine lacks " + ", ".join(sorted(set(p.cpu_features) - set(env.cpu_features or []))))
-    return diffs
+# Where a build was gated must match what it was built for on these fields (platform_version may
+# differ between a topology build and the live chip; jax is not in the executable).
+GATE_MACHINE_FIELDS = ("backend", "device_kind", "device_count", "jaxlib", "cpu_features")
 
 
 def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, what: str) -> tuple[str, str]:
@@ -74,10 +66,11 @@ def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, wha
     if result.build_digest != resolved.digest:
         raise Refusal(f"{what}: gate result {digest} is for build digest {result.build_digest}, "
                       f"not {resolved.digest}; {fix}")
-    diffs = _env_matches(manifest, result.environment)
-    if diffs:
+    diff = diff_machines(Machine.of_build(manifest), Machine.of_environment(result.environment),
+                         fields=GATE_MACHINE_FIELDS)
+    if diff:
         raise Refusal(f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
-                      f"({'; '.join(diffs)}); output gates must run on matching hardware")
+                      f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware")
     return status, digest
 
 

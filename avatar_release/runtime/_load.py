@@ -18,7 +18,7 @@ import zstandard
 
 from .._digest import sha256_digest
 from .._dtypes import dtype_name
-from ..environment import compare_platform, current_platform, missing_env_flags
+from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ._unpickle import deserialize_and_load
 from ..errors import EnvironmentMismatch, InputError, IntegrityError
 from ..records import ArraySpec, ExecutableEntry, Manifest
@@ -115,7 +115,8 @@ def check_environment(manifest: Manifest) -> None:
     actual = current_platform(devices, p.mesh_axes, p.mesh_shape, p.topology)
     if len(jax.devices()) != len(devices) and p.backend == "cpu":
         actual = actual.model_copy(update={"device_count": len(jax.devices("cpu"))})
-    diffs = compare_platform(p, actual, manifest.toolchain.jaxlib, jaxlib.__version__)
+    diffs = diff_machines(Machine.of_build(manifest), Machine.of_platform(actual, jax=None, jaxlib=jaxlib.__version__),
+                          fields=RUN_FIELDS).differences
     missing = missing_env_flags(manifest)
     if missing:
         diffs["flag_profile"] = (f"{manifest.flags.name} v{manifest.flags.version} with XLA_FLAGS {missing}",

@@ -11,8 +11,8 @@ import platform as _platform
 import sys
 from importlib import metadata
 
-from .errors import EnvironmentMismatch
-from .records import Platform, Toolchain
+from ..errors import EnvironmentMismatch
+from ..records import Platform, Toolchain
 
 __all__ = [
     "configure_host_devices",
@@ -21,7 +21,10 @@ __all__ = [
     "toolchain",
     "host_cpu_features",
     "current_platform",
-    "compare_platform",
+    "configure_for_manifest",
+    "missing_env_flags",
+    "environment_record",
+    "who",
 ]
 
 # ISA extensions XLA:CPU may generate code for. A build made on a host with one of them
@@ -104,7 +107,7 @@ def _version(dist: str) -> str | None:
 
 
 def toolchain(*, with_compile_tools: bool) -> Toolchain:
-    from . import __version__
+    from .. import __version__
 
     return Toolchain(
         python=_platform.python_version(),
@@ -148,22 +151,6 @@ def current_platform(devices, mesh_axes: list[str], mesh_shape: list[int], topol
     )
 
 
-def compare_platform(expected: Platform, actual: Platform, expected_jaxlib: str, actual_jaxlib: str) -> dict:
-    """Every field where this machine differs from the build, as {field: (expected, actual)}."""
-    diffs: dict[str, tuple[object, object]] = {}
-    if expected_jaxlib != actual_jaxlib:
-        diffs["jaxlib"] = (expected_jaxlib, actual_jaxlib)
-    for field in ("backend", "platform_version", "device_kind", "device_count"):
-        e, a = getattr(expected, field), getattr(actual, field)
-        if e != a:
-            diffs[field] = (e, a)
-    if expected.cpu_features is not None:
-        missing = sorted(set(expected.cpu_features) - set(actual.cpu_features or []))
-        if missing:
-            diffs["cpu_features"] = (expected.cpu_features, f"{actual.cpu_features} (missing {missing})")
-    return diffs
-
-
 def environment_record(backend: str | None = None):
     """This process's serving environment, with a fingerprint over it (JAX must be usable).
 
@@ -173,8 +160,8 @@ def environment_record(backend: str | None = None):
     """
     import jax
 
-    from ._digest import canonical_json, sha256_digest
-    from .records import EnvironmentRecord
+    from .._digest import canonical_json, sha256_digest
+    from ..records import EnvironmentRecord
 
     devices = jax.devices(backend) if backend else jax.devices()
     d0 = devices[0]

@@ -1,0 +1,27 @@
+"""The host: configure XLA/JAX before the backend starts, describe the machine, diff two machines.
+
+Nothing here runs at import. ``configure_*`` must be called by an entry point before anything
+initialises the JAX backend.
+"""
+
+from __future__ import annotations
+
+from ._diff import ALL_FIELDS, RUN_FIELDS, Machine, MachineDiff, diff_machines
+from ._host import (
+    backend_initialized,
+    configure_compile_env,
+    configure_for_manifest,
+    configure_host_devices,
+    current_platform,
+    environment_record,
+    host_cpu_features,
+    missing_env_flags,
+    toolchain,
+    who,
+)
+
+__all__ = [
+    "Machine", "MachineDiff", "diff_machines", "ALL_FIELDS", "RUN_FIELDS",
+    "backend_initialized", "configure_compile_env", "configure_for_manifest", "configure_host_devices",
+    "current_platform", "environment_record", "host_cpu_features", "missing_env_flags", "toolchain", "who",
+]
