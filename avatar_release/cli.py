@@ -137,7 +137,7 @@ def _prepare_devices_for_build(registry, ref: str):
 @json_option
 def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format, registry_uri, as_json):
     """Trace, AOT-compile and publish a build; points the dev channel at it."""
-    from .compile._overrides import parse_set_args
+    from .compile import parse_set_args
     from .registry import open_registry
 
     overrides = parse_set_args(sets)
@@ -171,7 +171,7 @@ def rebuild_cmd(ref, registry_uri, as_json):
     reg = open_registry(registry_uri, create=False)
     _, m = read_manifest(reg, ref)
     _prepare_devices_for_target(m.target)
-    from .compile._rebuild import rebuild
+    from .compile import rebuild
     from .errors import Refusal
 
     report = rebuild(ref, reg, progress=_progress(not as_json))
@@ -700,7 +700,7 @@ def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
 @json_option
 def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri, as_json):
     """Measure the similarity band that bf16 reassociation alone produces, and store it."""
-    from .compile._overrides import parse_set_args
+    from .compile import parse_set_args
     from .registry import open_registry
 
     parsed = [parse_set_args([p for p in v.split(",") if p]) for v in variants] or None

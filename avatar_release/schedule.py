@@ -57,8 +57,7 @@ def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 
     from kernels.ulysses import FrameWindow, ulysses_attention
     from model.config import get_config
 
-    from .compile._devices import make_mesh, target_devices
-    from .compile._evidence import schedule_of
+    from .compile import make_mesh, schedule_of, target_devices
     from .specs import load_flag_profile, load_pipeline, load_target
 
     spec, tgt = load_pipeline(pipeline), load_target(target)

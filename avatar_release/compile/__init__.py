@@ -4,7 +4,10 @@ Needs the ``compile`` extra (torch, torchax). Nothing is imported until called.
 """
 
 from ._build import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, CompileResult, compile_build, source_digest
+from ._devices import make_mesh, target_devices
+from ._evidence import schedule_of
 from ._overrides import apply_overrides, override_keys, parse_set_args
+from ._rebuild import RebuildReport, rebuild, rebuild_manifest
 
 __all__ = [
     "CompileResult",
@@ -13,6 +16,12 @@ __all__ = [
     "apply_overrides",
     "override_keys",
     "parse_set_args",
+    "rebuild",
+    "rebuild_manifest",
+    "RebuildReport",
+    "make_mesh",
+    "target_devices",
+    "schedule_of",
     "EXECUTABLE_MEDIA_TYPE",
     "WEIGHTS_MEDIA_TYPE",
 ]

@@ -124,7 +124,7 @@ def _no_callbacks(m, rebuilt=None) -> CompileCheck:
 
 
 def _reproducible(registry, ref, progress):
-    from ..compile._rebuild import rebuild_manifest
+    from ..compile import rebuild_manifest
 
     report, again = rebuild_manifest(ref, registry, progress=progress)
     if report.identical:

@@ -49,7 +49,7 @@ def request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.ndarr
 
 def gate_set(manifest: Manifest) -> GateSetRecord:
     """The gate set for this build's program and buckets."""
-    from ..runtime._stream import plan_chunks
+    from ..runtime import plan_chunks
 
     frames = _frames_per_request(manifest)
     plan = plan_chunks(manifest, frames)
