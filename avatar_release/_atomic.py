@@ -41,11 +41,12 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, tmp_dir: str | os.PathLike | None = None,
-                suffix: str = "") -> Iterator[Path]:
+                suffix: str = "", mode: int = 0o666) -> Iterator[Path]:
     """Yield a fresh, empty temporary path; on success it is fsynced and renamed over ``path``.
 
     The caller (or a subprocess such as ffmpeg) writes the temporary path however it likes.
-    The file is created with mode 0o666 minus the umask, as ``open(path, "w")`` would.
+    The file is created with ``mode`` minus the umask (0o666: as ``open(path, "w")`` would;
+    0o600 for a secret, which is then never readable by others, not even for a moment).
     On any exception the temporary file is removed and ``path`` is left as it was.
     ``suffix`` keeps an extension on the temporary name for tools that read it (``.mp4``).
     """
@@ -55,7 +56,7 @@ def atomic_path(path: str | os.PathLike, *, tmp_dir: str | os.PathLike | None = 
     where = Path(tmp_dir) if tmp_dir is not None else parent
     where.mkdir(parents=True, exist_ok=True)
     tmp = where / f"{TMP_PREFIX}{target.name[:48]}.{secrets.token_hex(6)}{suffix}"
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
     try:
         yield tmp
         fd = os.open(tmp, os.O_RDONLY)
@@ -71,8 +72,9 @@ def atomic_path(path: str | os.PathLike, *, tmp_dir: str | os.PathLike | None = 
     fsync_dir(parent)
 
 
-def write_bytes(path: str | os.PathLike, data: bytes, *, tmp_dir: str | os.PathLike | None = None) -> None:
-    with atomic_path(path, tmp_dir=tmp_dir) as tmp:
+def write_bytes(path: str | os.PathLike, data: bytes, *, tmp_dir: str | os.PathLike | None = None,
+                mode: int = 0o666) -> None:
+    with atomic_path(path, tmp_dir=tmp_dir, mode=mode) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
 

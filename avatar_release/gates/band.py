@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import _atomic
 from .._digest import sha256_digest
 from ..errors import InputError, Refusal, SpecError
 from ..records import Band, BandVariant, parse_record, utcnow
@@ -135,10 +136,7 @@ def calibrate(
                 "ceiling = largest difference"),
     )
     path = Path(out) if out else band_path(pipeline, target)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = band.to_json_bytes()
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    _atomic.write_bytes(path, data)
     return CalibrationResult(band, path, sha256_digest(data))
 

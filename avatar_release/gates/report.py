@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
+from .. import _atomic
 from ..media import encode_png, psnr
 from ..records import GateResult
 
@@ -107,7 +107,7 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "result.json").write_text(json.dumps(result.model_dump(mode="json"), indent=1))
+    _atomic.write_json(folder / "result.json", result.model_dump(mode="json"), sort_keys=False)
     e = html.escape
     rows = "".join(
         f'<tr><td>{e(g.name)}</td><td class="{e(g.status)}">{e(g.status)}</td><td>{e(g.summary)}</td></tr>'
@@ -162,5 +162,5 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
     out = folder / "index.html"
-    out.write_text(page)
+    _atomic.write_text(out, page)
     return out

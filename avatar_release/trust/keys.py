@@ -8,9 +8,9 @@ key is written 0600 and never overwritten.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
+from .. import _atomic
 from ..errors import InputError
 
 __all__ = ["generate_keypair", "load_private_key", "load_public_key", "key_id"]
@@ -39,10 +39,8 @@ def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path
             raise InputError(f"{p} already exists; keys are never overwritten (choose another --out or --name)")
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
-    pub_path.write_bytes(key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    _atomic.write_bytes(priv_path, pem, mode=0o600)
+    _atomic.write_bytes(pub_path, key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
     return priv_path, pub_path, key_id(key.public_key())
 
 
