@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .._digest import sha256_digest
+from ..runtime import check_blobs
 from ..errors import AvatarReleaseError
 from ..records import CompileCheck, CompileGateResult, parse_record, utcnow
 from ..records.stored import COMPILE_GATES
@@ -48,14 +48,7 @@ def _every_bucket(registry, m) -> CompileCheck:
     have = {(e.stage, e.bucket): e for e in m.executables}
     missing = [f"{s}/{b.name}" for s in m.program.stages for b in m.buckets if (s, b.name) not in have]
     portable = [e.key for e in m.executables if e.format != "xla-executable"]
-    bad = []
-    for e in m.executables:
-        try:
-            data = registry.get_blob(e.blob.digest, e.blob.size)
-            if sha256_digest(data) != e.blob.digest:
-                bad.append(f"{e.key}: bytes do not match {e.blob.digest}")
-        except AvatarReleaseError as err:
-            bad.append(f"{e.key}: {err}")
+    bad = [f"{c.what}: {c.error}" for c in check_blobs(registry, m, only={e.key for e in m.executables}) if not c.ok]
     problems = ([f"no executable for {k}" for k in missing] + [f"{k} is portable StableHLO (compiles in the pod)"
                 for k in portable] + bad)
     n = len(m.program.stages) * len(m.buckets)

@@ -17,10 +17,12 @@ import contextlib
 import json
 
 
-from .._digest import hex_of, is_digest, sha256_digest
+from .._digest import hex_of, sha256_digest
 from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
+from ._blobcheck import checked_blob
 from ._protocol import BuildRef, Resolved, check_name
+from ._resolve import Lookups, resolve_ref
 
 __all__ = ["KVRegistry"]
 
@@ -93,19 +95,7 @@ class KVRegistry(abc.ABC):
         data = self._read(self._blob_key(digest), limit=size + 1)
         if data is None:
             raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
-        if len(data) != size:
-            got = f"more than {size}" if len(data) > size else str(len(data))
-            raise IntegrityError(
-                f"blob {digest} in {self.uri}: size {got} bytes, manifest says {size}; "
-                "the store is corrupted or was tampered with — republish the build"
-            )
-        actual = sha256_digest(data)
-        if actual != digest:
-            raise IntegrityError(
-                f"blob {digest} in {self.uri}: content hashes to {actual}; "
-                "the store is corrupted or was tampered with — republish the build"
-            )
-        return data
+        return checked_blob(data, digest, size, self.uri)
 
     # ---- builds ---------------------------------------------------------------------
     def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]:
@@ -156,31 +146,29 @@ class KVRegistry(abc.ABC):
 
     def resolve(self, ref: str) -> Resolved:
         """Channel name, build id, manifest digest, or a unique prefix of a build id."""
-        if not isinstance(ref, str) or not ref:
-            raise NotFoundError("empty build reference: give a channel (dev, staging, prod), a build id or a digest")
-        if is_digest(ref):
-            for b in self.list_builds():
-                if b.digest == ref:
-                    return Resolved(ref, b.build_id, b.digest, "digest")
-            raise NotFoundError(f"no build with manifest digest {ref} in {self.uri}")
-        state = self.get_channel(ref) if _plausible(ref) else None
-        if state is not None:
-            return Resolved(ref, state.build_id, state.digest, "channel")
-        builds = self.list_builds()
-        exact = [b for b in builds if b.build_id == ref]
-        matches = exact or [b for b in builds if b.build_id.startswith(ref)]
-        if len(matches) == 1:
-            return Resolved(ref, matches[0].build_id, matches[0].digest, "build-id")
-        if len(matches) > 1:
-            names = ", ".join(b.build_id for b in matches[:5])
-            raise NotFoundError(f"build reference {ref!r} is ambiguous in {self.uri}: {names}")
-        if ref in ("dev", "staging", "prod"):
-            raise NotFoundError(f"channel {ref!r} is empty in {self.uri}: nothing has been promoted to it yet")
-        known = ", ".join(b.build_id for b in builds[-5:]) or "none"
-        raise NotFoundError(
-            f"unknown build or channel {ref!r} in {self.uri} (latest builds: {known}); "
-            "see `avatar-release ls`"
-        )
+        builds = None
+
+        def all_builds():
+            nonlocal builds
+            builds = self.list_builds() if builds is None else builds
+            return builds
+
+        def by_digest(digest):
+            for b in all_builds():
+                if b.digest == digest:
+                    return Resolved(digest, b.build_id, b.digest, "digest")
+            raise NotFoundError(f"no build with manifest digest {digest} in {self.uri}")
+
+        def channel(name):
+            state = self.get_channel(name)
+            return None if state is None else Resolved(name, state.build_id, state.digest, "channel")
+
+        return resolve_ref(ref, self.uri, Lookups(
+            by_digest=by_digest, channel=channel,
+            exact_build=lambda i: next((b.digest for b in all_builds() if b.build_id == i), None),
+            builds_with_prefix=lambda p: [b.build_id for b in all_builds() if b.build_id.startswith(p)],
+            latest=lambda: [b.build_id for b in all_builds()],
+        ))
 
     # ---- channels and history -----------------------------------------------------------
     def get_channel(self, channel: str) -> ChannelState | None:
@@ -347,16 +335,6 @@ class KVRegistry(abc.ABC):
 
     def delete_record(self, namespace: str, name: str) -> None:
         self._delete(f"records/{check_name('record namespace', namespace)}/{check_name('record', name)}")
-
-
-def _plausible(name: str) -> bool:
-    try:
-        check_name("channel", name)
-        return True
-    except Exception:
-        return False
-
-
 
 
 def _manifest_blob_refs(doc: dict) -> list[dict]:

@@ -93,6 +93,8 @@ from urllib.parse import urljoin, urlsplit
 from .._digest import canonical_json, is_digest, sha256_digest
 from ..errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
+from ._blobcheck import checked_blob
+from ._resolve import Lookups, plausible_name, resolve_ref
 from ._protocol import CHANNELS, BuildRef, Resolved, check_name
 
 __all__ = ["OciRegistry", "OciLocation", "RetryPolicy", "parse_oci_uri"]
@@ -257,14 +259,6 @@ def _blob_refs(node: Any, label: str = "manifest") -> Iterator[tuple[str, dict]]
         for i, v in enumerate(node):
             sub = v.get("key") if isinstance(v, dict) and isinstance(v.get("key"), str) else f"{label}[{i}]"
             yield from _blob_refs(v, sub)
-
-
-def _plausible_channel(name: str) -> bool:
-    try:
-        check_name("channel", name)
-        return True
-    except InputError:
-        return False
 
 
 # ---- the lock -----------------------------------------------------------------------------
@@ -570,20 +564,7 @@ class OciRegistry:
             raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
         if reply.status != 200:
             raise self._fail(f"pull blob {digest}", reply)
-        data = reply.body
-        if len(data) != size:
-            got = f"more than {size}" if len(data) > size else str(len(data))
-            raise IntegrityError(
-                f"blob {digest} in {self.uri}: size {got} bytes, manifest says {size}; "
-                "the store is corrupted or was tampered with — republish the build"
-            )
-        actual = sha256_digest(data)
-        if actual != digest:
-            raise IntegrityError(
-                f"blob {digest} in {self.uri}: content hashes to {actual}; "
-                "the store is corrupted or was tampered with — republish the build"
-            )
-        return data
+        return checked_blob(reply.body, digest, size, self.uri)
 
     def _ensure_empty_blob(self) -> None:
         if not self._have_empty:
@@ -693,33 +674,23 @@ class OciRegistry:
 
         A channel tag is read once; the digest it gave is what everything after fetches.
         """
-        if not isinstance(ref, str) or not ref:
-            raise NotFoundError("empty build reference: give a channel (dev, staging, prod), a build id or a digest")
-        if is_digest(ref):
-            return self._resolve_digest(ref)
-        if not _plausible_channel(ref):
-            raise NotFoundError(f"unknown build or channel {ref!r} in {self.uri}: not a valid name")
-        got = self._get_manifest(ref, f"resolve channel {ref}")
-        if got is not None:
-            doc = self._parse(got[1], f"channel tag {ref}", BUILD_ARTIFACT)
-            return Resolved(ref, self._build_id_of(doc, f"channel tag {ref}"), got[0], "channel")
-        fits = len(BUILD_PREFIX + ref) <= MAX_TAG
-        exact = self._head_manifest(self._build_tag(ref), f"resolve build {ref}") if fits else None
-        if exact is not None:
-            return Resolved(ref, ref, exact, "build-id")
-        ids = [t.removeprefix(BUILD_PREFIX) for t in self._tags_with(BUILD_PREFIX + ref)]
-        if len(ids) == 1:
-            digest = self._head_manifest(BUILD_PREFIX + ids[0], f"resolve build {ids[0]}")
-            if digest is not None:
-                return Resolved(ref, ids[0], digest, "build-id")
-        if len(ids) > 1:
-            raise NotFoundError(f"build reference {ref!r} is ambiguous in {self.uri}: {', '.join(ids[:5])}")
-        if ref in CHANNELS:
-            raise NotFoundError(f"channel {ref!r} is empty in {self.uri}: nothing has been promoted to it yet")
-        known = ", ".join(b.build_id for b in self.list_builds()[-5:]) or "none"
-        raise NotFoundError(
-            f"unknown build or channel {ref!r} in {self.uri} (latest builds: {known}); see `avatar-release ls`"
-        )
+        def channel(name):
+            got = self._get_manifest(name, f"resolve channel {name}")
+            if got is None:
+                return None
+            doc = self._parse(got[1], f"channel tag {name}", BUILD_ARTIFACT)
+            return Resolved(name, self._build_id_of(doc, f"channel tag {name}"), got[0], "channel")
+
+        def exact_build(build_id):
+            if len(BUILD_PREFIX + build_id) > MAX_TAG:
+                return None
+            return self._head_manifest(self._build_tag(build_id), f"resolve build {build_id}")
+
+        return resolve_ref(ref, self.uri, Lookups(
+            by_digest=self._resolve_digest, channel=channel, exact_build=exact_build,
+            builds_with_prefix=lambda p: [t.removeprefix(BUILD_PREFIX) for t in self._tags_with(BUILD_PREFIX + p)],
+            latest=lambda: [b.build_id for b in self.list_builds()],
+        ))
 
     # ---- history -------------------------------------------------------------------------------
     def _entries_of(self, tag: str, artifact_type: str) -> list[HistoryEntry]:
@@ -806,7 +777,7 @@ class OciRegistry:
         Other tools' tags in the same repository (``latest`` on an image) are skipped, but a
         standard channel (dev, staging, prod) that points at something else is an error.
         """
-        names = sorted(t for t in self._list_tags() if _plausible_channel(t))
+        names = sorted(t for t in self._list_tags() if plausible_name(t))
         entries = self._all_entries() if names else []
         out = []
         for name in names:

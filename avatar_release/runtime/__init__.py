@@ -3,6 +3,7 @@
 Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 """
 
+from ._blobs import BlobCheck, build_blobs, check_blobs, fetch_verified
 from ._guard import COMPILE_EVENT, CompileGuard
 from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, load
 from ._stream import Chunk, StreamReport, chunk_noise, plan_chunks, render, stream
@@ -13,6 +14,10 @@ __all__ = [
     "LoadTimings",
     "TrustConfig",
     "check_environment",
+    "BlobCheck",
+    "build_blobs",
+    "check_blobs",
+    "fetch_verified",
     "stream",
     "render",
     "Chunk",

@@ -18,6 +18,7 @@ import zstandard
 
 from .._digest import sha256_digest
 from .._dtypes import dtype_name
+from ._blobs import fetch_verified
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ._unpickle import deserialize_and_load
 from ..errors import EnvironmentMismatch, InputError, IntegrityError
@@ -195,16 +196,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         )
 
     # Fetch and verify every blob before decompressing or unpickling any of them.
-    t0 = time.perf_counter()
-    raw: dict[str, bytes] = {}
-    for ref_ in manifest.blobs():
-        raw[ref_.digest] = reg.get_blob(ref_.digest, ref_.size)  # reads at most size+1, checks size
-    t.fetch = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for ref_ in manifest.blobs():
-        if sha256_digest(raw[ref_.digest]) != ref_.digest:  # independent of the store's own check
-            raise IntegrityError(f"build {manifest.build_id}: blob {ref_.digest} does not match its digest")
-    t.verify = time.perf_counter() - t0
+    raw, t.fetch, t.verify = fetch_verified(reg, manifest)
 
     t0 = time.perf_counter()
     dctx = zstandard.ZstdDecompressor()
