@@ -4,7 +4,8 @@ Channel moves are compare-and-swap on the registry (exactly one of two concurren
 with an append-only history. Nothing here runs at import.
 """
 
-from .actions import MoveResult, actor, promote, rollback
+from .actions import MoveResult, actor, promote, publish_to_dev, rollback
 from .policy import Decision, check_promotion, check_rollback_target
 
-__all__ = ["promote", "rollback", "MoveResult", "Decision", "check_promotion", "check_rollback_target", "actor"]
+__all__ = ["promote", "publish_to_dev", "rollback", "MoveResult", "Decision", "check_promotion",
+           "check_rollback_target", "actor"]
