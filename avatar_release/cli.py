@@ -144,11 +144,15 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
     _prepare_devices_for_target(target)
     registry = open_registry(registry_uri)
     from .compile import compile_build
+    from .promote import publish_to_dev
 
+    # compile publishes; moving dev is promote's job.
     result = compile_build(
         pipeline, target, registry=registry, weights_path=weights_path, overrides=overrides,
-        concurrent_compile=not serial, executable_format=executable_format, progress=_progress(not as_json),
+        concurrent_compile=not serial, executable_format=executable_format, move_dev=False,
+        progress=_progress(not as_json),
     )
+    publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
     rows = "\n".join(
         f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
         f"trace {e.trace_seconds:5.2f}s lower {e.lower_seconds:5.2f}s compile {e.compile_seconds:5.2f}s"

@@ -1,0 +1,243 @@
+"""Step 4 of a build: compiled stages -> zstd blobs + one sealed manifest, nothing written yet.
+
+The memory fit is checked here, before anything is published: a build that does not fit its
+device is refused with the numbers (DoesNotFit) and leaves the registry untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import zstandard
+
+from .._digest import canonical_json, sha256_digest
+from .._dtypes import dtype_name
+from ..errors import DoesNotFit
+from ..identity import build_id_for, identity_digest, manifest_seal
+from ..machine import toolchain, who
+from ..records import (
+    BlobRef,
+    Bucket,
+    ChunkProgram,
+    ExecutableEntry,
+    FlagProfileRecord,
+    Manifest,
+    MemoryFit,
+    WeightsRecord,
+    utcnow,
+)
+from ._evidence import memory_fit
+from ._plan import ABSTRACT_WEIGHTS, BuildPlan
+from ._stage import CompiledStage
+
+__all__ = ["EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE", "NOISE_RECIPES", "ExecutableReport", "Package",
+           "package_build", "source_digest"]
+
+EXECUTABLE_MEDIA_TYPE = "application/vnd.avatar-release.executable.v1+zstd"
+WEIGHTS_MEDIA_TYPE = "application/vnd.avatar-release.weights.safetensors.v1+zstd"
+ZSTD_LEVEL = 9
+NOISE_RECIPES = {"seeded": "numpy-pcg64-standard-normal/v1", "entropy": "os-entropy-standard-normal/v1"}
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class ExecutableReport:
+    key: str
+    raw_size: int
+    compressed_size: int
+    trace_seconds: float
+    lower_seconds: float
+    compile_seconds: float
+
+
+@dataclass
+class Package:
+    manifest: Manifest  # sealed
+    blobs: dict[str, bytes]  # digest -> zstd bytes: the weights (unless abstract) and every executable
+    reports: list[ExecutableReport]  # one per executable, in stage x bucket order
+
+
+def source_digest() -> str:
+    """Digest of the model and kernel source that produced the executables."""
+    h = hashlib.sha256()
+    for folder in ("model", "kernels"):
+        for p in sorted((_ROOT / folder).rglob("*.py")):
+            h.update(str(p.relative_to(_ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Callable[[str], None]) -> Package:
+    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    blobs: dict[str, bytes] = {}
+    weights = _weights_record(plan, cctx, blobs)
+    entries, reports = [], []
+    for cs in compiled:
+        z = cctx.compress(cs.payload)
+        blobs[sha256_digest(z)] = z
+        entries.append(_executable_entry(cs, z, plan.executable_format))
+        p = cs.plan
+        reports.append(
+            ExecutableReport(p.stage + "/" + p.bucket, len(cs.payload), len(z),
+                             round(cs.trace_seconds, 3), round(cs.lower_seconds, 3), round(cs.compile_seconds, 3))
+        )
+    fit = _check_fit(plan, entries, progress)
+    return Package(_manifest(plan, weights, entries, fit), blobs, reports)
+
+
+def _weights_record(plan: BuildPlan, cctx, blobs: dict[str, bytes]) -> WeightsRecord:
+    if plan.abstract:
+        return _abstract_weights(plan.pipe)
+    raw = plan.weights_raw
+    weights_z = cctx.compress(raw)
+    blobs[sha256_digest(weights_z)] = weights_z
+    return WeightsRecord(
+        blob=BlobRef(digest=sha256_digest(weights_z), size=len(weights_z), media_type=WEIGHTS_MEDIA_TYPE),
+        raw_size=len(raw),
+        raw_digest=sha256_digest(raw),
+        tensors=plan.weights_tensors,
+        source=plan.weights_label,
+    )
+
+
+def _abstract_weights(pipe) -> WeightsRecord:
+    """What an abstract build records for weights it never materialised: their shapes, by digest."""
+    from .._dtypes import itemsize
+
+    shapes = [(k, list(v.shape), dtype_name(v.dtype)) for k, v in sorted(pipe.state_dict().items())]
+    size = sum(math.prod(shape) * itemsize(dtype) for _, shape, dtype in shapes)
+    return WeightsRecord(blob=None, raw_size=size, raw_digest=sha256_digest(canonical_json(shapes)),
+                         tensors=len(shapes), source=ABSTRACT_WEIGHTS, materialized=False)
+
+
+def _executable_entry(cs: CompiledStage, z: bytes, executable_format: str) -> ExecutableEntry:
+    p = cs.plan
+    return ExecutableEntry(
+        key=f"{p.stage}/{p.bucket}",
+        stage=p.stage,
+        bucket=p.bucket,
+        format=executable_format,
+        blob=BlobRef(digest=sha256_digest(z), size=len(z), media_type=EXECUTABLE_MEDIA_TYPE),
+        raw_size=len(cs.payload),
+        raw_digest=sha256_digest(cs.payload),
+        params=p.params,
+        inputs=p.inputs,
+        outputs=p.outputs,
+        in_tree=cs.in_tree,
+        out_tree=cs.out_tree,
+        hlo_digest=cs.hlo_digest,
+        fingerprint=cs.fingerprint,
+        trace_seconds=round(cs.trace_seconds, 4),
+        lower_seconds=round(cs.lower_seconds, 4),
+        compile_seconds=round(cs.compile_seconds, 4),
+        cost=cs.cost,
+        cost_loop_scale=round(cs.loop_scale, 6),
+        memory=cs.memory,
+        kernels=cs.kernels,
+        schedule=cs.schedule,
+        host_callbacks=cs.host_callbacks,
+    )
+
+
+def _check_fit(plan: BuildPlan, entries: list[ExecutableEntry],
+               progress: Callable[[str], None]) -> MemoryFit | None:
+    """None when the target declares no per-device capacity; DoesNotFit when over it."""
+    tgt = plan.target
+    if not tgt.hbm_bytes_per_device:
+        return None
+    fit = memory_fit(entries, tgt.hbm_bytes_per_device, tgt.device_count, tgt.weight_sharding)
+    progress(f"memory per device: {_gib(fit.total_bytes)} of {_gib(fit.capacity_bytes)} "
+             f"(weights {_gib(fit.weights_bytes)}, {tgt.weight_sharding}; "
+             f"peak working set {_gib(fit.peak_working_bytes)} in {fit.peak_stage})")
+    if not fit.fits:
+        raise DoesNotFit(_does_not_fit(plan.spec.name, tgt, fit, entries), fit)
+    return fit
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _does_not_fit(pipeline: str, tgt, fit, entries) -> str:
+    peak = next(e for e in entries if e.key == fit.peak_stage)
+    m = peak.memory
+    parts = ", ".join(f"{k.removesuffix('_size')} {_gib(v)}" for k, v in m.items() if v)
+    fixes = []
+    if tgt.weight_sharding != "fsdp":
+        fixes.append("shard the weights (a target with weight_sharding = \"fsdp\")")
+    fixes += ["a smaller bucket (fewer frames per chunk)",
+              "the frame-aligned attention kernel (--set attention_kernel=blocksparse) instead of dense attention"]
+    return (f"{pipeline} does not fit {tgt.name}: it needs {_gib(fit.total_bytes)} per device, the device has "
+            f"{_gib(fit.capacity_bytes)} (over by {_gib(fit.total_bytes - fit.capacity_bytes)}). Resident weights "
+            f"of all stages: {_gib(fit.weights_bytes)} ({fit.weight_sharding}); largest working set: "
+            f"{_gib(fit.peak_working_bytes)} in {fit.peak_stage} (XLA memory_analysis: {parts}). "
+            f"Nothing was published. Options: {'; '.join(fixes)}")
+
+
+def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableEntry],
+              fit: MemoryFit | None) -> Manifest:
+    spec, tgt, flags, config = plan.spec, plan.target, plan.flags, plan.config
+    flags_rec = FlagProfileRecord(
+        name=flags.name,
+        version=flags.version,
+        compiler_options=dict(flags.compiler_options),
+        env_flags=list(flags.env_flags),
+        kernel_flags=dict(flags.kernel_flags),
+        digest=flags.digest(),
+    )
+    tools = toolchain(with_compile_tools=True)
+    config_doc = dataclasses.asdict(config)
+    src = source_digest()
+    # The identity: a hash over everything that changes the binary or its output (identity.py).
+    identity = identity_digest(
+        pipeline=spec.name, entry=spec.entry, config=config_doc, overrides=plan.overrides, source=src,
+        weights=weights.raw_digest, target=tgt.name, flags=flags_rec.digest, jax=tools.jax, jaxlib=tools.jaxlib,
+        platform=plan.platform.model_dump(mode="json"),
+        executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in entries],
+        noise=NOISE_RECIPES[spec.noise],
+    )
+    manifest = Manifest(
+        build_id=build_id_for(spec.name, tgt.name, identity),
+        identity=identity,
+        created_at=utcnow(),
+        created_by=who(),
+        pipeline=spec.name,
+        model_entry=spec.entry,
+        config=config_doc,
+        overrides=plan.overrides,
+        source_digest=src,
+        weights=weights,
+        target=tgt.name,
+        flags=flags_rec,
+        toolchain=tools,
+        platform=plan.platform,
+        buckets=[Bucket(name=b.name, frames=b.frames, height=config.height, width=config.width) for b in spec.buckets],
+        program=_program(config, spec.noise),
+        executables=entries,
+        memory_fit=fit,
+    )
+    return manifest.model_copy(update={"seal": manifest_seal(manifest)})
+
+
+def _program(config, noise: str = "seeded") -> ChunkProgram:
+    from model import pipeline as P
+
+    prog = P.CHUNK_PROGRAM
+    return ChunkProgram(
+        stages=list(P.STAGES),
+        image_input=prog["image"],
+        audio_input=prog["audio"],
+        noise_input=prog["noise"],
+        carry=dict(prog["carry"]),
+        deliver=prog["deliver"],
+        noise_recipe=NOISE_RECIPES[noise],
+        fps=config.fps,
+        sample_rate=config.sample_rate,
+        samples_per_frame=config.samples_per_frame,
+        height=config.height,
+        width=config.width,
+    )
