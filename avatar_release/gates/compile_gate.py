@@ -164,7 +164,11 @@ def run_compile_gate(registry, ref: str, *, reproduce: bool = True, store: bool 
         seconds=round(time.perf_counter() - t0, 3), created_at=utcnow(), created_by=who(),
     )
     if store:
+        from ..trust.evidence import gate_signing_key, sign_and_store
+
         registry.put_record(_NAMESPACE, m.build_id, result.to_json_bytes())
+        sign_and_store(registry, gate_signing_key(), kind="compile-gate", build_id=m.build_id,
+                       subject_digest=m.content_digest(), predicate=result.model_dump(mode="json"))
     return CompileGateOutcome(result, store)
 
 

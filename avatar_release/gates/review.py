@@ -174,8 +174,14 @@ def record_answer(registry, build_id: str, pair: int, choice: str) -> ReviewReco
 _locks: dict[str, threading.Lock] = {}
 
 
-def decide(registry, build_id: str, *, approve: bool, reviewer: str, note: str) -> ReviewRecord:
-    """Record the final decision on a build that needs review."""
+def decide(registry, build_id: str, *, approve: bool, reviewer: str, note: str, signer=None,
+           policy=None) -> ReviewRecord:
+    """Record the final decision on a build that needs review, signed by the reviewer.
+
+    ``reviewer`` must be named by the trust policy (``policy``, default: the one in force) and
+    ``signer`` (default: this machine's own reviewer key) must be that reviewer's key: a name
+    typed on the command line proves nothing, the signature does.
+    """
     if not reviewer.strip():
         raise InputError("--reviewer: give the name of the person deciding")
     latest = latest_result(registry, build_id)
@@ -196,11 +202,36 @@ def decide(registry, build_id: str, *, approve: bool, reviewer: str, note: str) 
         missing = len(review.frames) - len({a.pair for a in review.answers})
         raise Refusal(f"build {build_id}: {missing} of {len(review.frames)} blind pairs unanswered; answer them "
                       f"first (avatar-release review {build_id} --serve), then approve")
-    decision = ReviewDecision(decision="approved" if approve else "rejected", reviewer=reviewer.strip(),
-                              note=note, at=utcnow())
+    reviewer = reviewer.strip()
+    key, policy = _reviewer_key(reviewer, signer, policy)
+    decision = ReviewDecision(decision="approved" if approve else "rejected", reviewer=reviewer, note=note,
+                              at=utcnow())
+    from ..registry import read_manifest
+    from ..trust.evidence import sign_and_store
+
+    _, manifest = read_manifest(registry, build_id)
+    sign_and_store(registry, key, kind="review-decision", build_id=build_id, subject_digest=manifest.content_digest(),
+                   predicate={"build_id": build_id, "gate_result_digest": digest, **decision.model_dump(mode="json")})
     review = review.model_copy(update={"decision": decision})
     save_review(registry, review)
     return review
+
+
+def _reviewer_key(reviewer: str, signer, policy):
+    """(the reviewer's private key, the policy) once the policy names ``reviewer`` with that key."""
+    from ..trust import key_id
+    from ..trust.policy import load_policy, local_identity
+
+    policy = policy or load_policy()
+    if reviewer not in policy.reviewers:
+        raise Refusal(f"reviewer {reviewer!r} is not named by the trust policy {policy.path} (reviewers: "
+                      f"{', '.join(policy.reviewers) or 'none'}); add them under [review] with their public key")
+    key = signer or local_identity().reviewer_key()
+    want, have = key_id(policy.keys[reviewer]), key_id(key.public_key())
+    if want != have:
+        raise Refusal(f"reviewer {reviewer!r}: the trust policy {policy.path} knows them by key {want}, but this "
+                      f"decision would be signed with {have}; sign with their key (--reviewer-key)")
+    return key, policy
 
 
 class ReviewServer:

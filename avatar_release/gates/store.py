@@ -58,9 +58,20 @@ def frames_refs(registry, build_id: str) -> list[BlobRef]:
     return [get_result(registry, ref).frames_blob for ref in results]  # older indexes
 
 
-def save_result(registry, result: GateResult) -> str:
+def save_result(registry, result: GateResult, *, subject_digest: str | None = None, signer=None) -> str:
+    """Store a gate result and a signed attestation of it; returns the result's digest.
+
+    ``subject_digest``: the build's store-independent manifest digest (``Manifest.content_digest()``;
+    default ``result.build_digest``, the same in a directory store). ``signer``: the Ed25519 key
+    that attests it (default: ``AVATAR_RELEASE_GATE_KEY``, else this machine's own gate key).
+    The promotion policy reads only the signed copy.
+    """
+    from ..trust.evidence import gate_signing_key, sign_and_store
+
     data = result.to_json_bytes()
     ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=RESULT_MEDIA_TYPE)
+    sign_and_store(registry, signer or gate_signing_key(), kind="gate-result", build_id=result.build_id,
+                   subject_digest=subject_digest or result.build_digest, predicate=result.model_dump(mode="json"))
 
     def add(old: bytes | None) -> bytes:
         where = f"registry record {_RESULTS}/{result.build_id}"

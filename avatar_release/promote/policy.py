@@ -1,9 +1,12 @@
 """Promotion policy: what may enter each channel, decided from stored evidence only.
 
     dev      any compiled build
-    staging  a build whose latest gate result passed (or whose blind review approved it), for
-             this very build digest, gated in an environment that matches the build's target
-    prod     only the build that is in staging now: no skipping
+    staging  a build whose latest *signed* gate result passed (or whose blind review a reviewer the
+             trust policy names approved, signed), for this very build's manifest digest, gated
+             in an environment that matches the build's target, by a key the policy trusts
+             for that target
+    prod     only the build that is in staging now: no skipping; a reviewed build needs the
+             policy's ``prod_approvals`` distinct reviewers
     rollback to a build that passed its gates and was in that channel before
 
 A decision carries its evidence (the gate result digest, the statuses it read), so a refusal
@@ -41,37 +44,88 @@ def _check_channel(channel: str) -> None:
 GATE_MACHINE_FIELDS = ("backend", "device_kind", "device_count", "jaxlib", "cpu_features")
 
 
-def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, what: str) -> tuple[str, str]:
-    """(status, gate result digest) when the build's gates let it through; Refusal otherwise."""
+def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, what: str, channel: str = "staging",
+                        policy=None) -> tuple[str, str]:
+    """(status, gate result digest) when the build's *signed* gate evidence lets it through.
+
+    Only attestations whose signature verifies under a key the trust policy names for the
+    build's target (gate results) or for reviewing (review decisions), made for exactly this
+    build's manifest digest, count. Unsigned records (written before signed evidence, or by
+    hand) are still listed by ``ls`` but never promote.
+    """
     from ..gates import effective_status
+    from ..records import GateResult
+    from ..trust.evidence import verified
+    from ..trust.policy import load_policy
 
-    status, result, digest = effective_status(registry, resolved.build_id)
+    policy = policy or load_policy()
     fix = f"run `avatar-release gate {resolved.build_id}`"
-    if result is None:
-        from ..gates.compile_gate import load_compile_gate
-
-        compiled = load_compile_gate(registry, resolved.build_id)
-        if compiled is not None:
-            p = manifest.platform
-            raise Refusal(f"{what}: {resolved.build_id} has only a compile gate ({compiled.status}), which proves what "
-                          f"holds without hardware; output gates need a run on {p.backend}: {p.device_kind} x "
-                          f"{p.device_count} first ({fix} on such a host). CPU-only evidence never promotes past dev")
+    subject = manifest.content_digest()
+    results, rejected = verified(registry, resolved.build_id, kind="gate-result",
+                                 trusted=policy.gate_keys(manifest.target), subject_digest=subject)
+    shown_status, shown, _ = effective_status(registry, resolved.build_id)
+    if not results:
+        if rejected or shown is not None:
+            why = "; ".join(r.reason for r in rejected[-3:]) or "no attestation was stored with it"
+            raise Refusal(f"{what}: {resolved.build_id} has gate evidence, but none signed by a key the trust policy "
+                          f"{policy.path} accepts for target {manifest.target} ({why}). Unsigned or foreign evidence "
+                          f"never promotes; {fix} with a trusted gate key")
+        _refuse_compile_gate_only(registry, resolved, manifest, what, fix)
         raise Refusal(f"{what}: {resolved.build_id} has never been gated; {fix} first")
+    att, digest = results[-1]  # the newest signed result
+    result = GateResult.model_validate(att.predicate)
+    status = result.status
+    if shown_status == "rejected" or status == "needs-review":
+        status = _review_outcome(registry, resolved, digest, subject, policy, channel,
+                                 rejected_unsigned=shown_status == "rejected")
     if status not in ("passed", "approved"):
         extra = {"needs-review": f"; answer its blind review (avatar-release review {resolved.build_id} --serve) "
                                  "and approve it",
                  "rejected": "; a rejected build is never promoted",
                  "failed": f"; see the gate report, or {fix} again after fixing it"}.get(status, "")
-        raise Refusal(f"{what}: the latest gate result of {resolved.build_id} is {status!r} ({digest}){extra}")
-    if result.build_digest != resolved.digest:
-        raise Refusal(f"{what}: gate result {digest} is for build digest {result.build_digest}, "
-                      f"not {resolved.digest}; {fix}")
+        raise Refusal(f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} ({digest}){extra}")
+    if result.build_id != resolved.build_id or att.build_id != resolved.build_id:
+        raise Refusal(f"{what}: signed gate result {digest} is about build {result.build_id}, "
+                      f"not {resolved.build_id}; {fix}")
     diff = diff_machines(Machine.of_build(manifest), Machine.of_environment(result.environment),
                          fields=GATE_MACHINE_FIELDS)
     if diff:
         raise Refusal(f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
                       f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware")
     return status, digest
+
+
+def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:
+    from ..gates.compile_gate import load_compile_gate
+
+    compiled = load_compile_gate(registry, resolved.build_id)
+    if compiled is not None:
+        p = manifest.platform
+        raise Refusal(f"{what}: {resolved.build_id} has only a compile gate ({compiled.status}), which proves what "
+                      f"holds without hardware; output gates need a run on {p.backend}: {p.device_kind} x "
+                      f"{p.device_count} first ({fix} on such a host). CPU-only evidence never promotes past dev")
+
+
+def _review_outcome(registry, resolved, digest, subject, policy, channel, *, rejected_unsigned: bool) -> str:
+    """'approved', 'rejected' or 'needs-review' from signed reviewer decisions on this gate result."""
+    from ..trust.evidence import verified
+
+    if rejected_unsigned:
+        return "rejected"  # a rejection is final; honouring an unsigned one can only hold a build back
+    decisions, _ = verified(registry, resolved.build_id, kind="review-decision", trusted=policy.reviewer_keys(),
+                            subject_digest=subject)
+    approvers = set()
+    for att, _ in decisions:
+        p = att.predicate
+        signer_names = {policy.name_of(k) for k in att.key_ids}
+        if p.get("gate_result_digest") != digest or p.get("reviewer") not in signer_names:
+            continue  # about another gate result, or a name the signing key does not belong to
+        if p.get("decision") == "rejected":
+            return "rejected"
+        if p.get("decision") == "approved":
+            approvers.add(p["reviewer"])
+    need = policy.prod_approvals if channel == "prod" else 1
+    return "approved" if len(approvers) >= need else "needs-review"
 
 
 def check_promotion(registry, resolved: Resolved, manifest: Manifest, channel: str) -> Decision:
@@ -84,7 +138,7 @@ def check_promotion(registry, resolved: Resolved, manifest: Manifest, channel: s
         if status == "rejected":
             raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")
         return Decision(channel, resolved.build_id, resolved.digest, status, digest)
-    status, digest = check_gate_evidence(registry, resolved, manifest, what=what)
+    status, digest = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel)
     if channel == "prod":
         staging = registry.get_channel("staging")
         if staging is None or staging.digest != resolved.digest:
@@ -100,5 +154,5 @@ def check_rollback_target(registry, resolved: Resolved, manifest: Manifest, chan
     been_there = any(e.to_digest == resolved.digest for e in registry.history(channel))
     if not been_there:
         raise Refusal(f"{what}: {resolved.build_id} was never in {channel}; that is a promotion, not a rollback")
-    status, digest = check_gate_evidence(registry, resolved, manifest, what=what)
+    status, digest = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel)
     return Decision(channel, resolved.build_id, resolved.digest, status, digest)

@@ -18,7 +18,8 @@ from ._base import BlobRef, parse_record
 from .gate import GateResult
 
 __all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "COMPILE_GATES", "REVIEWS", "STATEMENTS",
-           "parse_results_index", "render_results_index"]
+           "ATTESTATIONS", "parse_results_index", "render_results_index", "parse_attestations_index",
+           "render_attestations_index"]
 
 # fetch(BlobRef) -> verified bytes: how a roots function reads a blob it must look inside.
 Fetch = Callable[[BlobRef], bytes]
@@ -60,6 +61,24 @@ def _gate_results_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
     return results + frames
 
 
+def parse_attestations_index(raw: bytes | None, where: str) -> list[BlobRef]:
+    """A build's signed attestations (DSSE envelopes), oldest first."""
+    if raw is None:
+        return []
+    try:
+        return [BlobRef(**r) for r in json.loads(raw)["envelopes"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise IntegrityError(f"{where}: not an attestations index (expected {{'envelopes': [...]}})") from None
+
+
+def render_attestations_index(envelopes: list[BlobRef]) -> bytes:
+    return json.dumps({"envelopes": [e.model_dump() for e in envelopes]}).encode()
+
+
+def _attestation_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
+    return parse_attestations_index(raw, f"record attestations/{name}")
+
+
 def _no_blobs(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
     return []
 
@@ -69,6 +88,8 @@ GATE_RESULTS = StoredNamespace("gate-results", "build", "every gate result of a 
 COMPILE_GATES = StoredNamespace("compile-gates", "build", "the compile gate's result for a build", _no_blobs)
 REVIEWS = StoredNamespace("reviews", "build", "the blind review of a build below the band", _no_blobs)
 STATEMENTS = StoredNamespace("statements", "channel", "the signed statement for where a channel points", _no_blobs)
+ATTESTATIONS = StoredNamespace("attestations", "build", "signed evidence about a build (DSSE envelopes)",
+                               _attestation_roots)
 
 STORED_NAMESPACES: dict[str, StoredNamespace] = {ns.name: ns for ns in (GATE_RESULTS, COMPILE_GATES, REVIEWS,
-                                                                        STATEMENTS)}
+                                                                        STATEMENTS, ATTESTATIONS)}

@@ -7,13 +7,17 @@ statement for dev never passes for prod, and the sequence lets a pod refuse a re
 older statement (rollback protection: the pod remembers the highest sequence it accepted per
 channel). An intentional rollback is a new move with a higher sequence and a new statement.
 
-Stored in the registry as the record ``statements/<channel>`` (canonical JSON).
+Stored in the registry as the record ``statements/<channel>``: since 2026-12-01 a DSSE
+envelope (the same in-toto Statement format as gate evidence, ``trust.attest``, predicate type
+``.../promotion/v1``); version-1 statements (a bare signature beside the payload) written
+before are still read and verified with the same key.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -22,10 +26,11 @@ from .._digest import canonical_json
 from ..errors import IntegrityError, TrustError
 from ..records import SignedStatement, StatementPayload, parse_record
 from ..records.stored import STATEMENTS
+from .attest import open_envelope, verify_envelope, attest
 from .keys import key_id
 
-__all__ = ["StatementPayload", "SignedStatement", "sign", "publish_statement", "read_statement",
-           "verify", "AcceptedState", "DEFAULT_VALIDITY"]
+__all__ = ["StatementPayload", "SignedStatement", "PromotionStatement", "sign", "publish_statement",
+           "read_statement", "verify", "AcceptedState", "DEFAULT_VALIDITY"]
 
 DEFAULT_VALIDITY = timedelta(days=30)
 _NS = STATEMENTS.name
@@ -42,28 +47,47 @@ def _parse_ts(text: str, what: str) -> datetime:
         raise TrustError(f"statement {what} {text!r} is not a UTC timestamp") from None
 
 
+@dataclass(frozen=True)
+class PromotionStatement:
+    """A promotion statement as a DSSE envelope (in-toto Statement, predicate = the payload)."""
+
+    payload: StatementPayload
+    envelope: bytes  # exactly as stored and signed
+
+    def model_dump(self, mode: str = "json") -> dict:
+        return {"payload": self.payload.model_dump(mode=mode), "envelope": json.loads(self.envelope)}
+
+
 def sign(private_key, *, build_id: str, build_digest: str, channel: str, sequence: int, who: str,
-         validity: timedelta = DEFAULT_VALIDITY, now: datetime | None = None) -> SignedStatement:
+         validity: timedelta = DEFAULT_VALIDITY, now: datetime | None = None) -> PromotionStatement:
     now = now or datetime.now(timezone.utc)
     payload = StatementPayload(build_id=build_id, build_digest=build_digest, channel=channel, sequence=sequence,
                                issued_at=_ts(now), expires_at=_ts(now + validity),
                                key_id=key_id(private_key.public_key()), who=who)
-    sig = private_key.sign(canonical_json(payload.model_dump(mode="json")))
-    return SignedStatement(payload=payload, signature=base64.b64encode(sig).decode())
+    envelope = attest(private_key, kind="promotion", build_id=build_id, subject_digest=build_digest,
+                      predicate=payload.model_dump(mode="json"))
+    return PromotionStatement(payload, envelope)
 
 
-def publish_statement(registry, statement: SignedStatement) -> None:
-    registry.put_record(_NS, statement.payload.channel, statement.to_json_bytes())
+def publish_statement(registry, statement: PromotionStatement) -> None:
+    registry.put_record(_NS, statement.payload.channel, statement.envelope)
 
 
-def read_statement(registry, channel: str) -> SignedStatement | None:
+def read_statement(registry, channel: str) -> PromotionStatement | SignedStatement | None:
+    """The statement for ``channel``: a DSSE envelope, or a version-1 signed statement (written
+    before 2026-12-01; still verified with the same key, the old way)."""
     raw = registry.get_record(_NS, channel)
     if raw is None:
         return None
+    where = f"statement for channel {channel}"
     try:
-        return parse_record(SignedStatement, raw, where=f"statement for channel {channel}")
-    except IntegrityError as e:
-        raise TrustError(f"channel {channel}: the signed statement is unreadable ({e})") from None
+        doc = json.loads(raw)
+        if isinstance(doc, dict) and doc.get("kind") == "avatar-release/signed-statement":
+            return parse_record(SignedStatement, raw, where=where)
+        att = open_envelope(raw, where)
+        return PromotionStatement(StatementPayload.model_validate(att.predicate), raw)
+    except (IntegrityError, ValueError) as e:
+        raise TrustError(f"channel {channel}: the signed statement is unreadable ({str(e)[:200]})") from None
 
 
 class AcceptedState:
@@ -91,10 +115,9 @@ class AcceptedState:
         _atomic.write_json(self.path, state, indent=None)
 
 
-def verify(statement: SignedStatement | None, public_key, *, channel: str, digest: str,
+def verify(statement: PromotionStatement | SignedStatement | None, public_key, *, channel: str, digest: str,
            state: AcceptedState | None = None, now: datetime | None = None) -> StatementPayload:
     """Every check a pod makes, in order; TrustError naming the first that fails."""
-    from cryptography.exceptions import InvalidSignature
 
     where = f"channel {channel}"
     if statement is None:
@@ -104,11 +127,23 @@ def verify(statement: SignedStatement | None, public_key, *, channel: str, diges
     want = key_id(public_key)
     if p.key_id != want:
         raise TrustError(f"{where}: signed by key {p.key_id}, this pod trusts {want}")
-    try:
-        sig = base64.b64decode(statement.signature, validate=True)
-        public_key.verify(sig, canonical_json(p.model_dump(mode="json")))
-    except (InvalidSignature, ValueError):
-        raise TrustError(f"{where}: the statement's signature does not verify (tampered, or a wrong key)") from None
+    tampered = TrustError(f"{where}: the statement's signature does not verify (tampered, or a wrong key)")
+    if isinstance(statement, PromotionStatement):
+        try:
+            att = verify_envelope(statement.envelope, where, trusted={want: public_key}, kind="promotion",
+                                  subject_digest=p.build_digest)
+        except (TrustError, IntegrityError):
+            raise tampered from None
+        if att.predicate != p.model_dump(mode="json"):
+            raise tampered
+    else:  # a version-1 statement: a bare Ed25519 signature over the canonical payload
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            public_key.verify(base64.b64decode(statement.signature, validate=True),
+                              canonical_json(p.model_dump(mode="json")))
+        except (InvalidSignature, ValueError):
+            raise tampered from None
     if p.channel != channel:
         raise TrustError(f"{where}: the statement was signed for channel {p.channel!r}, not {channel!r}")
     if p.build_digest != digest:

@@ -8,7 +8,7 @@ import pytest
 from avatar_release.errors import InputError
 from avatar_release.ops import collect_garbage
 from avatar_release.promote import promote
-from avatar_release.records.stored import COMPILE_GATES, GATE_RESULTS, REVIEWS, STORED_NAMESPACES
+from avatar_release.records.stored import ATTESTATIONS, COMPILE_GATES, GATE_RESULTS, REVIEWS, STORED_NAMESPACES
 from avatar_release.registry import MemoryRegistry, OciRegistry
 from tests.unit.test_promote_policy import _gate, _publish
 
@@ -31,8 +31,9 @@ def test_every_build_keyed_record_kind_is_pruned_with_its_build(reg):
     reg, a, b = reg
     report = collect_garbage(reg, prune_builds=True, min_age_s=0)
     assert report.pruned_builds == [b] and report.kept_builds == [a]
-    assert sorted(report.pruned_records) == sorted(f"{ns}/{b}" for ns in ("gate-results", "compile-gates", "reviews"))
-    for ns in (GATE_RESULTS, COMPILE_GATES, REVIEWS):
+    assert sorted(report.pruned_records) == sorted(
+        f"{ns}/{b}" for ns in ("gate-results", "compile-gates", "reviews", "attestations"))
+    for ns in (GATE_RESULTS, COMPILE_GATES, REVIEWS, ATTESTATIONS):
         assert reg.get_record(ns.name, b) is None
     assert reg.get_record(GATE_RESULTS.name, a) is not None  # the kept build's evidence stays
     # a's gate result blob is a root of its gate-results record: still there, and it still promotes
@@ -67,7 +68,7 @@ def test_dry_run_deletes_nothing(reg):
 
 
 def test_every_declared_namespace_is_keyed_and_rooted():
-    assert {"gate-results", "compile-gates", "reviews", "statements"} <= set(STORED_NAMESPACES)
+    assert {"gate-results", "compile-gates", "reviews", "statements", "attestations"} <= set(STORED_NAMESPACES)
     assert all(ns.keyed_by in ("build", "channel") for ns in STORED_NAMESPACES.values())
 
 

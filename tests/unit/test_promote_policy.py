@@ -59,8 +59,8 @@ def test_staging_needs_a_passing_gate_result_for_this_build(reg):
     _gate(reg, a, da, m, status="failed")
     with pytest.raises(Refusal, match="'failed'"):
         promote(reg, a, "staging")
-    _gate(reg, a, "sha256:" + "f" * 64, m)  # a result recorded for another digest
-    with pytest.raises(Refusal, match="is for build digest"):
+    _gate(reg, a, "sha256:" + "f" * 64, m)  # a passing result signed for another digest does not count
+    with pytest.raises(Refusal, match="latest signed gate result .* is 'failed'"):
         promote(reg, a, "staging")
     _gate(reg, a, da, m, device_kind="TPU v6 lite", backend="tpu", cpu_features=None)
     with pytest.raises(Refusal, match="device_kind: build cpu, gated on TPU v6 lite"):

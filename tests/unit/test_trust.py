@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from avatar_release.errors import InputError, TrustError
 from avatar_release.trust.keys import generate_keypair, key_id, load_private_key, load_public_key
-from avatar_release.trust.statements import AcceptedState, SignedStatement, read_statement, sign, verify
+from avatar_release.trust.statements import (
+    AcceptedState, PromotionStatement, SignedStatement, read_statement, sign, verify,
+)
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
@@ -57,9 +61,18 @@ def test_unsigned_wrong_key_tampered_wrong_channel_expired_replayed_are_refused(
     with pytest.raises(TrustError, match="signed by key .* this pod trusts"):
         verify(_st(other), pub, channel="prod", digest=D1)
     good = _st(priv)
-    forged = SignedStatement(payload=good.payload.model_copy(update={"build_digest": D2}), signature=good.signature)
+    # the payload is edited (inside the envelope, and in the parsed view) but the signature is the old one
+    env = json.loads(good.envelope)
+    body = json.loads(base64.b64decode(env["payload"]))
+    body["predicate"]["build_digest"] = D2
+    env["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
+    forged = PromotionStatement(good.payload.model_copy(update={"build_digest": D2}), json.dumps(env).encode())
     with pytest.raises(TrustError, match="does not verify"):
         verify(forged, pub, channel="prod", digest=D2)
+    # a version-1 statement (bare signature) with an edited payload fails the same way
+    legacy = SignedStatement(payload=good.payload.model_copy(update={"build_digest": D2}), signature="AAAA")
+    with pytest.raises(TrustError, match="does not verify"):
+        verify(legacy, pub, channel="prod", digest=D2)
     with pytest.raises(TrustError, match="signed for channel 'dev', not 'prod'"):
         verify(_st(priv, channel="dev"), pub, channel="prod", digest=D1)
     with pytest.raises(TrustError, match="moved without a signed promotion"):
@@ -102,3 +115,19 @@ def test_promotions_sign_with_the_history_sequence_and_rollbacks_get_a_newer_one
     promote(reg, b, "prod")  # no key
     with pytest.raises(TrustError, match="moved without a signed promotion"):
         verify(read_statement(reg, "prod"), pub, channel="prod", digest=db)
+
+
+def test_a_stored_version_1_statement_still_verifies_with_its_key():
+    from datetime import datetime
+
+    from avatar_release.registry import MemoryRegistry
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    reg = MemoryRegistry("legacy-statement")
+    reg.put_record("statements", "prod", (data / "signed-statement.v1.json").read_bytes())
+    st = read_statement(reg, "prod")
+    assert isinstance(st, SignedStatement)
+    issued = datetime.strptime(st.payload.issued_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    p = verify(st, load_public_key(data / "signed-statement.v1.pub"), channel="prod", digest=st.payload.build_digest,
+               now=issued)
+    assert p.channel == "prod" and p.sequence == st.payload.sequence

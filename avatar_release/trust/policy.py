@@ -1,0 +1,172 @@
+"""The trust policy: which keys may sign which evidence. A file the promoter controls, never
+read from the registry.
+
+    schema_version = 1
+    [keys]                       # name -> public key (PEM file, relative to this file)
+    ci-gate  = "keys/ci-gate.pub"
+    ana      = "keys/ana.pub"
+    [gate]                       # target -> key names that may sign gate evidence ("*": any target)
+    "tpu-v6e-8" = ["ci-gate"]
+    [review]
+    reviewers = ["ana"]          # who may answer blind reviews and decide them
+    prod_approvals = 1           # approvals by distinct reviewers a reviewed build needs for prod
+
+Where it is read from, in order: ``--trust-policy`` / ``AVATAR_RELEASE_TRUST_POLICY``; else the
+user's own ``<config>/trust.toml``. On first use (no such file) a machine gets its own gate key
+and reviewer key under ``<config>/keys/`` and a local policy trusting exactly those, so the
+embedded default (compile -> gate -> promote on one laptop) needs no key setup, while evidence
+from any other machine's key, or unsigned, never promotes. CI and shared registries point
+``AVATAR_RELEASE_TRUST_POLICY`` at a policy in the repository and take keys from secrets.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import _atomic
+from ..errors import InputError
+from .keys import generate_keypair, key_id, load_private_key, load_public_key
+
+__all__ = ["TrustPolicy", "LocalIdentity", "config_dir", "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
+
+POLICY_SCHEMA_VERSION = 1
+
+
+def config_dir() -> Path:
+    """``AVATAR_RELEASE_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/avatar-release``, else ``~/.config/avatar-release``."""
+    explicit = os.environ.get("AVATAR_RELEASE_CONFIG_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "avatar-release"
+
+
+@dataclass(frozen=True)
+class LocalIdentity:
+    """This machine's own keys, made on first use: one signs gate evidence, one is its reviewer."""
+
+    gate_key_path: Path
+    reviewer_key_path: Path
+    reviewer: str
+
+    def gate_key(self):
+        return load_private_key(self.gate_key_path)
+
+    def reviewer_key(self):
+        return load_private_key(self.reviewer_key_path)
+
+
+def local_identity() -> LocalIdentity:
+    """This machine's gate and reviewer keys (created 0600 on first use) and the local policy."""
+    d = config_dir()
+    keys = d / "keys"
+    reviewer = os.environ.get("AVATAR_RELEASE_REVIEWER") or _user()
+    ident = LocalIdentity(keys / "gate.key", keys / "reviewer.key", reviewer)
+    for name in ("gate", "reviewer"):
+        if not (keys / f"{name}.key").is_file():
+            try:
+                generate_keypair(keys, name)
+            except InputError:  # a concurrent first use made it: use theirs
+                pass
+    policy = d / "trust.toml"
+    if not policy.is_file():
+        _atomic.write_text(policy, _local_policy_text(reviewer))
+    return ident
+
+
+def _user() -> str:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user database in some containers
+        return "local"
+
+
+def _local_policy_text(reviewer: str) -> str:
+    return (
+        "# Made by avatar-release on first use: trusts this machine's own keys only.\n"
+        "# Shared registries and CI: point AVATAR_RELEASE_TRUST_POLICY at a policy in your repository.\n"
+        f"schema_version = {POLICY_SCHEMA_VERSION}\n\n"
+        "[keys]\n"
+        'local-gate = "keys/gate.pub"\n'
+        f'{_toml_key(reviewer)} = "keys/reviewer.pub"\n\n'
+        "[gate]\n"
+        '"*" = ["local-gate"]\n\n'
+        "[review]\n"
+        f"reviewers = [{_toml_str(reviewer)}]\n"
+        "prod_approvals = 1\n"
+    )
+
+
+def _toml_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _toml_key(s: str) -> str:
+    return s if s.replace("-", "").replace("_", "").isalnum() else _toml_str(s)
+
+
+@dataclass(frozen=True)
+class TrustPolicy:
+    path: Path
+    keys: dict[str, object]  # name -> Ed25519 public key
+    gate: dict[str, list[str]]  # target or "*" -> key names
+    reviewers: list[str]
+    prod_approvals: int = 1
+    key_names: dict[str, str] = field(default_factory=dict)  # key id -> name
+
+    def gate_keys(self, target: str) -> dict[str, object]:
+        """{key id: public key} allowed to sign gate evidence for ``target``."""
+        names = self.gate.get(target, []) + self.gate.get("*", [])
+        return {key_id(self.keys[n]): self.keys[n] for n in names}
+
+    def reviewer_keys(self) -> dict[str, object]:
+        return {key_id(self.keys[n]): self.keys[n] for n in self.reviewers}
+
+    def name_of(self, kid: str) -> str:
+        return self.key_names.get(kid, kid)
+
+    def describe(self) -> str:
+        return str(self.path)
+
+
+def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
+    """The policy from ``path``, ``AVATAR_RELEASE_TRUST_POLICY``, or this user's (made on first use)."""
+    explicit = path or os.environ.get("AVATAR_RELEASE_TRUST_POLICY")
+    if explicit:
+        p = Path(explicit)
+        if not p.is_file():
+            raise InputError(f"trust policy {p}: no such file (AVATAR_RELEASE_TRUST_POLICY / --trust-policy)")
+    else:
+        local_identity()
+        p = config_dir() / "trust.toml"
+    try:
+        doc = tomllib.loads(p.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise InputError(f"trust policy {p}: not readable TOML ({e})") from None
+    if doc.get("schema_version") != POLICY_SCHEMA_VERSION:
+        raise InputError(f"trust policy {p}: schema_version {doc.get('schema_version')!r}, this avatar-release "
+                         f"reads {POLICY_SCHEMA_VERSION}")
+    unknown = set(doc) - {"schema_version", "keys", "gate", "review"}
+    if unknown:
+        raise InputError(f"trust policy {p}: unknown section(s) {sorted(unknown)}; expected keys, gate, review")
+    keys = {}
+    for name, rel in (doc.get("keys") or {}).items():
+        kp = Path(rel) if os.path.isabs(rel) else p.parent / rel
+        keys[name] = load_public_key(kp)
+    gate = {t: list(v) for t, v in (doc.get("gate") or {}).items()}
+    review = doc.get("review") or {}
+    reviewers = list(review.get("reviewers", []))
+    for where, names in [*((f"gate.{t}", v) for t, v in gate.items()), ("review.reviewers", reviewers)]:
+        missing = [n for n in names if n not in keys]
+        if missing:
+            raise InputError(f"trust policy {p}: {where} names {missing}, which [keys] does not define")
+    approvals = review.get("prod_approvals", 1)
+    if not isinstance(approvals, int) or approvals < 1:
+        raise InputError(f"trust policy {p}: review.prod_approvals must be a positive integer, got {approvals!r}")
+    return TrustPolicy(path=p, keys=keys, gate=gate, reviewers=reviewers, prod_approvals=approvals,
+                       key_names={key_id(k): n for n, k in keys.items()})
