@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..media import max_abs_diff, psnr
 from ..records import Band, GateEvidence, GateSetRecord
+from .metrics import max_abs_diff, psnr
 
 __all__ = ["zero_recompile", "twin_baseline", "bit_exact", "similarity_band", "frame_label", "per_frame_psnr"]
 

@@ -35,9 +35,9 @@ def run(job: dict) -> dict:
     import numpy as np
 
     from ..machine import environment_record
-    from ..media import frame_sha256
     from ..runtime import load, render
     from .gateset import gate_set, request_inputs
+    from .metrics import frame_sha256
 
     gs = gate_set(manifest)
     if gs.digest != job["gate_set_digest"]:

@@ -75,7 +75,7 @@ def calibrate(
     from ._compare import per_frame_psnr
     from ._runs import fresh_run
     from .gateset import gate_set
-    from ..media import max_abs_diff
+    from .metrics import max_abs_diff
 
     variants = list(variants or DEFAULT_VARIANTS)
     if not variants:

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import _atomic
-from ..media import encode_png, psnr
+from ..media import encode_png
 from ..records import GateResult
+from .metrics import psnr
 
 __all__ = ["heatmap", "psnr_plot_svg", "write_report", "png_data_uri"]
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from avatar_release.cli import cli
 from avatar_release.compile import compile_build
-from avatar_release.media import psnr
+from avatar_release.gates.metrics import psnr
 from avatar_release.registry import LocalRegistry
 from avatar_release.runtime import load, render
 from avatar_release.samples import sample_audio, sample_image

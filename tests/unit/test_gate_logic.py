@@ -77,7 +77,7 @@ def test_bit_exact_lists_differing_frames_with_size_of_the_difference():
     base = _frames()
     cand = base.copy()
     cand[2] = np.clip(cand[2].astype(int) + 1, 0, 255).astype(np.uint8)
-    from avatar_release.media import frame_sha256
+    from avatar_release.gates.metrics import frame_sha256
 
     ev = C.bit_exact(_gs(), [frame_sha256(f) for f in cand], [frame_sha256(f) for f in base], cand, base)
     assert ev.status == "failed" and ev.details["differing_frames"] == 1
