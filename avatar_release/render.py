@@ -1,7 +1,8 @@
 """``avatar-release render``: load a build as a serving pod would, stream it, write files.
 
 Reports the cold start piece by piece (imports, resolve, verify, decompress, deserialize,
-first chunk) and every chunk against its playback deadline.
+first chunk), every chunk against its playback deadline, and how the inputs were read (the
+picture's fit rule and crop box, the speech track's format, rate and sample digest).
 """
 
 from __future__ import annotations
@@ -11,21 +12,32 @@ from pathlib import Path
 from typing import Callable
 
 
+from .media import DEFAULT_FIT
 from .registry import open_registry
 
 __all__ = ["render_to_files", "request_inputs"]
 
 
-def request_inputs(program, *, image_path=None, audio_path=None, seconds=1.0, pipeline=None):
-    """The reference image and audio for a render: files, or the deterministic samples."""
-    from .media import read_image, read_wav
+def request_inputs(program, *, image_path=None, audio_path=None, seconds=1.0, pipeline=None, fit=DEFAULT_FIT):
+    """The reference image and audio for a render (files, or the deterministic samples), and a
+    record of how each was read: the image's fit rule and crop box, the audio's source and digest."""
+    from .media import load_audio, load_image
     from .samples import sample_audio, sample_image
 
-    image = (read_image(image_path, height=program.height, width=program.width, pipeline=pipeline)
-             if image_path else sample_image(program.height, program.width))
-    audio = (read_wav(audio_path, sample_rate=program.sample_rate) if audio_path
-             else sample_audio(seconds, sample_rate=program.sample_rate))
-    return image, audio
+    if image_path:
+        loaded = load_image(image_path, height=program.height, width=program.width, fit=fit, pipeline=pipeline)
+        image, image_record = loaded.pixels, {"path": str(image_path), "fit": loaded.fit.to_json()}
+    else:
+        image = sample_image(program.height, program.width)
+        image_record = {"path": None, "sample": "sample_image variant 0", "size": [program.width, program.height]}
+    if audio_path:
+        decoded = load_audio(audio_path, sample_rate=program.sample_rate)
+        audio, audio_record = decoded.samples, decoded.source.to_json()
+    else:
+        audio = sample_audio(seconds, sample_rate=program.sample_rate)
+        audio_record = {"path": None, "sample": "sample_audio variant 0", "seconds": seconds,
+                        "sample_rate": program.sample_rate}
+    return image, audio, {"image": image_record, "audio": audio_record}
 
 
 def render_to_files(
@@ -41,14 +53,17 @@ def render_to_files(
     prepare: Callable,
     t_process: float,
     trust=None,
+    fit: str = DEFAULT_FIT,
 ) -> dict:
     from .media import write_mp4, write_png
 
     t_cli = time.perf_counter()
     registry = open_registry(registry_uri, create=False)
     resolved, manifest = prepare(registry, ref)  # sets the device count before JAX starts
-    image, audio = request_inputs(manifest.program, image_path=image_path, audio_path=audio_path,
-                                  seconds=seconds, pipeline=manifest.pipeline)
+    t_inputs = time.perf_counter()
+    image, audio, inputs = request_inputs(manifest.program, image_path=image_path, audio_path=audio_path,
+                                          seconds=seconds, pipeline=manifest.pipeline, fit=fit)
+    inputs["decode_seconds"] = round(time.perf_counter() - t_inputs, 4)
     t_imp = time.perf_counter()
     import jax  # noqa: F401 - timed: part of the cold start
 
@@ -87,4 +102,5 @@ def render_to_files(
         "compiles": build.guard.count,
         "cold_start": cold,
         "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},
+        "inputs": inputs,
     }

@@ -5,7 +5,10 @@ sample inputs; it reports ready only if that chunk compiled nothing. Then it ser
 
     GET  /healthz   -> {"ready": true, "build_id", "digest", "compiles", "load_seconds", ...}
     POST /render    -> video/mp4 (H.264 + AAC); body JSON, all optional:
-                       {"seconds": 1.0, "seed": 0, "image_png_b64": "...", "audio_wav_b64": "..."}
+                       {"seconds": 1.0, "seed": 0, "image_b64": "...", "audio_b64": "...", "fit": "cover"}
+                       (image: JPEG/PNG/WebP, fitted by "cover", "contain" or "exact";
+                       audio: WAV/MP3/M4A/FLAC/Ogg/WebM; the old keys image_png_b64 and
+                       audio_wav_b64 are read too; bad media -> 400 with the reason)
                        response headers X-Build-Id, X-Compiles, X-Deadline-Misses, X-Frames
 
 Uses only the runtime (no torch). Standard-library HTTP: one request at a time, which is
@@ -57,25 +60,23 @@ class ServingPod:
                 "load_seconds": round(t.total(), 4), "warm_chunk_seconds": round(self.warm_seconds, 4)}
 
     def render(self, body: dict) -> tuple[bytes, dict]:
-        from .media import decode_png, write_mp4
+        from .media import DEFAULT_FIT, load_audio_bytes, load_image_bytes, write_mp4
         from .runtime import render
         from .samples import sample_audio, sample_image
 
         p = self.build.manifest.program
         with tempfile.TemporaryDirectory() as tmp:
-            if "image_png_b64" in body:
-                image = decode_png(base64.b64decode(body["image_png_b64"]), where="request image")
-                if image.shape != (p.height, p.width, 3):
-                    raise InputError(f"request image: size {image.shape[1]}x{image.shape[0]}, "
-                                     f"expected {p.width}x{p.height}")
+            fit = body.get("fit", DEFAULT_FIT)
+            image_b64 = body.get("image_b64", body.get("image_png_b64"))
+            if image_b64 is not None:
+                image = load_image_bytes(_b64(image_b64, "image"), height=p.height, width=p.width, fit=fit,
+                                         where="request image", pipeline=self.build.manifest.pipeline).pixels
             else:
                 image = sample_image(p.height, p.width)
-            if "audio_wav_b64" in body:
-                from .media import read_wav
-
-                wav = Path(tmp) / "in.wav"
-                wav.write_bytes(base64.b64decode(body["audio_wav_b64"]))
-                audio = read_wav(wav, sample_rate=p.sample_rate)
+            audio_b64 = body.get("audio_b64", body.get("audio_wav_b64"))
+            if audio_b64 is not None:
+                audio = load_audio_bytes(_b64(audio_b64, "audio"), sample_rate=p.sample_rate,
+                                         where="request audio").samples
             else:
                 audio = sample_audio(float(body.get("seconds", 1.0)), sample_rate=p.sample_rate)
             with self.lock:
@@ -87,6 +88,15 @@ class ServingPod:
             headers = {"X-Build-Id": self.build.build_id, "X-Compiles": str(self.build.guard.count - before),
                        "X-Deadline-Misses": str(report.misses), "X-Frames": str(report.frames)}
             return out.read_bytes(), headers
+
+
+def _b64(text, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise InputError(f"request {what}: expected a base64 string, got {type(text).__name__}")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError as exc:
+        raise InputError(f"request {what}: not valid base64 ({exc})") from None
 
 
 def serve_forever(pod: ServingPod, host: str, port: int, on_ready) -> None:

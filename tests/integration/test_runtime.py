@@ -179,7 +179,7 @@ def test_unknown_and_empty_references(built_registry):
 
 
 def test_cli_render_writes_video_frames_and_summary(built_registry, tmp_path):
-    from avatar_release.media import probe_mp4, read_png
+    from avatar_release.media import probe_mp4, read_image
 
     root, result = built_registry
     out = tmp_path / "out.mp4"
@@ -193,7 +193,36 @@ def test_cli_render_writes_video_frames_and_summary(built_registry, tmp_path):
     assert set(summary["cold_start"]) >= {"imports", "resolve", "verify", "decompress", "deserialize", "first_chunk"}
     probe = probe_mp4(out)
     assert probe.video_codec == "h264" and probe.audio_codec == "aac" and probe.frames == 10
-    assert len(list(frames_dir.glob("*.png"))) == 10 and read_png(frames_dir / "frame_00000.png").shape == (48, 80, 3)
+    assert len(list(frames_dir.glob("*.png"))) == 10 and read_image(frames_dir / "frame_00000.png").shape == (48, 80, 3)
+
+
+def test_cli_render_takes_a_photo_of_any_size_and_an_mp3_and_reports_how_it_read_them(built_registry, tmp_path):
+    """A 1280x720 JPEG and a 44.1 kHz stereo MP3 render on the 80x48, 16 kHz tiny pipeline; the
+    summary says how the picture was cropped and what the audio was; --fit exact refuses (exit 2)."""
+    from avatar_release.media import ffmpeg_exe
+
+    root, _ = built_registry
+    photo, speech = tmp_path / "photo.jpg", tmp_path / "speech.mp3"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "testsrc=size=1280x720", "-frames:v", "1",
+                    str(photo)], check=True)
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "sine=frequency=220:duration=0.4:sample_rate=44100",
+                    "-ac", "2", "-c:a", "libmp3lame", str(speech)], check=True)
+    args = ["render", "--registry", str(root), "--image", str(photo), "--audio", str(speech), "--json"]
+    res = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "out.mp4")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    fit = summary["inputs"]["image"]["fit"]
+    assert fit["rule"] == "cover" and fit["source_format"] == "JPEG"
+    assert fit["source_size"] == [1280, 720] and fit["target_size"] == [80, 48]
+    assert fit["box"] == [40, 0, 1240, 720]  # 5:3 of a 16:9 picture, centred: 40 px off each side
+    audio = summary["inputs"]["audio"]
+    assert (audio["container"], audio["codec"], audio["source_rate"], audio["channels"]) == ("MP3", "mp3", 44100, "stereo")
+    assert audio["sample_rate"] == 16000 and 0.4 <= audio["seconds"] < 0.5
+    assert summary["compiles"] == 0 and summary["frames"] == -(-audio["samples"] // 640)  # 25 fps at 16 kHz
+    refused = CliRunner().invoke(cli, args + ["--fit", "exact", "--out", str(tmp_path / "exact.mp4")])
+    assert refused.exit_code == 2
+    assert "1280x720" in refused.output and "80x48" in refused.output and "--fit cover" in refused.output
+    assert not (tmp_path / "exact.mp4").exists()
 
 
 def test_cli_refusals_have_distinct_exit_codes(registry_copy, tmp_path):

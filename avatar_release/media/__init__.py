@@ -1,0 +1,100 @@
+"""Media files in and out: reference pictures, speech tracks, and the rendered MP4.
+
+Three rooms, one job each:
+
+* :mod:`.image`: JPEG, PNG and WebP in through Pillow (pixel bound checked from the header
+  before decoding, EXIF orientation applied), fitted to the pipeline's resolution by a
+  declared rule (``cover``, ``contain``, ``exact``); PNG frames out.
+* :mod:`.audio`: WAV, MP3, M4A/AAC, FLAC, Ogg and WebM in through the ffmpeg binary that
+  ``imageio-ffmpeg`` ships (never one from PATH), decoded incrementally to mono at the
+  pipeline's rate by pinned options; 16-bit WAV out.
+* :mod:`.video`: H.264/AAC MP4 out through the same binary, probed and decoded for tests.
+
+Nothing is imported at import time beyond numpy: Pillow and imageio-ffmpeg load on first
+use. Every file is written atomically through ``avatar_release._atomic``. Bad input raises
+:class:`~avatar_release.errors.InputError` naming the file, what was found, what is accepted
+and how to fix it with this tool; a failure of ffmpeg itself on valid input is a MediaError.
+Frame comparisons (PSNR, digests) live with the gates that use them: ``avatar_release.gates.metrics``.
+
+``python -m avatar_release.media`` converts a picture or a speech track the way a render
+reads it, and writes the result as PNG or WAV.
+"""
+
+from ..errors import InputError, MediaError
+from ._ffmpeg import ffmpeg_exe
+from .audio import (
+    ACCEPTED_AUDIO,
+    DEFAULT_MAX_AUDIO_SECONDS,
+    RESAMPLER,
+    AudioSource,
+    AudioStream,
+    LoadedAudio,
+    check_audio,
+    encode_wav_bytes,
+    load_audio,
+    load_audio_bytes,
+    read_audio,
+    stream_audio,
+    write_wav,
+)
+from .image import (
+    ACCEPTED_IMAGES,
+    DEFAULT_FIT,
+    DEFAULT_MAX_PIXELS,
+    FIT_RESAMPLE,
+    FIT_RULES,
+    MAX_PIXELS_CEILING,
+    ImageFit,
+    LoadedImage,
+    decode_image,
+    encode_png,
+    fit_image,
+    load_image,
+    load_image_bytes,
+    read_image,
+    write_png,
+)
+from .video import Mp4File, Mp4Probe, probe_mp4, read_mp4_frames, write_mp4
+
+__all__ = [
+    # errors raised here
+    "InputError",
+    "MediaError",
+    # images
+    "ACCEPTED_IMAGES",
+    "DEFAULT_FIT",
+    "DEFAULT_MAX_PIXELS",
+    "FIT_RESAMPLE",
+    "FIT_RULES",
+    "MAX_PIXELS_CEILING",
+    "ImageFit",
+    "LoadedImage",
+    "decode_image",
+    "encode_png",
+    "fit_image",
+    "load_image",
+    "load_image_bytes",
+    "read_image",
+    "write_png",
+    # audio
+    "ACCEPTED_AUDIO",
+    "DEFAULT_MAX_AUDIO_SECONDS",
+    "RESAMPLER",
+    "AudioSource",
+    "AudioStream",
+    "LoadedAudio",
+    "check_audio",
+    "encode_wav_bytes",
+    "load_audio",
+    "load_audio_bytes",
+    "read_audio",
+    "stream_audio",
+    "write_wav",
+    # video
+    "Mp4File",
+    "Mp4Probe",
+    "ffmpeg_exe",
+    "probe_mp4",
+    "read_mp4_frames",
+    "write_mp4",
+]

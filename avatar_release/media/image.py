@@ -1,0 +1,413 @@
+"""Reference pictures in, PNG frames out; any photo fitted to the pipeline's resolution.
+
+Decoding goes through Pillow, not a hand-written decoder: Pillow wraps libjpeg-turbo, zlib
+and libwebp, which are fast (a 1080p PNG in milliseconds rather than seconds), read every
+PNG variant (16-bit, palette, interlaced, gray, alpha), JPEG and WebP, and are fuzzed by
+their own projects. What we add is the policy around it:
+
+* only three decoders are reachable (``Image.open(..., formats=("PNG", "JPEG", "WEBP"))``),
+  so a file cannot pick one of Pillow's rarer plugins;
+* the pixel count is read from the header and checked against ``max_pixels`` (50 MP by
+  default) *before* any pixel is decoded; Pillow's own decompression-bomb limit is set to
+  ``MAX_PIXELS_CEILING`` as a second wall, and its warning is an error here;
+* EXIF orientation is applied (``ImageOps.exif_transpose``) so a phone photo stands up;
+* 16-bit samples keep their high byte, palettes are expanded, gray is repeated into three
+  channels, alpha is dropped (the colour stored under it is kept);
+* the result is fitted to the pipeline's size by one declared rule (``FIT_RULES``), with a
+  fixed resampler (Pillow's LANCZOS on 8-bit RGB, no reducing gap), and the rule, the crop
+  box and where it landed are returned as an :class:`ImageFit` for the render report.
+
+Every failure is an InputError naming the file, what was found, what is accepted and a fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ._files import PathLike, describe_head, input_file, write_output
+
+__all__ = [
+    "ACCEPTED_IMAGES",
+    "DEFAULT_FIT",
+    "DEFAULT_MAX_PIXELS",
+    "FIT_RULES",
+    "FIT_RESAMPLE",
+    "MAX_PIXELS_CEILING",
+    "ImageFit",
+    "LoadedImage",
+    "decode_image",
+    "encode_png",
+    "fit_image",
+    "load_image",
+    "load_image_bytes",
+    "read_image",
+    "write_png",
+]
+
+FIT_RULES = ("cover", "contain", "exact")
+DEFAULT_FIT = "cover"
+# How the fitted picture is resampled: recorded in the render report and the gate set digest.
+FIT_RESAMPLE = "pillow-lanczos-rgb8"
+# 50 MP: a 48 MP phone photo fits; decoded as 8-bit RGB it is 150 MB.
+DEFAULT_MAX_PIXELS = 50_000_000
+# The largest bound a caller may ask for, and Pillow's own bomb limit (it refuses above twice
+# this in Image.open and warns above it; the warning is an error here).
+MAX_PIXELS_CEILING = 100_000_000
+ACCEPTED_IMAGES = "JPEG, PNG (8/16-bit, gray, palette, alpha, interlaced), WebP, or a .npy uint8 array"
+
+_PIL_FORMATS = ("PNG", "JPEG", "WEBP")
+_NPY_MAGIC = b"\x93NUMPY"
+_SAVE_AS = "save it as PNG or JPEG (any image viewer's Export / Save As does it)"
+_BOMB_PIXELS = re.compile(r"\((\d+) pixels\)")
+# Pixel modes Pillow's PNG/JPEG/WebP decoders produce that mean "colour or gray, maybe alpha".
+_TO_RGB_MODES = {"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFit:
+    """How a picture became the pipeline's input: what was read and the rule that fitted it.
+
+    ``box`` is the region of the (oriented) source that was used, ``placed`` the region of
+    the output it fills; outside ``placed`` the output is black (``contain`` only).
+    """
+
+    rule: str
+    source_format: str  # "PNG", "JPEG", "WEBP", "NPY" or "array"
+    source_size: tuple[int, int]  # (width, height) after EXIF orientation
+    target_size: tuple[int, int]  # (width, height)
+    box: tuple[int, int, int, int]  # (left, top, right, bottom) in source pixels
+    placed: tuple[int, int, int, int]  # (left, top, right, bottom) in output pixels
+    resample: str  # FIT_RESAMPLE, or "none" when the source already had the target size
+    orientation: int = 1  # EXIF orientation applied (1: none)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule, "source_format": self.source_format,
+            "source_size": list(self.source_size), "target_size": list(self.target_size),
+            "box": list(self.box), "placed": list(self.placed), "resample": self.resample,
+            "orientation": self.orientation,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedImage:
+    pixels: np.ndarray  # (H, W, 3) uint8 RGB at the target size
+    fit: ImageFit
+
+
+def _pillow():
+    """Pillow, imported on first use, with its decompression-bomb limit set to our ceiling."""
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS_CEILING
+    return Image
+
+
+def _check_max_pixels(max_pixels: int) -> int:
+    mp = int(max_pixels)
+    if not 0 < mp <= MAX_PIXELS_CEILING:
+        raise InputError(f"max_pixels {max_pixels}: expected 1 to {MAX_PIXELS_CEILING} ({MAX_PIXELS_CEILING / 1e6:g} MP)")
+    return mp
+
+
+def _too_many_pixels(where: str, found: str, pixels: int, max_pixels: int) -> InputError:
+    fix = "export a smaller copy (the pipeline fits any size to its own resolution, so e.g. 4000x3000 loses nothing)"
+    if pixels <= MAX_PIXELS_CEILING:  # within what may be allowed for one picture: the converter can
+        fix += (f", or fit it once with a higher bound: python -m avatar_release.media image {where} fitted.png "
+                f"--size <pipeline WIDTHxHEIGHT> --max-pixels {pixels}, and render fitted.png")
+    return InputError(f"image {where}: {found}, more than the bound of {max_pixels / 1e6:g} MP "
+                      f"({max_pixels} pixels); {fix}")
+
+
+def _check_fit_rule(rule: str) -> str:
+    if rule not in FIT_RULES:
+        raise InputError(f"fit rule {rule!r}: expected one of {', '.join(FIT_RULES)}")
+    return rule
+
+
+# ------------------------------------------------------------------------------- decoding
+
+
+def _to_rgb(im, where: str):
+    """Any mode the three decoders produce -> an 8-bit RGB Pillow image."""
+    mode = im.mode
+    if mode.startswith("I;16"):  # 16-bit gray: keep the high byte, as Pillow does for 16-bit RGB
+        gray = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
+        return _pillow().fromarray(np.repeat(gray[:, :, None], 3, axis=2))
+    if mode not in _TO_RGB_MODES:
+        raise InputError(
+            f"image {where}: pixel mode {mode!r} is not supported, expected {ACCEPTED_IMAGES}; {_SAVE_AS}"
+        )
+    if mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")  # expands the palette's alpha too, then dropped below
+    return im if im.mode == "RGB" else im.convert("RGB")
+
+
+def _decode_pil(fp, where: str, max_pixels: int, head: bytes):
+    """Open with three decoders only, check the header's size, decode, orient.
+
+    Returns (8-bit RGB Pillow image, format name, EXIF orientation applied).
+    """
+    Image = _pillow()
+    from PIL import ImageOps, UnidentifiedImageError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow's notes about odd metadata are not failures
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            with Image.open(fp, formats=_PIL_FORMATS) as im:
+                fmt = im.format or "?"
+                width, height = im.size
+                if width * height > max_pixels:  # header only: nothing decoded yet
+                    raise _too_many_pixels(where, f"{fmt} of {width}x{height} = {width * height / 1e6:.1f} MP",
+                                           width * height, max_pixels)
+                im.load()
+                try:
+                    orientation = int(im.getexif().get(0x0112, 1))
+                except Exception:  # unreadable EXIF is ignored, not fatal: the pixels are fine
+                    orientation = 1
+                if orientation in range(2, 9):
+                    im = ImageOps.exif_transpose(im)
+                else:
+                    orientation = 1
+                rgb = _to_rgb(im, where)
+                rgb.load()
+        except (InputError, MemoryError):  # MemoryError: a bound that failed, not a bad file
+            raise
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            m = _BOMB_PIXELS.search(str(exc))
+            pixels = int(m.group(1)) if m else MAX_PIXELS_CEILING + 1
+            found = f"{pixels / 1e6:.1f} MP in its header" if m else "a header over Pillow's limit"
+            raise _too_many_pixels(where, found, pixels, max_pixels) from None
+        except UnidentifiedImageError:
+            found = describe_head(head)
+            if found in ("a PNG image", "a JPEG image", "a WebP image"):  # ours, but its header is broken
+                raise InputError(
+                    f"image {where}: starts like {found} but its header cannot be read; the file is damaged "
+                    "or truncated; re-export it as PNG or JPEG"
+                ) from None
+            raise InputError(f"image {where}: found {found}, expected {ACCEPTED_IMAGES}; {_SAVE_AS}") from None
+        except Exception as exc:  # any decoder failure on a damaged file is bad input, not a crash
+            raise InputError(
+                f"image {where}: cannot decode it ({type(exc).__name__}: {exc}); the file is damaged or "
+                f"truncated; re-export it as PNG or JPEG"
+            ) from None
+    return rgb, fmt, orientation
+
+
+def _decode_npy(data: bytes, where: str, max_pixels: int) -> np.ndarray:
+    """A .npy uint8 array, its shape checked from the header before anything is allocated."""
+    from numpy.lib import format as npy
+
+    bio = io.BytesIO(data)
+    try:
+        version = npy.read_magic(bio)
+        if version == (1, 0):
+            shape, fortran, dtype = npy.read_array_header_1_0(bio)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = npy.read_array_header_2_0(bio)
+        else:
+            raise ValueError(f"format version {version}")
+    except Exception as exc:  # ValueError for damage and unknown versions
+        raise InputError(
+            f"image {where}: cannot read as a .npy array ({exc}); save it with "
+            "numpy.save(path, uint8_array_of_shape_HxWx3)"
+        ) from None
+    if dtype != np.uint8:
+        raise InputError(
+            f"image {where}: dtype {dtype}, expected uint8 (0..255 per channel); convert it, "
+            "e.g. numpy.save(path, numpy.clip(a * 255, 0, 255).round().astype(numpy.uint8)) "
+            "for floats in [0, 1]"
+        )
+    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] not in (1, 2, 3, 4)) or 0 in shape:
+        raise InputError(
+            f"image {where}: array shape {tuple(shape)}, expected (height, width, 3) RGB "
+            "(or (height, width) gray, (height, width, 4) RGBA)"
+        )
+    if shape[0] * shape[1] > max_pixels:
+        raise _too_many_pixels(where, f".npy of {shape[1]}x{shape[0]} = {shape[0] * shape[1] / 1e6:.1f} MP",
+                               shape[0] * shape[1], max_pixels)
+    count = int(np.prod(shape))
+    body = data[bio.tell():]
+    if len(body) != count:
+        raise InputError(
+            f"image {where}: .npy holds {len(body)} bytes of pixels, its header promises {count}; "
+            "the file is damaged, save it again"
+        )
+    arr = np.frombuffer(body, np.uint8).reshape(shape, order="F" if fortran else "C")
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    c = arr.shape[2]
+    if c in (1, 2):  # gray, gray+alpha
+        arr = np.repeat(arr[:, :, :1], 3, axis=2)
+    return np.ascontiguousarray(arr[:, :, :3])
+
+
+def _decode(data_or_path: bytes | Path, where: str, max_pixels: int) -> tuple[Any, str, int]:
+    """(Pillow RGB image or uint8 array, format, orientation) from bytes or a file."""
+    if isinstance(data_or_path, Path):
+        p = input_file(data_or_path, "image")
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(64)
+                if head.startswith(_NPY_MAGIC):
+                    return _decode_npy(head + fh.read(), where, max_pixels), "NPY", 1
+                fh.seek(0)
+                return _decode_pil(fh, where, max_pixels, head)
+        except OSError as exc:
+            raise InputError(f"image {where}: cannot read ({exc.strerror or exc})") from exc
+    data = bytes(data_or_path)
+    if not data:
+        raise InputError(f"image {where}: no bytes (empty image); expected {ACCEPTED_IMAGES}")
+    if data.startswith(_NPY_MAGIC):
+        return _decode_npy(data, where, max_pixels), "NPY", 1
+    return _decode_pil(io.BytesIO(data), where, max_pixels, data[:64])
+
+
+def decode_image(data: bytes, *, where: str = "<bytes>", max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Decode image bytes (JPEG, PNG, WebP or .npy) as (H, W, 3) uint8 RGB at their own size."""
+    img, _, _ = _decode(data, where, _check_max_pixels(max_pixels))
+    return np.array(img, dtype=np.uint8)
+
+
+# ------------------------------------------------------------------------------- fitting
+
+
+def _round_div(a: int, b: int) -> int:
+    return (2 * a + b) // (2 * b)  # a / b rounded half up, in integers: no float in the rule
+
+
+def _cover_box(w: int, h: int, tw: int, th: int) -> tuple[int, int, int, int]:
+    """The largest centred region of a w x h source with the target's aspect ratio."""
+    if w * th > tw * h:  # source is wider: full height, crop the sides
+        cw, ch = max(1, min(w, _round_div(h * tw, th))), h
+    else:  # source is taller (or the same shape): full width, crop top and bottom
+        cw, ch = w, max(1, min(h, _round_div(w * th, tw)))
+    left, top = (w - cw) // 2, (h - ch) // 2
+    return left, top, left + cw, top + ch
+
+
+def _contain_placed(w: int, h: int, tw: int, th: int) -> tuple[int, int, int, int]:
+    """Where the whole source lands, scaled to fit inside the target and centred."""
+    if w * th > tw * h:
+        pw, ph = tw, max(1, min(th, _round_div(h * tw, w)))
+    else:
+        pw, ph = max(1, min(tw, _round_div(w * th, h))), th
+    left, top = (tw - pw) // 2, (th - ph) // 2
+    return left, top, left + pw, top + ph
+
+
+def _fit(img: Any, fmt: str, orientation: int, *, height: int, width: int, rule: str, where: str,
+         pipeline: str | None) -> LoadedImage:
+    (h, w) = img.shape[:2] if isinstance(img, np.ndarray) else img.size[::-1]
+    tw, th = int(width), int(height)
+    if tw <= 0 or th <= 0:
+        raise InputError(f"image {where}: target size {tw}x{th}, expected positive width and height")
+    full = (0, 0, w, h)
+    if (w, h) == (tw, th):  # already the pipeline's size: every rule is the identity (and no Pillow)
+        fit = ImageFit(rule, fmt, (w, h), (tw, th), full, (0, 0, tw, th), "none", orientation)
+        return LoadedImage(np.array(img, dtype=np.uint8), fit)
+    if rule == "exact":
+        for_pipeline = f" for pipeline '{pipeline}'" if pipeline else ""
+        raise InputError(
+            f"image {where}: {fmt} of {w}x{h}, expected exactly {tw}x{th} (width x height){for_pipeline} "
+            "with --fit exact; use --fit cover (scale and centre-crop, the default) or --fit contain "
+            "(scale to fit and letterbox) to take any size"
+        )
+    Image = _pillow()
+    if isinstance(img, np.ndarray):
+        img = Image.fromarray(img)
+    lanczos = Image.Resampling.LANCZOS
+    if rule == "cover":
+        box = _cover_box(w, h, tw, th)
+        placed = (0, 0, tw, th)
+        # Crop, then resample: nothing outside the box reaches the output (resize(box=...)
+        # would let the filter's support read past the box's edges).
+        cropped = img if box == full else img.crop(box)
+        out = cropped.resize((tw, th), lanczos, reducing_gap=None)
+    else:  # contain
+        box = full
+        placed = _contain_placed(w, h, tw, th)
+        pw, ph = placed[2] - placed[0], placed[3] - placed[1]
+        inner = img if (pw, ph) == (w, h) else img.resize((pw, ph), lanczos, reducing_gap=None)
+        out = Image.new("RGB", (tw, th), (0, 0, 0))
+        out.paste(inner, placed[:2])
+    fit = ImageFit(rule, fmt, (w, h), (tw, th), box, placed, FIT_RESAMPLE, orientation)
+    return LoadedImage(np.array(out, dtype=np.uint8), fit)
+
+
+def fit_image(rgb: np.ndarray, *, height: int, width: int, rule: str = DEFAULT_FIT,
+              where: str = "image") -> tuple[np.ndarray, ImageFit]:
+    """Fit an (H, W, 3) uint8 array to ``width`` x ``height`` by ``rule``: (pixels, record).
+
+    ``cover``: scale so the target is filled and centre-crop the excess (the crop box is the
+    largest centred region with the target's aspect ratio). ``contain``: scale so the whole
+    picture fits and centre it on black. ``exact``: refuse any other size. A picture that
+    already has the target size is returned unchanged by every rule.
+    """
+    arr = np.asarray(rgb)
+    if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3 or 0 in arr.shape:
+        raise InputError(f"{where}: {arr.dtype} {tuple(arr.shape)}, expected (height, width, 3) uint8 RGB")
+    res = _fit(np.ascontiguousarray(arr), "array", 1, height=height, width=width,
+               rule=_check_fit_rule(rule), where=where, pipeline=None)
+    return res.pixels, res.fit
+
+
+def load_image(path: PathLike, *, height: int, width: int, fit: str = DEFAULT_FIT,
+               pipeline: str | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """Read a reference picture and fit it to ``width`` x ``height``: pixels and the fit record."""
+    rule, mp = _check_fit_rule(fit), _check_max_pixels(max_pixels)
+    img, fmt, orientation = _decode(Path(path), str(path), mp)
+    return _fit(img, fmt, orientation, height=height, width=width, rule=rule, where=str(path), pipeline=pipeline)
+
+
+def load_image_bytes(data: bytes, *, height: int, width: int, fit: str = DEFAULT_FIT, where: str = "<bytes>",
+                     pipeline: str | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """:func:`load_image` for bytes already in memory (an HTTP request body)."""
+    rule, mp = _check_fit_rule(fit), _check_max_pixels(max_pixels)
+    img, fmt, orientation = _decode(data, where, mp)
+    return _fit(img, fmt, orientation, height=height, width=width, rule=rule, where=where, pipeline=pipeline)
+
+
+def read_image(path: PathLike, *, height: int | None = None, width: int | None = None,
+               fit: str = DEFAULT_FIT, pipeline: str | None = None,
+               max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """A picture as (H, W, 3) uint8 RGB: at its own size, or fitted when ``height``/``width`` are given."""
+    if height is None and width is None:
+        img, _, _ = _decode(Path(path), str(path), _check_max_pixels(max_pixels))
+        return np.array(img, dtype=np.uint8)
+    if height is None or width is None:
+        raise InputError(f"image {path}: give both height and width to fit it, or neither")
+    return load_image(path, height=height, width=width, fit=fit, pipeline=pipeline, max_pixels=max_pixels).pixels
+
+
+# ------------------------------------------------------------------------------- writing
+
+
+def encode_png(rgb: np.ndarray) -> bytes:
+    """Encode an (H, W, 3) uint8 array as an 8-bit RGB PNG (bytes)."""
+    arr = np.asarray(rgb)
+    if arr.dtype != np.uint8:
+        raise InputError(
+            f"image: dtype {arr.dtype}, expected uint8 RGB; convert it, e.g. "
+            "numpy.clip(x * 255, 0, 255).round().astype(numpy.uint8) for floats in [0, 1]"
+        )
+    if arr.ndim != 3 or arr.shape[2] != 3 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise InputError(f"image: shape {tuple(arr.shape)}, expected (height, width, 3) RGB")
+    buf = io.BytesIO()
+    # Level 6 with Pillow's adaptive filters: small files, and the same bytes on every run.
+    _pillow().fromarray(np.ascontiguousarray(arr)).save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
+
+
+def write_png(path: PathLike, rgb: np.ndarray) -> Path:
+    """Write an (H, W, 3) uint8 array to ``path`` as an 8-bit RGB PNG, atomically."""
+    return write_output(path, encode_png(rgb))
