@@ -3,8 +3,14 @@
 Version 1: two reference images (sample variants 0 and 1) x two audio clips (variants 0 and 1),
 seed 0. Each request is long enough for at least three chunks and, for a build with several
 buckets, lays out its frames so that every bucket renders at least once (largest twice, then
-each smaller one). The digest covers the layout and the bytes of every input, so a change
-to the sample generators changes the gate set's identity and old results stop comparing.
+each smaller one). The digest covers the layout, the fit rule by which the pictures reach the
+pipeline's resolution, and the bytes of every input, so a change to the sample generators or
+to the fit changes the gate set's identity and old results stop comparing.
+
+Versions:
+  1 (2026-11-29): the layout above; digest over layout and input bytes.
+  2 (2026-12-01): pictures pass through the render's fit rule (``cover``, Pillow LANCZOS); they
+    are drawn at the pipeline's size, so the pixels are v1's, and the digest now names the rule.
 """
 
 from __future__ import annotations
@@ -15,16 +21,19 @@ import numpy as np
 
 from .._digest import canonical_json
 from ..errors import SpecError
+from ..media import DEFAULT_FIT, FIT_RESAMPLE, fit_image
 from ..records import GateRequestRecord, GateSetRecord, Manifest
 
 __all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "gate_set", "request_inputs"]
 
 GATE_SET_NAME = "avatar-default"
-GATE_SET_VERSION = 1
+GATE_SET_VERSION = 2
 _IMAGES = (0, 1)
 _AUDIO = (0, 1)
 _SEED = 0
 _MIN_CHUNKS = 3
+# The rule a render applies by default: the gate set's pictures take the same road to the pipeline.
+_FIT = DEFAULT_FIT
 
 
 def _frames_per_request(manifest: Manifest) -> int:
@@ -39,7 +48,8 @@ def request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.ndarr
     from ..samples import sample_audio, sample_image
 
     p = manifest.program
-    image = sample_image(p.height, p.width, req.image_variant)
+    image, _ = fit_image(sample_image(p.height, p.width, req.image_variant), height=p.height, width=p.width,
+                         rule=_FIT)
     audio = sample_audio(req.frames / p.fps, sample_rate=p.sample_rate, variant=req.audio_variant)
     n = req.frames * p.samples_per_frame
     if audio.shape[0] < n:
@@ -70,6 +80,7 @@ def gate_set(manifest: Manifest) -> GateSetRecord:
     p = manifest.program
     h.update(canonical_json({"name": GATE_SET_NAME, "version": GATE_SET_VERSION,
                              "program": [p.height, p.width, p.fps, p.sample_rate],
+                             "fit": {"rule": _FIT, "resample": FIT_RESAMPLE},
                              "requests": [r.model_dump(mode="json") for r in requests]}))
     for r in requests:
         image, audio = request_inputs(manifest, r)
