@@ -18,7 +18,8 @@ to an exit code, so CI can tell "a gate or policy said no" (1) from "bad input" 
     │   └── ConflictError               exit 7   a concurrent writer won the race
     ├── RecompileError                  exit 8   the zero-compile guard saw a compile
     ├── MediaError                      exit 9   ffmpeg failed on already-validated input
-    └── SchemaVersionError              exit 11  a record written by a newer (or too old) avatar-release
+    ├── SchemaVersionError              exit 11  a record written by a newer (or too old) avatar-release
+    └── GateInfraError                  exit 12  a gate run could not complete (no verdict on the build)
 
 Anything else escaping the CLI is a crash (exit 70).
 """
@@ -41,6 +42,7 @@ __all__ = [
     "RecompileError",
     "DoesNotFit",
     "MediaError",
+    "GateInfraError",
     "CRASH_EXIT_CODE",
 ]
 
@@ -160,3 +162,11 @@ class MediaError(AvatarReleaseError):
     """ffmpeg failed (missing, crashed, refused an encoder) on input already validated."""
 
     exit_code = 9
+
+
+class GateInfraError(AvatarReleaseError):
+    """A gate run could not complete: its fresh process crashed, timed out, or saw another
+    environment or gate set than the gate. Not a verdict on the build (that is a Refusal, or a
+    failed gate result); rerun the gate once the cause in the message is fixed."""
+
+    exit_code = 12

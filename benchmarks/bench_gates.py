@@ -33,7 +33,7 @@ def main() -> None:
     configure_host_devices(8)
     from avatar_release.compile import compile_build
     from avatar_release.gates import run_gate
-    from avatar_release.gates._runs import fresh_run
+    from avatar_release.gates._fresh import fresh_run
     from avatar_release.gates.band import band_path
     from avatar_release.gates.gateset import gate_set
     from avatar_release.registry import LocalRegistry, read_manifest

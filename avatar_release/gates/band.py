@@ -73,7 +73,7 @@ def calibrate(
     from ..machine import environment_record, toolchain
     from ..registry import read_manifest
     from ._compare import per_frame_psnr
-    from ._runs import fresh_run
+    from ._fresh import fresh_run
     from .gateset import gate_set
     from .metrics import max_abs_diff
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import EnvironmentMismatch, InputError, Refusal
+from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal
 from ..records import BaselineRef, EnvironmentRecord, GateEvidence, GateResult, Manifest, utcnow
 from ..registry import read_manifest
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
-from ._runs import GateInfraError, fresh_run
+from ._fresh import fresh_run
 from .store import get_frames, latest_result, load_review, put_frames, save_result, save_review
 
 __all__ = ["GateOutcome", "run_gate", "effective_status"]

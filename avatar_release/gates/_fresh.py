@@ -1,4 +1,5 @@
-"""Start gate runs in fresh processes and read back what they found."""
+"""Fresh-process gate runs: start ``python -m avatar_release.gates._worker`` on a build and
+read back what it rendered and counted. A run that cannot complete is a GateInfraError."""
 
 from __future__ import annotations
 
@@ -13,17 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import AvatarReleaseError
+from ..errors import GateInfraError
 
-__all__ = ["GateRun", "fresh_run", "GateInfraError"]
+__all__ = ["GateRun", "fresh_run"]
 
 RUN_TIMEOUT_S = 1800
-
-
-class GateInfraError(AvatarReleaseError):
-    """A gate run could not complete (not a verdict on the build)."""
-
-    exit_code = 10
 
 
 @dataclass
