@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 
-def run(job: dict) -> dict:
+def render_gate_set(job: dict) -> dict:
+    """Load the job's build and render its gate set; -> what run.json records."""
     t_start = time.perf_counter()
     from ..machine import configure_for_manifest
     from ..registry import open_registry, read_manifest
@@ -34,14 +35,16 @@ def run(job: dict) -> dict:
 
     import numpy as np
 
+    from ..errors import GateInfraError
     from ..machine import environment_record
     from ..runtime import load, render
-    from .gateset import gate_set, request_inputs
+    from .gateset import gate_request_inputs, gate_set
     from .metrics import frame_sha256
 
     gs = gate_set(manifest)
     if gs.digest != job["gate_set_digest"]:
-        raise RuntimeError(f"gate set digest {gs.digest} differs from the parent's {job['gate_set_digest']}")
+        raise GateInfraError(f"gate set digest {gs.digest} differs from the parent's {job['gate_set_digest']}; "
+                             "the worker and the gate must run the same avatar-release")
     t0 = time.perf_counter()
     build = load(resolved.digest, registry, strict=False)
     load_seconds = time.perf_counter() - t0
@@ -50,7 +53,7 @@ def run(job: dict) -> dict:
     frames, hashes, chunks = [], [], []
     t0 = time.perf_counter()
     for req in gs.requests:
-        image, audio = request_inputs(manifest, req)
+        image, audio = gate_request_inputs(manifest, req)
         out, report = render(build, image, audio, seed=req.seed)
         frames.append(out)
         hashes.append([frame_sha256(f) for f in out])
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(argv[0]).read_text())
     try:
-        result = run(job)
+        result = render_gate_set(job)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises the typed error
         from ..errors import AvatarReleaseError
 

@@ -24,7 +24,7 @@ from ..errors import SpecError
 from ..media import DEFAULT_FIT, FIT_RESAMPLE, fit_image
 from ..records import GateRequestRecord, GateSetRecord, Manifest
 
-__all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "gate_set", "request_inputs"]
+__all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "gate_set", "gate_request_inputs"]
 
 GATE_SET_NAME = "avatar-default"
 GATE_SET_VERSION = 2
@@ -43,7 +43,7 @@ def _frames_per_request(manifest: Manifest) -> int:
     return sizes[0] * (_MIN_CHUNKS - 1) + sum(sizes[1:]) + (sizes[0] if len(sizes) == 1 else 0)
 
 
-def request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.ndarray, np.ndarray]:
+def gate_request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.ndarray, np.ndarray]:
     """The (image, audio) of one request: exactly ``req.frames`` frames of audio."""
     from ..samples import sample_audio, sample_image
 
@@ -83,7 +83,7 @@ def gate_set(manifest: Manifest) -> GateSetRecord:
                              "fit": {"rule": _FIT, "resample": FIT_RESAMPLE},
                              "requests": [r.model_dump(mode="json") for r in requests]}))
     for r in requests:
-        image, audio = request_inputs(manifest, r)
+        image, audio = gate_request_inputs(manifest, r)
         h.update(image.tobytes())
         h.update(audio.tobytes())
     return GateSetRecord(name=GATE_SET_NAME, version=GATE_SET_VERSION,
