@@ -16,16 +16,29 @@ Order of work, and why:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal
-from ..records import BaselineRef, EnvironmentRecord, GateEvidence, GateResult, Manifest, utcnow
-from ..registry import read_manifest
+from ..records import (
+    Band,
+    BaselineRef,
+    EnvironmentRecord,
+    GateEvidence,
+    GateResult,
+    GateSetRecord,
+    Manifest,
+    ReviewRecord,
+    utcnow,
+)
+from ..registry import Resolved, read_manifest
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
-from ._fresh import fresh_run
+from ._fresh import GateRun, fresh_run
 from .store import get_frames, latest_result, load_review, put_frames, save_result, save_review
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["GateOutcome", "run_gate", "effective_status"]
 
@@ -108,8 +121,34 @@ def run_gate(
     progress: Callable[[str], None] = lambda m: None,
 ) -> GateOutcome:
     t_start = time.perf_counter()
-    from .. import __version__
-    from ..machine import Machine, configure_host_devices, diff_machines, environment_record, toolchain, who
+    inputs = _check_inputs(registry, ref, baseline, band_file)
+    twins = _twin_runs(registry, inputs, progress)
+    comparison = _compare(registry, inputs, twins)
+    stored = _store(registry, inputs, twins, comparison, t_start, progress)
+    report, review_path = _report(report_dir, stored, twins, comparison)
+    return GateOutcome(stored.result, stored.digest, report, review_path)
+
+
+@dataclass
+class _Inputs:
+    """Everything checked before anything renders (step 1)."""
+
+    resolved: Resolved
+    manifest: Manifest
+    env: EnvironmentRecord  # this machine
+    gate_set: GateSetRecord
+    baseline: BaselineRef | None  # None: --baseline none
+    base_manifest: Manifest | None
+    base_result: GateResult | None
+    tier: int | None  # None without a baseline
+    tier_reasons: list[str] = field(default_factory=list)
+    band: Band | None = None  # tier 2 only
+    band_info: dict | None = None  # the band's provenance, as the result records it
+
+
+def _check_inputs(registry, ref: str, baseline: str, band_file: str | Path | None) -> _Inputs:
+    """Step 1: refuse bad input (build, machine, baseline, band) before any rendering."""
+    from ..machine import Machine, configure_host_devices, diff_machines, environment_record
     from .band import load_band
     from .gateset import gate_set
     from .tier import decide_tier
@@ -127,25 +166,51 @@ def run_gate(
     gs = gate_set(manifest)
     base_ref, base_manifest, base_result = _resolve_baseline(registry, baseline, manifest, resolved.digest, env,
                                                              gs.digest)
-    tier, reasons, band, band_info = None, [], None, None
+    inputs = _Inputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None)
     if base_manifest is not None:
         decision = decide_tier(manifest, base_manifest)
-        tier, reasons = decision.tier, decision.reasons
-        if tier == 2:
+        inputs.tier, inputs.tier_reasons = decision.tier, decision.reasons
+        if decision.tier == 2:
             band, band_digest, band_path = load_band(manifest.pipeline, manifest.target, band_file)
-            band_info = {"path": str(band_path), "digest": band_digest, "psnr_floor_db": band.psnr_floor_db,
-                         "max_abs_diff_ceiling": band.max_abs_diff_ceiling,
-                         "measured_at": band.measured_at, "environment": band.environment.fingerprint}
+            inputs.band = band
+            inputs.band_info = {"path": str(band_path), "digest": band_digest, "psnr_floor_db": band.psnr_floor_db,
+                                "max_abs_diff_ceiling": band.max_abs_diff_ceiling,
+                                "measured_at": band.measured_at, "environment": band.environment.fingerprint}
+    return inputs
 
+
+@dataclass
+class _Twins:
+    a: GateRun  # its frames are the ones compared, stored and reported
+    b: GateRun
+
+
+def _twin_runs(registry, inputs: _Inputs, progress: Callable[[str], None]) -> _Twins:
+    """Step 2: the gate set rendered twice, each in a fresh process that only loads and serves."""
+    digest, gs = inputs.resolved.digest, inputs.gate_set
     progress(f"twin run 1 of 2: {gs.frames} frames in a fresh process")
-    run_a = fresh_run(registry.uri, resolved.digest, gs.digest, label="twin #1")
+    run_a = fresh_run(registry.uri, digest, gs.digest, label="twin #1")
     progress(f"twin run 2 of 2 ({run_a.wall_seconds:.1f}s for the first)")
-    run_b = fresh_run(registry.uri, resolved.digest, gs.digest, label="twin #2")
+    run_b = fresh_run(registry.uri, digest, gs.digest, label="twin #2")
     for run in (run_a, run_b):
-        if run.environment["fingerprint"] != env.fingerprint:
-            raise GateInfraError(f"a gate run saw environment {run.environment['fingerprint']}, the gate {env.fingerprint}")
+        if run.environment["fingerprint"] != inputs.env.fingerprint:
+            raise GateInfraError(f"a gate run saw environment {run.environment['fingerprint']}, "
+                                 f"the gate {inputs.env.fingerprint}")
+    return _Twins(run_a, run_b)
 
+
+@dataclass
+class _Comparison:
+    status: str  # "passed", "failed" or "needs-review"
+    gates: list[GateEvidence]
+    base_frames: np.ndarray | None  # (N, H, W, 3) uint8; None when nothing was compared with a baseline
+    seconds: float
+
+
+def _compare(registry, inputs: _Inputs, twins: _Twins) -> _Comparison:
+    """Steps 3 and 4: zero recompiles and identical twins; then bit-exact or the band vs the baseline."""
     t_cmp = time.perf_counter()
+    run_a, run_b, gs = twins.a, twins.b, inputs.gate_set
     gates: list[GateEvidence] = [
         zero_recompile([("twin #1", run_a.compiles, run_a.compile_events),
                         ("twin #2", run_b.compiles, run_b.compile_events)]),
@@ -157,6 +222,7 @@ def run_gate(
     zr_ok, twin_ok = gates[0].status == "passed", gates[1].status == "passed"
     base_frames = None
     status = "passed" if zr_ok and twin_ok else "failed"
+    base_result, tier = inputs.base_result, inputs.tier
     if base_result is not None:
         if not twin_ok:
             gates.append(GateEvidence(name="bit-exact", status="skipped",
@@ -174,52 +240,73 @@ def run_gate(
                 status = "failed"
                 gates.append(GateEvidence(
                     name="similarity-band", status="skipped",
-                    summary="not allowed: tier 1 (" + "; ".join(reasons[:3]) + ") must be bit-exact"))
+                    summary="not allowed: tier 1 (" + "; ".join(inputs.tier_reasons[:3]) + ") must be bit-exact"))
             else:
-                sb = similarity_band(gs, run_a.frames, base_frames, band)
+                sb = similarity_band(gs, run_a.frames, base_frames, inputs.band)
                 gates.append(sb)
                 if sb.status != "passed" and status == "passed":
                     status = "needs-review"
-    compare_seconds = time.perf_counter() - t_cmp
+    return _Comparison(status, gates, base_frames, time.perf_counter() - t_cmp)
+
+
+@dataclass
+class _Stored:
+    result: GateResult
+    digest: str  # of the stored result
+    review: ReviewRecord | None  # a new blind review, when one was opened
+
+
+def _store(registry, inputs: _Inputs, twins: _Twins, comparison: _Comparison, t_start: float,
+           progress: Callable[[str], None]) -> _Stored:
+    """Step 5a: the frames, the result and (for needs-review, unless already decided) a review."""
+    from .. import __version__
+    from ..machine import toolchain, who
 
     progress("storing the gate result with the build")
+    run_a, run_b, manifest = twins.a, twins.b, inputs.manifest
     frames_blob = put_frames(registry, run_a.frames)
     tools = toolchain(with_compile_tools=False)
     result = GateResult(
-        status=status, build_id=manifest.build_id, build_digest=resolved.digest,
-        pipeline=manifest.pipeline, target=manifest.target, baseline=base_ref, tier=tier,
-        tier_reasons=reasons, band=band_info, environment=env,
+        status=comparison.status, build_id=manifest.build_id, build_digest=inputs.resolved.digest,
+        pipeline=manifest.pipeline, target=manifest.target, baseline=inputs.baseline, tier=inputs.tier,
+        tier_reasons=inputs.tier_reasons, band=inputs.band_info, environment=inputs.env,
         tool={"avatar_release": __version__, "jax": tools.jax, "jaxlib": tools.jaxlib, "python": tools.python},
-        gate_set=gs, gates=gates, frame_sha256=run_a.frame_sha256, frames_blob=frames_blob,
+        gate_set=inputs.gate_set, gates=comparison.gates, frame_sha256=run_a.frame_sha256, frames_blob=frames_blob,
         seconds={"twin_1": round(run_a.wall_seconds, 3), "twin_2": round(run_b.wall_seconds, 3),
-                 "compare": round(compare_seconds, 3), "total": round(time.perf_counter() - t_start, 3)},
+                 "compare": round(comparison.seconds, 3), "total": round(time.perf_counter() - t_start, 3)},
         created_at=utcnow(), created_by=who(),
     )
-    digest = save_result(registry, result)
+    digest = save_result(registry, result, subject_digest=manifest.content_digest())
 
-    review_path = None
     review = None
-    if status == "needs-review":
+    if comparison.status == "needs-review":
         from .review import new_review
 
         existing = load_review(registry, manifest.build_id)
         if existing is not None and existing.decision is not None:
             progress(f"review already decided: {existing.decision.decision} by {existing.decision.reviewer}")
         else:
-            below = next(g for g in gates if g.name == "similarity-band").details["frames_below"]
+            below = next(g for g in comparison.gates if g.name == "similarity-band").details["frames_below"]
             review = new_review(result, digest, below)
             save_review(registry, review)
-    report = None
-    if report_dir is not None:
-        from .report import write_report
+    return _Stored(result, digest, review)
 
-        folder = Path(report_dir)
-        if review is not None:
-            from .review import review_page
 
-            folder.mkdir(parents=True, exist_ok=True)
-            review_path = folder / "review.html"
-            review_path.write_text(review_page(review, run_a.frames[review.frames], base_frames[review.frames]))
-        report = write_report(folder, result, digest, run_a.frames, base_frames,
-                              review_page="review.html" if review_path else None)
-    return GateOutcome(result, digest, report, review_path)
+def _report(report_dir: str | Path | None, stored: _Stored, twins: _Twins,
+            comparison: _Comparison) -> tuple[Path | None, Path | None]:
+    """Step 5b: the HTML report (and the blind review page) -> (report, review page); None without a folder."""
+    if report_dir is None:
+        return None, None
+    from .report import write_report
+
+    folder, review, frames, base_frames = Path(report_dir), stored.review, twins.a.frames, comparison.base_frames
+    review_path = None
+    if review is not None:
+        from .review import review_page
+
+        folder.mkdir(parents=True, exist_ok=True)
+        review_path = folder / "review.html"
+        review_path.write_text(review_page(review, frames[review.frames], base_frames[review.frames]))
+    report = write_report(folder, stored.result, stored.digest, frames, base_frames,
+                          review_page="review.html" if review_path else None)
+    return report, review_path
