@@ -21,7 +21,7 @@ reads it, and writes the result as PNG or WAV.
 """
 
 from ..errors import InputError, MediaError
-from ._ffmpeg import ffmpeg_exe
+from ._ffmpeg import ffmpeg_exe, ffmpeg_version
 from .audio import (
     ACCEPTED_AUDIO,
     DEFAULT_MAX_AUDIO_SECONDS,
@@ -94,6 +94,7 @@ __all__ = [
     "Mp4File",
     "Mp4Probe",
     "ffmpeg_exe",
+    "ffmpeg_version",
     "probe_mp4",
     "read_mp4_frames",
     "write_mp4",
