@@ -53,7 +53,6 @@ __all__ = [
     "load_audio",
     "load_audio_bytes",
     "read_audio",
-    "sniff_audio",
     "stream_audio",
     "write_wav",
 ]
@@ -104,7 +103,7 @@ def _sniff_plain(head: bytes) -> tuple[str, str] | None:
     return None
 
 
-def sniff_audio(fh: BinaryIO) -> tuple[str, str] | None:
+def _sniff(fh: BinaryIO) -> tuple[str, str] | None:
     """(container, ffmpeg demuxer) from a file's first bytes, or None if not one we accept."""
     head = fh.read(12)
     if head[:3] == b"ID3" and len(head) >= 10:  # an ID3v2 tag: look at what follows it
@@ -190,7 +189,7 @@ class AudioStream:
         self.path = input_file(path, "audio")
         try:
             with open(self.path, "rb") as fh:
-                kind = sniff_audio(fh)
+                kind = _sniff(fh)
                 fh.seek(0)
                 head = fh.read(64)
         except OSError as exc:

@@ -43,7 +43,6 @@ __all__ = [
     "MAX_PIXELS_CEILING",
     "ImageFit",
     "LoadedImage",
-    "decode_image",
     "encode_png",
     "fit_image",
     "load_image",
@@ -270,12 +269,6 @@ def _decode(data_or_path: bytes | Path, where: str, max_pixels: int) -> tuple[An
     if data.startswith(_NPY_MAGIC):
         return _decode_npy(data, where, max_pixels), "NPY", 1
     return _decode_pil(io.BytesIO(data), where, max_pixels, data[:64])
-
-
-def decode_image(data: bytes, *, where: str = "<bytes>", max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Decode image bytes (JPEG, PNG, WebP or .npy) as (H, W, 3) uint8 RGB at their own size."""
-    img, _, _ = _decode(data, where, _check_max_pixels(max_pixels))
-    return np.array(img, dtype=np.uint8)
 
 
 # ------------------------------------------------------------------------------- fitting
