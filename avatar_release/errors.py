@@ -50,9 +50,18 @@ CRASH_EXIT_CODE = 70
 
 
 class AvatarReleaseError(Exception):
-    """Base of every error avatar-release raises on purpose."""
+    """Base of every error avatar-release raises on purpose.
+
+    ``details``: machine-readable evidence (a gate's result, the blobs that failed) that the
+    CLI adds to its ``--json`` error document; set with :meth:`with_details`.
+    """
 
     exit_code: int = 10
+    details: dict = {}
+
+    def with_details(self, **details) -> "AvatarReleaseError":
+        self.details = {**self.details, **details}
+        return self
 
 
 class InputError(AvatarReleaseError):

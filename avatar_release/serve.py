@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import AvatarReleaseError, InputError
 
-__all__ = ["ServingPod", "serve_forever"]
+__all__ = ["ServingPod", "start_pod", "serve_forever"]
 
 
 class ServingPod:
@@ -97,6 +97,20 @@ def _b64(text, what: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except ValueError as exc:
         raise InputError(f"request {what}: not valid base64 ({exc})") from None
+
+
+def start_pod(registry, ref: str, *, trust=None, prepare=None) -> ServingPod:
+    """A pod ready to serve ``ref``: devices prepared for the build, verified (and its signed
+    statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles."""
+    from .registry import read_manifest
+    from .runtime import load
+
+    resolved, _ = prepare(registry, ref) if prepare else read_manifest(registry, ref)
+    # With a trust key the channel is loaded by name (its signed statement is checked);
+    # without, the digest resolved once is what every later fetch uses.
+    pod = ServingPod(load(ref if trust else resolved.digest, registry, strict=True, trust=trust))
+    pod.warm_up()
+    return pod
 
 
 def serve_forever(pod: ServingPod, host: str, port: int, on_ready) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..machine import who
 from ..errors import Refusal
-from ..records import HistoryEntry
+from ..records import CHANNELS, HistoryEntry
 from ..registry import Resolved, read_manifest
 from .policy import Decision, check_promotion, check_rollback_target
 
@@ -75,7 +75,7 @@ def _maybe_sign(registry, result: "MoveResult", signing_key, valid_days: float) 
 def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | None = None,
             signing_key=None, valid_days: float = 30.0) -> MoveResult:
     resolved, manifest = read_manifest(registry, ref)
-    current = registry.get_channel(channel) if channel in ("dev", "staging", "prod") else None
+    current = registry.get_channel(channel) if channel in CHANNELS else None
     decision = check_promotion(registry, resolved, manifest, channel)
     return _move(registry, resolved, decision, current, "promote", who, reason or f"promote to {channel}",
                  signing_key, valid_days)
@@ -95,7 +95,7 @@ def publish_to_dev(registry, resolved: Resolved, *, reason: str, who: str | None
 
 def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,
              signing_key=None, valid_days: float = 30.0) -> MoveResult:
-    current = registry.get_channel(channel) if channel in ("dev", "staging", "prod") else None
+    current = registry.get_channel(channel) if channel in CHANNELS else None
     if to is None:
         if current is None:
             raise Refusal(f"rollback {channel}: the channel is empty, there is nothing to roll back")

@@ -25,7 +25,7 @@ from .build import (
     Toolchain,
     WeightsRecord,
 )
-from .channel import CHANNEL_SCHEMA_VERSION, HISTORY_SCHEMA_VERSION, ChannelState, HistoryEntry
+from .channel import CHANNEL_SCHEMA_VERSION, CHANNELS, HISTORY_SCHEMA_VERSION, ChannelState, HistoryEntry
 from .gate import (
     BAND_SCHEMA_VERSION,
     COMPILE_GATE_SCHEMA_VERSION,
@@ -50,7 +50,7 @@ __all__ = [
     "BUILD_SCHEMA_VERSION", "ArraySpec", "Bucket", "ChunkProgram", "EnvironmentRecord", "ExecutableEntry",
     "FlagProfileRecord", "KernelRecord", "Manifest", "MemoryFit", "Platform", "ScheduleRecord", "Toolchain",
     "WeightsRecord",
-    "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry",
+    "CHANNELS", "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry",
     "GATE_RESULT_SCHEMA_VERSION", "BAND_SCHEMA_VERSION", "COMPILE_GATE_SCHEMA_VERSION", "FRAMES_MEDIA_TYPE",
     "RESULT_MEDIA_TYPE", "Band", "BandVariant", "BaselineRef", "CompileCheck", "CompileGateResult", "GateEvidence",
     "GateRequestRecord", "GateResult", "GateSetRecord",

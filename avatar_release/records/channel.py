@@ -12,7 +12,10 @@ from typing import Literal
 
 from ._base import Record
 
-__all__ = ["CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry"]
+__all__ = ["CHANNELS", "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry"]
+
+# The release channels, in promotion order: every room names them from here.
+CHANNELS = ("dev", "staging", "prod")
 
 CHANNEL_SCHEMA_VERSION = 1
 HISTORY_SCHEMA_VERSION = 1

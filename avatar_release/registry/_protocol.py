@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..errors import InputError
-from ..records import ChannelState, HistoryEntry
+from ..records import CHANNELS, ChannelState, HistoryEntry
 
 __all__ = ["Registry", "Collectable", "Resolved", "BuildRef", "check_name", "CHANNELS"]
 
-CHANNELS = ("dev", "staging", "prod")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 
 

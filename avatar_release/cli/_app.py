@@ -1,0 +1,155 @@
+"""The application: the click group, shared options, output, and the one place where the
+exception tree becomes exit codes (and, with ``--json``, an ``{"ok": false, "error": ...}``
+document on stdout carrying the error's details).
+
+JAX is never imported before the command knows how many devices it needs: the entry
+point sets XLA_FLAGS explicitly from the target or the build's manifest, then calls in.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..errors import CRASH_EXIT_CODE, AvatarReleaseError
+from ..records import CHANNELS
+
+__all__ = ["main", "cli", "CHANNELS"]
+
+_T0 = time.perf_counter()
+
+
+def _emit(ctx_json: bool, payload: dict, human: str) -> None:
+    if ctx_json:
+        click.echo(json.dumps(payload, indent=2, sort_keys=True))
+    else:
+        click.echo(human)
+
+
+def _finish(as_json: bool, payload: dict, human: str, failure: AvatarReleaseError | None = None) -> None:
+    """Print a command's result; when it is a failure, end through the exception tree.
+
+    With ``--json`` a failure prints one document (the error's fields plus ``payload``) from the
+    group's handler; without, the human report is printed first and the error line follows.
+    """
+    if failure is None:
+        _emit(as_json, {"ok": True, **payload}, human)
+        return
+    if not as_json:
+        click.echo(human)
+    raise failure.with_details(**payload)
+
+
+def _progress(enabled: bool):
+    def say(msg: str) -> None:
+        if enabled:
+            click.echo(f"  {msg}", err=True)
+
+    return say
+
+
+_JSON = "avatar_release.json"  # ctx.meta key: the command asked for --json (shared by every context)
+
+
+class _Group(click.Group):
+    """Maps AvatarReleaseError subclasses to their exit codes; anything else is a crash."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except AvatarReleaseError as e:
+            if ctx.meta.get(_JSON):
+                payload = {"ok": False, "error": type(e).__name__, "message": str(e), "exit_code": e.exit_code,
+                           **e.details}
+                fit = getattr(e, "fit", None)
+                if fit is not None:  # DoesNotFit: the numbers, for CI and benchmarks
+                    payload["memory_fit"] = fit.model_dump()
+                click.echo(json.dumps(payload, indent=2, sort_keys=True))
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception:  # noqa: BLE001 - a crash, reported as one
+            traceback.print_exc()
+            click.echo("avatar-release crashed (a bug, not a refusal); exit 70", err=True)
+            ctx.exit(CRASH_EXIT_CODE)
+
+
+def _remember_json(ctx, param, value):
+    if value:
+        ctx.meta[_JSON] = True
+    return value
+
+
+registry_option = click.option(
+    "--registry", "registry_uri", default=None, envvar="AVATAR_RELEASE_REGISTRY",
+    help="Registry: a directory (default ./.avatar-release), file://PATH, oci://HOST[:PORT]/REPO "
+         "(oci+http://, oci+https://), gar://projects/P/locations/L/repositories/R, or memory://NAME.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, expose_value=True,
+                           is_eager=True, help="Print a machine-readable result (errors too) on stdout.")
+channel_choice = click.Choice(list(CHANNELS))
+
+
+def trust_options(f):
+    f = click.option("--trust-state", default="~/.local/state/avatar-release/accepted.json", show_default=True,
+                     envvar="AVATAR_RELEASE_TRUST_STATE",
+                     help="Where this pod keeps the highest statement sequence it accepted (replay protection).")(f)
+    return click.option("--trust-key", default=None, envvar="AVATAR_RELEASE_TRUST_KEY",
+                        help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
+
+
+def _trust(trust_key, trust_state):
+    if not trust_key:
+        return None
+    import os
+
+    from ..runtime import TrustConfig
+    from ..trust.keys import load_public_key
+    from ..trust.statements import AcceptedState
+
+    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)))
+
+
+def signing_options(f):
+    f = click.option("--valid-days", default=30.0, show_default=True, type=float,
+                     help="How long the signed statement stays valid.")(f)
+    return click.option("--sign-key", default=None, envvar="AVATAR_RELEASE_SIGNING_KEY",
+                        help="Ed25519 private key: sign a statement for the move (pods with the public key need it).")(f)
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="avatar-release")
+def cli() -> None:
+    """Compiled XLA programs as release artifacts: compile, gate, promote, render."""
+
+
+def _prepare_devices_for_target(target_name: str) -> None:
+    from ..machine import configure_compile_env
+    from ..specs import load_target
+
+    configure_compile_env(load_target(target_name))
+
+
+def _prepare_devices_for_build(registry, ref: str):
+    """Read the manifest (no JAX needed) and set the device count it was compiled for."""
+    from ..machine import configure_for_manifest
+    from ..registry import read_manifest
+
+    resolved, manifest = read_manifest(registry, ref)
+    configure_for_manifest(manifest)
+    return resolved, manifest
+
+
+
+def main(argv: list[str] | None = None) -> Any:
+    return cli.main(args=argv, prog_name="avatar-release")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,147 @@
+"""Commands about builds: compile, rebuild, ls, inspect, verify."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..errors import IntegrityError, Refusal
+from ._app import _finish, _emit, _prepare_devices_for_target, _progress, cli, json_option, registry_option
+
+
+# ---------------------------------------------------------------------------------- compile
+@cli.command("compile")
+@click.option("--pipeline", default="tiny", show_default=True, help="A pipeline spec under manifests/pipelines/.")
+@click.option("--target", default="cpu-8", show_default=True, help="A target under manifests/targets/.")
+@click.option("--weights", "weights_path", default=None, help="A .safetensors checkpoint (default: the spec's source).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a model config field (repeatable).")
+@click.option("--serial", is_flag=True, help="Compile stages one after another instead of concurrently.")
+@click.option("--format", "executable_format", type=click.Choice(["xla-executable", "jax-export"]),
+              default="xla-executable", show_default=True,
+              help="jax-export ships portable StableHLO that compiles in the pod (the zero-recompile gate refuses it).")
+@registry_option
+@json_option
+def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format, registry_uri, as_json):
+    """Trace, AOT-compile and publish a build; points the dev channel at it."""
+    from ..compile import parse_set_args
+    from ..registry import open_registry
+
+    overrides = parse_set_args(sets)
+    _prepare_devices_for_target(target)
+    registry = open_registry(registry_uri)
+    from ..compile import compile_build
+    from ..promote import publish_to_dev
+
+    # compile publishes; moving dev is promote's job.
+    result = compile_build(
+        pipeline, target, registry=registry, weights_path=weights_path, overrides=overrides,
+        concurrent_compile=not serial, executable_format=executable_format, move_dev=False,
+        progress=_progress(not as_json),
+    )
+    publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
+    rows = "\n".join(
+        f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
+        f"trace {e.trace_seconds:5.2f}s lower {e.lower_seconds:5.2f}s compile {e.compile_seconds:5.2f}s"
+        for e in result.executables
+    )
+    state = "published" if result.created else "already published (identical build)"
+    _emit(as_json, {"ok": True, **result.to_json()},
+          f"{state}: {result.build_id}\n  digest {result.digest}\n{rows}\n"
+          f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)")
+
+
+@cli.command("rebuild")
+@click.argument("ref")
+@registry_option
+@json_option
+def rebuild_cmd(ref, registry_uri, as_json):
+    """Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."""
+    from ..registry import open_registry, read_manifest
+
+    reg = open_registry(registry_uri, create=False)
+    _, m = read_manifest(reg, ref)
+    _prepare_devices_for_target(m.target)
+    from ..compile import rebuild
+    report = rebuild(ref, reg, progress=_progress(not as_json))
+    lines = "\n".join(f"  {d['what']}: published {d['published']}, rebuilt {d['rebuilt']}" for d in report.differences)
+    human = f"{report.build_id}: " + ("reproduced bit for bit (HLO hashes, fingerprints, identity)"
+                                      if report.identical else f"NOT reproducible:\n{lines}")
+    failure = None if report.identical else Refusal(
+        f"rebuild of {report.build_id} differs in {len(report.differences)} field(s)")
+    _finish(as_json, report.to_json(), human, failure)
+
+
+# ---------------------------------------------------------------------------------- ls / inspect / verify
+@cli.command("ls")
+@registry_option
+@json_option
+def ls_cmd(registry_uri, as_json):
+    """List builds, their gate status and the channels that point at them."""
+    from ..promote.status import release_status
+    from ..registry import open_registry
+
+    st = release_status(open_registry(registry_uri, create=False))
+    human = "\n".join(
+        f"{b.build_id:<40} {b.digest[:19]}  {b.published_at[:19]}  {b.gate:<12} "
+        f"{('compile:' + b.compile_gate) if b.compile_gate else '':<16} {' '.join(b.channels)}".rstrip()
+        for b in st.builds
+    ) or "no builds"
+    human += "".join(f"\nwarning: {p}" for p in st.problems)
+    _emit(as_json, {"ok": True, **st.to_json()}, human)
+
+
+@cli.command("inspect")
+@click.argument("ref")
+@registry_option
+@json_option
+def inspect_cmd(ref, registry_uri, as_json):
+    """Show a build's manifest (REF: channel, build id or digest)."""
+    from ..registry import open_registry, read_manifest
+
+    reg = open_registry(registry_uri, create=False)
+    resolved, m = read_manifest(reg, ref)
+    if as_json:
+        click.echo(json.dumps({"ok": True, "digest": resolved.digest, "manifest": m.model_dump(mode="json")},
+                              indent=2, sort_keys=True))
+        return
+    p = m.platform
+    lines = [
+        f"build      {m.build_id}",
+        f"digest     {resolved.digest}",
+        f"identity   {m.identity}",
+        f"created    {m.created_at} by {m.created_by}",
+        f"pipeline   {m.pipeline} ({m.model_entry}), overrides {m.overrides or '{}'}",
+        f"target     {m.target}: {p.backend} {p.device_kind} x{p.device_count}, mesh "
+        f"{dict(zip(p.mesh_axes, p.mesh_shape))}",
+        f"flags      {m.flags.name} v{m.flags.version} {m.flags.digest[:19]}",
+        f"toolchain  jax {m.toolchain.jax}, jaxlib {m.toolchain.jaxlib}, torch {m.toolchain.torch}, "
+        f"torchax {m.toolchain.torchax}",
+        f"weights    {m.weights.tensors} tensors, {m.weights.raw_size / 1e6:.2f} MB ({m.weights.source})",
+    ]
+    if m.memory_fit:
+        f = m.memory_fit
+        lines.append(f"memory     {f.total_bytes / 2**30:.2f} of {f.capacity_bytes / 2**30:.2f} GiB per device "
+                     f"({f.weight_sharding}; peak {f.peak_stage}){'' if f.fits else ' - DOES NOT FIT'}")
+    lines.append("executables:")
+    for e in m.executables:
+        lines.append(f"  {e.key:<12} {e.blob.size / 1e6:6.2f} MB zstd ({e.raw_size / 1e6:.2f} raw)  "
+                     f"hlo {e.hlo_digest[7:19]}  flops {e.cost.get('flops', 0):.3g}")
+    click.echo("\n".join(lines))
+
+
+@cli.command("verify")
+@click.argument("ref")
+@registry_option
+@json_option
+def verify_cmd(ref, registry_uri, as_json):
+    """Re-hash every blob of a build; exit 4 naming each blob that fails."""
+    from ..verify import verify_build
+
+    report = verify_build(ref, registry_uri)
+    human = "\n".join(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['what']:<16} {r['digest'][:19]}  {r.get('error', '')}"
+                      for r in report["blobs"])
+    bad = [r["what"] for r in report["blobs"] if not r["ok"]]
+    failure = None if report["ok"] else IntegrityError(
+        f"build {report['build_id']}: {len(bad)} blob(s) failed verification: {', '.join(bad)}")
+    _finish(as_json, report, f"{report['build_id']}:\n{human}", failure)

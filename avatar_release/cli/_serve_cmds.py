@@ -1,0 +1,75 @@
+"""Commands that run a build as a pod does: render, serve."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ._app import _T0, _emit, _prepare_devices_for_build, _trust, cli, json_option, registry_option, trust_options
+from ..errors import InputError
+
+
+# ---------------------------------------------------------------------------------- render
+@cli.command("render")
+@click.option("--channel", default=None, help="Render the build a channel points at (default: dev).")
+@click.option("--build", "build_ref", default=None, help="Render a build id or digest.")
+@click.option("--image", "image_path", default=None,
+              help="Reference picture: JPEG, PNG or WebP (or a .npy uint8 array); default: the sample face.")
+@click.option("--audio", "audio_path", default=None,
+              help="Speech track: WAV, MP3, M4A/AAC, FLAC, Ogg/Opus or WebM; default: the sample clip.")
+@click.option("--fit", type=click.Choice(["cover", "contain", "exact"]), default="cover", show_default=True,
+              help="How a picture of another size meets the pipeline's: cover = scale and centre-crop, "
+                   "contain = scale to fit and letterbox on black, exact = refuse another size.")
+@click.option("--seconds", default=1.0, show_default=True, help="Length of the default sample audio.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", "out_path", default="out.mp4", show_default=True, help="H.264 mp4 with the audio muxed in.")
+@click.option("--frames-dir", default=None, help="Also write every frame as PNG here.")
+@trust_options
+@registry_option
+@json_option
+def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, out_path, frames_dir, trust_key,
+               trust_state, registry_uri, as_json):
+    """Load a build as a serving pod would and render a video with zero compiles."""
+    if channel and build_ref:
+        raise InputError("give --channel or --build, not both")
+    from ..render import render_to_files
+
+    summary = render_to_files(
+        ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
+        audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
+        prepare=_prepare_devices_for_build, t_process=_T0, trust=_trust(trust_key, trust_state), fit=fit,
+    )
+    human = (
+        f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "
+        f"{summary['out']}\n  compiles {summary['compiles']}, deadline misses {summary['deadline_misses']}, "
+        f"cold start {summary['cold_start']['total']:.2f}s (first chunk {summary['cold_start']['first_chunk']:.2f}s)"
+    )
+    if f := summary["inputs"]["image"].get("fit"):
+        human += (f"\n  image {f['source_format']} {'x'.join(map(str, f['source_size']))} -> "
+                  f"{'x'.join(map(str, f['target_size']))} by --fit {f['rule']}, source box {f['box']}")
+    _emit(as_json, {"ok": True, **summary}, human)
+
+
+# ---------------------------------------------------------------------------------- serve
+@cli.command("serve")
+@click.option("--channel", default="prod", show_default=True, help="Channel (or build id / digest) to serve.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, help="0 picks a free port (printed when ready).")
+@trust_options
+@registry_option
+def serve_cmd(channel, host, port, trust_key, trust_state, registry_uri):
+    """Serve renders over HTTP; ready only after verify + load + one warm chunk with 0 compiles."""
+    from ..registry import open_registry
+
+    from ..serve import serve_forever, start_pod
+
+    pod = start_pod(open_registry(registry_uri, create=False), channel, trust=_trust(trust_key, trust_state),
+                    prepare=_prepare_devices_for_build)
+
+    def ready(addr):
+        click.echo(json.dumps({"event": "ready", "host": addr[0], "port": addr[1], **pod.health()}), nl=True)
+        sys.stdout.flush()
+
+    serve_forever(pod, host, port, ready)
