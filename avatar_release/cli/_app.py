@@ -97,14 +97,18 @@ channel_choice = click.Choice(list(CHANNELS))
 
 
 def trust_options(f):
+    f = click.option("--allow-stale", is_flag=True, envvar="AVATAR_RELEASE_ALLOW_STALE",
+                     help="Accept a signed statement without a fresh signed timestamp (a restarted pod can then be "
+                          "fed an older, unexpired statement; only for promoters that cannot refresh timestamps).")(f)
     f = click.option("--trust-state", default="~/.local/state/avatar-release/accepted.json", show_default=True,
                      envvar="AVATAR_RELEASE_TRUST_STATE",
-                     help="Where this pod keeps the highest statement sequence it accepted (replay protection).")(f)
+                     help="Where this pod keeps the highest statement sequence it accepted (replay protection); "
+                          "put it on a volume that outlives the container.")(f)
     return click.option("--trust-key", default=None, envvar="AVATAR_RELEASE_TRUST_KEY",
                         help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
 
 
-def _trust(trust_key, trust_state):
+def _trust(trust_key, trust_state, allow_stale=False):
     if not trust_key:
         return None
     import os
@@ -113,7 +117,8 @@ def _trust(trust_key, trust_state):
     from ..trust.keys import load_public_key
     from ..trust.statements import AcceptedState
 
-    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)))
+    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)),
+                       require_fresh=not allow_stale)
 
 
 def signing_options(f):

@@ -135,3 +135,22 @@ def keys_sign_cmd(channel, key_path, valid_days, registry_uri, as_json):
     p = st.payload
     _emit(as_json, {"ok": True, "statement": st.model_dump(mode="json")},
           f"signed {channel} -> {p.build_id} (sequence {p.sequence}), expires {p.expires_at}")
+
+
+@keys_group.command("refresh")
+@click.argument("channel", type=channel_choice)
+@click.option("--key", "key_path", required=True, envvar="AVATAR_RELEASE_SIGNING_KEY")
+@click.option("--valid-hours", default=24.0, show_default=True, type=float,
+              help="How long the timestamp vouches for the channel's newest statement.")
+@registry_option
+@json_option
+def keys_refresh_cmd(channel, key_path, valid_hours, registry_uri, as_json):
+    """Re-sign the short-lived timestamp of CHANNEL's newest signed move (run it on a schedule)."""
+    from ..promote.actions import refresh_timestamp
+    from ..registry import open_registry
+
+    ts = refresh_timestamp(open_registry(registry_uri, create=False), channel, _signing_key(key_path),
+                           valid_hours=valid_hours)
+    p = ts.payload
+    _emit(as_json, {"ok": True, "timestamp": p.model_dump(mode="json")},
+          f"timestamp {channel} -> {p.build_id} (sequence {p.sequence}), expires {p.expires_at}")

@@ -30,7 +30,7 @@ from ..errors import InputError
 @registry_option
 @json_option
 def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, out_path, frames_dir, trust_key,
-               trust_state, registry_uri, as_json):
+               trust_state, allow_stale, registry_uri, as_json):
     """Load a build as a serving pod would and render a video with zero compiles."""
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
@@ -39,7 +39,7 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, o
     summary = render_to_files(
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
-        prepare=_prepare_devices_for_build, t_process=_T0, trust=_trust(trust_key, trust_state), fit=fit,
+        prepare=_prepare_devices_for_build, t_process=_T0, trust=_trust(trust_key, trust_state, allow_stale), fit=fit,
     )
     human = (
         f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "
@@ -59,13 +59,13 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, o
 @click.option("--port", default=8080, show_default=True, help="0 picks a free port (printed when ready).")
 @trust_options
 @registry_option
-def serve_cmd(channel, host, port, trust_key, trust_state, registry_uri):
+def serve_cmd(channel, host, port, trust_key, trust_state, allow_stale, registry_uri):
     """Serve renders over HTTP; ready only after verify + load + one warm chunk with 0 compiles."""
     from ..registry import open_registry
 
     from ..serve import serve_forever, start_pod
 
-    pod = start_pod(open_registry(registry_uri, create=False), channel, trust=_trust(trust_key, trust_state),
+    pod = start_pod(open_registry(registry_uri, create=False), channel, trust=_trust(trust_key, trust_state, allow_stale),
                     prepare=_prepare_devices_for_build)
 
     def ready(addr):

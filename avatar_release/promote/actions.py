@@ -16,7 +16,7 @@ from ..records import CHANNELS, HistoryEntry
 from ..registry import Resolved, read_manifest
 from .policy import Decision, check_promotion, check_rollback_target
 
-__all__ = ["MoveResult", "promote", "publish_to_dev", "rollback", "actor", "sign_channel"]
+__all__ = ["MoveResult", "promote", "publish_to_dev", "rollback", "actor", "sign_channel", "refresh_timestamp"]
 
 
 def actor() -> str:
@@ -55,7 +55,29 @@ def sign_channel(registry, channel: str, signing_key, *, valid_days: float = 30.
     st = sign(signing_key, build_id=state.build_id, build_digest=state.digest, channel=channel,
               sequence=state.sequence, who=who or actor(), validity=timedelta(days=valid_days))
     publish_statement(registry, st)
+    refresh_timestamp(registry, channel, signing_key)
     return st
+
+
+def refresh_timestamp(registry, channel: str, signing_key, *, valid_hours: float | None = None):
+    """Re-sign the short-lived timestamp of ``channel``'s newest signed move (run on a schedule)."""
+    from datetime import timedelta
+
+    from ..trust.statements import TIMESTAMP_VALIDITY, publish_timestamp, read_statement, sign_timestamp
+
+    st = read_statement(registry, channel)
+    state = registry.get_channel(channel)
+    if st is None or state is None:
+        raise Refusal(f"refresh {channel}: no signed statement to vouch for; promote with --sign-key first")
+    p = st.payload
+    if (p.sequence, p.build_digest) != (state.sequence, state.digest):
+        raise Refusal(f"refresh {channel}: the channel points at {state.build_id} (#{state.sequence}) but the signed "
+                      f"statement names {p.build_id} (#{p.sequence}); sign the channel first (keys sign {channel})")
+    validity = timedelta(hours=valid_hours) if valid_hours else TIMESTAMP_VALIDITY
+    ts = sign_timestamp(signing_key, channel=channel, sequence=p.sequence, build_id=p.build_id,
+                        build_digest=p.build_digest, validity=validity)
+    publish_timestamp(registry, ts)
+    return ts
 
 
 def _maybe_sign(registry, result: "MoveResult", signing_key, valid_days: float) -> "MoveResult":

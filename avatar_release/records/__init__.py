@@ -43,7 +43,9 @@ from .gate import (
     GateSetRecord,
 )
 from .review import REVIEW_SCHEMA_VERSION, ReviewAnswer, ReviewDecision, ReviewRecord
-from .statement import STATEMENT_SCHEMA_VERSION, SignedStatement, StatementPayload
+from .statement import (
+    STATEMENT_SCHEMA_VERSION, TIMESTAMP_SCHEMA_VERSION, SignedStatement, StatementPayload, TimestampPayload,
+)
 
 __all__ = [
     "Record", "BlobRef", "parse_record", "readable_versions", "utcnow", "STORED_KINDS",
@@ -55,7 +57,8 @@ __all__ = [
     "RESULT_MEDIA_TYPE", "Band", "BandVariant", "BaselineRef", "CompileCheck", "CompileGateResult", "GateEvidence",
     "GateRequestRecord", "GateResult", "GateSetRecord",
     "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
-    "STATEMENT_SCHEMA_VERSION", "SignedStatement", "StatementPayload",
+    "STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement", "StatementPayload",
+    "TimestampPayload",
 ]
 
 # Every kind that is stored on its own, by the file-name stem of its schema and stored example.
@@ -69,4 +72,5 @@ STORED_KINDS: dict[str, type[Record]] = {
     "statement": StatementPayload,
     "signed-statement": SignedStatement,
     "compile-gate": CompileGateResult,
+    "timestamp": TimestampPayload,
 }

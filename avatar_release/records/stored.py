@@ -18,7 +18,7 @@ from ._base import BlobRef, parse_record
 from .gate import GateResult
 
 __all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "COMPILE_GATES", "REVIEWS", "STATEMENTS",
-           "ATTESTATIONS", "parse_results_index", "render_results_index", "parse_attestations_index",
+           "ATTESTATIONS", "TIMESTAMPS", "parse_results_index", "render_results_index", "parse_attestations_index",
            "render_attestations_index"]
 
 # fetch(BlobRef) -> verified bytes: how a roots function reads a blob it must look inside.
@@ -88,8 +88,9 @@ GATE_RESULTS = StoredNamespace("gate-results", "build", "every gate result of a 
 COMPILE_GATES = StoredNamespace("compile-gates", "build", "the compile gate's result for a build", _no_blobs)
 REVIEWS = StoredNamespace("reviews", "build", "the blind review of a build below the band", _no_blobs)
 STATEMENTS = StoredNamespace("statements", "channel", "the signed statement for where a channel points", _no_blobs)
+TIMESTAMPS = StoredNamespace("timestamps", "channel", "the short-lived signed newest sequence of a channel", _no_blobs)
 ATTESTATIONS = StoredNamespace("attestations", "build", "signed evidence about a build (DSSE envelopes)",
                                _attestation_roots)
 
 STORED_NAMESPACES: dict[str, StoredNamespace] = {ns.name: ns for ns in (GATE_RESULTS, COMPILE_GATES, REVIEWS,
-                                                                        STATEMENTS, ATTESTATIONS)}
+                                                                        STATEMENTS, ATTESTATIONS, TIMESTAMPS)}

@@ -36,6 +36,7 @@ PREDICATE_TYPES = {
     "review-answer": _PREFIX + "review-answer/v1",
     "review-decision": _PREFIX + "review-decision/v1",
     "promotion": _PREFIX + "promotion/v1",
+    "timestamp": _PREFIX + "timestamp/v1",
 }
 
 

@@ -24,15 +24,18 @@ from pathlib import Path
 from .. import _atomic
 from .._digest import canonical_json
 from ..errors import IntegrityError, TrustError
-from ..records import SignedStatement, StatementPayload, parse_record
-from ..records.stored import STATEMENTS
+from ..records import SignedStatement, StatementPayload, TimestampPayload, parse_record
+from ..records.stored import STATEMENTS, TIMESTAMPS
 from .attest import open_envelope, verify_envelope, attest
 from .keys import key_id
 
 __all__ = ["StatementPayload", "SignedStatement", "PromotionStatement", "sign", "publish_statement",
-           "read_statement", "verify", "AcceptedState", "DEFAULT_VALIDITY"]
+           "read_statement", "verify", "AcceptedState", "DEFAULT_VALIDITY", "TIMESTAMP_VALIDITY", "SignedTimestamp",
+           "sign_timestamp", "publish_timestamp", "read_timestamp", "verify_fresh", "verify_channel"]
 
 DEFAULT_VALIDITY = timedelta(days=30)
+# A timestamp lives hours: how long a restarted pod could still be fed a superseded statement.
+TIMESTAMP_VALIDITY = timedelta(hours=24)
 _NS = STATEMENTS.name
 
 
@@ -160,4 +163,77 @@ def verify(statement: PromotionStatement | SignedStatement | None, public_key, *
             raise TrustError(f"{where}: replayed statement: sequence {p.sequence} ({p.build_id}) is older than "
                              f"the {seen['sequence']} ({seen['build_id']}) this pod already accepted; a rollback "
                              "must be a new signed promotion")
+    return p
+
+
+@dataclass(frozen=True)
+class SignedTimestamp:
+    payload: TimestampPayload
+    envelope: bytes
+
+
+def sign_timestamp(private_key, *, channel: str, sequence: int, build_id: str, build_digest: str,
+                   validity: timedelta = TIMESTAMP_VALIDITY, now: datetime | None = None) -> SignedTimestamp:
+    """The newest sequence of ``channel``, signed for a short time. Re-sign it on a schedule
+    (``avatar-release keys refresh CHANNEL``, e.g. hourly from a CronJob) and on every signed move."""
+    now = now or datetime.now(timezone.utc)
+    payload = TimestampPayload(channel=channel, sequence=sequence, build_id=build_id, build_digest=build_digest,
+                               issued_at=_ts(now), expires_at=_ts(now + validity),
+                               key_id=key_id(private_key.public_key()))
+    envelope = attest(private_key, kind="timestamp", build_id=build_id, subject_digest=build_digest,
+                      predicate=payload.model_dump(mode="json"))
+    return SignedTimestamp(payload, envelope)
+
+
+def publish_timestamp(registry, ts: SignedTimestamp) -> None:
+    registry.put_record(TIMESTAMPS.name, ts.payload.channel, ts.envelope)
+
+
+def read_timestamp(registry, channel: str) -> SignedTimestamp | None:
+    raw = registry.get_record(TIMESTAMPS.name, channel)
+    if raw is None:
+        return None
+    try:
+        return SignedTimestamp(TimestampPayload.model_validate(open_envelope(raw, f"timestamp of {channel}").predicate),
+                               raw)
+    except (IntegrityError, ValueError) as e:
+        raise TrustError(f"channel {channel}: the signed timestamp is unreadable ({str(e)[:200]})") from None
+
+
+def verify_fresh(ts: SignedTimestamp | None, public_key, *, statement: StatementPayload,
+                 now: datetime | None = None) -> TimestampPayload:
+    """A pod that cannot remember (no trust state, or a fresh one) accepts ``statement`` only with
+    an unexpired timestamp, signed by the same key, naming exactly its channel and sequence."""
+    where = f"channel {statement.channel}"
+    fix = f"re-sign it: avatar-release keys refresh {statement.channel} --key KEY (run it on a schedule)"
+    if ts is None:
+        raise TrustError(f"{where}: no signed timestamp, so this pod cannot tell the statement is the newest; {fix}")
+    want = key_id(public_key)
+    try:
+        att = verify_envelope(ts.envelope, f"timestamp of {statement.channel}", trusted={want: public_key},
+                              kind="timestamp", subject_digest=ts.payload.build_digest)
+    except (TrustError, IntegrityError):
+        raise TrustError(f"{where}: the timestamp's signature does not verify with key {want}") from None
+    t = TimestampPayload.model_validate(att.predicate)
+    if t.channel != statement.channel:
+        raise TrustError(f"{where}: the timestamp is for channel {t.channel!r}")
+    now = now or datetime.now(timezone.utc)
+    if now >= _parse_ts(t.expires_at, "timestamp expiry"):
+        raise TrustError(f"{where}: the timestamp expired at {t.expires_at}; a statement it cannot vouch for may be "
+                         f"a replay; {fix}")
+    if (t.sequence, t.build_digest) != (statement.sequence, statement.build_digest):
+        raise TrustError(f"{where}: replayed statement: sequence {statement.sequence} ({statement.build_id}), but the "
+                         f"timestamp of {t.issued_at} says the newest is {t.sequence} ({t.build_id})")
+    return t
+
+
+def verify_channel(registry, channel: str, public_key, *, digest: str, state: AcceptedState | None = None,
+                   require_fresh: bool = True, now: datetime | None = None) -> StatementPayload:
+    """Everything a pod checks before it trusts ``channel``: the statement (key, signature,
+    channel, digest, expiry, replay against what this pod remembers) and, with ``require_fresh``,
+    an unexpired timestamp naming that very statement, which a pod that remembers nothing (a
+    restarted container) needs to refuse an older statement replayed to it."""
+    p = verify(read_statement(registry, channel), public_key, channel=channel, digest=digest, state=state, now=now)
+    if require_fresh:
+        verify_fresh(read_timestamp(registry, channel), public_key, statement=p, now=now)
     return p

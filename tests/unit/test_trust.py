@@ -131,3 +131,49 @@ def test_a_stored_version_1_statement_still_verifies_with_its_key():
     p = verify(st, load_public_key(data / "signed-statement.v1.pub"), channel="prod", digest=st.payload.build_digest,
                now=issued)
     assert p.channel == "prod" and p.sequence == st.payload.sequence
+
+
+def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_path):
+    """Freshness: a pod that remembers nothing still refuses a superseded statement, because the
+    short-lived signed timestamp names the newest sequence."""
+    from avatar_release.promote import promote
+    from avatar_release.promote.actions import refresh_timestamp
+    from avatar_release.registry import MemoryRegistry
+    from avatar_release.trust.statements import verify_channel
+    from tests.unit.test_promote_policy import _gate, _publish
+
+    priv, pub, *_ = keys
+    reg = MemoryRegistry("fresh")
+    a, da, m = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, a, da, m)
+    _gate(reg, b, db, m)
+    promote(reg, a, "staging", signing_key=priv)
+    old = {k: reg._read(k) for k in ("channels/staging.json", "records/statements/staging",
+                                     "records/timestamps/staging")}
+    promote(reg, b, "staging", signing_key=priv)
+    assert verify_channel(reg, "staging", pub, digest=db).build_id == b  # a fresh pod, the newest: fine
+    # someone with write access puts back a's pointer and statement (both genuinely signed, unexpired)
+    reg._write_atomic("channels/staging.json", old["channels/staging.json"])
+    reg._write_atomic("records/statements/staging", old["records/statements/staging"])
+    with pytest.raises(TrustError, match=f"replayed statement: sequence .* but the timestamp .* says the newest"):
+        verify_channel(reg, "staging", pub, digest=da, state=AcceptedState(tmp_path / "restarted.json"))
+    # ...and a's old timestamp too: it expired within a day, so it vouches for nothing
+    reg._write_atomic("records/timestamps/staging", old["records/timestamps/staging"])
+    later = datetime.now(timezone.utc) + timedelta(hours=25)
+    with pytest.raises(TrustError, match="timestamp expired"):
+        verify_channel(reg, "staging", pub, digest=da, now=later)
+    # without a timestamp at all a pod cannot tell, and says how to fix it
+    reg2 = MemoryRegistry("no-ts")
+    a2, da2, m2 = _publish(reg2, "a")
+    _gate(reg2, a2, da2, m2)
+    promote(reg2, a2, "staging")
+    from avatar_release.promote.actions import sign_channel
+
+    sign_channel(reg2, "staging", priv)
+    reg2._delete("records/timestamps/staging")
+    with pytest.raises(TrustError, match="no signed timestamp.*keys refresh staging"):
+        verify_channel(reg2, "staging", pub, digest=da2)
+    assert verify_channel(reg2, "staging", pub, digest=da2, require_fresh=False).build_id == a2
+    refresh_timestamp(reg2, "staging", priv, valid_hours=1)
+    assert verify_channel(reg2, "staging", pub, digest=da2).sequence == reg2.get_channel("staging").sequence
