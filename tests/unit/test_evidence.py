@@ -164,3 +164,22 @@ def test_first_use_makes_private_keys_and_a_policy_trusting_only_them():
     assert list(policy.gate_keys("cpu-8")) == [key_id(me.gate_key().public_key())]
     assert policy.reviewers == [me.reviewer]
     assert Path(policy.path).parent == me.gate_key_path.parent.parent
+
+
+def test_the_example_pipeline_policy_loads_and_keeps_targets_apart():
+    root = Path(__file__).resolve().parents[2]
+    policy = load_policy(root / "examples" / "trust.toml")
+    cpu, tpu = policy.gate_keys("cpu-8"), policy.gate_keys("tpu-v6e-8")
+    assert len(cpu) == len(tpu) == 1 and set(cpu).isdisjoint(tpu)  # a CPU runner's key never vouches for a TPU build
+    assert policy.reviewers == ["ana", "bo"] and policy.prod_approvals == 2
+    workflow = (root / "examples" / "release.github-actions.yml").read_text()
+    assert "AVATAR_RELEASE_TRUST_POLICY: examples/trust.toml" in workflow and "keys refresh" in workflow
+
+
+def test_a_policy_naming_an_undefined_key_is_refused(tmp_path):
+    from avatar_release.errors import InputError
+
+    p = tmp_path / "trust.toml"
+    p.write_text('schema_version = 1\n[keys]\n[gate]\n"*" = ["ghost"]\n')
+    with pytest.raises(InputError, match=r"gate\.\* names \['ghost'\], which \[keys\] does not define"):
+        load_policy(p)
