@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from .. import _atomic
+
 
 def render_gate_set(job: dict) -> dict:
     """Load the job's build and render its gate set; -> what run.json records."""
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                "exit_code": e.exit_code if isinstance(e, AvatarReleaseError) else 70}
         print(json.dumps(out))
         return 1
-    (Path(job["out_dir"]) / "run.json").write_text(json.dumps(result, indent=1))
+    _atomic.write_json(Path(job["out_dir"]) / "run.json", result)  # the parent reads it whole or not at all
     print(json.dumps({"ok": True}))
     return 0
 

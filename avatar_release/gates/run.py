@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .. import _atomic
 from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal
 from ..records import (
     Band,
@@ -306,7 +307,7 @@ def _report(report_dir: str | Path | None, stored: _Stored, twins: _Twins,
 
         folder.mkdir(parents=True, exist_ok=True)
         review_path = folder / "review.html"
-        review_path.write_text(review_page(review, frames[review.frames], base_frames[review.frames]))
+        _atomic.write_text(review_path, review_page(review, frames[review.frames], base_frames[review.frames]))
     report = write_report(folder, stored.result, stored.digest, frames, base_frames,
                           review_page="review.html" if review_path else None)
     return report, review_path
