@@ -1,25 +1,70 @@
-"""A build's identity: one hash over everything that changes the binary or what it computes.
+"""A build's identity (what its id names) and its seal (which bytes it is made of).
 
-Computed by the compiler when it names a build (``<pipeline>-<target>-<identity[:12]>``) and
-recomputed by the loader from the manifest it is about to serve: a manifest whose fields
-were edited, or whose executable entries were swapped in from another build, no longer
-hashes to the identity it carries.
+**Identity** — one hash over everything that changes the binary or what it computes: the
+pipeline and its config, the source and weights digests, target, flags, toolchain, platform,
+each executable's key, format, scheduled-HLO digest and fingerprint, the noise recipe and
+(from manifest version 3) the manifest's schema version. Computed by the compiler when it
+names a build (``<pipeline>-<target>-<identity[:12]>``) and recomputed by the loader and
+``verify`` from the manifest they are about to trust.
+
+It does **not** cover the executables' serialized bytes. Two compiles of one program serialize
+to different bytes (measured on XLA:CPU, 2026-12-01: two compiles of tiny for cpu-8 in separate
+processes give different ``raw_digest`` for every stage and equal fingerprints; compile-only TPU
+clients likewise), so hashing the bytes would give one program two build ids and break
+``rebuild``'s "same program, same id".
+
+**Seal** — the identity plus the digest of every blob as stored (zstd) and as decompressed
+(``raw_digest``), for the executables and the weights. Fixed once a build is published; the
+loader and ``verify`` recompute it, and check every blob's stored and raw digest against it, so
+a manifest whose entries are mixed in from another build is refused.
+
+What each defends against. The threat is a writer of the registry who holds none of our keys.
+Neither hash is keyed: such a writer can recompute both. The seal therefore only catches
+*accidental* mixes and attackers who do not know the format. Against a deliberate swap of a
+program under an unchanged build id the defences are:
+
+1. **The program's fingerprint after loading.** The identity binds each executable's
+   fingerprint, as the backend reports it for the deserialized executable (manifest v3; see
+   ``avatar_release.records.build``). The loader deserializes each executable (never running
+   it) and compares the fingerprint it reports with the manifest's; ``verify`` does the same.
+   Swapping in another program changes the loaded fingerprint; changing the recorded
+   fingerprint to match changes the identity and so the build id. Because the schema version
+   is inside the identity from v3 on, relabelling a v3 manifest as v2 (whose fingerprints are
+   the compile-time ones, which deserialization does not reproduce, so they are not checked)
+   changes the identity too.
+2. **Signatures over the manifest digest** (signed statements, ``avatar_release.trust``): the
+   only defence that does not rely on the attacker being unable to recompute something. It also
+   covers what (1) cannot: builds whose backend reports no fingerprint (a compile-only TPU
+   client), ``jax-export`` stages (compiled in the pod), manifests older than v3, and the
+   48 bits of the identity a build id carries.
 """
 
 from __future__ import annotations
 
 from ._digest import canonical_json, sha256_digest
+from .errors import IntegrityError
+from .records import BUILD_SCHEMA_VERSION
 
-__all__ = ["identity_digest", "manifest_identity", "manifest_seal", "build_id_for"]
+__all__ = ["identity_digest", "manifest_identity", "manifest_seal", "build_id_for", "check_identity",
+           "FINGERPRINT_CHECKED_SINCE"]
+
+# The manifest version from which ``fingerprint`` is the deserialized executable's (what a loader
+# sees) and the identity covers the schema version. Older manifests record the compile-time
+# fingerprint, which XLA:CPU does not reproduce after a serialize/deserialize round trip
+# (it rewrites the HLO's stack-frame metadata; measured 2026-12-01), so it cannot be checked.
+FINGERPRINT_CHECKED_SINCE = 3
 
 
 def identity_digest(*, pipeline, entry, config, overrides, source, weights, target, flags, jax, jaxlib, platform,
-                    executables, noise) -> str:
-    return sha256_digest(canonical_json({
+                    executables, noise, schema_version: int = BUILD_SCHEMA_VERSION) -> str:
+    fields = {
         "pipeline": pipeline, "entry": entry, "config": config, "overrides": overrides, "source": source,
         "weights": weights, "target": target, "flags": flags, "jax": jax, "jaxlib": jaxlib, "platform": platform,
         "executables": [list(e) for e in executables], "noise": noise,
-    }))
+    }
+    if schema_version >= FINGERPRINT_CHECKED_SINCE:  # older identities stay what they were
+        fields["schema_version"] = schema_version
+    return sha256_digest(canonical_json(fields))
 
 
 def manifest_identity(m) -> str:
@@ -29,7 +74,7 @@ def manifest_identity(m) -> str:
         weights=m.weights.raw_digest, target=m.target, flags=m.flags.digest, jax=m.toolchain.jax,
         jaxlib=m.toolchain.jaxlib, platform=m.platform.model_dump(mode="json"),
         executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in m.executables],
-        noise=m.program.noise_recipe,
+        noise=m.program.noise_recipe, schema_version=m.schema_version,
     )
 
 
@@ -38,7 +83,7 @@ def build_id_for(pipeline: str, target: str, identity: str) -> str:
 
 
 def manifest_seal(m) -> str:
-    """Identity + the digests of the exact executable and weights bytes of this build.
+    """Identity + the stored and raw digests of every executable and of the weights.
 
     Not part of the build id (serialized bytes differ between two compiles of the same
     program), but fixed once a build is published.
@@ -48,3 +93,25 @@ def manifest_seal(m) -> str:
         "weights": [m.weights.blob.digest if m.weights.blob else None, m.weights.raw_digest],
         "executables": [[e.key, e.blob.digest, e.raw_digest] for e in m.executables],
     }))
+
+
+def check_identity(m) -> None:
+    """Refuse a manifest whose fields do not hash to the identity and build id it carries, or
+    whose blobs are not the ones it was sealed with (IntegrityError naming both hashes)."""
+    got = manifest_identity(m)
+    if got != m.identity or build_id_for(m.pipeline, m.target, got) != m.build_id:
+        raise IntegrityError(
+            f"build {m.build_id}: its manifest fields hash to identity {got}, but it claims {m.identity}: "
+            "the manifest was edited or mixes entries from another build; refusing it"
+        )
+    if m.seal is None:
+        if m.schema_version >= 2:  # every manifest since version 2 is sealed when it is packaged
+            raise IntegrityError(f"build {m.build_id}: manifest v{m.schema_version} carries no seal; "
+                                 "every build since version 2 is sealed: refusing it")
+        return
+    sealed = manifest_seal(m)
+    if sealed != m.seal:
+        raise IntegrityError(
+            f"build {m.build_id}: its executable and weights blobs are not the ones it was sealed with "
+            f"(seal {m.seal}, its blobs hash to {sealed}: an entry was swapped in from another build); refusing it"
+        )

@@ -115,6 +115,35 @@ def _text_tree(tree) -> str:
     return str(tree)
 
 
+def _fingerprint(executable) -> str | None:
+    try:
+        raw = executable.runtime_executable().fingerprint
+    except Exception:  # noqa: BLE001 - not every backend reports one
+        return None
+    return raw.decode() if isinstance(raw, bytes) else (str(raw) if raw is not None else None)
+
+
+def _loaded_fingerprint(compiled, payload: bytes, in_tree, out_tree) -> str | None:
+    """The fingerprint a loader will see: that of ``payload`` deserialized (never run).
+
+    Not ``compiled``'s own: XLA:CPU rewrites the HLO's stack-frame metadata when it serializes,
+    so the deserialized executable fingerprints differently from the one just compiled
+    (measured, jax 0.10.2), yet the same for every compile of one program. A client that cannot
+    load what it compiled (compile-only TPU) records None: nothing a loader could compare.
+    """
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    if _fingerprint(compiled) is None:
+        return None
+    runtime = compiled.runtime_executable()
+    try:  # our own bytes, just produced in this process: jax's unrestricted loader is fine here
+        loaded = deserialize_and_load(payload, in_tree, out_tree, backend=runtime.client,
+                                      execution_devices=runtime.local_devices())
+    except Exception:  # noqa: BLE001 - a backend that cannot load what it compiled: no fingerprint to check
+        return None
+    return _fingerprint(loaded)
+
+
 def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> CompiledStage:
     from jax.experimental.serialize_executable import serialize
 
@@ -141,12 +170,7 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
     payload, in_tree, out_tree = serialize(compiled)
     if ls.exported is not None:  # portable: ship the StableHLO; the pod compiles it
         payload = bytes(ls.exported.serialize())
-    fp = None
-    try:
-        raw_fp = compiled.runtime_executable().fingerprint
-        fp = raw_fp.decode() if isinstance(raw_fp, bytes) else (str(raw_fp) if raw_fp is not None else None)
-    except Exception:  # noqa: BLE001 - not every backend reports one
-        fp = None
+    fp = _loaded_fingerprint(compiled, payload, in_tree, out_tree) if ls.exported is None else _fingerprint(compiled)
     # A compile-only client (a TPU topology on a CPU host) reports no fingerprint, and its
     # serialized bytes are no substitute: two compiles of one program in one process differ
     # (measured). The scheduled HLO's digest (hlo_digest) is what reproducibility is checked on.

@@ -7,6 +7,12 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     ``schedule`` and ``host_callbacks``. These fields were first written on 2026-11-29 still
     labelled 1, which a reader of the first version refused as an integrity error; a reader
     now reads 1..2, and an older reader refuses a version-2 manifest with a version error.
+  * 3 (2026-12-01): same fields; ``ExecutableEntry.fingerprint`` is now the fingerprint the
+    backend reports for the executable *after* a serialize/deserialize round trip (what a
+    loader sees), not the compile-time one, which XLA:CPU does not reproduce after the round
+    trip (it rewrites the HLO's stack-frame metadata). The loader and ``verify`` compare it with
+    the loaded executable's; the build identity covers ``schema_version`` from 3 on, so a v3
+    manifest relabelled 2 no longer matches its build id (``avatar_release.identity``).
 
 ``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
 compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
@@ -37,7 +43,7 @@ __all__ = [
     "Manifest",
 ]
 
-BUILD_SCHEMA_VERSION = 2
+BUILD_SCHEMA_VERSION = 3
 
 
 class ArraySpec(Record):
@@ -126,6 +132,8 @@ class ExecutableEntry(Record):
     in_tree: str  # pytree structure, as text (never pickled)
     out_tree: str
     hlo_digest: str
+    # The backend's fingerprint of the executable as a loader deserializes it (v3; compile-time
+    # before). None where the compiling client cannot load what it compiled (compile-only TPU).
     fingerprint: str | None
     trace_seconds: float
     lower_seconds: float

@@ -8,6 +8,11 @@ Crash safety of a channel move: under the store lock the channel file is replace
 atomically first, then the history entry is appended. A crash between the two leaves
 the channel carrying its own entry; the next writer under the lock repairs the history
 from it, so history never loses a move and never records one that did not happen.
+
+Every stored file is parsed here, once (``_parse_json``, ``_build_ref``, ``_channel_doc``,
+``_history_entries``): a file that is not what its place says (garbage in ``builds/``,
+``channels/``, a ``history.jsonl`` line) is an IntegrityError naming the file, never a crash.
+The one tolerated defect is the torn line a crash mid-append leaves (see ``_history_entries``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import contextlib
 import json
 
 
-from .._digest import hex_of, sha256_digest
+from .._digest import hex_of, is_digest, sha256_digest
 from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
 from ._blobcheck import checked_blob
@@ -107,7 +112,7 @@ class KVRegistry(abc.ABC):
         with self._lock():
             existing = self._read(f"builds/{build_id}")
             if existing is not None:
-                return json.loads(existing)["digest"], False
+                return self._build_ref(f"builds/{build_id}", existing).digest, False
             self._check_blobs_present(build_id, manifest_bytes)
             digest = self.put_blob(manifest_bytes)
             ref = {"build_id": build_id, "digest": digest, "published_at": utcnow()}
@@ -140,9 +145,26 @@ class KVRegistry(abc.ABC):
             raw = self._read(key)
             if raw is None:
                 continue
-            ref = json.loads(raw)
-            out.append(BuildRef(ref["build_id"], ref["digest"], ref["published_at"]))
+            out.append(self._build_ref(key, raw))
         return sorted(out, key=lambda r: r.published_at)
+
+    def _where(self, key: str) -> str:
+        return f"registry {self.uri}: {key}"
+
+    def _build_ref(self, key: str, raw: bytes) -> BuildRef:
+        """A ``builds/<id>`` commit marker: {"build_id": <its own name>, "digest", "published_at"}."""
+        where = self._where(key)
+        doc = _parse_json(raw, where)
+        fields = ("build_id", "digest", "published_at")
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(f), str) for f in fields):
+            raise IntegrityError(f"{where}: not a build reference (expected an object with string fields "
+                                 f"{', '.join(fields)})")
+        name = key.rsplit("/", 1)[-1]
+        if doc["build_id"] != name:
+            raise IntegrityError(f"{where}: names build {doc['build_id']!r}, but is stored as {name!r}")
+        if not is_digest(doc["digest"]):
+            raise IntegrityError(f"{where}: digest {doc['digest'][:80]!r} is not 'sha256:' + 64 lowercase hex")
+        return BuildRef(doc["build_id"], doc["digest"], doc["published_at"])
 
     def resolve(self, ref: str) -> Resolved:
         """Channel name, build id, manifest digest, or a unique prefix of a build id."""
@@ -173,11 +195,22 @@ class KVRegistry(abc.ABC):
     # ---- channels and history -----------------------------------------------------------
     def get_channel(self, channel: str) -> ChannelState | None:
         check_name("channel", channel)
-        raw = self._read(f"channels/{channel}.json")
+        key = f"channels/{channel}.json"
+        raw = self._read(key)
         if raw is None:
             return None
-        doc = json.loads(raw)
-        return parse_record(ChannelState, json.dumps(doc["state"]).encode(), where=f"{self.uri} channel {channel}")
+        state = parse_record(ChannelState, self._channel_doc(key, raw, "state"), where=self._where(key))
+        if state.channel != channel:
+            raise IntegrityError(f"{self._where(key)}: holds the state of channel {state.channel!r}")
+        return state
+
+    def _channel_doc(self, key: str, raw: bytes, part: str) -> bytes:
+        """One part ("state" or "entry") of a channel file, as bytes for parse_record."""
+        doc = _parse_json(raw, self._where(key))
+        if not isinstance(doc, dict) or not isinstance(doc.get(part), dict):
+            raise IntegrityError(f"{self._where(key)}: not a channel file (expected an object with "
+                                 "'state' and 'entry' objects)")
+        return json.dumps(doc[part]).encode()
 
     def list_channels(self) -> list[ChannelState]:
         out = []
@@ -189,17 +222,30 @@ class KVRegistry(abc.ABC):
         return out
 
     def _history_entries(self) -> list[HistoryEntry]:
+        """Every entry of history.jsonl; a line that is not one is refused, naming it, unless torn.
+
+        A crash mid-append leaves a torn line: a prefix of the entry's bytes, with no newline
+        after it, while the channel file still carries the whole entry. It is the last line until
+        the next move repairs the log, which closes it and re-appends the entry, so from then on
+        it is a prefix of a later line (or, after a second crash during the repair, of the entry
+        the channel file carries). Those lines are skipped; any other is corruption or tampering.
+        """
         raw = self._read("history.jsonl") or b""
+        lines = raw.splitlines()
         out = []
-        for n, line in enumerate(raw.splitlines(), 1):
+        carried = None
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                out.append(parse_record(HistoryEntry, line, where=f"{self.uri} history line {n}"))
+                out.append(parse_record(HistoryEntry, line, where=self._where(f"history.jsonl line {n}")))
             except IntegrityError:
-                # A torn last line from a crash mid-append: the channel file still carries
-                # the entry, and _repair_history re-appends it.
-                continue
+                if n == len(lines) or any(later.startswith(line) for later in lines[n:]):
+                    continue
+                carried = [e.to_json_bytes() for e in self._channel_entries()] if carried is None else carried
+                if any(whole.startswith(line) for whole in carried):
+                    continue
+                raise
         return out
 
     def _channel_entries(self) -> list[HistoryEntry]:
@@ -208,7 +254,7 @@ class KVRegistry(abc.ABC):
         for key in self._list("channels/"):
             raw = self._read(key)
             if raw is not None:
-                out.append(parse_record(HistoryEntry, json.dumps(json.loads(raw)["entry"]).encode(), where=key))
+                out.append(parse_record(HistoryEntry, self._channel_doc(key, raw, "entry"), where=self._where(key)))
         return out
 
     def _repair_history(self) -> list[HistoryEntry]:
@@ -335,6 +381,14 @@ class KVRegistry(abc.ABC):
 
     def delete_record(self, namespace: str, name: str) -> None:
         self._delete(f"records/{check_name('record namespace', namespace)}/{check_name('record', name)}")
+
+
+def _parse_json(raw: bytes, where: str):
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+        raise IntegrityError(f"{where}: not valid JSON ({e}); the registry is corrupted or was tampered with") \
+            from None
 
 
 def _manifest_blob_refs(doc: dict) -> list[dict]:

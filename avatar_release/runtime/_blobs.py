@@ -1,27 +1,64 @@
 """A build's blobs, fetched by digest and verified: the one check the loader, ``verify`` and the
 compile gate share.
 
-Each blob is read at most its declared size + 1 bytes by the store (which checks size and
-digest), then hashed again here, independent of the store: a backend with a bug in its own
-check still cannot hand the loader bytes the manifest does not name.
+In order, each step before the next allocates anything:
+
+1. Bounds (``check_bounds``), from the manifest alone: every blob's declared raw size is at most
+   ``MAX_ZSTD_RATIO`` times its stored size, and the build's stored + raw bytes fit the memory
+   of this host and of the target's devices (``memory_cap``). A zstd bomb, or a manifest that
+   lies about ``raw_size``, is refused with the numbers before a byte is fetched.
+2. Each blob is read at most its declared size + 1 bytes by the store (which checks size and
+   digest), then hashed again here, independent of the store: a backend with a bug in its own
+   check still cannot hand the loader bytes the manifest does not name.
+3. Decompression (``decompress``) is streamed in chunks into a buffer of the declared (bounded)
+   raw size, hashed as it goes, and stops one byte past it: a frame that decompresses to more
+   than the manifest says is refused having produced raw_size + 1 bytes, whatever it claims.
+4. ``check_blobs(programs=True)`` (what ``verify`` runs) also deserializes each executable,
+   never running it, and compares its fingerprint with the manifest's, as the loader does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from dataclasses import dataclass
 
+import zstandard
+
 from .._digest import sha256_digest
-from ..errors import AvatarReleaseError, IntegrityError
+from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
 from ..records import BlobRef, Manifest
 
-__all__ = ["BlobCheck", "build_blobs", "check_blobs", "fetch_verified"]
+__all__ = ["BlobCheck", "build_blobs", "check_blobs", "fetch_verified", "check_bounds", "memory_cap", "decompress",
+           "MAX_ZSTD_RATIO"]
+
+# The most raw bytes per stored byte a blob may declare. Measured 2026-12-01 at the packager's
+# zstd level 9: tiny on cpu-8, executables dit 10.5x, sr 5.8x (6.6x with matmul_k_split=2),
+# vae 6.1x, weights (f32 from init) 1.3x; tiny on tpu-v6e-8 (compile-only), executables dit 19.3x,
+# sr 7.0x, vae 10.5x, weights 1.3x. ~5x margin over the largest (production shapes not measured:
+# benchmarks/bench_attacks.py prints the ratios of the builds it makes). A zstd bomb of zeros
+# runs to tens of thousands (21000x for a 1 MiB frame of zeros at level 9).
+MAX_ZSTD_RATIO = 100
+# Below this many raw bytes the ratio is not applied: zstd's frame overhead dominates a tiny blob,
+# and a mebibyte is nothing to allocate.
+RATIO_EXEMPT_BYTES = 1 << 20
+# Decompression step: memory beyond the raw buffer is one chunk.
+DECOMPRESS_CHUNK = 1 << 20
 
 
 def build_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
     """(what, blob) for every blob a build is made of: the weights, then each executable."""
     weights = [("weights", manifest.weights.blob)] if manifest.weights.blob is not None else []
     return weights + [(e.key, e.blob) for e in manifest.executables]
+
+
+def _raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
+    """(declared raw size, raw digest) of the blob ``what`` names."""
+    if what == "weights":
+        return manifest.weights.raw_size, manifest.weights.raw_digest
+    e = next(e for e in manifest.executables if e.key == what)
+    return e.raw_size, e.raw_digest
 
 
 @dataclass(frozen=True)
@@ -31,12 +68,91 @@ class BlobCheck:
     size: int
     ok: bool
     error: str | None = None
+    note: str | None = None  # what else was checked, or why a check did not apply
 
     def to_json(self) -> dict:
         row = {"what": self.what, "digest": self.digest, "size": self.size, "ok": self.ok}
+        if self.note:
+            row["note"] = self.note
         return row if self.ok else {**row, "error": self.error}
 
 
+# ---------------------------------------------------------------------------------------------- bounds
+def _gib(n: int) -> str:
+    return f"{n} bytes ({n / 2**30:.2f} GiB)"
+
+
+def _cgroup_limit() -> int | None:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def memory_cap(manifest: Manifest) -> tuple[int, str]:
+    """(bytes, where the number comes from): the most a build's blobs may occupy, stored plus raw.
+
+    This host's physical memory (or its cgroup limit, when lower): decompression happens in host
+    memory. For a target that declares ``hbm_bytes_per_device`` (its spec on this machine, found
+    by the manifest's target name, which the identity covers), also the devices' total memory:
+    every byte a build carries ends up on its devices.
+    """
+    cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    why = f"this host's physical memory, {_gib(cap)}"
+    limit = _cgroup_limit()
+    if limit is not None and limit < cap:
+        cap, why = limit, f"this process's cgroup memory limit, {_gib(limit)}"
+    from ..specs import load_target
+
+    try:
+        target = load_target(manifest.target)
+    except AvatarReleaseError:  # a pod without the target's spec: the host bound alone
+        return cap, why
+    if target.hbm_bytes_per_device is not None:
+        devices = target.hbm_bytes_per_device * target.device_count
+        if devices < cap:
+            cap = devices
+            why = (f"the memory of target {target.name}'s devices, {target.device_count} x "
+                   f"{target.hbm_bytes_per_device} bytes = {_gib(devices)}")
+    return cap, why
+
+
+def _bound_error(manifest: Manifest, what: str, ref: BlobRef, raw_size: int) -> str | None:
+    if raw_size < 0:
+        return f"build {manifest.build_id}: {what}: declares a raw size of {raw_size} bytes"
+    allowed = max(MAX_ZSTD_RATIO * ref.size, RATIO_EXEMPT_BYTES)
+    if raw_size > allowed:
+        return (
+            f"build {manifest.build_id}: {what}: declares {raw_size} raw bytes from a {ref.size}-byte zstd blob "
+            f"(ratio {raw_size / max(ref.size, 1):.0f}x, at most {MAX_ZSTD_RATIO}x allowed); refused before "
+            "decompressing: a zstd bomb or a lying raw_size"
+        )
+    return None
+
+
+def check_bounds(manifest: Manifest, cap: tuple[int, str] | None = None) -> None:
+    """Refuse a build whose declared sizes could exhaust memory, before anything is fetched."""
+    cap_bytes, why = memory_cap(manifest) if cap is None else cap
+    total = 0
+    for what, ref in build_blobs(manifest):
+        raw_size, _ = _raw_of(manifest, what)
+        error = _bound_error(manifest, what, ref, raw_size)
+        if error:
+            raise IntegrityError(error)
+        total += ref.size + raw_size
+    if total > cap_bytes:
+        raise IntegrityError(
+            f"build {manifest.build_id}: its blobs declare {_gib(total)} stored + decompressed, more than "
+            f"{why}; refused before fetching"
+        )
+
+
+# ---------------------------------------------------------------------------------------------- bytes
 def _verify(manifest: Manifest, what: str, ref: BlobRef, data: bytes) -> bytes:
     if sha256_digest(data) != ref.digest:  # independent of the store's own check
         raise IntegrityError(f"build {manifest.build_id}: {what}: blob {ref.digest} does not match its digest")
@@ -51,7 +167,7 @@ def fetch_verified(registry, manifest: Manifest) -> tuple[dict[str, bytes], floa
     """Every blob's bytes by digest, each verified; raises on the first that fails.
 
     Returns (bytes by digest, seconds fetching, seconds re-hashing). Nothing is decompressed
-    or unpickled until every blob has passed.
+    or unpickled until every blob has passed. Call ``check_bounds`` first.
     """
     t0 = time.perf_counter()
     fetched = [(what, ref, registry.get_blob(ref.digest, ref.size)) for what, ref in build_blobs(manifest)]
@@ -61,15 +177,102 @@ def fetch_verified(registry, manifest: Manifest) -> tuple[dict[str, bytes], floa
     return {ref.digest: data for _, ref, data in fetched}, t1 - t0, time.perf_counter() - t1
 
 
-def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None) -> list[BlobCheck]:
-    """Check every blob (or those whose ``what`` is in ``only``) without stopping at the first failure."""
+def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> bytearray:
+    """The raw bytes of a zstd blob, exactly ``raw_size`` of them hashing to ``raw_digest``.
+
+    ``raw_size`` must already be bounded (``check_bounds``): it is allocated up front, and the
+    stream is read into it chunk by chunk, never past raw_size + 1 bytes.
+    """
+    out = bytearray(raw_size)
+    view = memoryview(out)
+    h = hashlib.sha256()
+    n = 0
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(data, read_size=DECOMPRESS_CHUNK,
+                                                        read_across_frames=True) as reader:
+            while n < raw_size:
+                k = reader.readinto(view[n: n + DECOMPRESS_CHUNK])
+                if not k:
+                    break
+                h.update(view[n: n + k])
+                n += k
+            over = reader.read(1)
+    except zstandard.ZstdError as e:
+        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated ({e})") from None
+    finally:
+        view.release()
+    if over:
+        raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
+                             "(stopped one byte past it)")
+    if n != raw_size:
+        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated: it decompresses to {n} bytes, the "
+                             f"manifest says {raw_size}")
+    if "sha256:" + h.hexdigest() != raw_digest:
+        raise IntegrityError(f"{where}: decompressed bytes hash to sha256:{h.hexdigest()}, the manifest says "
+                             f"{raw_digest}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- verify
+def _program_checker(manifest: Manifest):
+    """check(entry, payload) -> note: deserialize (never run) and compare the fingerprint, where this
+    machine can load the build at all."""
+    from ._load import check_environment, devices_for
+    from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
+
+    try:
+        check_environment(manifest)
+        devices = devices_for(manifest)
+        unable = None
+    except EnvironmentMismatch as e:
+        unable = "; ".join(f"{k}: expected {x!r}, actual {y!r}" for k, (x, y) in e.differences.items())
+
+    def check(entry, payload) -> str:
+        if entry.format != "xla-executable":
+            return f"program not checked: a {entry.format} stage is compiled in the pod"
+        if unable is not None:
+            return f"program not checked: this machine cannot load the build ({unable})"
+        exe = deserialize_and_load(payload, tree_from_text(entry.in_tree, entry, "in"),
+                                   tree_from_text(entry.out_tree, entry, "out"), backend=devices[0].client,
+                                   execution_devices=devices, what=f"build {manifest.build_id}: executable {entry.key}")
+        return check_fingerprint(manifest, entry, exe)
+
+    return check
+
+
+def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, contents: bool = False,
+                programs: bool = False) -> list[BlobCheck]:
+    """Check every blob (or those whose ``what`` is in ``only``) without stopping at the first failure.
+
+    Always the stored bytes' size and sha256. ``contents``: also the declared sizes against the
+    bounds, then a bounded decompression and the raw bytes' size and sha256. ``programs``
+    (implies contents): also deserialize each executable and compare its fingerprint.
+    """
+    contents = contents or programs
+    check_program = _program_checker(manifest) if programs else None
+    cap = memory_cap(manifest) if contents else None
     rows = []
     for what, ref in build_blobs(manifest):
         if only is not None and what not in only:
             continue
+        note = None
         try:
-            _fetch_one(registry, manifest, what, ref)
-            rows.append(BlobCheck(what, ref.digest, ref.size, True))
+            if contents:
+                raw_size, raw_digest = _raw_of(manifest, what)
+                error = _bound_error(manifest, what, ref, raw_size)
+                if error is None and ref.size + raw_size > cap[0]:
+                    error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
+                if error:
+                    raise IntegrityError(error)
+            data = _fetch_one(registry, manifest, what, ref)
+            if contents:
+                payload = decompress(data, raw_size, raw_digest, where=f"build {manifest.build_id}: {what}")
+                del data
+                note = "raw bytes match"
+                if check_program is not None and what != "weights":
+                    note += "; " + check_program(next(e for e in manifest.executables if e.key == what), payload)
+                del payload
+            rows.append(BlobCheck(what, ref.digest, ref.size, True, note=note))
         except AvatarReleaseError as e:
             rows.append(BlobCheck(what, ref.digest, ref.size, False, str(e)))
     return rows

@@ -1,33 +1,34 @@
-"""ref -> resolve once -> verify every blob -> check the environment -> decompress ->
-deserialize with explicit devices -> place weights. Imports no torch.
+"""ref -> resolve once -> identity and seal -> (signature) -> check the environment -> bound the
+declared sizes -> verify every blob -> decompress (streamed, bounded) -> deserialize with explicit
+devices -> check each program's fingerprint -> place weights. Imports no torch.
 
 Order matters for safety: the serialized executable is a pickle, and unpickling untrusted
 bytes can run code. Every blob's size and sha256 are verified against the manifest (whose
-own digest was resolved from the registry) before any byte is decompressed or unpickled.
+own digest was resolved from the registry) before any byte is decompressed or unpickled, and
+the sizes it declares are bounded before anything is fetched or allocated (``_blobs``). Once
+loaded, never run, each executable must report the fingerprint the build identity covers.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import zstandard
 
-from .._digest import sha256_digest
 from .._dtypes import dtype_name
-from ._blobs import fetch_verified
+from ._blobs import check_bounds, decompress, fetch_verified
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
-from ._unpickle import deserialize_and_load
+from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ..errors import EnvironmentMismatch, InputError, IntegrityError
+from ..identity import check_identity
 from ..records import ArraySpec, ExecutableEntry, Manifest
 from ..registry import Registry, Resolved, open_registry, read_manifest
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
 
-__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "place_weights"]
+__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "devices_for", "place_weights"]
 
 
 @dataclass
@@ -50,7 +51,10 @@ class TrustConfig:
     """What a pod trusts: an Ed25519 public key, and where it keeps the highest sequence it accepted."""
 
     public_key: Any
-    state: Any = None  # trust.statements.AcceptedState, or None (no replay protection)
+    state: Any = None  # trust.statements.AcceptedState, or None (no memory across restarts)
+    # Require an unexpired signed timestamp naming the statement (refuses replays to a pod that
+    # remembers nothing); off only for registries whose promoter cannot refresh timestamps.
+    require_fresh: bool = True
 
 
 @dataclass
@@ -80,7 +84,8 @@ class LoadedBuild:
         return self.resolved.digest
 
 
-def _devices_for(manifest: Manifest):
+def devices_for(manifest: Manifest):
+    """The devices a build runs on here: the first ``device_count`` of its backend's."""
     import jax
 
     p = manifest.platform
@@ -99,7 +104,7 @@ def check_environment(manifest: Manifest) -> None:
 
     p = manifest.platform
     try:
-        devices = _devices_for(manifest)
+        devices = devices_for(manifest)
     except RuntimeError as e:
         expected = f"{p.backend}: {p.device_kind} x {p.device_count}" + (f" ({p.topology})" if p.topology else "")
         actual = _describe(jax.devices())
@@ -134,26 +139,6 @@ def check_environment(manifest: Manifest) -> None:
         )
 
 
-_TREE_RE = re.compile(r"^PyTreeDef\(")
-
-
-def _tree_from_text(text: str, entry: ExecutableEntry, side: str):
-    """Rebuild the executable's pytree structure from its recorded text (never a pickle)."""
-    import jax
-
-    if side == "in":
-        keys = [p.name.split(".", 1)[1] for p in entry.params]
-        tree = jax.tree_util.tree_structure((({k: 0 for k in keys}, *[0] * len(entry.inputs)), {}))
-    else:
-        tree = jax.tree_util.tree_structure(tuple([0] * len(entry.outputs)))
-    if str(tree) != text or not _TREE_RE.match(text):
-        raise IntegrityError(
-            f"executable {entry.key}: recorded {side}_tree {text[:120]!r} does not match its declared "
-            f"params/inputs/outputs ({str(tree)[:120]!r})"
-        )
-    return tree
-
-
 def _sharding(mesh, spec: ArraySpec):
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -179,7 +164,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         raise IntegrityError(
             f"manifest {resolved.digest} says build {manifest.build_id}, the registry calls it {resolved.build_id}"
         )
-    _check_identity(manifest)
+    check_identity(manifest)
     t.resolve = time.perf_counter() - t0
 
     accepted = None
@@ -195,28 +180,21 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
             "no weights to serve; compile it with a checkpoint (--weights FILE) to make a servable build"
         )
 
-    # Fetch and verify every blob before decompressing or unpickling any of them.
+    # Bound what the manifest declares before fetching or allocating anything; then fetch and
+    # verify every blob before decompressing or unpickling any of them.
+    check_bounds(manifest)
     raw, t.fetch, t.verify = fetch_verified(reg, manifest)
 
     t0 = time.perf_counter()
-    dctx = zstandard.ZstdDecompressor()
-
-    def unzstd(data: bytes, raw_size: int, raw_digest: str, what: str) -> bytes:
-        try:
-            out = dctx.decompress(data, max_output_size=raw_size)
-        except zstandard.ZstdError as e:
-            raise IntegrityError(f"build {manifest.build_id}: {what}: zstd frame is corrupt or truncated ({e})") from None
-        if len(out) != raw_size or sha256_digest(out) != raw_digest:
-            raise IntegrityError(f"build {manifest.build_id}: {what}: decompressed bytes do not match the manifest")
-        return out
-
     w = manifest.weights
-    weights_raw = unzstd(raw[w.blob.digest], w.raw_size, w.raw_digest, "weights")
-    payloads = {e.key: unzstd(raw[e.blob.digest], e.raw_size, e.raw_digest, f"executable {e.key}")
+    where = f"build {manifest.build_id}"
+    weights_raw = decompress(raw.pop(w.blob.digest), w.raw_size, w.raw_digest, where=f"{where}: weights")
+    payloads = {e.key: decompress(raw[e.blob.digest], e.raw_size, e.raw_digest, where=f"{where}: executable {e.key}")
                 for e in manifest.executables}
+    del raw
     t.decompress = time.perf_counter() - t0
 
-    devices = _devices_for(manifest)
+    devices = devices_for(manifest)
     mesh = Mesh(np.array(devices).reshape(manifest.platform.mesh_shape), tuple(manifest.platform.mesh_axes))
 
     t0 = time.perf_counter()
@@ -226,10 +204,11 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         if e.format == "jax-export":
             exe = _portable(payloads[e.key], e, manifest)
         else:
-            in_tree = _tree_from_text(e.in_tree, e, "in")
-            out_tree = _tree_from_text(e.out_tree, e, "out")
-            exe = deserialize_and_load(payloads[e.key], in_tree, out_tree, backend=backend or devices[0].client,
-                                           execution_devices=devices)
+            in_tree = tree_from_text(e.in_tree, e, "in")
+            out_tree = tree_from_text(e.out_tree, e, "out")
+            exe = deserialize_and_load(payloads.pop(e.key), in_tree, out_tree, backend=backend or devices[0].client,
+                                       execution_devices=devices, what=f"{where}: executable {e.key}")
+            check_fingerprint(manifest, e, exe)  # the program the identity names, not another
         loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [_sharding(mesh, s) for s in e.inputs], {})
     t.deserialize = time.perf_counter() - t0
 
@@ -242,32 +221,15 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
 
 
-def _check_identity(manifest: Manifest) -> None:
-    """The manifest's fields must hash to the identity (and build id) it carries."""
-    from ..identity import build_id_for, manifest_identity, manifest_seal
-
-    got = manifest_identity(manifest)
-    if got != manifest.identity or build_id_for(manifest.pipeline, manifest.target, got) != manifest.build_id:
-        raise IntegrityError(
-            f"build {manifest.build_id}: its manifest fields hash to identity {got}, but it claims "
-            f"{manifest.identity}: the manifest was edited or mixes entries from another build; refusing it"
-        )
-    if manifest.seal is not None and manifest_seal(manifest) != manifest.seal:
-        raise IntegrityError(
-            f"build {manifest.build_id}: its executable and weights blobs are not the ones it was sealed with "
-            "(an entry was swapped in from another build); refusing it"
-        )
-
-
 def _check_signature(reg, resolved: Resolved, trust: TrustConfig):
     from ..errors import TrustError
-    from ..trust.statements import read_statement, verify
+    from ..trust.statements import verify_channel
 
     if resolved.via != "channel":
         raise TrustError(f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
                          "(dev, staging, prod), which carry signed statements")
-    return verify(read_statement(reg, resolved.ref), trust.public_key, channel=resolved.ref,
-                  digest=resolved.digest, state=trust.state)
+    return verify_channel(reg, resolved.ref, trust.public_key, digest=resolved.digest, state=trust.state,
+                          require_fresh=trust.require_fresh)
 
 
 def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):
@@ -285,7 +247,13 @@ def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) ->
     """Put every stage's weights on the mesh with the shardings its executable expects."""
     import jax
 
-    tensors = read_safetensors(weights_raw, where=f"build {manifest.build_id} weights")
+    where = f"build {manifest.build_id} weights"
+    try:
+        tensors = read_safetensors(weights_raw, where=where)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a header of the wrong shape
+        raise IntegrityError(f"{where}: safetensors header is malformed ({type(e).__name__}: {e})") from None
+    for arr in tensors.values():  # views into the decompressed buffer: nothing may write through them
+        arr.flags.writeable = False
     placed: dict[Any, Any] = {}
     for ls in stages.values():
         for spec in ls.entry.params:

@@ -1,21 +1,31 @@
-"""A restricted unpickler for serialized XLA executables: the second layer of safe loading.
+"""Deserializing XLA executables: a restricted unpickler, then the program checked against its identity.
 
 The first layer is the digest (and, with a trust key, the signature) checked before any byte
 is unpickled. This one limits what the pickle stream may construct to the classes jax's own
 executable serialization uses (``ALLOWED``). Anything else (``os.system``, ``builtins.eval``,
-a gadget class) is refused before it is looked up. ``tests/unit/test_unpickle.py`` records
-the classes a real executable needs and fails if they ever change, so a jax upgrade that
+a gadget class) is refused before it is looked up. ``tests/integration/test_trust_loading.py``
+records the classes a real executable needs and fails if they ever change, so a jax upgrade that
 needs a new class fails loudly instead of silently widening this list.
+
+Any other failure while unpickling or loading (a malformed stream, an unknown device id, a
+pytree that does not match the recorded one, an executable XLA cannot read) is an
+IntegrityError naming the executable: the bytes already matched their digests, so a payload
+that does not deserialize is a tampered or foreign one, never a crash.
+
+The third layer, ``check_fingerprint``: once loaded (never run), the backend's fingerprint of
+the executable must be the one the manifest records, which the build identity covers
+(``avatar_release.identity``): a program swapped in under an unchanged build id is refused.
 """
 
 from __future__ import annotations
 
 import io
-import pickle
+import re
 
 from ..errors import IntegrityError
 
-__all__ = ["ALLOWED", "deserialize_and_load", "classes_in"]
+__all__ = ["ALLOWED", "deserialize_and_load", "classes_in", "tree_from_text", "loaded_fingerprint",
+           "check_fingerprint"]
 
 # (module, name) pairs a jax 0.10.2 executable pickle refers to, recorded by the test above.
 ALLOWED: frozenset[tuple[str, str]] = frozenset({
@@ -56,19 +66,91 @@ def _unpickler_class():
     return Restricted
 
 
-def deserialize_and_load(payload: bytes, in_tree, out_tree, *, backend, execution_devices):
-    """jax.experimental.serialize_executable.deserialize_and_load, with the restricted unpickler."""
+def deserialize_and_load(payload, in_tree, out_tree, *, backend, execution_devices, what: str = "executable"):
+    """jax.experimental.serialize_executable.deserialize_and_load, with the restricted unpickler.
+
+    Every failure is an IntegrityError naming ``what``; nothing is run.
+    """
     import jax
 
     try:
-        unloaded, args_info_flat, no_kwargs = _unpickler_class()(
-            io.BytesIO(payload), backend, execution_devices).load()
-    except IntegrityError:
-        raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
-        raise IntegrityError(f"executable payload does not unpickle as an XLA executable ({type(e).__name__}: {e})") from None
-    args_info = in_tree.unflatten(args_info_flat)
-    return jax.stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=no_kwargs)
+        loaded = _unpickler_class()(io.BytesIO(payload), backend, execution_devices).load()
+    except IntegrityError as e:
+        raise IntegrityError(f"{what}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - whatever a malformed stream raises, it is not ours to crash on
+        raise IntegrityError(f"{what}: payload does not unpickle as an XLA executable ({_say(e)})") from None
+    if not (isinstance(loaded, tuple) and len(loaded) == 3):
+        raise IntegrityError(f"{what}: payload unpickles to {type(loaded).__name__}, not an XLA executable's "
+                             "(executable, args_info, no_kwargs) triple")
+    unloaded, args_info_flat, no_kwargs = loaded
+    try:
+        args_info = in_tree.unflatten(args_info_flat)
+    except Exception as e:  # noqa: BLE001
+        raise IntegrityError(f"{what}: its argument info does not match the recorded in_tree ({_say(e)})") from None
+    try:
+        return jax.stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=no_kwargs)
+    except Exception as e:  # noqa: BLE001
+        raise IntegrityError(f"{what}: XLA cannot load the deserialized executable ({_say(e)})") from None
+
+
+def _say(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else repr(e)}"
+
+
+_TREE_RE = re.compile(r"^PyTreeDef\(")
+
+
+def tree_from_text(text: str, entry, side: str):
+    """Rebuild an executable's pytree structure from its recorded text (never a pickle)."""
+    import jax
+
+    if side == "in":
+        keys = [p.name.split(".", 1)[1] for p in entry.params]
+        tree = jax.tree_util.tree_structure((({k: 0 for k in keys}, *[0] * len(entry.inputs)), {}))
+    else:
+        tree = jax.tree_util.tree_structure(tuple([0] * len(entry.outputs)))
+    if str(tree) != text or not _TREE_RE.match(text):
+        raise IntegrityError(
+            f"executable {entry.key}: recorded {side}_tree {text[:120]!r} does not match its declared "
+            f"params/inputs/outputs ({str(tree)[:120]!r})"
+        )
+    return tree
+
+
+def loaded_fingerprint(executable) -> str | None:
+    """The fingerprint the backend reports for a loaded executable (None where it reports none)."""
+    try:
+        raw = executable.runtime_executable().fingerprint
+    except Exception:  # noqa: BLE001 - not every backend reports one
+        return None
+    return raw.decode() if isinstance(raw, bytes) else (None if raw is None else str(raw))
+
+
+def check_fingerprint(manifest, entry, executable) -> str:
+    """Refuse an executable whose loaded fingerprint is not the manifest's; say what was checked.
+
+    Applies to "xla-executable" stages of manifests from version 3 (``identity.py`` says why
+    not before) that record a fingerprint, on a backend that reports one.
+    """
+    from ..identity import FINGERPRINT_CHECKED_SINCE
+
+    if entry.format != "xla-executable":
+        return f"program not checked: a {entry.format} stage is compiled in the pod"
+    if manifest.schema_version < FINGERPRINT_CHECKED_SINCE:
+        return (f"program not checked: a v{manifest.schema_version} manifest records the compile-time fingerprint, "
+                "which a loaded executable does not reproduce")
+    if entry.fingerprint is None:
+        return "program not checked: the compiling client reported no fingerprint (compile-only)"
+    actual = loaded_fingerprint(executable)
+    if actual is None:
+        return "program not checked: this backend reports no fingerprint"
+    if actual != entry.fingerprint:
+        raise IntegrityError(
+            f"build {manifest.build_id}: executable {entry.key}: the loaded program's fingerprint is {actual}, "
+            f"the manifest (and the build identity) says {entry.fingerprint}: another program was put in its "
+            "place; refusing it"
+        )
+    return f"program fingerprint {actual} matches"
 
 
 def classes_in(payload: bytes, *, backend, execution_devices) -> set[tuple[str, str]]:

@@ -63,15 +63,18 @@ def test_cli_exits_11_on_a_manifest_from_a_newer_tool(tmp_path):
     from avatar_release.cli import cli
     from avatar_release.registry import LocalRegistry
 
+    _, oldest, newest = readable_versions(Manifest)
     reg = LocalRegistry(tmp_path / "reg")
-    doc = json.loads((DATA / "build-manifest.v2.json").read_bytes())
-    doc["schema_version"] = 3
-    for ref in parse_record(Manifest, (DATA / "build-manifest.v2.json").read_bytes(), where="x").blobs():
+    stored = (DATA / f"build-manifest.v{newest}.json").read_bytes()
+    doc = json.loads(stored)
+    doc["schema_version"] = newest + 1
+    for ref in parse_record(Manifest, stored, where="x").blobs():
         reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
     reg.put_build(doc["build_id"], json.dumps(doc).encode())
     res = CliRunner().invoke(cli, ["inspect", doc["build_id"], "--registry", str(tmp_path / "reg")])
     assert res.exit_code == 11, res.output
-    assert "schema_version 3, this avatar-release reads 1..2" in res.output and "upgrade" in res.output
+    assert f"schema_version {newest + 1}, this avatar-release reads {oldest}..{newest}" in res.output
+    assert "upgrade" in res.output
 
 
 @pytest.mark.parametrize(
@@ -97,7 +100,7 @@ def test_not_json_is_an_integrity_error():
 
 def test_checked_in_json_schemas_are_current():
     folder = manifests_dir() / "schema"
-    assert "build-manifest.v2.json" in render_schemas()
+    assert f"build-manifest.v{readable_versions(Manifest)[2]}.json" in render_schemas()
     for name, text in render_schemas().items():
         assert (folder / name).read_text() == text, (
             f"manifests/schema/{name} is stale: run "

@@ -1,0 +1,243 @@
+"""Integrity checks that need no build: declared sizes bounded before anything is allocated,
+decompression that never runs past the declared size, malformed pickles and corrupt registry
+files refused as integrity errors (never a crash), and the identity's version binding."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from avatar_release.errors import IntegrityError, SchemaVersionError
+from avatar_release.identity import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
+from avatar_release.records import Manifest, parse_record
+from avatar_release.registry import MemoryRegistry
+from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _manifest(version: int = 3) -> Manifest:
+    return parse_record(Manifest, (DATA / f"build-manifest.v{version}.json").read_bytes(), where="stored")
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------------------------ decompression
+def test_decompress_returns_exactly_the_declared_bytes():
+    raw = bytes(range(256)) * 1000
+    z = zstandard.ZstdCompressor().compress(raw)
+    assert bytes(decompress(z, len(raw), _digest(raw), where="x")) == raw
+
+
+@pytest.mark.parametrize("case, message", [
+    ("longer", "decompresses to more than the 1000 bytes"),
+    ("shorter", "decompresses to 500 bytes, the manifest says 1000"),
+    ("digest", "hash to sha256:"),
+    ("junk", "zstd frame is corrupt or truncated"),
+    ("trailing-frame", "decompresses to more than the 1000 bytes"),
+])
+def test_decompress_refuses_what_the_manifest_does_not_say(case, message):
+    raw = b"a" * 1000
+    z = zstandard.ZstdCompressor().compress(raw)
+    data, size, digest = {
+        "longer": (zstandard.ZstdCompressor().compress(b"a" * 2000), 1000, _digest(raw)),
+        "shorter": (zstandard.ZstdCompressor().compress(b"a" * 500), 1000, _digest(raw)),
+        "digest": (z, 1000, _digest(b"b" * 1000)),
+        "junk": (b"\x00garbage" * 10, 1000, _digest(raw)),
+        "trailing-frame": (z + z, 1000, _digest(raw)),  # a second frame is read, not ignored
+    }[case]
+    with pytest.raises(IntegrityError, match=message):
+        decompress(data, size, digest, where="blob x")
+
+
+def test_a_bomb_under_a_small_declared_size_allocates_only_that():
+    frame = zstandard.ZstdCompressor(level=19).compress(bytes(1 << 20))
+    bomb = frame * 1024  # 1 GiB of zeros in a few dozen KB
+    tracemalloc.start()
+    try:
+        with pytest.raises(IntegrityError, match="more than the 2097152 bytes"):
+            decompress(bomb, 2 << 20, _digest(bytes(2 << 20)), where="x")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak  # the 2 MiB buffer and a chunk, not the gigabyte
+
+
+# ------------------------------------------------------------------------------ bounds
+def _with_dit(m: Manifest, **changes) -> Manifest:
+    return m.model_copy(update={"executables": [e.model_copy(update=changes) if e.key == "dit/f8" else e
+                                                for e in m.executables]})
+
+
+def test_a_real_build_is_within_every_bound():
+    m = _manifest()
+    check_bounds(m)
+    ratios = [e.raw_size / e.blob.size for e in m.executables] + [m.weights.raw_size / m.weights.blob.size]
+    assert max(ratios) * 4 < MAX_ZSTD_RATIO  # the margin the constant claims
+
+
+def test_a_declared_ratio_beyond_the_bound_is_refused_with_the_numbers():
+    m = _manifest()
+    dit = m.executable("dit", "f8")
+    bomb = _with_dit(m, raw_size=dit.blob.size * (MAX_ZSTD_RATIO + 1))
+    with pytest.raises(IntegrityError) as e:
+        check_bounds(bomb)
+    assert f"declares {dit.blob.size * (MAX_ZSTD_RATIO + 1)} raw bytes from a {dit.blob.size}-byte" in str(e.value)
+    assert "dit/f8" in str(e.value) and "before decompressing" in str(e.value)
+    with pytest.raises(IntegrityError, match="raw size of -1"):
+        check_bounds(_with_dit(m, raw_size=-1))
+
+
+def test_sizes_beyond_memory_are_refused_before_fetching():
+    m = _manifest()
+    huge = _with_dit(m, blob=m.executable("dit", "f8").blob.model_copy(update={"size": 1 << 50}))
+    with pytest.raises(IntegrityError, match="more than this .*memory"):
+        check_bounds(huge)
+    with pytest.raises(IntegrityError, match="more than the test cap, 100"):
+        check_bounds(m, cap=(100, "the test cap, 100"))
+
+
+def test_memory_cap_is_the_smaller_of_the_host_and_the_targets_devices(monkeypatch):
+    import os
+
+    m = _manifest()
+    host, why = memory_cap(m)  # cpu-8 declares no device memory: the host
+    assert host > 0 and ("physical memory" in why or "cgroup" in why)
+    tpu = m.model_copy(update={"target": "tpu-v6e-8"})
+    monkeypatch.setattr(os, "sysconf", lambda name: 1 << 30 if name == "SC_PHYS_PAGES" else 4096)  # 4 TiB host
+    monkeypatch.setattr("avatar_release.runtime._blobs._cgroup_limit", lambda: None)
+    cap, why = memory_cap(tpu)
+    assert cap == 8 * 34359738368 and "tpu-v6e-8" in why and "8 x 34359738368" in why
+    monkeypatch.setattr("avatar_release.runtime._blobs._cgroup_limit", lambda: 1 << 33)
+    assert memory_cap(tpu) == (1 << 33, "this process's cgroup memory limit, 8589934592 bytes (8.00 GiB)")
+
+
+# ------------------------------------------------------------------------------ identity
+def test_every_stored_manifest_since_v2_still_matches_its_identity():
+    for version in (2, 3):
+        check_identity(_manifest(version))
+
+
+def test_from_v3_the_identity_covers_the_schema_version():
+    m = _manifest(FINGERPRINT_CHECKED_SINCE)
+    relabelled = m.model_copy(update={"schema_version": FINGERPRINT_CHECKED_SINCE - 1})
+    assert manifest_identity(relabelled) != m.identity
+    with pytest.raises(IntegrityError, match="hash to identity"):
+        check_identity(relabelled)
+    with pytest.raises(IntegrityError, match="carries no seal"):
+        check_identity(m.model_copy(update={"seal": None}))
+
+
+# ------------------------------------------------------------------------------ pickles
+@pytest.fixture(scope="module")
+def tiny_executable():
+    """A millisecond compile shaped like a build's stage: sharded over a mesh of every device."""
+    import jax
+    import numpy as np
+    from jax.experimental.serialize_executable import serialize
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("fsdp",)), PartitionSpec("fsdp"))
+    spec = jax.ShapeDtypeStruct((len(jax.devices()),), np.float32, sharding=sharding)
+    compiled = jax.jit(lambda p, x: (p["w"] * x,)).lower({"w": spec}, spec).compile()
+    payload, in_tree, out_tree = serialize(compiled)
+    return payload, in_tree, out_tree
+
+
+class _Pid(pickle.Pickler):
+    def persistent_id(self, obj):
+        return obj[1] if isinstance(obj, tuple) and obj and obj[0] == "pid" else None
+
+
+def _with_pid(pid) -> bytes:
+    import io
+
+    f = io.BytesIO()
+    _Pid(f).dump((("pid", pid), [], False))
+    return f.getvalue()
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated", "not-a-triple", "unknown-device", "bad-pid",
+                                  "garbage-executable", "too-few-leaves", "random"])
+def test_a_malformed_pickle_is_an_integrity_error_naming_the_executable(tiny_executable, case):
+    import jax
+
+    from avatar_release.runtime._unpickle import deserialize_and_load
+
+    payload, in_tree, out_tree = tiny_executable
+    data = {
+        "empty": b"",
+        "truncated": payload[: len(payload) // 3],
+        "not-a-triple": pickle.dumps([1, 2, 3, 4]),
+        "unknown-device": _with_pid(("device", 999)),
+        "bad-pid": _with_pid(()),
+        "garbage-executable": _with_pid(("exec", b"\x00not an executable")),
+        "too-few-leaves": pickle.dumps((None, [], False)),
+        "random": bytes(range(256)) * 4,
+    }[case]
+    with pytest.raises(IntegrityError, match="^stage x/y: "):
+        deserialize_and_load(data, in_tree, out_tree, backend=jax.devices()[0].client,
+                             execution_devices=jax.devices(), what="stage x/y")
+    # and the genuine payload still loads
+    exe = deserialize_and_load(payload, in_tree, out_tree, backend=jax.devices()[0].client,
+                               execution_devices=jax.devices(), what="stage x/y")
+    assert exe.runtime_executable().fingerprint
+
+
+# ------------------------------------------------------------------------------ registry files
+def _registry_with_a_build() -> tuple[MemoryRegistry, str]:
+    m = _manifest()
+    reg = MemoryRegistry()
+    for ref in m.blobs():
+        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
+    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
+    reg.move_channel("dev", reg.resolve(digest), expected_digest=None, action="publish", who="t", reason="")
+    return reg, m.build_id
+
+
+@pytest.mark.parametrize("key, data, call, message", [
+    ("channels/dev.json", b"garbage", lambda r, b: r.get_channel("dev"), "channels/dev.json: not valid JSON"),
+    ("channels/dev.json", b"[]", lambda r, b: r.resolve("dev"), "channels/dev.json: not a channel file"),
+    ("channels/dev.json", b'{"state": {}, "entry": {}}', lambda r, b: r.history(),
+     "channels/dev.json: missing or non-integer schema_version"),
+    ("builds/{b}", b"\xff\xfe", lambda r, b: r.list_builds(), "builds/{b}: not valid JSON"),
+    ("builds/{b}", b'{"build_id": 1}', lambda r, b: r.resolve(b), "builds/{b}: not a build reference"),
+    ("builds/{b}", b'{"build_id": "x", "digest": "sha256:00", "published_at": ""}', lambda r, b: r.resolve(b),
+     "builds/{b}: names build 'x'"),
+    ("builds/{b}", b'{"build_id": "{b}", "digest": "md5:00", "published_at": ""}', lambda r, b: r.resolve(b),
+     "builds/{b}: digest 'md5:00'"),
+    ("history.jsonl", b"garbage\n{old}", lambda r, b: r.history(), "history.jsonl line 1: not valid JSON"),
+])
+def test_a_corrupt_registry_file_is_an_integrity_error_naming_it(key, data, call, message):
+    reg, build_id = _registry_with_a_build()
+    key = key.replace("{b}", build_id)
+    old = reg._read(key) or b""
+    reg._write_atomic(key, data.replace(b"{b}", build_id.encode()).replace(b"{old}", old))
+    with pytest.raises(IntegrityError, match=message.replace("{b}", build_id)):
+        call(reg, build_id)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=200) | st.builds(lambda d: json.dumps(d).encode(), st.dictionaries(
+    st.sampled_from(["state", "entry", "build_id", "digest", "published_at"]),
+    st.none() | st.integers() | st.text(max_size=8) | st.dictionaries(st.text(max_size=5), st.integers()))),
+    key=st.sampled_from(["channels/dev.json", "builds/b", "history.jsonl"]))
+def test_any_bytes_in_a_registry_file_are_read_or_refused_never_a_crash(data, key):
+    reg, build_id = _registry_with_a_build()
+    reg._write_atomic(key.replace("builds/b", f"builds/{build_id}"), data)
+    for call in (reg.list_builds, reg.list_channels, reg.history, lambda: reg.resolve(build_id)):
+        try:
+            call()
+        except (IntegrityError, SchemaVersionError):
+            pass
