@@ -149,55 +149,79 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
          trust: TrustConfig | None = None) -> LoadedBuild:
     """Load a build (channel, build id or digest) ready to serve, or refuse with a reason.
 
-    With ``trust``, only a channel whose signed statement verifies is loaded, and the
-    signature is checked before any blob is fetched, decompressed or unpickled.
+    resolve once -> (signature) -> check the machine -> bound, fetch and verify every blob ->
+    decompress -> deserialize (fingerprints checked) -> place the weights. With ``trust``, only
+    a channel whose signed statement verifies is loaded, and the signature is checked before
+    any blob is fetched, decompressed or unpickled.
     """
-    import jax
-    from jax.sharding import Mesh
-
     reg = registry if registry is not None and not isinstance(registry, str) else open_registry(registry, create=False)
     t = LoadTimings()
-
+    resolved, manifest = _resolve(reg, ref, t)
+    accepted = None
+    if trust is not None:
+        t0 = time.perf_counter()
+        accepted = _check_signature(reg, resolved, trust)
+        t.signature = time.perf_counter() - t0
+    check_environment(manifest)
+    _require_weights(manifest)
+    # Bound what the manifest declares before fetching or allocating anything; then fetch and
+    # verify every blob before decompressing or unpickling any of them.
+    check_bounds(manifest)
+    raw, t.fetch, t.verify = fetch_verified(reg, manifest)
+    weights_raw, payloads = _decompress_all(manifest, raw, t)
+    mesh, loaded = _deserialize_all(manifest, payloads, t)
     t0 = time.perf_counter()
-    resolved, manifest = read_manifest(reg, ref)  # once; everything below is fetched by digest
+    place_weights(manifest, loaded, weights_raw, mesh)
+    t.weights = time.perf_counter() - t0
+    if accepted is not None and trust.state is not None:
+        trust.state.accept(accepted)  # only once the whole build loaded
+    return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
+
+
+def _resolve(reg, ref: str, t: LoadTimings):
+    """Resolve ``ref`` once (everything after is fetched by digest) and check the manifest names itself."""
+    t0 = time.perf_counter()
+    resolved, manifest = read_manifest(reg, ref)
     if manifest.build_id != resolved.build_id:
         raise IntegrityError(
             f"manifest {resolved.digest} says build {manifest.build_id}, the registry calls it {resolved.build_id}"
         )
     check_identity(manifest)
     t.resolve = time.perf_counter() - t0
+    return resolved, manifest
 
-    accepted = None
-    if trust is not None:
-        t0 = time.perf_counter()
-        accepted = _check_signature(reg, resolved, trust)
-        t.signature = time.perf_counter() - t0
 
-    check_environment(manifest)
+def _require_weights(manifest: Manifest) -> None:
     if not manifest.weights.materialized or manifest.weights.blob is None:
         raise InputError(
             f"build {manifest.build_id} was compiled from abstract shapes ({manifest.weights.source}): it carries "
             "no weights to serve; compile it with a checkpoint (--weights FILE) to make a servable build"
         )
 
-    # Bound what the manifest declares before fetching or allocating anything; then fetch and
-    # verify every blob before decompressing or unpickling any of them.
-    check_bounds(manifest)
-    raw, t.fetch, t.verify = fetch_verified(reg, manifest)
 
+def _decompress_all(manifest: Manifest, raw: dict[str, bytes], t: LoadTimings):
+    """(weights bytes, {executable key: payload}), each streamed within its declared size and digest."""
     t0 = time.perf_counter()
     w = manifest.weights
     where = f"build {manifest.build_id}"
     weights_raw = decompress(raw.pop(w.blob.digest), w.raw_size, w.raw_digest, where=f"{where}: weights")
     payloads = {e.key: decompress(raw[e.blob.digest], e.raw_size, e.raw_digest, where=f"{where}: executable {e.key}")
                 for e in manifest.executables}
-    del raw
+    raw.clear()
     t.decompress = time.perf_counter() - t0
+    return weights_raw, payloads
+
+
+def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimings):
+    """(mesh, loaded stages): every executable deserialized onto the build's devices, its
+    fingerprint compared with the manifest's (the program the identity names, not another)."""
+    import jax
+    from jax.sharding import Mesh
 
     devices = devices_for(manifest)
     mesh = Mesh(np.array(devices).reshape(manifest.platform.mesh_shape), tuple(manifest.platform.mesh_axes))
-
     t0 = time.perf_counter()
+    where = f"build {manifest.build_id}"
     loaded: dict[tuple[str, str], LoadedStage] = {}
     backend = jax.extend.backend.get_backend(manifest.platform.backend) if hasattr(jax, "extend") else None
     for e in manifest.executables:
@@ -208,17 +232,10 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
             out_tree = tree_from_text(e.out_tree, e, "out")
             exe = deserialize_and_load(payloads.pop(e.key), in_tree, out_tree, backend=backend or devices[0].client,
                                        execution_devices=devices, what=f"{where}: executable {e.key}")
-            check_fingerprint(manifest, e, exe)  # the program the identity names, not another
+            check_fingerprint(manifest, e, exe)
         loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [_sharding(mesh, s) for s in e.inputs], {})
     t.deserialize = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    place_weights(manifest, loaded, weights_raw, mesh)
-    t.weights = time.perf_counter() - t0
-
-    if accepted is not None and trust.state is not None:
-        trust.state.accept(accepted)  # only once the whole build loaded
-    return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
+    return mesh, loaded
 
 
 def _check_signature(reg, resolved: Resolved, trust: TrustConfig):
