@@ -3,7 +3,8 @@
 **Identity** — one hash over everything that changes the binary or what it computes: the
 pipeline and its config, the source and weights digests, target, flags, toolchain, platform,
 each executable's key, format, scheduled-HLO digest and fingerprint, the noise recipe and
-(from manifest version 3) the manifest's schema version. Computed by the compiler when it
+(from manifest version 3) the manifest's schema version and the flag profile's full contents
+(before, only its digest string, which nothing tied to the options the manifest carries). Computed by the compiler when it
 names a build (``<pipeline>-<target>-<identity[:12]>``) and recomputed by the loader and
 ``verify`` from the manifest they are about to trust.
 
@@ -45,8 +46,8 @@ from ._digest import canonical_json, sha256_digest
 from .errors import IntegrityError
 from .records import BUILD_SCHEMA_VERSION
 
-__all__ = ["identity_digest", "manifest_identity", "manifest_seal", "build_id_for", "check_identity",
-           "FINGERPRINT_CHECKED_SINCE"]
+__all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_seal", "build_id_for",
+           "check_identity", "FINGERPRINT_CHECKED_SINCE"]
 
 # The manifest version from which ``fingerprint`` is the deserialized executable's (what a loader
 # sees) and the identity covers the schema version. Older manifests record the compile-time
@@ -67,11 +68,21 @@ def identity_digest(*, pipeline, entry, config, overrides, source, weights, targ
     return sha256_digest(canonical_json(fields))
 
 
+def identity_flags(flags_record, schema_version: int):
+    """What the identity covers of the flag profile: from v3 the whole record (options, process
+    flags, kernel flags, digest), so a registry writer cannot edit the XLA_FLAGS a pod applies or
+    the compiler options without changing the build id; before, only its digest string."""
+    if schema_version >= FINGERPRINT_CHECKED_SINCE:
+        return flags_record.model_dump(mode="json")
+    return flags_record.digest
+
+
 def manifest_identity(m) -> str:
     """The identity a manifest's own fields hash to."""
     return identity_digest(
         pipeline=m.pipeline, entry=m.model_entry, config=m.config, overrides=m.overrides, source=m.source_digest,
-        weights=m.weights.raw_digest, target=m.target, flags=m.flags.digest, jax=m.toolchain.jax,
+        weights=m.weights.raw_digest, target=m.target, flags=identity_flags(m.flags, m.schema_version),
+        jax=m.toolchain.jax,
         jaxlib=m.toolchain.jaxlib, platform=m.platform.model_dump(mode="json"),
         executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in m.executables],
         noise=m.program.noise_recipe, schema_version=m.schema_version,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # a CPU build: never start the TPU plugin (libtpu may be installed)
 
 _CHILD = r"""
 import json, sys, time

@@ -18,9 +18,10 @@ import zstandard
 from .._digest import canonical_json, sha256_digest
 from .._dtypes import dtype_name
 from ..errors import DoesNotFit
-from ..identity import build_id_for, identity_digest, manifest_seal
+from ..identity import build_id_for, identity_digest, identity_flags, manifest_seal
 from ..machine import toolchain, who
 from ..records import (
+    BUILD_SCHEMA_VERSION,
     BlobRef,
     Bucket,
     ChunkProgram,
@@ -195,7 +196,8 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
     # The identity: a hash over everything that changes the binary or its output (identity.py).
     identity = identity_digest(
         pipeline=spec.name, entry=spec.entry, config=config_doc, overrides=plan.overrides, source=src,
-        weights=weights.raw_digest, target=tgt.name, flags=flags_rec.digest, jax=tools.jax, jaxlib=tools.jaxlib,
+        weights=weights.raw_digest, target=tgt.name, flags=identity_flags(flags_rec, BUILD_SCHEMA_VERSION),
+        jax=tools.jax, jaxlib=tools.jaxlib,
         platform=plan.platform.model_dump(mode="json"),
         executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in entries],
         noise=NOISE_RECIPES[spec.noise],
