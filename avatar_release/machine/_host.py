@@ -82,7 +82,14 @@ def configure_compile_env(target) -> None:
 
 
 def configure_for_manifest(manifest) -> None:
-    """Before JAX starts: the build's device count (CPU) and its flag profile's process flags."""
+    """Before JAX starts: the build's device count (CPU) and its flag profile's process flags.
+
+    The manifest's identity is checked first: process flags are applied only from a manifest
+    whose fields (the flag profile included) hash to the build id it carries.
+    """
+    from ..identity import check_identity
+
+    check_identity(manifest)
     if manifest.platform.backend == "cpu":
         if not backend_initialized():  # a CPU build runs on CPU: do not start other plugins
             os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -35,3 +35,16 @@ def test_an_edited_flag_profile_is_refused_or_renames_the_build(field, value):
     with pytest.raises(IntegrityError, match="hash to identity"):
         check_identity(edited)
     assert build_id_for(m.pipeline, m.target, manifest_identity(edited)) != m.build_id
+
+
+def test_flags_from_an_edited_manifest_are_never_applied(monkeypatch):
+    from avatar_release.machine import configure_for_manifest
+
+    m = _current()
+    edited = m.model_copy(update={"flags": m.flags.model_copy(update={"env_flags": ["--xla_dump_to=/tmp/x"]})})
+    monkeypatch.setenv("XLA_FLAGS", "")
+    with pytest.raises(IntegrityError):
+        configure_for_manifest(edited)
+    import os
+
+    assert "--xla_dump_to" not in os.environ.get("XLA_FLAGS", "")
