@@ -11,7 +11,8 @@ from avatar_release.cli import cli
 from avatar_release.records import Manifest, parse_record
 from avatar_release.registry import LocalRegistry
 
-pytestmark = pytest.mark.slow
+# Slow: the tests that compile (those using built_registry are marked by tests/conftest.py); the
+# refusals before any tracing stay in the fast lane.
 
 
 def _manifest(root, ref="dev") -> Manifest:
@@ -58,6 +59,7 @@ def test_cli_rebuild_reports_a_reproducible_build(built_registry):
     assert out["identical"] is True and out["rebuilt_id"] == first.build_id and out["differences"] == []
 
 
+@pytest.mark.slow  # compiles a pipeline
 def test_an_override_changes_the_build_and_is_recorded(tmp_path):
     from avatar_release.compile import compile_build
 
@@ -88,6 +90,7 @@ def test_bad_input_is_refused_with_exit_2_and_registry_unchanged(tmp_path, args,
     assert builds == []
 
 
+@pytest.mark.slow  # traces the pipeline before XLA refuses the option
 def test_unknown_xla_option_is_a_clear_compile_error(tmp_path, monkeypatch):
     man = tmp_path / "manifests"
     import shutil

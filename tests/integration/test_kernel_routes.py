@@ -38,6 +38,7 @@ def test_a_kernel_build_serves_with_zero_compiles_close_to_the_default(registry_
     assert min(psnr(x, y) for x, y in zip(a, b)) > 50  # ...of the same attention
 
 
+@pytest.mark.slow  # compiles the all-to-all programs it reports on (seconds on 2 cores)
 def test_analyze_attention_reports_the_masks_blocks_bound_and_collectives():
     res = CliRunner().invoke(cli, ["analyze", "attention", "--pipeline", "tiny", "--json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output

@@ -341,6 +341,7 @@ def test_a_tag_overwritten_outside_the_lock_is_caught_by_the_read_back(make_reg)
         reg.move_channel("staging", reg.resolve("b-1"), expected_digest=None, action="promote", who="a", reason="r")
 
 
+@pytest.mark.slow  # 20 tag moves under two reading threads: 3-7 s on 2 cores
 def test_a_reader_during_tag_moves_always_gets_a_whole_build(make_reg):
     mover = make_reg()
     for n in (1, 2):

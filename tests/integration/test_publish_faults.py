@@ -14,9 +14,8 @@ from avatar_release.cli import cli
 from avatar_release.errors import RegistryError
 from avatar_release.registry import LocalRegistry
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow  # compiles a pipeline
 def test_failure_in_the_middle_of_publishing_leaves_the_registry_unchanged(tmp_path, monkeypatch):
     from avatar_release.compile import compile_build
 

@@ -102,6 +102,7 @@ CASES = [  # frames, tokens, window, block
 ]
 
 
+@pytest.mark.slow  # ~1 s a case (interpret-mode compile); the fast lane keeps test_dense_* and test_dead_blocks_*
 @pytest.mark.parametrize("frames,tokens,window,block", CASES)
 def test_matches_reference_float32(frames, tokens, window, block):
     q, k, v = _qkv(2, frames, tokens, 8, jnp.float32)
@@ -111,6 +112,7 @@ def test_matches_reference_float32(frames, tokens, window, block):
     assert _max_err(out, ref) <= 2e-6
 
 
+@pytest.mark.slow  # ~1 s a case (interpret-mode compile); the fast lane keeps test_dense_* and test_dead_blocks_*
 @pytest.mark.parametrize("frames,tokens,window,block", CASES[:4])
 def test_matches_reference_bf16(frames, tokens, window, block):
     q, k, v = _qkv(2, frames, tokens, 16, jnp.bfloat16, seed=1)

@@ -48,6 +48,7 @@ def _loose_head(q, k, head: int, outlier_row: int, norm: float = 1000.0):
 # ---- the bound -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds on 2 cores
 @pytest.mark.parametrize("frames,tokens,window", [(3, 48, 1), (5, 32, 2), (4, 48, 0)])
 def test_bound_dominates_visible_logits_and_gap_estimate_dominates_gap(frames, tokens, window):
     q, k, _ = _qkv(3, frames, tokens, 8)
@@ -77,6 +78,7 @@ def test_visible_radius_ignores_frames_a_row_cannot_see():
 # ---- eligibility ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds on 2 cores
 def test_typical_heads_are_eligible_and_a_loose_head_is_not():
     frames, tokens, window = 3, 48, 1
     q, k, _ = _qkv(4, frames, tokens, 16)
@@ -89,6 +91,7 @@ def test_typical_heads_are_eligible_and_a_loose_head_is_not():
     assert float(gaps[2]) > DEFAULT_MAX_GAP > float(jnp.max(gaps.at[2].set(0.0)))
 
 
+@pytest.mark.slow  # seconds on 2 cores
 def test_loose_head_falls_back_and_stays_exact():
     frames, tokens, window = 3, 48, 1
     q, k, v = _qkv(3, frames, tokens, 8, seed=1)
@@ -107,6 +110,7 @@ def test_loose_head_falls_back_and_stays_exact():
 # ---- kernel == reference -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds on 2 cores
 @pytest.mark.parametrize("frames,tokens,window,block", [(3, 240, 1, 48), (4, 48, 0, None), (5, 96, 2, 32)])
 def test_matches_reference_float32_under_window_mask(frames, tokens, window, block):
     q, k, v = _qkv(3, frames, tokens, 8)
@@ -126,6 +130,7 @@ def test_matches_reference_float32_under_window_mask(frames, tokens, window, blo
     assert _max_err(online, ref) <= 2e-6
 
 
+@pytest.mark.slow  # seconds on 2 cores
 def test_matches_reference_bf16_mixed_heads():
     frames, tokens, window = 3, 240, 1
     q, k, v = _qkv(4, frames, tokens, 16, seed=2)

@@ -48,7 +48,8 @@ def _bf16_close(a: jax.Array, b: jax.Array) -> None:
 
 # (tokens, frames/rows/cols for the rope tables, dim, heads, groups, block_tokens, block_heads, bias)
 CASES = [
-    (48, (2, 4, 6), 128, 8, 2, 16, None, True),  # hd 16, 3 token tiles, a head block per group
+    # hd 16, 3 token tiles, a head block per group (~2 s on 2 cores: full suite only)
+    pytest.param(48, (2, 4, 6), 128, 8, 2, 16, None, True, marks=pytest.mark.slow),
     (96, (4, 4, 6), 64, 8, 4, None, 1, False),  # hd 8, one token tile, 8 head blocks, no bias
 ]
 
@@ -85,6 +86,7 @@ def test_packing_layout():
     assert all(a.shape == (heads, tokens, dim // heads) for a in jax.jit(unpack_qkv)(packed))
 
 
+@pytest.mark.slow  # seconds on 2 cores
 def test_reference_matches_torch_selfattention(monkeypatch):
     """q, k, v as model.attention.SelfAttention.forward hands them to `attention` (eager torch)."""
     torch = pytest.importorskip("torch")
@@ -154,6 +156,7 @@ def test_default_block_tokens():
         preattn(x, _params(np.random.default_rng(0), 64, 8), *rope_tables(2, 4, 6, 8), heads=8, block_tokens=32)
 
 
+@pytest.mark.slow  # seconds on 2 cores
 def test_sharded_chain_compiles_serializes_and_matches():
     """x -> preattn on each token shard -> grouped Ulysses, on the 8-device mesh, as one program."""
     from jax.experimental.serialize_executable import deserialize_and_load, serialize

@@ -2,13 +2,14 @@
 
 import numpy as np
 import pytest
-import torch
 
-from model.chunks import audio_chunks, num_chunks, num_frames
-from model.dit import log_mel
-from model.noise import chunk_noise
-from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs
-from model.sr import frame_window_mask
+torch = pytest.importorskip("torch")  # the [compile] extra
+
+from model.chunks import audio_chunks, num_chunks, num_frames  # noqa: E402
+from model.dit import log_mel  # noqa: E402
+from model.noise import chunk_noise  # noqa: E402
+from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
+from model.sr import frame_window_mask  # noqa: E402
 
 
 # ---- the SR mask ---------------------------------------------------------------------------------
@@ -128,6 +129,7 @@ def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipel
     assert diff.mean() < 1e-5 * np.abs(ref).mean()  # ...at float32 rounding level, no more
 
 
+@pytest.mark.slow  # seconds on 2 cores
 def test_the_fused_pre_attention_op_is_the_same_math_in_eager(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
     from model.dit import MotionDiT
 
@@ -155,6 +157,7 @@ def rendered(tiny_pipeline, track, seed):
     return tiny_pipeline.render(*track, seed=seed)
 
 
+@pytest.mark.slow  # two eager renders of a 10-frame track (seconds on 2 cores)
 def test_render_twin_runs_are_identical_and_carry_the_last_latent(tiny, tiny_pipeline, track, rendered, seed, monkeypatch):
     assert rendered.shape == (10, tiny.height, tiny.width, 3) and rendered.dtype == np.uint8
     calls = []

@@ -52,6 +52,7 @@ def test_larger_geometry(name, sr_grid, decoded, sr_tokens, dit_tokens):
     assert 0 <= decoded[0] - c.height < c.vae_scale * 4 and 0 <= decoded[1] - c.width < c.vae_scale * 4
 
 
+@pytest.mark.extra("compile")  # torch, for the meta device
 def test_production_configs_are_production_sized():
     """About 19B parameters, counted on the meta device (no weights allocated)."""
     import torch

@@ -4,12 +4,15 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file, save_file
 
-import model.weights as weights_module
-from model.errors import WeightsError
-from model.weights import init_pipeline, load_weights, save_weights
+torch = pytest.importorskip("torch")  # the [compile] extra
+pytest.importorskip("safetensors")
+
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+import model.weights as weights_module  # noqa: E402
+from model.errors import WeightsError  # noqa: E402
+from model.weights import init_pipeline, load_weights, save_weights  # noqa: E402
 
 
 def _same_state(a, b):
@@ -126,6 +129,7 @@ def test_weights_of_another_config_are_refused(tmp_path, tiny_pipeline):
     assert load_file(path)  # the file itself is intact
 
 
+@pytest.mark.slow  # a fresh process importing torch
 def test_init_is_identical_in_a_fresh_process(tiny_pipeline):
     import hashlib
     import subprocess

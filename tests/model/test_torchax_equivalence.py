@@ -20,9 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torchax
 
-from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs
+torchax = pytest.importorskip("torchax")  # the [compile] extra (torch + torchax)
+
+from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

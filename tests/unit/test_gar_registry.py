@@ -116,6 +116,7 @@ def test_bad_uris_are_input_errors_that_show_the_form(uri, why):
     assert err.value.exit_code == 2
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_opening_a_gar_registry_touches_no_credentials(monkeypatch):
     import google.auth
 
@@ -125,6 +126,7 @@ def test_opening_a_gar_registry_touches_no_credentials(monkeypatch):
 
 
 # ---- the wire ------------------------------------------------------------------------------------------
+@pytest.mark.extra("gar")  # google-auth
 def test_every_request_carries_the_bearer_token_of_the_credentials(tmp_path):
     creds, session = FakeCredentials(), FakeSession(blob_upload_server)
     reg = GarRegistry(URI, credentials=creds, session=session, retry=FAST, lock_dir=tmp_path)
@@ -156,6 +158,7 @@ def test_the_token_is_never_sent_to_another_host(tmp_path):
     assert session.sent[0][2]["Authorization"] == "Bearer tok-x"
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_application_default_credentials_are_used_with_the_cloud_platform_scope(monkeypatch, tmp_path):
     import google.auth
 
@@ -173,6 +176,7 @@ def test_application_default_credentials_are_used_with_the_cloud_platform_scope(
     assert session.sent[0][2]["Authorization"] == "Bearer adc-token"
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_missing_credentials_say_how_to_get_them(monkeypatch, tmp_path):
     import google.auth
     import google.auth.exceptions
@@ -186,6 +190,7 @@ def test_missing_credentials_say_how_to_get_them(monkeypatch, tmp_path):
         reg.has_blob(sha256_digest(b"x"))
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_a_token_that_cannot_be_refreshed_is_a_registry_error(tmp_path):
     import google.auth.exceptions
 
@@ -195,6 +200,7 @@ def test_a_token_that_cannot_be_refreshed_is_a_registry_error(tmp_path):
         reg.has_blob(sha256_digest(b"x"))
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_refused_access_names_the_roles_to_grant(tmp_path):
     body = json.dumps({"errors": [{"code": "DENIED", "message": "Permission "
                                    "'artifactregistry.repositories.downloadArtifacts' denied"}]}).encode()
@@ -208,6 +214,7 @@ def test_refused_access_names_the_roles_to_grant(tmp_path):
     assert len(session.sent) == 1  # an authorization failure is not retried
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_an_unreachable_endpoint_is_a_clear_registry_error(tmp_path):
     class Unreachable:
         calls = 0
@@ -226,6 +233,7 @@ def test_an_unreachable_endpoint_is_a_clear_registry_error(tmp_path):
     assert Unreachable.calls == 3 and err.value.exit_code == 7
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_an_unreachable_endpoint_over_real_sockets(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -287,6 +295,7 @@ class OciBackedTagsClient:
         return [FakeTag(f"{request['parent']}/tags/{t}") for t in tags]
 
 
+@pytest.mark.extra("gar")  # google-auth
 def test_full_behaviour_through_the_gar_code_path_against_a_local_stand_in(oci_server, tmp_path):
     uri = f"gar://projects/my-proj/locations/us-central1/repositories/releases/packages/t{uuid.uuid4().hex[:8]}"
     session, creds = RecordingSession(), FakeCredentials(tokens=("tok-a",))
