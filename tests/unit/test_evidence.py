@@ -183,3 +183,38 @@ def test_a_policy_naming_an_undefined_key_is_refused(tmp_path):
     p.write_text('schema_version = 1\n[keys]\n[gate]\n"*" = ["ghost"]\n')
     with pytest.raises(InputError, match=r"gate\.\* names \['ghost'\], which \[keys\] does not define"):
         load_policy(p)
+
+
+def test_our_ed25519_verifier_agrees_with_securesystemslibs_on_every_case(stranger, tmp_path):
+    """Pods verify DSSE with cryptography directly (fast import); it must accept and refuse exactly
+    what securesystemslib's Envelope.verify does."""
+    import base64
+
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import SSlibKey
+
+    key, kid = stranger
+    other_priv, _, other_kid = generate_keypair(tmp_path / "o", "other")
+    other = load_private_key(other_priv)
+    good = attest(key, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64,
+                  predicate={"status": "passed"})
+    doc = json.loads(good)
+    tampered = dict(doc, payload=base64.b64encode(base64.b64decode(doc["payload"]).replace(b"passed", b"failed"))
+                    .decode())
+    foreign = json.loads(attest(other, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64,
+                                predicate={"status": "passed"}))
+    unsigned = dict(doc, signatures=[])
+    cases = {"good": doc, "tampered": tampered, "foreign": foreign, "unsigned": unsigned}
+    sslib_key = SSlibKey.from_crypto(key.public_key(), keyid=kid)
+    for name, env in cases.items():
+        try:
+            Envelope.from_dict(json.loads(json.dumps(env))).verify([sslib_key], 1)  # from_dict consumes its input
+            theirs = True
+        except Exception:  # noqa: BLE001 - any refusal
+            theirs = False
+        try:
+            verify_envelope(json.dumps(env).encode(), name, trusted={kid: key.public_key()}, kind="gate-result")
+            ours = True
+        except TrustError:
+            ours = False
+        assert ours == theirs == (name == "good"), name
