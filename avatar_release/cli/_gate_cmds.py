@@ -148,47 +148,42 @@ def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri,
 @cli.command("review")
 @click.argument("ref")
 @click.option("--serve", is_flag=True, help="Serve the blind review page and record answers.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address for --serve to listen on.")
 @click.option("--port", default=0, type=int, help="Port for --serve (default: any free port).")
 @click.option("--approve", "decision", flag_value="approve", help="Approve a build that needs review.")
 @click.option("--reject", "decision", flag_value="reject", help="Reject it; a rejected build is never promoted.")
-@click.option("--reviewer", default=None, help="Who decides (required with --approve/--reject).")
+@click.option("--reviewer", default=None,
+              help="Who answers (--serve; default: this machine's reviewer) or decides (required with "
+                   "--approve/--reject); the trust policy must name them.")
+@click.option("--reviewer-key", default=None,
+              help="The reviewer's Ed25519 private key (PEM) that signs answers and the decision "
+                   "(default: this machine's reviewer key).")
 @click.option("--note", default="", help="Why.")
 @registry_option
 @json_option
-def review_cmd(ref, serve, port, decision, reviewer, note, registry_uri, as_json):
-    """Blind review of a build below the band: --serve, then --approve or --reject."""
-    from ..gates.review import ReviewServer, decide
-    from ..gates.store import load_review
+def review_cmd(ref, serve, host, port, decision, reviewer, reviewer_key, note, registry_uri, as_json):
+    """Blind review of a build below the band: --serve, then --approve or --reject; without
+    either, the state (counts only until the decision, then the left/right order)."""
+    from ..gates.review import decide, review_status, serve_review
     from ..registry import open_registry
 
     registry = open_registry(registry_uri, create=False)
-    resolved = registry.resolve(ref)
-    build_id = resolved.build_id
+    build_id = registry.resolve(ref).build_id
     if serve and decision:
         raise InputError("--serve and --approve/--reject are separate steps: answer first, then decide")
     if decision:
-        if not reviewer:
-            raise InputError("--reviewer NAME is required with --approve or --reject")
-        r = decide(registry, build_id, approve=decision == "approve", reviewer=reviewer, note=note)
+        r = decide(registry, build_id, approve=decision == "approve", reviewer=reviewer, note=note,
+                   signer=reviewer_key)
         _emit(as_json, {"ok": True, "review": r.model_dump(mode="json")},
-              f"{build_id}: {r.decision.decision} by {r.decision.reviewer}")
+              f"{build_id}: {r.decision.decision} by {r.decision.reviewer}; `avatar-release review {build_id}` "
+              "shows the order and each answer")
         return
     if serve:
-        server = ReviewServer(registry, build_id, port=port)
-        _emit(as_json, {"ok": True, "url": server.url}, f"blind review of {build_id}: open {server.url}  (Ctrl-C to stop)")
+        server = serve_review(registry, build_id, reviewer=reviewer, reviewer_key=reviewer_key, host=host, port=port)
+        _emit(as_json, {"ok": True, "url": server.url, "reviewer": server.reviewer},
+              f"blind review of {build_id} as {server.reviewer}: open {server.url}  (Ctrl-C to stop)")
         sys.stdout.flush()
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.close()
+        server.run()
         return
-    r = load_review(registry, build_id)
-    if r is None:
-        raise InputError(f"no review for {build_id}: only a gate that ends in needs-review opens one")
-    prefs = {k: sum(a.preferred == k for a in r.answers) for k in ("candidate", "baseline", "same")}
-    state = r.decision.decision if r.decision else ("answered, awaiting decision" if r.complete else "open")
-    _emit(as_json, {"ok": True, "review": r.model_dump(mode="json"), "preferences": prefs},
-          f"{build_id}: review {state}; {len(r.answers)}/{len(r.frames)} pairs answered "
-          f"(candidate preferred {prefs['candidate']}, baseline {prefs['baseline']}, no difference {prefs['same']})")
+    status = review_status(registry, build_id)
+    _emit(as_json, {"ok": True, "review": status.as_json()}, status.text())

@@ -1,8 +1,9 @@
 """The gate report: one self-contained HTML page plus the result JSON.
 
-Shows every gate's verdict and evidence, sample frames (baseline, candidate, diff heat map)
-and a per-frame PSNR plot against the band floor. Images are embedded as data URIs, so the
-folder can be archived as a CI artifact and opened anywhere.
+Shows every gate's verdict and evidence, sample frames (baseline, candidate, diff heat map;
+none while a blind review of the result is open) and a per-frame PSNR plot against the band
+floor. Images are embedded as data URIs, so the folder can be archived as a CI artifact and
+opened anywhere.
 """
 
 from __future__ import annotations
@@ -103,9 +104,11 @@ def _samples(result: GateResult, cand: np.ndarray, base: np.ndarray | None, limi
 
 def write_report(folder: str | Path, result: GateResult, result_digest: str, cand: np.ndarray,
                  base: np.ndarray | None, *, review_page: str | None = None) -> Path:
-    """Write ``index.html`` and ``result.json`` into ``folder``; returns the HTML path."""
-    from ._compare import frame_label
+    """Write ``index.html`` and ``result.json`` into ``folder``; returns the HTML path.
 
+    ``review_page``: a blind review of this result is open (the link to its page); the report
+    then shows no labelled frames and no heat maps, only verdicts and the PSNR plot.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     _atomic.write_json(folder / "result.json", result.model_dump(mode="json"), sort_keys=False)
@@ -134,8 +137,7 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
             "<h2>Gates</h2><table><tr><th>gate</th><th>status</th><th>evidence</th></tr>", rows, "</table>"]
     if review_page:
         body.append(f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
-                    f"review</a> first (served by <code>avatar-release review {e(result.build_id)} --serve</code>), "
-                    "then look at the heat maps below.</p>")
+                    f"review</a> (served by <code>avatar-release review {e(result.build_id)} --serve</code>).</p>")
     if base is not None:
         psnrs = [psnr(a, b) for a, b in zip(cand, base)]
         bounds, k = [], 0
@@ -145,6 +147,28 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
         floor = result.band.get("psnr_floor_db") if result.band else None
         body.append("<h2>Per-frame PSNR vs baseline</h2>")
         body.append(psnr_plot_svg(psnrs, floor, bounds))
+    if review_page:
+        # An open blind review: a labelled baseline/candidate frame (or its heat map) next to the
+        # unlabelled pairs would tell a reviewer which side is which. Shown after the decision.
+        body.append("<h2>Sample frames</h2><p>Sealed while the blind review is open: labelled baseline and "
+                    "candidate frames and their difference heat maps are not in this report. After the decision, "
+                    f"<code>avatar-release review {e(result.build_id)}</code> reveals which side was the candidate "
+                    "in each pair, and a later gate report shows the frames.</p>")
+    else:
+        body += _sample_frames(result, cand, base)
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
+    out = folder / "index.html"
+    _atomic.write_text(out, page)
+    return out
+
+
+def _sample_frames(result: GateResult, cand: np.ndarray, base: np.ndarray | None) -> list[str]:
+    """The worst frames (or evenly spread ones without a baseline), labelled, with heat maps."""
+    from ._compare import frame_label
+
+    e = html.escape
+    body = []
     body.append("<h2>Sample frames</h2><table><tr><th>frame</th>"
                 + ("<th>baseline</th><th>candidate</th><th>difference</th>" if base is not None else "<th>candidate</th>")
                 + "</tr>")
@@ -160,8 +184,4 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
             cells.append(f'<td><img class="frame" src="{png_data_uri(cand[i])}"></td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     body.append("</table>")
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
-            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
-    out = folder / "index.html"
-    _atomic.write_text(out, page)
-    return out
+    return body

@@ -120,8 +120,11 @@ def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(ga
     band = r.gate("similarity-band")
     assert band.status == "below-band" and band.details["min_psnr_db"] < gated.cal.band.psnr_floor_db
     assert out.review_page.is_file() and "review.html" in out.report.read_text()
+    # While the review is open the report holds no labelled frames or heat maps, the record no order.
+    assert "data:image/png" not in out.report.read_text()
     review = load_review(gated.reg, cand.build_id)
     assert review.gate_result_digest == out.digest and review.frames
+    assert review.sealed and review.order_commitment and review.candidate_left is None
     assert set(review.frames) <= set(band.details["frames_below"])
     assert effective_status(gated.reg, cand.build_id)[0] == "needs-review"
 
@@ -139,8 +142,10 @@ def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(ga
         assert browser.wait_for("document.getElementById('counter').textContent") == f"Pair 1 of {n}"
         text = browser.eval("document.body.innerText").lower()
         assert "candidate" not in text and "baseline" not in text
-        # The heat map is refused until the pair is answered.
+        # The heat map is refused until the pair is answered; without the session token, everything is.
         assert browser.eval("fetch('heatmap/0.png').then(r => r.status)") == 403
+        assert browser.eval("fetch('/answer', {method: 'POST', body: JSON.stringify({pair: 0, choice: 'left'})})"
+                            ".then(r => r.status)") == 403
         choices = ["left", "right", "same"]
         for k in range(n):
             if k:
@@ -157,14 +162,22 @@ def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(ga
 
     recorded = load_review(gated.reg, cand.build_id)
     assert [a.choice for a in recorded.answers] == [choices[k % 3] for k in range(len(review.frames))]
-    for a in recorded.answers:  # the server resolved each side from the recorded order
-        if a.choice != "same":
-            cand_left = recorded.candidate_left[a.pair]
-            assert a.preferred == ("candidate" if (a.choice == "left") == cand_left else "baseline")
+    assert {a.reviewer for a in recorded.answers} == {"ana"} and all(a.evidence for a in recorded.answers)
+    assert {a.preferred for a in recorded.answers} == {None} and recorded.sealed  # resolved at the decision
+    res = _cli("review", cand.build_id, "--registry", str(gated.reg.root), "--json")
+    status = json.loads(res.stdout)["review"]
+    assert status["answered"] == len(review.frames) and status["order"] is None
+    assert "candidate_left" not in res.stdout and "preferred" not in res.stdout
     res = _cli("review", cand.build_id, "--reject", "--reviewer", "ana", "--note", "mouth edges shimmer",
                "--registry", str(gated.reg.root), "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["review"]["decision"]["decision"] == "rejected"
+    decided = load_review(gated.reg, cand.build_id)
+    assert decided.decision.answers == [a.evidence for a in decided.answers]
+    for a in decided.answers:  # the decision resolved each side from the revealed order
+        if a.choice != "same":
+            cand_left = decided.candidate_left[a.pair]
+            assert a.preferred == ("candidate" if (a.choice == "left") == cand_left else "baseline")
     assert effective_status(gated.reg, cand.build_id)[0] == "rejected"
     res = _cli("review", cand.build_id, "--approve", "--reviewer", "bo", "--registry", str(gated.reg.root))
     assert res.exit_code == 1 and "decisions are final" in res.output

@@ -13,7 +13,7 @@ from avatar_release.gates import _compare as C
 from avatar_release.records import (
     Band, EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord,
 )
-from avatar_release.gates.review import decide, new_review, record_answer, review_page
+from avatar_release.gates.review import decide, new_review, record_answer, review_page, unseal_order
 from avatar_release.gates.store import latest_result, load_review, save_result, save_review
 from avatar_release.gates.tier import decide_tier, load_levers
 from avatar_release.records import BlobRef, Manifest, parse_record
@@ -164,12 +164,19 @@ def _result(manifest, status="needs-review") -> GateResult:
         created_at="now", created_by="test")
 
 
-def test_review_order_is_drawn_from_a_recorded_seed_and_capped(manifest):
+def test_review_order_is_sealed_behind_a_salted_commitment_and_capped(manifest):
+    from avatar_release._digest import canonical_json, sha256_digest
+
     r = _result(manifest)
     a = new_review(r, "sha256:" + "c" * 64, list(range(100)), seed=7)
     b = new_review(r, "sha256:" + "c" * 64, list(range(100)), seed=7)
-    assert a.candidate_left == b.candidate_left and len(a.frames) == 24
-    assert 4 < sum(a.candidate_left) < 20  # both sides occur
+    assert len(a.frames) == 24 and a.sealed and a.candidate_left is None and a.seed is None
+    (left_a, salt_a), (left_b, salt_b) = unseal_order(a), unseal_order(b)
+    assert left_a == left_b and 4 < sum(left_a) < 20  # the seed drew the same order; both sides occur
+    # the same order commits differently (a fresh salt each time): the record cannot be matched to it
+    assert salt_a != salt_b and a.order_commitment != b.order_commitment
+    assert a.order_commitment == sha256_digest(canonical_json({"candidate_left": left_a, "salt": salt_a}))
+    assert b"candidate_left\":[" not in a.to_json_bytes() and salt_a not in a.to_json_bytes().decode()
     with pytest.raises(InputError):
         new_review(r, "sha256:" + "c" * 64, [])
 
@@ -182,24 +189,36 @@ def test_page_never_says_which_side_is_the_candidate(manifest):
 
 
 def test_answers_are_final_and_approval_needs_all_of_them(manifest):
+    from tests.unit.test_promote_policy import _publish
+
     reg = MemoryRegistry("review")
+    _publish(reg, "a")  # tiny-cpu-8-aaaaaaaaaaaa: answers and the decision are signed about the published build
     result = _result(manifest)
     digest = save_result(reg, result)
     rv = new_review(result, digest, [3, 5], seed=3)
     save_review(reg, rv)
-    with pytest.raises(Refusal, match="1 of 2 blind pairs unanswered|2 of 2 blind pairs unanswered"):
+    with pytest.raises(Refusal, match="2 of 2 blind pairs unanswered"):
         decide(reg, result.build_id, approve=True, reviewer="ana", note="")
     r = record_answer(reg, result.build_id, 0, "left")
-    assert r.answers[0].preferred == ("candidate" if rv.candidate_left[0] else "baseline")
-    with pytest.raises(Refusal, match="already answered"):
+    [a0] = r.answers
+    assert (a0.reviewer, a0.choice, a0.preferred) == ("ana", "left", None)  # resolved only at the decision
+    assert a0.evidence.startswith("sha256:") and r.sealed
+    with pytest.raises(Refusal, match="already answered .by ana."):
         record_answer(reg, result.build_id, 0, "right")
     with pytest.raises(InputError):
         record_answer(reg, result.build_id, 9, "left")
     with pytest.raises(InputError):
         record_answer(reg, result.build_id, 1, "up")
+    with pytest.raises(Refusal, match="1 of 2 blind pairs unanswered"):
+        decide(reg, result.build_id, approve=True, reviewer="ana", note="")
     record_answer(reg, result.build_id, 1, "same")
     done = decide(reg, result.build_id, approve=True, reviewer="ana", note="looks identical")
-    assert done.decision.decision == "approved" and load_review(reg, result.build_id).decision.reviewer == "ana"
+    assert done.decision.decision == "approved" and load_review(reg, result.build_id) == done
+    left, salt = unseal_order(rv)
+    assert done.candidate_left == left and done.order_salt == salt  # revealed, checkable against the commitment
+    assert [a.preferred for a in done.answers] == [("candidate" if left[0] else "baseline"), "same"]
+    assert done.decision.answers == [a.evidence for a in done.answers]
+    assert done.decision.order_commitment == rv.order_commitment
     with pytest.raises(Refusal, match="decisions are final"):
         decide(reg, result.build_id, approve=False, reviewer="bo", note="")
 
