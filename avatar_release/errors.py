@@ -2,13 +2,15 @@
 
 Every error the tool raises on purpose is an :class:`AvatarReleaseError`. Messages say
 what went wrong, where, expected vs actual, and how to fix it. The CLI maps each class
-to an exit code, so CI can tell "a gate or policy said no" (1) from "bad input" (2) from
-"refused to load" (3-5) from "the infrastructure broke" (6+).
+to an exit code, so CI can tell "a gate or policy said no" (1) from "a person must look
+first" (13, needs-review) from "bad input" (2) from "refused to load" (3-5) from "the
+infrastructure broke" (6+).
 
     AvatarReleaseError                  exit 10  (base; never raised bare)
     ├── InputError                      exit 2   bad arguments, specs, files, overrides
     │   └── SpecError                   exit 2   a manifests/ file is wrong or missing
     ├── Refusal                         exit 1   a gate or a policy said no
+    │   └── NeedsReview                 exit 13  the output is below the band: a blind review decides
     ├── NotFoundError                   exit 3   unknown build, channel or blob
     ├── IntegrityError                  exit 4   size / digest / format check failed
     │   └── TrustError                  exit 4   a signature or trust check refused
@@ -31,6 +33,7 @@ __all__ = [
     "InputError",
     "SpecError",
     "Refusal",
+    "NeedsReview",
     "NotFoundError",
     "IntegrityError",
     "SchemaVersionError",
@@ -78,6 +81,13 @@ class Refusal(AvatarReleaseError):
     """A gate or a promotion policy said no. Not a fault: the evidence is in the message."""
 
     exit_code = 1
+
+
+class NeedsReview(Refusal):
+    """The gate found the output below the similarity band: not a no, but not a yes until a blind
+    review approves it. Its own exit code, so a pipeline can page a reviewer instead of failing."""
+
+    exit_code = 13
 
 
 class DoesNotFit(Refusal):

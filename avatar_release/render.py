@@ -54,6 +54,7 @@ def render_to_files(
     t_process: float,
     trust=None,
     fit: str = DEFAULT_FIT,
+    progress: Callable[[str], None] = lambda m: None,
 ) -> dict:
     from .media import write_mp4, write_png
 
@@ -71,8 +72,17 @@ def render_to_files(
 
     imports = (t_cli - t_process) + (time.perf_counter() - t_imp)
     # With a trust key the loader resolves the channel itself and checks its signed statement.
+    progress(f"loading {manifest.build_id} from {registry.uri}")
     build = load(ref if trust is not None else resolved.digest, registry, strict=True, trust=trust)
-    frames, report = render(build, image, audio, seed=seed)
+    progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {audio.shape[0] / manifest.program.sample_rate:.1f}s "
+             "of audio")
+
+    def say(c) -> None:
+        progress(f"chunk {c.index}: {c.frames.shape[0]} frames ({c.bucket}) in {c.seconds:.2f}s, "
+                 f"deadline {c.deadline:.2f}s{' MISSED' if c.missed else ''}, {c.compiles} compile(s)")
+
+    frames, report = render(build, image, audio, seed=seed, on_chunk=say)
+    progress(f"writing {out_path}")
     prog = manifest.program
     mp4 = write_mp4(out_path, frames, fps=prog.fps, audio=audio, sample_rate=prog.sample_rate)
     if frames_dir:

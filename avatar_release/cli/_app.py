@@ -45,12 +45,19 @@ def _finish(as_json: bool, payload: dict, human: str, failure: AvatarReleaseErro
     raise failure.with_details(**payload)
 
 
-def _progress(enabled: bool):
+def _progress():
+    """Progress lines, always on stderr (with ``--json`` too: stdout carries only the result, so a
+    pipeline step that runs for a minute still shows what it is doing)."""
+
     def say(msg: str) -> None:
-        if enabled:
-            click.echo(f"  {msg}", err=True)
+        click.echo(f"  {msg}", err=True)
 
     return say
+
+
+def _next_step(command: str) -> str:
+    """The line that tells the user what to run next (also ``next`` in ``--json`` output)."""
+    return f"  next: {command}"
 
 
 _JSON = "avatar_release.json"  # ctx.meta key: the command asked for --json (shared by every context)

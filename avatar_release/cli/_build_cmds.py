@@ -7,7 +7,7 @@ import json
 import click
 
 from ..errors import IntegrityError, Refusal
-from ._app import _finish, _emit, _prepare_devices_for_target, _progress, cli, json_option, registry_option
+from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, registry_option
 
 
 # ---------------------------------------------------------------------------------- compile
@@ -37,7 +37,7 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
     result = compile_build(
         pipeline, target, registry=registry, weights_path=weights_path, overrides=overrides,
         concurrent_compile=not serial, executable_format=executable_format, move_dev=False,
-        progress=_progress(not as_json),
+        progress=_progress(),
     )
     publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
     rows = "\n".join(
@@ -46,9 +46,11 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
         for e in result.executables
     )
     state = "published" if result.created else "already published (identical build)"
-    _emit(as_json, {"ok": True, **result.to_json()},
+    # A first build has nothing in prod to compare with: its gate runs on its own.
+    nxt = f"avatar-release gate {result.build_id}" + (" --baseline none" if registry.get_channel("prod") is None else "")
+    _emit(as_json, {"ok": True, **result.to_json(), "next": nxt},
           f"{state}: {result.build_id}\n  digest {result.digest}\n{rows}\n"
-          f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)")
+          f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)\n{_next_step(nxt)}")
 
 
 @cli.command("rebuild")
@@ -63,7 +65,7 @@ def rebuild_cmd(ref, registry_uri, as_json):
     _, m = read_manifest(reg, ref)
     _prepare_devices_for_target(m.target)
     from ..compile import rebuild
-    report = rebuild(ref, reg, progress=_progress(not as_json))
+    report = rebuild(ref, reg, progress=_progress())
     lines = "\n".join(f"  {d['what']}: published {d['published']}, rebuilt {d['rebuilt']}" for d in report.differences)
     human = f"{report.build_id}: " + ("reproduced bit for bit (HLO hashes, fingerprints, identity)"
                                       if report.identical else f"NOT reproducible:\n{lines}")

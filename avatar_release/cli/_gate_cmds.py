@@ -1,4 +1,4 @@
-"""Gates and reviews: gate run / compile / calibrate, review."""
+"""Gates and reviews: gate run (whole or one shard) / merge / compile / calibrate, review."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import sys
 
 import click
 
-from ._app import _emit, _finish, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option, registry_option
-from ..errors import InputError, Refusal
+from ._app import (
+    _emit, _finish, _next_step, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option,
+    registry_option,
+)
+from ..errors import InputError, NeedsReview, Refusal
 
 
 # ------------------------------------------------------------------------------------ gates
@@ -22,9 +25,10 @@ class _GateGroup(click.Group):
 
 @cli.group("gate", cls=_GateGroup)
 def gate_group() -> None:
-    """Gate a build: `gate BUILD [--baseline prod|BUILD|none]`, or `gate calibrate`.
+    """Gate a build: `gate BUILD [--baseline prod|BUILD|none]`, `gate BUILD --shard K/N` then
+    `gate merge BUILD`, or `gate calibrate`.
 
-    Exit 0: passed. Exit 1: a gate said no, or the output needs a blind review.
+    Exit 0: passed. Exit 1: a gate said no. Exit 13: below the band, a blind review decides.
     Other codes: the gate could not run (see the exit code table in the README).
     """
 
@@ -36,12 +40,24 @@ def gate_group() -> None:
 @click.option("--report", "report_dir", default=None,
               help="Folder for the HTML report (default: gate-reports/<build id>).")
 @click.option("--band", "band_file", default=None, help="Band file (default: manifests/bands/<pipeline>-<target>.json).")
+@click.option("--shard", default=None, metavar="K/N",
+              help="Render only shard K (0..N-1, e.g. $JOB_COMPLETION_INDEX) of N and store signed partial evidence; "
+                   "`gate merge` decides once all N are stored (baseline, band and report are the merge's).")
+@click.option("--twin", type=click.Choice(["1", "2"]), default=None,
+              help="With --shard: run only this twin here (the other may run on another host). Default: both.")
+@click.option("--run-id", default=None, envvar="AVATAR_RELEASE_GATE_RUN_ID",
+              help="With --shard: groups the shards of one pipeline run (merge picks them by it).")
 @registry_option
 @json_option
-def gate_run_cmd(ref, baseline, report_dir, band_file, registry_uri, as_json):
+def gate_run_cmd(ref, baseline, report_dir, band_file, shard, twin, run_id, registry_uri, as_json):
     """Gate REF: zero recompiles, twin baseline, bit-exact or similarity band."""
     from ..registry import open_registry
 
+    if shard is not None:
+        _gate_shard(registry_uri, ref, shard, twin, run_id, as_json)
+        return
+    if twin is not None:
+        raise InputError("--twin splits a shard's twin runs over hosts: give --shard K/N too")
     registry = open_registry(registry_uri, create=False)
     resolved, manifest = _prepare_devices_for_build(registry, ref)
     _require_build_hardware(manifest)
@@ -49,7 +65,67 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, registry_uri, as_json):
 
     outcome = run_gate(resolved.digest, registry, baseline=baseline,
                        report_dir=report_dir or f"gate-reports/{manifest.build_id}",
-                       band_file=band_file, progress=_progress(not as_json))
+                       band_file=band_file, progress=_progress())
+    _gate_finish(outcome, as_json)
+
+
+def _gate_shard(registry_uri, ref, shard, twin, run_id, as_json) -> None:
+    from ..gates import parse_shard, run_shard
+    from ..registry import open_registry
+
+    k, n = parse_shard(shard)
+    ctx = click.get_current_context()
+    given = [f"--{name.replace('_dir', '').replace('_file', '')}" for name in ("baseline", "report_dir", "band_file")
+             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise InputError(f"{', '.join(given)} with --shard: a shard only renders; give them to "
+                         "`avatar-release gate merge BUILD`, which decides")
+    registry = open_registry(registry_uri, create=False)
+    resolved, manifest = _prepare_devices_for_build(registry, ref)
+    _require_build_hardware(manifest)
+    out = run_shard(resolved.digest, registry, shard=(k, n), twins=(int(twin),) if twin else (1, 2),
+                    run_id=run_id, progress=_progress())
+    s = out.shard
+    lines = [f"SHARD {out.label} of {s.build_id}: requests {', '.join(s.requests)}"]
+    lines += [f"  twin #{r.twin} on {r.host}: {sum(map(len, r.frame_sha256))} frames, {r.compiles} compile(s), "
+              f"{r.wall_seconds:.1f}s" for r in s.runs]
+    lines.append(f"  partial {out.digest} (signed; run id {s.run_id or 'none'})")
+    nxt = f"avatar-release gate merge {s.build_id}" + (f" --run-id {s.run_id}" if s.run_id else "")
+    lines.append(_next_step(f"{nxt}   (once all {n} shards are stored)"))
+    _emit(as_json, {"ok": True, "shard": s.model_dump(mode="json"), "partial_digest": out.digest, "next": nxt},
+          "\n".join(lines))
+
+
+@gate_group.command("merge")
+@click.argument("ref")
+@click.option("--baseline", default="prod", show_default=True,
+              help="Compare against: a channel, a build id or digest, or none (first build).")
+@click.option("--report", "report_dir", default=None,
+              help="Folder for the HTML report (default: gate-reports/<build id>).")
+@click.option("--band", "band_file", default=None, help="Band file (default: manifests/bands/<pipeline>-<target>.json).")
+@click.option("--run-id", default=None, envvar="AVATAR_RELEASE_GATE_RUN_ID",
+              help="Merge the shards of this run (default: the run of the newest shard).")
+@registry_option
+@json_option
+def gate_merge_cmd(ref, baseline, report_dir, band_file, run_id, registry_uri, as_json):
+    """Merge REF's signed shards (all N, one build, gate set and environment) and decide its gate.
+
+    Needs no accelerator: it reads the shards' frames and hashes from the registry.
+    """
+    from ..gates import merge_shards
+    from ..registry import open_registry, read_manifest
+
+    registry = open_registry(registry_uri, create=False)
+    _, manifest = read_manifest(registry, ref)
+    outcome = merge_shards(ref, registry, baseline=baseline, report_dir=report_dir or f"gate-reports/{manifest.build_id}",
+                           band_file=band_file, run_id=run_id, progress=_progress())
+    _gate_finish(outcome, as_json)
+
+
+def _gate_finish(outcome, as_json: bool) -> None:
+    """One gate result (run or merged): the table, the step summary, the next command, the exit code."""
+    from ._summary import append_step_summary, gate_summary
+
     r = outcome.result
     lines = [f"{r.status.upper()}: {r.build_id}",
              f"  baseline {r.baseline.build_id if r.baseline else 'none'}"
@@ -60,12 +136,22 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, registry_uri, as_json):
     if outcome.review_page:
         lines.append(f"  review  avatar-release review {r.build_id} --serve   (page also at {outcome.review_page})")
     lines.append(f"  result  {outcome.digest}  ({r.seconds.get('total', 0):.1f}s)")
+    nxt = {"passed": f"avatar-release promote {r.build_id} --to staging",
+           "needs-review": f"avatar-release review {r.build_id} --serve"}.get(r.status)
+    if nxt:
+        lines.append(_next_step(nxt))
     payload = {"status": r.status, "result_digest": outcome.digest,
                "report": str(outcome.report) if outcome.report else None,
                "review_page": str(outcome.review_page) if outcome.review_page else None,
-               "result": r.model_dump(mode="json")}
-    failure = None if outcome.passed else Refusal(
-        f"gate of {r.build_id}: {r.status}" + (f"; see {outcome.report}" if outcome.report else ""))
+               "next": nxt, "result": r.model_dump(mode="json")}
+    append_step_summary(gate_summary(r, outcome.digest, payload["report"], nxt))
+    where = f"; see {outcome.report}" if outcome.report else ""
+    failure = None
+    if r.status == "needs-review":
+        failure = NeedsReview(f"gate of {r.build_id}: needs-review (below the band){where}; a blind review "
+                              f"decides: {nxt}")
+    elif not outcome.passed:
+        failure = Refusal(f"gate of {r.build_id}: {r.status}{where}")
     _finish(as_json, payload, "\n".join(lines), failure)
 
 
@@ -104,7 +190,7 @@ def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
     _prepare_devices_for_target(manifest.target)
     from ..gates.compile_gate import run_compile_gate
 
-    outcome = run_compile_gate(registry, ref, reproduce=not no_reproduce, progress=_progress(not as_json))
+    outcome = run_compile_gate(registry, ref, reproduce=not no_reproduce, progress=_progress())
     r = outcome.result
     lines = [f"{r.status.upper()}: compile gate of {r.build_id} ({r.target})"]
     lines += [f"  {c.name:<18} {c.status:<8} {c.summary}" for c in r.checks]
@@ -135,7 +221,7 @@ def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri,
     from ..gates import calibrate
 
     res = calibrate(pipeline, target, registry=registry, variants=parsed, margin_db=margin_db, out=out,
-                    progress=_progress(not as_json))
+                    progress=_progress())
     b = res.band
     rows = "\n".join(f"  {v.overrides}: min PSNR {v.min_psnr_db} dB, median {v.median_psnr_db} dB, "
                      f"max abs diff {v.max_abs_diff}, identical frames {v.identical_frames}/{v.frames}"

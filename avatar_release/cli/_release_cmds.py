@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ._app import channel_choice, _emit, cli, json_option, registry_option, signing_options
+from ._app import _emit, _next_step, channel_choice, cli, json_option, registry_option, signing_options
 
 
 # ---------------------------------------------------------------------------------- promotion
@@ -41,9 +41,15 @@ def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_jso
     from ..promote import promote
     from ..registry import open_registry
 
+    from ._summary import append_step_summary, promote_summary
+
     r = promote(open_registry(registry_uri, create=False), ref, channel, reason=reason,
                 signing_key=_signing_key(sign_key), valid_days=valid_days)
-    _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "promoted"))
+    after = {"dev": "staging", "staging": "prod"}.get(channel)  # the channel this build goes to next
+    nxt = f"avatar-release promote {r.decision.build_id} --to {after}" if after else None
+    append_step_summary(promote_summary(r, nxt))
+    _emit(as_json, {"ok": True, **r.to_json(), "next": nxt},
+          _move_human(r, "promoted") + (f"\n{_next_step(nxt)}" if nxt else ""))
 
 
 @cli.command("rollback")

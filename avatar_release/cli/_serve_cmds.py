@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ._app import _T0, _emit, _prepare_devices_for_build, _trust, cli, json_option, registry_option, trust_options
+from ._app import _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli, json_option, registry_option, trust_options
 from ..errors import InputError
 
 
@@ -40,6 +40,7 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, o
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
         prepare=_prepare_devices_for_build, t_process=_T0, trust=_trust(trust_key, trust_state, allow_stale), fit=fit,
+        progress=_progress(),
     )
     human = (
         f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "

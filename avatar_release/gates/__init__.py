@@ -1,11 +1,13 @@
 """Gates: zero recompiles, twin baseline, bit-exact (tier 1), similarity band (tier 2), blind review.
 
-Nothing here runs at import. ``run_gate`` is the entry point; ``calibrate`` measures the band.
+Nothing here runs at import. ``run_gate`` is the entry point (``run_shard`` + ``merge_shards``: the
+same gate split over machines); ``calibrate`` measures the band.
 """
 
 from .band import calibrate, load_band
 from ..records import Band, GateEvidence, GateResult, ReviewRecord
 from .run import GateOutcome, effective_status, run_gate
+from .shards import ShardOutcome, merge_shards, parse_shard, run_shard
 
-__all__ = ["run_gate", "GateOutcome", "effective_status", "calibrate", "load_band", "GateResult",
+__all__ = ["run_gate", "run_shard", "merge_shards", "parse_shard", "ShardOutcome", "GateOutcome", "effective_status", "calibrate", "load_band", "GateResult",
            "GateEvidence", "ReviewRecord", "Band"]

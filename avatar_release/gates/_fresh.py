@@ -32,18 +32,22 @@ class GateRun:
     heavy_modules: list[str]
     seconds: dict
     wall_seconds: float
+    host: str = ""  # where it ran
 
     @property
     def flat_hashes(self) -> list[str]:
         return [h for req in self.frame_sha256 for h in req]
 
 
-def fresh_run(registry_uri: str, digest: str, gate_set_digest: str, *, label: str) -> GateRun:
-    """One run of the gate set in a new Python process that only loads and serves."""
+def fresh_run(registry_uri: str, digest: str, gate_set_digest: str, *, label: str,
+              requests: list[str] | None = None) -> GateRun:
+    """One run of the gate set (or of the named ``requests``, a shard's slice) in a new Python
+    process that only loads and serves."""
     with tempfile.TemporaryDirectory(prefix="avatar-gate-") as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps({"registry": registry_uri, "digest": digest,
-                                   "gate_set_digest": gate_set_digest, "out_dir": tmp}))
+                                   "gate_set_digest": gate_set_digest, "out_dir": tmp,
+                                   **({"requests": requests} if requests is not None else {})}))
         env = dict(os.environ)
         env.pop("XLA_FLAGS", None)  # the worker sets the device count from the manifest
         t0 = time.perf_counter()
@@ -66,4 +70,4 @@ def fresh_run(registry_uri: str, digest: str, gate_set_digest: str, *, label: st
     return GateRun(frames=frames, frame_sha256=run["frame_sha256"], compiles=run["compiles"],
                    compile_events=run["compile_events"], chunks=run["chunks"],
                    environment=run["environment"], heavy_modules=run["heavy_modules"],
-                   seconds=run["seconds"], wall_seconds=wall)
+                   seconds=run["seconds"], wall_seconds=wall, host=run.get("host", ""))

@@ -2,7 +2,8 @@
 
     python -m avatar_release.gates._worker JOB.json
 
-The job names a registry, a build digest and an output folder. The process imports only
+The job names a registry, a build digest, an output folder and optionally ``requests`` (the names
+of a shard's slice of the gate set; default: all of it). The process imports only
 the runtime loader (never the compiler, torch or torchax), loads the build in counting mode
 (every compile is recorded, none is fatal, so all of them can be reported), renders every
 request of the gate set, and writes:
@@ -18,6 +19,7 @@ with the error as JSON on stdout.
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -54,7 +56,13 @@ def render_gate_set(job: dict) -> dict:
 
     frames, hashes, chunks = [], [], []
     t0 = time.perf_counter()
+    wanted = job.get("requests")
+    if wanted is not None and set(wanted) - {r.name for r in gs.requests}:
+        raise GateInfraError(f"requests {sorted(set(wanted) - {r.name for r in gs.requests})} are not in gate set "
+                             f"{gs.name} v{gs.version}")
     for req in gs.requests:
+        if wanted is not None and req.name not in wanted:
+            continue
         image, audio = gate_request_inputs(manifest, req)
         out, report = render(build, image, audio, seed=req.seed)
         frames.append(out)
@@ -74,6 +82,7 @@ def render_gate_set(job: dict) -> dict:
         "chunks": chunks,
         "environment": env.model_dump(mode="json"),
         "heavy_modules": heavy,
+        "host": socket.gethostname(),
         "seconds": {"load": round(load_seconds, 4), "render": round(render_seconds, 4),
                     "process": round(time.perf_counter() - t_start, 4)},
     }

@@ -147,21 +147,27 @@ class _Inputs:
     band_info: dict | None = None  # the band's provenance, as the result records it
 
 
-def _check_inputs(registry, ref: str, baseline: str, band_file: str | Path | None) -> _Inputs:
-    """Step 1: refuse bad input (build, machine, baseline, band) before any rendering."""
+def _check_inputs(registry, ref: str, baseline: str, band_file: str | Path | None,
+                  env: EnvironmentRecord | None = None) -> _Inputs:
+    """Step 1: refuse bad input (build, machine, baseline, band) before any rendering.
+
+    ``env``: where the runs rendered, when that was elsewhere (``gate merge``: the shards'
+    machines); default this machine, which then must match the build.
+    """
     from ..machine import Machine, configure_host_devices, diff_machines, environment_record
     from .band import load_band
     from .gateset import gate_set
     from .tier import decide_tier
 
     resolved, manifest = read_manifest(registry, ref)
-    if manifest.platform.backend == "cpu":
-        configure_host_devices(manifest.platform.device_count)
-    env = environment_record(manifest.platform.backend)
+    if env is None:
+        if manifest.platform.backend == "cpu":
+            configure_host_devices(manifest.platform.device_count)
+        env = environment_record(manifest.platform.backend)
     here = diff_machines(Machine.of_build(manifest), Machine.of_environment(env), fields=("backend", "device_count"))
     if here:
         raise EnvironmentMismatch(
-            f"build {manifest.build_id} runs on {Machine.of_build(manifest).describe()}; this machine has "
+            f"build {manifest.build_id} runs on {Machine.of_build(manifest).describe()}; the gate runs had "
             f"{Machine.of_environment(env).describe()} ({here.inline()}). Output gates need matching hardware",
             here.differences)
     gs = gate_set(manifest)
@@ -184,6 +190,13 @@ def _check_inputs(registry, ref: str, baseline: str, band_file: str | Path | Non
 class _Twins:
     a: GateRun  # its frames are the ones compared, stored and reported
     b: GateRun
+    # (label, compiles, compile events, host) of every fresh process; default the two twins.
+    # A merged sharded gate lists each shard's runs here.
+    runs: list[tuple[str, int, list[dict], str]] | None = None
+
+    def processes(self) -> list[tuple[str, int, list[dict], str]]:
+        return self.runs or [("twin #1", self.a.compiles, self.a.compile_events, self.a.host),
+                             ("twin #2", self.b.compiles, self.b.compile_events, self.b.host)]
 
 
 def _twin_runs(registry, inputs: _Inputs, progress: Callable[[str], None]) -> _Twins:
@@ -212,14 +225,15 @@ def _compare(registry, inputs: _Inputs, twins: _Twins) -> _Comparison:
     """Steps 3 and 4: zero recompiles and identical twins; then bit-exact or the band vs the baseline."""
     t_cmp = time.perf_counter()
     run_a, run_b, gs = twins.a, twins.b, inputs.gate_set
+    processes = twins.processes()
     gates: list[GateEvidence] = [
-        zero_recompile([("twin #1", run_a.compiles, run_a.compile_events),
-                        ("twin #2", run_b.compiles, run_b.compile_events)]),
+        zero_recompile([(label, n, events) for label, n, events, _ in processes]),
         twin_baseline(gs, run_a.flat_hashes, run_b.flat_hashes, run_a.frames, run_b.frames),
     ]
-    # What the serving processes imported: a pod needs none of the compile stack.
+    # What the serving processes imported (a pod needs none of the compile stack), and where each ran.
     imports = sorted(set(run_a.heavy_modules) | set(run_b.heavy_modules))
-    gates[0] = gates[0].model_copy(update={"details": {**gates[0].details, "imports": imports}})
+    hosts = {label: host for label, _, _, host in processes}
+    gates[0] = gates[0].model_copy(update={"details": {**gates[0].details, "imports": imports, "hosts": hosts}})
     zr_ok, twin_ok = gates[0].status == "passed", gates[1].status == "passed"
     base_frames = None
     status = "passed" if zr_ok and twin_ok else "failed"

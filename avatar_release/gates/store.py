@@ -3,7 +3,9 @@
 * a gate result is a content-addressed blob (canonical JSON); the record
   ``gate-results/<build id>`` lists the digests of every result for that build, newest last;
 * the delivered frames of a run are a blob (``.npy``, zstd), referenced from the result;
-* the blind review of a build is the record ``reviews/<build id>``.
+* the blind review of a build is the record ``reviews/<build id>``;
+* the partial evidence of a sharded gate (one blob per shard run, signed like a result) is
+  listed, with its frames, in the record ``gate-shards/<build id>``.
 """
 
 from __future__ import annotations
@@ -15,14 +17,20 @@ import zstandard
 
 from .._digest import sha256_digest
 from ..errors import IntegrityError
-from ..records import FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, BlobRef, GateResult, ReviewRecord, parse_record
-from ..records.stored import GATE_RESULTS, REVIEWS, parse_results_index, render_results_index
+from ..records import (
+    FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, SHARD_MEDIA_TYPE, BlobRef, GateResult, GateShard, ReviewRecord, parse_record,
+)
+from ..records.stored import (
+    GATE_RESULTS, GATE_SHARDS, REVIEWS, parse_results_index, parse_shards_index, render_results_index,
+    render_shards_index,
+)
 
 __all__ = ["put_frames", "get_frames", "save_result", "result_refs", "frames_refs", "latest_result", "get_result",
-           "save_review", "load_review"]
+           "save_review", "load_review", "save_shard", "shard_refs"]
 
 _RESULTS = GATE_RESULTS.name
 _REVIEWS = REVIEWS.name
+_SHARDS = GATE_SHARDS.name
 
 
 def put_frames(registry, frames: np.ndarray) -> BlobRef:
@@ -113,3 +121,29 @@ def load_review(registry, build_id: str) -> ReviewRecord | None:
     if raw is None:
         return None
     return parse_record(ReviewRecord, raw, where=f"registry record {_REVIEWS}/{build_id}")
+
+
+def save_shard(registry, shard: GateShard, *, subject_digest: str, signer=None) -> str:
+    """Store one shard's partial evidence and a signed attestation of it (kind ``gate-shard``,
+    signed like a gate result); returns the partial's digest. ``gate merge`` reads only the
+    signed copies."""
+    from ..trust.evidence import gate_signing_key, sign_and_store
+
+    data = shard.to_json_bytes()
+    ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=SHARD_MEDIA_TYPE)
+    sign_and_store(registry, signer or gate_signing_key(), kind="gate-shard", build_id=shard.build_id,
+                   subject_digest=subject_digest, predicate=shard.model_dump(mode="json"))
+
+    def add(old: bytes | None) -> bytes:
+        refs, frames = parse_shards_index(old, f"registry record {_SHARDS}/{shard.build_id}")
+        refs += [] if ref in refs else [ref]
+        frames += [r.frames_blob for r in shard.runs if r.frames_blob not in frames]
+        return render_shards_index(refs, frames)
+
+    registry.update_record(_SHARDS, shard.build_id, add)
+    return ref.digest
+
+
+def shard_refs(registry, build_id: str) -> list[BlobRef]:
+    """Every stored partial of a build's sharded gates, oldest first."""
+    return parse_shards_index(registry.get_record(_SHARDS, build_id), f"registry record {_SHARDS}/{build_id}")[0]

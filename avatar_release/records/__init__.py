@@ -31,7 +31,9 @@ from .gate import (
     COMPILE_GATE_SCHEMA_VERSION,
     FRAMES_MEDIA_TYPE,
     GATE_RESULT_SCHEMA_VERSION,
+    GATE_SHARD_SCHEMA_VERSION,
     RESULT_MEDIA_TYPE,
+    SHARD_MEDIA_TYPE,
     Band,
     BandVariant,
     BaselineRef,
@@ -41,6 +43,8 @@ from .gate import (
     GateRequestRecord,
     GateResult,
     GateSetRecord,
+    GateShard,
+    GateShardRun,
 )
 from .review import REVIEW_SCHEMA_VERSION, ReviewAnswer, ReviewDecision, ReviewRecord
 from .statement import (
@@ -55,7 +59,8 @@ __all__ = [
     "CHANNELS", "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry",
     "GATE_RESULT_SCHEMA_VERSION", "BAND_SCHEMA_VERSION", "COMPILE_GATE_SCHEMA_VERSION", "FRAMES_MEDIA_TYPE",
     "RESULT_MEDIA_TYPE", "Band", "BandVariant", "BaselineRef", "CompileCheck", "CompileGateResult", "GateEvidence",
-    "GateRequestRecord", "GateResult", "GateSetRecord",
+    "GateRequestRecord", "GateResult", "GateSetRecord", "GATE_SHARD_SCHEMA_VERSION", "SHARD_MEDIA_TYPE",
+    "GateShard", "GateShardRun",
     "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
     "STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement", "StatementPayload",
     "TimestampPayload",
@@ -72,5 +77,6 @@ STORED_KINDS: dict[str, type[Record]] = {
     "statement": StatementPayload,
     "signed-statement": SignedStatement,
     "compile-gate": CompileGateResult,
+    "gate-shard": GateShard,
     "timestamp": TimestampPayload,
 }

@@ -4,6 +4,8 @@ Changelogs (each kind versioned on its own):
   * ``avatar-release/gate-result`` (``GATE_RESULT_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/band`` (``BAND_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/compile-gate`` (``COMPILE_GATE_SCHEMA_VERSION``): 1 (2026-11-29) first version.
+  * ``avatar-release/gate-shard`` (``GATE_SHARD_SCHEMA_VERSION``): 1 (2026-12-02) first version: the
+    partial evidence of one shard of a gate set (one or both twin runs of its slice, where each ran).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ __all__ = [
     "GATE_RESULT_SCHEMA_VERSION",
     "BAND_SCHEMA_VERSION",
     "COMPILE_GATE_SCHEMA_VERSION",
+    "GATE_SHARD_SCHEMA_VERSION",
+    "SHARD_MEDIA_TYPE",
     "FRAMES_MEDIA_TYPE",
     "RESULT_MEDIA_TYPE",
     "GateSetRecord",
@@ -30,13 +34,17 @@ __all__ = [
     "Band",
     "CompileCheck",
     "CompileGateResult",
+    "GateShardRun",
+    "GateShard",
 ]
 
 GATE_RESULT_SCHEMA_VERSION = 1
 BAND_SCHEMA_VERSION = 1
 COMPILE_GATE_SCHEMA_VERSION = 1
+GATE_SHARD_SCHEMA_VERSION = 1
 FRAMES_MEDIA_TYPE = "application/vnd.avatar-release.gate-frames.v1.npy+zstd"
 RESULT_MEDIA_TYPE = "application/vnd.avatar-release.gate-result.v1+json"
+SHARD_MEDIA_TYPE = "application/vnd.avatar-release.gate-shard.v1+json"
 
 
 class GateRequestRecord(Record):
@@ -152,5 +160,43 @@ class CompileGateResult(Record):
     checks: list[CompileCheck]
     host: dict[str, str]  # where the checks ran (backend, jaxlib, hostname)
     seconds: float
+    created_at: str
+    created_by: str
+
+
+class GateShardRun(Record):
+    """One fresh-process run of a shard's slice: what it rendered and counted, and where."""
+
+    twin: Literal[1, 2]
+    host: str  # where it ran (hostname; a Job's pod name)
+    environment: EnvironmentRecord
+    frame_sha256: list[list[str]]  # per request of the slice, per delivered frame
+    frames_blob: BlobRef  # the slice's delivered frames, (n, H, W, 3) uint8 .npy, zstd
+    compiles: int
+    compile_events: list[dict[str, Any]] = []
+    heavy_modules: list[str] = []
+    wall_seconds: float
+
+
+class GateShard(Record):
+    """Partial gate evidence: shard ``index`` of ``count`` of a gate set, merged by ``gate merge``.
+
+    Requests are dealt round-robin (request i goes to shard i mod count), so every shard gets
+    work while count <= the number of requests; ``requests`` names the slice, in gate-set order.
+    """
+
+    kind: Literal["avatar-release/gate-shard"] = "avatar-release/gate-shard"
+    schema_version: int = GATE_SHARD_SCHEMA_VERSION
+    build_id: str
+    build_digest: str
+    pipeline: str
+    target: str
+    run_id: str | None = None  # groups the shards of one CI run (merge picks them by it)
+    index: int = Field(ge=0, description="0-based shard index (a Kubernetes Job's JOB_COMPLETION_INDEX)")
+    count: int = Field(ge=1)
+    gate_set: GateSetRecord  # the whole set, so every shard can be checked against the others
+    requests: list[str]  # the names of this shard's requests, in gate-set order
+    runs: list[GateShardRun]  # twin 1, twin 2, or both
+    tool: dict[str, str]
     created_at: str
     created_by: str

@@ -17,9 +17,9 @@ from ..errors import IntegrityError
 from ._base import BlobRef, parse_record
 from .gate import GateResult
 
-__all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "COMPILE_GATES", "REVIEWS", "STATEMENTS",
+__all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "GATE_SHARDS", "COMPILE_GATES", "REVIEWS", "STATEMENTS",
            "ATTESTATIONS", "TIMESTAMPS", "parse_results_index", "render_results_index", "parse_attestations_index",
-           "render_attestations_index"]
+           "render_attestations_index", "parse_shards_index", "render_shards_index"]
 
 # fetch(BlobRef) -> verified bytes: how a roots function reads a blob it must look inside.
 Fetch = Callable[[BlobRef], bytes]
@@ -61,6 +61,27 @@ def _gate_results_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
     return results + frames
 
 
+def parse_shards_index(raw: bytes | None, where: str) -> tuple[list[BlobRef], list[BlobRef]]:
+    """A build's gate-shards index: (partial evidence blobs oldest first, the frames blobs they name)."""
+    if raw is None:
+        return [], []
+    try:
+        doc = json.loads(raw)
+        return [BlobRef(**r) for r in doc["shards"]], [BlobRef(**r) for r in doc["frames"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise IntegrityError(f"{where}: not a gate-shards index (expected {{'shards': [...], 'frames': [...]}})") \
+            from None
+
+
+def render_shards_index(shards: list[BlobRef], frames: list[BlobRef]) -> bytes:
+    return json.dumps({"shards": [r.model_dump() for r in shards], "frames": [f.model_dump() for f in frames]}).encode()
+
+
+def _gate_shards_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
+    shards, frames = parse_shards_index(raw, f"record gate-shards/{name}")
+    return shards + frames
+
+
 def parse_attestations_index(raw: bytes | None, where: str) -> list[BlobRef]:
     """A build's signed attestations (DSSE envelopes), oldest first."""
     if raw is None:
@@ -85,6 +106,8 @@ def _no_blobs(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
 
 GATE_RESULTS = StoredNamespace("gate-results", "build", "every gate result of a build and its frames",
                                _gate_results_roots)
+GATE_SHARDS = StoredNamespace("gate-shards", "build", "partial gate evidence of sharded gate runs and their frames",
+                              _gate_shards_roots)
 COMPILE_GATES = StoredNamespace("compile-gates", "build", "the compile gate's result for a build", _no_blobs)
 REVIEWS = StoredNamespace("reviews", "build", "the blind review of a build below the band", _no_blobs)
 STATEMENTS = StoredNamespace("statements", "channel", "the signed statement for where a channel points", _no_blobs)
@@ -92,5 +115,5 @@ TIMESTAMPS = StoredNamespace("timestamps", "channel", "the short-lived signed ne
 ATTESTATIONS = StoredNamespace("attestations", "build", "signed evidence about a build (DSSE envelopes)",
                                _attestation_roots)
 
-STORED_NAMESPACES: dict[str, StoredNamespace] = {ns.name: ns for ns in (GATE_RESULTS, COMPILE_GATES, REVIEWS,
-                                                                        STATEMENTS, ATTESTATIONS, TIMESTAMPS)}
+STORED_NAMESPACES: dict[str, StoredNamespace] = {ns.name: ns for ns in (GATE_RESULTS, GATE_SHARDS, COMPILE_GATES,
+                                                                        REVIEWS, STATEMENTS, ATTESTATIONS, TIMESTAMPS)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -178,9 +178,13 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: in
         guard.stop()
 
 
-def render(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, StreamReport]:
+def render(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: int = 0,
+           on_chunk: Callable[[Chunk], None] | None = None) -> tuple[np.ndarray, StreamReport]:
+    """Render the whole request; ``on_chunk`` sees each chunk as it completes (CLI progress)."""
     report = StreamReport()
     for chunk in stream(build, image, audio, seed=seed):
         report.chunks.append(chunk)
+        if on_chunk is not None:
+            on_chunk(chunk)
     frames = np.concatenate([c.frames for c in report.chunks], axis=0)
     return frames, report

@@ -1,0 +1,217 @@
+"""Sharded gates: the gate set split over N machines, then merged into one gate result.
+
+    avatar-release gate BUILD --shard K/N [--twin 1|2]   # on each machine (a Job's index K)
+    avatar-release gate merge BUILD [--baseline ...]     # anywhere, once every shard is stored
+
+A shard renders its slice of the gate set (requests dealt round-robin: request i goes to shard
+i mod N) in fresh processes, both twins or the one named by ``--twin`` (so the twins may run on
+different hosts), counts compiles as a whole gate would, and stores the frames and a signed
+partial (``GateShard``, attestation kind ``gate-shard``). The merge reads only partials whose
+signature verifies under a gate key the trust policy names for the build's target, checks that
+they cover the gate set exactly once, ran this build on this gate set and in one environment,
+then reassembles both twins in gate-set order and decides exactly as ``run_gate`` does (the
+same steps: compare -> store -> report), so tiers, band and review are the same code.
+
+The engine that runs the shards (a Kubernetes Indexed Job, a CI matrix) is not ours: nothing
+here schedules, queues or retries; a shard that never ran is reported missing by the merge.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import EnvironmentMismatch, GateInfraError, InputError
+from ..records import GateSetRecord, GateShard, GateShardRun, parse_record, utcnow
+from ..registry import read_manifest
+from ._fresh import GateRun, fresh_run
+from .run import GateOutcome, _check_inputs, _compare, _report, _store, _Twins
+from .store import get_frames, put_frames, save_shard
+
+__all__ = ["ShardOutcome", "parse_shard", "shard_requests", "run_shard", "merge_shards"]
+
+
+@dataclass
+class ShardOutcome:
+    shard: GateShard
+    digest: str  # of the stored partial
+
+    @property
+    def label(self) -> str:
+        return f"{self.shard.index}/{self.shard.count}"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' -> (K, N), K 0-based (a Kubernetes Job's JOB_COMPLETION_INDEX)."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise InputError(f"--shard {text!r}: expected K/N, e.g. 0/3 (K counts from 0 to N-1)") from None
+    if n < 1 or not 0 <= k < n:
+        raise InputError(f"--shard {text}: K must be in 0..N-1 (K counts from 0, like JOB_COMPLETION_INDEX)")
+    return k, n
+
+
+def shard_requests(gs: GateSetRecord, index: int, count: int) -> list[str]:
+    """The names of shard ``index`` of ``count``'s requests, in gate-set order."""
+    if count > len(gs.requests):
+        raise InputError(f"{count} shards for gate set {gs.name} v{gs.version}, which has {len(gs.requests)} "
+                         f"requests: a shard would render nothing; use at most {len(gs.requests)} shards")
+    return [r.name for i, r in enumerate(gs.requests) if i % count == index]
+
+
+# ------------------------------------------------------------------------------------ one shard
+def run_shard(ref: str, registry, *, shard: tuple[int, int], twins: tuple[int, ...] = (1, 2),
+              run_id: str | None = None, progress: Callable[[str], None] = lambda m: None) -> ShardOutcome:
+    """Render shard ``shard`` = (K, N) of the gate set in fresh processes and store signed partial evidence."""
+    from .. import __version__
+    from ..machine import toolchain, who
+
+    index, count = shard
+    inputs = _check_inputs(registry, ref, "none", None)  # the build, this machine, the gate set
+    gs, manifest = inputs.gate_set, inputs.manifest
+    names = shard_requests(gs, index, count)
+    runs = []
+    for twin in twins:
+        progress(f"shard {index}/{count} twin #{twin}: {len(names)} of {len(gs.requests)} requests "
+                 f"({', '.join(names)}) in a fresh process")
+        run = fresh_run(registry.uri, inputs.resolved.digest, gs.digest, label=f"shard {index}/{count} twin #{twin}",
+                        requests=names)
+        if run.environment["fingerprint"] != inputs.env.fingerprint:
+            raise GateInfraError(f"a gate run saw environment {run.environment['fingerprint']}, "
+                                 f"the gate {inputs.env.fingerprint}")
+        progress(f"shard {index}/{count} twin #{twin}: {run.frames.shape[0]} frames, {run.compiles} compile(s), "
+                 f"{run.wall_seconds:.1f}s")
+        runs.append(GateShardRun(twin=twin, host=run.host, environment=inputs.env, frame_sha256=run.frame_sha256,
+                                 frames_blob=put_frames(registry, run.frames), compiles=run.compiles,
+                                 compile_events=run.compile_events, heavy_modules=run.heavy_modules,
+                                 wall_seconds=round(run.wall_seconds, 3)))
+    tools = toolchain(with_compile_tools=False)
+    record = GateShard(build_id=manifest.build_id, build_digest=inputs.resolved.digest, pipeline=manifest.pipeline,
+                       target=manifest.target, run_id=run_id, index=index, count=count, gate_set=gs, requests=names,
+                       runs=runs, tool={"avatar_release": __version__, "jax": tools.jax, "jaxlib": tools.jaxlib,
+                                        "python": tools.python},
+                       created_at=utcnow(), created_by=who())
+    progress(f"storing shard {index}/{count}'s signed partial evidence with the build")
+    digest = save_shard(registry, record, subject_digest=manifest.content_digest())
+    return ShardOutcome(record, digest)
+
+
+# ------------------------------------------------------------------------------------ the merge
+def merge_shards(ref: str, registry, *, baseline: str = "prod", report_dir: str | Path | None = None,
+                 band_file: str | Path | None = None, run_id: str | None = None,
+                 progress: Callable[[str], None] = lambda m: None) -> GateOutcome:
+    """Check the stored shards of ``ref`` and decide its gate as one unsharded run would."""
+    t_start = time.perf_counter()
+    resolved, manifest = read_manifest(registry, ref)
+    shards = _signed_shards(registry, manifest, run_id)
+    progress(f"merging {len(shards)} shard run(s) of {manifest.build_id}")
+    inputs = _check_inputs(registry, resolved.digest, baseline, band_file, env=shards[0][0].runs[0].environment)
+    chosen = _cover(shards, inputs.gate_set, resolved.digest)
+    twins = _reassemble(registry, inputs.gate_set, chosen)
+    comparison = _compare(registry, inputs, twins)
+    # Which signed partials the verdict rests on, by process label.
+    partials = {f"shard {k}/{s.count} twin #{t}": d for k, by_twin in chosen.items() for t, (s, _, d) in by_twin.items()}
+    zr = comparison.gates[0]
+    comparison.gates[0] = zr.model_copy(update={"details": {**zr.details, "partials": partials}})
+    stored = _store(registry, inputs, twins, comparison, t_start, progress)
+    report, review_path = _report(report_dir, stored, twins, comparison)
+    return GateOutcome(stored.result, stored.digest, report, review_path)
+
+
+def _signed_shards(registry, manifest, run_id: str | None) -> list[tuple[GateShard, str]]:
+    """The verified partials of this build (of one run id: ``run_id``, else the newest's), newest last."""
+    from .._digest import canonical_json
+    from ..trust.evidence import verified
+    from ..trust.policy import load_policy
+
+    policy = load_policy()
+    good, bad = verified(registry, manifest.build_id, kind="gate-shard", trusted=policy.gate_keys(manifest.target),
+                         subject_digest=manifest.content_digest())
+    shards = [(parse_record(GateShard, canonical_json(att.predicate), where=f"gate shard {digest}"), digest)
+              for att, digest in good]
+    if not shards:
+        why = f" ({'; '.join(r.reason for r in bad[-3:])})" if bad else ""
+        raise GateInfraError(f"no signed gate shards of {manifest.build_id}{why}: run `avatar-release gate "
+                             f"{manifest.build_id} --shard K/N` for K in 0..N-1 first, signed with a gate key the "
+                             f"trust policy {policy.path} accepts for target {manifest.target}")
+    want = run_id if run_id is not None else shards[-1][0].run_id
+    picked = [(s, d) for s, d in shards if s.run_id == want]
+    if not picked:
+        runs = sorted({str(s.run_id) for s, _ in shards})
+        raise GateInfraError(f"no signed gate shards of {manifest.build_id} with run id {run_id!r} (found {runs})")
+    return picked
+
+
+def _cover(shards: list[tuple[GateShard, str]], gs: GateSetRecord, build_digest: str
+           ) -> dict[int, dict[int, tuple[GateShard, GateShardRun, str]]]:
+    """-> {index: {twin: (shard, run, partial digest)}}: the newest run of each (index, twin),
+    refused unless the shards cover the gate set exactly once, in one environment, for this build."""
+    count = shards[-1][0].count
+    for s, d in shards:
+        where = f"shard {s.index}/{s.count} ({d}, on {', '.join(r.host for r in s.runs)})"
+        if s.count != count:
+            raise GateInfraError(f"{where}: split {s.count} ways, the newest shard {count} ways; merge one split "
+                                 "(rerun the odd shards, or give each split its own --run-id)")
+        if s.build_digest != build_digest:
+            raise GateInfraError(f"{where}: ran build {s.build_digest}, merging {build_digest}")
+        if s.gate_set.digest != gs.digest:
+            raise GateInfraError(f"{where}: ran gate set {s.gate_set.name} v{s.gate_set.version} ({s.gate_set.digest}), "
+                                 f"this avatar-release's is {gs.digest}; run every shard with one version")
+        if s.requests != shard_requests(gs, s.index, count):
+            raise GateInfraError(f"{where}: rendered {s.requests}, its slice is {shard_requests(gs, s.index, count)}")
+    chosen: dict[int, dict[int, tuple[GateShard, GateShardRun, str]]] = {}
+    for s, d in shards:  # oldest first: a rerun of a shard replaces it
+        for r in s.runs:
+            chosen.setdefault(s.index, {})[r.twin] = (s, r, d)
+    missing = [f"{k}/{count} twin #{t}" for k in range(count) for t in (1, 2) if t not in chosen.get(k, {})]
+    if missing:
+        raise GateInfraError(f"the shards do not cover gate set {gs.name} v{gs.version}: missing {', '.join(missing)}; "
+                             "run them (avatar-release gate BUILD --shard K/N) and merge again")
+    names = [n for k in range(count) for n in chosen[k][1][0].requests]
+    if sorted(names) != sorted(r.name for r in gs.requests) or len(set(names)) != len(names):
+        raise GateInfraError(f"the shards rendered {sorted(names)}, the gate set is {[r.name for r in gs.requests]}")
+    runs = [r for by_twin in chosen.values() for _, r, _ in by_twin.values()]
+    first = runs[0]
+    for r in runs[1:]:
+        if r.environment.fingerprint != first.environment.fingerprint:
+            from ..machine import Machine, diff_machines
+
+            diff = diff_machines(Machine.of_environment(first.environment), Machine.of_environment(r.environment),
+                                 cpu_features="equal")
+            raise EnvironmentMismatch(
+                f"shard runs on {first.host} and {r.host} saw different environments ({diff.inline(first.host, r.host)}); "
+                "hashes only compare within one environment: run every shard on matching machines", diff.differences)
+    return chosen
+
+
+def _reassemble(registry, gs: GateSetRecord, chosen) -> _Twins:
+    """Both twins, request by request in gate-set order, as if each had rendered the whole set."""
+    frames_of = {r.name: r.frames for r in gs.requests}
+    twins, processes = {}, []
+    for twin in (1, 2):
+        per_request: dict[str, tuple[np.ndarray, list[str]]] = {}
+        compiles, events, heavy, wall = 0, [], set(), 0.0
+        for k in sorted(chosen):
+            shard, run, _ = chosen[k][twin]
+            frames = get_frames(registry, run.frames_blob)
+            at = 0
+            for name, hashes in zip(shard.requests, run.frame_sha256):
+                per_request[name] = (frames[at:at + frames_of[name]], hashes)
+                at += frames_of[name]
+            label = f"shard {k}/{shard.count} twin #{twin}"
+            processes.append((label, run.compiles, run.compile_events, run.host))
+            compiles, events = compiles + run.compiles, events + run.compile_events
+            heavy |= set(run.heavy_modules)
+            wall += run.wall_seconds
+        order = [r.name for r in gs.requests]
+        env = chosen[min(chosen)][twin][1].environment.model_dump(mode="json")
+        twins[twin] = GateRun(frames=np.concatenate([per_request[n][0] for n in order]),
+                              frame_sha256=[per_request[n][1] for n in order], compiles=compiles,
+                              compile_events=events, chunks=[], environment=env, heavy_modules=sorted(heavy),
+                              seconds={}, wall_seconds=wall, host="")
+    return _Twins(twins[1], twins[2], runs=processes)

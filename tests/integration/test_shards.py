@@ -1,0 +1,75 @@
+"""A sharded gate of a real tiny build: 3 shards as parallel processes, then one merge, give the
+verdict and frame hashes of the unsharded gate; the CLI keeps JSON on stdout and progress on stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from avatar_release.gates import run_gate
+from avatar_release.gates.store import get_frames, latest_result, shard_refs
+from avatar_release.registry import LocalRegistry
+
+
+def _cli(*args, env=None):
+    code = "import sys; from avatar_release.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})})
+
+
+def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(registry_copy, tmp_path):
+    root, build = registry_copy
+    reg = LocalRegistry(root)
+    whole = run_gate(build.build_id, reg, baseline="none")
+    assert whole.result.status == "passed"
+
+    summary = tmp_path / "summary.md"
+    procs = [_cli("gate", build.build_id, "--shard", f"{k}/3", "--registry", str(root), "--json",
+                  env={"AVATAR_RELEASE_GATE_RUN_ID": "ci-7"}) for k in range(3)]
+    outs = [(p.wait(timeout=900), *p.communicate()) for p in procs]
+    for k, (rc, out, err) in enumerate(outs):
+        assert rc == 0, err
+        doc = json.loads(out)  # stdout is one JSON document, nothing else
+        assert doc["shard"]["index"] == k and doc["shard"]["run_id"] == "ci-7"
+        assert [r["twin"] for r in doc["shard"]["runs"]] == [1, 2]
+        assert f"shard {k}/3 twin #1" in err  # progress went to stderr even with --json
+        assert doc["next"] == f"avatar-release gate merge {build.build_id} --run-id ci-7"
+    assert len(shard_refs(reg, build.build_id)) == 3
+
+    p = _cli("gate", "merge", build.build_id, "--baseline", "none", "--registry", str(root), "--json",
+             "--report", str(tmp_path / "rep"), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    rc, out, err = p.wait(timeout=600), *p.communicate()
+    assert rc == 0, err
+    doc = json.loads(out)
+    merged = doc["result"]
+    assert doc["status"] == whole.result.status == "passed"
+    assert merged["frame_sha256"] == whole.result.frame_sha256
+    assert [(g["name"], g["status"]) for g in merged["gates"]] == [(g.name, g.status) for g in whole.result.gates]
+    zr = merged["gates"][0]["details"]
+    assert len(zr["hosts"]) == 6 and all(zr["hosts"].values())  # where each twin of each shard ran
+    assert sorted(zr["partials"]) == sorted(f"shard {k}/3 twin #{t}" for k in range(3) for t in (1, 2))
+    stored, digest = latest_result(reg, build.build_id)
+    assert digest == doc["result_digest"] and stored.gate_set == whole.result.gate_set
+    assert (get_frames(reg, stored.frames_blob) == get_frames(reg, whole.result.frames_blob)).all()
+    assert doc["next"] == f"avatar-release promote {build.build_id} --to staging"
+    md = summary.read_text()
+    assert "| zero-recompile | passed |" in md and "next: `avatar-release promote" in md
+
+
+def test_a_merge_with_a_shard_missing_runs_nothing_and_says_which(registry_copy):
+    root, build = registry_copy
+    p = _cli("gate", build.build_id, "--shard", "1/2", "--twin", "2", "--registry", str(root), "--run-id", "x")
+    rc, out, err = p.wait(timeout=600), *p.communicate()
+    assert rc == 0, err
+    assert "twin #2 on " in out and "twin #1" not in out
+    p = _cli("gate", "merge", build.build_id, "--baseline", "none", "--registry", str(root))
+    rc, out, err = p.wait(timeout=300), *p.communicate()
+    assert rc == 12, err
+    assert "missing 0/2 twin #1, 0/2 twin #2, 1/2 twin #1" in err
+
+
+pytestmark = pytest.mark.slow
