@@ -124,18 +124,28 @@ def merge_shards(ref: str, registry, *, baseline: str = "prod", report_dir: str 
 
 
 def _signed_shards(registry, manifest, run_id: str | None) -> list[tuple[GateShard, str]]:
-    """The verified partials of this build (of one run id: ``run_id``, else the newest's), newest last."""
-    from .._digest import canonical_json
-    from ..trust.evidence import verified
+    """The verified partials of this build (of one run id: ``run_id``, else the newest's), oldest first."""
+    from .._digest import canonical_json, sha256_digest
+    from ..errors import IntegrityError, TrustError
+    from ..trust.attest import verify_envelope
     from ..trust.policy import load_policy
+    from .store import shard_envelopes
 
     policy = load_policy()
-    good, bad = verified(registry, manifest.build_id, kind="gate-shard", trusted=policy.gate_keys(manifest.target),
-                         subject_digest=manifest.content_digest())
-    shards = [(parse_record(GateShard, canonical_json(att.predicate), where=f"gate shard {digest}"), digest)
-              for att, digest in good]
+    trusted, subject = policy.gate_keys(manifest.target), manifest.content_digest()
+    shards, bad = [], []
+    for name, envelope in shard_envelopes(registry, manifest.build_id):
+        try:
+            att = verify_envelope(envelope, f"gate shard {name}", trusted=trusted, kind="gate-shard",
+                                  subject_digest=subject)
+        except (TrustError, IntegrityError) as e:
+            bad.append(str(e))
+            continue
+        data = canonical_json(att.predicate)
+        shards.append((parse_record(GateShard, data, where=f"gate shard {name}"), sha256_digest(data)))
+    shards.sort(key=lambda sd: sd[0].created_at)
     if not shards:
-        why = f" ({'; '.join(r.reason for r in bad[-3:])})" if bad else ""
+        why = f" ({'; '.join(bad[-3:])})" if bad else ""
         raise GateInfraError(f"no signed gate shards of {manifest.build_id}{why}: run `avatar-release gate "
                              f"{manifest.build_id} --shard K/N` for K in 0..N-1 first, signed with a gate key the "
                              f"trust policy {policy.path} accepts for target {manifest.target}")

@@ -4,8 +4,9 @@
   ``gate-results/<build id>`` lists the digests of every result for that build, newest last;
 * the delivered frames of a run are a blob (``.npy``, zstd), referenced from the result;
 * the blind review of a build is the record ``reviews/<build id>``;
-* the partial evidence of a sharded gate (one blob per shard run, signed like a result) is
-  listed, with its frames, in the record ``gate-shards/<build id>``.
+* each shard run of a sharded gate writes its own record ``gate-shards/<build id>__shard-...``
+  naming its partial, its signed envelope and its frames (no shared record: shards on many
+  hosts write at once).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from ..records import (
     FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, SHARD_MEDIA_TYPE, BlobRef, GateResult, GateShard, ReviewRecord, parse_record,
 )
 from ..records.stored import (
-    GATE_RESULTS, GATE_SHARDS, REVIEWS, parse_results_index, parse_shards_index, render_results_index,
-    render_shards_index,
+    GATE_RESULTS, GATE_SHARDS, REVIEWS, parse_results_index, parse_shard_record, render_results_index,
+    render_shard_record, shard_record_build, shard_record_name,
 )
 
 __all__ = ["put_frames", "get_frames", "save_result", "result_refs", "frames_refs", "latest_result", "get_result",
-           "save_review", "load_review", "save_shard", "shard_refs"]
+           "save_review", "load_review", "save_shard", "shard_refs", "shard_envelopes"]
 
 _RESULTS = GATE_RESULTS.name
 _REVIEWS = REVIEWS.name
@@ -124,26 +125,40 @@ def load_review(registry, build_id: str) -> ReviewRecord | None:
 
 
 def save_shard(registry, shard: GateShard, *, subject_digest: str, signer=None) -> str:
-    """Store one shard's partial evidence and a signed attestation of it (kind ``gate-shard``,
-    signed like a gate result); returns the partial's digest. ``gate merge`` reads only the
-    signed copies."""
-    from ..trust.evidence import gate_signing_key, sign_and_store
+    """Store one shard run's partial evidence, signed like a gate result (attestation kind
+    ``gate-shard``), under its own record; returns the partial's digest. Only blobs and a record
+    no other shard writes: parallel shards need no registry lock. ``gate merge`` reads only
+    partials whose envelope verifies."""
+    from ..records import BlobRef as _Ref
+    from ..trust.attest import ENVELOPE_MEDIA_TYPE, attest
+    from ..trust.evidence import gate_signing_key
 
     data = shard.to_json_bytes()
     ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=SHARD_MEDIA_TYPE)
-    sign_and_store(registry, signer or gate_signing_key(), kind="gate-shard", build_id=shard.build_id,
-                   subject_digest=subject_digest, predicate=shard.model_dump(mode="json"))
-
-    def add(old: bytes | None) -> bytes:
-        refs, frames = parse_shards_index(old, f"registry record {_SHARDS}/{shard.build_id}")
-        refs += [] if ref in refs else [ref]
-        frames += [r.frames_blob for r in shard.runs if r.frames_blob not in frames]
-        return render_shards_index(refs, frames)
-
-    registry.update_record(_SHARDS, shard.build_id, add)
+    envelope = attest(signer or gate_signing_key(), kind="gate-shard", build_id=shard.build_id,
+                      subject_digest=subject_digest, predicate=shard.model_dump(mode="json"))
+    env_ref = _Ref(digest=registry.put_blob(envelope), size=len(envelope), media_type=ENVELOPE_MEDIA_TYPE)
+    name = shard_record_name(shard.build_id, shard.index, shard.count, [r.twin for r in shard.runs], shard.run_id)
+    registry.put_record(_SHARDS, name, render_shard_record(env_ref, ref, [r.frames_blob for r in shard.runs]))
     return ref.digest
 
 
-def shard_refs(registry, build_id: str) -> list[BlobRef]:
-    """Every stored partial of a build's sharded gates, oldest first."""
-    return parse_shards_index(registry.get_record(_SHARDS, build_id), f"registry record {_SHARDS}/{build_id}")[0]
+def shard_envelopes(registry, build_id: str) -> list[tuple[str, bytes]]:
+    """(record name, signed envelope bytes) of every stored shard run of a build."""
+    if _SHARDS not in registry.record_namespaces():
+        return []
+    out = []
+    for name in registry.list_records(_SHARDS):
+        if shard_record_build(name) != build_id:
+            continue
+        raw = registry.get_record(_SHARDS, name)
+        if raw is None:
+            continue
+        env = parse_shard_record(raw, f"registry record {_SHARDS}/{name}")["envelope"]
+        out.append((name, registry.get_blob(env.digest, env.size)))
+    return out
+
+
+def shard_refs(registry, build_id: str) -> list[str]:
+    """The record names of a build's stored shard runs."""
+    return [name for name, _ in shard_envelopes(registry, build_id)]

@@ -67,11 +67,14 @@ def collect_garbage(reg, *, prune_builds: bool = False, min_age_s: float = 3600.
         for ns in STORED_NAMESPACES.values():
             if ns.keyed_by != "build":
                 continue
-            for b in drop:
-                if ns.name in reg.record_namespaces() and b.build_id in reg.list_records(ns.name):
-                    report.pruned_records.append(f"{ns.name}/{b.build_id}")
+            if ns.name not in reg.record_namespaces():
+                continue
+            dropped = {b.build_id for b in drop}
+            for key in reg.list_records(ns.name):
+                if ns.build_of(key) in dropped:
+                    report.pruned_records.append(f"{ns.name}/{key}")
                     if not dry_run:
-                        reg.delete_record(ns.name, b.build_id)
+                        reg.delete_record(ns.name, key)
 
         for digest in reg.list_blob_digests():
             # A namespace gc does not know may refer to any blob: then nothing is deleted.
@@ -118,7 +121,7 @@ def _reachable(reg, keep, report: GcReport) -> set[str]:
             report.unknown_namespaces.append(name)
             continue
         for key in reg.list_records(name):
-            if ns.keyed_by == "build" and key not in kept_ids:
+            if ns.keyed_by == "build" and ns.build_of(key) not in kept_ids:
                 continue
             raw = reg.get_record(name, key)
             if raw is not None:

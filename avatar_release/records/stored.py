@@ -9,6 +9,7 @@ of knowing any namespace by name, and keeps, untouched, any namespace it does no
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -19,7 +20,8 @@ from .gate import GateResult
 
 __all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "GATE_SHARDS", "COMPILE_GATES", "REVIEWS", "STATEMENTS",
            "ATTESTATIONS", "TIMESTAMPS", "parse_results_index", "render_results_index", "parse_attestations_index",
-           "render_attestations_index", "parse_shards_index", "render_shards_index"]
+           "render_attestations_index", "shard_record_name", "shard_record_build", "parse_shard_record",
+           "render_shard_record"]
 
 # fetch(BlobRef) -> verified bytes: how a roots function reads a blob it must look inside.
 Fetch = Callable[[BlobRef], bytes]
@@ -31,6 +33,8 @@ class StoredNamespace:
     keyed_by: Literal["build", "channel"]
     what: str
     roots: Callable[[bytes, str, Fetch], list[BlobRef]]  # (stored bytes, record name, fetch) -> blobs
+    # record name -> the build it belongs to (keyed_by "build"); most namespaces name records by it
+    build_of: Callable[[str], str] = lambda name: name
 
 
 def parse_results_index(raw: bytes | None, where: str) -> tuple[list[BlobRef], list[BlobRef] | None]:
@@ -61,25 +65,38 @@ def _gate_results_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
     return results + frames
 
 
-def parse_shards_index(raw: bytes | None, where: str) -> tuple[list[BlobRef], list[BlobRef]]:
-    """A build's gate-shards index: (partial evidence blobs oldest first, the frames blobs they name)."""
-    if raw is None:
-        return [], []
+_SHARD_SEP = "__shard-"
+
+
+def shard_record_name(build_id: str, index: int, count: int, twins: list[int], run_id: str | None) -> str:
+    """One record per shard run: shards on many hosts never read-modify-write a shared record
+    (an OCI registry's record lock is per host), so parallel shards lose nothing."""
+    run = re.sub(r"[^a-z0-9_.-]+", "-", (run_id or "none").lower()).strip("-.")[:48] or "none"
+    return f"{build_id}{_SHARD_SEP}{index}-of-{count}-t{''.join(map(str, twins))}-{run}"
+
+
+def shard_record_build(name: str) -> str:
+    return name.split(_SHARD_SEP)[0]
+
+
+def parse_shard_record(raw: bytes, where: str) -> dict[str, BlobRef | list[BlobRef]]:
+    """A shard run's record: its signed envelope, its partial and the frames the partial names."""
     try:
         doc = json.loads(raw)
-        return [BlobRef(**r) for r in doc["shards"]], [BlobRef(**r) for r in doc["frames"]]
+        return {"envelope": BlobRef(**doc["envelope"]), "shard": BlobRef(**doc["shard"]),
+                "frames": [BlobRef(**r) for r in doc["frames"]]}
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise IntegrityError(f"{where}: not a gate-shards index (expected {{'shards': [...], 'frames': [...]}})") \
-            from None
+        raise IntegrityError(f"{where}: not a gate-shard record (expected {{'envelope', 'shard', 'frames'}})") from None
 
 
-def render_shards_index(shards: list[BlobRef], frames: list[BlobRef]) -> bytes:
-    return json.dumps({"shards": [r.model_dump() for r in shards], "frames": [f.model_dump() for f in frames]}).encode()
+def render_shard_record(envelope: BlobRef, shard: BlobRef, frames: list[BlobRef]) -> bytes:
+    return json.dumps({"envelope": envelope.model_dump(), "shard": shard.model_dump(),
+                       "frames": [f.model_dump() for f in frames]}).encode()
 
 
 def _gate_shards_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
-    shards, frames = parse_shards_index(raw, f"record gate-shards/{name}")
-    return shards + frames
+    doc = parse_shard_record(raw, f"record gate-shards/{name}")
+    return [doc["envelope"], doc["shard"], *doc["frames"]]
 
 
 def parse_attestations_index(raw: bytes | None, where: str) -> list[BlobRef]:
@@ -106,8 +123,8 @@ def _no_blobs(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
 
 GATE_RESULTS = StoredNamespace("gate-results", "build", "every gate result of a build and its frames",
                                _gate_results_roots)
-GATE_SHARDS = StoredNamespace("gate-shards", "build", "partial gate evidence of sharded gate runs and their frames",
-                              _gate_shards_roots)
+GATE_SHARDS = StoredNamespace("gate-shards", "build", "one sharded gate run's signed partial evidence and frames",
+                              _gate_shards_roots, build_of=shard_record_build)
 COMPILE_GATES = StoredNamespace("compile-gates", "build", "the compile gate's result for a build", _no_blobs)
 REVIEWS = StoredNamespace("reviews", "build", "the blind review of a build below the band", _no_blobs)
 STATEMENTS = StoredNamespace("statements", "channel", "the signed statement for where a channel points", _no_blobs)
