@@ -1,6 +1,6 @@
 """Google Artifact Registry: ``gar://projects/P/locations/L/repositories/R[/packages/IMAGE]``.
 
-A thin configuration of the OCI backend (:mod:`._oci`): builds, channels, history and
+A thin configuration of the OCI client (:mod:`.oci`: a location and a Google access-token auth strategy): builds, channels, history and
 records are laid out exactly as there, in the Docker-format repository ``R`` under the
 image ``IMAGE`` (default ``avatar-release``), i.e. at
 ``https://L-docker.pkg.dev/v2/P/R/IMAGE/...``. What differs:
@@ -15,7 +15,7 @@ image ``IMAGE`` (default ``avatar-release``), i.e. at
   enumerate names: what a tag points at is always read through the OCI endpoint.
 
 The channel compare-and-swap has the same limits as with any OCI registry (a writer lock
-per machine plus read-back verification; see :mod:`._oci`). Artifact Registry's own IAM is
+per machine plus read-back verification; see :mod:`.oci._registry`). Artifact Registry's own IAM is
 the access control: readers need ``roles/artifactregistry.reader``, publishers and
 promoters ``roles/artifactregistry.writer`` on the repository.
 
@@ -37,7 +37,7 @@ from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
 from ..errors import InputError, RegistryError
-from ._oci import OciLocation, OciRegistry, RetryPolicy
+from .oci import OciLocation, OciRegistry, RetryPolicy, TokenAuth
 
 __all__ = ["GarRegistry", "GarLocation", "parse_gar_uri"]
 
@@ -129,8 +129,9 @@ class GarRegistry(OciRegistry):
         self.gar = parse_gar_uri(uri)
         location = _endpoint_location(endpoint, self.gar) if endpoint else OciLocation("https", self.gar.host,
                                                                                       self.gar.oci_repo)
+        # The same OCI client, logged in with a Google access token instead of the container tools' login.
         super().__init__(uri, session=session, retry=retry, lock_dir=lock_dir, lock_timeout=lock_timeout,
-                         location=location)
+                         location=location, auth=TokenAuth(self._token, self._auth_hint()))
         self._credentials = credentials
         self._token_provider = token_provider
         self._tags_client = tags_client
@@ -177,9 +178,6 @@ class GarRegistry(OciRegistry):
         if not token:
             raise RegistryError(f"{self._where()}: the Google credentials gave an empty access token")
         return token
-
-    def _auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._token()}"}
 
     def _auth_hint(self) -> str:
         return (f"grant this identity roles/artifactregistry.reader (to load) or roles/artifactregistry.writer "

@@ -1,0 +1,84 @@
+"""How avatar-release objects are encoded as OCI artifacts: media types, annotations, tags.
+
+See :mod:`._registry` for how the registry protocol maps onto one repository.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ..._digest import canonical_json, is_digest, sha256_digest
+
+__all__ = ["descriptor", "artifact", "blob_refs", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "BUILD_PREFIX", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST"]
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+OCI_EMPTY = "application/vnd.oci.empty.v1+json"
+EMPTY_BLOB = b"{}"
+ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX};q=0.9, {DOCKER_MANIFEST};q=0.5"
+
+BUILD_ARTIFACT = "application/vnd.avatar-release.build.v1"
+HISTORY_ARTIFACT = "application/vnd.avatar-release.history.v1"
+PENDING_ARTIFACT = "application/vnd.avatar-release.pending-move.v1"
+RECORD_ARTIFACT = "application/vnd.avatar-release.record.v1"
+BUILD_CONFIG_TYPE = "application/vnd.avatar-release.build-manifest.v1+json"
+ENTRY_TYPE = "application/vnd.avatar-release.history-entry.v1+json"
+RECORD_TYPE = "application/octet-stream"
+
+ANN_BUILD_ID = "io.avatar-release.build-id"
+ANN_PIPELINE = "io.avatar-release.pipeline"
+ANN_TARGET = "io.avatar-release.target"
+ANN_PUBLISHED = "io.avatar-release.published-at"
+ANN_ENTRY = "io.avatar-release.history-entry"
+ANN_RECORD = "io.avatar-release.record"
+ANN_CREATED = "org.opencontainers.image.created"
+ANN_TITLE = "org.opencontainers.image.title"
+
+BUILD_PREFIX = "_b."
+RECORD_PREFIX = "_r."
+RECORD_SEP = ".N."
+HISTORY_TAG = "_history"
+PENDING_TAG = "_pending"
+MAX_TAG = 128
+# distribution refuses manifest bodies over 4 MiB; reading more than that is never needed.
+MAX_MANIFEST = 4 << 20
+
+
+def descriptor(media_type: str, data_digest: str, size: int, annotations: dict | None = None) -> dict:
+    d: dict[str, Any] = {"mediaType": media_type, "digest": data_digest, "size": size}
+    if annotations:
+        d["annotations"] = annotations
+    return d
+
+
+def artifact(artifact_type: str, layers: list[dict], annotations: dict[str, str], config: dict | None = None) -> bytes:
+    """Canonical bytes of an OCI image manifest for an avatar-release artifact."""
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": config or descriptor(OCI_EMPTY, sha256_digest(EMPTY_BLOB), len(EMPTY_BLOB)),
+        "layers": layers,
+        "annotations": annotations,
+    }
+    return canonical_json(doc)
+
+
+def blob_refs(node: Any, label: str = "manifest") -> Iterator[tuple[str, dict]]:
+    """Every BlobRef-shaped object ({digest, size, media_type}) in a manifest, with a label.
+
+    Walking the JSON instead of parsing it as a Manifest keeps layers (and so garbage
+    collection safety) right for manifests of other schema versions too.
+    """
+    if isinstance(node, dict):
+        if is_digest(str(node.get("digest", ""))) and isinstance(node.get("size"), int) and "media_type" in node:
+            yield label, node
+            return
+        for k, v in node.items():
+            sub = v.get("key") if isinstance(v, dict) and isinstance(v.get("key"), str) else k
+            yield from blob_refs(v, sub)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            sub = v.get("key") if isinstance(v, dict) and isinstance(v.get("key"), str) else f"{label}[{i}]"
+            yield from blob_refs(v, sub)

@@ -1,0 +1,233 @@
+"""HTTP to one OCI repository: retries, bounded reads, TLS, and an auth strategy.
+
+* Transient failures (HTTP 5xx, 429, connection errors and timeouts; distribution answers 500
+  to tag reads that race with tag writes) are retried with jittered exponential backoff; after
+  the last attempt a :class:`RegistryError` names the host, the operation and the last status.
+* A 401 is handed to the auth strategy (:mod:`._auth`) once per request; if it can answer the
+  challenge, the request is sent again at once. A 401 after that, or a 403, is a RegistryError
+  with the strategy's explanation (which credentials, refused how). Never retried blindly.
+* A TLS failure (an untrusted certificate, a missing CA file) is a RegistryError that says
+  which CA was used and how to give another; it is not retried.
+* Bodies are read at most to a bound + 1 byte, so an overlong body is detected without reading it.
+* Authorization goes to the repository's own host only, never to a host a redirect or a
+  ``Location`` header names (a blob store behind the registry).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+from urllib.parse import urljoin, urlsplit
+
+from ...errors import RegistryError
+from ._auth import AnonymousAuth, Auth
+from ._location import CA_ENV, OciLocation
+
+__all__ = ["RetryPolicy", "Reply", "Transport", "registry_errors", "ERROR_BODY"]
+
+ERROR_BODY = 16 << 10
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try before calling the registry unreachable.
+
+    ``attempts`` counts every try of one request (so 4 = the first try and 3 retries);
+    the wait before retry ``n`` is ``base_delay * 2**n`` (capped at ``max_delay``) with
+    jitter, so a fleet of pods does not retry in lockstep.
+    """
+
+    attempts: int = 4
+    base_delay: float = 0.25
+    max_delay: float = 4.0
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+
+    def delay(self, retry: int) -> float:
+        return min(self.max_delay, self.base_delay * (2**retry)) * (0.5 + random.random() / 2)
+
+
+@dataclass
+class Reply:
+    """What one HTTP exchange returned; the body is already read (bounded)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    url: str
+
+
+def registry_errors(body: bytes) -> str:
+    """The ``errors`` list of an OCI error body as ``CODE: message`` text, if there is one."""
+    try:
+        doc = json.loads(body)
+        parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in doc.get("errors", [])]
+        return "; ".join(parts)
+    except (ValueError, AttributeError, TypeError):
+        return body[:200].decode("utf-8", "replace").strip()
+
+
+def _short(e: BaseException) -> str:
+    text = str(e)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def read_bounded(resp: Any, limit: int) -> bytes:
+    """Read at most ``limit`` + 1 bytes of a streamed body: enough to tell 'too long' apart."""
+    want = limit + 1
+    chunks, got = [], 0
+    for chunk in resp.iter_content(chunk_size=min(1 << 20, max(want, 1))):
+        if not chunk:
+            continue
+        chunks.append(chunk[: want - got])
+        got += len(chunks[-1])
+        if got >= want:
+            break
+    return b"".join(chunks)
+
+
+def next_link(link: str | None, root: str) -> str | None:
+    """The ``rel="next"`` target of a ``Link`` header (tag list pagination), absolute."""
+    if not link:
+        return None
+    for part in link.split(","):
+        target, _, params = part.partition(";")
+        if 'rel="next"' in params.replace(" ", "") or "rel=next" in params.replace(" ", ""):
+            url = target.strip().strip("<>")
+            absolute = urljoin(root + "/", url)
+            if urlsplit(absolute).netloc != urlsplit(root).netloc:
+                return None  # never follow a pagination link to another host
+            return absolute
+    return None
+
+
+class Transport:
+    """Requests to one repository's host, with retries, bounded reads, TLS settings and auth."""
+
+    def __init__(self, location: OciLocation, *, session: Any = None, retry: RetryPolicy | None = None,
+                 auth: Auth | None = None):
+        self.location = location
+        self.retry = retry or RetryPolicy()
+        self.auth: Auth = auth or AnonymousAuth()
+        self._session = session
+        self._mutex = threading.Lock()
+        self.requests = 0  # every HTTP request sent, retries and token fetches included (measurements)
+
+    def where(self) -> str:
+        return f"registry {self.location.host}/{self.location.repo}"
+
+    def session(self) -> Any:
+        """The HTTP session (requests-compatible); created on first use, never at import."""
+        with self._mutex:
+            if self._session is None:
+                import requests
+
+                self._session = requests.Session()
+            return self._session
+
+    def verify(self) -> str | bool:
+        verify = self.location.verify()
+        if isinstance(verify, str) and not os.path.isfile(verify):
+            source = "?ca= in the registry URI" if verify == self.location.ca else CA_ENV
+            raise RegistryError(f"{self.where()}: the CA file {verify} (from {source}) does not exist")
+        return verify
+
+    def scope(self, method: str) -> str:
+        """The token scope a request needs: reads pull, writes pull and push."""
+        actions = "pull" if method in ("GET", "HEAD") else "pull,push"
+        return f"repository:{self.location.repo}:{actions}"
+
+    def call(self, op: str, method: str, url: str, *, headers: dict[str, str] | None = None,
+             data: bytes | None = None, limit: int = ERROR_BODY) -> Reply:
+        """One request, retried on 5xx/429 and connection failures; reads at most limit+1 bytes."""
+        import requests
+
+        transient = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+        scope = self.scope(method)
+        last, reauthed, attempt = "no attempt made", False, 0
+        while attempt < max(1, self.retry.attempts):
+            if attempt:
+                time.sleep(self.retry.delay(attempt - 1))
+            attempt += 1
+            try:
+                reply = self._exchange(method, url, headers, data, limit, scope)
+            except requests.exceptions.SSLError as e:
+                raise self._tls_error(op, e) from None
+            except transient as e:
+                last = f"{type(e).__name__}: {_short(e)}"
+                continue
+            except requests.RequestException as e:
+                raise RegistryError(f"{self.where()}: {op} failed ({type(e).__name__}: {_short(e)})") from None
+            if reply.status in RETRY_STATUS:
+                last = f"HTTP {reply.status}" + (f" ({registry_errors(reply.body)})" if reply.body else "")
+                continue
+            if reply.status == 401 and not reauthed and self.auth.challenged(reply, scope):
+                reauthed, attempt = True, attempt - 1  # answering a challenge is not a failed attempt
+                continue
+            if reply.status in (401, 403):
+                raise RegistryError(
+                    f"{self.where()}: {op} was refused (HTTP {reply.status}: "
+                    f"{registry_errors(reply.body) or 'no detail'}); {self.auth.refused(reply, scope)}"
+                )
+            return reply
+        raise RegistryError(
+            f"{self.where()}: {op} failed after {self.retry.attempts} attempt(s), last: {last}; "
+            f"check that {self.location.root} is up and reachable from here, then retry"
+        )
+
+    def _tls_error(self, op: str, e: Exception) -> RegistryError:
+        verify = self.location.verify()
+        using = f"the CA file {verify}" if isinstance(verify, str) else "the system CAs"
+        return RegistryError(
+            f"{self.where()}: {op}: TLS verification of {self.location.host} failed with {using} "
+            f"({_short(e)}); if the registry uses a private CA, give its certificate with "
+            f"{CA_ENV}=PATH or oci://{self.location.host}/{self.location.repo}?ca=PATH"
+        )
+
+    def _exchange(self, method: str, url: str, headers: dict | None, data: bytes | None, limit: int,
+                  scope: str) -> Reply:
+        # Credentials go to this registry's host only, never to a host a Location header names.
+        own = urlsplit(url).netloc == self.location.host
+        hdrs = {**(self.auth.headers(scope) if own else {}), **(headers or {})}
+        timeout = (self.retry.connect_timeout, self.retry.read_timeout)
+        self.requests += 1
+        resp = self.session().request(method, url, headers=hdrs, data=data, stream=True, timeout=timeout,
+                                      verify=self.verify())
+        try:
+            # Error bodies are read for their message up to a small bound, whatever ``limit`` is.
+            bound = limit if 200 <= resp.status_code < 300 else ERROR_BODY
+            body = b"" if method == "HEAD" else read_bounded(resp, bound)
+            return Reply(resp.status_code, resp.headers, body, str(getattr(resp, "url", url)))
+        finally:
+            resp.close()
+
+    def fetch_token(self, url: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
+        """A GET to a token realm (the auth strategy's), with this transport's TLS settings."""
+        import requests
+
+        timeout = (self.retry.connect_timeout, self.retry.read_timeout)
+        self.requests += 1
+        try:
+            resp = self.session().request("GET", url, headers=headers, stream=True, timeout=timeout,
+                                          verify=self.verify(), allow_redirects=False)
+        except requests.exceptions.SSLError as e:
+            raise self._tls_error(f"token request to {urlsplit(url).netloc}", e) from None
+        except requests.RequestException as e:
+            raise RegistryError(
+                f"{self.where()}: the token server {url.split('?')[0]} is unreachable ({type(e).__name__}: "
+                f"{_short(e)})"
+            ) from None
+        try:
+            return resp.status_code, resp.headers, read_bounded(resp, 1 << 20)
+        finally:
+            resp.close()
+
+    def fail(self, op: str, reply: Reply) -> RegistryError:
+        detail = registry_errors(reply.body) or "no detail"
+        return RegistryError(f"{self.where()}: {op} failed with HTTP {reply.status} ({detail})")
