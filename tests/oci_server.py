@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -48,9 +49,13 @@ def _free_port() -> int:
 class OciServer:
     """One distribution process serving ``root``; ``host`` is ``127.0.0.1:PORT``."""
 
-    def __init__(self, exe: str, root: Path, port: int | None = None):
+    def __init__(self, exe: str, root: Path, port: int | None = None, *, tls: tuple[Path, Path] | None = None,
+                 auth: str = "", ca: Path | None = None):
+        """``tls``: (certificate, key) to serve HTTPS; ``auth``: the ``auth:`` section of the config
+        (htpasswd or token), indented YAML; ``ca``: what the readiness probe trusts."""
         self.exe, self.root = exe, Path(root)
         self.port = port or _free_port()
+        self.tls, self.auth, self.ca = tls, auth, ca
         self.proc: subprocess.Popen | None = None
         self.log = self.root / "registry.log"
 
@@ -59,7 +64,7 @@ class OciServer:
         return f"127.0.0.1:{self.port}"
 
     def uri(self, repo: str) -> str:
-        return f"oci://{self.host}/{repo}"
+        return f"oci{'+https' if self.tls else ''}://{self.host}/{repo}"
 
     def _config(self) -> Path:
         cfg = self.root / "config.yml"
@@ -68,6 +73,8 @@ class OciServer:
             "log:\n  level: error\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.root / 'data'}\n  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n  secret: {secrets.token_hex(16)}\n"
+            + (f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n" if self.tls else "")
+            + (f"auth:\n{self.auth}" if self.auth else "")
         )
         return cfg
 
@@ -89,9 +96,14 @@ class OciServer:
         raise RuntimeError(f"docker-registry did not answer GET /v2/ on {self.host} within {timeout}s")
 
     def _answers(self) -> bool:
+        """``GET /v2/`` answers: 200, or 401 from a registry that wants credentials."""
+        scheme = "https" if self.tls else "http"
+        context = ssl.create_default_context(cafile=str(self.ca)) if self.tls and self.ca else None
         try:
-            with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1) as r:
+            with urllib.request.urlopen(f"{scheme}://{self.host}/v2/", timeout=1, context=context) as r:
                 return r.status == 200
+        except urllib.error.HTTPError as e:
+            return e.code == 401
         except (urllib.error.URLError, ConnectionError, OSError):
             return False
 

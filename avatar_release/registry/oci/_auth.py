@@ -333,11 +333,15 @@ class LoginAuth:
     def refused(self, reply: Any, scope: str) -> str:
         challenge = parse_challenge(reply.headers.get("WWW-Authenticate"))
         error = (challenge.params.get("error") if challenge else None) or ""
-        if reply.status == 403:
+        if reply.status == 403 or error == "insufficient_scope":
+            if self._mode == "bearer" and self._creds is None:
+                return self._no_credentials() + " (an anonymous token was not enough)"
             return f"{self._who()} is not allowed {scope} here; ask the registry's administrators for access"
         if self._mode == "basic":
             return (f"the registry refused the credentials of {self._who()}: wrong user name or password; "
                     f"log in again with `docker login {self.host}`")
+        if self._mode == "bearer" and self._creds is None:
+            return self._no_credentials() + " (an anonymous token was refused)"
         if self._mode == "bearer":
             return (f"the registry refused a token just issued by {self._realm} for {scope}"
                     f"{f' ({error})' if error else ''}: it was expired on arrival or not valid for this "
