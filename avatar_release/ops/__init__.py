@@ -1,7 +1,8 @@
-"""Operations over a whole store, above every room that writes to it: garbage collection."""
+"""Operations over whole stores, above every room that writes to them: garbage collection, copy."""
 
 from __future__ import annotations
 
+from .copy import CopyReport, copy_build
 from .gc import GcReport, collect_garbage
 
-__all__ = ["GcReport", "collect_garbage"]
+__all__ = ["GcReport", "collect_garbage", "CopyReport", "copy_build"]

@@ -160,7 +160,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     accepted = None
     if trust is not None:
         t0 = time.perf_counter()
-        accepted = _check_signature(reg, resolved, trust)
+        accepted = _check_signature(reg, resolved, trust, manifest)
         t.signature = time.perf_counter() - t0
     check_environment(manifest)
     _require_weights(manifest)
@@ -238,15 +238,16 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimi
     return mesh, loaded
 
 
-def _check_signature(reg, resolved: Resolved, trust: TrustConfig):
+def _check_signature(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifest):
     from ..errors import TrustError
     from ..trust.statements import verify_channel
 
     if resolved.via != "channel":
         raise TrustError(f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
                          "(dev, staging, prod), which carry signed statements")
+    # The statement may bind this store's digest or the store-independent manifest digest (a copied build).
     return verify_channel(reg, resolved.ref, trust.public_key, digest=resolved.digest, state=trust.state,
-                          require_fresh=trust.require_fresh)
+                          require_fresh=trust.require_fresh, content_digest=manifest.content_digest())
 
 
 def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):

@@ -119,8 +119,16 @@ class AcceptedState:
 
 
 def verify(statement: PromotionStatement | SignedStatement | None, public_key, *, channel: str, digest: str,
-           state: AcceptedState | None = None, now: datetime | None = None) -> StatementPayload:
-    """Every check a pod makes, in order; TrustError naming the first that fails."""
+           state: AcceptedState | None = None, now: datetime | None = None,
+           content_digest: str | None = None) -> StatementPayload:
+    """Every check a pod makes, in order; TrustError naming the first that fails.
+
+    ``digest`` is what the channel points at in this store; ``content_digest`` the sha256 of the
+    build manifest it resolves to (``Manifest.content_digest()``, the same in every store). A
+    statement may bind either: one signed in a directory store (where the two are equal) stays
+    valid in a copy of the build in an OCI store (``avatar-release copy``), where the channel's
+    digest is the OCI manifest's, which verifiably names the same manifest bytes as its config.
+    """
 
     where = f"channel {channel}"
     if statement is None:
@@ -149,9 +157,10 @@ def verify(statement: PromotionStatement | SignedStatement | None, public_key, *
             raise tampered from None
     if p.channel != channel:
         raise TrustError(f"{where}: the statement was signed for channel {p.channel!r}, not {channel!r}")
-    if p.build_digest != digest:
+    if p.build_digest not in (digest, content_digest):
         raise TrustError(f"{where}: the statement signs {p.build_id} ({p.build_digest}), but the channel points "
-                         f"at {digest}; the channel was moved without a signed promotion")
+                         f"at {digest}; the channel was moved without a signed promotion (or the build was copied "
+                         "here from a store whose digests differ: re-sign it here)")
     now = now or datetime.now(timezone.utc)
     if now >= _parse_ts(p.expires_at, "expiry"):
         raise TrustError(f"{where}: the statement expired at {p.expires_at}; re-sign it "
@@ -228,12 +237,14 @@ def verify_fresh(ts: SignedTimestamp | None, public_key, *, statement: Statement
 
 
 def verify_channel(registry, channel: str, public_key, *, digest: str, state: AcceptedState | None = None,
-                   require_fresh: bool = True, now: datetime | None = None) -> StatementPayload:
+                   require_fresh: bool = True, now: datetime | None = None,
+                   content_digest: str | None = None) -> StatementPayload:
     """Everything a pod checks before it trusts ``channel``: the statement (key, signature,
     channel, digest, expiry, replay against what this pod remembers) and, with ``require_fresh``,
     an unexpired timestamp naming that very statement, which a pod that remembers nothing (a
     restarted container) needs to refuse an older statement replayed to it."""
-    p = verify(read_statement(registry, channel), public_key, channel=channel, digest=digest, state=state, now=now)
+    p = verify(read_statement(registry, channel), public_key, channel=channel, digest=digest, state=state, now=now,
+               content_digest=content_digest)
     if require_fresh:
         verify_fresh(read_timestamp(registry, channel), public_key, statement=p, now=now)
     return p

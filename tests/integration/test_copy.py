@@ -1,0 +1,71 @@
+"""``copy`` through a real OCI registry: local -> OCI -> local, signatures valid, a trusting pod loads."""
+
+from __future__ import annotations
+
+import uuid
+
+
+from avatar_release.ops import copy_build
+from avatar_release.registry import LocalRegistry, OciRegistry
+from avatar_release.registry.oci import RetryPolicy
+from avatar_release.trust.statements import verify_channel
+from tests.unit.test_copy import gate, publish, records_of
+
+FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
+
+
+def test_local_to_oci_to_local_keeps_bytes_ids_and_signatures(oci_server, tmp_path, capsys):
+    from avatar_release.promote import promote
+    from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+
+    src = LocalRegistry(tmp_path / "src")
+    build_id, digest, m = publish(src)
+    gate(src, build_id, digest, m)
+    priv, pub, _ = generate_keypair(tmp_path / "keys")
+    promote(src, build_id, "staging", signing_key=load_private_key(priv))
+    oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+
+    there = copy_build(src, oci, "staging", channel="staging")
+    requests_there = oci.transport.requests
+    assert there.build_created and there.statement_copied and not there.statement_binds_store_digest
+    assert oci.resolve(build_id).build_id == build_id and oci.resolve("staging").digest == there.destination_digest
+    # The OCI digest differs from the directory store's; the statement binds the manifest content, which
+    # the OCI manifest names as its config: a trusting pod accepts it there.
+    assert there.destination_digest != digest
+    p = verify_channel(oci, "staging", load_public_key(pub), digest=there.destination_digest,
+                       content_digest=m.content_digest())
+    assert p.build_id == build_id
+    back = LocalRegistry(tmp_path / "back")
+    home = copy_build(oci, back, "staging", channel="staging")
+    assert home.destination_digest == digest  # the same digest as where it started
+    assert records_of(back, build_id) == records_of(oci, build_id) == records_of(src, build_id)
+    verify_channel(back, "staging", load_public_key(pub), digest=digest)
+    again = copy_build(src, oci, "staging", channel="staging")
+    assert (again.blobs_copied, again.records_copied, again.build_created) == (0, [], False)
+    with capsys.disabled():
+        print(f"\n[measure] copy local->OCI of a {there.blobs_copied}-blob build with "
+              f"{len(there.records_copied)} records: {requests_there} requests, {there.seconds:.2f}s; "
+              f"no-op re-copy: {oci.transport.requests - requests_there} requests, {again.seconds:.2f}s; "
+              f"OCI->local: {home.seconds:.2f}s")
+
+
+def test_a_trusting_pod_loads_a_real_build_from_an_oci_copy(registry_copy, oci_server, tmp_path):
+    from avatar_release.promote import promote
+    from avatar_release.registry import read_manifest
+    from avatar_release.runtime import TrustConfig, load
+    from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+    from avatar_release.trust.statements import AcceptedState
+
+    root, result = registry_copy
+    src = LocalRegistry(root)
+    priv, pub, _ = generate_keypair(tmp_path / "k")
+    _, m = read_manifest(src, result.build_id)
+    gate(src, result.build_id, src.resolve(result.build_id).digest, m)  # a stored passing gate result
+    promote(src, result.build_id, "staging", signing_key=load_private_key(priv))
+    oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    r = copy_build(src, oci, "staging", channel="staging")
+    assert r.statement_copied and not r.statement_binds_store_digest
+    state = AcceptedState(tmp_path / "pod" / "accepted.json")
+    build = load("staging", oci, trust=TrustConfig(load_public_key(pub), state))
+    assert build.build_id == result.build_id and build.digest == r.destination_digest
+    assert state.highest("staging")["build_id"] == result.build_id

@@ -1,0 +1,167 @@
+"""``copy``: a build with its records between stores, verified, idempotent, resumable (no compile)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from avatar_release.cli import cli
+from avatar_release.errors import ConflictError, IntegrityError
+from avatar_release.ops import copy_build
+from avatar_release.promote import promote
+from avatar_release.records import Manifest, parse_record
+from avatar_release.records.stored import STORED_NAMESPACES
+from avatar_release.registry import LocalRegistry, MemoryRegistry
+from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+from avatar_release.trust.statements import verify_channel
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def publish(reg, suffix: str = "a") -> tuple[str, str, Manifest]:
+    """A build from the stored v1 manifest whose every blob reference names real bytes in ``reg``."""
+    doc = json.loads((DATA / "build-manifest.v1.json").read_bytes())
+    doc["build_id"] = f"tiny-cpu-8-{suffix * 12}"
+    n = [0]
+
+    def real(node):
+        if isinstance(node, dict):
+            if "digest" in node and "media_type" in node and isinstance(node.get("size"), int):
+                n[0] += 1
+                data = f"{suffix}-blob-{n[0]}".encode() * 50
+                node.update(digest=reg.put_blob(data), size=len(data))
+                return
+            for v in node.values():
+                real(v)
+        elif isinstance(node, list):
+            for v in node:
+                real(v)
+
+    real(doc)
+    m = parse_record(Manifest, json.dumps(doc).encode(), where="test")
+    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
+    return m.build_id, digest, m
+
+
+def gate(reg, build_id, digest, m) -> str:
+    """A stored, signed, passing gate result whose frames blob is real (copy verifies every blob)."""
+    from avatar_release.gates.store import save_result
+    from avatar_release.records import BlobRef, GateEvidence, GateRequestRecord, GateResult, GateSetRecord
+    from tests.unit.test_promote_policy import _env
+
+    frames = b"frame-bytes" * 10
+    gs = GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
+        GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=1, buckets=["f8"])])
+    r = GateResult(status="passed", build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
+                   baseline=None, tier=None, environment=_env(m), tool={}, gate_set=gs,
+                   gates=[GateEvidence(name="similarity-band", status="passed", summary="x")],
+                   frame_sha256=[["h"]], frames_blob=BlobRef(digest=reg.put_blob(frames), size=len(frames),
+                                                              media_type="application/octet-stream"),
+                   created_at="t0", created_by="test")
+    return save_result(reg, r, subject_digest=m.content_digest())
+
+
+@pytest.fixture
+def released(tmp_path):
+    """A directory store with a gated build promoted to staging with a signed statement."""
+    src = LocalRegistry(tmp_path / "src")
+    build_id, digest, m = publish(src)
+    gate(src, build_id, digest, m)
+    priv, pub, _ = generate_keypair(tmp_path / "keys")
+    promote(src, build_id, "staging", signing_key=load_private_key(priv))
+    return src, build_id, m, load_public_key(pub)
+
+
+def records_of(reg, build_id):
+    out = {}
+    for ns in STORED_NAMESPACES.values():
+        for name in reg.list_records(ns.name):
+            if ns.keyed_by == "channel" or ns.build_of(name) == build_id:
+                out[f"{ns.name}/{name}"] = reg.get_record(ns.name, name)
+    return out
+
+
+def test_copy_carries_blobs_manifest_records_and_the_signed_channel(released, tmp_path):
+    src, build_id, m, pub = released
+    dst = MemoryRegistry("mirror")
+    r = copy_build(src, dst, "staging", channel="staging")
+    assert r.build_created and r.destination_digest == src.resolve(build_id).digest
+    assert dst.get_manifest_bytes(r.destination_digest) == src.get_manifest_bytes(r.source_digest)
+    assert records_of(dst, build_id) == records_of(src, build_id)  # byte-identical, every namespace
+    assert {k.split("/")[0] for k in records_of(dst, build_id)} >= {"gate-results", "attestations", "statements",
+                                                                       "timestamps"}
+    for ref in m.blobs():
+        assert dst.get_blob(ref.digest, ref.size) == src.get_blob(ref.digest, ref.size)
+    assert r.channel_moved and r.statement_copied and not r.statement_binds_store_digest
+    p = verify_channel(dst, "staging", pub, digest=dst.resolve("staging").digest, content_digest=m.content_digest())
+    assert p.build_id == build_id
+
+
+def test_a_second_copy_changes_nothing_and_a_killed_one_resumes(released, monkeypatch):
+    src, build_id, m, _ = released
+    dst = MemoryRegistry("mirror")
+    calls = {"n": 0}
+    real_put = dst.put_record
+
+    def dies_after_one(*a):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("killed")
+        return real_put(*a)
+
+    monkeypatch.setattr(dst, "put_record", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        copy_build(src, dst, build_id, channel="staging")
+    monkeypatch.setattr(dst, "put_record", real_put)
+    resumed = copy_build(src, dst, build_id, channel="staging")
+    assert resumed.blobs_copied == 0 and resumed.records_present == 1 and resumed.records_copied
+    again = copy_build(src, dst, build_id, channel="staging")
+    assert (again.blobs_copied, again.records_copied, again.build_created, again.channel_moved) == (0, [], False,
+                                                                                                    False)
+    assert records_of(dst, build_id) == records_of(src, build_id)
+
+
+def test_a_corrupt_source_blob_or_a_different_build_under_the_same_id_is_refused(released, tmp_path):
+    src, build_id, m, _ = released
+    dst = MemoryRegistry("other")
+    ref = m.blobs()[0]
+    (tmp_path / "src" / "blobs" / "sha256" / ref.digest.split(":")[1]).write_bytes(b"tampered")
+    with pytest.raises(IntegrityError, match=ref.digest):
+        copy_build(src, dst, build_id)
+    assert not dst.has_blob(ref.digest) and dst.list_builds() == []
+    other = MemoryRegistry("fresh")
+    bid, _, _ = publish(other, "b")
+    clash = _with_build(MemoryRegistry("clash"), other, bid)
+    before = clash.get_manifest_bytes(clash.resolve(bid).digest)
+    with pytest.raises(ConflictError, match="already exists there with a different manifest"):
+        copy_build(other, clash, bid)
+    assert clash.get_manifest_bytes(clash.resolve(bid).digest) == before
+
+
+def _with_build(dst, src, build_id):
+    """``dst`` holding ``build_id`` with a different manifest (its blobs present)."""
+    doc = json.loads(src.get_manifest_bytes(src.resolve(build_id).digest))
+    doc["created_at"] = "1999-01-01T00:00:00Z"
+    m = parse_record(Manifest, json.dumps(doc).encode(), where="test")
+    for ref in m.blobs():
+        dst.put_blob(src.get_blob(ref.digest, ref.size))
+    dst.put_build(build_id, m.to_json_bytes())
+    return dst
+
+
+def test_copy_cli_prints_what_it_did_and_json(released, tmp_path):
+    src, build_id, _, _ = released
+    runner = CliRunner()
+    dst = tmp_path / "dst"
+    r = runner.invoke(cli, ["copy", build_id, "--registry", str(tmp_path / "src"), "--to", str(dst),
+                            "--channel", "staging", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["ok"] and out["build_id"] == build_id and out["channel_moved"] and out["statement_copied"]
+    r = runner.invoke(cli, ["copy", build_id, "--registry", str(tmp_path / "src"), "--to", str(dst)])
+    assert r.exit_code == 0 and "already there" in r.output
+    r = runner.invoke(cli, ["copy", "nope", "--registry", str(tmp_path / "src"), "--to", str(dst)])
+    assert r.exit_code != 0 and "unknown build or channel 'nope'" in r.output
