@@ -146,10 +146,13 @@ def test_build_is_an_oci_artifact_that_skopeo_reads(reg, oci_server):
     assert m["annotations"]["io.avatar-release.pipeline"] == "tiny"
     assert m["annotations"]["io.avatar-release.target"] == "cpu-8"
     assert m["annotations"]["org.opencontainers.image.created"] == doc["created_at"]
-    # The avatar-release manifest is the config blob; every blob it references is a layer (kept by GC).
+    # The avatar-release manifest is the config blob and the first layer (so `oras pull` writes it as a file);
+    # every blob it references is a layer too (kept by GC).
     manifest_bytes = reg.get_manifest_bytes(digest)
     assert m["config"]["digest"] == sha256_digest(manifest_bytes) and json.loads(manifest_bytes) == doc
-    assert {layer["digest"] for layer in m["layers"]} == {sha256_digest(p) for p in (b"weights", b"exe-1", b"exe-2")}
+    assert m["layers"][0]["digest"] == m["config"]["digest"]
+    assert {layer["digest"] for layer in m["layers"][1:]} == {sha256_digest(p) for p in (b"weights", b"exe-1",
+                                                                                        b"exe-2")}
 
     tags = json.loads(skopeo("list-tags", "--tls-verify=false", ref))["Tags"]
     assert {"dev", "staging", "_b.tiny-cpu-8-aaaa", "_history"} <= set(tags)

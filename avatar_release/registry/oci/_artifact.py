@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from ..._digest import canonical_json, is_digest, sha256_digest
 
-__all__ = ["descriptor", "artifact", "blob_refs", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "BUILD_PREFIX", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST"]
+__all__ = ["descriptor", "artifact", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "BUILD_PREFIX", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -41,6 +41,8 @@ RECORD_SEP = ".N."
 HISTORY_TAG = "_history"
 PENDING_TAG = "_pending"
 MAX_TAG = 128
+# the layer holding the build manifest itself, so ``oras pull`` materializes a build as files
+MANIFEST_TITLE = "avatar-release-manifest.json"
 # distribution refuses manifest bodies over 4 MiB; reading more than that is never needed.
 MAX_MANIFEST = 4 << 20
 
@@ -82,3 +84,50 @@ def blob_refs(node: Any, label: str = "manifest") -> Iterator[tuple[str, dict]]:
         for i, v in enumerate(node):
             sub = v.get("key") if isinstance(v, dict) and isinstance(v.get("key"), str) else f"{label}[{i}]"
             yield from blob_refs(v, sub)
+
+
+def _extension(media_type: str) -> str:
+    """``application/vnd.avatar-release.weights.safetensors.v1+zstd`` -> ``.safetensors.zst``."""
+    sub = media_type.split("/", 1)[-1]
+    ext = ""
+    if "safetensors" in sub:
+        ext = ".safetensors"
+    elif "executable" in sub:
+        ext = ".xla"
+    elif sub.endswith("json"):
+        ext = ".json"
+    return ext + (".zst" if sub.endswith("+zstd") else "")
+
+
+def _titled(node: Any, names: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict]]:
+    if isinstance(node, dict):
+        if is_digest(str(node.get("digest", ""))) and isinstance(node.get("size"), int) and "media_type" in node:
+            yield names, node
+            return
+        for k, v in node.items():
+            yield from _titled(v, names if k == "blob" else names + (str(k),))
+    elif isinstance(node, list):
+        parent, base = names[-1:] or ("item",), names[:-1]
+        for i, v in enumerate(node):
+            key = v.get("key") if isinstance(v, dict) and isinstance(v.get("key"), str) else None
+            yield from _titled(v, base + ((key,) if key else (f"{parent[0]}-{i}",)))
+
+
+def build_layers(doc: Any, media_fallback: str) -> list[dict]:
+    """One layer per distinct blob a build manifest names, titled with a file name that says what
+    it is (``weights.safetensors.zst``, ``dit-f8.xla.zst``): ``org.opencontainers.image.title``
+    is what ``oras pull`` writes each layer as."""
+    layers, seen, titles = [], set(), set()
+    for names, ref in _titled(doc, ()):
+        if ref["digest"] in seen:
+            continue
+        seen.add(ref["digest"])
+        media = ref["media_type"] if isinstance(ref["media_type"], str) and "/" in ref["media_type"] else media_fallback
+        stem = "-".join(n.replace("/", "-") for n in names) or "blob"
+        stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in stem).strip(".-") or "blob"
+        title = stem + _extension(media)
+        if title in titles or title == MANIFEST_TITLE:
+            title = f"{stem}-{ref['digest'][7:19]}{_extension(media)}"
+        titles.add(title)
+        layers.append(descriptor(media, ref["digest"], ref["size"], {ANN_TITLE: title}))
+    return layers

@@ -117,8 +117,10 @@ from ._artifact import (
     PENDING_TAG,
     MAX_TAG,
     MAX_MANIFEST,
+    MANIFEST_TITLE,
     artifact,
     blob_refs,
+    build_layers,
     descriptor,
 )
 from ._auth import Auth, Credentials, LoginAuth
@@ -395,14 +397,10 @@ class OciRegistry:
             doc = json.loads(manifest_bytes)
         except ValueError:
             raise InputError(f"build {build_id}: the manifest is not JSON") from None
-        layers, seen = [], set()
-        for label, ref in blob_refs(doc):
-            if ref["digest"] in seen:
-                continue
-            seen.add(ref["digest"])
-            media = ref["media_type"]
-            media = media if isinstance(media, str) and "/" in media else RECORD_TYPE
-            layers.append(descriptor(media, ref["digest"], ref["size"], {ANN_TITLE: label}))
+        # The manifest itself first (also the config), then every blob it names, each titled with a
+        # file name, so that a standard client (``oras pull``) materializes the build as files.
+        layers = [descriptor(BUILD_CONFIG_TYPE, config_digest, len(manifest_bytes), {ANN_TITLE: MANIFEST_TITLE})]
+        layers += build_layers(doc, RECORD_TYPE)
         ann = {ANN_BUILD_ID: build_id, ANN_PUBLISHED: utcnow()}
         fields = doc if isinstance(doc, dict) else {}
         for key, field in ((ANN_CREATED, "created_at"), (ANN_PIPELINE, "pipeline"), (ANN_TARGET, "target")):
