@@ -56,21 +56,40 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, o
 # ---------------------------------------------------------------------------------- serve
 @cli.command("serve")
 @click.option("--channel", default="prod", show_default=True, help="Channel (or build id / digest) to serve.")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, help="0 picks a free port (printed when ready).")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="AVATAR_RELEASE_HOST",
+              help="Address to bind (env AVATAR_RELEASE_HOST); 0.0.0.0 in a container.")
+@click.option("--port", default=8080, show_default=True, envvar="AVATAR_RELEASE_PORT",
+              help="0 picks a free port (printed when ready); env AVATAR_RELEASE_PORT.")
+@click.option("--queue", default=4, show_default=True, type=click.IntRange(0, 1000),
+              help="Renders that may wait behind the running one; past it, 429 with Retry-After.")
+@click.option("--max-body", default=32 * 1024 * 1024, show_default=True, type=click.IntRange(1024, 1 << 30),
+              help="Largest request body in bytes (413 past it).")
+@click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(0.1, 1800),
+              help="Longest video one request may ask for (400 past it), counted in the build's frames.")
+@click.option("--request-timeout", default=300.0, show_default=True, type=click.FloatRange(1, 86400),
+              help="Admission to last byte; past it the render stops.")
+@click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0, 3600),
+              help="Seconds in-flight renders get to finish after SIGTERM.")
+@click.option("--follow", is_flag=True, help="Follow the channel: load, warm and swap in the build it moves to "
+              "(also on SIGHUP); a build that fails verification or compiles is refused.")
+@click.option("--poll", default=30.0, show_default=True, type=click.FloatRange(0.05, 86400),
+              help="Seconds between channel checks with --follow.")
 @trust_options
 @registry_option
-def serve_cmd(channel, host, port, trust_key, trust_state, allow_stale, registry_uri):
-    """Serve renders over HTTP; ready only after verify + load + one warm chunk with 0 compiles."""
+def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, grace, follow, poll, trust_key,
+              trust_state, allow_stale, registry_uri):
+    """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
     from ..registry import open_registry
-
-    from ..serve import serve_forever, start_pod
+    from ..serving import AppConfig, Limits, ServerConfig, run_server, start_pod
 
     pod = start_pod(open_registry(registry_uri, create=False), channel, trust=_trust(trust_key, trust_state, allow_stale),
                     prepare=_prepare_devices_for_build)
+    cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll,
+                       app=AppConfig(limits=Limits(max_body=max_body, max_seconds=max_seconds), queue=queue,
+                                     request_timeout=request_timeout))
 
     def ready(addr):
         click.echo(json.dumps({"event": "ready", "host": addr[0], "port": addr[1], **pod.health()}), nl=True)
         sys.stdout.flush()
 
-    serve_forever(pod, host, port, ready)
+    run_server(pod, cfg, ready)

@@ -1,12 +1,18 @@
-"""`avatar-release serve`: a real process, ready only after a warm chunk, renders over HTTP."""
+"""`avatar-release serve`: a real process on a real build: ready only after a warm chunk, renders
+streamed as fragmented MP4, bounded input, probes and metrics, following its channel across a
+refused and an accepted swap under load with zero failed requests, and SIGTERM draining to exit 0."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -14,30 +20,53 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def test_serving_pod_reports_ready_and_renders_with_zero_compiles(built_registry, tmp_path):
+def _start(root, *extra):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the CLI sets it from the manifest
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "avatar_release", "serve", "--registry", str(root), "--channel", "dev", "--port", "0",
+         *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()[-2000:]
+    return proc, json.loads(line)
+
+
+def _get(base, path):
+    return json.loads(urllib.request.urlopen(base + path, timeout=30).read())
+
+
+def _render(base, doc, timeout=300):
+    req = urllib.request.Request(base + "/render", data=json.dumps(doc).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.headers, resp.read()
+
+
+def _stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    return proc.stderr.read()
+
+
+def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_registry, tmp_path):
     from avatar_release.media import encode_wav_bytes, ffmpeg_exe, probe_mp4
     from avatar_release.samples import sample_audio
 
     root, result = built_registry
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the CLI sets it from the manifest
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "avatar_release", "serve", "--registry", str(root), "--channel", "dev", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
+    proc, ready = _start(root)
     try:
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read()[-2000:]
-        ready = json.loads(line)
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == result.build_id
         base = f"http://127.0.0.1:{ready['port']}"
-        health = json.loads(urllib.request.urlopen(base + "/healthz", timeout=30).read())
-        assert health["ready"] is True
-        body = json.dumps({"audio_wav_b64": base64.b64encode(encode_wav_bytes(sample_audio(0.4), 16000)).decode()})
-        req = urllib.request.Request(base + "/render", data=body.encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            assert resp.headers["X-Compiles"] == "0" and resp.headers["X-Frames"] == "10"
-            (tmp_path / "r.mp4").write_bytes(resp.read())
+        assert _get(base, "/healthz")["ready"] is True and _get(base, "/readyz")["ready"] is True
+        headers, data = _render(base, {"audio_wav_b64": base64.b64encode(encode_wav_bytes(sample_audio(0.4), 16000)).decode()})
+        assert headers["X-Compiles"] == "0" and headers["X-Frames"] == "10"
+        assert headers["Transfer-Encoding"] == "chunked" and data[4:8] == b"ftyp" and b"moof" in data
+        (tmp_path / "r.mp4").write_bytes(data)
         assert probe_mp4(tmp_path / "r.mp4").frames == 10
         # A photo of another size and an MP3: fitted and decoded by the pod, as the CLI does.
         photo, speech = tmp_path / "p.jpg", tmp_path / "s.mp3"
@@ -45,22 +74,101 @@ def test_serving_pod_reports_ready_and_renders_with_zero_compiles(built_registry
                         str(photo)], check=True)
         subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "sine=frequency=220:duration=0.3",
                         "-c:a", "libmp3lame", str(speech)], check=True)
-        body = json.dumps({"image_b64": base64.b64encode(photo.read_bytes()).decode(),
-                           "audio_b64": base64.b64encode(speech.read_bytes()).decode(), "fit": "contain"})
-        req = urllib.request.Request(base + "/render", data=body.encode(), method="POST")
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            assert resp.headers["X-Compiles"] == "0" and int(resp.headers["X-Frames"]) >= 8
-        # A damaged picture is the client's fault: 400 with what was wrong.
-        bad_image = json.dumps({"image_b64": base64.b64encode(photo.read_bytes()[:300]).decode()})
+        headers, _ = _render(base, {"image_b64": base64.b64encode(photo.read_bytes()).decode(),
+                                    "audio_b64": base64.b64encode(speech.read_bytes()).decode(), "fit": "contain"})
+        assert headers["X-Compiles"] == "0" and int(headers["X-Frames"]) >= 8
+        # A damaged picture is the client's fault: 400 with a stable code and what was wrong.
         with pytest.raises(urllib.error.HTTPError) as ei:
-            urllib.request.urlopen(urllib.request.Request(base + "/render", data=bad_image.encode(), method="POST"),
-                                   timeout=30)
-        assert ei.value.code == 400
-        assert "request image" in json.loads(ei.value.read())["error"]
-        bad = urllib.request.Request(base + "/render", data=b"[1]", method="POST")
-        with pytest.raises(urllib.error.HTTPError) as ei:
-            urllib.request.urlopen(bad, timeout=30)
-        assert ei.value.code == 400
+            _render(base, {"image_b64": base64.b64encode(photo.read_bytes()[:300]).decode()})
+        doc = json.loads(ei.value.read())
+        assert ei.value.code == 400 and doc["error"] == "invalid_image" and "request image" in doc["message"]
+        for bad in ([1], {"seconds": 1e6}, {"seconds": "2"}):
+            with pytest.raises(urllib.error.HTTPError) as ei:
+                _render(base, bad)
+            assert ei.value.code == 400 and json.loads(ei.value.read())["error"] in (
+                "invalid_request", "duration_too_long")
+        metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+        assert "avatar_serve_compiles_total 0.0" in metrics and f'build_id="{result.build_id}"' in metrics
     finally:
-        proc.terminate()
-        proc.wait(30)
+        log = _stop(proc)
+    lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
+    requests = [x for x in lines if x["event"] == "request"]
+    assert [x["status"] for x in requests] == [200, 200, 400, 400, 400, 400]
+    assert requests[0]["chunks"] >= 1 and requests[0]["misses"] >= 0 and requests[0]["build"] == result.build_id
+
+
+def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_sigterm(registry_copy, tmp_path):
+    from avatar_release.compile import compile_build
+    from avatar_release.promote import publish_to_dev
+    from avatar_release.registry import LocalRegistry, read_manifest
+
+    root, a = registry_copy
+    reg = LocalRegistry(root)
+    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    assert b.digest != a.digest
+    # Damage one executable blob that only build b has: loading b fails verification.
+    a_blobs = {x.digest for x in read_manifest(reg, a.digest)[1].blobs()}
+    victim = next(x for x in read_manifest(reg, b.digest)[1].blobs() if x.digest not in a_blobs)
+    path = root / "blobs" / "sha256" / victim.digest.split(":")[1]
+    good = path.read_bytes()
+    os.chmod(path, 0o644)
+    path.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+
+    proc, ready = _start(root, "--follow", "--poll", "0.2", "--grace", "60")
+    base = f"http://127.0.0.1:{ready['port']}"
+    results, stop = [], threading.Event()
+
+    def load():
+        while not stop.is_set():
+            try:
+                headers, data = _render(base, {"seconds": 0.4})
+                results.append((200, headers["X-Build-Id"], len(data)))
+            except urllib.error.HTTPError as e:
+                results.append((e.code, None, 0))
+            except OSError as e:
+                results.append((0, repr(e), 0))
+
+    def wait_for(pred, what, limit=120):
+        t0 = time.time()
+        while not pred(_get(base, "/healthz")):
+            assert time.time() - t0 < limit, f"timed out waiting for {what}"
+            time.sleep(0.2)
+
+    clients = [threading.Thread(target=load) for _ in range(2)]
+    try:
+        for t in clients:
+            t.start()
+        publish_to_dev(reg, read_manifest(reg, b.digest)[0], reason="test: follow")
+        wait_for(lambda h: h["follow"]["refused_digest"] == b.digest, "the refusal")
+        assert _get(base, "/healthz")["build_id"] == a.build_id  # still serving the old build
+        path.write_bytes(good)  # the registry is repaired; SIGHUP: check (and retry) now
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda h: h["build_id"] == b.build_id, "the swap")
+        n = len(results)
+        while len(results) < n + 2:
+            time.sleep(0.1)
+        metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+        assert 'avatar_serve_swaps_total{result="refused"} 1.0' in metrics
+        assert 'avatar_serve_swaps_total{result="swapped"} 1.0' in metrics
+        assert "avatar_serve_compiles_total 0.0" in metrics and f'build_id="{b.build_id}"' in metrics
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(300)
+    assert results and all(s == 200 for s, _, _ in results), [r for r in results if r[0] != 200]
+    served = [bid for _, bid, _ in results]
+    assert served[0] == a.build_id and served[-1] == b.build_id and set(served) == {a.build_id, b.build_id}
+
+    # SIGTERM while a render is in flight: it finishes, new work is refused, the process exits 0.
+    done = []
+    t = threading.Thread(target=lambda: done.append(_render(base, {"seconds": 3.0})))
+    t.start()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    t.join(300)
+    assert proc.wait(120) == 0
+    headers, data = done[0]
+    assert int(headers["X-Frames"]) == 75 and data.count(b"moof") >= 1
+    log = proc.stderr.read()
+    events = [json.loads(x)["event"] for x in log.splitlines() if x.startswith("{")]
+    assert {"swap_refused", "swapped", "draining", "stopped"} <= set(events)

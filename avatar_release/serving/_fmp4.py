@@ -1,0 +1,129 @@
+"""Fragmented MP4 out of ffmpeg while frames are still being rendered.
+
+One ffmpeg process per request (the binary ``avatar_release.media.ffmpeg_exe()`` ships, never
+one from PATH) reads raw RGB frames on stdin, the request audio from a private WAV, and writes
+``ftyp`` + an empty ``moov`` and then one ``moof``/``mdat`` fragment per chunk to stdout:
+a keyframe is forced at the first frame of every chunk and ``frag_keyframe`` cuts there;
+``-tune zerolatency`` keeps x264 from holding frames back. Bytes go to ``on_bytes`` from a reader
+thread as ffmpeg writes them, so nothing waits for the end of the video.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Callable
+
+import numpy as np
+
+from ..errors import MediaError
+
+__all__ = ["FragmentEncoder", "MOVFLAGS"]
+
+MOVFLAGS = "frag_keyframe+empty_moov+default_base_moof"
+_READ = 64 * 1024
+
+
+class FragmentEncoder:
+    """``write(frames)`` per chunk, then ``close()``; every byte of the fMP4 goes to ``on_bytes``."""
+
+    def __init__(self, *, width: int, height: int, fps: int, audio: np.ndarray, sample_rate: int,
+                 n_frames: int, keyframes: list[int], on_bytes: Callable[[bytes], None],
+                 crf: int = 20, preset: str = "veryfast"):
+        from ..media import encode_wav_bytes, ffmpeg_exe
+
+        self._tmp = tempfile.mkdtemp(prefix="avatar-serve-")
+        self._on_bytes = on_bytes
+        # The audio is cut or padded with silence to exactly the video's length.
+        n = int(round(n_frames / fps * sample_rate))
+        fitted = np.zeros(n, np.float32)
+        fitted[: min(n, audio.size)] = audio[:n]
+        wav = os.path.join(self._tmp, "audio.wav")
+        with open(wav, "wb") as fh:
+            fh.write(encode_wav_bytes(fitted, sample_rate))
+        self._pad_w, self._pad_h = width % 2, height % 2
+        times = ",".join(f"{k / fps:.6f}" for k in keyframes)
+        cmd = [
+            ffmpeg_exe(), "-hide_banner", "-nostdin", "-loglevel", "error",
+            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width + self._pad_w}x{height + self._pad_h}",
+            "-r", str(fps), "-i", "pipe:0",
+            "-i", wav,
+            "-map", "0:v:0", "-map", "1:a:0",
+            "-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-crf", str(int(crf)),
+            "-force_key_frames", times, "-g", str(max(1, n_frames)),
+            "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p", "-pix_fmt", "yuv420p",
+            "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
+            "-c:a", "aac", "-b:a", "128k",
+            "-movflags", MOVFLAGS, "-f", "mp4", "pipe:1",
+        ]
+        self._err = tempfile.TemporaryFile(dir=self._tmp)
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                          bufsize=0)
+        except OSError as exc:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise MediaError(f"cannot start ffmpeg: {exc.strerror}") from None
+        self._reader = threading.Thread(target=self._pump, name="fmp4-reader", daemon=True)
+        self._reader.start()
+        self.bytes_out = 0
+
+    def _pump(self) -> None:
+        out = self._proc.stdout
+        while True:
+            data = out.read(_READ)
+            if not data:
+                return
+            self.bytes_out += len(data)
+            self._on_bytes(data)
+
+    def write(self, frames: np.ndarray) -> None:
+        """One chunk of (n, H, W, 3) uint8 frames; the caller may drop them afterwards."""
+        if self._pad_h or self._pad_w:
+            frames = np.pad(frames, ((0, 0), (0, self._pad_h), (0, self._pad_w), (0, 0)), mode="edge")
+        try:
+            self._proc.stdin.write(np.ascontiguousarray(frames).tobytes())
+        except (BrokenPipeError, OSError):
+            raise MediaError(f"ffmpeg stopped reading frames: {self._stderr_tail()}") from None
+
+    def close(self) -> None:
+        """End of video: flush the last fragment and wait for ffmpeg; raises if it failed."""
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        rc = self._proc.wait()
+        self._reader.join()
+        try:
+            if rc != 0:
+                raise MediaError(f"ffmpeg failed encoding the stream (exit {rc}): {self._stderr_tail()}")
+        finally:
+            self._cleanup()
+
+    def abort(self) -> None:
+        """Stop now (client gone, render failed): kill ffmpeg, remove the scratch files."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        self._proc.wait()
+        self._reader.join(5)
+        self._cleanup()
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._err.seek(0)
+            return self._err.read()[-400:].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def _cleanup(self) -> None:
+        try:
+            self._err.close()
+        except OSError:
+            pass
+        shutil.rmtree(self._tmp, ignore_errors=True)

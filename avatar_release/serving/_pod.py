@@ -1,0 +1,156 @@
+"""The pod: the build it serves, its warm-up, its health, and following its channel.
+
+A build is ready only after verify + load + one warm chunk that compiled nothing. Following a
+channel loads the new build in the background (with the trust config when one is set), warms it
+under the device lock (between renders) and swaps the pointer; a build that fails to verify or
+compiles is refused and the old one keeps serving. A render holds the build object it started
+with, so a swap never changes a video half-way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..errors import AvatarReleaseError, RecompileError
+from ._errors import clean_message
+from ._log import log_event
+from ._metrics import Metrics
+
+__all__ = ["Pod", "start_pod", "warm_up"]
+
+
+def warm_up(build) -> float:
+    """Render one chunk of the largest bucket from the sample inputs; refuse a build that compiles."""
+    from ..runtime import stream
+    from ..samples import sample_audio, sample_image
+
+    p = build.manifest.program
+    t0 = time.perf_counter()
+    frames = max(b.frames for b in build.manifest.buckets)
+    before = build.guard.count
+    for _ in stream(build, sample_image(p.height, p.width), sample_audio(frames / p.fps, sample_rate=p.sample_rate)):
+        pass
+    if build.guard.count > before:
+        raise RecompileError(f"warm-up of build {build.build_id} compiled {build.guard.count - before} time(s): "
+                             "not ready", build.guard.events[before:])
+    return time.perf_counter() - t0
+
+
+@dataclass
+class FollowState:
+    last_check: float | None = None
+    last_result: str | None = None
+    refused_digest: str | None = None
+    refused_reason: str | None = None
+    swaps: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+class Pod:
+    def __init__(self, registry, channel: str, build, *, trust=None, warm_seconds: float = 0.0,
+                 metrics: Metrics | None = None):
+        self.registry = registry
+        self.channel = channel
+        self.trust = trust
+        self.build = build
+        self.warm_seconds = warm_seconds
+        self.metrics = metrics or Metrics()
+        self.metrics.set_build(build, channel)
+        self.device_lock = threading.Lock()  # one render (or warm-up) on the accelerator at a time
+        self.draining = False
+        self.requests = 0
+        self.follow = FollowState()
+
+    @property
+    def ready(self) -> bool:
+        return self.build.guard.count == 0 and not self.draining
+
+    def health(self) -> dict:
+        b, t = self.build, self.build.timings
+        return {"ready": self.ready, "draining": self.draining, "channel": self.channel, "build_id": b.build_id,
+                "digest": b.digest, "compiles": b.guard.count, "requests": self.requests,
+                "load_seconds": round(t.total(), 4), "warm_chunk_seconds": round(self.warm_seconds, 4),
+                "fps": b.manifest.program.fps, "buckets": {x.name: x.frames for x in b.manifest.buckets},
+                "follow": {"swaps": self.follow.swaps, "last_check": self.follow.last_check,
+                           "last_result": self.follow.last_result, "refused_digest": self.follow.refused_digest,
+                           "refused_reason": self.follow.refused_reason}}
+
+    # ---------------------------------------------------------------------------- following
+    def check_channel(self, *, retry_refused: bool = False) -> str:
+        """Look at the channel once; swap in a new build or refuse it. Returns what happened.
+
+        A refused digest is not tried again on every poll (it would reload a bad build forever);
+        ``retry_refused`` (SIGHUP: the operator says the registry was fixed) tries it again."""
+        from ..registry import read_manifest
+
+        self.follow.last_check = time.time()
+        resolved, _ = read_manifest(self.registry, self.channel)
+        if resolved.digest == self.build.digest:
+            return self._result("unchanged")
+        if resolved.digest == self.follow.refused_digest and not retry_refused:
+            return self._result("still-refused")
+        log_event("swap_loading", channel=self.channel, old=self.build.build_id, digest=resolved.digest)
+        try:
+            new = _load(self.registry, self.channel, resolved, self.trust)
+            with self.device_lock:  # between renders: the warm chunk never competes with a request
+                warm = warm_up(new)
+        except (AvatarReleaseError, OSError, ValueError) as exc:
+            self.follow.refused_digest = resolved.digest
+            self.follow.refused_reason = clean_message(f"{type(exc).__name__}: {exc}")
+            self.metrics.swaps.labels("refused").inc()
+            log_event("swap_refused", channel=self.channel, serving=self.build.build_id, digest=resolved.digest,
+                      reason=self.follow.refused_reason)
+            return self._result("refused")
+        with self.device_lock:
+            old, self.build, self.warm_seconds = self.build, new, warm
+        self.follow.swaps += 1
+        self.follow.refused_digest = self.follow.refused_reason = None
+        self.metrics.swaps.labels("swapped").inc()
+        self.metrics.set_build(new, self.channel)
+        log_event("swapped", channel=self.channel, old=old.build_id, new=new.build_id, digest=new.digest,
+                  warm_chunk_seconds=round(warm, 4), load_seconds=round(new.timings.total(), 4))
+        return self._result("swapped")
+
+    def _result(self, what: str) -> str:
+        self.follow.last_result = what
+        return what
+
+    def start_following(self, poll_seconds: float, wake: threading.Event, stop: threading.Event) -> threading.Thread:
+        """A background thread: check every ``poll_seconds`` or when ``wake`` is set (SIGHUP)."""
+
+        def loop():
+            while not stop.is_set():
+                woken = wake.wait(poll_seconds)
+                wake.clear()
+                if stop.is_set():
+                    return
+                try:
+                    self.check_channel(retry_refused=woken)
+                except Exception as exc:  # a registry hiccup: keep serving, try again next poll
+                    self.follow.last_result = "error"
+                    log_event("follow_error", channel=self.channel, reason=clean_message(f"{type(exc).__name__}: {exc}"))
+
+        t = threading.Thread(target=loop, name="channel-follow", daemon=True)
+        t.start()
+        return t
+
+
+def _load(registry, ref: str, resolved, trust):
+    from ..runtime import load
+
+    # With a trust key the channel is loaded by name (its signed statement is checked);
+    # without, the digest resolved here is what every fetch uses.
+    return load(ref if trust else resolved.digest, registry, strict=True, trust=trust)
+
+
+def start_pod(registry, ref: str, *, trust=None, prepare=None, metrics: Metrics | None = None) -> Pod:
+    """A pod ready to serve ``ref``: devices prepared for the build, verified (and its signed
+    statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles."""
+    from ..registry import read_manifest
+
+    resolved, _ = prepare(registry, ref) if prepare else read_manifest(registry, ref)
+    build = _load(registry, ref, resolved, trust)
+    warm = warm_up(build)
+    return Pod(registry, ref, build, trust=trust, warm_seconds=warm, metrics=metrics)

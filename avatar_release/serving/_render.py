@@ -1,0 +1,106 @@
+"""A render job: the runtime's chunks into the fMP4 encoder on a worker thread, events to the event loop.
+
+The thread holds the pod's device lock for the whole render (one render per host) and checks
+``cancel`` between chunks: a client that leaves, or a request past its timeout, stops the render
+at the next chunk boundary and kills ffmpeg. Each chunk's frames are written to ffmpeg and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["RenderJob", "JobStats"]
+
+
+@dataclass
+class JobStats:
+    chunks: int = 0
+    frames: int = 0
+    misses: int = 0
+    compiles: int = 0
+    render_seconds: float = 0.0
+    per_bucket: dict = field(default_factory=dict)
+
+
+class RenderJob:
+    """Events on ``self.events``: ("bytes", b), ("chunk", Chunk), ("done", None), ("error", exc), ("cancelled", None)."""
+
+    def __init__(self, pod, build, inputs, loop: asyncio.AbstractEventLoop, on_finish):
+        from ..runtime import plan_chunks
+
+        self.pod, self.build, self.inputs, self._loop, self._on_finish = pod, build, inputs, loop, on_finish
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.cancel = threading.Event()
+        self.stats = JobStats()
+        p = build.manifest.program
+        self.n_frames = -(-inputs.audio.shape[0] // p.samples_per_frame)
+        self.keyframes, first = [], 0
+        for _bucket, _frames, deliver in plan_chunks(build.manifest, self.n_frames):
+            self.keyframes.append(first)
+            first += deliver
+        self._thread = threading.Thread(target=self._run, name="render", daemon=True)
+
+    def start(self) -> "RenderJob":
+        self._thread.start()
+        return self
+
+    def _put(self, kind: str, value=None) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is gone (process shutting down)
+            self.cancel.set()
+
+    def _run(self) -> None:
+        from ..runtime import stream
+        from ._fmp4 import FragmentEncoder
+
+        m = self.pod.metrics
+        p = self.build.manifest.program
+        enc = None
+        try:
+            with self.pod.device_lock:
+                m.in_flight.inc()
+                try:
+                    enc = FragmentEncoder(width=p.width, height=p.height, fps=p.fps, audio=self.inputs.audio,
+                                          sample_rate=p.sample_rate, n_frames=self.n_frames, keyframes=self.keyframes,
+                                          on_bytes=lambda b: self._put("bytes", b))
+                    for chunk in stream(self.build, self.inputs.image, self.inputs.audio, seed=self.inputs.seed):
+                        self._account(chunk)
+                        enc.write(chunk.frames)
+                        self._put("chunk", chunk)
+                        del chunk
+                        if self.cancel.is_set():
+                            break
+                finally:
+                    m.in_flight.dec()
+            if self.cancel.is_set():
+                enc.abort()
+                self._put("cancelled")
+            else:
+                enc.close()
+                self._put("done")
+        except BaseException as exc:  # noqa: BLE001 - handed to the request, which answers and logs it
+            if enc is not None:
+                enc.abort()
+            self._put("error", exc)
+        finally:
+            try:
+                self._loop.call_soon_threadsafe(self._on_finish)
+            except RuntimeError:
+                pass
+
+    def _account(self, chunk) -> None:
+        m, s = self.pod.metrics, self.stats
+        s.chunks += 1
+        s.frames += int(chunk.frames.shape[0])
+        s.render_seconds += chunk.seconds
+        s.compiles += chunk.compiles
+        m.chunk_seconds.labels(chunk.bucket).observe(chunk.seconds)
+        if chunk.compiles:
+            m.compiles.inc(chunk.compiles)
+        if chunk.missed:
+            s.misses += 1
+            m.deadline_misses.labels(chunk.bucket).inc()

@@ -1,0 +1,289 @@
+"""The serving app on a real uvicorn over loopback, with a fake build whose chunks take known time.
+
+No compile here: ``avatar_release.runtime.stream`` is replaced by a generator that sleeps per
+chunk and yields gradient frames, so streaming, bounds, queueing and disconnects are tested in
+seconds. tests/integration/test_serve.py runs the same app on a real compiled build.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import struct
+import subprocess
+import threading
+import time
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from avatar_release.runtime import Chunk, CompileGuard, LoadTimings, plan_chunks
+
+FPS, SR, SPF, H, W = 25, 16000, 640, 48, 64
+
+
+def _fake_build(build_id="fake-1"):
+    program = SimpleNamespace(fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
+    manifest = SimpleNamespace(program=program, pipeline="tiny", target="cpu-8",
+                               buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)])
+    return SimpleNamespace(manifest=manifest, build_id=build_id, digest="sha256:" + build_id.ljust(64, "0"),
+                           guard=CompileGuard(), timings=LoadTimings())
+
+
+class FakeStream:
+    """Stands in for runtime.stream: ``delay`` seconds per chunk; records how many chunks ran."""
+
+    def __init__(self, delay=0.0):
+        self.delay, self.started, self.produced = delay, 0, 0
+
+    def __call__(self, build, image, audio, *, seed=0):
+        self.started += 1
+        n = -(-audio.shape[0] // SPF)
+        first = 0
+        for i, (bucket, frames, deliver) in enumerate(plan_chunks(build.manifest, n)):
+            time.sleep(self.delay)
+            ramp = np.linspace(0, 255, W, dtype=np.float32)[None, None, :, None]
+            f = np.broadcast_to(ramp, (deliver, H, W, 3)).astype(np.uint8).copy()
+            f[:, :, :, 1] = (first * 7) % 255
+            self.produced += 1
+            yield Chunk(i, bucket, f, first, self.delay, deliver / FPS, 0)
+            first += frames
+
+
+@pytest.fixture
+def serve(monkeypatch):
+    """serve(delay=..., **AppConfig) -> (base host, port, pod, fake stream)."""
+    import uvicorn
+
+    from avatar_release import runtime
+    from avatar_release.serving import AppConfig, Limits, Pod, create_app
+
+    servers = []
+
+    def start(delay=0.0, limits=None, **cfg):
+        fake = FakeStream(delay)
+        monkeypatch.setattr(runtime, "stream", fake)
+        pod = Pod(None, "dev", _fake_build())
+        app = create_app(pod, AppConfig(limits=limits or Limits(max_seconds=20, body_timeout=1.0), **cfg))
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+        t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        t.start()
+        while not server.started:
+            time.sleep(0.01)
+        servers.append((server, t))
+        return sock.getsockname()[1], pod, fake
+
+    yield start
+    for server, t in servers:
+        server.should_exit = True
+        t.join(10)
+
+
+def _post(port, body: bytes, ctype="application/json", headers=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("POST", "/render", body=body, headers={"Content-Type": ctype, **(headers or {})})
+    r = c.getresponse()
+    return r, r.read()
+
+
+def _boxes(data: bytes) -> list[str]:
+    """Top-level MP4 box types, in order."""
+    out, i = [], 0
+    while i + 8 <= len(data):
+        size, kind = struct.unpack(">I4s", data[i:i + 8])
+        size = struct.unpack(">Q", data[i + 8:i + 16])[0] if size == 1 else size
+        assert size >= 8, f"bad box at {i}"
+        out.append(kind.decode("latin-1"))
+        i += size
+    assert i == len(data), "trailing bytes after the last box"
+    return out
+
+
+def test_render_streams_fragments_before_the_render_ends_and_every_fragment_decodes(serve, tmp_path):
+    from avatar_release.media import ffmpeg_exe, probe_mp4, read_mp4_frames
+
+    port, pod, fake = serve(delay=0.25)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    t0 = time.perf_counter()
+    c.request("POST", "/render", body=json.dumps({"seconds": 2.0}), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "video/mp4"
+    assert r.getheader("Transfer-Encoding") == "chunked" and r.getheader("Content-Length") is None
+    assert r.getheader("X-Frames") == "50" and r.getheader("X-Build-Id") == "fake-1"
+    data, first_moof = b"", None
+    while piece := r.read1(65536):
+        data += piece
+        if first_moof is None and b"moof" in data:
+            first_moof = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    # 50 frames = 7 chunks (6 x 8 + 1 x 4, trimmed to 2) at 0.25 s: the first fragment comes after
+    # chunk 2 starts (~0.5 s), the whole video after ~1.75 s.
+    assert first_moof is not None and first_moof < 0.5 * total, (first_moof, total)
+    boxes = _boxes(data)
+    assert boxes[:2] == ["ftyp", "moov"] and boxes.count("moof") == boxes.count("mdat") >= 7, boxes
+    out = tmp_path / "r.mp4"
+    out.write_bytes(data)
+    probe = probe_mp4(out)
+    assert probe.frames == 50 and probe.width == W and probe.height == H
+    frames = read_mp4_frames(out)
+    assert frames.shape == (50, H, W, 3)
+    assert abs(int(frames[10, 20, 40, 0]) - 160) < 12  # the red ramp survived the round trip
+    # the audio track is there and decodes
+    res = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(out), "-map", "0:a:0", "-f", "null", "-"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and "matches no streams" not in res.stderr, res.stderr
+
+
+def _png_header(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+            + struct.pack(">I", 0) + b"IDAT" + struct.pack(">I", zlib.crc32(b"IDAT")))
+
+
+@pytest.mark.parametrize("body, code", [
+    (b'{"seconds": NaN}', "invalid_json"),
+    (b'{"seconds": Infinity}', "invalid_json"),
+    (b'{"seconds": 1e6}', "duration_too_long"),
+    (b'{"seconds": 3000}', "duration_too_long"),
+    (b'{"seconds": "1"}', "invalid_request"),
+    (b'{"seconds": -1}', "invalid_request"),
+    (b'{"seed": 1.5}', "invalid_request"),
+    (b'{"fit": "stretch"}', "invalid_request"),
+    (b'{"sceonds": 1}', "invalid_request"),
+    (b'[1]', "invalid_request"),
+    (b'{"seconds": 1', "invalid_json"),
+    (b'{"image_b64": "***"}', "invalid_image"),
+    (b'{"audio_b64": "' + base64.b64encode(b"RIFF....WAVEjunk") + b'"}', "invalid_audio"),
+    (b'{"image_b64": "' + base64.b64encode(_png_header(100_000, 100_000)) + b'"}', "invalid_image"),
+])
+def test_bad_requests_get_a_stable_code_and_no_server_detail(serve, body, code):
+    port, pod, fake = serve()
+    r, data = _post(port, body)
+    doc = json.loads(data)
+    assert r.status == 400 and doc["error"] == code, doc
+    assert set(doc) == {"error", "message"} and "Traceback" not in doc["message"] and "/tmp" not in doc["message"]
+    assert fake.started == 0  # nothing rendered
+
+
+def test_bounds_on_the_body_routes_and_content_type(serve):
+    from avatar_release.serving import Limits
+
+    port, pod, fake = serve(limits=Limits(max_body=2048, body_timeout=0.5))
+    r, data = _post(port, b"{" + b" " * 4096 + b"}")
+    assert r.status == 413 and json.loads(data)["error"] == "body_too_large"
+    r, data = _post(port, b"x", ctype="image/png")
+    assert r.status == 415 and json.loads(data)["error"] == "unsupported_media_type"
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/nope")
+    r = c.getresponse()
+    assert r.status == 404 and json.loads(r.read()) == {"error": "not_found", "message": "no route /nope"}
+    c.request("GET", "/render")
+    r = c.getresponse()
+    assert r.status == 405 and json.loads(r.read())["error"] == "method_not_allowed"
+    # chunked body past the cap (no Content-Length to refuse up front)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("POST", "/render", body=iter([b"{", b" " * 3000, b"}"]), headers={"Content-Type": "application/json"},
+              encode_chunked=True)
+    r = c.getresponse()
+    assert r.status == 413
+    # slowloris: a body that never comes is cut off after body_timeout, with a JSON 408
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    t0 = time.perf_counter()
+    s.sendall(b"POST /render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+    reply = b""
+    while b"}" not in reply and (piece := s.recv(4096)):
+        reply += piece
+    s.close()
+    assert b" 408 " in reply.split(b"\r\n")[0] and b"body_timeout" in reply and time.perf_counter() - t0 < 5
+
+
+def test_multipart_upload_of_image_and_audio_files(serve):
+    from avatar_release.media import encode_png, encode_wav_bytes
+
+    port, pod, fake = serve()
+    png = encode_png(np.full((90, 120, 3), 200, np.uint8))
+    wav = encode_wav_bytes(np.zeros(SR // 2, np.float32), SR)
+    boundary = "xXxBoundary"
+    parts = []
+    for name, fname, ctype, payload in [("image", "p.png", "image/png", png), ("audio", "a.wav", "audio/wav", wav)]:
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{fname}"\r\n'
+                     f"Content-Type: {ctype}\r\n\r\n".encode() + payload + b"\r\n")
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="seed"\r\n\r\n7\r\n'.encode())
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="fit"\r\n\r\ncontain\r\n'.encode())
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    r, data = _post(port, body, ctype=f"multipart/form-data; boundary={boundary}")
+    assert r.status == 200 and r.getheader("X-Frames") == "13", data[:200]
+    assert _boxes(data)[:2] == ["ftyp", "moov"]
+    bad = body.replace(b'name="seed"\r\n\r\n7', b'name="seed"\r\n\r\nnan')
+    r, data = _post(port, bad, ctype=f"multipart/form-data; boundary={boundary}")
+    assert r.status == 400 and json.loads(data)["error"] == "invalid_request"
+
+
+def test_one_render_at_a_time_and_a_full_queue_answers_429(serve):
+    port, pod, fake = serve(delay=0.3, queue=1)
+    results = []
+
+    def client():
+        r, data = _post(port, json.dumps({"seconds": 1.0}).encode())
+        results.append((r.status, r.getheader("Retry-After"), data))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(60)
+    codes = sorted(s for s, _, _ in results)
+    assert codes == [200, 200, 429, 429], codes
+    for status, retry, data in results:
+        if status == 429:
+            assert retry == "5" and json.loads(data)["error"] == "queue_full"
+    assert fake.started == 2
+
+
+def test_a_client_that_leaves_stops_the_render_between_chunks(serve):
+    port, pod, fake = serve(delay=0.2)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/render", body=json.dumps({"seconds": 10.0}), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200 and r.read1(100)
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    time.sleep(1.0)
+    assert fake.produced < 8, fake.produced  # 10 s = 32 chunks; it stopped after a few
+    # the accelerator is free again: the next request renders
+    r, data = _post(port, json.dumps({"seconds": 0.2}).encode())
+    assert r.status == 200 and _boxes(data)[:2] == ["ftyp", "moov"]
+
+
+def test_probes_and_metrics(serve):
+    port, pod, fake = serve()
+    _post(port, json.dumps({"seconds": 0.5}).encode())
+    _post(port, b'{"seconds": NaN}')
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for path, status in [("/livez", 200), ("/readyz", 200), ("/healthz", 200)]:
+        c.request("GET", path)
+        r = c.getresponse()
+        assert r.status == status and json.loads(r.read())
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    assert "avatar_serve_compiles_total 0.0" in text
+    assert 'avatar_serve_build_info{build_id="fake-1",channel="dev"' in text
+    assert 'avatar_serve_requests_total{route="/render",status="200"} 1.0' in text
+    assert 'avatar_serve_requests_total{route="/render",status="400"} 1.0' in text
+    assert 'avatar_serve_chunk_seconds_count{bucket="f8"} 1.0' in text
+    assert "avatar_serve_time_to_first_fragment_seconds_count 1.0" in text
+    pod.draining = True
+    c.request("GET", "/readyz")
+    r = c.getresponse()
+    assert r.status == 503 and json.loads(r.read())["error"] == "draining"
+    r, data = _post(port, json.dumps({"seconds": 0.5}).encode())
+    assert r.status == 503 and json.loads(data)["error"] == "draining"
