@@ -155,8 +155,10 @@ def test_build_is_an_oci_artifact_that_skopeo_reads(reg, oci_server):
                                                                                         b"exe-2")}
 
     tags = json.loads(skopeo("list-tags", "--tls-verify=false", ref))["Tags"]
-    assert {"dev", "staging", "_b.tiny-cpu-8-aaaa", "_history"} <= set(tags)
+    assert {"dev", "staging", "_avr.b.tiny-cpu-8-aaaa", "_avr.history"} <= set(tags)
     assert "prod" not in tags
+    # bookkeeping tags share one internal prefix: everything else a listing shows is a channel
+    assert {t for t in tags if not t.startswith("_avr.")} == {"dev", "staging"}
 
 
 def test_manifests_are_pushed_and_read_with_oci_media_types(make_reg):
@@ -332,7 +334,7 @@ def test_a_tag_overwritten_outside_the_lock_is_caught_by_the_read_back(make_reg)
     publish(setup, "b-1", (b"1",))
     publish(setup, "b-2", (b"2",))
     intruder = make_reg()
-    other = intruder._get_manifest("_b.b-2", "test")[1]
+    other = intruder._get_manifest("_avr.b.b-2", "test")[1]
 
     def after(method, url, resp):
         if method == "PUT" and url.endswith("/manifests/staging"):  # another machine writes right after us
@@ -488,7 +490,7 @@ def test_a_move_whose_history_write_fails_keeps_its_entry(make_reg):
     publish(setup, "b-3", (b"3",))
     r1, r2, r3 = (setup.resolve(f"b-{n}") for n in (1, 2, 3))
     setup.move_channel("dev", r1, expected_digest=None, action="publish", who="t", reason="r")
-    broken = make_reg(session=HookedSession(before=_failing_put("_history")))
+    broken = make_reg(session=HookedSession(before=_failing_put("_avr.history")))
     with pytest.raises(RegistryError, match="append history failed after 4 attempt"):
         broken.move_channel("dev", r2, expected_digest=r1.digest, action="promote", who="alice", reason="why")
     # The tag moved; the parked entry (with who and why) is part of the history from now on.
@@ -496,7 +498,7 @@ def test_a_move_whose_history_write_fails_keeps_its_entry(make_reg):
     assert [(h.sequence, h.who, h.reason) for h in setup.history("dev")][-1] == (2, "alice", "why")
     # The next move folds it into the history artifact for good.
     setup.move_channel("dev", r3, expected_digest=r2.digest, action="promote", who="bob", reason="next")
-    stored = setup._entries_of("_history", "application/vnd.avatar-release.history.v1")
+    stored = setup._entries_of(("_avr.history",), "application/vnd.avatar-release.history.v1")
     assert [(e.sequence, e.who) for e in stored] == [(1, "t"), (2, "alice"), (3, "bob")]
 
 
@@ -540,3 +542,36 @@ def test_a_real_build_loads_and_renders_from_the_oci_registry(built_registry, re
     reference = next(iter(stream(load("dev", local), image, audio)))
     assert np.array_equal(chunk.frames, reference.frames)
     assert hashlib.sha256(chunk.frames.tobytes()).hexdigest() == hashlib.sha256(reference.frames.tobytes()).hexdigest()
+
+
+def test_a_repository_in_the_old_tag_layout_keeps_reading_and_moves_on(make_reg, monkeypatch, oci_server):
+    """Layout 1 (``_b.``, ``_r.``, ``_history``, ``_pending``) is read; the next move writes layout 2
+    (``_avr.``) with the whole history, and nothing of layout 1 is deleted."""
+    from avatar_release.registry.oci import _registry
+
+    old = make_reg()
+    with monkeypatch.context() as m:
+        for name, value in (("BUILD_PREFIX", "_b."), ("RECORD_PREFIX", "_r."),
+                            ("_HISTORY_TAGS", ("_history",)), ("_PENDING_TAGS", ("_pending",)),
+                            ("HISTORY_TAG", "_history"), ("PENDING_TAG", "_pending")):
+            m.setattr(_registry, name, value)
+        d1, _ = publish(old, "b-1", (b"one",))
+        old.move_channel("dev", old.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r1")
+        old.put_record("reviews", "b-1", b"old review")
+    tags = set(old._list_tags())
+    assert {"_b.b-1", "_history", "_pending", "_r.reviews.N.b-1"} <= tags and not any(t.startswith("_avr.") for t in tags)
+
+    reg = make_reg()  # today's code on the same repository
+    assert [b.build_id for b in reg.list_builds()] == ["b-1"] and reg.resolve("b").digest == d1
+    assert reg.resolve(d1).build_id == "b-1" and reg.put_build("b-1", b"{}") == (d1, False)
+    assert reg.get_record("reviews", "b-1") == b"old review" and reg.list_records("reviews") == ["b-1"]
+    assert [e.reason for e in reg.history()] == ["r1"]
+    d2, _ = publish(reg, "b-2", (b"two",))
+    reg.move_channel("dev", reg.resolve("b-2"), expected_digest=d1, action="publish", who="t", reason="r2")
+    reg.put_record("reviews", "b-1", b"new review")
+    assert [e.reason for e in reg.history()] == ["r1", "r2"] and reg.get_record("reviews", "b-1") == b"new review"
+    assert [b.build_id for b in reg.list_builds()] == ["b-1", "b-2"] and reg.list_records("reviews") == ["b-1"]
+    tags = set(reg._list_tags())
+    assert {"_avr.b.b-2", "_avr.history", "_avr.r.reviews.N.b-1", "_b.b-1", "_history"} <= tags
+    assert [e.reason for e in reg._entries_of(("_avr.history",), "application/vnd.avatar-release.history.v1")] \
+        == ["r1", "r2"]

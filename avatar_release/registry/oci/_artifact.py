@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from ..._digest import canonical_json, is_digest, sha256_digest
 
-__all__ = ["descriptor", "artifact", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "BUILD_PREFIX", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST"]
+__all__ = ["descriptor", "artifact", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "INTERNAL_PREFIX", "BUILD_PREFIX", "V1_BUILD_PREFIX", "V1_RECORD_PREFIX", "V1_HISTORY_TAG", "V1_PENDING_TAG", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -35,11 +35,22 @@ ANN_RECORD = "io.avatar-release.record"
 ANN_CREATED = "org.opencontainers.image.created"
 ANN_TITLE = "org.opencontainers.image.title"
 
-BUILD_PREFIX = "_b."
-RECORD_PREFIX = "_r."
+# Tag layout. Every bookkeeping tag starts with INTERNAL_PREFIX, so tag listings (``skopeo
+# list-tags``) show channels and then one clearly internal family; channel names never start with "_".
+#   2026-12-01 (layout 2): "_avr." + b.<build id> | r.<namespace>.N.<name> | history | pending.
+#   before     (layout 1): "_b.<build id>", "_r.<namespace>.N.<name>", "_history", "_pending";
+#                          still read (builds, records, history, pending), never written: the first
+#                          channel move after the upgrade copies the whole history into the new tag.
+INTERNAL_PREFIX = "_avr."
+BUILD_PREFIX = INTERNAL_PREFIX + "b."
+RECORD_PREFIX = INTERNAL_PREFIX + "r."
 RECORD_SEP = ".N."
-HISTORY_TAG = "_history"
-PENDING_TAG = "_pending"
+HISTORY_TAG = INTERNAL_PREFIX + "history"
+PENDING_TAG = INTERNAL_PREFIX + "pending"
+V1_BUILD_PREFIX = "_b."
+V1_RECORD_PREFIX = "_r."
+V1_HISTORY_TAG = "_history"
+V1_PENDING_TAG = "_pending"
 MAX_TAG = 128
 # the layer holding the build manifest itself, so ``oras pull`` materializes a build as files
 MANIFEST_TITLE = "avatar-release-manifest.json"

@@ -14,22 +14,24 @@ How the registry protocol maps onto one OCI repository
   manifest JSON, whose layers are every blob that manifest references (weights and
   executables, so the registry's garbage collector keeps them), and whose annotations carry
   the build id, pipeline, target, created and published times. The build reference (the
-  commit marker of ``put_build``) is the tag ``_b.<build id>``, written in one PUT after all
+  commit marker of ``put_build``) is the tag ``_avr.b.<build id>``, written in one PUT after all
   blobs exist; a build is visible through ``resolve`` only once that tag exists.
   The digest of a build, everywhere in this backend, is the digest of that OCI manifest:
   what ``skopeo inspect --raw`` hashes to, and what a pod pins.
 * **channels** are plain tags (``dev``, ``staging``, ``prod``) pointing at the build
   manifest itself, so any OCI client can pull ``REPO:prod``. Valid channel names start with a
-  lowercase letter or digit; every tag this backend reserves starts with ``_``.
-* **history** is the artifact tagged ``_history``: one layer per entry (the entry's canonical
+  lowercase letter or digit; every tag this backend reserves starts with ``_avr.`` (see
+  the tag layout in :mod:`._artifact`; tags of the older layout, ``_b.``, ``_r.``, ``_history``,
+  ``_pending``, are still read).
+* **history** is the artifact tagged ``_avr.history``: one layer per entry (the entry's canonical
   JSON as a blob) with the entry JSON repeated in the layer's annotation, so the whole
   history reads in one manifest GET (each annotation is checked against its layer digest).
-  Every move writes a new ``_history`` manifest holding all previous layers plus the new
+  Every move writes a new ``_avr.history`` manifest holding all previous layers plus the new
   one, so the log is append-only and entries stay referenced (never garbage-collected;
   the superseded, untagged history manifests may be, as their entries live on).
   The manifest size limit of distribution (4 MiB) bounds it to about 5,000 moves (~830
   bytes each); past that, writes fail with a RegistryError that says so.
-* **side records** ``namespace/name`` are small artifacts tagged ``_r.<namespace>.N.<name>``
+* **side records** ``namespace/name`` are small artifacts tagged ``_avr.r.<namespace>.N.<name>``
   (names are lowercase, so the upper-case ``N`` cannot occur in them) with the record's
   bytes as their one layer.
 
@@ -45,10 +47,10 @@ compare-and-swap of ``move_channel`` is made on the client:
 2. under the lock it reads the channel tag, compares it with ``expected_digest`` (raising
    :class:`ConflictError` on a mismatch) and only then writes;
 3. the move is written in the order of the local store, which is crash-safe: first the
-   new entry is parked in the ``_pending`` artifact, then the channel tag is moved, then
-   ``_history`` is rewritten with the entry appended. A reader treats a pending entry as
+   new entry is parked in the ``_avr.pending`` artifact, then the channel tag is moved, then
+   ``_avr.history`` is rewritten with the entry appended. A reader treats a pending entry as
    part of the history exactly when the channel tag already points where it says, and the
-   next writer folds it into ``_history``. A crash at any point therefore leaves the channel
+   next writer folds it into ``_avr.history``. A crash at any point therefore leaves the channel
    at the old build with no entry, or at the new one with its entry (carrying who and why);
    the history never loses a move and never records one that did not happen;
 4. every tag write is read back (``HEAD``) and must name the digest just written.
@@ -57,7 +59,7 @@ Limits, stated plainly: the lock serialises writers **on one machine** (all proc
 sharing the lock directory). Two machines moving the same channel at the same instant are
 not serialised: the read-back catches most such races (the loser gets a
 :class:`ConflictError` or a :class:`RegistryError`), but a narrow window remains in which
-both believe they won and one history entry (or the single ``_pending`` slot) is
+both believe they won and one history entry (or the single ``_avr.pending`` slot) is
 overwritten. Run promotions from one place (one CI runner, or a job with a concurrency
 limit of one) when the registry is shared. Processes share the lock only if they see the
 same lock directory (same ``$AVATAR_RELEASE_LOCK_DIR`` or ``$TMPDIR``). The read-back
@@ -115,6 +117,10 @@ from ._artifact import (
     RECORD_SEP,
     HISTORY_TAG,
     PENDING_TAG,
+    V1_BUILD_PREFIX,
+    V1_HISTORY_TAG,
+    V1_PENDING_TAG,
+    V1_RECORD_PREFIX,
     MAX_TAG,
     MAX_MANIFEST,
     MANIFEST_TITLE,
@@ -128,6 +134,10 @@ from ._location import OciLocation, parse_oci_uri
 from ._transport import ERROR_BODY, Reply, RetryPolicy, Transport, next_link, registry_errors
 
 __all__ = ["OciRegistry", "default_lock_dir"]
+
+# Where history and the parked move are read from: the layout-2 tag, else the layout-1 one.
+_HISTORY_TAGS = (HISTORY_TAG, V1_HISTORY_TAG)
+_PENDING_TAGS = (PENDING_TAG, V1_PENDING_TAG)
 
 
 # ---- the lock -----------------------------------------------------------------------------
@@ -254,8 +264,9 @@ class OciRegistry:
             url = next_link(reply.headers.get("Link"), self.location.root)
         return tags
 
-    def _tags_with(self, prefix: str) -> list[str]:
-        return sorted(t for t in self._list_tags() if t.startswith(prefix))
+    def _tags_with(self, *prefixes: str) -> list[str]:
+        """Tags starting with any of ``prefixes`` (one listing for all of them)."""
+        return sorted(t for t in self._list_tags() if t.startswith(prefixes))
 
     # ---- manifests -------------------------------------------------------------------------
     def _get_manifest(self, ref: str, op: str) -> tuple[str, bytes] | None:
@@ -392,6 +403,13 @@ class OciRegistry:
             )
         return tag
 
+    def _head_build(self, build_id: str, op: str) -> str | None:
+        """The digest of a committed build: its layout-2 tag, else its layout-1 tag (read, never written)."""
+        found = self._head_manifest(self._build_tag(build_id), op)
+        if found is None and len(V1_BUILD_PREFIX + build_id) <= MAX_TAG:
+            found = self._head_manifest(V1_BUILD_PREFIX + build_id, op)
+        return found
+
     def _build_artifact(self, build_id: str, manifest_bytes: bytes, config_digest: str) -> bytes:
         try:
             doc = json.loads(manifest_bytes)
@@ -410,7 +428,7 @@ class OciRegistry:
         return artifact(BUILD_ARTIFACT, layers, ann, config)
 
     def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]:
-        """Commit a build: its manifest blob, then the OCI manifest tagged ``_b.<id>`` (the marker).
+        """Commit a build: its manifest blob, then the OCI manifest tagged ``_avr.b.<id>`` (the marker).
 
         Returns (OCI manifest digest, created). An existing build id is never rewritten.
         The registry itself refuses the manifest when a blob it references is missing.
@@ -418,7 +436,7 @@ class OciRegistry:
         tag = self._build_tag(build_id)
         op = f"publish build {build_id}"
         with self._lock.hold():
-            existing = self._head_manifest(tag, op)
+            existing = self._head_build(build_id, op)
             if existing is not None:
                 return existing, False
             config_digest = self.put_blob(manifest_bytes)
@@ -453,10 +471,21 @@ class OciRegistry:
             return None
         doc = self._parse(got[1], f"build tag {tag}", BUILD_ARTIFACT)
         ann = doc.get("annotations") or {}
-        return BuildRef(ann.get(ANN_BUILD_ID, tag.removeprefix(BUILD_PREFIX)), got[0], ann.get(ANN_PUBLISHED, ""))
+        name = tag.removeprefix(BUILD_PREFIX) if tag.startswith(BUILD_PREFIX) else tag.removeprefix(V1_BUILD_PREFIX)
+        return BuildRef(ann.get(ANN_BUILD_ID, name), got[0], ann.get(ANN_PUBLISHED, ""))
+
+    def _build_ids(self, prefix: str = "") -> dict[str, str]:
+        """build id -> its tag, for ids starting with ``prefix``; a layout-2 tag wins over a layout-1 one."""
+        out: dict[str, str] = {}
+        for tag in self._tags_with(V1_BUILD_PREFIX + prefix, BUILD_PREFIX + prefix):
+            new = tag.startswith(BUILD_PREFIX)
+            build_id = tag.removeprefix(BUILD_PREFIX if new else V1_BUILD_PREFIX)
+            if new or build_id not in out:
+                out[build_id] = tag
+        return out
 
     def list_builds(self) -> list[BuildRef]:
-        out = [r for r in (self._build_ref(t) for t in self._tags_with(BUILD_PREFIX)) if r is not None]
+        out = [r for r in (self._build_ref(t) for t in self._build_ids().values()) if r is not None]
         return sorted(out, key=lambda r: r.published_at)
 
     def _build_id_of(self, doc: dict, where: str) -> str:
@@ -471,7 +500,7 @@ class OciRegistry:
             raise NotFoundError(f"no build with manifest digest {ref} in {self.uri}")
         build_id = self._build_id_of(self._parse(got[1], f"manifest {ref}", BUILD_ARTIFACT), f"manifest {ref}")
         # Only a committed build counts: its build tag must name this very manifest.
-        if self._head_manifest(self._build_tag(build_id), f"resolve {ref}") != ref:
+        if self._head_build(build_id, f"resolve {ref}") != ref:
             raise NotFoundError(f"no build with manifest digest {ref} in {self.uri} (no committed build reference)")
         return Resolved(ref, build_id, ref, "digest")
 
@@ -490,19 +519,22 @@ class OciRegistry:
         def exact_build(build_id):
             if len(BUILD_PREFIX + build_id) > MAX_TAG:
                 return None
-            return self._head_manifest(self._build_tag(build_id), f"resolve build {build_id}")
+            return self._head_build(build_id, f"resolve build {build_id}")
 
         return resolve_ref(ref, self.uri, Lookups(
             by_digest=self._resolve_digest, channel=channel, exact_build=exact_build,
-            builds_with_prefix=lambda p: [t.removeprefix(BUILD_PREFIX) for t in self._tags_with(BUILD_PREFIX + p)],
+            builds_with_prefix=lambda p: sorted(self._build_ids(p)),
             latest=lambda: [b.build_id for b in self.list_builds()],
         ))
 
     # ---- history -------------------------------------------------------------------------------
-    def _entries_of(self, tag: str, artifact_type: str) -> list[HistoryEntry]:
-        """The history entries an artifact carries in its layer annotations, each verified."""
-        got = self._get_manifest(tag, f"read {tag}")
-        if got is None:
+    def _entries_of(self, tags: tuple[str, ...], artifact_type: str) -> list[HistoryEntry]:
+        """The history entries the first existing of ``tags`` carries in its layer annotations, each verified."""
+        for tag in tags:
+            got = self._get_manifest(tag, f"read {tag}")
+            if got is not None:
+                break
+        else:
             return []
         doc = self._parse(got[1], f"{tag} artifact", artifact_type)
         out = []
@@ -518,14 +550,14 @@ class OciRegistry:
 
     def _pending_if_applied(self, recorded: list[HistoryEntry]) -> HistoryEntry | None:
         """The parked entry of the last move, when its tag write happened but its history write did not."""
-        pending = self._entries_of(PENDING_TAG, PENDING_ARTIFACT)
+        pending = self._entries_of(_PENDING_TAGS, PENDING_ARTIFACT)
         if not pending or pending[0].sequence in {e.sequence for e in recorded}:
             return None
         p = pending[0]
         return p if self._head_manifest(p.channel, f"read channel {p.channel}") == p.to_digest else None
 
     def _all_entries(self) -> list[HistoryEntry]:
-        entries = self._entries_of(HISTORY_TAG, HISTORY_ARTIFACT)
+        entries = self._entries_of(_HISTORY_TAGS, HISTORY_ARTIFACT)
         applied = self._pending_if_applied(entries)
         return sorted(entries + ([applied] if applied else []), key=lambda e: e.sequence)
 
@@ -599,7 +631,7 @@ class OciRegistry:
 
     def _fold_pending(self, op: str) -> list[HistoryEntry]:
         """Under the lock: the full history, with an applied pending move written into it."""
-        entries = self._entries_of(HISTORY_TAG, HISTORY_ARTIFACT)
+        entries = self._entries_of(_HISTORY_TAGS, HISTORY_ARTIFACT)
         applied = self._pending_if_applied(entries)
         if applied is not None:
             entries = sorted(entries + [applied], key=lambda e: e.sequence)
@@ -607,7 +639,7 @@ class OciRegistry:
         return entries
 
     def _next_sequence(self, entries: list[HistoryEntry]) -> int:
-        pending = self._entries_of(PENDING_TAG, PENDING_ARTIFACT)
+        pending = self._entries_of(_PENDING_TAGS, PENDING_ARTIFACT)
         return max([e.sequence for e in entries + pending], default=0) + 1
 
     def _reconcile(self, channel: str, current: tuple[str, dict] | None, entries: list[HistoryEntry],
@@ -738,6 +770,9 @@ class OciRegistry:
     def _read_record(self, namespace: str, name: str) -> bytes | None:
         tag = self._record_tag(namespace, name)
         got = self._get_manifest(tag, f"read record {namespace}/{name}")
+        old = f"{V1_RECORD_PREFIX}{namespace}{RECORD_SEP}{name}"
+        if got is None and len(old) <= MAX_TAG:  # written before layout 2
+            got = self._get_manifest(old, f"read record {namespace}/{name}")
         if got is None:
             return None
         layers = self._parse(got[1], f"record {namespace}/{name}", RECORD_ARTIFACT).get("layers") or []
@@ -764,5 +799,6 @@ class OciRegistry:
 
     def list_records(self, namespace: str) -> list[str]:
         check_name("record namespace", namespace)
-        prefix = f"{RECORD_PREFIX}{namespace}{RECORD_SEP}"
-        return sorted(t.removeprefix(prefix) for t in self._tags_with(prefix))
+        prefixes = (f"{RECORD_PREFIX}{namespace}{RECORD_SEP}", f"{V1_RECORD_PREFIX}{namespace}{RECORD_SEP}")
+        names = {t.removeprefix(prefixes[0]).removeprefix(prefixes[1]) for t in self._tags_with(*prefixes)}
+        return sorted(names)
