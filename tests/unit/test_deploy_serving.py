@@ -1,0 +1,64 @@
+"""The serving pod's deploy files: valid Kubernetes for 1.31, probes on the app's real routes, the
+arguments the CLI accepts, a grace period that covers the drain, the Containerfile runtime-only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S_VERSION = "1.31.0"
+FILES = {"tpu": ROOT / "deploy" / "serving.tpu.yaml", "cpu": ROOT / "deploy" / "serving.cpu.yaml"}
+
+
+def _docs(variant: str) -> dict[str, dict]:
+    return {d["kind"]: d for d in yaml.safe_load_all(FILES[variant].read_text())}
+
+
+@pytest.mark.parametrize("variant", sorted(FILES))
+def test_serving_manifests_are_valid_kubernetes(variant):
+    kv = pytest.importorskip("kubernetes_validate")
+    docs = _docs(variant)
+    assert set(docs) == {"Deployment", "Service", "PodDisruptionBudget"}
+    for doc in docs.values():
+        kv.validate(doc, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("variant", sorted(FILES))
+def test_probes_args_and_grace_match_the_pod(variant):
+    from avatar_release.cli import cli
+    from avatar_release.serving import create_app
+
+    dep = _docs(variant)["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    routes = {r.path for r in create_app(None).routes}
+    assert c["startupProbe"]["httpGet"]["path"] == c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/livez" and {"/readyz", "/livez"} <= routes
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["AVATAR_RELEASE_HOST"] == "0.0.0.0" and int(env["AVATAR_RELEASE_PORT"]) == c["ports"][0]["containerPort"]
+    # the trust key is read from the mounted Secret
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "trust")
+    assert env["AVATAR_RELEASE_TRUST_KEY"].startswith(mount["mountPath"] + "/")
+    assert next(v for v in pod["volumes"] if v["name"] == "trust")["secret"]["secretName"]
+    # the CLI accepts the arguments, and the grace period covers preStop + the drain
+    ctx = cli.commands["serve"].make_context("serve", list(c["args"]))
+    assert ctx.params["follow"] is True and ctx.params["channel"] == "prod"
+    pre_stop = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + ctx.params["grace"]
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    if variant == "tpu":
+        assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                                       "cloud.google.com/gke-tpu-topology": "2x4"}
+        assert c["resources"]["limits"]["google.com/tpu"] == "8"
+    else:
+        assert "nodeSelector" not in pod and "google.com/tpu" not in str(c["resources"])
+
+
+def test_the_containerfile_is_runtime_only_and_execs_the_server():
+    text = (ROOT / "deploy" / "Containerfile").read_text()
+    assert 'ENTRYPOINT ["avatar-release", "serve"]' in text  # exec form: the server itself gets SIGTERM
+    assert "[compile]" not in text and "torch" not in text.split("FROM", 1)[1]
+    assert "USER 10001" in text and "AVATAR_RELEASE_HOST=0.0.0.0" in text
