@@ -399,3 +399,44 @@ def test_anonymous_token_is_refused_with_a_login_hint(token_reg):
     make, issuer = token_reg
     with pytest.raises(RegistryError, match="none were found"):
         make(None).list_builds()
+
+
+# ---- the registry contract, over both logins ------------------------------------------------------------
+@pytest.fixture(params=["basic-tls", "token"])
+def reg(request, pki, logins, tmp_path, monkeypatch):
+    """A fresh repository behind each login (the contract tests below take ``reg``)."""
+    if request.param == "basic-tls":
+        server = request.getfixturevalue("basic_server")
+        logins(auths(server.host, "ana", USERS["ana"]))
+        return OciRegistry(basic_uri(server, pki["ca"]), retry=FAST, lock_dir=tmp_path)
+    server, issuer = request.getfixturevalue("token_setup")
+    issuer.lifetime, issuer.expires_in, issuer.expired_next = 300, 300, 0
+    monkeypatch.setenv("AVATAR_RELEASE_REGISTRY_CA", str(pki["ca"]))
+    logins(auths(server.host, "ana", USERS["ana"]))
+    return OciRegistry(server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path)
+
+
+from tests.unit import test_registry as contract  # noqa: E402
+
+test_contract_blob_round_trip_and_dedup = contract.test_blob_round_trip_and_dedup
+test_contract_blob_with_lying_size_is_refused = contract.test_blob_with_lying_size_is_refused
+test_contract_missing_blob_is_not_found = contract.test_missing_blob_is_not_found
+test_contract_put_build_is_immutable = contract.test_put_build_is_immutable
+test_contract_resolve_channel_build_id_digest_and_prefix = contract.test_resolve_channel_build_id_digest_and_prefix
+test_contract_move_channel_is_compare_and_swap = contract.test_move_channel_is_compare_and_swap
+test_contract_names_that_escape_are_refused = contract.test_names_that_escape_are_refused
+
+
+def test_oras_with_basic_auth_over_tls_pulls_a_build_published_here(basic_server, pki, logins, tmp_path):
+    """A standard client, logged in the same way, reads what avatar-release wrote."""
+    oras = pytest.importorskip("oras.client")
+    logins(auths(basic_server.host, "ana", USERS["ana"]))
+    reg = OciRegistry(basic_uri(basic_server, pki["ca"]), retry=FAST, lock_dir=tmp_path)
+    digest = roundtrip(reg)
+    client = oras.OrasClient(hostname=basic_server.host, tls_verify=str(pki["ca"]), auth_backend="basic")
+    client.login(username="ana", password=USERS["ana"], hostname=basic_server.host, tls_verify=str(pki["ca"]))
+    out = tmp_path / "pulled"
+    client.pull(target=f"{reg.location.host}/{reg.location.repo}:dev", outdir=str(out))
+    assert (out / "avatar-release-manifest.json").read_bytes() == reg.get_manifest_bytes(digest)
+    assert sorted(p.name for p in out.iterdir()) == ["avatar-release-manifest.json", "exe"]
+    assert (out / "exe").read_bytes() == b"exe-bytes"
