@@ -240,8 +240,9 @@ class OciRegistry:
         return self.transport.where()
 
     def _call(self, op: str, method: str, url: str, *, headers: dict[str, str] | None = None,
-              data: bytes | None = None, limit: int = ERROR_BODY) -> Reply:
-        return self.transport.call(op, method, url, headers=headers, data=data, limit=limit)
+              data: bytes | None = None, limit: int = ERROR_BODY,
+              sink: Callable[[Iterator[bytes]], None] | None = None) -> Reply:
+        return self.transport.call(op, method, url, headers=headers, data=data, limit=limit, sink=sink)
 
     def _fail(self, op: str, reply: Reply) -> RegistryError:
         return self.transport.fail(op, reply)
@@ -386,6 +387,93 @@ class OciRegistry:
         if reply.status != 200:
             raise self._fail(f"pull blob {digest}", reply)
         return checked_blob(reply.body, digest, size, self.uri)
+
+    # ---- streaming: blobs larger than memory ---------------------------------------------------
+    def pull_blob_to(self, digest: str, size: int, dest: str | os.PathLike) -> Path:
+        """Stream a blob into the file ``dest``, hashing as it arrives: memory is one chunk, whatever
+        the size. Written to a temporary file beside ``dest``, renamed only once exactly ``size``
+        bytes hashing to ``digest`` arrived (at most ``size`` + 1 bytes are read)."""
+        dest = Path(dest)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
+        got: dict[str, Any] = {}
+
+        def sink(chunks: Iterator[bytes]) -> None:  # called afresh on a retry: starts over
+            h, n = hashlib.sha256(), 0
+            with open(tmp, "wb") as f:
+                for chunk in chunks:
+                    h.update(chunk)
+                    n += len(chunk)
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            got.update(size=n, digest="sha256:" + h.hexdigest())
+
+        op = f"pull blob {digest}"
+        try:
+            reply = self._call(op, "GET", self._blob_url(digest), limit=size, sink=sink)
+            if reply.status == 404:
+                raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
+            if reply.status != 200:
+                raise self._fail(op, reply)
+            if got.get("size") != size or got.get("digest") != digest:
+                n = got.get("size", 0)
+                what = f"size {'more than ' + str(size) if n > size else n} bytes, manifest says {size}" \
+                    if n != size else f"content hashes to {got.get('digest')}"
+                raise IntegrityError(f"blob {digest} in {self.uri}: {what}; the store is corrupted or was tampered "
+                                     "with — republish the build")
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return dest
+
+    def push_blob_from(self, path: str | os.PathLike, *, chunk_size: int = 16 << 20, resumes: int = 3) -> str:
+        """Push the file ``path`` as a blob in PATCH chunks of one upload session: memory is one chunk.
+
+        A chunk that still fails after the transport's retries is resumed, up to ``resumes`` times,
+        from the offset the registry reports for the session (``GET`` on it: ``Range: 0-N``), so a
+        dropped connection costs one chunk, not the upload.
+        """
+        digest, size = _file_digest(Path(path))
+        op = f"push blob {digest} ({size} bytes, in chunks of {chunk_size})"
+        head = self._call(op, "HEAD", self._blob_url(digest))
+        if head.status == 200:
+            return digest
+        start = self._call(op, "POST", f"{self.location.base}/blobs/uploads/")
+        if start.status != 202 or not start.headers.get("Location"):
+            raise self._fail(op, start)
+        loc = urljoin(self.location.root + "/", start.headers["Location"])
+        offset, left = 0, resumes
+        with open(path, "rb") as f:
+            while offset < size:
+                f.seek(offset)
+                chunk = f.read(min(chunk_size, size - offset))
+                try:
+                    reply = self._call(op, "PATCH", loc, data=chunk, headers={
+                        "Content-Type": "application/octet-stream", "Content-Length": str(len(chunk)),
+                        "Content-Range": f"{offset}-{offset + len(chunk) - 1}"})
+                except RegistryError:
+                    if left <= 0:
+                        raise
+                    left -= 1
+                    offset, loc = self._upload_status(loc, op)
+                    continue
+                if reply.status != 202:
+                    raise self._fail(op, reply)
+                loc = urljoin(self.location.root + "/", reply.headers.get("Location") or loc)
+                offset = _range_end(reply.headers.get("Range"), offset + len(chunk))
+        sep = "&" if "?" in loc else "?"
+        done = self._call(op, "PUT", f"{loc}{sep}digest={digest}", headers={"Content-Length": "0"})
+        if done.status not in (200, 201, 204):
+            raise self._fail(op, done)
+        return digest
+
+    def _upload_status(self, loc: str, op: str) -> tuple[int, str]:
+        """(bytes the registry holds, session URL) of an upload session."""
+        reply = self._call(f"{op} (resume)", "GET", loc)
+        if reply.status not in (200, 204):
+            raise self._fail(f"{op} (resume)", reply)
+        return (_range_end(reply.headers.get("Range"), 0),
+                urljoin(self.location.root + "/", reply.headers.get("Location") or loc))
 
     def _ensure_empty_blob(self) -> None:
         if not self._have_empty:
@@ -802,3 +890,22 @@ class OciRegistry:
         prefixes = (f"{RECORD_PREFIX}{namespace}{RECORD_SEP}", f"{V1_RECORD_PREFIX}{namespace}{RECORD_SEP}")
         names = {t.removeprefix(prefixes[0]).removeprefix(prefixes[1]) for t in self._tags_with(*prefixes)}
         return sorted(names)
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    h, n = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+            n += len(chunk)
+    return "sha256:" + h.hexdigest(), n
+
+
+def _range_end(header: str | None, default: int) -> int:
+    """``Range: 0-N`` of an upload session -> N + 1 bytes held (distribution says ``0--1`` for none)."""
+    if not header or "-" not in header:
+        return default
+    try:
+        return max(0, int(header.split("-", 1)[1]) + 1)
+    except ValueError:
+        return default

@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from ...errors import RegistryError
@@ -78,18 +78,23 @@ def _short(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def read_bounded(resp: Any, limit: int) -> bytes:
-    """Read at most ``limit`` + 1 bytes of a streamed body: enough to tell 'too long' apart."""
+def iter_bounded(resp: Any, limit: int) -> Iterator[bytes]:
+    """The chunks of a streamed body, at most ``limit`` + 1 bytes in all: enough to tell 'too long' apart."""
     want = limit + 1
-    chunks, got = [], 0
+    got = 0
     for chunk in resp.iter_content(chunk_size=min(1 << 20, max(want, 1))):
         if not chunk:
             continue
-        chunks.append(chunk[: want - got])
-        got += len(chunks[-1])
+        chunk = chunk[: want - got]
+        got += len(chunk)
+        yield chunk
         if got >= want:
             break
-    return b"".join(chunks)
+
+
+def read_bounded(resp: Any, limit: int) -> bytes:
+    """Read at most ``limit`` + 1 bytes of a streamed body."""
+    return b"".join(iter_bounded(resp, limit))
 
 
 def next_link(link: str | None, root: str) -> str | None:
@@ -144,8 +149,13 @@ class Transport:
         return f"repository:{self.location.repo}:{actions}"
 
     def call(self, op: str, method: str, url: str, *, headers: dict[str, str] | None = None,
-             data: bytes | None = None, limit: int = ERROR_BODY) -> Reply:
-        """One request, retried on 5xx/429 and connection failures; reads at most limit+1 bytes."""
+             data: bytes | None = None, limit: int = ERROR_BODY, sink: Callable[[Iterator[bytes]], None] | None = None
+             ) -> Reply:
+        """One request, retried on 5xx/429 and connection failures; reads at most limit+1 bytes.
+
+        With ``sink``, a 2xx body is not held: ``sink(chunks)`` consumes it as it arrives (at most
+        ``limit`` + 1 bytes) and is called afresh if the request is retried, so it must start over.
+        """
         import requests
 
         transient = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
@@ -156,7 +166,7 @@ class Transport:
                 time.sleep(self.retry.delay(attempt - 1))
             attempt += 1
             try:
-                reply = self._exchange(method, url, headers, data, limit, scope)
+                reply = self._exchange(method, url, headers, data, limit, scope, sink)
             except requests.exceptions.SSLError as e:
                 raise self._tls_error(op, e) from None
             except transient as e:
@@ -191,7 +201,7 @@ class Transport:
         )
 
     def _exchange(self, method: str, url: str, headers: dict | None, data: bytes | None, limit: int,
-                  scope: str) -> Reply:
+                  scope: str, sink: Callable[[Iterator[bytes]], None] | None = None) -> Reply:
         # Credentials go to this registry's host only, never to a host a Location header names.
         own = urlsplit(url).netloc == self.location.host
         hdrs = {**(self.auth.headers(scope) if own else {}), **(headers or {})}
@@ -201,7 +211,11 @@ class Transport:
                                       verify=self.verify())
         try:
             # Error bodies are read for their message up to a small bound, whatever ``limit`` is.
-            bound = limit if 200 <= resp.status_code < 300 else ERROR_BODY
+            ok = 200 <= resp.status_code < 300
+            if ok and sink is not None and method != "HEAD":
+                sink(iter_bounded(resp, limit))
+                return Reply(resp.status_code, resp.headers, b"", str(getattr(resp, "url", url)))
+            bound = limit if ok else ERROR_BODY
             body = b"" if method == "HEAD" else read_bounded(resp, bound)
             return Reply(resp.status_code, resp.headers, body, str(getattr(resp, "url", url)))
         finally:
