@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from ._app import AppConfig, create_app
-from ._log import log_event
+from ._log import log_event, route_server_logs
 
 __all__ = ["ServerConfig", "run_server"]
 
@@ -56,6 +56,7 @@ def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
         if on_ready is not None:
             on_ready(addr)
 
+    route_server_logs()
     app = create_app(pod, cfg.app, on_startup=started)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", server_header=False,
                             timeout_graceful_shutdown=int(cfg.grace), limit_concurrency=cfg.max_connections,

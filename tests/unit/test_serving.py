@@ -287,3 +287,36 @@ def test_probes_and_metrics(serve):
     assert r.status == 503 and json.loads(r.read())["error"] == "draining"
     r, data = _post(port, json.dumps({"seconds": 0.5}).encode())
     assert r.status == 503 and json.loads(data)["error"] == "draining"
+
+
+def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_past_its_timeout_is_cut(serve, monkeypatch):
+    from avatar_release import runtime
+    from avatar_release.errors import RecompileError
+
+    port, pod, fake = serve(delay=0.3, request_timeout=1.0)
+
+    def compiles(build, image, audio, *, seed=0):
+        raise RecompileError("zero-compile guard: XLA compiled while serving stage dit/f8 of build fake-1 "
+                             "(cache /tmp/secret/cache)", [])
+        yield
+
+    monkeypatch.setattr(runtime, "stream", compiles)
+    r, data = _post(port, json.dumps({"seconds": 0.5}).encode())
+    doc = json.loads(data)
+    assert r.status == 500 and doc["error"] == "render_failed" and "compiled while serving" in doc["message"]
+    assert "/tmp" not in doc["message"]
+    monkeypatch.setattr(runtime, "stream", fake)
+    # 10 s at 0.3 s a chunk is ~10 s of rendering; the 1 s timeout stops it: the body ends short
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/render", body=json.dumps({"seconds": 10.0}), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    with pytest.raises(http.client.IncompleteRead):
+        r.read()
+    time.sleep(0.5)
+    assert fake.produced < 8
+    pod.build.guard.count = 1  # a build seen compiling is not ready
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/readyz")
+    r = c.getresponse()
+    assert r.status == 503 and json.loads(r.read())["error"] == "not_ready"
