@@ -440,3 +440,14 @@ def test_oras_with_basic_auth_over_tls_pulls_a_build_published_here(basic_server
     assert (out / "avatar-release-manifest.json").read_bytes() == reg.get_manifest_bytes(digest)
     assert sorted(p.name for p in out.iterdir()) == ["avatar-release-manifest.json", "exe"]
     assert (out / "exe").read_bytes() == b"exe-bytes"
+
+
+def test_the_cli_exits_7_and_says_which_credentials_were_refused(basic_server, pki, logins):
+    from click.testing import CliRunner
+
+    from avatar_release.cli import cli
+
+    path = logins(auths(basic_server.host, "ana", "wrong"))
+    r = CliRunner().invoke(cli, ["ls", "--registry", basic_uri(basic_server, pki["ca"])])
+    assert r.exit_code == 7, r.output
+    assert "wrong user name or password" in r.output and "'ana'" in r.output and str(path) in r.output
