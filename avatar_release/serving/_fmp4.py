@@ -3,8 +3,9 @@
 One ffmpeg process per request (the binary ``avatar_release.media.ffmpeg_exe()`` ships, never
 one from PATH) reads raw RGB frames on stdin, the request audio from a private WAV, and writes
 ``ftyp`` + an empty ``moov`` and then one ``moof``/``mdat`` fragment per chunk to stdout:
-a keyframe is forced at the first frame of every chunk and ``frag_keyframe`` cuts there;
-``-tune zerolatency`` keeps x264 from holding frames back. Bytes go to ``on_bytes`` from a reader
+``frag_keyframe`` cuts a fragment when a keyframe arrives, and the caller forces keyframes where
+it wants the cuts (the render job: the last frame of each chunk, so a chunk's fragment leaves as
+soon as the chunk is written); ``-tune zerolatency`` keeps x264 from holding frames back. Bytes go to ``on_bytes`` from a reader
 thread as ffmpeg writes them, so nothing waits for the end of the video.
 """
 

@@ -37,10 +37,14 @@ class RenderJob:
         self.stats = JobStats()
         p = build.manifest.program
         self.n_frames = -(-inputs.audio.shape[0] // p.samples_per_frame)
-        self.keyframes, first = [], 0
-        for _bucket, _frames, deliver in plan_chunks(build.manifest, self.n_frames):
-            self.keyframes.append(first)
-            first += deliver
+        # Keyframes at frame 0 and at the last frame of every chunk but the final one: the muxer
+        # cuts a fragment when a keyframe arrives, so writing chunk k's frames releases a fragment
+        # at once (up to its last frame) instead of waiting for chunk k+1 to be rendered.
+        self.keyframes, end = [0], 0
+        for _bucket, _frames, deliver in plan_chunks(build.manifest, self.n_frames)[:-1]:
+            end += deliver
+            self.keyframes.append(end - 1)
+        self.keyframes = sorted(set(self.keyframes))
         self._thread = threading.Thread(target=self._run, name="render", daemon=True)
 
     def start(self) -> "RenderJob":

@@ -109,7 +109,7 @@ def _boxes(data: bytes) -> list[str]:
 def test_render_streams_fragments_before_the_render_ends_and_every_fragment_decodes(serve, tmp_path):
     from avatar_release.media import ffmpeg_exe, probe_mp4, read_mp4_frames
 
-    port, pod, fake = serve(delay=0.25)
+    port, pod, fake = serve(delay=0.4)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     t0 = time.perf_counter()
     c.request("POST", "/render", body=json.dumps({"seconds": 2.0}), headers={"Content-Type": "application/json"})
@@ -117,15 +117,15 @@ def test_render_streams_fragments_before_the_render_ends_and_every_fragment_deco
     assert r.status == 200 and r.getheader("Content-Type") == "video/mp4"
     assert r.getheader("Transfer-Encoding") == "chunked" and r.getheader("Content-Length") is None
     assert r.getheader("X-Frames") == "50" and r.getheader("X-Build-Id") == "fake-1"
-    data, first_moof = b"", None
+    data, first_moof, chunks_then = b"", None, None
     while piece := r.read1(65536):
         data += piece
         if first_moof is None and b"moof" in data:
-            first_moof = time.perf_counter() - t0
+            first_moof, chunks_then = time.perf_counter() - t0, fake.produced
     total = time.perf_counter() - t0
-    # 50 frames = 7 chunks (6 x 8 + 1 x 4, trimmed to 2) at 0.25 s: the first fragment comes after
-    # chunk 2 starts (~0.5 s), the whole video after ~1.75 s.
-    assert first_moof is not None and first_moof < 0.5 * total, (first_moof, total)
+    # 50 frames = 7 chunks (6 x 8 + 1 x 4, trimmed to 2) at 0.4 s each: the first fragment leaves
+    # while the second chunk is still rendering (~0.4 s), the whole video after ~2.8 s.
+    assert first_moof is not None and chunks_then == 1 and first_moof < 0.3 * total, (first_moof, chunks_then, total)
     boxes = _boxes(data)
     assert boxes[:2] == ["ftyp", "moov"] and boxes.count("moof") == boxes.count("mdat") >= 7, boxes
     out = tmp_path / "r.mp4"
