@@ -320,3 +320,34 @@ def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_pas
     c.request("GET", "/readyz")
     r = c.getresponse()
     assert r.status == 503 and json.loads(r.read())["error"] == "not_ready"
+
+
+def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(monkeypatch):
+    from avatar_release import registry
+    from avatar_release.errors import RecompileError
+    from avatar_release.serving import Pod, _pod
+
+    old, new = _fake_build("fake-old"), _fake_build("fake-new")
+    pod = Pod(None, "prod", old)
+    channel = SimpleNamespace(digest=old.digest)
+    monkeypatch.setattr(registry, "read_manifest", lambda reg, ref: (channel, None))
+    loads = []
+    monkeypatch.setattr(_pod, "_load", lambda reg, ref, resolved, trust: loads.append(resolved.digest) or new)
+
+    def compiling_warm_up(build):
+        raise RecompileError(f"warm-up of build {build.build_id} compiled 1 time(s): not ready", [])
+
+    monkeypatch.setattr(_pod, "warm_up", compiling_warm_up)
+    assert pod.check_channel() == "unchanged" and loads == []
+    channel.digest = new.digest  # the channel moves to a build that compiles when warmed
+    assert pod.check_channel() == "refused"
+    assert pod.build is old and pod.health()["follow"]["refused_digest"] == new.digest
+    assert "RecompileError" in pod.health()["follow"]["refused_reason"]
+    assert pod.check_channel() == "still-refused" and len(loads) == 1  # not reloaded every poll
+    text = pod.metrics.exposition().decode()
+    assert 'avatar_serve_swaps_total{result="refused"} 1.0' in text and 'build_id="fake-old"' in text
+    monkeypatch.setattr(_pod, "warm_up", lambda build: 0.01)  # fixed; SIGHUP retries the refused digest
+    assert pod.check_channel(retry_refused=True) == "swapped"
+    assert pod.build is new and pod.health()["follow"]["refused_digest"] is None
+    text = pod.metrics.exposition().decode()
+    assert 'avatar_serve_swaps_total{result="swapped"} 1.0' in text and 'build_id="fake-new"' in text
