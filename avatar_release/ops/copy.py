@@ -24,10 +24,12 @@ Signatures stay valid: signed evidence binds ``Manifest.content_digest()`` (the 
 manifest bytes, the same in every store), and copied byte for byte. A promotion statement binds
 the digest of the store it was signed in; a pod accepts it where the channel's digest is either
 that digest or the content digest of the manifest it resolves to (``trust.statements.verify``),
-so a statement signed in a directory store verifies in any copy. A statement signed in an OCI
-store binds that store's OCI manifest digest, which other stores do not share: the report says
-so (``statement_binds_store_digest``) and the destination needs a fresh signature
-(``avatar-release keys sign CHANNEL``) before a trusting pod serves that channel there.
+so a statement signed in a directory store verifies in any copy. Between two OCI registries the
+OCI manifest itself is copied byte for byte, so the build keeps its OCI digest and a statement
+signed in one verifies in the other. A statement signed in an OCI store, copied to a directory
+store, binds a digest that store does not have: the report says so (``statement_binds_store_digest``)
+and the destination needs a fresh signature (``avatar-release keys sign CHANNEL``) before a
+trusting pod serves that channel there.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from .._digest import is_digest
 from ..errors import ConflictError, IntegrityError, NotFoundError
 from ..records import BlobRef, Manifest, parse_record
 from ..records.stored import STATEMENTS, STORED_NAMESPACES, TIMESTAMPS
-from ..registry import Registry
+from ..registry import OciRegistry, Registry
 
 __all__ = ["CopyReport", "copy_build"]
 
@@ -123,8 +125,13 @@ def _manifest_blobs(manifest_bytes: bytes) -> list[BlobRef]:
     return list(out.values())
 
 
-def _put_build(dst: Registry, build_id: str, manifest_bytes: bytes, report: CopyReport) -> None:
-    digest, created = dst.put_build(build_id, manifest_bytes)
+def _put_build(src: Registry, dst: Registry, build_id: str, manifest_bytes: bytes, report: CopyReport) -> None:
+    if isinstance(src, OciRegistry) and isinstance(dst, OciRegistry):
+        # The same OCI manifest, byte for byte: the build keeps its digest, so statements signed
+        # over that digest in the source verify here too.
+        digest, created = dst.put_build(build_id, manifest_bytes, artifact=src.build_artifact(report.source_digest))
+    else:
+        digest, created = dst.put_build(build_id, manifest_bytes)
     if not created and dst.get_manifest_bytes(digest) != manifest_bytes:
         raise ConflictError(
             f"copy to {dst.uri}: build {build_id} already exists there with a different manifest ({digest}); "
@@ -192,7 +199,7 @@ def copy_build(src: Registry, dst: Registry, ref: str, *, channel: str | None = 
     copier = _Copier(src, dst, report)
     for blob in _manifest_blobs(manifest_bytes):
         copier.blob(blob)
-    _put_build(dst, manifest.build_id, manifest_bytes, report)
+    _put_build(src, dst, manifest.build_id, manifest_bytes, report)
     for namespace, name in _build_records(src, manifest.build_id):
         raw = src.get_record(namespace, name)
         if raw is None:

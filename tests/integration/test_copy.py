@@ -71,3 +71,25 @@ def test_a_trusting_pod_loads_a_real_build_from_an_oci_copy(registry_copy, oci_s
     build = load("staging", oci, trust=TrustConfig(load_public_key(pub), state))
     assert build.build_id == result.build_id and build.digest == r.destination_digest
     assert state.highest("staging")["build_id"] == result.build_id
+
+
+def test_oci_to_oci_keeps_the_digest_so_oci_signed_statements_verify(oci_server, tmp_path):
+    from avatar_release.promote import promote
+    from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+
+    def oci():
+        return OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+
+    a = oci()
+    build_id, digest, m = publish(a)
+    gate(a, build_id, digest, m)
+    priv, pub, _ = generate_keypair(tmp_path / "keys")
+    promote(a, build_id, "staging", signing_key=load_private_key(priv))  # signs a's OCI digest
+    b = oci()
+    r = copy_build(a, b, "staging", channel="staging")
+    assert r.destination_digest == digest and b.build_artifact(digest) == a.build_artifact(digest)
+    assert not r.statement_binds_store_digest
+    verify_channel(b, "staging", load_public_key(pub), digest=digest)  # no content digest needed
+    # into a directory store the OCI digest does not exist: copy says the channel must be re-signed there
+    local = copy_build(b, LocalRegistry(tmp_path / "local"), "staging", channel="staging")
+    assert local.statement_binds_store_digest and local.destination_digest == m.content_digest()

@@ -45,7 +45,7 @@ def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, 
     assert outcome.result.status == "passed" and outcome.result.build_digest == digest
     # The gate result and its frames are layers of the record's artifact: server GC keeps them.
     raw = subprocess.run([shutil.which("skopeo") or "skopeo", "inspect", "--raw", "--tls-verify=false",
-                          "docker://" + uri.removeprefix("oci://") + f":_r.gate-results.N.{manifest.build_id}"],
+                          "docker://" + uri.removeprefix("oci://") + f":_avr.r.gate-results.N.{manifest.build_id}"],
                          capture_output=True, check=True).stdout
     layers = {layer["digest"] for layer in json.loads(raw)["layers"]}
     assert {outcome.digest, outcome.result.frames_blob.digest} <= layers

@@ -515,11 +515,13 @@ class OciRegistry:
         config = descriptor(BUILD_CONFIG_TYPE, config_digest, len(manifest_bytes))
         return artifact(BUILD_ARTIFACT, layers, ann, config)
 
-    def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]:
+    def put_build(self, build_id: str, manifest_bytes: bytes, *, artifact: bytes | None = None) -> tuple[str, bool]:
         """Commit a build: its manifest blob, then the OCI manifest tagged ``_avr.b.<id>`` (the marker).
 
         Returns (OCI manifest digest, created). An existing build id is never rewritten.
         The registry itself refuses the manifest when a blob it references is missing.
+        ``artifact``: the exact OCI manifest of this build in another OCI registry
+        (:meth:`build_artifact`), written as is so the build keeps its digest there too (``copy``).
         """
         tag = self._build_tag(build_id)
         op = f"publish build {build_id}"
@@ -528,7 +530,8 @@ class OciRegistry:
             if existing is not None:
                 return existing, False
             config_digest = self.put_blob(manifest_bytes)
-            body = self._build_artifact(build_id, manifest_bytes, config_digest)
+            body = self._build_artifact(build_id, manifest_bytes, config_digest) if artifact is None else \
+                self._checked_artifact(build_id, manifest_bytes, artifact)
             digest = self._put_manifest(tag, body, op)
             now = self._head_manifest(tag, f"{op} (read-back)")
             if now is None:
@@ -536,6 +539,22 @@ class OciRegistry:
             # A different digest: a publisher outside this machine's lock wrote the same id at the
             # same time; the build id names what the registry holds now, so report that one.
             return now, now == digest
+
+    def build_artifact(self, digest: str) -> bytes:
+        """The exact bytes of the OCI manifest of the build with this digest (verified against it)."""
+        return self._build_doc(digest, f"read build {digest}")[0]
+
+    def _checked_artifact(self, build_id: str, manifest_bytes: bytes, artifact: bytes) -> bytes:
+        """``artifact`` if it is an avatar-release build artifact of this very build and manifest."""
+        doc = self._parse(artifact, f"build artifact of {build_id}", BUILD_ARTIFACT)
+        config = doc.get("config") or {}
+        if self._build_id_of(doc, f"build artifact of {build_id}") != build_id or \
+                config.get("digest") != sha256_digest(manifest_bytes) or config.get("size") != len(manifest_bytes):
+            raise IntegrityError(
+                f"{self._where()}: the OCI manifest given for build {build_id} names another build or manifest; "
+                "refusing it"
+            )
+        return artifact
 
     def _build_doc(self, digest: str, op: str) -> tuple[bytes, dict]:
         got = self._get_manifest(digest, op)
