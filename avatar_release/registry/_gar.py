@@ -104,8 +104,94 @@ def parse_gar_uri(uri: str) -> GarLocation:
     return GarLocation(project, location, repository, package)
 
 
+class GoogleToken:
+    """The bearer token of Google credentials: an injected provider's, or the credentials' (refreshed
+    when stale), application-default ones unless given. ``google.auth`` is imported on first use."""
+
+    def __init__(self, where: str, credentials: Any = None, provider: Callable[[], str] | None = None):
+        self.where, self.credentials, self.provider = where, credentials, provider
+        self._mutex = threading.Lock()
+
+    def google_credentials(self) -> Any:
+        if self.credentials is None:
+            try:
+                import google.auth
+                import google.auth.exceptions
+            except ImportError:
+                raise RegistryError(
+                    f"{self.where}: the Artifact Registry backend needs google-auth; "
+                    "install it with: pip install 'avatar-release[gar]'"
+                ) from None
+            try:
+                self.credentials, _ = google.auth.default(scopes=[SCOPE])
+            except google.auth.exceptions.DefaultCredentialsError as e:
+                raise RegistryError(
+                    f"{self.where}: no Google credentials found ({str(e).splitlines()[0]}); run "
+                    "`gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS, or run "
+                    "with a service account"
+                ) from None
+        return self.credentials
+
+    def __call__(self) -> str:
+        if self.provider is not None:
+            return self.provider()
+        creds = self.google_credentials()
+        with self._mutex:
+            if not getattr(creds, "valid", False) or not getattr(creds, "token", None):
+                try:
+                    creds.refresh(_auth_request())
+                except RegistryError:
+                    raise
+                except Exception as e:  # google.auth's RefreshError / TransportError and friends
+                    raise RegistryError(
+                        f"{self.where}: could not get a Google access token ({type(e).__name__}: {e}); "
+                        "check `gcloud auth application-default print-access-token` works here"
+                    ) from None
+            token = creds.token
+        if not token:
+            raise RegistryError(f"{self.where}: the Google credentials gave an empty access token")
+        return token
+
+
+class GarTags:
+    """Tag listing through the Artifact Registry API (``list_tags``), or None to use the OCI endpoint
+    (without the library, or with only a bearer token)."""
+
+    def __init__(self, gar: GarLocation, where: str, token: GoogleToken, client: Any, hint: str):
+        self.gar, self.where, self.token, self.client, self.hint = gar, where, token, client, hint
+
+    def _client(self) -> Any | None:
+        if self.client is None:
+            if self.token.credentials is None and self.token.provider is not None:
+                return None  # only a bearer token: list over the OCI endpoint with it
+            try:
+                from google.cloud import artifactregistry_v1
+            except ImportError:
+                return None
+            self.client = artifactregistry_v1.ArtifactRegistryClient(credentials=self.token.google_credentials())
+        return self.client
+
+    def __call__(self) -> list[str] | None:
+        client = self._client()
+        if client is None:
+            return None
+        parent = self.gar.package_name
+        try:
+            names = [t.name for t in client.list_tags(request={"parent": parent, "page_size": 1000})]
+        except Exception as e:
+            if type(e).__name__ == "NotFound":  # google.api_core.exceptions.NotFound: nothing pushed yet
+                return []
+            raise RegistryError(
+                f"{self.where}: listing tags of {parent} through the Artifact Registry API failed "
+                f"({type(e).__name__}: {e}); " + self.hint
+            ) from None
+        prefix = f"{parent}/tags/"
+        return [n.removeprefix(prefix) for n in names if n.startswith(prefix)]
+
+
 class GarRegistry(OciRegistry):
-    """The OCI backend pointed at Artifact Registry, with Google credentials and its tags API.
+    """The OCI client configured for Artifact Registry: its location, a Google access-token auth
+    strategy (:class:`GoogleToken`) and its tags API (:class:`GarTags`); nothing else differs.
 
     ``credentials`` (a google.auth Credentials: ``valid``, ``token``, ``refresh(request)``)
     or ``token_provider`` (``() -> str``) replace the application-default credentials;
@@ -126,93 +212,16 @@ class GarRegistry(OciRegistry):
         lock_dir: str | None = None,
         lock_timeout: float = 120.0,
     ):
-        self.gar = parse_gar_uri(uri)
-        location = _endpoint_location(endpoint, self.gar) if endpoint else OciLocation("https", self.gar.host,
-                                                                                      self.gar.oci_repo)
-        # The same OCI client, logged in with a Google access token instead of the container tools' login.
-        super().__init__(uri, session=session, retry=retry, lock_dir=lock_dir, lock_timeout=lock_timeout,
-                         location=location, auth=TokenAuth(self._token, self._auth_hint()))
-        self._credentials = credentials
-        self._token_provider = token_provider
-        self._tags_client = tags_client
-        self._auth_mutex = threading.Lock()
-
-    # ---- authentication ---------------------------------------------------------------------
-    def _google_credentials(self) -> Any:
-        if self._credentials is None:
-            try:
-                import google.auth
-                import google.auth.exceptions
-            except ImportError:
-                raise RegistryError(
-                    f"{self._where()}: the Artifact Registry backend needs google-auth; "
-                    "install it with: pip install 'avatar-release[gar]'"
-                ) from None
-            try:
-                self._credentials, _ = google.auth.default(scopes=[SCOPE])
-            except google.auth.exceptions.DefaultCredentialsError as e:
-                raise RegistryError(
-                    f"{self._where()}: no Google credentials found ({str(e).splitlines()[0]}); run "
-                    "`gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS, or run "
-                    "with a service account"
-                ) from None
-        return self._credentials
-
-    def _token(self) -> str:
-        """A current access token: the injected provider's, or the credentials' (refreshed when stale)."""
-        if self._token_provider is not None:
-            return self._token_provider()
-        creds = self._google_credentials()
-        with self._auth_mutex:
-            if not getattr(creds, "valid", False) or not getattr(creds, "token", None):
-                try:
-                    creds.refresh(_auth_request())
-                except RegistryError:
-                    raise
-                except Exception as e:  # google.auth's RefreshError / TransportError and friends
-                    raise RegistryError(
-                        f"{self._where()}: could not get a Google access token ({type(e).__name__}: {e}); "
-                        "check `gcloud auth application-default print-access-token` works here"
-                    ) from None
-            token = creds.token
-        if not token:
-            raise RegistryError(f"{self._where()}: the Google credentials gave an empty access token")
-        return token
-
-    def _auth_hint(self) -> str:
-        return (f"grant this identity roles/artifactregistry.reader (to load) or roles/artifactregistry.writer "
-                f"(to publish and promote) on {self.gar.repository_name}, and check the credentials in use with "
+        self.gar = gar = parse_gar_uri(uri)
+        location = _endpoint_location(endpoint, gar) if endpoint else OciLocation("https", gar.host, gar.oci_repo)
+        where = f"registry {location.host}/{location.repo}"
+        hint = (f"grant this identity roles/artifactregistry.reader (to load) or roles/artifactregistry.writer "
+                f"(to publish and promote) on {gar.repository_name}, and check the credentials in use with "
                 "`gcloud auth application-default print-access-token`")
-
-    # ---- tags through the Artifact Registry API ---------------------------------------------------
-    def _client(self) -> Any | None:
-        """The ArtifactRegistryClient (created on first use), or None without the library."""
-        if self._tags_client is None:
-            if self._credentials is None and self._token_provider is not None:
-                return None  # only a bearer token: list over the OCI endpoint with it
-            try:
-                from google.cloud import artifactregistry_v1
-            except ImportError:
-                return None
-            self._tags_client = artifactregistry_v1.ArtifactRegistryClient(credentials=self._google_credentials())
-        return self._tags_client
-
-    def _list_tags(self) -> list[str]:
-        client = self._client()
-        if client is None:
-            return super()._list_tags()
-        parent = self.gar.package_name
-        try:
-            names = [t.name for t in client.list_tags(request={"parent": parent, "page_size": 1000})]
-        except Exception as e:
-            if type(e).__name__ == "NotFound":  # google.api_core.exceptions.NotFound: nothing pushed yet
-                return []
-            raise RegistryError(
-                f"{self._where()}: listing tags of {parent} through the Artifact Registry API failed "
-                f"({type(e).__name__}: {e}); " + self._auth_hint()
-            ) from None
-        prefix = f"{parent}/tags/"
-        return [n.removeprefix(prefix) for n in names if n.startswith(prefix)]
+        token = GoogleToken(where, credentials, token_provider)
+        super().__init__(uri, session=session, retry=retry, lock_dir=lock_dir, lock_timeout=lock_timeout,
+                         location=location, auth=TokenAuth(token, hint),
+                         tag_lister=GarTags(gar, where, token, tags_client, hint))
 
 
 def _endpoint_location(endpoint: str, gar: GarLocation) -> OciLocation:

@@ -217,9 +217,13 @@ class OciRegistry:
         location: OciLocation | None = None,
         auth: Auth | None = None,
         credentials: Credentials | None = None,
+        tag_lister: Callable[[], list[str] | None] | None = None,
     ):
         """``auth`` replaces the login the container tools would use (:class:`LoginAuth` over the
-        login files); ``credentials`` gives that login its user and password directly."""
+        login files); ``credentials`` gives that login its user and password directly;
+        ``tag_lister`` lists tags another way (Artifact Registry's API), None from it meaning
+        "use the OCI endpoint"."""
+        self._tag_lister = tag_lister
         self.uri = uri
         self.location = location or parse_oci_uri(uri)
         self.transport = Transport(self.location, session=session, retry=retry)
@@ -250,6 +254,9 @@ class OciRegistry:
     # ---- tags -------------------------------------------------------------------------------
     def _list_tags(self) -> list[str]:
         """Every tag of the repository (following ``Link`` pagination); [] for a new repository."""
+        listed = self._tag_lister() if self._tag_lister is not None else None
+        if listed is not None:
+            return listed
         url: str | None = f"{self.location.base}/tags/list?n=1000"
         tags: list[str] = []
         while url:
