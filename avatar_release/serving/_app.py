@@ -147,6 +147,10 @@ def create_app(pod, cfg: AppConfig = AppConfig(), *, on_startup=None) -> Starlet
         except ServeError as exc:
             pod.metrics.rejected.labels(exc.code).inc()
             return _finish_error(exc, line, t0)
+        except AvatarReleaseError as exc:  # e.g. ffmpeg failing on media it accepted: ours, not the client's
+            line["reason"] = clean_message(f"{type(exc).__name__}: {exc}")
+            return _finish_error(ServeError("render_failed", "the pod could not prepare this request; its log has "
+                                            "the details"), line, t0)
         return _VideoStream(pod, cfg, job, line, t0)
 
     def _finish_error(exc: ServeError, line: dict, t0: float) -> JSONResponse:
