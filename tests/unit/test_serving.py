@@ -351,3 +351,14 @@ def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(m
     assert pod.build is new and pod.health()["follow"]["refused_digest"] is None
     text = pod.metrics.exposition().decode()
     assert 'avatar_serve_swaps_total{result="swapped"} 1.0' in text and 'build_id="fake-new"' in text
+
+
+def test_serve_takes_host_and_port_from_the_environment(monkeypatch):
+    from avatar_release.cli import cli
+
+    monkeypatch.setenv("AVATAR_RELEASE_HOST", "0.0.0.0")
+    monkeypatch.setenv("AVATAR_RELEASE_PORT", "9123")
+    ctx = cli.commands["serve"].make_context("serve", ["--queue", "2", "--max-body", "4096"])
+    assert (ctx.params["host"], ctx.params["port"], ctx.params["queue"], ctx.params["max_body"]) == ("0.0.0.0", 9123, 2, 4096)
+    ctx = cli.commands["serve"].make_context("serve", ["--port", "0"])  # a flag beats the environment
+    assert ctx.params["port"] == 0 and ctx.params["follow"] is False
