@@ -172,3 +172,38 @@ def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_si
     log = proc.stderr.read()
     events = [json.loads(x)["event"] for x in log.splitlines() if x.startswith("{")]
     assert {"swap_refused", "swapped", "draining", "stopped"} <= set(events)
+
+
+def test_a_following_pod_with_a_trust_key_swaps_only_to_a_signed_move(registry_copy, tmp_path):
+    """In process: dev moves to build b unsigned (refused: the statement still names a), then the
+    promoter signs the move and SIGHUP's retry swaps b in, its statement remembered by the pod."""
+    from avatar_release.compile import compile_build
+    from avatar_release.promote import publish_to_dev
+    from avatar_release.promote.actions import sign_channel
+    from avatar_release.registry import LocalRegistry, read_manifest
+    from avatar_release.runtime import TrustConfig
+    from avatar_release.serving import start_pod
+    from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+    from avatar_release.trust.statements import AcceptedState
+
+    root, a = registry_copy
+    reg = LocalRegistry(root)
+    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    priv, pub, _ = generate_keypair(tmp_path / "k")
+    signing = load_private_key(priv)
+    sign_channel(reg, "dev", signing)
+    state = AcceptedState(tmp_path / "pod" / "accepted.json")
+    pod = start_pod(reg, "dev", trust=TrustConfig(load_public_key(pub), state))
+    assert pod.build.build_id == a.build_id and state.highest("dev")["digest"] == a.digest
+
+    publish_to_dev(reg, read_manifest(reg, b.digest)[0], reason="test: unsigned move")
+    assert pod.check_channel() == "refused"
+    assert pod.build.build_id == a.build_id and "TrustError" in pod.health()["follow"]["refused_reason"]
+    assert state.highest("dev")["digest"] == a.digest
+
+    sign_channel(reg, "dev", signing)
+    assert pod.check_channel(retry_refused=True) == "swapped"
+    assert pod.build.build_id == b.build_id and pod.build.guard.count == 0
+    assert state.highest("dev")["digest"] == b.digest
+    text = pod.metrics.exposition().decode()
+    assert 'avatar_serve_swaps_total{result="refused"} 1.0' in text and f'build_id="{b.build_id}"' in text
