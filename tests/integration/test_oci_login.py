@@ -335,10 +335,17 @@ def token_reg(token_setup, pki, logins, tmp_path, monkeypatch):
     return make, issuer
 
 
-def test_token_flow_pulls_and_pushes_with_one_token_per_scope(token_reg):
+def test_token_flow_pulls_and_pushes_with_one_token_per_scope(token_reg, oci_server, tmp_path, capsys):
     make, issuer = token_reg
     reg = make("ana")
     roundtrip(reg)
+    anonymous = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "anon")
+    roundtrip(anonymous)
+    with capsys.disabled():
+        print(f"\n[measure] publish + move + read: {anonymous.transport.requests} requests anonymous, "
+              f"{reg.transport.requests} with token auth (challenges and token fetches included)")
+    # the token flow costs its challenges and token fetches, not a request per operation
+    assert reg.transport.requests <= anonymous.transport.requests + 6
     scopes = [tuple(s) for _, s in issuer.issued]
     repo = reg.location.repo
     # one token for writes and one for reads, each cached for the whole release
