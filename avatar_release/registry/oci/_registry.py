@@ -500,7 +500,10 @@ class OciRegistry:
 
     def _head_build(self, build_id: str, op: str) -> str | None:
         """The digest of a committed build: its layout-2 tag, else its layout-1 tag (read, never written)."""
-        found = self._head_manifest(self._build_tag(build_id), op)
+        check_name("build", build_id)
+        found = None
+        if len(BUILD_PREFIX + build_id) <= MAX_TAG:
+            found = self._head_manifest(BUILD_PREFIX + build_id, op)
         if found is None and len(V1_BUILD_PREFIX + build_id) <= MAX_TAG:
             found = self._head_manifest(V1_BUILD_PREFIX + build_id, op)
         return found
@@ -631,8 +634,6 @@ class OciRegistry:
             return Resolved(name, self._build_id_of(doc, f"channel tag {name}"), got[0], "channel")
 
         def exact_build(build_id):
-            if len(BUILD_PREFIX + build_id) > MAX_TAG:
-                return None
             return self._head_build(build_id, f"resolve build {build_id}")
 
         return resolve_ref(ref, self.uri, Lookups(
