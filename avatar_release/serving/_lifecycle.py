@@ -5,6 +5,11 @@ socket closes, renders in flight finish within ``grace`` seconds, and the proces
 (uvicorn would re-raise the signal after its shutdown; a pod that drained cleanly exits 0, so
 the orchestrator sees a clean stop). With ``follow``, a thread checks the channel every ``poll``
 seconds and SIGHUP checks it now.
+
+Slow clients cost a socket, never a worker: a connection whose request headers are not complete
+within ``header_timeout`` seconds (from connect, or from the end of the previous response) is
+closed; a body that is not complete within the app's ``body_timeout`` is a 408; past
+``max_connections`` uvicorn answers 503.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from ._app import AppConfig, create_app
 from ._log import log_event, route_server_logs
 
-__all__ = ["ServerConfig", "run_server"]
+__all__ = ["ServerConfig", "run_server", "uvicorn_config"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class ServerConfig:
     grace: float = 30.0  # seconds in-flight renders get after SIGTERM
     max_connections: int = 64  # past it, uvicorn answers 503 (slow or idle clients cost a socket, not a thread)
     keep_alive: float = 5.0
+    header_timeout: float = 10.0  # seconds for a request's headers to arrive (slowloris)
     follow: bool = False
     poll: float = 30.0
     app: AppConfig = AppConfig()
@@ -40,6 +46,59 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
+
+
+def _header_timeout_protocol(seconds: float):
+    """uvicorn's h11 protocol, closing a connection whose request headers do not arrive in time."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _header_timer = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(seconds, self._header_timeout)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()  # headers still incomplete: nothing to answer
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # a whole request line and headers arrived
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._arm()
+
+    return HeaderTimeoutProtocol
+
+
+def uvicorn_config(app, cfg: ServerConfig):
+    """The uvicorn settings of a pod: our JSON logs only, bounded connections, headers and drain."""
+    import uvicorn
+
+    return uvicorn.Config(app, http=_header_timeout_protocol(cfg.header_timeout), log_config=None,
+                          access_log=False, lifespan="on", server_header=False,
+                          timeout_graceful_shutdown=int(cfg.grace), limit_concurrency=cfg.max_connections,
+                          timeout_keep_alive=int(cfg.keep_alive), h11_max_incomplete_event_size=64 * 1024)
 
 
 def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
@@ -57,10 +116,7 @@ def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
             on_ready(addr)
 
     route_server_logs()
-    app = create_app(pod, cfg.app, on_startup=started)
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", server_header=False,
-                            timeout_graceful_shutdown=int(cfg.grace), limit_concurrency=cfg.max_connections,
-                            timeout_keep_alive=int(cfg.keep_alive), h11_max_incomplete_event_size=64 * 1024)
+    config = uvicorn_config(create_app(pod, cfg.app, on_startup=started), cfg)
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig, frame):

@@ -60,7 +60,8 @@ def serve(monkeypatch):
     import uvicorn
 
     from avatar_release import runtime
-    from avatar_release.serving import AppConfig, Limits, Pod, create_app
+    from avatar_release.serving import AppConfig, Limits, Pod, ServerConfig, create_app
+    from avatar_release.serving._lifecycle import uvicorn_config
 
     servers = []
 
@@ -72,7 +73,7 @@ def serve(monkeypatch):
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
-        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+        server = uvicorn.Server(uvicorn_config(app, ServerConfig(header_timeout=0.5, max_connections=8)))
         t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         t.start()
         while not server.started:
@@ -362,3 +363,26 @@ def test_serve_takes_host_and_port_from_the_environment(monkeypatch):
     assert (ctx.params["host"], ctx.params["port"], ctx.params["queue"], ctx.params["max_body"]) == ("0.0.0.0", 9123, 2, 4096)
     ctx = cli.commands["serve"].make_context("serve", ["--port", "0"])  # a flag beats the environment
     assert ctx.params["port"] == 0 and ctx.params["follow"] is False
+
+
+def test_slow_headers_are_cut_off_and_do_not_take_the_pods_connections(serve):
+    port, pod, fake = serve()
+    slow = []
+    for _ in range(12):  # more than max_connections (8)
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"POST /render HTTP/1.1\r\nHost: x\r\n")  # ...and the rest never comes
+        slow.append(s)
+    time.sleep(1.0)  # header_timeout is 0.5 s
+    for s in slow:
+        assert s.recv(100) == b""  # closed by the pod, without an answer
+        s.close()
+    r, data = _post(port, json.dumps({"seconds": 0.2}).encode())
+    assert r.status == 200
+    # a keep-alive connection that starts a second request and stalls is cut off too
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b"200 OK" in s.recv(4096)
+    s.sendall(b"GET /livez HTTP/1.1\r\n")
+    time.sleep(1.0)
+    assert s.recv(100) == b""
+    s.close()
