@@ -110,31 +110,31 @@ def _boxes(data: bytes) -> list[str]:
 def test_render_streams_fragments_before_the_render_ends_and_every_fragment_decodes(serve, tmp_path):
     from avatar_release.media import ffmpeg_exe, probe_mp4, read_mp4_frames
 
-    port, pod, fake = serve(delay=0.4)
+    port, pod, fake = serve(delay=0.5)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     t0 = time.perf_counter()
-    c.request("POST", "/render", body=json.dumps({"seconds": 2.0}), headers={"Content-Type": "application/json"})
+    c.request("POST", "/render", body=json.dumps({"seconds": 1.6}), headers={"Content-Type": "application/json"})
     r = c.getresponse()
     assert r.status == 200 and r.getheader("Content-Type") == "video/mp4"
     assert r.getheader("Transfer-Encoding") == "chunked" and r.getheader("Content-Length") is None
-    assert r.getheader("X-Frames") == "50" and r.getheader("X-Build-Id") == "fake-1"
+    assert r.getheader("X-Frames") == "40" and r.getheader("X-Build-Id") == "fake-1"
     data, first_moof, chunks_then = b"", None, None
     while piece := r.read1(65536):
         data += piece
         if first_moof is None and b"moof" in data:
             first_moof, chunks_then = time.perf_counter() - t0, fake.produced
     total = time.perf_counter() - t0
-    # 50 frames = 7 chunks (6 x 8 + 1 x 4, trimmed to 2) at 0.4 s each: the first fragment leaves
-    # while the second chunk is still rendering (~0.4 s), the whole video after ~2.8 s.
+    # 40 frames = 5 chunks of 8 at 0.5 s each: the first fragment leaves while the second chunk
+    # is still rendering (~0.5 s), the whole video after ~2.5 s.
     assert first_moof is not None and chunks_then == 1 and first_moof < 0.3 * total, (first_moof, chunks_then, total)
     boxes = _boxes(data)
-    assert boxes[:2] == ["ftyp", "moov"] and boxes.count("moof") == boxes.count("mdat") >= 7, boxes
+    assert boxes[:2] == ["ftyp", "moov"] and boxes.count("moof") == boxes.count("mdat") >= 5, boxes
     out = tmp_path / "r.mp4"
     out.write_bytes(data)
     probe = probe_mp4(out)
-    assert probe.frames == 50 and probe.width == W and probe.height == H
+    assert probe.frames == 40 and probe.width == W and probe.height == H
     frames = read_mp4_frames(out)
-    assert frames.shape == (50, H, W, 3)
+    assert frames.shape == (40, H, W, 3)
     assert abs(int(frames[10, 20, 40, 0]) - 160) < 12  # the red ramp survived the round trip
     # the audio track is there and decodes
     res = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(out), "-map", "0:a:0", "-f", "null", "-"],
@@ -381,7 +381,12 @@ def test_slow_headers_are_cut_off_and_do_not_take_the_pods_connections(serve):
     # a keep-alive connection that starts a second request and stalls is cut off too
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert b"200 OK" in s.recv(4096)
+    first = b""
+    while not first.endswith(b'{"live":true}'):  # the whole first response (it may come in pieces)
+        piece = s.recv(4096)
+        assert piece, first
+        first += piece
+    assert b"200 OK" in first
     s.sendall(b"GET /livez HTTP/1.1\r\n")
     time.sleep(1.0)
     assert s.recv(100) == b""
