@@ -68,6 +68,8 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, o
               help="Longest video one request may ask for (400 past it), counted in the build's frames.")
 @click.option("--request-timeout", default=300.0, show_default=True, type=click.FloatRange(1, 86400),
               help="Admission to last byte; past it the render stops.")
+@click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(0.1, 600),
+              help="Seconds for a request's headers to arrive; a slower connection is closed (slowloris).")
 @click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0, 3600),
               help="Seconds in-flight renders get to finish after SIGTERM.")
 @click.option("--follow", is_flag=True, help="Follow the channel: load, warm and swap in the build it moves to "
@@ -76,15 +78,15 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, o
               help="Seconds between channel checks with --follow.")
 @trust_options
 @registry_option
-def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, grace, follow, poll, trust_key,
-              trust_state, allow_stale, registry_uri):
+def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, header_timeout, grace, follow, poll,
+              trust_key, trust_state, allow_stale, registry_uri):
     """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
     from ..registry import open_registry
     from ..serving import AppConfig, Limits, ServerConfig, run_server, start_pod
 
     pod = start_pod(open_registry(registry_uri, create=False), channel, trust=_trust(trust_key, trust_state, allow_stale),
                     prepare=_prepare_devices_for_build)
-    cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll,
+    cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll, header_timeout=header_timeout,
                        app=AppConfig(limits=Limits(max_body=max_body, max_seconds=max_seconds), queue=queue,
                                      request_timeout=request_timeout))
 

@@ -362,7 +362,7 @@ def test_serve_takes_host_and_port_from_the_environment(monkeypatch):
     ctx = cli.commands["serve"].make_context("serve", ["--queue", "2", "--max-body", "4096"])
     assert (ctx.params["host"], ctx.params["port"], ctx.params["queue"], ctx.params["max_body"]) == ("0.0.0.0", 9123, 2, 4096)
     ctx = cli.commands["serve"].make_context("serve", ["--port", "0"])  # a flag beats the environment
-    assert ctx.params["port"] == 0 and ctx.params["follow"] is False
+    assert ctx.params["port"] == 0 and ctx.params["follow"] is False and ctx.params["header_timeout"] == 10.0
 
 
 def test_slow_headers_are_cut_off_and_do_not_take_the_pods_connections(serve):
