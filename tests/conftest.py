@@ -1,11 +1,98 @@
-"""Test setup: 8 virtual CPU devices, set explicitly before anything initialises JAX."""
+"""Test setup: 8 virtual CPU devices, set explicitly before anything initialises JAX.
 
+Two lanes (see README, "Two commands"):
+
+* ``python3 -m pytest -q``: everything.
+* ``python3 -m pytest -m "not slow" -q``: the edit loop, under a minute on 2 cores.
+
+A test is ``slow`` when it compiles a pipeline, runs fresh-process gate workers, or is otherwise
+seconds long. Tests that use one of the compiling fixtures below are marked here, at collection,
+so a new test that asks for a build lands in the right lane without remembering the marker; a
+test that compiles by itself carries ``@pytest.mark.slow`` (or its module a ``pytestmark``). At
+the end of a run, unmarked tests that took longer than ``FAST_LANE_LIMIT_S`` are listed.
+
+Optional extras: ``@pytest.mark.extra("gar")`` skips a test when the extra's modules are not
+installed, or fails it where the extra's ``AVATAR_RELEASE_REQUIRE_*`` variable demands it.
+"""
+
+import importlib.util
 import os
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# This run's own config directory: first use makes a gate key, a reviewer key ("ana") and a
+# local trust policy there, never in the user's home.
+os.environ.setdefault("AVATAR_RELEASE_CONFIG_DIR", __import__("tempfile").mkdtemp(prefix="avatar-release-config-"))
+os.environ.setdefault("AVATAR_RELEASE_REVIEWER", "ana")
+for _var in ("AVATAR_RELEASE_TRUST_POLICY", "AVATAR_RELEASE_GATE_KEY"):
+    os.environ.pop(_var, None)  # a developer's own policy must not decide what the tests see
+
+import pytest  # noqa: E402
 
 # Shared fixture: the real OCI registry server (started only by the tests that ask for it).
 from tests.oci_server import oci_server  # noqa: E402,F401
+
+# Fixtures that compile a pipeline (or a batch of programs); a test using one, directly or
+# through another fixture, is slow.
+COMPILING_FIXTURES = frozenset({
+    "built_registry",  # tests/integration/conftest.py: the session's tiny cpu-8 build (~40 s)
+    "registry_copy",  # a private copy of built_registry
+    "gated",  # tests/integration/test_gates.py: reference builds gated in fresh serving processes
+    "tpu_build",  # tests/integration/test_tpu_target.py: tiny for tpu-v6e-8 through libtpu
+    "window_programs",  # tests/kernels/test_ulysses.py: four Ulysses programs over 8 devices
+})
+
+# An unmarked test slower than this (setup + call + teardown) is reported at the end of the run.
+FAST_LANE_LIMIT_S = 5.0
+
+# extra name -> (modules it provides, environment variable that makes its absence a failure)
+EXTRAS = {
+    "compile": (("torch",), None),  # what the marked tests import of it
+    "gar": (("google.auth",), None),  # ditto (without artifactregistry_v1, tags are listed over OCI)
+    "tpu": (("libtpu",), "AVATAR_RELEASE_REQUIRE_TPU_COMPILER"),
+}
+
+
+def _missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a parent package absent, or blocked in sys.modules
+        return True
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if COMPILING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("extra"):
+        for name in mark.args:
+            modules, required_by = EXTRAS[name]
+            absent = [m for m in modules if _missing(m)]
+            if not absent:
+                continue
+            why = f"needs the [{name}] extra ({', '.join(absent)} not installed: pip install -e '.[{name}]')"
+            if required_by and os.environ.get(required_by):
+                pytest.fail(f"{why} and {required_by} is set")
+            pytest.skip(why)
+
+
+_unmarked_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if "slow" not in report.keywords:
+        _unmarked_seconds[report.nodeid] = _unmarked_seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    over = sorted(((s, n) for n, s in _unmarked_seconds.items() if s > FAST_LANE_LIMIT_S), reverse=True)
+    if over:
+        terminalreporter.section("tests not marked slow that took over %.0f s" % FAST_LANE_LIMIT_S)
+        for seconds, nodeid in over:
+            terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}  (compiles? mark it slow)")
