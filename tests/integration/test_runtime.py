@@ -187,7 +187,7 @@ def test_cli_render_writes_video_frames_and_summary(built_registry, tmp_path):
     res = CliRunner().invoke(cli, ["render", "--registry", str(root), "--seconds", "0.4", "--out", str(out),
                                    "--frames-dir", str(frames_dir), "--json"])
     assert res.exit_code == 0, res.output
-    summary = json.loads(res.output)
+    summary = json.loads(res.stdout)
     assert summary["build_id"] == result.build_id
     assert summary["compiles"] == 0 and summary["frames"] == 10 and summary["chunks"] == 2
     assert set(summary["cold_start"]) >= {"imports", "resolve", "verify", "decompress", "deserialize", "first_chunk"}
@@ -210,7 +210,7 @@ def test_cli_render_takes_a_photo_of_any_size_and_an_mp3_and_reports_how_it_read
     args = ["render", "--registry", str(root), "--image", str(photo), "--audio", str(speech), "--json"]
     res = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "out.mp4")])
     assert res.exit_code == 0, res.output
-    summary = json.loads(res.output)
+    summary = json.loads(res.stdout)
     fit = summary["inputs"]["image"]["fit"]
     assert fit["rule"] == "cover" and fit["source_format"] == "JPEG"
     assert fit["source_size"] == [1280, 720] and fit["target_size"] == [80, 48]

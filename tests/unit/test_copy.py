@@ -159,7 +159,7 @@ def test_copy_cli_prints_what_it_did_and_json(released, tmp_path):
     r = runner.invoke(cli, ["copy", build_id, "--registry", str(tmp_path / "src"), "--to", str(dst),
                             "--channel", "staging", "--json"])
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["ok"] and out["build_id"] == build_id and out["channel_moved"] and out["statement_copied"]
     r = runner.invoke(cli, ["copy", build_id, "--registry", str(tmp_path / "src"), "--to", str(dst)])
     assert r.exit_code == 0 and "already there" in r.output
