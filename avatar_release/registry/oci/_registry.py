@@ -87,6 +87,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import urljoin
 
+from ... import _atomic
 from ..._digest import is_digest, sha256_digest
 from ...errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
 from ...records import ChannelState, HistoryEntry, parse_record, utcnow
@@ -401,22 +402,19 @@ class OciRegistry:
         the size. Written to a temporary file beside ``dest``, renamed only once exactly ``size``
         bytes hashing to ``digest`` arrived (at most ``size`` + 1 bytes are read)."""
         dest = Path(dest)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
         got: dict[str, Any] = {}
-
-        def sink(chunks: Iterator[bytes]) -> None:  # called afresh on a retry: starts over
-            h, n = hashlib.sha256(), 0
-            with open(tmp, "wb") as f:
-                for chunk in chunks:
-                    h.update(chunk)
-                    n += len(chunk)
-                    f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
-            got.update(size=n, digest="sha256:" + h.hexdigest())
-
         op = f"pull blob {digest}"
-        try:
+        with _atomic.atomic_path(dest) as tmp:  # renamed over dest only if the body below returns
+
+            def sink(chunks: Iterator[bytes]) -> None:  # called afresh on a retry: starts over
+                h, n = hashlib.sha256(), 0
+                with open(tmp, "wb") as f:
+                    for chunk in chunks:
+                        h.update(chunk)
+                        n += len(chunk)
+                        f.write(chunk)
+                got.update(size=n, digest="sha256:" + h.hexdigest())
+
             reply = self._call(op, "GET", self._blob_url(digest), limit=size, sink=sink)
             if reply.status == 404:
                 raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
@@ -428,9 +426,6 @@ class OciRegistry:
                     if n != size else f"content hashes to {got.get('digest')}"
                 raise IntegrityError(f"blob {digest} in {self.uri}: {what}; the store is corrupted or was tampered "
                                      "with — republish the build")
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
         return dest
 
     def push_blob_from(self, path: str | os.PathLike, *, chunk_size: int = 16 << 20, resumes: int = 3) -> str:
