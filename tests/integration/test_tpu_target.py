@@ -226,6 +226,6 @@ def test_an_abstract_build_verifies_but_a_pod_refuses_it_for_lack_of_weights(tmp
     w = result.manifest.weights
     assert not w.materialized and w.blob is None and w.tensors > 100 and w.raw_size > 0
     report = verify_build(result.build_id, str(tmp_path / "reg"))
-    assert report["ok"] and [b["what"] for b in report["blobs"]] == ["dit/f8", "sr/f8", "vae/f8"]
+    assert report["ok"] and [b["what"] for b in report["blobs"]] == ["manifest", "dit/f8", "sr/f8", "vae/f8"]  # no weights row
     with pytest.raises(InputError, match="compiled from abstract shapes.*carries no weights"):
         load(result.build_id, reg)
