@@ -33,13 +33,19 @@ def gate_group() -> None:
     """
 
 
+def _compare_options(f):
+    """What a verdict is decided against: the same for one run (`gate run`) and for shards (`gate merge`)."""
+    f = click.option("--band", "band_file", default=None,
+                     help="Band file (default: manifests/bands/<pipeline>-<target>.json).")(f)
+    f = click.option("--report", "report_dir", default=None,
+                     help="Folder for the HTML report (default: gate-reports/<build id>).")(f)
+    return click.option("--baseline", default="prod", show_default=True,
+                        help="Compare against: a channel, a build id or digest, or none (first build).")(f)
+
+
 @gate_group.command("run")
 @click.argument("ref")
-@click.option("--baseline", default="prod", show_default=True,
-              help="Compare against: a channel, a build id or digest, or none (first build).")
-@click.option("--report", "report_dir", default=None,
-              help="Folder for the HTML report (default: gate-reports/<build id>).")
-@click.option("--band", "band_file", default=None, help="Band file (default: manifests/bands/<pipeline>-<target>.json).")
+@_compare_options
 @click.option("--shard", default=None, metavar="K/N",
               help="Render only shard K (0..N-1, e.g. $JOB_COMPLETION_INDEX) of N and store signed partial evidence; "
                    "`gate merge` decides once all N are stored (baseline, band and report are the merge's).")
@@ -98,11 +104,7 @@ def _gate_shard(registry_uri, ref, shard, twin, run_id, as_json) -> None:
 
 @gate_group.command("merge")
 @click.argument("ref")
-@click.option("--baseline", default="prod", show_default=True,
-              help="Compare against: a channel, a build id or digest, or none (first build).")
-@click.option("--report", "report_dir", default=None,
-              help="Folder for the HTML report (default: gate-reports/<build id>).")
-@click.option("--band", "band_file", default=None, help="Band file (default: manifests/bands/<pipeline>-<target>.json).")
+@_compare_options
 @click.option("--run-id", default=None, envvar="AVATAR_RELEASE_GATE_RUN_ID",
               help="Merge the shards of this run (default: the run of the newest shard).")
 @registry_option

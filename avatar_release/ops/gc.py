@@ -64,12 +64,10 @@ def collect_garbage(reg, *, prune_builds: bool = False, min_age_s: float = 3600.
         if not dry_run:  # references first: after this the dropped builds are invisible
             for b in drop:
                 reg.delete_build(b.build_id)
+        present, dropped = set(reg.record_namespaces()), {b.build_id for b in drop}
         for ns in STORED_NAMESPACES.values():
-            if ns.keyed_by != "build":
+            if ns.keyed_by != "build" or ns.name not in present:
                 continue
-            if ns.name not in reg.record_namespaces():
-                continue
-            dropped = {b.build_id for b in drop}
             for key in reg.list_records(ns.name):
                 if ns.build_of(key) in dropped:
                     report.pruned_records.append(f"{ns.name}/{key}")
