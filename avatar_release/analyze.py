@@ -23,10 +23,10 @@ def _sr_eligibility(config) -> dict:
     import numpy as np
     import torch
 
-    import model.attention as attention_mod
-    from kernels.bounded_softmax import eligible_heads
-    from model.noise import chunk_noise
-    from model.weights import init_pipeline
+    import avatar_release.model.attention as attention_mod
+    from avatar_release.kernels.bounded_softmax import eligible_heads
+    from avatar_release.model.noise import chunk_noise
+    from avatar_release.model.weights import init_pipeline
 
     from .samples import sample_audio, sample_image
 
@@ -68,7 +68,7 @@ def _alltoall(config, groups: tuple[int, ...], mesh_size: int) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from kernels.ulysses import FrameWindow, alltoall_bytes, hlo_all_to_alls, ulysses_attention
+    from avatar_release.kernels.ulysses import FrameWindow, alltoall_bytes, hlo_all_to_alls, ulysses_attention
 
     heads, hd = config.sr.heads, config.sr.dim // config.sr.heads
     t, frames = config.sr_tokens_per_frame, config.frames_per_chunk + 1
@@ -93,26 +93,26 @@ def _alltoall(config, groups: tuple[int, ...], mesh_size: int) -> list[dict]:
 
 def analyze_attention(pipeline: str, *, groups: tuple[int, ...] = (1, 2, 3, 4), eligibility: bool = True,
                       collectives: bool = True) -> dict:
-    from kernels import _masks
-    from model.config import MESH_SIZE, get_config
+    from avatar_release.kernels import masks
+    from avatar_release.model.config import MESH_SIZE, get_config
 
     from .specs import load_pipeline
 
     spec = load_pipeline(pipeline)
     config = get_config(spec.config)
     t, frames, window = config.sr_tokens_per_frame, config.frames_per_chunk + 1, config.sr.window
-    aligned = _masks.default_block(t)
-    tiled, fitted = _masks.tile_counts(frames, t, window, 128), _masks.tile_counts(frames, t, window, aligned)
+    aligned = masks.default_block(t)
+    tiled, fitted = masks.tile_counts(frames, t, window, 128), masks.tile_counts(frames, t, window, aligned)
     report = {
         "pipeline": pipeline, "config": spec.config,
         "sr": {"tokens_per_frame": t, "frames": frames, "window": window, "sequence": frames * t,
                "heads": config.sr.heads, "head_dim": config.sr.dim // config.sr.heads},
-        "live_fraction": round(_masks.live_fraction(frames, window), 4),
+        "live_fraction": round(masks.live_fraction(frames, window), 4),
         "blocks": {
             "tile_128": {**tiled._asdict(), "partial_share": round(tiled.partial_share, 4)},
             f"aligned_{aligned}": {**fitted._asdict(), "partial_share": round(fitted.partial_share, 4)},
         },
-        "aligned_block_sizes": _masks.aligned_block_sizes(t),
+        "aligned_block_sizes": masks.aligned_block_sizes(t),
     }
     if eligibility and spec.config in _MATERIALIZABLE:
         report["bounded_softmax_eligible"] = _sr_eligibility(config)

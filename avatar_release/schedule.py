@@ -52,10 +52,10 @@ def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from kernels._target import kernel_target
-    from kernels.blocksparse import blocksparse_attention
-    from kernels.ulysses import FrameWindow, ulysses_attention
-    from model.config import get_config
+    from avatar_release.kernels.target import kernel_target
+    from avatar_release.kernels.blocksparse import blocksparse_attention
+    from avatar_release.kernels.ulysses import FrameWindow, ulysses_attention
+    from avatar_release.model.config import get_config
 
     from .compile import make_mesh, schedule_of, target_devices
     from .specs import load_flag_profile, load_pipeline, load_target

@@ -26,7 +26,7 @@ import contextlib
 import importlib
 from dataclasses import dataclass
 
-from kernels._target import kernel_target
+from avatar_release.kernels.target import kernel_target
 
 from ..errors import CompileError
 
@@ -40,7 +40,7 @@ class AttentionRoute:
     sr_tokens_per_frame: int = 0  # the masked (SR) attention's frame geometry
     sr_window: int = 0
     fused_preattn: bool = False  # route the model's `avatar::pre_attention` op to kernels.preattn
-    # What the Pallas kernels are built for (kernels._target): "tpu" lowers them through Mosaic
+    # What the Pallas kernels are built for (kernels.target): "tpu" lowers them through Mosaic
     # with these compiler flags; any other platform runs them in the Pallas interpreter.
     platform: str = "cpu"
     kernel_flags: tuple[tuple[str, object], ...] = ()
@@ -59,7 +59,7 @@ class AttentionRoute:
 
 def _body(route: AttentionRoute, seq_len: int, masked: bool):
     """(attention_fn, mask spec) for one call site."""
-    from kernels import ulysses
+    from avatar_release.kernels import ulysses
 
     if not masked:
         return ulysses.reference_attention, None
@@ -70,12 +70,12 @@ def _body(route: AttentionRoute, seq_len: int, masked: bool):
     frames, window = seq_len // t, route.sr_window
     mask = ulysses.FrameWindow(frames, t, window)
     if route.kernel == "blocksparse":
-        from kernels.blocksparse import blocksparse_attention
+        from avatar_release.kernels.blocksparse import blocksparse_attention
 
         return (lambda q, k, v, m: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=t, window=window),
                 mask)
     if route.kernel == "bounded":
-        from kernels.bounded_softmax import bounded_softmax_attention
+        from avatar_release.kernels.bounded_softmax import bounded_softmax_attention
 
         return (lambda q, k, v, m: bounded_softmax_attention(q, k, v, frames=frames, tokens_per_frame=t,
                                                              window=window), mask)
@@ -109,7 +109,7 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
         return constrain(jtorch._sdpa_reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa))
 
     def kernels(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        from kernels.ulysses import ulysses_attention
+        from avatar_release.kernels.ulysses import ulysses_attention
 
         if query.ndim != 3 or is_causal or dropout_p or scale is not None:
             raise CompileError("the attention kernels take (heads, S, head_dim) inputs with the default scale, "
@@ -120,7 +120,7 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
         return interop.torch_view(out)
 
     def fused_preattn(x, w_qkv, b_qkv, q_norm, k_norm, cos, sin, heads, eps):
-        from kernels.preattn import PreAttnParams, preattn_sharded, unpack_qkv
+        from avatar_release.kernels.preattn import PreAttnParams, preattn_sharded, unpack_qkv
 
         j = interop.jax_view
         params = PreAttnParams(j(w_qkv), None if b_qkv is None else j(b_qkv), j(q_norm), j(k_norm))
@@ -130,7 +130,7 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
     env = torchax.default_env()
     overrides = {F.scaled_dot_product_attention: gspmd if route.default else kernels}
     if route.fused_preattn:
-        importlib.import_module("model.attention")  # registers the avatar::pre_attention op
+        importlib.import_module("avatar_release.model.attention")  # registers the avatar::pre_attention op
 
         overrides[torch.ops.avatar.pre_attention.default] = fused_preattn
     previous = {op: env._ops.get(op) for op in overrides}

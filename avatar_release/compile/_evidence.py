@@ -122,7 +122,7 @@ def kernels_in(hlo: str) -> list[KernelRecord]:
     A Mosaic kernel is one ``tpu_custom_call`` per call site. An interpreted kernel (CPU) is
     inlined as ordinary loops; it is found by its name scope, and its call sites are not counted.
     """
-    from kernels._target import PALLAS_KERNELS
+    from avatar_release.kernels.target import PALLAS_KERNELS
 
     mosaic: dict[str, list[dict]] = {}
     interpreted: set[str] = set()

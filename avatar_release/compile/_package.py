@@ -43,7 +43,7 @@ EXECUTABLE_MEDIA_TYPE = "application/vnd.avatar-release.executable.v1+zstd"
 WEIGHTS_MEDIA_TYPE = "application/vnd.avatar-release.weights.safetensors.v1+zstd"
 ZSTD_LEVEL = 9
 NOISE_RECIPES = {"seeded": "numpy-pcg64-standard-normal/v1", "entropy": "os-entropy-standard-normal/v1"}
-_ROOT = Path(__file__).resolve().parents[2]
+_PKG = Path(__file__).resolve().parents[1]  # avatar_release/: model/ and kernels/ live here
 
 
 @dataclass
@@ -67,8 +67,8 @@ def source_digest() -> str:
     """Digest of the model and kernel source that produced the executables."""
     h = hashlib.sha256()
     for folder in ("model", "kernels"):
-        for p in sorted((_ROOT / folder).rglob("*.py")):
-            h.update(str(p.relative_to(_ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
+        for p in sorted((_PKG / folder).rglob("*.py")):
+            h.update(str(p.relative_to(_PKG)).encode() + b"\0" + p.read_bytes() + b"\0")
     return "sha256:" + h.hexdigest()
 
 
@@ -226,7 +226,7 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
 
 
 def _program(config, noise: str = "seeded") -> ChunkProgram:
-    from model import pipeline as P
+    from avatar_release.model import pipeline as P
 
     prog = P.CHUNK_PROGRAM
     return ChunkProgram(

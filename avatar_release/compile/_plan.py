@@ -90,7 +90,7 @@ def plan_build(
 
 
 def _load_model(spec: PipelineSpec, overrides: dict[str, str], weights_path: str | None):
-    from model.config import get_config
+    from avatar_release.model.config import get_config
 
     try:
         config = get_config(spec.config)
@@ -102,14 +102,14 @@ def _load_model(spec: PipelineSpec, overrides: dict[str, str], weights_path: str
         importlib.import_module(module_name)
     except ImportError as e:
         raise InputError(f"pipeline {spec.name}: entry point {spec.entry!r} cannot be imported ({e})") from None
-    from model import weights as W
-    from model.errors import WeightsError
+    from avatar_release.model import weights as W
+    from avatar_release.model.errors import WeightsError
 
     if spec.weights.source == "abstract" and weights_path is None:
         # Shapes only: the module lives on the meta device and no value is ever computed.
         import torch
 
-        from model.pipeline import AvatarPipeline
+        from avatar_release.model.pipeline import AvatarPipeline
 
         with torch.device("meta"):
             pipe = AvatarPipeline(config)
@@ -139,7 +139,7 @@ def _stage_plans(config, pipe, spec: PipelineSpec, axis: str, size: int, *, weig
     def weight_spec(shape: tuple[int, ...]) -> list[str | None]:
         return fsdp_spec(shape, axis, size) if weight_sharding == "fsdp" else [None] * len(shape)
 
-    from model import pipeline as P
+    from avatar_release.model import pipeline as P
 
     plans = []
     for stage in P.STAGES:

@@ -46,7 +46,7 @@ def _scan(blocks, x, *args):
 @contextlib.contextmanager
 def scanned_blocks():
     """While tracing: stacks that ask for it (``scan_layers``) run as one scanned block."""
-    from model.stack import block_runner
+    from avatar_release.model.stack import block_runner
 
     with block_runner(_scan):
         yield

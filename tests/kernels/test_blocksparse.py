@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
-from kernels import _masks
-from kernels.blocksparse import (blocksparse_attention, blocksparse_attention_jit, cost_estimate,
+from avatar_release.kernels import masks
+from avatar_release.kernels.blocksparse import (blocksparse_attention, blocksparse_attention_jit, cost_estimate,
                                  frame_reference, reference_attention)
 
 BF16_EPS = 2.0 ** -7  # bf16 spacing at 1.0
@@ -29,7 +29,7 @@ def _max_err(a: jax.Array, b: jax.Array) -> float:
 
 def test_token_mask_matches_model_rule():
     """Frame 0 sees only frame 0; frame q sees |q - k| <= window plus frame 0 (model/sr.py)."""
-    m = _masks.token_mask(4, 16, 1)
+    m = masks.token_mask(4, 16, 1)
     f = np.arange(64) // 16
     for i in range(64):
         for j in range(64):
@@ -39,31 +39,31 @@ def test_token_mask_matches_model_rule():
 
 @pytest.mark.parametrize("tokens", [48, 96, 240, 960, 3680, 8160])
 def test_aligned_sizes_divide_and_are_multiples_of_16(tokens):
-    sizes = _masks.aligned_block_sizes(tokens)
+    sizes = masks.aligned_block_sizes(tokens)
     assert sizes and all(b % 16 == 0 and tokens % b == 0 for b in sizes)
     assert 128 not in sizes  # T is deliberately not a multiple of 128
-    assert _masks.default_block(tokens) in sizes
+    assert masks.default_block(tokens) in sizes
 
 
 @pytest.mark.parametrize("frames,tokens,window", [(3, 240, 1), (9, 240, 1), (9, 960, 1), (17, 3680, 2),
                                                   (4, 48, 0), (5, 96, 2)])
 def test_aligned_blocks_have_no_partial_blocks(frames, tokens, window):
-    for block in _masks.aligned_block_sizes(tokens):
-        c = _masks.tile_counts(frames, tokens, window, block)
+    for block in masks.aligned_block_sizes(tokens):
+        c = masks.tile_counts(frames, tokens, window, block)
         assert c.partial == 0 and c.padded_length == frames * tokens
         # Live blocks cover exactly the live fraction of the mask.
-        assert c.full * block * block == pytest.approx(_masks.live_fraction(frames, window) * (frames * tokens) ** 2)
+        assert c.full * block * block == pytest.approx(masks.live_fraction(frames, window) * (frames * tokens) ** 2)
 
 
 def test_stock_128_tiles_straddle_frames():
     """Counts for a 128 tile, sequence padded to a multiple of 128 (as a stock splash grid)."""
-    assert _masks.tile_counts(3, 240, 1, 128) == _masks.TileCounts(128, 768, full=17, partial=15, empty=4)
-    assert _masks.tile_counts(9, 240, 1, 128) == _masks.TileCounts(128, 2176, full=71, partial=66, empty=152)
+    assert masks.tile_counts(3, 240, 1, 128) == masks.TileCounts(128, 768, full=17, partial=15, empty=4)
+    assert masks.tile_counts(9, 240, 1, 128) == masks.TileCounts(128, 2176, full=71, partial=66, empty=152)
     # avatar-720p: 17 frames x 3680 tokens, window 2.
-    assert _masks.tile_counts(17, 3680, 2, 128) == _masks.TileCounts(128, 62592, full=74199, partial=1778,
+    assert masks.tile_counts(17, 3680, 2, 128) == masks.TileCounts(128, 62592, full=74199, partial=1778,
                                                                       empty=163144)
     # The aligned default for 720p (368) has none, and no padding.
-    assert _masks.tile_counts(17, 3680, 2, 368) == _masks.TileCounts(368, 62560, full=9100, partial=0,
+    assert masks.tile_counts(17, 3680, 2, 368) == masks.TileCounts(368, 62560, full=9100, partial=0,
                                                                       empty=19800)
 
 
@@ -73,22 +73,22 @@ def test_block_live_map_matches_token_mask(frames, tokens, window, block):
     seq = frames * tokens
     padded = -(-seq // block) * block
     tm = np.zeros((padded, padded), bool)
-    tm[:seq, :seq] = _masks.token_mask(frames, tokens, window)
+    tm[:seq, :seq] = masks.token_mask(frames, tokens, window)
     nb = padded // block
     cells = tm.reshape(nb, block, nb, block).transpose(0, 2, 1, 3).reshape(nb, nb, -1)
-    want = np.where(cells.all(-1), _masks.FULL, np.where(cells.any(-1), _masks.PARTIAL, _masks.EMPTY))
-    np.testing.assert_array_equal(_masks.block_live_map(frames, tokens, window, block), want)
-    assert _masks.live_fraction(frames, window) == pytest.approx(tm[:seq, :seq].mean())
+    want = np.where(cells.all(-1), masks.FULL, np.where(cells.any(-1), masks.PARTIAL, masks.EMPTY))
+    np.testing.assert_array_equal(masks.block_live_map(frames, tokens, window, block), want)
+    assert masks.live_fraction(frames, window) == pytest.approx(tm[:seq, :seq].mean())
 
 
 def test_live_table_is_grouped_by_query_block():
-    t = _masks.live_block_table(4, 48, 1, 16)
+    t = masks.live_block_table(4, 48, 1, 16)
     assert np.all(np.diff(t.q_block) >= 0)
     assert set(t.q_block.tolist()) == set(range(t.n_blocks))  # every output block is written
-    codes = _masks.block_live_map(4, 48, 1, 16)
-    assert np.all(codes[t.q_block, t.k_block] == _masks.FULL) and t.n_pairs == (codes == _masks.FULL).sum()
+    codes = masks.block_live_map(4, 48, 1, 16)
+    assert np.all(codes[t.q_block, t.k_block] == masks.FULL) and t.n_pairs == (codes == masks.FULL).sum()
     with pytest.raises(ValueError):
-        _masks.live_block_table(4, 48, 1, 32)  # 32 does not divide 48
+        masks.live_block_table(4, 48, 1, 32)  # 32 does not divide 48
 
 
 # ---- kernel == reference ---------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_grid_is_exactly_the_live_blocks(frames, tokens, window, block):
     q, k, v = _qkv(heads, frames, tokens, d, jnp.bfloat16)
     eqn = _pallas_eqn(lambda q, k, v: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=tokens,
                                                             window=window, block=block), q, k, v)
-    live = _masks.live_fraction(frames, window)
+    live = masks.live_fraction(frames, window)
     nb = frames * tokens // block
     assert eqn.params["grid_mapping"].grid == (heads, round(live * nb * nb))
     # The estimate XLA sees scales with the live fraction, not with S^2.

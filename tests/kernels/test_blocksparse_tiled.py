@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels import _masks
-from kernels.blocksparse import frame_reference, live_table
-from kernels.blocksparse_tiled import tiled_blocksparse_attention, tiled_table
+from avatar_release.kernels import masks
+from avatar_release.kernels.blocksparse import frame_reference, live_table
+from avatar_release.kernels.blocksparse_tiled import tiled_blocksparse_attention, tiled_table
 
 
 @pytest.mark.parametrize("frames, tokens, window", [(3, 240, 1), (4, 96, 2), (3, 48, 0)])
@@ -23,7 +23,7 @@ def test_tiled_kernel_matches_the_reference(frames, tokens, window):
 def test_128_tiles_visit_partial_tiles_and_more_token_pairs_than_aligned_blocks():
     frames, tokens, window = 9, 240, 1
     tiled = tiled_table(frames, tokens, window, 128)
-    counts = _masks.tile_counts(frames, tokens, window, 128)
+    counts = masks.tile_counts(frames, tokens, window, 128)
     assert tiled.n_pairs == counts.full + counts.partial and counts.partial > 0
     aligned = live_table(frames, tokens, window, 240)
     assert tiled.n_pairs * 128 ** 2 > aligned.n_pairs * 240 ** 2

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
-from kernels import _masks
-from kernels.blocksparse import frame_reference, reference_attention
-from kernels.bounded_softmax import (DEFAULT_MAX_GAP, bounded_reference, bounded_softmax_attention,
+from avatar_release.kernels import masks
+from avatar_release.kernels.blocksparse import frame_reference, reference_attention
+from avatar_release.kernels.bounded_softmax import (DEFAULT_MAX_GAP, bounded_reference, bounded_softmax_attention,
                                      bounded_softmax_attention_jit, eligible_heads, gap_estimate,
                                      key_stats, row_bounds)
 
@@ -27,7 +27,7 @@ def _max_err(a: jax.Array, b: jax.Array) -> float:
 
 def _true_row_max(q, k, frames, tokens, window):
     s = jnp.einsum("hqd,hkd->hqk", q, k, precision="highest") / np.sqrt(q.shape[-1])
-    return jnp.where(_masks.token_mask(frames, tokens, window)[None], s, -jnp.inf).max(-1)
+    return jnp.where(masks.token_mask(frames, tokens, window)[None], s, -jnp.inf).max(-1)
 
 
 def _shared_component(k: jax.Array, shift: float) -> jax.Array:
@@ -121,7 +121,7 @@ def test_matches_reference_float32_under_window_mask(frames, tokens, window, blo
     flags, share = eligible_heads(q, k, **kw)
     assert float(share) == 1.0  # the bounded path is what is being tested
     out = bounded_softmax_attention_jit(q, k, v, **kw, block=block, eligible=flags)  # one compile for both
-    mask = _masks.token_mask(frames, tokens, window)
+    mask = masks.token_mask(frames, tokens, window)
     ref = reference_attention(q, k, v, mask)
     assert _max_err(out, ref) <= 2e-6
     assert _max_err(bounded_reference(q, k, v, mask, flags), ref) <= 2e-6

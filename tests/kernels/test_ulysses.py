@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from kernels.ulysses import (
+from avatar_release.kernels.ulysses import (
     FrameWindow,
     alltoall_bytes,
     frame_window_mask,
@@ -132,7 +132,7 @@ def test_custom_attention_fn_sees_full_sequence(mesh, qkv):
 
 def test_frame_window_matches_model():
     torch = pytest.importorskip("torch")
-    from model.sr import frame_window_mask as torch_frame_window_mask
+    from avatar_release.model.sr import frame_window_mask as torch_frame_window_mask
 
     expected = torch_frame_window_mask(FRAMES, TOKENS, WINDOW, torch.device("cpu")).numpy()
     np.testing.assert_array_equal(np.asarray(frame_window_mask(FRAMES, TOKENS, WINDOW)), expected)

@@ -5,11 +5,11 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the [compile] extra
 
-from model.chunks import audio_chunks, num_chunks, num_frames  # noqa: E402
-from model.dit import log_mel  # noqa: E402
-from model.noise import chunk_noise  # noqa: E402
-from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
-from model.sr import frame_window_mask  # noqa: E402
+from avatar_release.model.chunks import audio_chunks, num_chunks, num_frames  # noqa: E402
+from avatar_release.model.dit import log_mel  # noqa: E402
+from avatar_release.model.noise import chunk_noise  # noqa: E402
+from avatar_release.model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
+from avatar_release.model.sr import frame_window_mask  # noqa: E402
 
 
 # ---- the SR mask ---------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_audio_changes_the_chunk(tiny_pipeline, tiny_chunk_inputs, tiny_eager_st
 
 
 def test_bf16_residual_stream_is_close_but_not_equal(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
-    from model.dit import MotionDiT
+    from avatar_release.model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(residual_dtype="bfloat16"))
     dit.load_state_dict(tiny_pipeline.dit.state_dict())
@@ -114,7 +114,7 @@ def test_bf16_residual_stream_is_close_but_not_equal(tiny, tiny_pipeline, tiny_c
 
 
 def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
-    from model.dit import MotionDiT
+    from avatar_release.model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(matmul_k_split=2))
     dit.load_state_dict(tiny_pipeline.dit.state_dict())
@@ -131,7 +131,7 @@ def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipel
 
 @pytest.mark.slow  # seconds on 2 cores
 def test_the_fused_pre_attention_op_is_the_same_math_in_eager(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
-    from model.dit import MotionDiT
+    from avatar_release.model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(fused_preattn=True))
     dit.load_state_dict(tiny_pipeline.dit.state_dict())

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from model.errors import ConfigError
+from avatar_release.model.errors import ConfigError
 
 MESH_SIZE = 8  # devices in the serving mesh: Ulysses shards the sequence, then the heads, over it
 RESIDUAL_DTYPES = ("float32", "bfloat16")

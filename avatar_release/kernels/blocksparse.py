@@ -6,7 +6,7 @@ The SR mask (model/sr.py `frame_window_mask`) is frame-aligned: a query frame se
 within +-window of itself plus the reference frame 0. A stock block-sparse kernel tiles the
 sequence in multiples of 128; T (tokens per frame) is not a multiple of 128, so its blocks straddle
 frame edges, some come out partial and need mask predicates, and the sequence must be padded.
-Here the block size is a multiple of 16 that divides T (`_masks.aligned_block_sizes`), so every
+Here the block size is a multiple of 16 that divides T (`masks.aligned_block_sizes`), so every
 block is wholly live or wholly dead:
 
 * the grid visits only live (query block, key block) pairs, nothing else (no skipped steps);
@@ -16,7 +16,7 @@ block is wholly live or wholly dead:
 
 Grid / table design
 -------------------
-The live pairs are flattened into one list, grouped by query block (`_masks.live_block_table`):
+The live pairs are flattened into one list, grouped by query block (`masks.live_block_table`):
 ``q_block[p], k_block[p]`` for p in range(n_pairs). The grid is ``(heads, n_pairs)``; both int32
 arrays are scalar-prefetched (``pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=2)``) and the
 BlockSpec index maps read them, so step p copies exactly query block ``q_block[p]`` and key/value
@@ -50,8 +50,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels import _masks
-from kernels._target import interpret_default, mosaic_flags
+from avatar_release.kernels import masks
+from avatar_release.kernels.target import interpret_default, mosaic_flags
 
 _STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "interpret")
 
@@ -86,26 +86,26 @@ def default_scale(head_dim: int) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def live_table(frames: int, tokens_per_frame: int, window: int, block: int) -> _masks.LiveTable:
-    """Cached `_masks.live_block_table` (static per shape; built once per trace)."""
-    table = _masks.live_block_table(frames, tokens_per_frame, window, block)
+def live_table(frames: int, tokens_per_frame: int, window: int, block: int) -> masks.LiveTable:
+    """Cached `masks.live_block_table` (static per shape; built once per trace)."""
+    table = masks.live_block_table(frames, tokens_per_frame, window, block)
     table.q_block.setflags(write=False)
     table.k_block.setflags(write=False)
     return table
 
 
 def resolve_block(tokens_per_frame: int, block: int | None) -> int:
-    """The block size to use: `block` if aligned, else raise; None -> `_masks.default_block`."""
+    """The block size to use: `block` if aligned, else raise; None -> `masks.default_block`."""
     if block is None:
-        return _masks.default_block(tokens_per_frame)
-    if block not in _masks.aligned_block_sizes(tokens_per_frame):
+        return masks.default_block(tokens_per_frame)
+    if block not in masks.aligned_block_sizes(tokens_per_frame):
         raise ValueError(f"block {block} must be a multiple of 16 dividing tokens per frame "
-                         f"{tokens_per_frame}: one of {_masks.aligned_block_sizes(tokens_per_frame)}")
+                         f"{tokens_per_frame}: one of {masks.aligned_block_sizes(tokens_per_frame)}")
     return block
 
 
 def resolve_interpret(interpret: bool | None) -> bool:
-    """None -> interpret unless built for TPU (the kernel uses TPU grid specs); see kernels._target."""
+    """None -> interpret unless built for TPU (the kernel uses TPU grid specs); see kernels.target."""
     return interpret_default() if interpret is None else bool(interpret)
 
 
@@ -167,7 +167,7 @@ def pair_specs(block: int, head_dim: int, n_extra_prefetch: int = 0):
 def compiler_params() -> pltpu.CompilerParams:
     """Heads are independent (parallel); pairs carry the softmax state (arbitrary, in order).
 
-    On a TPU target, plus the Mosaic flags the build's flag profile pins (kernels._target).
+    On a TPU target, plus the Mosaic flags the build's flag profile pins (kernels.target).
     """
     return pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"), flags=mosaic_flags() or None)
 
@@ -184,7 +184,7 @@ def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: i
     transcendentals: one exp per live logit, plus one exp per row per step for the online
            rescale factor when `rescale` (the bounded-softmax path has none);
     bytes: q read once per query block (it stays resident over its run of pairs), k and v re-read
-           whenever the key block index changes between steps (`_masks.kv_fetches`), out written
+           whenever the key block index changes between steps (`masks.kv_fetches`), out written
            once; plus the int32 tables.
     """
     block = resolve_block(tokens_per_frame, block)
@@ -193,7 +193,7 @@ def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: i
     live_pairs = table.n_pairs * block * block
     flops = 4 * live_pairs * head_dim * heads
     trans = live_pairs * heads + (table.n_pairs * block * heads if rescale else 0)
-    kv_rows = _masks.kv_fetches(table) * block
+    kv_rows = masks.kv_fetches(table) * block
     per_head = (seq + 2 * kv_rows + seq) * head_dim * itemsize
     bytes_accessed = heads * per_head + 2 * 4 * table.n_pairs
     return pl.CostEstimate(flops=int(flops), transcendentals=int(trans), bytes_accessed=int(bytes_accessed))
@@ -277,5 +277,5 @@ blocksparse_attention_jit = jax.jit(blocksparse_attention, static_argnames=_STAT
 def frame_reference(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: int, tokens_per_frame: int,
                     window: int, scale: float | None = None) -> jax.Array:
     """`reference_attention` under the SR token mask built from (frames, tokens_per_frame, window)."""
-    mask = _masks.token_mask(frames, tokens_per_frame, window)
+    mask = masks.token_mask(frames, tokens_per_frame, window)
     return reference_attention(q, k, v, mask, scale)

@@ -58,8 +58,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels import _masks
-from kernels import blocksparse as bs
+from avatar_release.kernels import masks
+from avatar_release.kernels import blocksparse as bs
 
 DEFAULT_MAX_GAP = 60.0  # largest allowed (bound - true row max), in logit units, float32
 _STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "max_gap", "interpret")
@@ -85,7 +85,7 @@ def key_stats(k: jax.Array, *, frames: int, tokens_per_frame: int, window: int,
     centre = kf.mean(axis=(1, 2))  # (h, d)
     norms = jnp.sqrt(jnp.sum(jnp.square(kf - centre[:, None, None, :]), axis=-1))  # (h, F, T)
     frame_max = norms.max(axis=-1)  # (h, F)
-    fm = jnp.asarray(_masks.frame_mask(frames, window))  # (F_q, F_k) bool
+    fm = jnp.asarray(masks.frame_mask(frames, window))  # (F_q, F_k) bool
     if radius == "visible":
         r = jnp.max(jnp.where(fm[None], frame_max[:, None, :], 0.0), axis=-1)  # norms >= 0
     elif radius == "global":

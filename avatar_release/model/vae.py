@@ -14,9 +14,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import BF16
-from model.config import PipelineConfig
-from model.patches import upsample_nearest
+from avatar_release.model.attention import BF16
+from avatar_release.model.config import PipelineConfig
+from avatar_release.model.patches import upsample_nearest
 
 
 class Conv2d(nn.Module):

@@ -4,7 +4,7 @@ blocksparse      frame-aligned block-sparse attention for the SR stage (one pass
 bounded_softmax  the same grid with a precomputed per-row bound instead of the running max
 ulysses          Ulysses all-to-all attention with independent head groups
 preattn          fused norm + rotary + projection + head packing, in the all-to-all's layout
-_masks           block tables and tile counts (numpy only)
+masks           block tables and tile counts (numpy only)
 
 Nothing is imported here: importing a kernel module never touches a device.
 """

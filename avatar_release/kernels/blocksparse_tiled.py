@@ -18,19 +18,19 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels import _masks
-from kernels.blocksparse import (
+from avatar_release.kernels import masks
+from avatar_release.kernels.blocksparse import (
     check_shapes, compiler_params, default_scale, dot_pv, dot_qk, pair_specs, resolve_interpret, segment_edges,
 )
 
 __all__ = ["tiled_table", "tiled_blocksparse_attention"]
 
 
-def tiled_table(frames: int, tokens: int, window: int, tile: int) -> _masks.LiveTable:
+def tiled_table(frames: int, tokens: int, window: int, tile: int) -> masks.LiveTable:
     """Every full or partial tile pair of the padded sequence, grouped by query tile."""
-    codes = _masks.block_live_map(frames, tokens, window, tile)
-    qi, ki = np.nonzero(codes != _masks.EMPTY)
-    return _masks.LiveTable(q_block=qi.astype(np.int32), k_block=ki.astype(np.int32), block=tile,
+    codes = masks.block_live_map(frames, tokens, window, tile)
+    qi, ki = np.nonzero(codes != masks.EMPTY)
+    return masks.LiveTable(q_block=qi.astype(np.int32), k_block=ki.astype(np.int32), block=tile,
                             n_blocks=codes.shape[0])
 
 
