@@ -14,22 +14,41 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
 
-def _start(root, *extra):
+class _Pod:
+    """A `serve` child whose log goes to a file: an unread stderr pipe fills after a few hundred
+    request lines and blocks the pod (a load test would then time out for the wrong reason)."""
+
+    def __init__(self, proc, log_path):
+        self.proc, self.log_path = proc, log_path
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+def _start(root, *extra, log_dir=None):
+    import tempfile
+
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the CLI sets it from the manifest
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "avatar_release", "serve", "--registry", str(root), "--channel", "dev", "--port", "0",
-         *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
+    log_path = Path(tempfile.mkdtemp(dir=log_dir)) / "pod.log"
+    with open(log_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "avatar_release", "serve", "--registry", str(root), "--channel", "dev",
+             "--port", "0", *extra],
+            stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+        )
+    pod = _Pod(proc, log_path)
     line = proc.stdout.readline()
-    assert line, proc.stderr.read()[-2000:]
-    return proc, json.loads(line)
+    if not line:
+        _stop(pod)
+        raise AssertionError(pod.log()[-2000:])
+    return pod, json.loads(line)
 
 
 def _get(base, path):
@@ -43,14 +62,16 @@ def _render(base, doc, timeout=300):
         return resp.headers, resp.read()
 
 
-def _stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
+def _stop(pod):
+    """Stop the pod if it still runs (SIGTERM, then SIGKILL) and return its log."""
+    if pod.proc.poll() is None:
+        pod.proc.terminate()
     try:
-        proc.wait(60)
+        pod.proc.wait(60)
     except subprocess.TimeoutExpired:
-        proc.kill()
-    return proc.stderr.read()
+        pod.proc.kill()
+        pod.proc.wait(30)
+    return pod.log()
 
 
 def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_registry, tmp_path):
@@ -58,7 +79,7 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     from avatar_release.samples import sample_audio
 
     root, result = built_registry
-    proc, ready = _start(root)
+    pod, ready = _start(root, log_dir=tmp_path)
     try:
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == result.build_id
         base = f"http://127.0.0.1:{ready['port']}"
@@ -90,7 +111,7 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
         metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
         assert "avatar_serve_compiles_total 0.0" in metrics and f'build_id="{result.build_id}"' in metrics
     finally:
-        log = _stop(proc)
+        log = _stop(pod)
     lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
     requests = [x for x in lines if x["event"] == "request"]
     assert [x["status"] for x in requests] == [200, 200, 400, 400, 400, 400]
@@ -114,64 +135,68 @@ def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_si
     os.chmod(path, 0o644)
     path.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
 
-    proc, ready = _start(root, "--follow", "--poll", "0.2", "--grace", "60")
-    base = f"http://127.0.0.1:{ready['port']}"
-    results, stop = [], threading.Event()
-
-    def load():
-        while not stop.is_set():
-            try:
-                headers, data = _render(base, {"seconds": 0.4})
-                results.append((200, headers["X-Build-Id"], len(data)))
-            except urllib.error.HTTPError as e:
-                results.append((e.code, None, 0))
-            except OSError as e:
-                results.append((0, repr(e), 0))
-
-    def wait_for(pred, what, limit=120):
-        t0 = time.time()
-        while not pred(_get(base, "/healthz")):
-            assert time.time() - t0 < limit, f"timed out waiting for {what}"
-            time.sleep(0.2)
-
-    clients = [threading.Thread(target=load) for _ in range(2)]
+    pod, ready = _start(root, "--follow", "--poll", "0.2", "--grace", "60", log_dir=tmp_path)
+    proc = pod.proc
     try:
-        for t in clients:
-            t.start()
-        publish_to_dev(reg, read_manifest(reg, b.digest)[0], reason="test: follow")
-        wait_for(lambda h: h["follow"]["refused_digest"] == b.digest, "the refusal")
-        assert _get(base, "/healthz")["build_id"] == a.build_id  # still serving the old build
-        path.write_bytes(good)  # the registry is repaired; SIGHUP: check (and retry) now
-        proc.send_signal(signal.SIGHUP)
-        wait_for(lambda h: h["build_id"] == b.build_id, "the swap")
-        n = len(results)
-        while len(results) < n + 2:
-            time.sleep(0.1)
-        metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-        assert 'avatar_serve_swaps_total{result="refused"} 1.0' in metrics
-        assert 'avatar_serve_swaps_total{result="swapped"} 1.0' in metrics
-        assert "avatar_serve_compiles_total 0.0" in metrics and f'build_id="{b.build_id}"' in metrics
-    finally:
-        stop.set()
-        for t in clients:
-            t.join(300)
-    assert results and all(s == 200 for s, _, _ in results), [r for r in results if r[0] != 200]
-    served = [bid for _, bid, _ in results]
-    assert served[0] == a.build_id and served[-1] == b.build_id and set(served) == {a.build_id, b.build_id}
+        base = f"http://127.0.0.1:{ready['port']}"
+        results, stop = [], threading.Event()
 
-    # SIGTERM while a render is in flight: it finishes, new work is refused, the process exits 0.
-    done = []
-    t = threading.Thread(target=lambda: done.append(_render(base, {"seconds": 3.0})))
-    t.start()
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGTERM)
-    t.join(300)
-    assert proc.wait(120) == 0
-    headers, data = done[0]
-    assert int(headers["X-Frames"]) == 75 and data.count(b"moof") >= 1
-    log = proc.stderr.read()
-    events = [json.loads(x)["event"] for x in log.splitlines() if x.startswith("{")]
-    assert {"swap_refused", "swapped", "draining", "stopped"} <= set(events)
+        def load():
+            while not stop.is_set():
+                try:
+                    headers, data = _render(base, {"seconds": 0.4})
+                    results.append((200, headers["X-Build-Id"], len(data)))
+                except urllib.error.HTTPError as e:
+                    results.append((e.code, None, 0))
+                except OSError as e:
+                    results.append((0, repr(e), 0))
+
+        def wait_for(pred, what, limit=120):
+            t0 = time.time()
+            while not pred(_get(base, "/healthz")):
+                assert time.time() - t0 < limit, f"timed out waiting for {what}"
+                time.sleep(0.2)
+
+        clients = [threading.Thread(target=load) for _ in range(2)]
+        try:
+            for t in clients:
+                t.start()
+            publish_to_dev(reg, read_manifest(reg, b.digest)[0], reason="test: follow")
+            wait_for(lambda h: h["follow"]["refused_digest"] == b.digest, "the refusal")
+            assert _get(base, "/healthz")["build_id"] == a.build_id  # still serving the old build
+            path.write_bytes(good)  # the registry is repaired; SIGHUP: check (and retry) now
+            proc.send_signal(signal.SIGHUP)
+            wait_for(lambda h: h["build_id"] == b.build_id, "the swap", limit=300)
+            n = len(results)
+            while len(results) < n + 2:
+                time.sleep(0.1)
+            metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+            assert 'avatar_serve_swaps_total{result="refused"} 1.0' in metrics
+            assert 'avatar_serve_swaps_total{result="swapped"} 1.0' in metrics
+            assert "avatar_serve_compiles_total 0.0" in metrics and f'build_id="{b.build_id}"' in metrics
+        finally:
+            stop.set()
+            for t in clients:
+                t.join(300)
+        assert results and all(s == 200 for s, _, _ in results), [r for r in results if r[0] != 200]
+        served = [bid for _, bid, _ in results]
+        assert served[0] == a.build_id and served[-1] == b.build_id and set(served) == {a.build_id, b.build_id}
+
+        # SIGTERM while a render is in flight: it finishes, new work is refused, the process exits 0.
+        done = []
+        t = threading.Thread(target=lambda: done.append(_render(base, {"seconds": 3.0})))
+        t.start()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        t.join(300)
+        assert proc.wait(120) == 0
+        headers, data = done[0]
+        assert int(headers["X-Frames"]) == 75 and data.count(b"moof") >= 1
+        log = pod.log()
+        events = [json.loads(x)["event"] for x in log.splitlines() if x.startswith("{")]
+        assert {"swap_refused", "swapped", "draining", "stopped"} <= set(events)
+    finally:
+        _stop(pod)  # never leak a pod into the next test, pass or fail
 
 
 def test_a_following_pod_with_a_trust_key_swaps_only_to_a_signed_move(registry_copy, tmp_path):
