@@ -23,7 +23,7 @@ import json
 
 
 from .._digest import hex_of, is_digest, sha256_digest
-from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
+from ..errors import ConflictError, IntegrityError, NotFoundError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
 from ._blobcheck import checked_blob
 from ._protocol import BuildRef, Resolved, check_name
@@ -128,8 +128,10 @@ class KVRegistry(abc.ABC):
             return  # not a manifest this store understands: the loader validates it
         missing = [d for d in refs if not self.has_blob(d)]
         if missing:
-            raise RegistryError(f"publish {build_id}: blobs {missing[:3]} are missing from {self.uri} "
-                                "(removed by a concurrent gc?); nothing was committed — publish again")
+            # IntegrityError, as an OCI registry's refusal of such a manifest (the conformance suite)
+            raise IntegrityError(f"publish {build_id}: blobs {missing[:3]} are missing from {self.uri} "
+                                 "(never pushed, or removed by a concurrent gc); nothing was committed — "
+                                 "publish again")
 
     def get_manifest_bytes(self, digest: str) -> bytes:
         data = self._read(self._blob_key(digest))

@@ -1,10 +1,13 @@
-"""One compiled tiny build per test session, shared read-only by the integration tests."""
+"""One compiled tiny build per test session, shared read-only by the integration tests; and the
+registries teams run (htpasswd over TLS, token auth), started by the tests that ask for them."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
+
+from tests.oci_logins import basic_server, logins, pki, token_setup  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="session")
