@@ -20,14 +20,15 @@ Idempotent and resumable: whatever is already in the destination (blobs by diges
 identical records) is skipped, so re-running a copy that was killed finishes it, and re-running
 a finished one changes nothing.
 
-Signatures stay valid: signed evidence binds ``Manifest.content_digest()`` (the sha256 of the
-manifest bytes, the same in every store), and copied byte for byte. A promotion statement binds
-the digest of the store it was signed in; a pod accepts it where the channel's digest is either
-that digest or the content digest of the manifest it resolves to (``trust.statements.verify``),
-so a statement signed in a directory store verifies in any copy. Between two OCI registries the
-OCI manifest itself is copied byte for byte, so the build keeps its OCI digest and a statement
-signed in one verifies in the other. A statement signed in an OCI store, copied to a directory
-store, binds a digest that store does not have: the report says so (``statement_binds_store_digest``)
+Signatures stay valid: signed evidence (gate results, reviews, attestations) and promotion
+statements and timestamps bind ``Manifest.content_digest()`` (the digest of the manifest bytes,
+the same in every store), and are copied byte for byte; a pod checks a statement against the
+content digest of the manifest its channel resolves to (``trust.statements.verify``), so a
+statement signed in any store verifies in every copy, directory or OCI. Between two OCI
+registries the OCI manifest itself is copied byte for byte too, so the build keeps its OCI digest.
+Only a version-1 statement signed in an OCI store (before 2026-12-01) bound that store's OCI
+manifest digest: copied to a directory store (or another OCI registry under another digest), it
+names a digest the destination does not have; the report says so (``statement_binds_store_digest``)
 and the destination needs a fresh signature (``avatar-release keys sign CHANNEL``) before a
 trusting pod serves that channel there.
 """

@@ -44,15 +44,19 @@ class MoveResult:
 
 
 def sign_channel(registry, channel: str, signing_key, *, valid_days: float = 30.0, who: str | None = None):
-    """Sign and publish the statement for where ``channel`` points now (its state's sequence)."""
+    """Sign and publish the statement for where ``channel`` points now (its state's sequence).
+
+    The statement binds the build's manifest content digest, not this store's digest for it, so
+    it stays valid wherever the build is copied (an OCI registry's digests differ from a
+    directory store's)."""
     from datetime import timedelta
 
-    from ..trust.statements import publish_statement, sign
+    from ..trust.statements import publish_statement, sign, signed_digest
 
     state = registry.get_channel(channel)
     if state is None:
         raise Refusal(f"sign {channel}: the channel is empty")
-    st = sign(signing_key, build_id=state.build_id, build_digest=state.digest, channel=channel,
+    st = sign(signing_key, build_id=state.build_id, build_digest=signed_digest(registry, state.digest), channel=channel,
               sequence=state.sequence, who=who or actor(), validity=timedelta(days=valid_days))
     publish_statement(registry, st)
     refresh_timestamp(registry, channel, signing_key)
@@ -63,14 +67,15 @@ def refresh_timestamp(registry, channel: str, signing_key, *, valid_hours: float
     """Re-sign the short-lived timestamp of ``channel``'s newest signed move (run on a schedule)."""
     from datetime import timedelta
 
-    from ..trust.statements import TIMESTAMP_VALIDITY, publish_timestamp, read_statement, sign_timestamp
+    from ..trust.statements import TIMESTAMP_VALIDITY, publish_timestamp, read_statement, sign_timestamp, signed_digest
 
     st = read_statement(registry, channel)
     state = registry.get_channel(channel)
     if st is None or state is None:
         raise Refusal(f"refresh {channel}: no signed statement to vouch for; promote with --sign-key first")
     p = st.payload
-    if (p.sequence, p.build_digest) != (state.sequence, state.digest):
+    # a version-1 statement may bind this store's digest; a version-2 one binds the content digest
+    if p.sequence != state.sequence or p.build_digest not in (state.digest, signed_digest(registry, state.digest)):
         raise Refusal(f"refresh {channel}: the channel points at {state.build_id} (#{state.sequence}) but the signed "
                       f"statement names {p.build_id} (#{p.sequence}); sign the channel first (keys sign {channel})")
     validity = timedelta(hours=valid_hours) if valid_hours else TIMESTAMP_VALIDITY

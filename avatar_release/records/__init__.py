@@ -48,7 +48,8 @@ from .gate import (
 )
 from .review import REVIEW_SCHEMA_VERSION, ReviewAnswer, ReviewDecision, ReviewRecord
 from .statement import (
-    STATEMENT_SCHEMA_VERSION, TIMESTAMP_SCHEMA_VERSION, SignedStatement, StatementPayload, TimestampPayload,
+    SIGNED_STATEMENT_SCHEMA_VERSION, STATEMENT_SCHEMA_VERSION, TIMESTAMP_SCHEMA_VERSION, SignedStatement,
+    StatementPayload, TimestampPayload,
 )
 
 __all__ = [
@@ -62,8 +63,8 @@ __all__ = [
     "GateRequestRecord", "GateResult", "GateSetRecord", "GATE_SHARD_SCHEMA_VERSION", "SHARD_MEDIA_TYPE",
     "GateShard", "GateShardRun",
     "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
-    "STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement", "StatementPayload",
-    "TimestampPayload",
+    "STATEMENT_SCHEMA_VERSION", "SIGNED_STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement",
+    "StatementPayload", "TimestampPayload",
 ]
 
 # Every kind that is stored on its own, by the file-name stem of its schema and stored example.

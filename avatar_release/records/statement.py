@@ -1,31 +1,44 @@
 """Signed promotion statements: what a pod checks before it trusts where a channel points.
 
-Changelog of ``avatar-release/statement`` and ``avatar-release/signed-statement``
-(``STATEMENT_SCHEMA_VERSION``):
-  * 1 (2026-11-29): first version.
+Changelog of ``avatar-release/statement`` (``STATEMENT_SCHEMA_VERSION``):
+  * 1 (2026-11-29): first version. ``build_digest`` is the digest of the build in the store it was
+    signed in: the manifest's sha256 in a directory store, the OCI manifest's digest in an OCI one.
+  * 2 (2026-12-01): ``build_digest`` is always the store-independent manifest digest
+    (``Manifest.content_digest()``), so a statement verifies in every copy of the build
+    (``avatar-release copy`` between any two stores). Same fields. Version-1 statements are still
+    verified, against either digest (stored example: tests/data/statement-envelope.v1.json).
+Changelog of ``avatar-release/signed-statement`` (``SIGNED_STATEMENT_SCHEMA_VERSION``):
+  * 1 (2026-11-29): first version (a bare Ed25519 signature beside a version-1 payload); written
+    until 2026-12-01, when statements became DSSE envelopes; still read and verified.
 Changelog of ``avatar-release/timestamp`` (``TIMESTAMP_SCHEMA_VERSION``):
   * 1 (2026-12-01): first version: a short-lived, re-signed-on-a-schedule statement of the newest
-    sequence of a channel (the role TUF calls "timestamp").
+    sequence of a channel (the role TUF calls "timestamp"); ``build_digest`` as in the statement
+    it vouches for.
+  * 2 (2026-12-01): ``build_digest`` is the store-independent manifest digest, as in a version-2
+    statement. Same fields.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import field_validator
+
 from ._base import Record
 
-__all__ = ["STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "StatementPayload", "SignedStatement",
-           "TimestampPayload"]
+__all__ = ["STATEMENT_SCHEMA_VERSION", "SIGNED_STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION",
+           "StatementPayload", "SignedStatement", "TimestampPayload"]
 
-STATEMENT_SCHEMA_VERSION = 1
-TIMESTAMP_SCHEMA_VERSION = 1
+STATEMENT_SCHEMA_VERSION = 2
+SIGNED_STATEMENT_SCHEMA_VERSION = 1  # no longer written
+TIMESTAMP_SCHEMA_VERSION = 2
 
 
 class StatementPayload(Record):
     kind: Literal["avatar-release/statement"] = "avatar-release/statement"
     schema_version: int = STATEMENT_SCHEMA_VERSION
     build_id: str
-    build_digest: str
+    build_digest: str  # v2: Manifest.content_digest(), the same in every store; v1: the signing store's digest
     channel: str
     sequence: int
     issued_at: str
@@ -34,10 +47,23 @@ class StatementPayload(Record):
     who: str
 
 
+# The payload a signed statement carries: always version 1 (signed statements are no longer
+# written). A subclass under the same name, so that the released JSON Schema of signed-statement v1
+# (manifests/schema/signed-statement.v1.json) stays exactly as it was.
+_PayloadV1 = type("StatementPayload", (StatementPayload,), {
+    "__module__": __name__, "__qualname__": "StatementPayload", "__annotations__": {"schema_version": int},
+    "schema_version": 1, "__doc__": StatementPayload.__doc__})
+
+
 class SignedStatement(Record):
     kind: Literal["avatar-release/signed-statement"] = "avatar-release/signed-statement"
-    schema_version: int = STATEMENT_SCHEMA_VERSION
-    payload: StatementPayload
+    schema_version: int = SIGNED_STATEMENT_SCHEMA_VERSION
+    payload: _PayloadV1
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _any_payload(cls, v):
+        return v.model_dump() if isinstance(v, StatementPayload) else v
     signature: str  # base64 ed25519 over canonical JSON of the payload
 
 
@@ -54,7 +80,7 @@ class TimestampPayload(Record):
     channel: str
     sequence: int
     build_id: str
-    build_digest: str
+    build_digest: str  # as in the statement it vouches for
     issued_at: str
     expires_at: str
     key_id: str

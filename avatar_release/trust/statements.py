@@ -2,15 +2,22 @@
 
 A statement binds: build id and manifest digest, the channel, the history sequence number of
 the move that put the build there (registry-wide, strictly increasing), issue and expiry
-times, and the signing key's id. A digest alone is not enough: the channel is signed, so a
-statement for dev never passes for prod, and the sequence lets a pod refuse a replay of an
-older statement (rollback protection: the pod remembers the highest sequence it accepted per
-channel). An intentional rollback is a new move with a higher sequence and a new statement.
+times, and the signing key's id. The manifest digest is the store-independent one
+(``Manifest.content_digest()``, version 2 of the statement), so a statement signed in one store
+verifies in every copy of the build (``avatar-release copy``): a directory store, an OCI
+registry (whose build manifest names those very manifest bytes as its config), another OCI
+registry. Version-1 statements bound the digest of the store they were signed in (an OCI
+manifest digest in an OCI registry) and are verified against either digest.
+
+A digest alone is not enough: the channel is signed, so a statement for dev never passes for
+prod, and the sequence lets a pod refuse a replay of an older statement (rollback protection:
+the pod remembers the highest sequence it accepted per channel). An intentional rollback is a
+new move with a higher sequence and a new statement.
 
 Stored in the registry as the record ``statements/<channel>``: since 2026-12-01 a DSSE
 envelope (the same in-toto Statement format as gate evidence, ``trust.attest``, predicate type
-``.../promotion/v1``); version-1 statements (a bare signature beside the payload) written
-before are still read and verified with the same key.
+``.../promotion/v1``); signed statements (``avatar-release/signed-statement``, a bare signature
+beside the payload) written before are still read and verified with the same key.
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ from .._digest import canonical_json
 from ..errors import IntegrityError, TrustError
 from ..records import SignedStatement, StatementPayload, TimestampPayload, parse_record
 from ..records.stored import STATEMENTS, TIMESTAMPS
+from ..registry import read_manifest
 from .attest import open_envelope, verify_envelope, attest
 from .keys import key_id
 
 __all__ = ["StatementPayload", "SignedStatement", "PromotionStatement", "sign", "publish_statement",
            "read_statement", "verify", "AcceptedState", "DEFAULT_VALIDITY", "TIMESTAMP_VALIDITY", "SignedTimestamp",
-           "sign_timestamp", "publish_timestamp", "read_timestamp", "verify_fresh", "verify_channel"]
+           "sign_timestamp", "publish_timestamp", "read_timestamp", "verify_fresh", "verify_channel",
+           "signed_digest"]
 
 DEFAULT_VALIDITY = timedelta(days=30)
 # A timestamp lives hours: how long a restarted pod could still be fed a superseded statement.
@@ -61,8 +70,14 @@ class PromotionStatement:
         return {"payload": self.payload.model_dump(mode=mode), "envelope": json.loads(self.envelope)}
 
 
+def signed_digest(registry, digest: str) -> str:
+    """What a statement about the build with this store digest binds: its manifest's content digest."""
+    return read_manifest(registry, digest)[1].content_digest()
+
+
 def sign(private_key, *, build_id: str, build_digest: str, channel: str, sequence: int, who: str,
          validity: timedelta = DEFAULT_VALIDITY, now: datetime | None = None) -> PromotionStatement:
+    """``build_digest``: the build's manifest content digest (:func:`signed_digest`), not a store's digest."""
     now = now or datetime.now(timezone.utc)
     payload = StatementPayload(build_id=build_id, build_digest=build_digest, channel=channel, sequence=sequence,
                                issued_at=_ts(now), expires_at=_ts(now + validity),
@@ -88,7 +103,8 @@ def read_statement(registry, channel: str) -> PromotionStatement | SignedStateme
         if isinstance(doc, dict) and doc.get("kind") == "avatar-release/signed-statement":
             return parse_record(SignedStatement, raw, where=where)
         att = open_envelope(raw, where)
-        return PromotionStatement(StatementPayload.model_validate(att.predicate), raw)
+        # parse_record checks the version first: a newer statement is a version error (exit 11)
+        return PromotionStatement(parse_record(StatementPayload, canonical_json(att.predicate), where=where), raw)
     except (IntegrityError, ValueError) as e:
         raise TrustError(f"channel {channel}: the signed statement is unreadable ({str(e)[:200]})") from None
 
@@ -123,11 +139,11 @@ def verify(statement: PromotionStatement | SignedStatement | None, public_key, *
            content_digest: str | None = None) -> StatementPayload:
     """Every check a pod makes, in order; TrustError naming the first that fails.
 
-    ``digest`` is what the channel points at in this store; ``content_digest`` the sha256 of the
-    build manifest it resolves to (``Manifest.content_digest()``, the same in every store). A
-    statement may bind either: one signed in a directory store (where the two are equal) stays
-    valid in a copy of the build in an OCI store (``avatar-release copy``), where the channel's
-    digest is the OCI manifest's, which verifiably names the same manifest bytes as its config.
+    ``digest`` is what the channel points at in this store; ``content_digest`` the content digest
+    of the build manifest it resolves to (``Manifest.content_digest()``, the same in every store;
+    omitted, ``digest`` is taken to be it, as in a directory store). A version-2 statement binds
+    the content digest, so it verifies in every copy of the build; a version-1 statement may bind
+    either (one signed in an OCI store bound that store's OCI manifest digest).
     """
 
     where = f"channel {channel}"
@@ -158,17 +174,21 @@ def verify(statement: PromotionStatement | SignedStatement | None, public_key, *
     if p.channel != channel:
         raise TrustError(f"{where}: the statement was signed for channel {p.channel!r}, not {channel!r}")
     if p.build_digest not in (digest, content_digest):
+        copied = " (or, a version-1 statement, it was signed in another store, whose digests differ: re-sign it " \
+                 f"here with avatar-release keys sign {channel})" if p.schema_version < 2 else ""
         raise TrustError(f"{where}: the statement signs {p.build_id} ({p.build_digest}), but the channel points "
-                         f"at {digest}; the channel was moved without a signed promotion (or the build was copied "
-                         "here from a store whose digests differ: re-sign it here)")
+                         f"at {digest} (manifest {content_digest or digest}); the channel was moved without a signed "
+                         f"promotion{copied}")
     now = now or datetime.now(timezone.utc)
     if now >= _parse_ts(p.expires_at, "expiry"):
         raise TrustError(f"{where}: the statement expired at {p.expires_at}; re-sign it "
                          f"(avatar-release keys sign {channel} --key KEY)")
     if state is not None:
         seen = state.highest(channel)
+        # the same sequence is the same move only for the same build (remembered by either of its digests)
+        same_build = seen is not None and seen["digest"] in (p.build_digest, digest, content_digest)
         if seen is not None and (p.sequence < seen["sequence"]
-                                 or (p.sequence == seen["sequence"] and p.build_digest != seen["digest"])):
+                                 or (p.sequence == seen["sequence"] and not same_build)):
             raise TrustError(f"{where}: replayed statement: sequence {p.sequence} ({p.build_id}) is older than "
                              f"the {seen['sequence']} ({seen['build_id']}) this pod already accepted; a rollback "
                              "must be a new signed promotion")
@@ -202,9 +222,10 @@ def read_timestamp(registry, channel: str) -> SignedTimestamp | None:
     raw = registry.get_record(TIMESTAMPS.name, channel)
     if raw is None:
         return None
+    where = f"timestamp of {channel}"
     try:
-        return SignedTimestamp(TimestampPayload.model_validate(open_envelope(raw, f"timestamp of {channel}").predicate),
-                               raw)
+        predicate = open_envelope(raw, where).predicate
+        return SignedTimestamp(parse_record(TimestampPayload, canonical_json(predicate), where=where), raw)
     except (IntegrityError, ValueError) as e:
         raise TrustError(f"channel {channel}: the signed timestamp is unreadable ({str(e)[:200]})") from None
 
@@ -242,7 +263,11 @@ def verify_channel(registry, channel: str, public_key, *, digest: str, state: Ac
     """Everything a pod checks before it trusts ``channel``: the statement (key, signature,
     channel, digest, expiry, replay against what this pod remembers) and, with ``require_fresh``,
     an unexpired timestamp naming that very statement, which a pod that remembers nothing (a
-    restarted container) needs to refuse an older statement replayed to it."""
+    restarted container) needs to refuse an older statement replayed to it.
+
+    ``content_digest`` not given: read from the manifest ``digest`` names in ``registry``."""
+    if content_digest is None:
+        content_digest = signed_digest(registry, digest)
     p = verify(read_statement(registry, channel), public_key, channel=channel, digest=digest, state=state, now=now,
                content_digest=content_digest)
     if require_fresh:

@@ -1,10 +1,13 @@
-"""``copy`` through a real OCI registry: local -> OCI -> local, signatures valid, a trusting pod loads."""
+"""``copy`` through a real OCI registry: local -> OCI -> local and OCI -> local -> OCI, signatures valid
+in every copy (they bind the store-independent manifest digest), a trusting pod loads from a copy."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
 
+from avatar_release.errors import TrustError
 from avatar_release.ops import copy_build
 from avatar_release.registry import LocalRegistry, OciRegistry
 from avatar_release.registry.oci import RetryPolicy
@@ -73,6 +76,36 @@ def test_a_trusting_pod_loads_a_real_build_from_an_oci_copy(registry_copy, oci_s
     assert state.highest("staging")["build_id"] == result.build_id
 
 
+@pytest.mark.slow  # a real build loaded by a pod
+def test_a_trusting_pod_loads_from_a_directory_copy_of_a_build_signed_in_oci(registry_copy, oci_server, tmp_path):
+    """The reverse of the test above: published, gated and signed in an OCI registry; copied into a
+    directory store; a pod trusting the key loads it from there."""
+    from avatar_release.promote import promote
+    from avatar_release.registry import read_manifest
+    from avatar_release.runtime import TrustConfig, load
+    from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+    from avatar_release.trust.statements import AcceptedState
+
+    root, result = registry_copy
+    oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    published = copy_build(LocalRegistry(root), oci, result.build_id)  # the build only: nothing signed yet
+    _, m = read_manifest(oci, result.build_id)
+    gate(oci, result.build_id, published.destination_digest, m)
+    priv, pub, _ = generate_keypair(tmp_path / "k")
+    promote(oci, result.build_id, "staging", signing_key=load_private_key(priv))
+    local = LocalRegistry(tmp_path / "copy")
+    r = copy_build(oci, local, "staging", channel="staging")
+    assert r.statement_copied and not r.statement_binds_store_digest and r.destination_digest != r.source_digest
+    state = AcceptedState(tmp_path / "pod" / "accepted.json")
+    build = load("staging", local, trust=TrustConfig(load_public_key(pub), state))
+    assert build.build_id == result.build_id and build.digest == r.destination_digest == m.content_digest()
+    assert state.highest("staging")["build_id"] == result.build_id
+    # the copy is checked, not waved through: a pod trusting another key refuses it
+    _, other, _ = generate_keypair(tmp_path / "k", name="other")
+    with pytest.raises(TrustError, match="signed by key"):
+        load("staging", local, trust=TrustConfig(load_public_key(other), AcceptedState(tmp_path / "pod2.json")))
+
+
 def test_oci_to_oci_keeps_the_digest_so_oci_signed_statements_verify(oci_server, tmp_path):
     from avatar_release.promote import promote
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
@@ -90,7 +123,34 @@ def test_oci_to_oci_keeps_the_digest_so_oci_signed_statements_verify(oci_server,
     assert r.blobs_streamed and r.blobs_streamed < r.blobs_copied
     assert r.destination_digest == digest and b.build_artifact(digest) == a.build_artifact(digest)
     assert not r.statement_binds_store_digest
-    verify_channel(b, "staging", load_public_key(pub), digest=digest)  # no content digest needed
-    # into a directory store the OCI digest does not exist: copy says the channel must be re-signed there
-    local = copy_build(b, LocalRegistry(tmp_path / "local"), "staging", channel="staging")
-    assert local.statement_binds_store_digest and local.destination_digest == m.content_digest()
+    verify_channel(b, "staging", load_public_key(pub), digest=digest)
+
+
+def test_a_statement_signed_in_oci_verifies_in_a_directory_copy_and_in_another_registry(oci_server, tmp_path):
+    """Signed while working against an OCI store, the statement binds the manifest's content digest,
+    not the OCI manifest digest: byte for byte the same statement verifies in every copy."""
+    from avatar_release.promote import promote
+    from avatar_release.records.stored import STATEMENTS, TIMESTAMPS
+    from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+
+    oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    build_id, oci_digest, m = publish(oci)
+    gate(oci, build_id, oci_digest, m)
+    priv, pub, _ = generate_keypair(tmp_path / "keys")
+    pub = load_public_key(pub)
+    signed = promote(oci, build_id, "staging", signing_key=load_private_key(priv)).statement.payload
+    assert oci_digest != m.content_digest() and signed.build_digest == m.content_digest()
+    assert signed.schema_version == 2
+    verify_channel(oci, "staging", pub, digest=oci_digest)
+
+    local = LocalRegistry(tmp_path / "local")
+    r = copy_build(oci, local, "staging", channel="staging")
+    assert r.statement_copied and not r.statement_binds_store_digest
+    assert r.destination_digest == local.resolve("staging").digest == m.content_digest()
+    assert verify_channel(local, "staging", pub, digest=r.destination_digest).sequence == signed.sequence
+    again = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    back = copy_build(local, again, "staging", channel="staging")  # a directory store to a new OCI digest
+    assert back.destination_digest not in (oci_digest, m.content_digest()) and not back.statement_binds_store_digest
+    verify_channel(again, "staging", pub, digest=back.destination_digest)
+    for ns in (STATEMENTS.name, TIMESTAMPS.name):
+        assert oci.get_record(ns, "staging") == local.get_record(ns, "staging") == again.get_record(ns, "staging")
