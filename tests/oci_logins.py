@@ -3,9 +3,10 @@
 Everything is made here: a CA and a server certificate for 127.0.0.1 (openssl), an htpasswd file
 (bcrypt), a token issuer (an HTTPS server on 127.0.0.1 signing ES256 JWTs with a key whose
 certificate the registry trusts) and a private docker config directory. The servers are
-CNCF distribution (:mod:`tests.oci_server`), one of each per test session; tests use their own
-repositories in them. Without ``docker-registry`` (or ``openssl``) the tests that ask for them skip,
-unless ``AVATAR_RELEASE_REQUIRE_REGISTRY`` is set.
+CNCF distribution (:mod:`tests.oci_server`), one of each per test module that asks (module scope,
+as ``oci_server``: no server outlives its module, so later tests see no stray child processes);
+tests use their own repositories in them. Without ``docker-registry`` (or ``openssl``) the tests
+that ask for them skip, unless ``AVATAR_RELEASE_REQUIRE_REGISTRY`` is set.
 
 Fixtures (made visible to ``tests/integration`` by its conftest): ``pki``, ``logins``,
 ``basic_server``, ``token_setup``.
@@ -39,7 +40,7 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> dict[str, Path]:
     """A CA, a certificate for 127.0.0.1 signed by it, and an unrelated CA."""
     if shutil.which("openssl") is None:
@@ -79,7 +80,7 @@ def auths(host: str, user: str, password: str) -> dict:
 
 
 # ---- htpasswd over TLS ------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def basic_server(pki, tmp_path_factory):
     import bcrypt
 
@@ -195,7 +196,7 @@ class TokenIssuer:
         self.server.server_close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def token_setup(pki, tmp_path_factory):
     """(registry over plain HTTP on loopback with token auth, the issuer over HTTPS with the test CA)."""
     exe = registry_binary_or_skip()
