@@ -11,31 +11,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.integration.installs import build_wheel_venv
+
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def wheel_env(tmp_path_factory):
-    """(wheel path, venv python) for a wheel of this checkout installed in a fresh venv."""
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out / "dist"), str(REPO)], check=True, cwd=out)
-    (wheel,) = (out / "dist").glob("avatar_release-*.whl")
-    venv = out / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # Dependencies come from pip's configured index (the machine's mirror here); nothing from the repo.
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(wheel)], check=True, cwd=out)
-    return wheel, venv
+    """(wheel path, venv) for a wheel of this checkout installed in a fresh venv."""
+    return build_wheel_venv(tmp_path_factory.mktemp("wheel"))
 
 
 def _clean_env(home: Path) -> dict[str, str]:
