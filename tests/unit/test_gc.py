@@ -75,3 +75,33 @@ def test_every_declared_namespace_is_keyed_and_rooted():
 def test_a_store_that_cannot_delete_is_refused():
     with pytest.raises(InputError, match="not a directory-like store"):
         collect_garbage(OciRegistry("oci://127.0.0.1:1/repo"))
+
+
+def test_per_shard_records_go_with_their_build_and_keep_their_blobs_while_it_stays(reg):
+    """A sharded gate leaves one record per shard run (named build__shard-K-of-N-...): gc prunes
+    them with their build, and keeps every blob they name (envelope, partial, frames) otherwise."""
+    from avatar_release.records import BlobRef
+    from avatar_release.records.stored import GATE_SHARDS, render_shard_record, shard_record_name
+
+    reg, a, b = reg
+
+    def shard(build, k):
+        refs = []
+        for what in ("envelope", "partial", "frames"):
+            data = f"{build} shard {k} {what}".encode()
+            refs.append(BlobRef(digest=reg.put_blob(data), size=len(data), media_type="application/octet-stream"))
+        name = shard_record_name(build, k, 2, [1, 2], "ci-7")
+        reg.put_record(GATE_SHARDS.name, name, render_shard_record(refs[0], refs[1], [refs[2]]))
+        return name, {r.digest for r in refs}
+
+    kept = [shard(a, k) for k in range(2)]
+    gone = [shard(b, k) for k in range(2)]
+    report = collect_garbage(reg, prune_builds=True, min_age_s=0)
+    assert report.pruned_builds == [b]
+    assert sorted(r for r in report.pruned_records if r.startswith("gate-shards/")) == sorted(
+        f"gate-shards/{name}" for name, _ in gone)
+    blobs = set(reg.list_blob_digests())
+    for name, digests in kept:
+        assert reg.get_record(GATE_SHARDS.name, name) is not None and digests <= blobs
+    for name, digests in gone:
+        assert reg.get_record(GATE_SHARDS.name, name) is None and not digests & blobs
