@@ -33,9 +33,11 @@ def build_wheel_venv(out: Path) -> tuple[Path, Path]:
                     "-w", str(out / "dist"), str(REPO)], check=True, cwd=out)
     (wheel,) = (out / "dist").glob("avatar_release-*.whl")
     venv = out / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # Without PYTHONPATH: a checkout on it (its egg-info) would read as "already installed" to pip.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(wheel)], check=True, cwd=out)
+                    str(wheel)], check=True, cwd=out, env=env)
     return wheel, venv
 
 

@@ -72,7 +72,8 @@ class Runner:
 
     def run_event(self, event: str, inputs: dict | None = None, *, hooks: dict | None = None) -> dict:
         """Run every job whose `if:` holds for `event`, dependencies first; return each job's outputs.
-        `hooks[job](outputs, needs) -> (needs, env)` may re-point a job before it runs."""
+        `hooks[job](outputs, needs) -> (needs, env)` may re-point a job before it runs; that env
+        is applied over every step's own."""
         github = {"event_name": event, "actor": "release-bot", "sha": "0" * 40, "run_id": "4242", "run_attempt": "1"}
         jobs, done, outputs = self.wf["jobs"], [], {}
         pending = [name for name, job in jobs.items()
@@ -107,14 +108,13 @@ class Runner:
             env = dict(self.base_env)
             for scope in (self.wf.get("env", {}), job.get("env", {})):
                 env.update({k: _expand(str(v), ctx) for k, v in scope.items()})
-            env.update(extra_env)
             for i, step in enumerate(job["steps"]):
                 if "run" not in step:
                     continue  # a GitHub action (checkout, setup-python, login, upload): not shell
                 script = _expand(step["run"], ctx)
                 if script.strip().startswith("python3 -m pip install"):
                     continue
-                step_env = {**env, **{k: _expand(str(v), ctx) for k, v in step.get("env", {}).items()}}
+                step_env = {**env, **{k: _expand(str(v), ctx) for k, v in step.get("env", {}).items()}, **extra_env}
                 out_file = self.workspace / f"out-{name}-{i}"
                 out_file.write_text("")
                 step_env.update(GITHUB_OUTPUT=str(out_file), RUNNER_TEMP=str(self.workspace / "runner-temp"),
