@@ -9,6 +9,7 @@ with, so a swap never changes a video half-way.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -118,11 +119,13 @@ class Pod:
         return what
 
     def start_following(self, poll_seconds: float, wake: threading.Event, stop: threading.Event) -> threading.Thread:
-        """A background thread: check every ``poll_seconds`` or when ``wake`` is set (SIGHUP)."""
+        """A background thread: check about every ``poll_seconds`` (see `follow_wait`) or when
+        ``wake`` is set (SIGHUP)."""
+        rng = random.Random()
 
         def loop():
             while not stop.is_set():
-                woken = wake.wait(poll_seconds)
+                woken = wake.wait(follow_wait(poll_seconds, rng))
                 wake.clear()
                 if stop.is_set():
                     return
@@ -135,6 +138,18 @@ class Pod:
         t = threading.Thread(target=loop, name="channel-follow", daemon=True)
         t.start()
         return t
+
+
+FOLLOW_JITTER = 0.25
+
+
+def follow_wait(poll_seconds: float, rng: random.Random) -> float:
+    """The wait before the next channel check: ``poll_seconds`` ± 25%, drawn afresh each time.
+
+    A fleet started together (a rollout, a node pool coming up) would otherwise poll in lockstep:
+    every pod hits the registry in the same second and warms the new build at the same moment.
+    Spread over half an interval, a promotion reaches every pod within 1.25 × ``--poll``."""
+    return poll_seconds * rng.uniform(1.0 - FOLLOW_JITTER, 1.0 + FOLLOW_JITTER)
 
 
 def _load(registry, ref: str, resolved, trust):

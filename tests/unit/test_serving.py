@@ -391,3 +391,17 @@ def test_slow_headers_are_cut_off_and_do_not_take_the_pods_connections(serve):
     time.sleep(1.0)
     assert s.recv(100) == b""
     s.close()
+
+
+def test_a_fleet_following_a_channel_does_not_poll_in_lockstep():
+    """Pods started together spread their channel checks over ±25% of --poll, so a promotion
+    reaches every pod within 1.25 × poll without all of them hitting the registry at once."""
+    import random
+
+    from avatar_release.serving._pod import follow_wait
+
+    waits = [follow_wait(30.0, random.Random(seed)) for seed in range(200)]
+    assert all(22.5 <= w <= 37.5 for w in waits)
+    assert max(waits) - min(waits) > 10  # spread, not one value
+    rng = random.Random(7)
+    assert len({round(follow_wait(30.0, rng), 6) for _ in range(5)}) == 5  # drawn afresh per check
