@@ -11,6 +11,9 @@ Versions:
   1 (2026-11-29): the layout above; digest over layout and input bytes.
   2 (2026-12-01): pictures pass through the render's fit rule (``cover``, Pillow LANCZOS); they
     are drawn at the pipeline's size, so the pixels are v1's, and the digest now names the rule.
+  3 (2026-12-01): the fit's resampler is ``pillow-bicubic-rgb8+reduce-gap-3+jpeg-dct-scale`` (was
+    ``pillow-lanczos-rgb8``): the pixels are still v1's (nothing is resampled at the pipeline's
+    size), the digest names the new resampler, so results gated under v2 stop comparing.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..records import GateRequestRecord, GateSetRecord, Manifest
 __all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "gate_set", "gate_request_inputs"]
 
 GATE_SET_NAME = "avatar-default"
-GATE_SET_VERSION = 2
+GATE_SET_VERSION = 3
 _IMAGES = (0, 1)
 _AUDIO = (0, 1)
 _SEED = 0

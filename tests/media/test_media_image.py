@@ -245,6 +245,32 @@ def test_fitting_is_deterministic_across_processes(tmp_path):
     assert out == hashlib.sha256(media.read_image(src, height=48, width=80).tobytes()).hexdigest()
 
 
+def test_a_large_jpeg_is_decoded_small_and_still_fitted_the_same_way(tmp_path):
+    """A photo many times the pipeline's size is decoded at 1/2, 1/4 or 1/8 by libjpeg's DCT scaling:
+    the record says so, the box stays in the photo's own pixels, EXIF orientation still applies,
+    and the picture matches fitting the fully decoded photo."""
+    from PIL import Image
+
+    stored = np.zeros((960, 1280, 3), np.uint8)  # stored landscape: left half red, right half blue
+    stored[:, :640] = (255, 0, 0)
+    stored[:, 640:] = (0, 0, 255)
+    stored[:, :, 1] = gradient(960, 1280)[:, :, 1]
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown portrait, 960 wide: the stored left (red) on top
+    buf = io.BytesIO()
+    Image.fromarray(stored).save(buf, format="JPEG", quality=95, exif=exif)
+    path = _write(tmp_path, "phone.jpg", buf.getvalue())
+    loaded = media.load_image(path, height=48, width=80)
+    fit = loaded.fit
+    assert fit.decode_scale == 4 and fit.orientation == 6 and fit.resample == media.FIT_RESAMPLE
+    assert fit.source_size == (960, 1280) and fit.box == (0, 352, 960, 928)  # 5:3 from the middle
+    assert loaded.pixels[5, 40, 0] > 200 and loaded.pixels[42, 40, 2] > 200  # red above, blue below
+    full, _ = media.fit_image(media.read_image(path), height=48, width=80)
+    assert _psnr(loaded.pixels, full) > 35
+    assert media.load_image(path, height=48, width=80, fit="contain").fit.decode_scale == 8  # fills 36x48
+    assert media.load_image(path, height=720, width=540).fit.decode_scale == 1  # too close to scale down
+
+
 # ---------------------------------------------------------------------------------- bounds and refusals
 
 
