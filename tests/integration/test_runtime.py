@@ -192,7 +192,7 @@ def test_cli_render_writes_video_frames_and_summary(built_registry, tmp_path):
     assert summary["compiles"] == 0 and summary["frames"] == 10 and summary["chunks"] == 2
     assert set(summary["cold_start"]) >= {"imports", "resolve", "verify", "decompress", "deserialize", "first_chunk"}
     # --json keeps stdout to the one document; each chunk is reported on stderr as it completes.
-    chunks = [line for line in res.stderr.splitlines() if line.startswith("chunk ")]
+    chunks = [line.strip() for line in res.stderr.splitlines() if line.strip().startswith("chunk ")]
     assert [c.split(":")[0] for c in chunks] == ["chunk 0", "chunk 1"]
     assert all("deadline" in c and "0 compile(s)" in c for c in chunks)
     probe = probe_mp4(out)
