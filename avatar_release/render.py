@@ -3,41 +3,118 @@
 Reports the cold start piece by piece (imports, resolve, verify, decompress, deserialize,
 first chunk), every chunk against its playback deadline, and how the inputs were read (the
 picture's fit rule and crop box, the speech track's format, rate and sample digest).
+
+Memory does not grow with the speech track: the track is decoded a second at a time
+(``media.stream_audio``), cut into chunks as they are rendered (``runtime.stream``), and each
+chunk's frames go to the encoder (and the PNG folder) and are dropped, while its samples go to
+the video's audio track on disk (``media.Mp4Writer``). What is kept per chunk is its timing. The
+track's length is read from its header only to refuse, before anything loads, a file past
+``--max-audio-seconds``; decoding refuses it exactly if the header understated it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
+import numpy as np
 
 from .media import DEFAULT_FIT
 from .registry import open_registry
 
-__all__ = ["render_to_files", "request_inputs"]
+__all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
+           "request_image"]
+
+# Streamed, a track's length costs render time and disk (the output, and 115 MB of scratch
+# samples per hour at 16 kHz beside it), not memory: the bound is how long one render may run.
+RENDER_MAX_AUDIO_SECONDS = 4 * 3600.0
 
 
-def request_inputs(program, *, image_path=None, audio_path=None, seconds=1.0, pipeline=None, fit=DEFAULT_FIT):
-    """The reference image and audio for a render (files, or the deterministic samples), and a
-    record of how each was read: the image's fit rule and crop box, the audio's source and digest."""
-    from .media import load_audio, load_image
-    from .samples import sample_audio, sample_image
+def request_image(program, image_path=None, *, pipeline=None, fit=DEFAULT_FIT) -> tuple[np.ndarray, dict]:
+    """The reference picture (a file fitted by ``fit``, or the deterministic sample) and how it was read."""
+    from .media import load_image
+    from .samples import sample_image
 
     if image_path:
         loaded = load_image(image_path, height=program.height, width=program.width, fit=fit, pipeline=pipeline)
-        image, image_record = loaded.pixels, {"path": str(image_path), "fit": loaded.fit.to_json()}
-    else:
-        image = sample_image(program.height, program.width)
-        image_record = {"path": None, "sample": "sample_image variant 0", "size": [program.width, program.height]}
+        return loaded.pixels, {"path": str(image_path), "fit": loaded.fit.to_json()}
+    return sample_image(program.height, program.width), {"path": None, "sample": "sample_image variant 0",
+                                                         "size": [program.width, program.height]}
+
+
+@dataclass
+class RequestAudio:
+    """The speech of one render: ``pieces`` to iterate once (a decoder's seconds, or one sample
+    array), ``seconds`` known before decoding (a header's, or the sample's), and :meth:`record`
+    once the pieces have been read: what the track was and the digest of its samples."""
+
+    pieces: Iterable[np.ndarray]
+    seconds: float | None
+    _record: Callable[[], dict]
+
+    def record(self) -> dict:
+        return self._record()
+
+
+def request_audio(program, audio_path=None, *, seconds=1.0,
+                  max_seconds: float = RENDER_MAX_AUDIO_SECONDS) -> RequestAudio:
+    """A speech file, streamed and bounded (a file past ``max_seconds`` by its header is refused
+    here), or the deterministic sample of ``seconds``."""
+    from .media import stream_audio
+    from .samples import sample_audio
+
     if audio_path:
-        decoded = load_audio(audio_path, sample_rate=program.sample_rate)
-        audio, audio_record = decoded.samples, decoded.source.to_json()
-    else:
-        audio = sample_audio(seconds, sample_rate=program.sample_rate)
-        audio_record = {"path": None, "sample": "sample_audio variant 0", "seconds": seconds,
-                        "sample_rate": program.sample_rate}
-    return image, audio, {"image": image_record, "audio": audio_record}
+        decoder = stream_audio(audio_path, sample_rate=program.sample_rate, max_seconds=max_seconds,
+                               longer_fix="render it whole with a larger --max-audio-seconds")
+        header = decoder.check_header()
+
+        def record() -> dict:
+            if decoder.source is None:  # pragma: no cover - read() completes a pass or raises
+                raise RuntimeError("the speech track was not read to its end")
+            return decoder.source.to_json()
+
+        return RequestAudio(decoder, header.seconds, record)
+    samples = sample_audio(seconds, sample_rate=program.sample_rate)
+    return RequestAudio((samples,), samples.size / program.sample_rate,
+                        lambda: {"path": None, "sample": "sample_audio variant 0", "seconds": seconds,
+                                 "sample_rate": program.sample_rate})
+
+
+def render_build_to_files(build, image: np.ndarray, audio: Iterable[np.ndarray], *, out_path, frames_dir=None,
+                          seed: int = 0, on_chunk: Callable | None = None):
+    """Render ``build`` chunk by chunk into an MP4 (and PNG frames): (StreamReport, Mp4File).
+
+    Holds one chunk of samples and one chunk of frames at a time; ``out_path`` appears only
+    when the whole video is written (a refusal or failure half way leaves it as it was).
+    """
+    from .media import Mp4Writer, write_png
+    from .runtime import StreamReport, stream
+
+    prog = build.manifest.program
+    frames_to = Path(frames_dir) if frames_dir else None
+    if frames_to is not None:
+        frames_to.mkdir(parents=True, exist_ok=True)
+    report = StreamReport()
+    with Mp4Writer(out_path, fps=prog.fps, sample_rate=prog.sample_rate) as mp4:
+
+        def to_track(pieces: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+            for piece in pieces:  # the samples the chunks render, onto the audio track as they pass
+                mp4.add_audio(piece)
+                yield piece
+
+        for chunk in stream(build, image, to_track(audio), seed=seed):
+            mp4.add_frames(chunk.frames)
+            if frames_to is not None:
+                for i, frame in enumerate(chunk.frames):
+                    write_png(frames_to / f"frame_{chunk.first_frame + i:05d}.png", frame)
+            report.add(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk)
+            del chunk
+        video = mp4.finish()
+    return report, video
 
 
 def render_to_files(
@@ -54,42 +131,35 @@ def render_to_files(
     t_process: float,
     trust=None,
     fit: str = DEFAULT_FIT,
+    max_audio_seconds: float = RENDER_MAX_AUDIO_SECONDS,
     progress: Callable[[str], None] = lambda m: None,
 ) -> dict:
-    from .media import write_mp4, write_png
-
     t_cli = time.perf_counter()
     registry = open_registry(registry_uri, create=False)
     resolved, manifest = prepare(registry, ref)  # sets the device count before JAX starts
+    prog = manifest.program
     t_inputs = time.perf_counter()
-    image, audio, inputs = request_inputs(manifest.program, image_path=image_path, audio_path=audio_path,
-                                          seconds=seconds, pipeline=manifest.pipeline, fit=fit)
-    inputs["decode_seconds"] = round(time.perf_counter() - t_inputs, 4)
+    image, image_record = request_image(prog, image_path, pipeline=manifest.pipeline, fit=fit)
+    audio = request_audio(prog, audio_path, seconds=seconds, max_seconds=max_audio_seconds)
+    decode_seconds = time.perf_counter() - t_inputs  # the picture, and the track's header
     t_imp = time.perf_counter()
     import jax  # noqa: F401 - timed: part of the cold start
 
-    from .runtime import load, render
+    from .runtime import load
 
     imports = (t_cli - t_process) + (time.perf_counter() - t_imp)
     # With a trust key the loader resolves the channel itself and checks its signed statement.
     progress(f"loading {manifest.build_id} from {registry.uri}")
     build = load(ref if trust is not None else resolved.digest, registry, strict=True, trust=trust)
-    progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {audio.shape[0] / manifest.program.sample_rate:.1f}s "
-             "of audio")
+    length = f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
+    progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {length} to {out_path}")
 
     def say(c) -> None:
         progress(f"chunk {c.index}: {c.frames.shape[0]} frames ({c.bucket}) in {c.seconds:.2f}s, "
                  f"deadline {c.deadline:.2f}s{' MISSED' if c.missed else ''}, {c.compiles} compile(s)")
 
-    frames, report = render(build, image, audio, seed=seed, on_chunk=say)
-    progress(f"writing {out_path}")
-    prog = manifest.program
-    mp4 = write_mp4(out_path, frames, fps=prog.fps, audio=audio, sample_rate=prog.sample_rate)
-    if frames_dir:
-        d = Path(frames_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        for i, f in enumerate(frames):
-            write_png(d / f"frame_{i:05d}.png", f)
+    report, mp4 = render_build_to_files(build, image, audio.pieces, out_path=out_path, frames_dir=frames_dir,
+                                        seed=seed, on_chunk=say)
     t = build.timings
     cold = {
         "imports": round(imports, 4),
@@ -112,5 +182,5 @@ def render_to_files(
         "compiles": build.guard.count,
         "cold_start": cold,
         "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},
-        "inputs": inputs,
+        "inputs": {"image": image_record, "audio": audio.record(), "decode_seconds": round(decode_seconds, 4)},
     }

@@ -10,6 +10,12 @@
 * speech: a 10-minute 44.1 kHz stereo MP3 decoded to 16 kHz mono, in a fresh process, streamed
   (chunks dropped) and read whole; wall time and peak RSS of the Python process and of ffmpeg.
 * bomb: a PNG whose header claims 60000x60000 (3.6 GP) refused; median of ``--runs``. Goal: < 100 ms.
+* render feed: a 10-minute and a ``--render-hours`` (2) MP3, 44.1 kHz stereo, each rendered to an MP4
+  in a fresh process by ``render.render_build_to_files``: the decoder, the audio feed, the chunk
+  loop of ``runtime.stream``, the H.264 encoder and the streamed audio track, for real; the stages
+  are the numpy stand-ins of ``tests/standin_build.py`` (80x48, 8-frame chunks; a compiled tiny
+  build takes seconds a chunk, so hours of video are not rendered through XLA here). Peak RSS of
+  the Python process, wall time; the 2-hour / 10-minute ratios side by side. ``--no-render`` skips it.
 """
 
 from __future__ import annotations
@@ -49,6 +55,41 @@ print(json.dumps({"seconds": seconds, "samples": n, "python_rss_before_mb": befo
 """
 
 
+_RENDER_CHILD = r"""
+import json, resource, sys, time
+from tests.standin_build import standin_build
+from avatar_release.render import render_build_to_files, request_audio
+from avatar_release.samples import sample_image
+
+build = standin_build()
+t0 = time.perf_counter()
+audio = request_audio(build.manifest.program, sys.argv[1], max_seconds=float(sys.argv[3]))
+report, mp4 = render_build_to_files(build, sample_image(48, 80), audio.pieces, out_path=sys.argv[2])
+print(json.dumps({"seconds": time.perf_counter() - t0, "audio_seconds": audio.record()["seconds"],
+                  "frames": report.frames, "chunks": len(report.chunks), "mp4_mb": mp4.bytes / 1e6,
+                  "python_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _render_feed(d: Path, ten_minutes: Path, hours: float) -> dict:
+    """Peak RSS and time of rendering a 10-minute and an ``hours``-long MP3, each in a fresh process."""
+    from tests.media.helpers import ffmpeg
+
+    loops = max(1, round(hours * 6))  # whole copies of the 10-minute file, stream-copied: no re-encode
+    long = d / "long.mp3"
+    ffmpeg("-stream_loop", str(loops - 1), "-i", str(ten_minutes), "-c", "copy", "-y", str(long))
+    runs = {}
+    for name, path in (("ten_minutes", ten_minutes), (f"{loops * 10}_minutes", long)):
+        out = subprocess.run([sys.executable, "-c", _RENDER_CHILD, str(path), str(d / "render.mp4"),
+                              str(loops * 600 + 60)], capture_output=True, text=True, check=True, cwd=ROOT,
+                             env={**os.environ, "JAX_PLATFORMS": "cpu"}).stdout
+        runs[name] = {k: round(v, 3) for k, v in json.loads(out).items()}
+    short, longer = runs.values()
+    runs["ratio_long_to_short"] = {k: round(longer[k] / short[k], 3)
+                                   for k in ("audio_seconds", "frames", "seconds", "python_peak_rss_mb")}
+    return runs
+
+
 def _median_ms(fn, runs: int) -> dict[str, float]:
     """Median wall and CPU milliseconds. CPU time is what the work costs; wall time on a shared
     2-core machine also holds other processes' turns (the load average is recorded beside it)."""
@@ -79,6 +120,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--old-commit", default="ea9f89a", help="a commit whose avatar_release/media.py is the old decoder")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "media.json"))
+    ap.add_argument("--render-hours", type=float, default=2.0, help="length of the long render-feed track")
+    ap.add_argument("--no-render", action="store_true", help="skip the render-feed measurement (minutes)")
     args = ap.parse_args()
 
     from avatar_release import media
@@ -101,7 +144,9 @@ def main() -> None:
             path = d / name
             ms = _median_ms(lambda: media.load_image(path, height=720, width=1280, fit="cover"), args.runs)
             tiny = _median_ms(lambda: media.load_image(path, height=48, width=80, fit="cover"), args.runs)
-            pictures[name] = {"bytes": path.stat().st_size, "decode_fit_720p_ms": ms, "decode_fit_80x48_ms": tiny}
+            same = _median_ms(lambda: media.load_image(path, height=1080, width=1920, fit="cover"), args.runs)
+            pictures[name] = {"bytes": path.stat().st_size, "decode_fit_720p_ms": ms, "decode_fit_80x48_ms": tiny,
+                              "decode_1080p_no_resize_ms": same}
         old = _old_media(args.old_commit)
         if old is not None:
             for name in ("p.png", "p-paeth.png"):
@@ -119,6 +164,8 @@ def main() -> None:
                                  check=True, cwd=ROOT).stdout
             speech[mode] = {k: round(v, 3) for k, v in json.loads(out).items()}
         results["mp3_10min_to_16k_mono"] = speech
+        if not args.no_render:
+            results["render_feed"] = _render_feed(d, mp3, args.render_hours)
 
         bomb = d / "bomb.png"
         bomb.write_bytes(png_header_only(60000, 60000))
@@ -139,7 +186,9 @@ def main() -> None:
     for name in ("p.jpg", "p.png"):
         t = pic[name]["decode_fit_720p_ms"]
         print(f"{name} 1080p decode + cover fit to 720p: {t['wall_ms']} ms wall, {t['cpu_ms']} ms CPU "
-              f"({t['cpu_ms'] / 50:.2f}x the 50 ms goal in CPU time)")
+              f"({t['cpu_ms'] / 50:.2f}x the 50 ms goal in CPU time); to 80x48 "
+              f"{pic[name]['decode_fit_80x48_ms']['cpu_ms']} ms CPU; at 1920x1080 (no resize) "
+              f"{pic[name]['decode_1080p_no_resize_ms']['cpu_ms']} ms CPU")
     for name in ("p.png", "p-paeth.png"):
         if "old_decoder_ms" in pic[name]:
             old_ms, new_ms = pic[name]["old_decoder_ms"]["cpu_ms"], pic[name]["decode_fit_720p_ms"]["cpu_ms"]
@@ -147,6 +196,14 @@ def main() -> None:
     s = results["mp3_10min_to_16k_mono"]
     print(f"10-min MP3 -> 16 kHz mono: streamed {s['stream']['seconds']} s ({600 / s['stream']['seconds']:.0f}x real time), "
           f"Python peak RSS {s['stream']['python_peak_rss_mb']} MB streamed vs {s['read']['python_peak_rss_mb']} MB whole")
+    if "render_feed" in results:
+        r = results["render_feed"]
+        short, long = (r[k] for k in r if k != "ratio_long_to_short")
+        ratio = r["ratio_long_to_short"]
+        print(f"render feed, {short['audio_seconds'] / 60:.0f} min vs {long['audio_seconds'] / 60:.0f} min of MP3: "
+              f"audio x{ratio['audio_seconds']}, frames x{ratio['frames']}, time x{ratio['seconds']}, "
+              f"peak RSS x{ratio['python_peak_rss_mb']} ({short['python_peak_rss_mb']} MB vs "
+              f"{long['python_peak_rss_mb']} MB)")
     bomb_ms = results["bomb_60000x60000_refused_ms"]["wall_ms"]
     print(f"60000x60000 header refused in {bomb_ms} ms wall ({bomb_ms / 100:.4f}x the 100 ms budget)")
 

@@ -23,14 +23,17 @@ from ..errors import InputError
               help="How a picture of another size meets the pipeline's: cover = scale and centre-crop, "
                    "contain = scale to fit and letterbox on black, exact = refuse another size.")
 @click.option("--seconds", default=1.0, show_default=True, help="Length of the default sample audio.")
+@click.option("--max-audio-seconds", default=4 * 3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Refuse a speech track longer than this (from its header, before anything loads; "
+                   "exactly, while decoding). Memory does not grow with the track: it is streamed.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", "out_path", default="out.mp4", show_default=True, help="H.264 mp4 with the audio muxed in.")
 @click.option("--frames-dir", default=None, help="Also write every frame as PNG here.")
 @trust_options
 @registry_option
 @json_option
-def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, out_path, frames_dir, trust_key,
-               trust_state, allow_stale, registry_uri, as_json):
+def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_audio_seconds, seed, out_path, frames_dir,
+               trust_key, trust_state, allow_stale, registry_uri, as_json):
     """Load a build as a serving pod would and render a video with zero compiles."""
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
@@ -40,7 +43,7 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, seed, o
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
         prepare=_prepare_devices_for_build, t_process=_T0, trust=_trust(trust_key, trust_state, allow_stale), fit=fit,
-        progress=_progress(),
+        max_audio_seconds=max_audio_seconds, progress=_progress(),
     )
     human = (
         f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "

@@ -8,7 +8,8 @@ Three rooms, one job each:
 * :mod:`.audio`: WAV, MP3, M4A/AAC, FLAC, Ogg and WebM in through the ffmpeg binary that
   ``imageio-ffmpeg`` ships (never one from PATH), decoded incrementally to mono at the
   pipeline's rate by pinned options; 16-bit WAV out.
-* :mod:`.video`: H.264/AAC MP4 out through the same binary, probed and decoded for tests.
+* :mod:`.video`: H.264/AAC MP4 out through the same binary, written while frames and samples
+  arrive (``Mp4Writer``), probed and decoded for tests.
 
 Nothing is imported at import time beyond numpy: Pillow and imageio-ffmpeg load on first
 use. Every file is written atomically through ``avatar_release._atomic``. Bad input raises
@@ -26,6 +27,7 @@ from .audio import (
     ACCEPTED_AUDIO,
     DEFAULT_MAX_AUDIO_SECONDS,
     RESAMPLER,
+    AudioProbe,
     AudioSource,
     AudioStream,
     LoadedAudio,
@@ -33,6 +35,7 @@ from .audio import (
     encode_wav_bytes,
     load_audio,
     load_audio_bytes,
+    pcm16,
     read_audio,
     stream_audio,
     write_wav,
@@ -53,7 +56,7 @@ from .image import (
     read_image,
     write_png,
 )
-from .video import Mp4File, Mp4Probe, probe_mp4, read_mp4_frames, write_mp4
+from .video import Mp4File, Mp4Probe, Mp4Writer, probe_mp4, read_mp4_frames, write_mp4
 
 __all__ = [
     # errors raised here
@@ -78,6 +81,7 @@ __all__ = [
     "ACCEPTED_AUDIO",
     "DEFAULT_MAX_AUDIO_SECONDS",
     "RESAMPLER",
+    "AudioProbe",
     "AudioSource",
     "AudioStream",
     "LoadedAudio",
@@ -85,12 +89,14 @@ __all__ = [
     "encode_wav_bytes",
     "load_audio",
     "load_audio_bytes",
+    "pcm16",
     "read_audio",
     "stream_audio",
     "write_wav",
     # video
     "Mp4File",
     "Mp4Probe",
+    "Mp4Writer",
     "ffmpeg_exe",
     "ffmpeg_version",
     "probe_mp4",

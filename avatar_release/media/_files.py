@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from .. import _atomic
 from ..errors import InputError
 
-__all__ = ["PathLike", "input_file", "read_head", "output_path", "write_output", "describe_head"]
+__all__ = ["PathLike", "input_file", "read_head", "output_path", "check_output", "scratch_beside", "write_output", "describe_head"]
 
 PathLike = str | os.PathLike
 
@@ -70,6 +71,33 @@ def output_path(path: PathLike, suffix: str = "") -> Iterator[Path]:
         cm.__exit__(None, None, None)
     except OSError as exc:  # fsync or rename failed: nothing was published
         raise _bad_output(target, exc) from exc
+
+
+def check_output(target: Path) -> None:
+    """Refuse, before any work, an output that is a folder or whose folder cannot be made."""
+    if target.is_dir():
+        raise InputError(f"output {target}: is a directory; give a file path instead")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _bad_output(target, exc) from exc
+
+
+def scratch_beside(target: Path, suffix: str) -> Path:
+    """A new empty temporary file in ``target``'s folder (created if missing), named with
+    ``_atomic.TMP_PREFIX`` so that a killed writer's leftovers are swept; the caller removes it.
+
+    Beside the output rather than in the system temp folder: a long render's scratch (a video
+    track, hours of samples) then lands on the disk the output goes to, never in a RAM-backed /tmp.
+    """
+    check_output(target)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"{_atomic.TMP_PREFIX}{target.name[:48]}.", suffix=suffix,
+                                    dir=target.parent)
+    except OSError as exc:
+        raise _bad_output(target, exc) from exc
+    os.close(fd)
+    return Path(name)
 
 
 def write_output(path: PathLike, data: bytes) -> Path:

@@ -45,6 +45,7 @@ __all__ = [
     "ACCEPTED_AUDIO",
     "DEFAULT_MAX_AUDIO_SECONDS",
     "RESAMPLER",
+    "AudioProbe",
     "AudioSource",
     "AudioStream",
     "LoadedAudio",
@@ -52,6 +53,7 @@ __all__ = [
     "encode_wav_bytes",
     "load_audio",
     "load_audio_bytes",
+    "pcm16",
     "read_audio",
     "stream_audio",
     "write_wav",
@@ -59,8 +61,12 @@ __all__ = [
 
 ACCEPTED_AUDIO = ("WAV (8/16/24/32-bit PCM or float, any rate, any channels), MP3, M4A/AAC "
                   "(or the audio of an MP4), FLAC, Ogg (Vorbis, Opus), WebM/Matroska, AIFF")
-# 30 minutes: 115 MB of float32 at 16 kHz. A bound, so one request cannot fill the host.
+# 30 minutes: 115 MB of float32 at 16 kHz. A bound, so one request cannot fill the host when the
+# track is read whole; a streamed render (``avatar_release.render``) sets its own.
 DEFAULT_MAX_AUDIO_SECONDS = 1800.0
+# A header's duration may be an estimate (an MP3 without a Xing header: from its bitrate), so a
+# file is refused from its header only when past the bound by more than this; decoding is exact.
+_HEADER_SLACK_SECONDS = 1.0
 _INT16_SCALE = 32767.0
 _CHUNK_SECONDS = 1.0
 _EXPORT_AS = "export it as WAV, MP3, M4A or FLAC (any recorder or audio editor does it)"
@@ -139,12 +145,24 @@ class AudioSource:
 
 
 @dataclasses.dataclass(frozen=True)
+class AudioProbe:
+    """What a file's header says, before any sample is decoded (see :meth:`AudioStream.probe`)."""
+
+    container: str
+    codec: str | None
+    source_rate: int | None
+    channels: str | None
+    seconds: float | None  # the header's duration (ffmpeg's estimate for some MP3s); None if it has none
+
+
+@dataclasses.dataclass(frozen=True)
 class LoadedAudio:
     samples: np.ndarray  # (n,) float32 mono in [-1, 1]
     source: AudioSource
 
 
 _INPUT_RE = re.compile(r"^Input #0, ([^,]+(?:,[^ ,]+)*), from", re.M)
+_DURATION_RE = re.compile(r"^\s*Duration: (\d+):(\d\d):(\d\d(?:\.\d+)?)", re.M)
 _AUDIO_RE = re.compile(r"Stream #0:\d+[^:]*: Audio: ([A-Za-z0-9_]+)[^,]*, (\d+) Hz, ([^,\n]+)")
 
 
@@ -172,8 +190,9 @@ class AudioStream:
     """
 
     def __init__(self, path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
-                 chunk_seconds: float = _CHUNK_SECONDS, cut: bool = False):
+                 chunk_seconds: float = _CHUNK_SECONDS, cut: bool = False, longer_fix: str | None = None):
         self.where = str(path)
+        self.longer_fix = longer_fix  # the caller's own way past the bound, added to the refusal
         try:
             self.sample_rate = int(sample_rate)
             max_s, chunk_s = float(max_seconds), float(chunk_seconds)
@@ -199,14 +218,55 @@ class AudioStream:
         self.container, self.demuxer = kind
         self.source: AudioSource | None = None
 
+    def _input(self) -> list[str]:
+        return [ffmpeg_exe(), "-hide_banner", "-nostdin", "-nostats", "-loglevel", "info", "-cpuflags", "0",
+                "-protocol_whitelist", "file", "-f", self.demuxer, "-i", "file:" + str(self.path.absolute())]
+
     def _command(self) -> list[str]:
         af = "aresample=" + ":".join([f"osr={self.sample_rate}", "ochl=mono", "osf=s16"]
                                      + [f"{k}={v}" for k, v in RESAMPLER])
-        return [
-            ffmpeg_exe(), "-hide_banner", "-nostdin", "-nostats", "-loglevel", "info", "-cpuflags", "0",
-            "-protocol_whitelist", "file", "-f", self.demuxer, "-i", "file:" + str(self.path.absolute()),
-            "-map", "0:a:0", "-af", af, "-c:a", "pcm_s16le", "-f", "s16le", "pipe:1",
-        ]
+        return self._input() + ["-map", "0:a:0", "-af", af, "-c:a", "pcm_s16le", "-f", "s16le", "pipe:1"]
+
+    def probe(self) -> AudioProbe:
+        """The header: format, rate, channels and duration, read without decoding a sample (~50 ms).
+
+        Refuses a file ffmpeg cannot open or one without an audio stream, as decoding would.
+        """
+        cmd = self._input()  # and no output: ffmpeg prints what it found and stops
+        try:
+            res = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise MediaError(f"audio {self.where}: cannot run ffmpeg ({cmd[0]}) to read the header: {exc}") from exc
+        log = res.stderr.decode("utf-8", "replace")
+        if not _INPUT_RE.search(log):
+            raise InputError(f"audio {self.where}: cannot read this {self.container} file's header; the file is "
+                             f"damaged or truncated; {_EXPORT_AS}:\n" + stderr_tail(log))
+        codec, rate, channels = _found(log)
+        if codec is None:
+            raise InputError(f"audio {self.where}: {self.container} file has no audio stream; give a file "
+                             f"with speech in it ({ACCEPTED_AUDIO})")
+        m = _DURATION_RE.search(log)
+        seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else None
+        return AudioProbe(self.container, codec, rate, channels, seconds)
+
+    def check_header(self) -> AudioProbe:
+        """:meth:`probe`, refusing at once a file whose header puts it past ``max_seconds`` (unless ``cut``):
+        a long render is refused before it starts, not when decoding reaches the bound."""
+        found = self.probe()
+        if not self.cut and found.seconds is not None and found.seconds > self.max_seconds + _HEADER_SLACK_SECONDS:
+            parts = [found.container] + [x for x in (found.codec, f"{found.source_rate} Hz" if found.source_rate
+                                                     else None, found.channels) if x]
+            raise InputError(
+                f"audio {self.where}: {', '.join(parts)} of {found.seconds:.1f} s (from its header) is longer than "
+                f"the bound of {self.max_seconds:g} s; {self._keep_first()}"
+            )
+        return found
+
+    def _keep_first(self) -> str:
+        fix = (f"keep the first {self.max_seconds:g} s with: python -m avatar_release.media audio {self.where} "
+               f"short.wav --seconds {self.max_seconds:g}")
+        return fix + (f", or {self.longer_fix}" if self.longer_fix else "")
 
     def _describe(self, log: str) -> str:
         codec, rate, channels = _found(log)
@@ -252,8 +312,7 @@ class AudioStream:
     def _too_long(self, log: str) -> InputError:
         return InputError(
             f"audio {self.where}: {self._describe(log)} is longer than the bound of {self.max_seconds:g} s "
-            f"(decoding stopped there); keep the first {self.max_seconds:g} s with: "
-            f"python -m avatar_release.media audio {self.where} short.wav --seconds {self.max_seconds:g}"
+            f"(decoding stopped there); {self._keep_first()}"
         )
 
     def _finish(self, rc: int | None, log: str, total: int, digest) -> AudioSource:
@@ -284,9 +343,11 @@ class AudioStream:
 
 
 def stream_audio(path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
-                 chunk_seconds: float = _CHUNK_SECONDS, cut: bool = False) -> AudioStream:
+                 chunk_seconds: float = _CHUNK_SECONDS, cut: bool = False,
+                 longer_fix: str | None = None) -> AudioStream:
     """A speech track decoded incrementally: see :class:`AudioStream`."""
-    return AudioStream(path, sample_rate=sample_rate, max_seconds=max_seconds, chunk_seconds=chunk_seconds, cut=cut)
+    return AudioStream(path, sample_rate=sample_rate, max_seconds=max_seconds, chunk_seconds=chunk_seconds, cut=cut,
+                       longer_fix=longer_fix)
 
 
 def load_audio(path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) -> LoadedAudio:
@@ -374,14 +435,19 @@ def check_audio(
 def encode_wav_bytes(samples: Any, sample_rate: int) -> bytes:
     """16-bit PCM mono WAV bytes for float samples in [-1, 1] (clipped)."""
     arr = check_audio(samples, sample_rate=sample_rate)
-    ints = np.round(np.clip(arr.astype(np.float64), -1.0, 1.0) * _INT16_SCALE).astype("<i2")
     buf = io.BytesIO()
     with wave.open(buf, "wb") as wf:
         wf.setnchannels(1)
         wf.setsampwidth(2)
         wf.setframerate(int(sample_rate))
-        wf.writeframes(ints.tobytes())
+        wf.writeframes(pcm16(arr))
     return buf.getvalue()
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """Float samples in [-1, 1] as 16-bit little-endian PCM, clipped: ``round(x * 32767)``, so
+    the decoder's ``k / 32767`` floats come back as exactly ``k``."""
+    return np.round(np.clip(np.asarray(samples, np.float64), -1.0, 1.0) * _INT16_SCALE).astype("<i2").tobytes()
 
 
 def write_wav(path: PathLike, samples: Any, sample_rate: int) -> Path:

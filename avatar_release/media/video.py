@@ -1,9 +1,12 @@
 """H.264 MP4 out (and probed, and decoded back for tests) through the bundled ffmpeg binary.
 
-Frames go to libx264 as raw rgb24 on ffmpeg's stdin (yuv420p, BT.709, limited range), one at a
-time, so a generator of frames is never held in memory; mono audio is muxed in as AAC, cut or
-padded with silence to the video's length. The file appears atomically (``_atomic``): a failed
-encode leaves ``path`` as it was.
+:class:`Mp4Writer` takes frames and samples as they are made: frames go to libx264 as raw rgb24
+on ffmpeg's stdin (yuv420p, BT.709, limited range), one at a time, and mono samples go to a
+16-bit scratch file beside the output, so neither is held in memory however long the video.
+``finish`` then muxes the samples in as AAC, cut or padded with silence to the video's length
+(only known once every frame is in; ffmpeg's own apad + -shortest overshoots by up to a
+second). :func:`write_mp4` does the same for frames and audio already in hand. The file appears
+atomically (``_atomic``): a failed encode leaves ``path`` as it was, and no scratch behind.
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._atomic import TMP_PREFIX
 from ..errors import InputError, MediaError
 from ._ffmpeg import ffmpeg_exe, stderr_tail
-from ._files import PathLike, output_path
-from .audio import check_audio, encode_wav_bytes
+from ._files import PathLike, check_output, output_path, scratch_beside
+from .audio import check_audio, pcm16
 
-__all__ = ["Mp4File", "Mp4Probe", "write_mp4", "probe_mp4", "read_mp4_frames"]
+__all__ = ["Mp4File", "Mp4Probe", "Mp4Writer", "write_mp4", "probe_mp4", "read_mp4_frames"]
+
+# Silence is appended this many samples at a time when the audio is shorter than the video.
+_PAD_SAMPLES = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +83,213 @@ def _iter_frames(frames: Any) -> Iterator[Any]:
     return iter(frames)
 
 
+def _check_fps(fps: Any, where: str) -> float:
+    try:
+        fps_f = float(fps)
+    except (TypeError, ValueError):
+        raise InputError(f"video {where}: fps {fps!r}, expected a positive number") from None
+    if not math.isfinite(fps_f) or fps_f <= 0:
+        raise InputError(f"video {where}: fps {fps!r}, expected a positive number")
+    return fps_f
+
+
+class _H264Pipe:
+    """libx264 on ffmpeg's stdin, writing a video-only MP4 to ``out``; frames one at a time."""
+
+    def __init__(self, exe: str, out: Path, shape: tuple[int, ...], fps: float, crf: int, preset: str, where: str):
+        height, width, _ = shape
+        self.shape, self.where, self.count = shape, where, 0
+        self._pad = ((0, height % 2), (0, width % 2), (0, 0))  # yuv420p needs even sizes
+        cmd = [
+            exe, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
+            "-f", "rawvideo", "-pix_fmt", "rgb24",
+            "-s", f"{width + width % 2}x{height + height % 2}", "-r", repr(fps), "-i", "pipe:0",
+            "-map", "0:v:0",
+            "-c:v", "libx264", "-preset", preset, "-crf", str(int(crf)),
+            # RGB -> BT.709 limited-range YUV, tagged as such so players convert back correctly.
+            "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
+            "-pix_fmt", "yuv420p",
+            "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
+            "-movflags", "+faststart", "-f", "mp4", str(out),
+        ]
+        self._err = tempfile.TemporaryFile()  # a file, not a pipe: ffmpeg's log can never block it
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._err)
+        except OSError as exc:
+            self._err.close()
+            raise MediaError(f"video {where}: cannot start ffmpeg ({exe}): {exc}") from exc
+
+    def _stderr(self) -> str:
+        self._err.seek(0)
+        return self._err.read().decode("utf-8", "replace")
+
+    def write(self, frame: np.ndarray) -> None:
+        if frame.shape != self.shape:
+            raise InputError(
+                f"video {self.where}: frame {self.count} has shape {tuple(frame.shape)}, expected "
+                f"{tuple(self.shape)} like frame 0; all frames must have the same size"
+            )
+        if self._pad[0][1] or self._pad[1][1]:  # repeat the last row/column
+            frame = np.pad(frame, self._pad, mode="edge")
+        try:
+            self._proc.stdin.write(memoryview(frame).cast("B"))
+        except BrokenPipeError:
+            self._proc.wait()
+            raise MediaError(
+                f"video {self.where}: ffmpeg stopped after {self.count} frames (exit {self._proc.returncode}):\n"
+                + stderr_tail(self._stderr())
+            ) from None
+        self.count += 1
+
+    def close(self) -> int:
+        """Flush and wait for ffmpeg; the number of frames written."""
+        with contextlib.suppress(BrokenPipeError):
+            self._proc.stdin.close()
+        rc = self._proc.wait()
+        try:
+            if rc != 0:
+                raise MediaError(f"video {self.where}: ffmpeg failed (exit {rc}) encoding {self.count} frames:\n"
+                                 + stderr_tail(self._stderr()))
+        finally:
+            self._err.close()
+        return self.count
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        with contextlib.suppress(Exception):
+            self._proc.stdin.close()
+        self._proc.wait()
+        self._err.close()
+
+
+class Mp4Writer:
+    """An H.264 (+ AAC) MP4 written while frames and samples are still being made.
+
+    ``add_frames``/``add_frame`` stream RGB frames to the encoder; ``add_audio`` appends mono
+    float samples in [-1, 1] (any number of calls, any sizes) when the writer was given a
+    ``sample_rate``; ``finish`` muxes and publishes ``path`` and returns what was written.
+    Use it as a context manager: leaving the block without ``finish`` (an exception, a
+    consumer that stopped) kills ffmpeg and removes every scratch file, and ``path`` is left
+    as it was (scratch files carry ``_atomic.TMP_PREFIX``, so a killed process's are swept). Odd widths/heights are padded to even by repeating the last column/row.
+    """
+
+    def __init__(self, path: PathLike, *, fps: float, sample_rate: int | None = None, crf: int = 18,
+                 preset: str = "veryfast"):
+        self.where, self.target = str(path), Path(path)
+        self.fps = _check_fps(fps, self.where)
+        self.sample_rate = None if sample_rate is None else int(sample_rate)
+        if self.sample_rate is not None and self.sample_rate <= 0:
+            raise InputError(f"video {path}: sample rate {sample_rate} Hz, expected a positive integer")
+        check_output(self.target)
+        self._crf, self._preset, self._exe = crf, preset, ffmpeg_exe()
+        self._scratch: list[Path] = []  # created with the first frame and the first samples
+        self._video_path: Path | None = None
+        self._video: _H264Pipe | None = None
+        self._pcm: BinaryIO | None = None
+        self.samples = 0  # samples added so far
+        self._done = False
+
+    def _new_scratch(self, suffix: str) -> Path:
+        p = scratch_beside(self.target, suffix)
+        self._scratch.append(p)
+        return p
+
+    def __enter__(self) -> "Mp4Writer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._done:
+            self.abort()
+
+    # ------------------------------------------------------------------ input
+    @property
+    def frames(self) -> int:
+        return self._video.count if self._video is not None else 0
+
+    def add_frame(self, frame: Any) -> None:
+        frame = _as_rgb_frame(frame, f"video {self.where}: frame {self.frames}")
+        if self._video is None:
+            self._video_path = self._new_scratch(".video.mp4")
+            self._video = _H264Pipe(self._exe, self._video_path, frame.shape, self.fps, self._crf, self._preset,
+                                    self.where)
+        self._video.write(frame)
+
+    def add_frames(self, frames: Iterable[np.ndarray] | np.ndarray) -> None:
+        """An (N, H, W, 3) uint8 array or any iterable of (H, W, 3) uint8 frames."""
+        for frame in _iter_frames(frames):
+            self.add_frame(frame)
+
+    def add_audio(self, samples: Any) -> None:
+        """Append mono float samples in [-1, 1] to the audio track (written to disk at once)."""
+        if self.sample_rate is None:
+            raise InputError(f"video {self.where}: audio given without sample_rate; pass sample_rate=16000 "
+                             "(or the audio's rate)")
+        arr = np.asarray(samples)
+        if arr.ndim == 1 and arr.size == 0:
+            return
+        arr = check_audio(arr, sample_rate=self.sample_rate, where=f"audio for video {self.where}")
+        if self._pcm is None:
+            self._pcm = open(self._new_scratch(".s16"), "wb")
+        self._pcm.write(pcm16(arr))
+        self.samples += arr.size
+
+    # ------------------------------------------------------------------ output
+    def finish(self) -> Mp4File:
+        """Close the video, fit the audio to its length, mux, and publish ``path`` atomically."""
+        if self._video is None:
+            raise InputError(f"video {self.where}: no frames to write; expected at least one frame")
+        count = self._video.close()
+        with output_path(self.target, suffix=".mp4") as tmp_mp4:
+            if self.sample_rate is None:
+                os.replace(self._video_path, tmp_mp4)
+            else:
+                pcm = self._fit_audio(max(1, int(round(count / self.fps * self.sample_rate))))
+                _run_ffmpeg(
+                    [
+                        self._exe, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
+                        "-i", str(self._video_path),
+                        "-f", "s16le", "-ar", str(self.sample_rate), "-ch_layout", "mono", "-i", str(pcm),
+                        "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k",
+                        "-movflags", "+faststart", "-f", "mp4", str(tmp_mp4),
+                    ],
+                    f"video {self.where}: ffmpeg failed adding the audio track",
+                )
+            size = os.path.getsize(tmp_mp4)
+        self._done = True
+        self._remove_scratch()
+        return Mp4File(path=self.target, frames=count, seconds=count / self.fps, bytes=size)
+
+    def _fit_audio(self, n: int) -> Path:
+        """The scratch samples cut or padded with silence to exactly ``n`` samples; their path."""
+        if self._pcm is None:
+            self._pcm = open(self._new_scratch(".s16"), "wb")
+        if self.samples > n:
+            self._pcm.truncate(2 * n)
+        else:
+            left = n - self.samples
+            while left > 0:
+                k = min(left, _PAD_SAMPLES)
+                self._pcm.write(bytes(2 * k))
+                left -= k
+        self._pcm.close()
+        return Path(self._pcm.name)
+
+    def abort(self) -> None:
+        """Stop: kill ffmpeg, remove every scratch file; ``path`` is left as it was."""
+        self._done = True
+        if self._video is not None:
+            self._video.kill()
+        self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        if self._pcm is not None:
+            self._pcm.close()
+        for p in self._scratch:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+
+
 def write_mp4(
     path: PathLike,
     frames: Iterable[np.ndarray] | np.ndarray,
@@ -95,62 +307,20 @@ def write_mp4(
     Odd widths/heights are padded to even by repeating the last column/row (yuv420p
     needs even sizes). Audio, when given, is padded with silence or cut to the video's
     length. On any failure the temporary file is removed and ``path`` is left untouched.
+    For frames and samples that arrive over time, use :class:`Mp4Writer`.
     """
-    try:
-        fps_f = float(fps)
-    except (TypeError, ValueError):
-        raise InputError(f"video {path}: fps {fps!r}, expected a positive number") from None
-    if not math.isfinite(fps_f) or fps_f <= 0:
-        raise InputError(f"video {path}: fps {fps!r}, expected a positive number")
+    _check_fps(fps, str(path))
     if audio is not None:
         if sample_rate is None:
             raise InputError(f"video {path}: audio given without sample_rate; pass sample_rate=16000 (or the audio's rate)")
         audio = check_audio(audio, sample_rate=sample_rate, where=f"audio for video {path}")
-
     it = _iter_frames(frames)
-    try:
-        first = next(it)
-    except StopIteration:
-        raise InputError(f"video {path}: no frames to write; expected at least one frame") from None
-    first = _as_rgb_frame(first, f"video {path}: frame 0")
-
-    exe = ffmpeg_exe()
-    target = Path(path)
-    with contextlib.ExitStack() as stack:
-        tmp_mp4 = stack.enter_context(output_path(target, suffix=".mp4"))
-        if audio is None:
-            count = _encode_h264(exe, tmp_mp4, first, it, fps_f, crf, preset, where=str(path))
-        else:
-            # Pass 1: video only. Pass 2: copy the video and add the audio, cut or padded
-            # with silence to exactly the video's length (only known once every frame is in;
-            # ffmpeg's own apad + -shortest overshoots by up to a second).
-            tmp_video = _scratch(stack, target.parent, f"{TMP_PREFIX}{target.name[:48]}.", ".video.mp4")
-            count = _encode_h264(exe, tmp_video, first, it, fps_f, crf, preset, where=str(path))
-            n = max(1, int(round(count / fps_f * int(sample_rate))))
-            fitted = np.zeros(n, dtype=np.float32)
-            fitted[: min(n, audio.size)] = audio[:n]
-            tmp_wav = _scratch(stack, None, "avatar-audio-", ".wav")
-            with open(tmp_wav, "wb") as fh:
-                fh.write(encode_wav_bytes(fitted, int(sample_rate)))
-            _run_ffmpeg(
-                [
-                    exe, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
-                    "-i", str(tmp_video), "-i", str(tmp_wav),
-                    "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k",
-                    "-movflags", "+faststart", "-f", "mp4", str(tmp_mp4),
-                ],
-                f"video {path}: ffmpeg failed adding the audio track",
-            )
-        size = os.path.getsize(tmp_mp4)
-    return Mp4File(path=target, frames=count, seconds=count / fps_f, bytes=size)
-
-
-def _scratch(stack: contextlib.ExitStack, directory: Path | None, prefix: str, suffix: str) -> Path:
-    """A temporary file (in ``directory``, or the system temp dir) removed when ``stack`` closes."""
-    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
-    os.close(fd)
-    stack.callback(lambda: os.path.exists(name) and os.unlink(name))
-    return Path(name)
+    with Mp4Writer(path, fps=fps, sample_rate=sample_rate if audio is not None else None, crf=crf,
+                   preset=preset) as writer:
+        if audio is not None:
+            writer.add_audio(audio)
+        writer.add_frames(it)
+        return writer.finish()
 
 
 def _run_ffmpeg(cmd: list[str], failure: str) -> None:
@@ -162,91 +332,6 @@ def _run_ffmpeg(cmd: list[str], failure: str) -> None:
         raise MediaError(
             f"{failure} (exit {res.returncode}):\n" + stderr_tail(res.stderr.decode("utf-8", "replace"))
         )
-
-
-def _encode_h264(
-    exe: str,
-    out: Path,
-    first: np.ndarray,
-    it: Iterator[Any],
-    fps: float,
-    crf: int,
-    preset: str,
-    *,
-    where: str,
-) -> int:
-    """Stream ``first`` then the rest of ``it`` into libx264; return the frame count."""
-    height, width, _ = first.shape
-    pad_h, pad_w = height % 2, width % 2
-    cmd = [
-        exe, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
-        "-f", "rawvideo", "-pix_fmt", "rgb24",
-        "-s", f"{width + pad_w}x{height + pad_h}", "-r", repr(fps), "-i", "pipe:0",
-        "-map", "0:v:0",
-        "-c:v", "libx264", "-preset", preset, "-crf", str(int(crf)),
-        # RGB -> BT.709 limited-range YUV, tagged as such so players convert back correctly.
-        "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-        "-pix_fmt", "yuv420p",
-        "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
-        "-movflags", "+faststart", "-f", "mp4", str(out),
-    ]
-    with tempfile.TemporaryFile() as err_file:
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err_file)
-        except OSError as exc:
-            raise MediaError(f"video {where}: cannot start ffmpeg ({exe}): {exc}") from exc
-        assert proc.stdin is not None
-
-        def stderr_text() -> str:
-            err_file.seek(0)
-            return err_file.read().decode("utf-8", "replace")
-
-        count = 0
-        ok = False
-        try:
-            frame = first
-            while True:
-                if pad_h or pad_w:  # yuv420p needs even sizes: repeat the last row/column
-                    frame = np.pad(frame, ((0, pad_h), (0, pad_w), (0, 0)), mode="edge")
-                try:
-                    proc.stdin.write(memoryview(frame).cast("B"))
-                except BrokenPipeError:
-                    proc.wait()
-                    raise MediaError(
-                        f"video {where}: ffmpeg stopped after {count} frames (exit {proc.returncode}):\n"
-                        + stderr_tail(stderr_text())
-                    ) from None
-                count += 1
-                try:
-                    nxt = next(it)
-                except StopIteration:
-                    break
-                nxt = _as_rgb_frame(nxt, f"video {where}: frame {count}")
-                if nxt.shape != first.shape:
-                    raise InputError(
-                        f"video {where}: frame {count} has shape {tuple(nxt.shape)}, expected "
-                        f"{tuple(first.shape)} like frame 0; all frames must have the same size"
-                    )
-                frame = nxt
-            try:
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            rc = proc.wait()
-            if rc != 0:
-                raise MediaError(
-                    f"video {where}: ffmpeg failed (exit {rc}) encoding {count} frames:\n"
-                    + stderr_tail(stderr_text())
-                )
-            ok = True
-        finally:
-            if not ok:
-                if proc.poll() is None:
-                    proc.kill()
-                with contextlib.suppress(Exception):
-                    proc.stdin.close()
-                proc.wait()
-    return count
 
 
 _STREAM_RE = re.compile(r"Stream #\d+:\d+[^:]*: (Video|Audio): ([A-Za-z0-9_]+)(.*)")

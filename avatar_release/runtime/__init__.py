@@ -6,7 +6,8 @@ Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 from ._blobs import BlobCheck, build_blobs, check_blobs, fetch_verified
 from ._guard import COMPILE_EVENT, CompileGuard
 from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, load
-from ._stream import Chunk, StreamReport, chunk_noise, plan_chunks, render, stream
+from ._feed import ChunkAudio, feed_chunks
+from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, stream
 
 __all__ = [
     "load",
@@ -21,8 +22,11 @@ __all__ = [
     "stream",
     "render",
     "Chunk",
+    "ChunkTiming",
     "StreamReport",
     "plan_chunks",
+    "feed_chunks",
+    "ChunkAudio",
     "chunk_noise",
     "CompileGuard",
     "COMPILE_EVENT",

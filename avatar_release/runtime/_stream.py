@@ -1,24 +1,26 @@
 """Streaming: drive a loaded build chunk by chunk, each chunk timed against its deadline.
 
-Host-side work is numpy only: audio slicing, noise from the build's recorded recipe, and
-device_put of the inputs with the shardings the executables were compiled for. Nothing on
-this path traces or compiles; the guard proves it.
+Host-side work is numpy only: the audio feed (``_feed``: pieces of a track in, one chunk's
+samples out), noise from the build's recorded recipe, and device_put of the inputs with the
+shardings the executables were compiled for. Nothing on this path traces or compiles; the
+guard proves it. The audio may be one array or an iterable of pieces (a decoder's output):
+:func:`stream` then holds one chunk of samples and one chunk of frames at a time.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 
 from .._dtypes import np_dtype
 from ..errors import InputError, RecompileError
-from ..records import Manifest
+from ._feed import feed_chunks, plan_chunks
 from ._load import LoadedBuild
 
-__all__ = ["Chunk", "StreamReport", "plan_chunks", "chunk_noise", "stream", "render"]
+__all__ = ["Chunk", "ChunkTiming", "StreamReport", "plan_chunks", "chunk_noise", "stream", "render"]
 
 
 @dataclass
@@ -36,13 +38,41 @@ class Chunk:
         return self.seconds > self.deadline
 
 
+@dataclass(frozen=True, slots=True)
+class ChunkTiming:
+    """A chunk without its frames: what a report keeps (about 100 bytes, so the report of a long
+    render stays small while its frames go to the encoder and are dropped)."""
+
+    index: int
+    bucket: str
+    n_frames: int
+    first_frame: int
+    seconds: float
+    deadline: float
+    compiles: int
+
+    @property
+    def missed(self) -> bool:
+        return self.seconds > self.deadline
+
+    @classmethod
+    def of(cls, c: Chunk) -> "ChunkTiming":
+        return cls(c.index, c.bucket, int(c.frames.shape[0]), c.first_frame, c.seconds, c.deadline, c.compiles)
+
+
 @dataclass
 class StreamReport:
-    chunks: list[Chunk] = field(default_factory=list)
+    chunks: list[ChunkTiming] = field(default_factory=list)
+
+    def add(self, chunk: Chunk) -> ChunkTiming:
+        """Keep ``chunk``'s timing (not its frames)."""
+        timing = ChunkTiming.of(chunk)
+        self.chunks.append(timing)
+        return timing
 
     @property
     def frames(self) -> int:
-        return sum(c.frames.shape[0] for c in self.chunks)
+        return sum(c.n_frames for c in self.chunks)
 
     @property
     def misses(self) -> int:
@@ -54,28 +84,12 @@ class StreamReport:
             "frames": self.frames,
             "deadline_misses": self.misses,
             "per_chunk": [
-                {"index": c.index, "bucket": c.bucket, "frames": int(c.frames.shape[0]),
+                {"index": c.index, "bucket": c.bucket, "frames": c.n_frames,
                  "seconds": round(c.seconds, 4), "deadline": round(c.deadline, 4),
                  "missed": c.missed, "compiles": c.compiles}
                 for c in self.chunks
             ],
         }
-
-
-def plan_chunks(manifest: Manifest, n_frames: int) -> list[tuple[str, int, int]]:
-    """Cover ``n_frames`` with buckets: (bucket, frames it renders, frames it delivers).
-
-    Each chunk uses the largest bucket that fits the frames left; a tail shorter than the
-    smallest bucket is rendered at that bucket, padded with silence, and trimmed.
-    """
-    buckets = sorted(manifest.buckets, key=lambda b: -b.frames)
-    plan, left = [], n_frames
-    while left > 0:
-        fit = [b for b in buckets if b.frames <= left]
-        b = fit[0] if fit else buckets[-1]
-        plan.append((b.name, b.frames, min(b.frames, left)))
-        left -= b.frames
-    return plan
 
 
 SEEDED_NOISE = "numpy-pcg64-standard-normal/v1"
@@ -97,40 +111,53 @@ def chunk_noise(seed: int, chunk_index: int, shape: tuple[int, ...], recipe: str
     return rng.standard_normal(shape, dtype=np.float32)
 
 
-def _check_inputs(build: LoadedBuild, image: np.ndarray, audio: np.ndarray) -> None:
+def _check_image(build: LoadedBuild, image: np.ndarray) -> None:
     p = build.manifest.program
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.shape != (p.height, p.width, 3):
         got = f"{getattr(image, 'dtype', type(image).__name__)} {getattr(image, 'shape', '')}"
         raise InputError(
             f"image: expected uint8 ({p.height}, {p.width}, 3) for build {build.build_id}, got {got}"
         )
-    if not isinstance(audio, np.ndarray) or audio.ndim != 1 or audio.size == 0:
-        raise InputError(f"audio: expected a non-empty mono float32 waveform at {p.sample_rate} Hz, "
-                         f"got shape {getattr(audio, 'shape', None)}")
 
 
-def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: int = 0) -> Iterator[Chunk]:
-    """Yield chunks of uint8 frames as each completes."""
+def _check_audio(build: LoadedBuild, audio) -> None:
+    """An array is checked whole, here; the pieces of an iterable as the feed reads them."""
+    p = build.manifest.program
+    if isinstance(audio, np.ndarray):
+        if audio.ndim != 1 or audio.size == 0:
+            raise InputError(f"audio: expected a non-empty mono float32 waveform at {p.sample_rate} Hz, "
+                             f"got shape {audio.shape}")
+    elif not isinstance(audio, Iterable):
+        raise InputError(f"audio: expected a mono float32 waveform at {p.sample_rate} Hz (an array, or an "
+                         f"iterable of 1-D pieces), got {type(audio).__name__}")
+
+
+def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray | Iterable[np.ndarray], *,
+           seed: int = 0) -> Iterator[Chunk]:
+    """Yield chunks of uint8 frames as each completes.
+
+    ``audio``: mono float samples at the build's rate, one array or an iterable of 1-D pieces of
+    any size, read as the chunks need them (so a decoder's refusal surfaces from here).
+    """
     import jax
 
-    _check_inputs(build, image, audio)
-    m, prog = build.manifest, build.manifest.program
-    audio = np.ascontiguousarray(audio, dtype=np.float32)
-    n_frames = -(-audio.shape[0] // prog.samples_per_frame)
-    plan = plan_chunks(m, n_frames)
+    _check_image(build, image)
+    _check_audio(build, audio)
+    prog = build.manifest.program
+    chunks = feed_chunks(build.manifest, audio)
     guard = build.guard.start()
     try:
         image_dev = None
         state: dict[str, object] = {}
-        first = 0
-        for index, (bucket, frames, deliver) in enumerate(plan):
+        while True:
+            guard.context = "reading audio"
+            fed = next(chunks, None)  # the decoder's time is not the chunk's render time
+            if fed is None:
+                break
+            index, bucket, deliver, chunk_audio = fed.index, fed.bucket, fed.deliver, fed.audio
             t0 = time.perf_counter()
             before = guard.count
             env: dict[str, object] = dict(state)
-            lo = first * prog.samples_per_frame
-            chunk_audio = np.zeros(frames * prog.samples_per_frame, np.float32)
-            piece = audio[lo : lo + chunk_audio.shape[0]]
-            chunk_audio[: piece.shape[0]] = piece
             for stage in prog.stages:
                 ls = build.stages[(stage, bucket)]
                 args = []
@@ -171,20 +198,20 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: in
                     f"zero-compile guard: XLA compiled while serving chunk {index} of build {build.build_id}",
                     guard.events[before:],
                 )
-            yield Chunk(index, bucket, frames_u8, first, seconds, deliver / prog.fps, guard.count - before)
-            first += frames
+            yield Chunk(index, bucket, frames_u8, fed.first_frame, seconds, deliver / prog.fps, guard.count - before)
     finally:
         guard.context = "outside any stage call"
         guard.stop()
 
 
-def render(build: LoadedBuild, image: np.ndarray, audio: np.ndarray, *, seed: int = 0,
+def render(build: LoadedBuild, image: np.ndarray, audio: np.ndarray | Iterable[np.ndarray], *, seed: int = 0,
            on_chunk: Callable[[Chunk], None] | None = None) -> tuple[np.ndarray, StreamReport]:
-    """Render the whole request; ``on_chunk`` sees each chunk as it completes (CLI progress)."""
-    report = StreamReport()
+    """Render a whole request into one array of frames (gates, tests); ``on_chunk`` sees each chunk
+    as it completes. A long render goes to a file chunk by chunk instead (``avatar_release.render``)."""
+    report, frames = StreamReport(), []
     for chunk in stream(build, image, audio, seed=seed):
-        report.chunks.append(chunk)
+        report.add(chunk)
+        frames.append(chunk.frames)
         if on_chunk is not None:
             on_chunk(chunk)
-    frames = np.concatenate([c.frames for c in report.chunks], axis=0)
-    return frames, report
+    return np.concatenate(frames, axis=0), report

@@ -56,6 +56,38 @@ def test_write_mp4_audio_shorter_or_longer_keeps_every_frame(tmp_path):
         assert probe.duration == pytest.approx(0.5, abs=0.1)
 
 
+def test_mp4_writer_takes_frames_and_samples_as_they_come(tmp_path):
+    """Chunk by chunk, as a render makes them: the same file as writing everything at once."""
+    frames = _moving_frames(20, 48, 80)
+    audio = samples.sample_audio(0.8, 16000)
+    media.write_mp4(tmp_path / "whole.mp4", frames, fps=25, audio=audio, sample_rate=16000)
+    with media.Mp4Writer(tmp_path / "parts.mp4", fps=25, sample_rate=16000) as writer:
+        for i in range(0, 20, 8):
+            writer.add_audio(audio[i * 640 : (i + 8) * 640])
+            writer.add_frames(frames[i : i + 8])
+        info = writer.finish()
+    assert info.frames == 20 and info.seconds == 0.8
+    assert (tmp_path / "parts.mp4").read_bytes() == (tmp_path / "whole.mp4").read_bytes()
+    assert _listing(tmp_path) == ["parts.mp4", "whole.mp4"]
+
+
+def test_mp4_writer_left_unfinished_leaves_nothing_behind(tmp_path):
+    path = tmp_path / "keep.mp4"
+    path.write_bytes(b"previous")
+    with media.Mp4Writer(path, fps=25, sample_rate=16000) as writer:
+        writer.add_audio(np.zeros(16000, np.float32))
+        writer.add_frames(np.zeros((3, 16, 16, 3), np.uint8))
+        assert len(_listing(tmp_path)) == 3  # the output, and the video and samples being written beside it
+    assert path.read_bytes() == b"previous" and _listing(tmp_path) == ["keep.mp4"]
+    with pytest.raises(InputError, match="audio given without sample_rate"):
+        with media.Mp4Writer(tmp_path / "silent.mp4", fps=25) as writer:
+            writer.add_audio(np.zeros(10, np.float32))
+    with pytest.raises(InputError, match="peak amplitude"):
+        with media.Mp4Writer(tmp_path / "loud.mp4", fps=25, sample_rate=16000) as writer:
+            writer.add_audio(np.full(4, 2.0, np.float32))
+    assert _listing(tmp_path) == ["keep.mp4"]
+
+
 def test_write_mp4_odd_size_from_a_generator(tmp_path):
     frames = _moving_frames(7, 81, 47)
     path = tmp_path / "odd.mp4"
