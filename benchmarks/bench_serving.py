@@ -12,6 +12,13 @@ clients and requests, every request with a timeout.
 * **Burst**: ``--burst`` simultaneous requests against ``--queue``: how many render, how many get
   429 (with Retry-After), none fail otherwise.
 * **RSS**: the pod's peak (VmHWM) and current (VmRSS) resident memory after the runs.
+* **Flat memory**: a fresh pod's peak RSS after one ``--seconds`` request vs another fresh pod's
+  after one ``--long`` (120) request. Goal: within 10%.
+* **Hostile input**: a PNG whose header declares 60000x60000 and ``seconds=1e6``: status, seconds
+  to the answer, the pod's RSS before and after. Goal: 4xx in under a second, no growth.
+* **Promotion under load**: a ``--follow`` pod, two clients rendering back to back, dev moved to
+  another build: requests failed across the swap (goal 0) and seconds until it was swapped in.
+* **Full queue**: the burst's accepted requests' p99 time to first fragment.
 
     python benchmarks/bench_serving.py [--registry DIR] [--out benchmarks/results/serving.json]
 """
@@ -19,9 +26,11 @@ clients and requests, every request with a timeout.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -29,16 +38,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _pod(registry: str, queue: int) -> tuple[subprocess.Popen, str]:
+def _pod(registry: str, queue: int, *extra: str) -> tuple[subprocess.Popen, str]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.Popen([sys.executable, "-m", "avatar_release", "serve", "--registry", registry, "--channel",
-                             "dev", "--host", "127.0.0.1", "--port", "0", "--queue", str(queue)],
+                             "dev", "--host", "127.0.0.1", "--port", "0", "--queue", str(queue), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     line = proc.stdout.readline()
     if not line:
@@ -46,10 +56,10 @@ def _pod(registry: str, queue: int) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{json.loads(line)['port']}"
 
 
-def _render(base: str, seconds: float, timeout: float = 600) -> dict:
+def _render(base: str, seconds: float, timeout: float = 600, doc: dict | None = None) -> dict:
     t0 = time.perf_counter()
-    req = urllib.request.Request(base + "/render", data=json.dumps({"seconds": seconds}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(doc if doc is not None else {"seconds": seconds}).encode()
+    req = urllib.request.Request(base + "/render", data=body, method="POST", headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data, first = b"", None
@@ -57,9 +67,94 @@ def _render(base: str, seconds: float, timeout: float = 600) -> dict:
                 data += piece
                 if first is None and b"moof" in data:
                     first = time.perf_counter() - t0
-            return {"status": 200, "ttff": first, "total": time.perf_counter() - t0, "bytes": len(data)}
+            return {"status": 200, "ttff": first, "total": time.perf_counter() - t0, "bytes": len(data),
+                    "build": resp.headers.get("X-Build-Id")}
     except urllib.error.HTTPError as e:
         return {"status": e.code, "retry_after": e.headers.get("Retry-After"), "total": time.perf_counter() - t0}
+    except OSError as e:  # reset, refused, timed out: a failed request
+        return {"status": 0, "error": repr(e), "total": time.perf_counter() - t0}
+
+
+def _png_bomb(width: int = 60000, height: int = 60000) -> bytes:
+    """A valid PNG signature and IHDR declaring width x height RGB, then one tiny IDAT and IEND."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 1024)) + chunk(b"IEND", b"")
+
+
+def _flat_memory(registry: str, short: float, long: float) -> dict:
+    """Peak RSS of a fresh pod after one short request vs another's after one long one."""
+    out = {}
+    for label, seconds in (("short", short), ("long", long)):
+        proc, base = _pod(registry, 1, "--max-seconds", str(long + 10))
+        try:
+            r = _render(base, seconds, timeout=3600)
+            assert r["status"] == 200, r
+            out[label] = {"seconds": seconds, "render_s": round(r["total"], 2), "bytes": r["bytes"], **_mem(proc.pid)}
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    out["peak_ratio"] = round(out["long"]["VmHWM"] / out["short"]["VmHWM"], 4)
+    return out
+
+
+def _hostile(base: str, pid: int) -> dict:
+    out = {}
+    for label, doc in (("png_bomb", {"image_b64": base64.b64encode(_png_bomb()).decode(), "seconds": 1}),
+                       ("seconds_1e6", {"seconds": 1e6})):
+        before = _mem(pid)
+        r = _render(base, 0, timeout=30, doc=doc)
+        after = _mem(pid)
+        out[label] = {"status": r["status"], "answer_s": round(r["total"], 4),
+                      "rss_before_mib": before["VmRSS"], "rss_after_mib": after["VmRSS"],
+                      "peak_before_mib": before["VmHWM"], "peak_after_mib": after["VmHWM"]}
+    return out
+
+
+def _promotion_under_load(registry: str, clients: int = 2) -> dict:
+    """dev moves to another build while clients render: failures across the swap, time to swap."""
+    from avatar_release.compile import compile_build
+    from avatar_release.promote import publish_to_dev
+    from avatar_release.registry import LocalRegistry, read_manifest
+
+    reg = LocalRegistry(registry)
+    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    proc, base = _pod(registry, clients, "--follow", "--poll", "1")
+    results, stop = [], threading.Event()
+
+    def load():
+        while not stop.is_set():
+            results.append(_render(base, 0.4, timeout=120))
+
+    threads = [threading.Thread(target=load) for _ in range(clients)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(3.0)
+        t0 = time.perf_counter()
+        publish_to_dev(reg, read_manifest(reg, b.digest)[0], reason="bench: promotion under load")
+        swapped = None
+        while time.perf_counter() - t0 < 300:
+            if json.loads(urllib.request.urlopen(base + "/healthz", timeout=30).read())["build_id"] == b.build_id:
+                swapped = time.perf_counter() - t0
+                break
+            time.sleep(0.2)
+        n = len(results)
+        while len(results) < n + clients:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(300)
+        proc.terminate()
+        proc.wait(60)
+    builds = [r.get("build") for r in results if r["status"] == 200]
+    return {"requests": len(results), "failed": sum(r["status"] != 200 for r in results),
+            "swap_seconds": None if swapped is None else round(swapped, 2),
+            "served_old": builds.count(builds[0]) if builds else 0,
+            "served_new": sum(x == b.build_id for x in builds)}
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -96,15 +191,17 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--burst", type=int, default=8)
     ap.add_argument("--queue", type=int, default=2)
+    ap.add_argument("--long", type=float, default=120.0, help="the long request of the flat-memory check")
+    ap.add_argument("--skip-long", action="store_true", help="skip the flat-memory check (minutes on 2 cores)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
+    from avatar_release.machine import configure_host_devices
+
+    configure_host_devices(8)  # this process compiles (the build, and the promotion's second build)
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         registry = a.registry
         if registry is None:
-            from avatar_release.machine import configure_host_devices
-
-            configure_host_devices(8)
             from avatar_release.compile import compile_build
             from avatar_release.registry import LocalRegistry
 
@@ -134,6 +231,8 @@ def main() -> None:
                                     "total_p99": _pct([r["total"] for r in ok], 0.99)}
             print(f"{a.clients} clients x {a.requests}: {result['concurrent']}")
             result["rss_mib"] = _mem(proc.pid)
+            result["hostile"] = _hostile(base, proc.pid)
+            print(f"hostile input: {result['hostile']}")
         finally:
             proc.terminate()
             proc.wait(60)
@@ -141,7 +240,9 @@ def main() -> None:
         proc, base = _pod(registry, a.queue)
         try:
             rs = _parallel(a.burst, lambda: _render(base, 1.0))
-            result["burst"] = {"requests": a.burst, "queue": a.queue, "ok": sum(r["status"] == 200 for r in rs),
+            accepted = [r for r in rs if r["status"] == 200]
+            result["burst"] = {"requests": a.burst, "queue": a.queue, "ok": len(accepted),
+                               "ttff_p99_full_queue": _pct([r["ttff"] for r in accepted], 0.99),
                                "rejected_429": sum(r["status"] == 429 for r in rs),
                                "with_retry_after": sum(bool(r.get("retry_after")) for r in rs if r["status"] == 429),
                                "other": sum(r["status"] not in (200, 429) for r in rs)}
@@ -150,9 +251,32 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(60)
+        result["promotion_under_load"] = _promotion_under_load(registry)
+        print(f"promotion under load: {result['promotion_under_load']}")
+        if not a.skip_long:
+            result["flat_memory"] = _flat_memory(registry, a.seconds, a.long)
+            print(f"flat memory: {result['flat_memory']}")
         print(f"pod memory: {result['rss_mib']} MiB")
+        _summary(result)
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _summary(r: dict) -> None:
+    """The goals side by side."""
+    rows = [("time to first fragment / whole video", r["ttff"]["ratio"], "<= 0.25")]
+    if "flat_memory" in r:
+        rows.append((f"peak RSS, {r['flat_memory']['long']['seconds']:g} s / {r['flat_memory']['short']['seconds']:g} s "
+                     "request", r["flat_memory"]["peak_ratio"], "<= 1.10"))
+    p = r["promotion_under_load"]
+    rows.append(("failed requests across a --follow swap under load", p["failed"], "0"))
+    rows.append(("p99 time to first fragment at a full queue (s)", r["burst"]["ttff_p99_full_queue"], ""))
+    for label, h in r["hostile"].items():
+        rows.append((f"{label}: status, seconds to answer", f"{h['status']}, {h['answer_s']}", "4xx, < 1"))
+        rows.append((f"{label}: peak RSS after / before", round(h["peak_after_mib"] / h["peak_before_mib"], 4), "1.00"))
+    width = max(len(x[0]) for x in rows)
+    for name, value, goal in rows:
+        print(f"  {name:<{width}}  {value!s:>12}  {goal}")
 
 
 if __name__ == "__main__":
