@@ -16,11 +16,12 @@ from ._auth import (
     parse_challenge,
 )
 from ._location import CA_ENV, OciLocation, parse_oci_uri
-from ._registry import OciRegistry, default_lock_dir
+from ._registry import OciRegistry, Referrer, default_lock_dir
 from ._transport import Reply, RetryPolicy, Transport
 
 __all__ = [
     "OciRegistry",
+    "Referrer",
     "OciLocation",
     "parse_oci_uri",
     "CA_ENV",

@@ -5,11 +5,13 @@ See :mod:`._registry` for how the registry protocol maps onto one repository.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator
 
 from ..._digest import canonical_json, is_digest, sha256_digest
 
-__all__ = ["descriptor", "artifact", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "INTERNAL_PREFIX", "BUILD_PREFIX", "V1_BUILD_PREFIX", "V1_RECORD_PREFIX", "V1_HISTORY_TAG", "V1_PENDING_TAG", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST"]
+__all__ = ["descriptor", "artifact", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "INTERNAL_PREFIX", "BUILD_PREFIX", "V1_BUILD_PREFIX", "V1_RECORD_PREFIX", "V1_HISTORY_TAG", "V1_PENDING_TAG", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST", "ANN_ENVELOPE", "ANN_PREDICATE", "referrers_tag", "is_referrers_tag",
+           "referrers_index"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -34,6 +36,9 @@ ANN_ENTRY = "io.avatar-release.history-entry"
 ANN_RECORD = "io.avatar-release.record"
 ANN_CREATED = "org.opencontainers.image.created"
 ANN_TITLE = "org.opencontainers.image.title"
+# on a referrer (a signed blob attached to a build): which blob it carries, and what the signature says
+ANN_ENVELOPE = "io.avatar-release.envelope"
+ANN_PREDICATE = "io.avatar-release.predicate-type"
 
 # Tag layout. Every bookkeeping tag starts with INTERNAL_PREFIX, so tag listings (``skopeo
 # list-tags``) show channels and then one clearly internal family; channel names never start with "_".
@@ -41,6 +46,11 @@ ANN_TITLE = "org.opencontainers.image.title"
 #   before     (layout 1): "_b.<build id>", "_r.<namespace>.N.<name>", "_history", "_pending";
 #                          still read (builds, records, history, pending), never written: the first
 #                          channel move after the upgrade copies the whole history into the new tag.
+#   2026-12-01 (still layout 2): signed evidence and statements are also attached to their build as
+#     OCI referrers (untagged manifests whose ``subject`` is the build); on a registry without the
+#     referrers API, the tag ``sha256-<hex of the build's OCI manifest digest>`` holds the index of
+#     them. That tag is named by the OCI distribution spec (what cosign and oras read), not by us,
+#     so it is not under INTERNAL_PREFIX; older readers skip it (it names no build).
 INTERNAL_PREFIX = "_avr."
 BUILD_PREFIX = INTERNAL_PREFIX + "b."
 RECORD_PREFIX = INTERNAL_PREFIX + "r."
@@ -65,8 +75,10 @@ def descriptor(media_type: str, data_digest: str, size: int, annotations: dict |
     return d
 
 
-def artifact(artifact_type: str, layers: list[dict], annotations: dict[str, str], config: dict | None = None) -> bytes:
-    """Canonical bytes of an OCI image manifest for an avatar-release artifact."""
+def artifact(artifact_type: str, layers: list[dict], annotations: dict[str, str], config: dict | None = None,
+             subject: dict | None = None) -> bytes:
+    """Canonical bytes of an OCI image manifest for an avatar-release artifact; with ``subject`` (a
+    descriptor of another manifest) it is a referrer of that manifest."""
     doc = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -75,7 +87,28 @@ def artifact(artifact_type: str, layers: list[dict], annotations: dict[str, str]
         "layers": layers,
         "annotations": annotations,
     }
+    if subject is not None:
+        doc["subject"] = subject
     return canonical_json(doc)
+
+
+_TAG_CHAR = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+def referrers_tag(digest: str) -> str:
+    """The referrers tag schema of the OCI distribution spec: ``<alg>-<encoded>``, the algorithm cut
+    to 32 characters and the encoded part to 64, characters a tag cannot hold replaced by ``-``."""
+    alg, _, encoded = digest.partition(":")
+    return f"{_TAG_CHAR.sub('-', alg[:32])}-{_TAG_CHAR.sub('-', encoded[:64])}"
+
+
+def is_referrers_tag(tag: str) -> bool:
+    return bool(re.fullmatch(r"sha256-[0-9a-f]{64}", tag))
+
+
+def referrers_index(manifests: list[dict]) -> bytes:
+    """An OCI image index listing referrers (the referrers API's answer; the fallback tag's content)."""
+    return canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests})
 
 
 def blob_refs(node: Any, label: str = "manifest") -> Iterator[tuple[str, dict]]:

@@ -34,6 +34,21 @@ How the registry protocol maps onto one OCI repository
 * **side records** ``namespace/name`` are small artifacts tagged ``_avr.r.<namespace>.N.<name>``
   (names are lowercase, so the upper-case ``N`` cannot occur in them) with the record's
   bytes as their one layer.
+* **referrers**: every signed blob a record holds about a build (the namespace's
+  ``attachments`` in :mod:`avatar_release.records.stored`: gate evidence, shard evidence,
+  promotion statements) is also attached to the build's OCI manifest, as the OCI 1.1 standard
+  tools read it (``oras discover``, ``cosign tree``): an untagged image manifest whose
+  ``subject`` is the build's OCI manifest, ``artifactType``
+  ``application/vnd.dsse.envelope.v1+json`` (gate evidence) or
+  ``application/vnd.avatar-release.promotion-statement.v1+json``, the envelope as its one layer
+  titled ``<kind>-<digest>.dsse.json``, and annotations naming the build, the envelope and the
+  in-toto predicate type. A registry with the referrers API says so by answering the manifest
+  PUT with ``OCI-Subject``; without it (distribution 2.8) the client keeps the list itself, as
+  the distribution spec asks: the image index tagged ``sha256-<hex of the build's digest>``,
+  read, extended and written back under the writer lock and read back like every tag here.
+  :meth:`OciRegistry.referrers` reads ``GET /v2/REPO/referrers/<digest>`` where it answers 200,
+  else that tag. Attachments are written before the record that lists them (so a record that
+  is there means its referrers are too), and only for a build this repository holds.
 
 Channel moves: compare-and-swap without server support
 ------------------------------------------------------
@@ -76,6 +91,7 @@ Transient failures are retried by the transport (:mod:`._transport`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -85,17 +101,21 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
-from urllib.parse import urljoin
+from urllib.parse import quote, urljoin
 
 from ... import _atomic
 from ..._digest import is_digest, sha256_digest
 from ...errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
 from ...records import ChannelState, HistoryEntry, parse_record, utcnow
+from ...records.stored import STORED_NAMESPACES, Attachment
 from .._blobcheck import checked_blob
 from .._protocol import CHANNELS, BuildRef, Resolved, check_name
 from .._resolve import Lookups, plausible_name, resolve_ref
 from ._artifact import (
     OCI_MANIFEST,
+    OCI_INDEX,
+    ANN_ENVELOPE,
+    ANN_PREDICATE,
     EMPTY_BLOB,
     ACCEPT,
     BUILD_ARTIFACT,
@@ -129,12 +149,15 @@ from ._artifact import (
     blob_refs,
     build_layers,
     descriptor,
+    is_referrers_tag,
+    referrers_index,
+    referrers_tag,
 )
 from ._auth import Auth, Credentials, LoginAuth
 from ._location import OciLocation, parse_oci_uri
 from ._transport import ERROR_BODY, Reply, RetryPolicy, Transport, next_link, registry_errors
 
-__all__ = ["OciRegistry", "default_lock_dir"]
+__all__ = ["OciRegistry", "Referrer", "default_lock_dir"]
 
 # Where history and the parked move are read from: the layout-2 tag, else the layout-1 one.
 _HISTORY_TAGS = (HISTORY_TAG, V1_HISTORY_TAG)
@@ -203,6 +226,18 @@ def default_lock_dir() -> Path:
     return Path(os.environ.get("AVATAR_RELEASE_LOCK_DIR") or Path(tempfile.gettempdir()) / "avatar-release-locks")
 
 
+@dataclasses.dataclass(frozen=True)
+class Referrer:
+    """One manifest attached to a build (its ``subject`` is the build's OCI manifest): a descriptor
+    from the referrers list. Pull it by digest (``oras pull REPO@DIGEST``) for the envelope."""
+
+    digest: str
+    size: int
+    artifact_type: str
+    annotations: dict[str, str] = dataclasses.field(default_factory=dict)
+    media_type: str = OCI_MANIFEST
+
+
 # ---- the registry -------------------------------------------------------------------------
 class OciRegistry:
     """The registry protocol over one repository of an OCI distribution registry."""
@@ -232,6 +267,8 @@ class OciRegistry:
         key = hashlib.sha256(f"{self.location.host}/{self.location.repo}".encode()).hexdigest()[:32]
         self._lock = _FileLock(Path(lock_dir or default_lock_dir()) / f"{key}.lock", lock_timeout, self._where())
         self._have_empty = False
+        # Does the server answer the referrers API? None until it has said (200 / OCI-Subject, or 404).
+        self._referrers_api: bool | None = None
 
     @property
     def retry(self) -> RetryPolicy:
@@ -310,16 +347,20 @@ class OciRegistry:
         got = self._get_manifest(ref, op)  # a registry that does not send the header
         return got[0] if got else None
 
-    def _put_manifest(self, tag: str, body: bytes, op: str) -> str:
+    def _put_manifest(self, tag: str, body: bytes, op: str, media_type: str = OCI_MANIFEST) -> str:
         """PUT a manifest under a tag with the OCI Content-Type; returns its digest (callers read back)."""
+        return self._push_manifest(tag, body, op, media_type)[0]
+
+    def _push_manifest(self, ref: str, body: bytes, op: str, media_type: str = OCI_MANIFEST) -> tuple[str, Reply]:
+        """PUT a manifest under a tag or its own digest: (its digest, the registry's answer)."""
         digest = sha256_digest(body)
         if len(body) > MAX_MANIFEST:
             raise RegistryError(
                 f"{self._where()}: {op}: manifest is {len(body)} bytes, over the {MAX_MANIFEST}-byte limit "
                 "of OCI registries"
             )
-        reply = self._call(op, "PUT", f"{self.location.base}/manifests/{tag}",
-                           headers={"Content-Type": OCI_MANIFEST}, data=body)
+        reply = self._call(op, "PUT", f"{self.location.base}/manifests/{ref}",
+                           headers={"Content-Type": media_type}, data=body)
         if reply.status not in (200, 201):
             detail = registry_errors(reply.body)
             if "BLOB_UNKNOWN" in detail:
@@ -331,7 +372,7 @@ class OciRegistry:
         claimed = reply.headers.get("Docker-Content-Digest")
         if claimed and claimed != digest:
             raise IntegrityError(f"{self._where()}: {op}: registry stored {claimed}, this client sent {digest}")
-        return digest
+        return digest, reply
 
     def _verify_tag(self, tag: str, digest: str, op: str) -> bool:
         return self._head_manifest(tag, f"{op} (read-back)") == digest
@@ -622,6 +663,8 @@ class OciRegistry:
         A channel tag is read once; the digest it gave is what everything after fetches.
         """
         def channel(name):
+            if is_referrers_tag(name):
+                return None  # a referrers list, never a channel
             got = self._get_manifest(name, f"resolve channel {name}")
             if got is None:
                 return None
@@ -725,7 +768,7 @@ class OciRegistry:
         Other tools' tags in the same repository (``latest`` on an image) are skipped, but a
         standard channel (dev, staging, prod) that points at something else is an error.
         """
-        names = sorted(t for t in self._list_tags() if plausible_name(t))
+        names = sorted(t for t in self._list_tags() if plausible_name(t) and not is_referrers_tag(t))
         entries = self._all_entries() if names else []
         out = []
         for name in names:
@@ -786,6 +829,9 @@ class OciRegistry:
         (None for an empty channel); anything else now means a concurrent move won.
         """
         check_name("channel", channel)
+        if is_referrers_tag(channel):
+            raise InputError(f"channel {channel!r}: an OCI registry keeps the referrers of a manifest under a tag of "
+                             "this form (sha256-<hex>, the distribution spec's fallback); pick another channel name")
         op = f"move channel {channel}"
         with self._lock.hold():
             entries = self._fold_pending(op)
@@ -870,6 +916,7 @@ class OciRegistry:
             if ref["digest"] not in seen:
                 seen.add(ref["digest"])
                 layers.append(descriptor(ref["media_type"], ref["digest"], ref["size"]))
+        self._attach(namespace, name, bytes(data), op)  # before the record: a record there means its referrers are
         body = artifact(RECORD_ARTIFACT, layers, {ANN_RECORD: f"{namespace}/{name}", ANN_PUBLISHED: utcnow()})
         written = self._put_manifest(tag, body, op)
         if not self._verify_tag(tag, written, op):
@@ -912,6 +959,148 @@ class OciRegistry:
         prefixes = (f"{RECORD_PREFIX}{namespace}{RECORD_SEP}", f"{V1_RECORD_PREFIX}{namespace}{RECORD_SEP}")
         names = {t.removeprefix(prefixes[0]).removeprefix(prefixes[1]) for t in self._tags_with(*prefixes)}
         return sorted(names)
+
+
+    # ---- referrers: signed blobs attached to a build ------------------------------------------
+    def referrers(self, ref: str, artifact_type: str | None = None) -> list[Referrer]:
+        """Everything attached to a build (a channel, build id or digest; any manifest digest too):
+        the manifests whose ``subject`` is its OCI manifest, oldest first, of ``artifact_type`` if
+        given. Read from ``GET /v2/REPO/referrers/<digest>`` where the registry answers it (200),
+        else from the ``sha256-<hex>`` tag the distribution spec names for registries without it."""
+        digest = ref if is_digest(ref) else self.resolve(ref).digest
+        found, _ = self._referrers_of(digest, f"list referrers of {digest}", artifact_type)
+        out = []
+        for d in found:
+            if artifact_type is not None and d.get("artifactType") != artifact_type:
+                continue  # a server that did not apply the filter
+            out.append(Referrer(str(d["digest"]), int(d["size"]), str(d.get("artifactType") or ""),
+                                dict(d.get("annotations") or {}), str(d.get("mediaType") or OCI_MANIFEST)))
+        return out
+
+    def _referrers_of(self, digest: str, op: str, artifact_type: str | None = None) -> tuple[list[dict], bool]:
+        """(the referrer descriptors of a manifest, whether they came from the fallback tag)."""
+        if self._referrers_api is not False:
+            listed = self._referrers_api_list(digest, op, artifact_type)
+            if listed is not None:
+                return listed, False
+        return self._fallback_index(digest, op), True
+
+    def _referrers_api_list(self, digest: str, op: str, artifact_type: str | None) -> list[dict] | None:
+        """The referrers API's answer (every page), or None where the registry does not have it (404)."""
+        url: str | None = f"{self.location.base}/referrers/{digest}"
+        if artifact_type is not None:
+            url += f"?artifactType={quote(artifact_type, safe='')}"
+        out: list[dict] = []
+        while url:
+            reply = self._call(op, "GET", url, headers={"Accept": OCI_INDEX}, limit=MAX_MANIFEST)
+            if reply.status == 404:
+                # A registry with the API answers 200 for every repository it has: 404 means no API,
+                # unless the repository itself is unknown (then there is nothing to list either way).
+                if "NAME_UNKNOWN" not in registry_errors(reply.body):
+                    self._referrers_api = False
+                return None
+            if reply.status != 200:
+                raise self._fail(op, reply)
+            self._referrers_api = True
+            out += self._index_manifests(reply.body, f"the referrers API's answer for {digest}")
+            url = next_link(reply.headers.get("Link"), self.location.root)
+        return out
+
+    def _index_manifests(self, body: bytes, where: str) -> list[dict]:
+        """The descriptors of an OCI image index (a referrers list); IntegrityError for anything else."""
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise IntegrityError(f"{self._where()}: {where} is not JSON") from None
+        manifests = doc.get("manifests") if isinstance(doc, dict) else None
+        described = isinstance(manifests, list) and all(
+            isinstance(d, dict) and is_digest(str(d.get("digest", ""))) and isinstance(d.get("size"), int)
+            for d in manifests)
+        if not isinstance(doc, dict) or doc.get("mediaType", OCI_INDEX) != OCI_INDEX or not described:
+            kind = doc.get("mediaType") if isinstance(doc, dict) else type(doc).__name__
+            raise IntegrityError(
+                f"{self._where()}: {where} is a {kind}, not an OCI image index of referrers ({OCI_INDEX})"
+            )
+        return manifests
+
+    def _fallback_index(self, digest: str, op: str) -> list[dict]:
+        tag = referrers_tag(digest)
+        got = self._get_manifest(tag, f"{op} (tag {tag})")
+        if got is None:
+            return []
+        # Not an index: someone else's tag. Reported rather than read as "no referrers" (and never
+        # overwritten), so evidence is not silently lost.
+        return self._index_manifests(got[1], f"the referrers tag {tag}")
+
+    def _build_subject(self, build_id: str, op: str) -> dict | None:
+        """The descriptor of a build's OCI manifest, or None when this repository does not hold it."""
+        if not plausible_name(build_id):
+            return None  # an envelope naming no possible build here: nothing to attach to
+        for prefix in (BUILD_PREFIX, V1_BUILD_PREFIX):
+            if len(prefix + build_id) <= MAX_TAG:
+                got = self._get_manifest(prefix + build_id, op)
+                if got is not None:
+                    return descriptor(OCI_MANIFEST, got[0], len(got[1]))
+        return None
+
+    def _attach(self, namespace: str, name: str, data: bytes, op: str) -> None:
+        """Under the writer lock: attach the signed blobs a record holds to their builds (see the module)."""
+        ns = STORED_NAMESPACES.get(namespace)
+        by_build: dict[str, list[Attachment]] = {}
+        for a in ns.attachments(data, name) if ns is not None else ():
+            by_build.setdefault(a.build_id, []).append(a)
+        for build_id, wanted in by_build.items():
+            subject = self._build_subject(build_id, f"{op}: attach to build {build_id}")
+            if subject is not None:
+                self._attach_to(subject, build_id, wanted, data, f"{op}: attach to build {build_id}")
+
+    def _attach_to(self, subject: dict, build_id: str, wanted: list[Attachment], record: bytes, op: str) -> None:
+        present, from_tag = self._referrers_of(subject["digest"], op)
+        have = {(d.get("artifactType"), (d.get("annotations") or {}).get(ANN_ENVELOPE)) for d in present}
+        unlisted = []
+        for a in wanted:
+            if (a.artifact_type, a.blob.digest) in have:
+                continue
+            have.add((a.artifact_type, a.blob.digest))
+            # a statement is its own envelope: its bytes are in hand; evidence is read back from its blob
+            envelope = record if a.blob.digest == sha256_digest(record) else self.get_blob(a.blob.digest, a.blob.size)
+            body, ann = self._referrer_manifest(a, envelope, build_id, subject)
+            digest, reply = self._push_manifest(sha256_digest(body), body, op)
+            if reply.headers.get("OCI-Subject") == subject["digest"]:
+                self._referrers_api = True  # the registry lists it itself
+                continue
+            d = descriptor(OCI_MANIFEST, digest, len(body), ann)
+            d["artifactType"] = a.artifact_type
+            unlisted.append(d)
+        if unlisted:
+            self._extend_fallback(subject["digest"], unlisted, present if from_tag else None, op)
+
+    def _referrer_manifest(self, a: Attachment, envelope: bytes, build_id: str, subject: dict
+                           ) -> tuple[bytes, dict[str, str]]:
+        """The manifest attaching ``a`` to its build: the same bytes wherever it is written (no times),
+        so the same attachment in another registry of the same OCI build has the same digest."""
+        title, predicate = a.label(envelope)
+        ann = {ANN_BUILD_ID: build_id, ANN_ENVELOPE: a.blob.digest}
+        if predicate:
+            ann[ANN_PREDICATE] = predicate
+        self._ensure_empty_blob()
+        layer = descriptor(a.blob.media_type, a.blob.digest, a.blob.size, {ANN_TITLE: title})
+        return artifact(a.artifact_type, [layer], ann, subject=subject), ann
+
+    def _extend_fallback(self, digest: str, new: list[dict], current: list[dict] | None, op: str) -> None:
+        """Read-modify-write the referrers tag of ``digest`` (the distribution spec's fallback), read back."""
+        tag = referrers_tag(digest)
+        current = self._fallback_index(digest, op) if current is None else current
+        known = {d["digest"] for d in current}
+        manifests = current + [d for d in new if d["digest"] not in known]
+        if len(manifests) == len(current):
+            return
+        written = self._put_manifest(tag, referrers_index(manifests), f"{op} (tag {tag})", OCI_INDEX)
+        if not self._verify_tag(tag, written, op):
+            raise ConflictError(
+                f"{self._where()}: {op}: the referrers tag {tag} was overwritten by a writer outside this machine's "
+                "lock; write the record again to attach its evidence"
+            )
 
 
 def _file_digest(path: Path) -> tuple[str, int]:
