@@ -34,11 +34,15 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
     from ..promote import publish_to_dev
 
     # compile publishes; moving dev is promote's job.
-    result = compile_build(
-        pipeline, target, registry=registry, weights_path=weights_path, overrides=overrides,
-        concurrent_compile=not serial, executable_format=executable_format, move_dev=False,
-        progress=_progress(),
-    )
+    from ..machine import native_log_filter
+
+    # The compiler's C++ log (glog on fd 2) becomes one readable line per distinct message.
+    with native_log_filter() as xla_log:
+        result = compile_build(
+            pipeline, target, registry=registry, weights_path=weights_path, overrides=overrides,
+            concurrent_compile=not serial, executable_format=executable_format, move_dev=False,
+            progress=_progress(),
+        )
     publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
     rows = "\n".join(
         f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
@@ -48,7 +52,7 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
     state = "published" if result.created else "already published (identical build)"
     # A first build has nothing in prod to compare with: its gate runs on its own.
     nxt = f"avatar-release gate {result.build_id}" + (" --baseline none" if registry.get_channel("prod") is None else "")
-    _emit(as_json, {"ok": True, **result.to_json(), "next": nxt},
+    _emit(as_json, {"ok": True, **result.to_json(), "xla_log": [n.to_json() for n in xla_log], "next": nxt},
           f"{state}: {result.build_id}\n  digest {result.digest}\n{rows}\n"
           f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)\n{_next_step(nxt)}")
 

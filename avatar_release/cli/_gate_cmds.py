@@ -192,14 +192,18 @@ def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
     _prepare_devices_for_target(manifest.target)
     from ..gates.compile_gate import run_compile_gate
 
-    outcome = run_compile_gate(registry, ref, reproduce=not no_reproduce, progress=_progress())
+    from ..machine import native_log_filter
+
+    with native_log_filter() as xla_log:  # the recompile's C++ log, as readable lines
+        outcome = run_compile_gate(registry, ref, reproduce=not no_reproduce, progress=_progress())
     r = outcome.result
     lines = [f"{r.status.upper()}: compile gate of {r.build_id} ({r.target})"]
     lines += [f"  {c.name:<18} {c.status:<8} {c.summary}" for c in r.checks]
     lines.append(f"  stored as record compile-gates/{r.build_id} ({r.seconds:.1f}s). Output gates (twin baseline, "
                  "bit-exact, band) still need a run on the build's hardware before staging.")
     failure = None if outcome.passed else Refusal(f"compile gate of {r.build_id}: {r.status}")
-    _finish(as_json, {"status": r.status, "result": r.model_dump(mode="json")}, "\n".join(lines), failure)
+    _finish(as_json, {"status": r.status, "result": r.model_dump(mode="json"),
+                      "xla_log": [n.to_json() for n in xla_log]}, "\n".join(lines), failure)
 
 
 @gate_group.command("calibrate")

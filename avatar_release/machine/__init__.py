@@ -19,9 +19,11 @@ from ._host import (
     toolchain,
     who,
 )
+from ._native_log import NativeNote, native_log_filter
 
 __all__ = [
     "Machine", "MachineDiff", "diff_machines", "ALL_FIELDS", "RUN_FIELDS",
     "backend_initialized", "configure_compile_env", "configure_for_manifest", "configure_host_devices",
     "current_platform", "environment_record", "host_cpu_features", "missing_env_flags", "toolchain", "who",
+    "NativeNote", "native_log_filter",
 ]

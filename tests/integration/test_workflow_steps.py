@@ -223,6 +223,12 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
     assert (ws / "gate-report" / "index.html").is_file() and (ws / "gate-report-tpu" / "index.html").is_file()
     summary = (ws / "summary.md").read_text()
     assert new in summary and "staging" in summary  # gate and promote appended their step summaries
+    # No raw C++ log reaches a step's output: the compiler's glog lines are summarised (and listed
+    # under "xla_log" in the compile's JSON).
+    raw = [(e["job"], line) for e in runner.log for line in e["stderr"].splitlines()
+           if re.match(r"[IWEF]\d{4} \d\d:\d\d:", line) or "Contact Shardy" in line]
+    assert not raw, raw[:3]
+    assert isinstance(json.loads((ws / "compile.json").read_text())["xla_log"], list)
     ls = _cli(ws, env, "ls")
     assert ls["channels"]["staging"] == new and ls["channels"]["prod"] == old
 
