@@ -16,6 +16,10 @@ definition of that op is overridden:
   ``kernels.bounded_softmax`` for the masked super-resolution attention, the plain reference
   for unmasked (DiT) attention. The SR mask is passed by its parameters (frames, tokens per
   frame, window), which the model builds it from, never as an S x S array.
+* with ``dit_kernel = "flash"`` (the config's ``dit.attention``), the unmasked (DiT) attention
+  goes through the same shard_map Ulysses chain with ``kernels.flash`` as its body: online
+  softmax over key blocks, no S x S logits. The masked (SR) attention keeps its own route, so a
+  build that sets only this lever changes the DiT's program and nothing else.
 
 Pallas kernels run in interpret mode on CPU targets and compile through Mosaic on TPU.
 """
@@ -35,7 +39,8 @@ __all__ = ["AttentionRoute", "head_sharded_attention"]
 
 @dataclass(frozen=True)
 class AttentionRoute:
-    kernel: str = "xla"  # "xla" | "blocksparse" | "bounded"
+    kernel: str = "xla"  # "xla" | "blocksparse" | "bounded": the masked (SR) attention
+    dit_kernel: str = "xla"  # "xla" | "flash": the unmasked (DiT) attention
     groups: int = 1
     sr_tokens_per_frame: int = 0  # the masked (SR) attention's frame geometry
     sr_window: int = 0
@@ -47,11 +52,21 @@ class AttentionRoute:
 
     @property
     def default(self) -> bool:
-        return self.kernel == "xla" and self.groups == 1
+        return self.kernel == "xla" and self.groups == 1 and self.dit_kernel == "xla"
+
+    def via_kernels(self, masked: bool) -> bool:
+        """Does a call go through the shard_map chain (kernels.ulysses) rather than GSPMD?
+
+        Any non-default SR kernel or head grouping sends every call there, as before the DiT
+        lever existed; the DiT lever alone sends only the unmasked calls.
+        """
+        if self.kernel == "xla" and self.groups == 1:
+            return not masked and self.dit_kernel == "flash"
+        return True
 
     @classmethod
     def from_config(cls, config, platform: str = "cpu", kernel_flags: dict | None = None) -> "AttentionRoute":
-        return cls(kernel=config.attention_kernel, groups=config.ulysses_groups,
+        return cls(kernel=config.attention_kernel, dit_kernel=config.dit.attention, groups=config.ulysses_groups,
                    sr_tokens_per_frame=config.sr_tokens_per_frame, sr_window=config.sr.window,
                    fused_preattn=config.fused_preattn, platform=platform,
                    kernel_flags=tuple(sorted((kernel_flags or {}).items())))
@@ -62,6 +77,10 @@ def _body(route: AttentionRoute, seq_len: int, masked: bool):
     from avatar_release.kernels import ulysses
 
     if not masked:
+        if route.dit_kernel == "flash":
+            from avatar_release.kernels.flash import flash_attention
+
+            return (lambda q, k, v, m: flash_attention(q, k, v)), None
         return ulysses.reference_attention, None
     t = route.sr_tokens_per_frame
     if t <= 0 or seq_len % t:
@@ -127,8 +146,12 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
         packed = preattn_sharded(j(x), params, j(cos), j(sin), mesh=mesh, axis=axis, heads=heads, groups=1, eps=eps)
         return interop.torch_view(unpack_qkv(packed))
 
+    def routed(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        impl = kernels if route.via_kernels(attn_mask is not None) else gspmd
+        return impl(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
     env = torchax.default_env()
-    overrides = {F.scaled_dot_product_attention: gspmd if route.default else kernels}
+    overrides = {F.scaled_dot_product_attention: gspmd if route.default else routed}
     if route.fused_preattn:
         importlib.import_module("avatar_release.model.attention")  # registers the avatar::pre_attention op
 

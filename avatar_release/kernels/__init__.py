@@ -2,6 +2,7 @@
 
 blocksparse      frame-aligned block-sparse attention for the SR stage (one pass over live blocks)
 bounded_softmax  the same grid with a precomputed per-row bound instead of the running max
+flash            dense (DiT) attention with the online softmax over key blocks, no S x S logits
 ulysses          Ulysses all-to-all attention with independent head groups
 preattn          fused norm + rotary + projection + head packing, in the all-to-all's layout
 masks           block tables and tile counts (numpy only)

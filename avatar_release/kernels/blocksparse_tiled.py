@@ -23,7 +23,7 @@ from avatar_release.kernels.blocksparse import (
     check_shapes, compiler_params, default_scale, dot_pv, dot_qk, pair_specs, resolve_interpret, segment_edges,
 )
 
-__all__ = ["tiled_table", "tiled_blocksparse_attention"]
+__all__ = ["cost_estimate", "tiled_table", "tiled_blocksparse_attention"]
 
 
 def tiled_table(frames: int, tokens: int, window: int, tile: int) -> masks.LiveTable:
@@ -32,6 +32,25 @@ def tiled_table(frames: int, tokens: int, window: int, tile: int) -> masks.LiveT
     qi, ki = np.nonzero(codes != masks.EMPTY)
     return masks.LiveTable(q_block=qi.astype(np.int32), k_block=ki.astype(np.int32), block=tile,
                             n_blocks=codes.shape[0])
+
+
+def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: int, window: int, tile: int = 128,
+                  itemsize: int = 2) -> pl.CostEstimate:
+    """What the kernel does, counted over the tiles it visits (full and partial, padding included).
+
+    flops: 4 tile^2 d per visited tile pair and head (a partial tile costs a full one);
+    transcendentals: one exp per visited logit plus one rescale exp per row per step; bytes: q
+    and the output once per query tile, k and v re-read whenever the key tile index changes
+    (`masks.kv_fetches`), plus the int32 tables. (The padding copies around the call are
+    XLA's, counted by XLA.)
+    """
+    table = tiled_table(frames, tokens_per_frame, window, tile)
+    visited = table.n_pairs * tile * tile
+    q_tiles = len(np.unique(table.q_block))
+    rows = (2 * q_tiles + 2 * masks.kv_fetches(table)) * tile  # q + out, k + v
+    return pl.CostEstimate(flops=4 * visited * head_dim * heads,
+                           transcendentals=(visited + table.n_pairs * tile) * heads,
+                           bytes_accessed=heads * rows * head_dim * itemsize + 2 * 4 * table.n_pairs)
 
 
 def _kernel(q_block_ref, k_block_ref, q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, acc_sc, *,
@@ -81,15 +100,13 @@ def tiled_blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, fra
         scratch_shapes=[pltpu.VMEM((tile, 1), jnp.float32), pltpu.VMEM((tile, 1), jnp.float32),
                         pltpu.VMEM((tile, head_dim), jnp.float32)],
     )
-    live_pairs = table.n_pairs * tile * tile
     call = pl.pallas_call(
         functools.partial(_kernel, scale=scale, tile=tile, tokens=tokens_per_frame, frames=frames, window=window),
         grid_spec=grid_spec,
         out_shape=jax.ShapeDtypeStruct(qp.shape, q.dtype),
         compiler_params=compiler_params(),
-        cost_estimate=pl.CostEstimate(flops=4 * live_pairs * head_dim * heads,
-                                      transcendentals=live_pairs * heads,
-                                      bytes_accessed=heads * 4 * padded * head_dim * jnp.dtype(q.dtype).itemsize),
+        cost_estimate=cost_estimate(heads=heads, head_dim=head_dim, frames=frames, tokens_per_frame=tokens_per_frame,
+                                    window=window, tile=tile, itemsize=jnp.dtype(q.dtype).itemsize),
         interpret=resolve_interpret(interpret),
         name="sr_tiled_blocksparse_attention",
     )

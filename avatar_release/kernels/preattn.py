@@ -218,18 +218,24 @@ def default_block_tokens(tokens: int, cap: int = 512) -> int:
 
 
 def cost_estimate(
-    tokens: int, dim: int, heads: int, x_itemsize: int = 4, has_bias: bool = True, block_heads: int | None = None
+    tokens: int, dim: int, heads: int, x_itemsize: int = 4, has_bias: bool = True, block_heads: int | None = None,
+    block_tokens: int | None = None,
 ) -> pl.CostEstimate:
-    """What the kernel does for ``tokens`` tokens, counted op by op.
+    """What the kernel does for ``tokens`` tokens, counted op by op and copy by copy.
 
     flops: the qkv matmul (2 S D 3D), the bias add (S 3D), the two norms (square, sum, scale by
     rsqrt, scale by weight: 4 per element; mean's divide and + eps: 2 per row), the two rotaries
     (2 multiplies and an add per element). transcendentals: one rsqrt per token per head for q
-    and for k. bytes: the weights once (their block index is constant along the inner token
-    axis), x and the rope tables once per head block, and the bf16 output.
+    and for k. bytes: what the pipeline copies. A block is re-copied only when its index changes
+    between consecutive grid steps (head blocks outer, token tiles inner): the weights and bias
+    once (their index moves with the head block only), x and the rope tables once per (head
+    block, token tile), or once in all when one tile covers the tokens; the bf16 output once.
     """
     hd = dim // heads
     head_blocks = heads // (block_heads or heads)
+    bt = default_block_tokens(tokens) if block_tokens is None else block_tokens
+    tiles = tokens // bt
+    tile_copies = head_blocks * tiles if tiles > 1 else 1  # x, cos, sin: index (tile, 0)
     qk = 2 * tokens * dim  # q and k elements
     rows = 2 * tokens * heads  # q and k (token, head) rows
     flops = 2 * tokens * dim * 3 * dim + (tokens * 3 * dim if has_bias else 0) + 4 * qk + 2 * rows + 3 * qk
@@ -237,8 +243,8 @@ def cost_estimate(
         3 * dim * dim * 2  # w_qkv bf16
         + (3 * dim * 4 if has_bias else 0)  # bias f32
         + 2 * hd * 4  # norm weights
-        + head_blocks * tokens * dim * x_itemsize  # x
-        + head_blocks * 2 * tokens * (hd // 2) * 4  # cos, sin
+        + tile_copies * bt * dim * x_itemsize  # x
+        + tile_copies * 2 * bt * (hd // 2) * 4  # cos, sin
         + 3 * tokens * dim * 2  # q, k, v bf16
     )
     return pl.CostEstimate(flops=flops, transcendentals=rows, bytes_accessed=bytes_accessed)
@@ -340,7 +346,7 @@ def preattn(
         in_specs=in_specs,
         out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct((groups, 3, hg, tokens, hd), BF16),
-        cost_estimate=cost_estimate(tokens, dim, heads, x.dtype.itemsize, has_bias, hb),
+        cost_estimate=cost_estimate(tokens, dim, heads, x.dtype.itemsize, has_bias, hb, bt),
         compiler_params=pltpu.CompilerParams(flags=mosaic_flags() or None),
         interpret=interpret,
         name="preattn",

@@ -19,7 +19,7 @@ __all__ = ["KernelTarget", "kernel_target", "interpret_default", "mosaic_flags",
 # The name each Pallas kernel is called by (its pallas_call ``name``): how a compiled program's
 # kernels are found again in its HLO.
 PALLAS_KERNELS = ("sr_blocksparse_attention", "sr_tiled_blocksparse_attention", "sr_bounded_softmax_attention",
-                  "preattn")
+                  "preattn", "dit_flash_attention")
 
 
 @dataclass(frozen=True)

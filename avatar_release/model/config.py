@@ -27,6 +27,7 @@ from avatar_release.model.errors import ConfigError
 MESH_SIZE = 8  # devices in the serving mesh: Ulysses shards the sequence, then the heads, over it
 RESIDUAL_DTYPES = ("float32", "bfloat16")
 ATTENTION_KERNELS = ("xla", "blocksparse", "bounded")
+DIT_ATTENTION_KERNELS = ("xla", "flash")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class DiTConfig:
     patch: int = 1  # DiT latent cells per token side
     mlp_ratio: int = 4  # hidden width of the MLP / dim
     freq_dim: int = 256  # sinusoidal timestep features fed to the timestep MLP
+    # Kernel the compiler routes the DiT's (unmasked) attention to: "xla" (XLA's softmax
+    # attention, which materialises the S x S logits of every head) or "flash" (kernels/flash.py:
+    # online softmax over key blocks, the logits only ever in VMEM). Eager PyTorch always runs
+    # the reference math; a declared lever (manifests/levers.toml, key "dit.attention").
+    attention: str = "xla"
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,8 @@ class PipelineConfig:
         need(self.attention_kernel in ATTENTION_KERNELS,
              f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         need(self.ulysses_groups >= 1, f"ulysses_groups must be >= 1, got {self.ulysses_groups}")
+        need(self.dit.attention in DIT_ATTENTION_KERNELS,
+             f"dit.attention must be one of {DIT_ATTENTION_KERNELS}, got {self.dit.attention!r}")
         if problems:  # the arithmetic below needs positive sizes
             raise ConfigError(f"config {self.name!r}: " + "; ".join(problems))
 
@@ -286,7 +294,7 @@ _CONFIGS = {
         PipelineConfig(
             name="avatar-720p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=720, width=1280, latent_channels=16,
             vae_scale=8, sr_scale=2, n_mels=80,
-            dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2),
+            dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=32, heads=24, window=2, patch=2),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32),
         ),
@@ -295,7 +303,7 @@ _CONFIGS = {
         PipelineConfig(
             name="avatar-1080p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=1080, width=1920, latent_channels=16,
             vae_scale=8, sr_scale=2, n_mels=80,
-            dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2),
+            dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=32, heads=24, window=2, patch=2),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32),
         ),

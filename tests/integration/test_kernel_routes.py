@@ -38,6 +38,40 @@ def test_a_kernel_build_serves_with_zero_compiles_close_to_the_default(registry_
     assert min(psnr(x, y) for x, y in zip(a, b)) > 50  # ...of the same attention
 
 
+def test_a_flash_dit_build_serves_with_zero_compiles_and_its_gate_is_tier_2_never_silent(registry_copy, tmp_path):
+    """dit.attention=flash: the DiT's attention on the flash kernel, the SR untouched. The gate
+    holds it to the similarity band (a declared lever): inside it, or a blind review decides."""
+    from avatar_release.gates import run_gate
+
+    root, base = registry_copy
+    reg = LocalRegistry(root)
+    cand = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.attention": "flash"}, move_dev=False)
+    dit, base_dit = cand.manifest.executable("dit", "f8"), base.manifest.executable("dit", "f8")
+    assert cand.manifest.overrides == {"dit.attention": "flash"} and cand.manifest.config["dit"]["attention"] == "flash"
+    assert dit.hlo_digest != base_dit.hlo_digest
+    assert not cand.manifest.executable("sr", "f8").kernels  # the SR keeps XLA's attention
+    assert [(k.name, k.backend) for k in dit.kernels] == [("dit_flash_attention", "interpret")]
+    assert not base_dit.kernels
+    image, audio = sample_image(48, 80), sample_audio(0.64)
+    a, _ = render(load(base.build_id, reg), image, audio)
+    build = load(cand.build_id, reg)
+    b, report = render(build, image, audio)
+    assert build.guard.count == 0 and all(c.compiles == 0 for c in report.chunks)
+    assert not np.array_equal(a, b)  # another reduction order...
+    assert min(psnr(x, y) for x, y in zip(a, b)) > 50  # ...of the same attention
+
+    run_gate(base.build_id, reg, baseline="none", report_dir=tmp_path / "rep-base")
+    out = run_gate(cand.build_id, reg, baseline=base.build_id, report_dir=tmp_path / "rep-flash")
+    r = out.result
+    assert r.tier == 2 and any("dit.attention" in reason for reason in r.tier_reasons), r.tier_reasons
+    assert r.gate("zero-recompile").status == "passed"
+    band = r.gate("similarity-band")
+    if r.status == "passed":
+        assert band.status == "passed"
+    else:  # below the band somewhere: never silently, a blind review decides
+        assert r.status == "needs-review" and band.status != "passed" and out.review_page is not None
+
+
 @pytest.mark.slow  # compiles the all-to-all programs it reports on (seconds on 2 cores)
 def test_analyze_attention_reports_the_masks_blocks_bound_and_collectives():
     res = CliRunner().invoke(cli, ["analyze", "attention", "--pipeline", "tiny", "--json"], catch_exceptions=False)

@@ -33,14 +33,15 @@ def _require_libtpu() -> None:
 
 @pytest.fixture(scope="module")
 def tpu_build(tmp_path_factory):
-    """tiny for tpu-v6e-8, both attention kernels routed to Pallas, published to dev."""
+    """tiny for tpu-v6e-8, every attention kernel routed to Pallas, published to dev."""
     _require_libtpu()
     from avatar_release.compile import compile_build
 
     root = tmp_path_factory.mktemp("tpu") / "reg"
     reg = LocalRegistry(root)
     result = compile_build("tiny", "tpu-v6e-8", registry=reg, keep_compiled=True,
-                           overrides={"attention_kernel": "blocksparse", "fused_preattn": "true"})
+                           overrides={"attention_kernel": "blocksparse", "fused_preattn": "true",
+                                      "dit.attention": "flash"})
     return root, result
 
 
@@ -71,7 +72,8 @@ def test_every_pallas_kernel_is_a_mosaic_call_carrying_the_low_priority_llo_sche
     _, result = tpu_build
     man = result.manifest
     found = {(e.stage, k.name): k for e in man.executables for k in e.kernels}
-    assert set(found) == {("dit", "preattn"), ("sr", "preattn"), ("sr", "sr_blocksparse_attention")}
+    assert set(found) == {("dit", "preattn"), ("dit", "dit_flash_attention"), ("sr", "preattn"),
+                          ("sr", "sr_blocksparse_attention")}
     for k in found.values():
         assert k.backend == "mosaic" and k.count >= 1 and k.flags == {LLO: True}
     # The compiled programs themselves: every Mosaic custom call carries the flag in its config.
@@ -205,7 +207,8 @@ def test_production_shapes_compile_for_tpu_from_abstract_shapes(tmp_path):
     # FSDP holds 1/8 of every weight on each chip; replicated, the weights alone overflow 32 GiB.
     assert fit.weights_bytes < m.weights.raw_size / 7
     assert m.weights.raw_size > fit.capacity_bytes
-    assert {k.name for e in m.executables for k in e.kernels} == {"sr_blocksparse_attention"}
+    assert {(e.stage, k.name) for e in m.executables for k in e.kernels} == {
+        ("dit", "dit_flash_attention"), ("sr", "sr_blocksparse_attention")}  # the production defaults
     assert m.executable("dit", "f16").cost_loop_scale > 30  # 32 scanned blocks, counted once by XLA
 
 

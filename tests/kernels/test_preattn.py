@@ -144,7 +144,11 @@ def test_cost_estimate_is_honest():
     once = 3 * dim * dim * 2 + 3 * dim * 4 + 2 * hd * 4 + 3 * tokens * dim * 2  # weights, bias, norms, output
     per_head_block = tokens * dim * 4 + 2 * tokens * (hd // 2) * 4  # x and the rope tables
     assert est.bytes_accessed == once + per_head_block
-    assert cost_estimate(tokens, dim, heads, block_heads=2).bytes_accessed == once + (heads // 2) * per_head_block
+    # One token tile (240 tokens): x and the tables are copied once whatever the head blocks, as
+    # their block index never changes; five 48-token tiles are re-copied for every head block.
+    assert cost_estimate(tokens, dim, heads, block_heads=2).bytes_accessed == once + per_head_block
+    assert (cost_estimate(tokens, dim, heads, block_heads=2, block_tokens=48).bytes_accessed
+            == once + (heads // 2) * per_head_block)
 
 
 def test_default_block_tokens():
