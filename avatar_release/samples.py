@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -145,74 +146,126 @@ _VOWELS = np.array(
 )
 
 
+# The level is set from the first NORM_WINDOW_S seconds: a clip up to that long is normalised by
+# its own peak (every gate set clip is), a longer one streams without being held whole.
+NORM_WINDOW_S = 10.0
+PIECE_S = 2.0  # what sample_audio_pieces yields past the first window
+
+
+def _check_audio_args(seconds, sample_rate) -> tuple[float, int]:
+    try:
+        secs = float(seconds)
+        sr = int(sample_rate)
+    except (TypeError, ValueError):
+        raise InputError(f"sample audio: seconds={seconds!r}, sample_rate={sample_rate!r}; expected numbers") from None
+    if not secs > 0 or secs != secs or secs == float("inf"):
+        raise InputError(f"sample audio: {seconds!r} seconds, expected a positive, finite duration")
+    if sr < 4000:
+        raise InputError(f"sample audio: sample rate {sample_rate} Hz, expected at least 4000 Hz (e.g. 16000)")
+    return secs, sr
+
+
+class _Voice:
+    """The synthesiser's per-sample recipe; `block` renders samples [a, b) before levelling."""
+
+    def __init__(self, n: int, sr: int, v: int, harmonics_fmin: float):
+        self.n, self.sr, self.v = n, sr, v
+        self.base_f0 = (115.0, 190.0, 145.0, 230.0)[v % 4] * (1.0 + 0.05 * (v // 4))
+        self.rate = (4.0, 4.7, 3.4, 5.2)[v % 4]  # syllables per second
+        self.phase_off = 0.9 * v
+        self.word_len = 4 + (v % 3)
+        self.fade = min(n // 2, max(1, sr // 100))  # 10 ms fades: the clip starts and ends at zero
+        self.fmin = harmonics_fmin
+        self.carry = 0.0  # the running sum of f0 up to the last block (the phase integral)
+
+    def f0(self, t: np.ndarray) -> np.ndarray:
+        # Pitch contour: slow declination-like drift plus a faster intonation wobble.
+        return self.base_f0 * (1.0 + 0.08 * np.sin(2 * np.pi * 0.35 * t + self.phase_off)
+                               + 0.04 * np.sin(2 * np.pi * 1.7 * t + 2 * self.phase_off))
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        sr, v = self.sr, self.v
+        t = np.arange(a, b, dtype=np.float64) / sr
+        f0 = self.f0(t)
+        # np.cumsum adds in order, so carrying the last sum in front gives the whole clip's sums.
+        sums = np.cumsum(np.concatenate(([self.carry], f0)))[1:] if a else np.cumsum(f0)
+        self.carry = float(sums[-1])
+        phase = 2 * np.pi * sums / sr
+
+        # Syllables and words: syllable k spans [k / rate, (k + 1) / rate); every 4th (+variant) is a pause.
+        syl_pos = t * self.rate
+        syl = np.floor(syl_pos).astype(np.int64)
+        frac = syl_pos - syl
+        silent = (syl % (self.word_len + 1)) == self.word_len
+        env = np.sin(np.pi * frac) ** 2 * np.where(silent, 0.0, 1.0)
+        env *= 0.75 + 0.25 * np.cos(2 * np.pi * 0.23 * t + self.phase_off) ** 2  # stress variation
+
+        vowel = _VOWELS[(syl * 3 + 2 * v + (syl // 5)) % len(_VOWELS)]  # (n, 3)
+        bandwidths = np.array([90.0, 110.0, 170.0])
+        gains = np.array([1.0, 0.6, 0.3])
+
+        signal = np.zeros(b - a, dtype=np.float64)
+        nyquist_guard = 0.45 * sr
+        for k in range(1, 41):
+            fk = k * f0
+            if k * self.fmin >= nyquist_guard:  # inaudible everywhere in the levelling window
+                break
+            resonance = np.zeros(b - a, dtype=np.float64)
+            for j in range(3):
+                resonance += gains[j] / (1.0 + ((fk - vowel[:, j]) / bandwidths[j]) ** 2)
+            amp = (1.0 / k) * (0.15 + resonance) * (fk < nyquist_guard)
+            signal += amp * np.sin(k * phase)
+
+        signal *= env
+        ramp = np.arange(self.fade, dtype=np.float64) / self.fade
+        head = slice(a, min(b, self.fade))
+        if head.start < head.stop:
+            signal[head.start - a:head.stop - a] *= ramp[head]
+        tail0 = max(a, self.n - self.fade)
+        if tail0 < b:
+            signal[tail0 - a:] *= ramp[::-1][tail0 - (self.n - self.fade):b - (self.n - self.fade)]
+        return signal
+
+
+def sample_audio_pieces(seconds: float, sample_rate: int = 16000, variant: int = 0) -> Iterator[np.ndarray]:
+    """:func:`sample_audio` as float32 pieces, made as they are read: memory does not grow with
+    ``seconds`` (the pod's and ``render --seconds``' default speech). The first piece is the
+    levelling window (up to ``NORM_WINDOW_S``), then pieces of ``PIECE_S``. Bad arguments are
+    refused here, not at the first read."""
+    secs, sr = _check_audio_args(seconds, sample_rate)
+    return _pieces(max(1, int(round(secs * sr))), sr, _variant_index(variant))
+
+
+def _pieces(n: int, sr: int, v: int) -> Iterator[np.ndarray]:
+    w = min(n, int(round(NORM_WINDOW_S * sr)))
+    probe = _Voice(n, sr, v, 0.0)
+    voice = _Voice(n, sr, v, float(np.min(probe.f0(np.arange(w, dtype=np.float64) / sr))))
+    first = voice.block(0, w)
+    peak = float(np.max(np.abs(first)))
+    scale = 0.8 / peak if peak > 0 else 1.0
+
+    def level(signal: np.ndarray) -> np.ndarray:
+        if peak > 0:
+            signal = signal * scale
+        return (np.round(np.clip(signal, -1.0, 1.0) * 32767.0) / 32767.0).astype(np.float32)
+
+    yield level(first)
+    step = max(1, int(round(PIECE_S * sr)))
+    for a in range(w, n, step):
+        yield level(voice.block(a, min(n, a + step)))
+
+
 def sample_audio(seconds: float, sample_rate: int = 16000, variant: int = 0) -> np.ndarray:
     """A deterministic speech-like float32 mono signal in [-1, 1], ``seconds`` long.
 
     A glottal-like harmonic series on a moving pitch contour, shaped by vowel formants
     that change per syllable, under a syllable-rate amplitude envelope with short pauses
     between "words". ``variant`` changes the pitch, the syllable rate and the vowel
-    sequence. Peak is about 0.8; values lie on the 16-bit grid ``k / 32767``.
+    sequence. Peak is about 0.8 (set from the first ``NORM_WINDOW_S`` seconds; clipped at
+    1); values lie on the 16-bit grid ``k / 32767``. Streamed: :func:`sample_audio_pieces`.
     """
-    try:
-        secs = float(seconds)
-        sr = int(sample_rate)
-    except (TypeError, ValueError):
-        raise InputError(f"sample audio: seconds={seconds!r}, sample_rate={sample_rate!r}; expected numbers") from None
-    if not secs > 0:
-        raise InputError(f"sample audio: {seconds!r} seconds, expected a positive duration")
-    if sr < 4000:
-        raise InputError(f"sample audio: sample rate {sample_rate} Hz, expected at least 4000 Hz (e.g. 16000)")
-    v = _variant_index(variant)
-    n = max(1, int(round(secs * sr)))
-    t = np.arange(n, dtype=np.float64) / sr
-
-    base_f0 = (115.0, 190.0, 145.0, 230.0)[v % 4] * (1.0 + 0.05 * (v // 4))
-    rate = (4.0, 4.7, 3.4, 5.2)[v % 4]  # syllables per second
-    phase_off = 0.9 * v
-
-    # Pitch contour: slow declination-like drift plus a faster intonation wobble.
-    f0 = base_f0 * (
-        1.0 + 0.08 * np.sin(2 * np.pi * 0.35 * t + phase_off) + 0.04 * np.sin(2 * np.pi * 1.7 * t + 2 * phase_off)
-    )
-    phase = 2 * np.pi * np.cumsum(f0) / sr
-
-    # Syllables and words: syllable k spans [k / rate, (k + 1) / rate); every 4th (+variant) is a pause.
-    syl_pos = t * rate
-    syl = np.floor(syl_pos).astype(np.int64)
-    frac = syl_pos - syl
-    word_len = 4 + (v % 3)
-    silent = (syl % (word_len + 1)) == word_len
-    env = np.sin(np.pi * frac) ** 2 * np.where(silent, 0.0, 1.0)
-    env *= 0.75 + 0.25 * np.cos(2 * np.pi * 0.23 * t + phase_off) ** 2  # stress variation
-
-    vowel = _VOWELS[(syl * 3 + 2 * v + (syl // 5)) % len(_VOWELS)]  # (n, 3)
-    bandwidths = np.array([90.0, 110.0, 170.0])
-    gains = np.array([1.0, 0.6, 0.3])
-
-    signal = np.zeros(n, dtype=np.float64)
-    nyquist_guard = 0.45 * sr
-    for k in range(1, 41):
-        fk = k * f0
-        if float(np.min(fk)) >= nyquist_guard:
-            break
-        resonance = np.zeros(n, dtype=np.float64)
-        for j in range(3):
-            resonance += gains[j] / (1.0 + ((fk - vowel[:, j]) / bandwidths[j]) ** 2)
-        amp = (1.0 / k) * (0.15 + resonance) * (fk < nyquist_guard)
-        signal += amp * np.sin(k * phase)
-
-    signal *= env
-    # 10 ms fades so the clip starts and ends at zero.
-    fade = min(n // 2, max(1, sr // 100))
-    ramp = np.arange(fade, dtype=np.float64) / fade
-    signal[:fade] *= ramp
-    signal[n - fade :] *= ramp[::-1]
-
-    peak = float(np.max(np.abs(signal)))
-    if peak > 0:
-        signal *= 0.8 / peak
-    snapped = np.round(np.clip(signal, -1.0, 1.0) * 32767.0) / 32767.0
-    return snapped.astype(np.float32)
+    pieces = list(sample_audio_pieces(seconds, sample_rate, variant))
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
 
 @dataclasses.dataclass(frozen=True)
