@@ -2,8 +2,8 @@
 the values, so a module on the ``meta`` device (production shapes, weights never
 materialised) traces exactly like one holding real weights.
 
-``torchax.extract_jax`` copies every parameter into a JAX array first; for a 19B-parameter
-pipeline that is 38 GB of bf16 the compile never needs. The traced program only needs each
+``torchax.extract_jax`` copies every parameter into a JAX array first; for an 18.5B-parameter
+pipeline that is 37 GB of bf16 the compile never needs. The traced program only needs each
 parameter's name, shape and dtype: the values are arguments of the compiled executable.
 """
 

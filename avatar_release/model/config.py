@@ -288,23 +288,29 @@ _CONFIGS = {
             sr=SRConfig(dim=128, depth=4, heads=8, window=1),
             vae=VAEConfig(channels=(64, 64, 32), groups=16),
         ),
-        # Production shapes, used only as abstract shapes (about 19B parameters: 15B DiT + 3.6B SR).
+        # Production shapes, used only as abstract shapes (18.5B parameters, 37.0 GB of bf16:
+        # 17.1B DiT + 1.4B SR), derived from the write-up's constraints and the v6e-8's published
+        # peaks in docs/production-shapes.md (avatar_release/shapes.py computes the floors): the
+        # DiT samples in 4 steps, each re-reading every weight on every chip; the SR, run once
+        # over 4x the DiT's tokens, is the shallow one.
         # SR grid 92x160 (736 rows cropped to 720), patch 2 -> 46x80 = 3680 tokens/frame
         # (3680 % 128 = 96); 17 frames -> 62560 SR tokens. DiT 46x80 cells, patch 2 -> 920/frame.
         PipelineConfig(
             name="avatar-720p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=720, width=1280, latent_channels=16,
             vae_scale=8, sr_scale=2, n_mels=80,
-            dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2, attention="flash"),
-            sr=SRConfig(dim=3072, depth=32, heads=24, window=2, patch=2),
+            dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
+            sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32),
         ),
         # SR grid 136x240 (1088 rows cropped to 1080), patch 2 -> 68x120 = 8160 tokens/frame
-        # (8160 % 128 = 96); DiT 68x120 cells, patch 2 -> 34x60 = 2040/frame.
+        # (8160 % 128 = 96); 9 frames (the 8-frame bucket) -> 73440 SR tokens. The SR upsamples
+        # 4x, so the DiT renders motion on a 34x60 cell grid, patch 2 -> 17x30 = 510 tokens/frame:
+        # at 2x (2040 tokens/frame) its compute floor alone was 1.7x the 320 ms deadline.
         PipelineConfig(
             name="avatar-1080p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=1080, width=1920, latent_channels=16,
-            vae_scale=8, sr_scale=2, n_mels=80,
-            dit=DiTConfig(dim=5120, depth=32, heads=40, steps=8, patch=2, attention="flash"),
-            sr=SRConfig(dim=3072, depth=32, heads=24, window=2, patch=2),
+            vae_scale=8, sr_scale=4, n_mels=80,
+            dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
+            sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32),
         ),
     ]
