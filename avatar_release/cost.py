@@ -5,6 +5,11 @@ executable (flops, bytes accessed, transcendentals, and on TPU ``optimal_seconds
 the executable's ``cost_loop_scale`` (XLA counts a scanned block once), turned into seconds
 with a roofline against the device's published peaks: ``max(flops / peak, bytes / bandwidth)``.
 A chunk of F frames runs every stage once and must be ready within F / fps seconds.
+
+Per stage it also says which term binds (compute or memory), the **share of the compute floor**
+(``flops / peak`` over the estimated time: 1.0 when compute binds, lower the more the stage
+waits on memory), and its all-to-alls as the scheduled program leaves them: hidden (compute
+scheduled between start and done) or exposed (``compile/_evidence.schedule_of``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,13 @@ class StageEstimate:
     bound: str | None  # "compute" | "memory"
     xla_optimal_seconds: float | None  # XLA's own figure, scaled; None when XLA gives none usable
     xla_optimal_note: str = ""
+    compute_seconds: float | None = None  # flops / peak: the compute floor of what XLA counted
+    memory_seconds: float | None = None  # bytes accessed / bandwidth
+    compute_share: float | None = None  # compute_seconds / roofline_seconds (1.0: compute-bound)
+    # All-to-alls of the scheduled program (None: no schedule recorded for this executable).
+    all_to_alls: int | None = None
+    all_to_alls_hidden: int | None = None
+    all_to_alls_exposed: int | None = None
 
 
 @dataclass
@@ -40,6 +52,10 @@ class ChunkEstimate:
     ratio: float | None  # estimated / deadline: above 1 misses the deadline
     stages: list[StageEstimate] = field(default_factory=list)
     label: str = LABEL
+    compute_seconds: float | None = None  # the stages' compute floors summed
+    compute_share: float | None = None  # compute_seconds / estimated_seconds
+    all_to_alls_hidden: int = 0  # over every stage with a recorded schedule
+    all_to_alls_exposed: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -48,10 +64,11 @@ class ChunkEstimate:
 def _stage(entry, peak_flops: float | None, bandwidth: float | None) -> StageEstimate:
     c, scale = entry.cost, entry.cost_loop_scale
     flops, nbytes = c.get("flops", 0.0) * scale, c.get("bytes accessed", 0.0) * scale
-    roofline = bound = None
+    roofline = bound = compute = memory = share = None
     if peak_flops and bandwidth:
         compute, memory = flops / peak_flops, nbytes / bandwidth
         roofline, bound = max(compute, memory), ("compute" if compute >= memory else "memory")
+        share = compute / roofline if roofline > 0 else None
     raw = c.get("optimal_seconds")
     optimal, note = None, ""
     if raw is None:
@@ -60,8 +77,11 @@ def _stage(entry, peak_flops: float | None, bandwidth: float | None) -> StageEst
         note = f"XLA reported {raw:.3g} s, which is not a usable estimate"
     else:
         optimal = raw * scale
+    sc = getattr(entry, "schedule", None)
     return StageEstimate(entry.key, flops, nbytes, c.get("transcendentals", 0.0) * scale, scale,
-                         roofline, bound, optimal, note)
+                         roofline, bound, optimal, note, compute, memory, share,
+                         None if sc is None else sc.all_to_alls, None if sc is None else sc.hidden,
+                         None if sc is None else sc.exposed)
 
 
 def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: float | None) -> list[ChunkEstimate]:
@@ -73,6 +93,11 @@ def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: flo
         per = [s.roofline_seconds if s.roofline_seconds is not None else s.xla_optimal_seconds for s in stages]
         total = sum(per) if stages and all(v is not None for v in per) else None
         deadline = b.frames / fps
+        computes = [s.compute_seconds for s in stages]
+        compute = sum(computes) if stages and all(v is not None for v in computes) else None
         out.append(ChunkEstimate(b.name, b.frames, deadline, total, None if total is None else total / deadline,
-                                 stages))
+                                 stages, compute_seconds=compute,
+                                 compute_share=compute / total if compute is not None and total else None,
+                                 all_to_alls_hidden=sum(s.all_to_alls_hidden or 0 for s in stages),
+                                 all_to_alls_exposed=sum(s.all_to_alls_exposed or 0 for s in stages)))
     return out

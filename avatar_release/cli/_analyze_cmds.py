@@ -76,18 +76,18 @@ def analyze_build_cmd(ref, registry_uri, as_json):
     lines.append(f"time per chunk: {LABEL}")
     if peak is None:
         lines.append(f"  (target {m.target} publishes no peak rates: roofline unavailable)")
+    floors = _analytic_floors(m, chunks, peak, bw)
     for c in chunks:
         verdict = "n/a" if c.ratio is None else (f"{c.ratio:.2f}x the deadline: "
                                                  + ("meets it" if c.ratio <= 1 else "misses it"))
         est = "n/a" if c.estimated_seconds is None else f"{c.estimated_seconds * 1e3:.1f} ms"
+        share = ("" if c.compute_share is None else
+                 f"; compute floor {c.compute_seconds * 1e3:.1f} ms = {c.compute_share:.2f} of the estimate")
         lines.append(f"  bucket {c.bucket} ({c.frames} frames, deadline {c.deadline_seconds * 1e3:.0f} ms): "
-                     f"estimated {est}, {verdict}")
+                     f"estimated {est}, {verdict}{share}; all-to-alls {c.all_to_alls_hidden} hidden, "
+                     f"{c.all_to_alls_exposed} exposed")
         for s in c.stages:
-            roof = "n/a" if s.roofline_seconds is None else f"{s.roofline_seconds * 1e3:.2f} ms ({s.bound}-bound)"
-            xla = (f"{s.xla_optimal_seconds * 1e3:.2f} ms" if s.xla_optimal_seconds is not None else s.xla_optimal_note)
-            scale = f", scans x{s.loop_scale:.1f}" if s.loop_scale != 1 else ""
-            lines.append(f"    {s.key:<10} roofline {roof}; XLA optimal_seconds: {xla}; "
-                         f"{s.flops:.3g} flops, {s.bytes_accessed:.3g} bytes{scale}")
+            lines += _stage_lines(s, floors.get(c.bucket, {}).get(s.key.split("/")[0]))
     for e in m.executables:
         if e.schedule and e.schedule.all_to_alls:
             sc = e.schedule
@@ -99,11 +99,50 @@ def analyze_build_cmd(ref, registry_uri, as_json):
                          + (f", {k.count} call site(s)" if k.count is not None else "") + f"; {flags})")
     payload = {"ok": True, "build_id": m.build_id, "target": m.target, "label": LABEL,
                "memory_fit": m.memory_fit.model_dump() if m.memory_fit else None,
-               "chunks": [c.to_json() for c in chunks],
+               "chunks": [{**c.to_json(), "analytic_floors": floors.get(c.bucket)} for c in chunks],
                "executables": [{"key": e.key, "schedule": e.schedule.model_dump() if e.schedule else None,
                                 "kernels": [k.model_dump() for k in e.kernels], "cost": e.cost,
                                 "cost_loop_scale": e.cost_loop_scale, "memory": e.memory} for e in m.executables]}
     _emit(as_json, payload, "\n".join(lines))
+
+
+def _stage_lines(s, floor) -> list[str]:
+    """One stage of a chunk estimate: roofline and its bound, share of the compute floor, the
+    all-to-alls hidden / exposed in its schedule, XLA's own figure; then the analytic floor."""
+    if s.roofline_seconds is None:
+        roof = "n/a"
+    else:
+        roof = (f"{s.roofline_seconds * 1e3:.2f} ms ({s.bound}-bound: compute {s.compute_seconds * 1e3:.2f} ms, "
+                f"memory {s.memory_seconds * 1e3:.2f} ms; compute-floor share {s.compute_share:.2f})")
+    a2a = ("no schedule recorded" if s.all_to_alls is None else
+           f"{s.all_to_alls_hidden} hidden, {s.all_to_alls_exposed} exposed of {s.all_to_alls}")
+    xla = (f"{s.xla_optimal_seconds * 1e3:.2f} ms" if s.xla_optimal_seconds is not None else s.xla_optimal_note)
+    scale = f", scans x{s.loop_scale:.1f}" if s.loop_scale != 1 else ""
+    out = [f"    {s.key:<10} roofline {roof}; all-to-alls: {a2a}",
+           f"    {'':<10} XLA optimal_seconds: {xla}; {s.flops:.3g} flops, {s.bytes_accessed:.3g} bytes{scale}"]
+    if floor:  # per chip, like XLA's figures above
+        out.append(f"    {'':<10} analytic floor (docs/production-shapes.md): {floor['flops_per_chip']:.3g} flops, "
+                   f"{floor['bytes_per_chip']:.3g} bytes per chip -> {floor['floor_seconds'] * 1e3:.3g} ms "
+                   f"({floor['bound']}-bound)")
+    return out
+
+
+def _analytic_floors(m, chunks, peak, bw) -> dict:
+    """Per bucket and stage, the config's analytic floor (avatar_release.shapes): the least work
+    any compile of these shapes must do, to set beside what XLA counted. {} when unavailable."""
+    from ..model.config import PipelineConfig
+    from ..model.errors import ConfigError
+    from ..shapes import stage_floors
+
+    if not (peak and bw):
+        return {}
+    try:
+        config = PipelineConfig.from_dict(m.config)
+    except (ConfigError, TypeError, KeyError, ValueError):
+        return {}
+    chips = m.platform.device_count or 1
+    return {c.bucket: {f.stage: {**f.to_json(), "flops_per_chip": f.flops / chips}
+                       for f in stage_floors(config, c.frames, peak, bw, chips)} for c in chunks}
 
 
 @analyze_group.command("schedule")
