@@ -27,17 +27,14 @@ from dataclasses import asdict, dataclass, field
 
 from .model.config import MESH_SIZE, PipelineConfig
 
-__all__ = ["StageFloor", "ShapeReport", "param_counts", "stage_floors", "shape_report", "report_for_pipeline"]
+__all__ = ["StageFloor", "ShapeReport", "ICI_IN_BYTES_PER_SECOND", "param_counts", "stage_floors", "shape_report",
+           "report_for_pipeline"]
 
 _BF16, _F32 = 2, 4
 # Cloud TPU v6e documentation: 800 GB/s of bidirectional inter-chip interconnect (ICI) bandwidth
 # per chip over 4 ports, so at most half of it into a chip. An upper bound: a 2x4 slice may not
 # use every port.
 ICI_IN_BYTES_PER_SECOND = 400e9
-
-
-def _linear(d_in: int, d_out: int) -> int:
-    return d_in * d_out + d_out  # bf16 weight + f32 bias
 
 
 def _attention_params(dim: int, heads: int) -> tuple[int, int]:
@@ -55,6 +52,7 @@ def _split(*parts: tuple[int, int]) -> tuple[int, int]:
 
 
 def _lin(d_in: int, d_out: int) -> tuple[int, int]:
+    """(matrix params, vector params) of model.attention.Linear: bf16 weight, f32 bias."""
     return d_in * d_out, d_out
 
 
@@ -253,12 +251,14 @@ def shape_report(c: PipelineConfig, frames: int, peak_flops: float, bandwidth: f
 
 def report_for_pipeline(pipeline: str, target: str = "tpu-v6e-8") -> list[ShapeReport]:
     """One report per shape bucket of a pipeline spec, at a target's published peaks."""
+    from .errors import SpecError
     from .model.config import get_config
     from .specs import load_pipeline, load_target
 
     spec, t = load_pipeline(pipeline), load_target(target)
     if not (t.peak_flops_per_second and t.hbm_bytes_per_second):
-        raise ValueError(f"target {target} publishes no peak rates")
+        raise SpecError(f"target {target} declares no peak_flops_per_second / hbm_bytes_per_second: "
+                        "floors need the device's published peaks (see manifests/targets/tpu-v6e-8.toml)")
     c = get_config(spec.config)
     return [shape_report(c, b.frames, t.peak_flops_per_second, t.hbm_bytes_per_second, t.device_count)
             for b in spec.buckets]
