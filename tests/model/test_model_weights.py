@@ -143,7 +143,7 @@ def test_init_is_identical_in_a_fresh_process(tiny_pipeline):
 
     code = (
         "import hashlib, torch\n"
-        "from avatar_release.model.config import get_config\nfrom model.weights import init_pipeline\n"
+        "from avatar_release.model.config import get_config\nfrom avatar_release.model.weights import init_pipeline\n"
         "s = init_pipeline(get_config('tiny'), 1234).state_dict()\nh = hashlib.sha256()\n"
         "for n in sorted(s): h.update(n.encode() + s[n].contiguous().view(torch.uint8).numpy().tobytes())\n"
         "print(h.hexdigest())\n"
