@@ -89,18 +89,21 @@ def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
     out_shardings = tuple(_sharding(mesh, s.sharding) for s in plan.outputs)
     jitted = jax.jit(stage_fn, out_shardings=out_shardings)
     from ._attention import head_sharded_attention
+    from ._layout import pinned_layouts
     from ._scan import scanned_blocks
 
     try:
         t0 = time.perf_counter()
-        with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks():
+        with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks(), \
+                pinned_layouts(mesh):
             traced = jitted.trace(p_abstract, *i_abstract)
         t1 = time.perf_counter()
         lowered = traced.lower()
         t2 = time.perf_counter()
         exported = None
         if export:
-            with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks():
+            with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks(), \
+                    pinned_layouts(mesh):
                 exported = jax.export.export(jitted)(p_abstract, *i_abstract)
     except Exception as e:  # noqa: BLE001
         raise CompileError(

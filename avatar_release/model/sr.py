@@ -20,6 +20,7 @@ import torch.nn as nn
 from avatar_release.model.attention import MLP, Linear, RMSNorm, SelfAttention, rope_tables
 from avatar_release.model.config import PipelineConfig
 from avatar_release.model.patches import image_tokens, patchify, unpatchify, upsample_nearest
+from avatar_release.model.layout import replicated
 from avatar_release.model.stack import run_blocks
 
 
@@ -65,7 +66,8 @@ class SuperResolution(nn.Module):
 
         up = upsample_nearest(latents.float(), c.sr_scale)  # (F, C, H', W')
         video = self.latent_embed(patchify(up, p))  # (F, T, D)
-        ref = self.ref_embed(image_tokens(image_u8, c.vae_scale * p, c.decoded_size))  # (T, D)
+        # (T, D), held whole by every device: it goes in front of the frame-sharded video
+        ref = replicated(self.ref_embed(image_tokens(image_u8, c.vae_scale * p, c.decoded_size)))
         x = torch.cat([ref[None], video], dim=0).reshape((n + 1) * T, D)  # (S, D), frame 0 = reference
         x = x.to(getattr(torch, c.residual_dtype))
 

@@ -228,7 +228,10 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
     raw = [(e["job"], line) for e in runner.log for line in e["stderr"].splitlines()
            if re.match(r"[IWEF]\d{4} \d\d:\d\d:", line) or "Contact Shardy" in line]
     assert not raw, raw[:3]
-    assert isinstance(json.loads((ws / "compile.json").read_text())["xla_log"], list)
+    # ... and there is nothing to summarise: no build of tiny makes the partitioner fall back to
+    # replicating a tensor (the SPMD rematerialization warning), on cpu-8 or on tpu-v6e-8.
+    for name in ("compile.json", "compile-tpu.json"):
+        assert json.loads((ws / name).read_text())["xla_log"] == [], name
     ls = _cli(ws, env, "ls")
     assert ls["channels"]["staging"] == new and ls["channels"]["prod"] == old
 

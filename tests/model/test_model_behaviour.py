@@ -202,3 +202,17 @@ def test_audio_chunking(tiny):
     chunks = audio_chunks(tiny, audio)
     assert chunks.shape == (2, 5120) and chunks.dtype == np.float32
     assert np.array_equal(chunks.reshape(-1)[: audio.size], audio) and not chunks.reshape(-1)[audio.size :].any()
+
+
+def test_layout_hints_are_the_identity_in_eager_pytorch():
+    """model.layout only tells a compiler where a tensor should live; eager code sees the same tensor."""
+    import torch
+
+    from avatar_release.model.layout import layout_hints, replicated
+
+    x = torch.arange(6.0).reshape(2, 3)
+    assert replicated(x) is x
+    seen = []
+    with layout_hints(lambda t, layout: seen.append(layout) or t):
+        assert replicated(x) is x
+    assert seen == ["replicated"] and replicated(x) is x  # uninstalled again

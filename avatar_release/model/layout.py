@@ -1,0 +1,39 @@
+"""Layout hints: where the model tells a compiler how a tensor should sit on the device mesh.
+
+Eager PyTorch ignores them (each is the identity). A compiler tracing the model for a mesh
+installs a function for the duration of the trace (``avatar_release.compile._layout``) that pins
+the tensor's sharding, so the partitioner does not have to guess one it then cannot leave
+cheaply. The values never change, only where they live.
+
+replicated  a small tensor every device reads whole: the super-resolution stage's reference
+            frame tokens, concatenated in front of the frame-sharded video.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Callable, Iterator
+
+import torch
+
+__all__ = ["replicated", "layout_hints"]
+
+Hint = Callable[[torch.Tensor, str], torch.Tensor]
+_HINT: contextvars.ContextVar[Hint | None] = contextvars.ContextVar("layout_hint", default=None)
+
+
+def replicated(x: torch.Tensor) -> torch.Tensor:
+    """``x``, to be held whole by every device (identity outside a compiler's trace)."""
+    hint = _HINT.get()
+    return x if hint is None else hint(x, "replicated")
+
+
+@contextlib.contextmanager
+def layout_hints(hint: Hint) -> Iterator[None]:
+    """Install ``hint(tensor, layout) -> tensor`` while a compiler traces (compilers only)."""
+    token = _HINT.set(hint)
+    try:
+        yield
+    finally:
+        _HINT.reset(token)
