@@ -1,7 +1,14 @@
 """The tpu-v6e-8 target, built on this CPU-only host: compile time, HBM fit, estimated time per
 chunk against the deadline, and hidden vs exposed all-to-alls per Ulysses head-group count.
 
-    python benchmarks/bench_tpu.py [--quick] [--out benchmarks/results/tpu.json]
+    python benchmarks/bench_tpu.py [--quick] [--no-before] [--replicated] [--out benchmarks/results/tpu.json]
+
+Production shapes are compiled twice, side by side: "before" (the stand-in shapes and dense DiT
+attention this project had until issue 20, reproduced with --set overrides: DiT 32 blocks x 8
+steps, SR 32 blocks, 1080p SR x2, `dit.attention=xla`) and "after" (the spec defaults derived in
+docs/production-shapes.md, the DiT on the flash kernel). Per pipeline and stage: estimated time per
+chunk / deadline, compute-floor share, bound, HBM fraction, hidden/exposed all-to-alls, compile
+wall time and peak RSS.
 
 Every compile runs in a fresh `avatar-release compile --json` process (its peak RSS is recorded:
 the production pipelines' 19B parameters would be 38 GB if materialised). Memory figures are
@@ -53,6 +60,29 @@ def _compile(pipeline: str, target: str, sets: list[str], registry: Path) -> dic
     return row
 
 
+# The stand-in shapes and the dense DiT attention before issue 20 (config.py's history).
+_BEFORE_COMMON = ["dit.depth=32", "dit.steps=8", "sr.depth=32", "dit.attention=xla"]
+BEFORE = {"avatar-720p": _BEFORE_COMMON, "avatar-1080p": _BEFORE_COMMON + ["sr_scale=2"]}
+
+
+def _stage_rows(rows: list[dict]) -> None:
+    """Per pipeline and stage, before and after side by side."""
+    print("\nper stage (first bucket), compiler estimate per chunk on tpu-v6e-8, not a measurement")
+    print(f"{'pipeline':<13} {'shapes':<7} {'stage':<9} {'est ms':>8} {'/deadline':>9} {'bound':>8} "
+          f"{'compute share':>13} {'a2a hidden/exposed':>18}")
+    for r in rows:
+        if not r["pipeline"].startswith("avatar-") or r["exit_code"] != 0:
+            continue
+        label = "before" if r["set"] else "after"
+        c = r["chunks"][0]
+        for st in c["stages"]:
+            est = st["roofline_seconds"]
+            a2a = "-" if st["all_to_alls"] is None else f"{st['all_to_alls_hidden']}/{st['all_to_alls_exposed']}"
+            share = "-" if st["compute_share"] is None else f"{st['compute_share']:.2f}"
+            print(f"{r['pipeline']:<13} {label:<7} {st['key']:<9} {est * 1e3:>8.0f} "
+                  f"{est / c['deadline_seconds']:>9.2f} {st['bound'] or '-':>8} {share:>13} {a2a:>18}")
+
+
 def _evidence(row: dict, registry: Path) -> None:
     from avatar_release.cost import estimate_chunks
     from avatar_release.registry import LocalRegistry, read_manifest
@@ -70,14 +100,21 @@ def _evidence(row: dict, registry: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny only: skip the production shapes")
+    ap.add_argument("--no-before", action="store_true", help="skip the 'before' compiles of the production shapes")
+    ap.add_argument("--replicated", action="store_true", help="also compile 720p with replicated weights (refused)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tpu.json"))
     args = ap.parse_args()
 
     runs = [("tiny", "tpu-v6e-8", []),
-            ("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"])]
+            ("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"]),
+            ("tiny", "tpu-v6e-8", ["dit.attention=flash"])]
     if not args.quick:
-        runs += [("avatar-720p", "tpu-v6e-8", []), ("avatar-1080p", "tpu-v6e-8", []),
-                 ("avatar-720p", "tpu-v6e-8-replicated", [])]
+        for pipeline in ("avatar-720p", "avatar-1080p"):
+            if not args.no_before:
+                runs.append((pipeline, "tpu-v6e-8", BEFORE[pipeline]))
+            runs.append((pipeline, "tpu-v6e-8", []))
+        if args.replicated:
+            runs.append(("avatar-720p", "tpu-v6e-8-replicated", []))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for pipeline, target, sets in runs:
@@ -112,6 +149,7 @@ def main() -> None:
         ratio = f"{c['ratio']:.2f}" if c.get("ratio") is not None else ("refused" if r["exit_code"] else "-")
         print(f"{r['pipeline']:<13} {r['target']:<21} {' '.join(r['set']) or '(spec defaults)':<44} "
               f"{r['wall_seconds']:>7.1f} {r.get('peak_rss_gib', 0):>8.2f} {hbm:>16} {use:>6} {est:>10} {dl:>9} {ratio:>12}")
+    _stage_rows(rows)
     print("\nall-to-alls of one SR attention layer compiled for tpu-v6e-8 (hidden = compute inside start/done)")
     for pipeline, ps in probes.items():
         for p in ps:
