@@ -111,7 +111,7 @@ def test_output_gates_refuse_here_and_the_compile_gate_proves_what_it_can(tpu_bu
     assert {n: c["status"] for n, c in checks.items()} == {
         "every-bucket": "passed", "flags-present": "passed", "fits-memory": "passed",
         "no-host-callbacks": "passed", "reproducible": "passed"}
-    assert checks["flags-present"]["details"]["mosaic_kernels"] == 3
+    assert checks["flags-present"]["details"]["mosaic_kernels"] == 4  # pre-attention and flash (dit), pre-attention and block-sparse (sr)
     assert LocalRegistry(reg, create=False).get_record("compile-gates", result.build_id)
     listed = json.loads(runner.invoke(cli, ["ls", "--registry", str(reg), "--json"]).stdout)["builds"]
     assert [(b["gate"], b["compile_gate"]) for b in listed] == [("ungated", "passed")]
