@@ -45,7 +45,10 @@ from avatar_release.registry.oci import RetryPolicy
 from tests.oci_logins import USERS, auths, basic_uri
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
-BACKENDS = ["memory", "local", "oci", "oci-basic-tls", "oci-token"]
+# The logged-in servers (TLS + htpasswd, a token service) run in the full suite; the edit loop
+# (-m "not slow") keeps the anonymous one, which exercises the same protocol code.
+BACKENDS = ["memory", "local", "oci", pytest.param("oci-basic-tls", marks=pytest.mark.slow),
+            pytest.param("oci-token", marks=pytest.mark.slow)]
 
 
 @dataclass
