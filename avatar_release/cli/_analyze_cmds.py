@@ -163,7 +163,10 @@ def analyze_schedule_cmd(pipeline, target, groups, as_json):
     _prepare_devices_for_target(target)
     from ..schedule import probe_schedule
 
-    probes = probe_schedule(pipeline, target, gs, progress=_progress())
+    from ..machine import native_log_filter
+
+    with native_log_filter():  # libtpu's and XLA's C++ log, as readable lines
+        probes = probe_schedule(pipeline, target, gs, progress=_progress())
     lines = [f"{pipeline} on {target}: one SR attention layer, {probes[0].sequence} tokens, "
              f"{probes[0].heads} heads x {probes[0].head_dim} (compiler schedule, not a measurement)"]
     if probes[0].note:

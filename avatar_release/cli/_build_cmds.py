@@ -69,7 +69,10 @@ def rebuild_cmd(ref, registry_uri, as_json):
     _, m = read_manifest(reg, ref)
     _prepare_devices_for_target(m.target)
     from ..compile import rebuild
-    report = rebuild(ref, reg, progress=_progress())
+    from ..machine import native_log_filter
+
+    with native_log_filter():  # the recompile's C++ log, as readable lines
+        report = rebuild(ref, reg, progress=_progress())
     lines = "\n".join(f"  {d['what']}: published {d['published']}, rebuilt {d['rebuilt']}" for d in report.differences)
     human = f"{report.build_id}: " + ("reproduced bit for bit (HLO hashes, fingerprints, identity)"
                                       if report.identical else f"NOT reproducible:\n{lines}")

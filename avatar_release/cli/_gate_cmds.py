@@ -226,8 +226,11 @@ def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri,
     registry = open_registry(registry_uri)
     from ..gates import calibrate
 
-    res = calibrate(pipeline, target, registry=registry, variants=parsed, margin_db=margin_db, out=out,
-                    progress=_progress())
+    from ..machine import native_log_filter
+
+    with native_log_filter():  # the variants' compiles: C++ log as readable lines
+        res = calibrate(pipeline, target, registry=registry, variants=parsed, margin_db=margin_db, out=out,
+                        progress=_progress())
     b = res.band
     rows = "\n".join(f"  {v.overrides}: min PSNR {v.min_psnr_db} dB, median {v.median_psnr_db} dB, "
                      f"max abs diff {v.max_abs_diff}, identical frames {v.identical_frames}/{v.frames}"
