@@ -172,12 +172,11 @@ class ShapeReport:
 
 
 def _live_pairs(frames: int, window: int) -> int:
-    """Live (query frame, key frame) pairs of the SR mask over frames 0..frames-1 (0 = reference)."""
-    live = 1  # the reference attends to itself only
-    for i in range(1, frames):
-        near = {j for j in range(max(0, i - window), min(frames - 1, i + window) + 1)}
-        live += len(near | {0})
-    return live
+    """Live (query frame, key frame) pairs of the SR mask over frames 0..frames-1 (0 = reference):
+    the kernels' own frame mask, counted."""
+    from .kernels.masks import frame_mask
+
+    return int(frame_mask(frames, window).sum())
 
 
 def _transformer_block_flops(tokens: int, dim: int, ratio: int) -> float:
