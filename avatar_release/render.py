@@ -63,7 +63,7 @@ def request_audio(program, audio_path=None, *, seconds=1.0,
     """A speech file, streamed and bounded (a file past ``max_seconds`` by its header is refused
     here), or the deterministic sample of ``seconds``."""
     from .media import stream_audio
-    from .samples import sample_audio_pieces
+    from .samples import sample_audio_pieces, sample_count
 
     if audio_path:
         decoder = stream_audio(audio_path, sample_rate=program.sample_rate, max_seconds=max_seconds,
@@ -77,8 +77,8 @@ def request_audio(program, audio_path=None, *, seconds=1.0,
 
         return RequestAudio(decoder, header.seconds, record)
     # Made piece by piece as the chunks read it: a long --seconds holds one piece at a time.
-    n = max(1, int(round(float(seconds) * program.sample_rate)))
-    return RequestAudio(sample_audio_pieces(seconds, sample_rate=program.sample_rate), n / program.sample_rate,
+    pieces = sample_audio_pieces(seconds, sample_rate=program.sample_rate)  # checks seconds
+    return RequestAudio(pieces, sample_count(seconds, program.sample_rate) / program.sample_rate,
                         lambda: {"path": None, "sample": "sample_audio variant 0", "seconds": seconds,
                                  "sample_rate": program.sample_rate})
 

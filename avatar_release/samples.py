@@ -227,19 +227,24 @@ class _Voice:
         return signal
 
 
+def sample_count(seconds: float, sample_rate: int) -> int:
+    """How many samples :func:`sample_audio` makes for ``seconds`` (at least one)."""
+    return max(1, int(round(float(seconds) * int(sample_rate))))
+
+
 def sample_audio_pieces(seconds: float, sample_rate: int = 16000, variant: int = 0) -> Iterator[np.ndarray]:
     """:func:`sample_audio` as float32 pieces, made as they are read: memory does not grow with
     ``seconds`` (the pod's and ``render --seconds``' default speech). The first piece is the
     levelling window (up to ``NORM_WINDOW_S``), then pieces of ``PIECE_S``. Bad arguments are
     refused here, not at the first read."""
     secs, sr = _check_audio_args(seconds, sample_rate)
-    return _pieces(max(1, int(round(secs * sr))), sr, _variant_index(variant))
+    return _pieces(sample_count(secs, sr), sr, _variant_index(variant))
 
 
 def _pieces(n: int, sr: int, v: int) -> Iterator[np.ndarray]:
     w = min(n, int(round(NORM_WINDOW_S * sr)))
-    probe = _Voice(n, sr, v, 0.0)
-    voice = _Voice(n, sr, v, float(np.min(probe.f0(np.arange(w, dtype=np.float64) / sr))))
+    voice = _Voice(n, sr, v, 0.0)
+    voice.fmin = float(np.min(voice.f0(np.arange(w, dtype=np.float64) / sr)))  # over the levelling window
     first = voice.block(0, w)
     peak = float(np.max(np.abs(first)))
     scale = 0.8 / peak if peak > 0 else 1.0
