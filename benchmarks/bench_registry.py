@@ -201,9 +201,10 @@ def _file_sha256(path: Path) -> str:
 
 # ---- copy of a tiny build between two registries --------------------------------------------------------------
 def bench_copy(tmp: Path, exe: str) -> dict:
-    from avatar_release.machine import configure_host_devices
+    from avatar_release.machine import configure_compile_env
+    from avatar_release.specs import load_target
 
-    configure_host_devices(8)
+    configure_compile_env(load_target("cpu-8"))  # as `compile` does: 8 CPU devices, JAX on CPU only
     from avatar_release.compile import compile_build
     from avatar_release.ops import copy_build
     from avatar_release.promote import promote

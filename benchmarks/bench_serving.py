@@ -197,9 +197,12 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
-    from avatar_release.machine import configure_host_devices
+    from avatar_release.machine import configure_compile_env
+    from avatar_release.specs import load_target
 
-    configure_host_devices(8)  # this process compiles (the build, and the promotion's second build)
+    # This process compiles (the build, and the promotion's second build), as `compile` would:
+    # 8 CPU devices and JAX on its CPU backend only (libtpu, when installed, stays out of it).
+    configure_compile_env(load_target("cpu-8"))
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         registry = a.registry
         if registry is None:
