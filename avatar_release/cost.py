@@ -1,9 +1,10 @@
 """Estimated time per chunk from the compiler's own cost model, against the playback deadline.
 
-These are **compiler estimates, never measurements**: XLA's ``cost_analysis()`` of each compiled
-executable (flops, bytes accessed, transcendentals, and on TPU ``optimal_seconds``), scaled by
-the executable's ``cost_loop_scale`` (XLA counts a scanned block once), turned into seconds
-with a roofline against the device's published peaks: ``max(flops / peak, bytes / bandwidth)``.
+These are **compiler estimates, never measurements**: XLA's cost analysis of each compiled
+executable (flops, bytes accessed, transcendentals) with every while loop counted as often as it
+turns (the ``... per run`` figures ``compile/_loopcost.py`` records; a manifest without them falls
+back to XLA's once-per-loop figures times ``cost_loop_scale``), turned into seconds with a
+roofline against the device's published peaks: ``max(flops / peak, bytes / bandwidth)``.
 A chunk of F frames runs every stage once and must be ready within F / fps seconds.
 
 Per stage it also says which term binds (compute or memory), the **share of the compute floor**
@@ -41,6 +42,7 @@ class StageEstimate:
     all_to_alls: int | None = None
     all_to_alls_hidden: int | None = None
     all_to_alls_exposed: int | None = None
+    counted: str = ""  # how flops and bytes were counted over loops (_per_run)
 
 
 @dataclass
@@ -61,9 +63,18 @@ class ChunkEstimate:
         return asdict(self)
 
 
+def _per_run(c: dict[str, float], scale: float) -> tuple[float, float, float, str]:
+    """flops, bytes, transcendentals of one run of the program, and how they were counted."""
+    if all(f"{k} per run" in c for k in ("flops", "bytes accessed")):
+        return (c["flops per run"], c["bytes accessed per run"], c.get("transcendentals per run", 0.0),
+                "per-run (every loop counted as it turns)")
+    return (c.get("flops", 0.0) * scale, c.get("bytes accessed", 0.0) * scale, c.get("transcendentals", 0.0) * scale,
+            "loop-scaled (XLA's figures x the traced scan trip ratio)")
+
+
 def _stage(entry, peak_flops: float | None, bandwidth: float | None) -> StageEstimate:
     c, scale = entry.cost, entry.cost_loop_scale
-    flops, nbytes = c.get("flops", 0.0) * scale, c.get("bytes accessed", 0.0) * scale
+    flops, nbytes, transcendentals, counted = _per_run(c, scale)
     roofline = bound = compute = memory = share = None
     if peak_flops and bandwidth:
         compute, memory = flops / peak_flops, nbytes / bandwidth
@@ -78,10 +89,10 @@ def _stage(entry, peak_flops: float | None, bandwidth: float | None) -> StageEst
     else:
         optimal = raw * scale
     sc = getattr(entry, "schedule", None)
-    return StageEstimate(entry.key, flops, nbytes, c.get("transcendentals", 0.0) * scale, scale,
+    return StageEstimate(entry.key, flops, nbytes, transcendentals, scale,
                          roofline, bound, optimal, note, compute, memory, share,
                          None if sc is None else sc.all_to_alls, None if sc is None else sc.hidden,
-                         None if sc is None else sc.exposed)
+                         None if sc is None else sc.exposed, counted)
 
 
 def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: float | None) -> list[ChunkEstimate]:

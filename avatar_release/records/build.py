@@ -139,10 +139,14 @@ class ExecutableEntry(Record):
     lower_seconds: float
     compile_seconds: float
     # XLA's own estimates from compiled.cost_analysis(): flops, bytes accessed, transcendentals,
-    # and on TPU optimal_seconds. Compiler estimates, never measurements.
+    # and on TPU optimal_seconds. Compiler estimates, never measurements. XLA counts each while
+    # loop's body once; "flops per run", "bytes accessed per run" and "transcendentals per run"
+    # (since 2026-12-01, where the compiler could compute them) are XLA's same analysis with every
+    # loop counted as often as it turns, Pallas kernels' CostEstimates included (compile/_loopcost.py).
     cost: dict[str, float] = {}
     # XLA counts a while loop's body once: with scanned blocks, the cost above covers one block
-    # per scan. Multiply by this (traced matmul flops with / without scan trip counts) for the stage.
+    # per scan. Multiply by this (traced matmul flops with / without scan trip counts) for the stage
+    # (an approximation, used only for a manifest without the per-run figures above).
     cost_loop_scale: float = 1.0
     memory: dict[str, int] = {}  # compiled.memory_analysis(), bytes per device
     kernels: list[KernelRecord] = []  # Pallas kernels in the compiled program
