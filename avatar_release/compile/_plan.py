@@ -136,14 +136,18 @@ def _weights_bytes(pipe) -> tuple[bytes, int]:
 
 def _stage_plans(config, pipe, spec: PipelineSpec, axis: str, size: int, *, weight_sharding: str = "fsdp",
                  route: AttentionRoute) -> list[StagePlan]:
-    def weight_spec(shape: tuple[int, ...]) -> list[str | None]:
-        return fsdp_spec(shape, axis, size) if weight_sharding == "fsdp" else [None] * len(shape)
-
     from avatar_release.model import pipeline as P
+    from avatar_release.model.layout import weight_layout_of
 
     plans = []
     for stage in P.STAGES:
         module = getattr(pipe, stage)
+        # FSDP unless the stage asks to keep its (small) weights whole on every device.
+        shard = weight_sharding == "fsdp" and weight_layout_of(module) == "sharded"
+
+        def weight_spec(shape: tuple[int, ...], shard: bool = shard) -> list[str | None]:
+            return fsdp_spec(shape, axis, size) if shard else [None] * len(shape)
+
         states, jax_func = stage_function(module)
         keys = sorted(states)
         params = [

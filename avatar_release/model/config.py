@@ -28,6 +28,7 @@ MESH_SIZE = 8  # devices in the serving mesh: Ulysses shards the sequence, then 
 RESIDUAL_DTYPES = ("float32", "bfloat16")
 ATTENTION_KERNELS = ("xla", "blocksparse", "bounded")
 DIT_ATTENTION_KERNELS = ("xla", "flash")
+VAE_WEIGHT_LAYOUTS = ("sharded", "replicated")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,12 @@ class VAEConfig:
     # The decoder moves each reference-image pixel by at most this many levels (64 * tanh(.)):
     # random weights then still give a video that looks like the photo.
     skip_scale: float = 64.0
+    # How a build lays the decoder's weights on the mesh: "sharded" (FSDP like the transformers:
+    # each convolution splits over output channels, and the activations are gathered between
+    # layers) or "replicated" (each device holds all 15M parameters at production size and
+    # decodes its own frames). A lever: XLA:CPU sums a replicated convolution in another order,
+    # so tiny's frames move by 1 level in about 0.5% of values.
+    weights: str = "sharded"
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,8 @@ class PipelineConfig:
         need(self.vae_scale == 1 << levels, f"vae_scale must be a power of two, got {self.vae_scale}")
         need(len(self.vae.channels) == levels + 1,
              f"vae.channels needs log2(vae_scale) + 1 = {levels + 1} entries, got {len(self.vae.channels)}")
+        need(self.vae.weights in VAE_WEIGHT_LAYOUTS,
+             f"vae.weights must be one of {VAE_WEIGHT_LAYOUTS}, got {self.vae.weights!r}")
         need(all(c % self.vae.groups == 0 for c in self.vae.channels),
              f"vae.groups ({self.vae.groups}) must divide every vae.channels entry {self.vae.channels}")
 
@@ -300,7 +309,7 @@ _CONFIGS = {
             vae_scale=8, sr_scale=2, n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
-            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32),
+            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated"),
         ),
         # SR grid 136x240 (1088 rows cropped to 1080), patch 2 -> 68x120 = 8160 tokens/frame
         # (8160 % 128 = 96); 9 frames (the 8-frame bucket) -> 73440 SR tokens. The SR upsamples
@@ -311,7 +320,7 @@ _CONFIGS = {
             vae_scale=8, sr_scale=4, n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
-            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32),
+            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated"),
         ),
     ]
 }

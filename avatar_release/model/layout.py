@@ -7,6 +7,10 @@ cheaply. The values never change, only where they live.
 
 replicated  a small tensor every device reads whole: the super-resolution stage's reference
             frame tokens, concatenated in front of the frame-sharded video.
+
+A stage module may also say how its weights should sit: ``weight_layout = "replicated"`` (a
+class attribute) asks for them whole on every device instead of sharded, for a stage whose
+weights are too small to be worth gathering (``weight_layout_of``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import Callable, Iterator
 
 import torch
 
-__all__ = ["replicated", "layout_hints"]
+__all__ = ["replicated", "layout_hints", "weight_layout_of"]
+
+WEIGHT_LAYOUTS = ("sharded", "replicated")
 
 Hint = Callable[[torch.Tensor, str], torch.Tensor]
 _HINT: contextvars.ContextVar[Hint | None] = contextvars.ContextVar("layout_hint", default=None)
@@ -37,3 +43,11 @@ def layout_hints(hint: Hint) -> Iterator[None]:
         yield
     finally:
         _HINT.reset(token)
+
+
+def weight_layout_of(module: torch.nn.Module) -> str:
+    """How a stage asks for its weights to be laid out: "sharded" (the default) or "replicated"."""
+    layout = getattr(module, "weight_layout", "sharded")
+    if layout not in WEIGHT_LAYOUTS:
+        raise ValueError(f"{type(module).__name__}.weight_layout = {layout!r}: expected one of {WEIGHT_LAYOUTS}")
+    return layout

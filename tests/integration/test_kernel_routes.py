@@ -60,6 +60,27 @@ def test_a_flash_dit_build_serves_with_zero_compiles_and_its_gate_is_tier_2_neve
         assert r.status == "needs-review" and band.status != "passed" and out.review_page is not None
 
 
+def test_a_replicated_decoder_holds_its_weights_whole_serves_and_is_gated_as_a_lever(registry_copy, tmp_path):
+    """vae.weights=replicated: every device holds the decoder whole and decodes its own frames
+    (the production configs' layout). Another convolution order on XLA:CPU, so tier 2."""
+    from avatar_release.gates import run_gate
+
+    root, base = registry_copy
+    reg = LocalRegistry(root)
+    cand = compile_build("tiny", "cpu-8", registry=reg, overrides={"vae.weights": "replicated"}, move_dev=False)
+    vae, base_vae = cand.manifest.executable("vae", "f8"), base.manifest.executable("vae", "f8")
+    assert all(s is None for p in vae.params for s in p.sharding)  # whole on every device
+    assert any(s is not None for p in base_vae.params for s in p.sharding)  # the default: sharded
+    for stage in ("dit", "sr"):  # the transformers keep FSDP
+        assert cand.manifest.executable(stage, "f8").params == base.manifest.executable(stage, "f8").params
+    _serves_close_to(reg, base, cand)
+
+    run_gate(base.build_id, reg, baseline="none", report_dir=tmp_path / "rep-base")
+    r = run_gate(cand.build_id, reg, baseline=base.build_id, report_dir=tmp_path / "rep-vae").result
+    assert r.tier == 2 and any("vae.weights" in reason for reason in r.tier_reasons), r.tier_reasons
+    assert r.gate("zero-recompile").status == "passed" and r.status in ("passed", "needs-review")
+
+
 @pytest.mark.slow  # compiles the all-to-all programs it reports on (seconds on 2 cores)
 def test_analyze_attention_reports_the_masks_blocks_bound_and_collectives():
     res = CliRunner().invoke(cli, ["analyze", "attention", "--pipeline", "tiny", "--json"], catch_exceptions=False)
