@@ -53,7 +53,7 @@ from jax.experimental.pallas import tpu as pltpu
 from avatar_release.kernels import masks
 from avatar_release.kernels.target import interpret_default, mosaic_flags
 
-_STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "interpret")
+_STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "interpret", "q_block")
 
 
 # ---- ground truth ---------------------------------------------------------------------------
@@ -86,9 +86,10 @@ def default_scale(head_dim: int) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def live_table(frames: int, tokens_per_frame: int, window: int, block: int) -> masks.LiveTable:
+def live_table(frames: int, tokens_per_frame: int, window: int, block: int,
+               q_block: int | None = None) -> masks.LiveTable:
     """Cached `masks.live_block_table` (static per shape; built once per trace)."""
-    table = masks.live_block_table(frames, tokens_per_frame, window, block)
+    table = masks.live_block_table(frames, tokens_per_frame, window, block, q_block)
     table.q_block.setflags(write=False)
     table.k_block.setflags(write=False)
     return table
@@ -102,6 +103,13 @@ def resolve_block(tokens_per_frame: int, block: int | None) -> int:
         raise ValueError(f"block {block} must be a multiple of 16 dividing tokens per frame "
                          f"{tokens_per_frame}: one of {masks.aligned_block_sizes(tokens_per_frame)}")
     return block
+
+
+def resolve_query_block(tokens_per_frame: int, q_block: int | None) -> int:
+    """The query block size: `q_block` if aligned, else raise; None -> `masks.default_query_block`."""
+    if q_block is None:
+        return masks.default_query_block(tokens_per_frame)
+    return resolve_block(tokens_per_frame, q_block)
 
 
 def resolve_interpret(interpret: bool | None) -> bool:
@@ -146,12 +154,14 @@ def dot_pv(p: jax.Array, v: jax.Array) -> jax.Array:
                            precision=_precision(v.dtype), preferred_element_type=jnp.float32)
 
 
-def pair_specs(block: int, head_dim: int, n_extra_prefetch: int = 0):
-    """BlockSpecs for q, k, v and out driven by the prefetched (q_block, k_block) tables.
+def pair_specs(block: int, head_dim: int, n_extra_prefetch: int = 0, q_block: int | None = None):
+    """BlockSpecs for q, k, v and out driven by the prefetched (q_block, k_block) tables:
+    `q_block` rows of q and out (default `block`), `block` rows of k and v.
 
     Index maps get (head, pair, q_block_ref, k_block_ref, *other prefetched refs).
     """
     shape = (None, block, head_dim)
+    q_shape = (None, block if q_block is None else q_block, head_dim)
 
     def q_map(h, p, qb, kb, *_):
         return h, qb[p], 0
@@ -159,9 +169,9 @@ def pair_specs(block: int, head_dim: int, n_extra_prefetch: int = 0):
     def kv_map(h, p, qb, kb, *_):
         return h, kb[p], 0
 
-    q_spec = pl.BlockSpec(shape, q_map)
+    q_spec = pl.BlockSpec(q_shape, q_map)
     kv_spec = pl.BlockSpec(shape, kv_map)
-    return q_spec, kv_spec, kv_spec, pl.BlockSpec(shape, q_map)
+    return q_spec, kv_spec, kv_spec, pl.BlockSpec(q_shape, q_map)
 
 
 def compiler_params() -> pltpu.CompilerParams:
@@ -176,10 +186,11 @@ def compiler_params() -> pltpu.CompilerParams:
 
 
 def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: int, window: int,
-                  block: int | None = None, itemsize: int = 2, rescale: bool = True) -> pl.CostEstimate:
+                  block: int | None = None, itemsize: int = 2, rescale: bool = True,
+                  q_block: int | None = None) -> pl.CostEstimate:
     """What the kernel actually does, counted over the live pairs only (so XLA schedules it honestly).
 
-    flops: 2*b*b*d for q k^T plus 2*b*b*d for p v per visited block pair and head
+    flops: 2*bq*bk*d for q k^T plus 2*bq*bk*d for p v per visited block pair and head
            (= 4 * live token pairs * head_dim * heads);
     transcendentals: one exp per live logit, plus one exp per row per step for the online
            rescale factor when `rescale` (the bounded-softmax path has none);
@@ -188,11 +199,12 @@ def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: i
            once; plus the int32 tables.
     """
     block = resolve_block(tokens_per_frame, block)
-    table = live_table(frames, tokens_per_frame, window, block)
+    q_block = block if q_block is None else resolve_block(tokens_per_frame, q_block)
+    table = live_table(frames, tokens_per_frame, window, block, q_block)
     seq = frames * tokens_per_frame
-    live_pairs = table.n_pairs * block * block
+    live_pairs = table.n_pairs * q_block * block
     flops = 4 * live_pairs * head_dim * heads
-    trans = live_pairs * heads + (table.n_pairs * block * heads if rescale else 0)
+    trans = live_pairs * heads + (table.n_pairs * q_block * heads if rescale else 0)
     kv_rows = masks.kv_fetches(table) * block
     per_head = (seq + 2 * kv_rows + seq) * head_dim * itemsize
     bytes_accessed = heads * per_head + 2 * 4 * table.n_pairs
@@ -232,11 +244,14 @@ def _kernel(q_block_ref, k_block_ref, q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, ac
 
 def blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: int, tokens_per_frame: int,
                           window: int, block: int | None = None, scale: float | None = None,
-                          interpret: bool | None = None) -> jax.Array:
+                          interpret: bool | None = None, q_block: int | None = None) -> jax.Array:
     """Attention under the SR frame-window mask, visiting only live blocks, in one pass.
 
     q, k, v: (heads, frames * tokens_per_frame, head_dim), bf16 (or float32 for exactness tests).
-    block: a multiple of 16 dividing tokens_per_frame (default: the largest such <= 512).
+    block: key rows per step, a multiple of 16 dividing tokens_per_frame (default: the largest
+    such <= 512). q_block: query rows per step, likewise (default: the largest such <= 2048);
+    each key block is read once per query block it meets, so larger query blocks read less.
+    Each query row meets the same key blocks in the same order whatever q_block is.
     scale: logit scale (default 1/sqrt(head_dim), as F.scaled_dot_product_attention).
     interpret: run the kernel through the Pallas interpreter (default: unless on TPU).
     Returns (heads, S, head_dim) in q's dtype; f32 accumulation inside.
@@ -245,16 +260,17 @@ def blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: i
     check_shapes(q, k, v, frames, tokens_per_frame)
     heads, seq, head_dim = q.shape
     block = resolve_block(tokens_per_frame, block)
+    q_block = resolve_query_block(tokens_per_frame, q_block)
     scale = default_scale(head_dim) if scale is None else float(scale)
-    table = live_table(frames, tokens_per_frame, window, block)
-    q_spec, k_spec, v_spec, o_spec = pair_specs(block, head_dim)
+    table = live_table(frames, tokens_per_frame, window, block, q_block)
+    q_spec, k_spec, v_spec, o_spec = pair_specs(block, head_dim, q_block=q_block)
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2,
         grid=(heads, table.n_pairs),
         in_specs=[q_spec, k_spec, v_spec],
         out_specs=o_spec,
-        scratch_shapes=[pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, 1), jnp.float32),
-                        pltpu.VMEM((block, head_dim), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((q_block, 1), jnp.float32), pltpu.VMEM((q_block, 1), jnp.float32),
+                        pltpu.VMEM((q_block, head_dim), jnp.float32)],
     )
     call = pl.pallas_call(
         functools.partial(_kernel, scale=scale),
@@ -263,7 +279,7 @@ def blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: i
         compiler_params=compiler_params(),
         cost_estimate=cost_estimate(heads=heads, head_dim=head_dim, frames=frames,
                                     tokens_per_frame=tokens_per_frame, window=window, block=block,
-                                    itemsize=jnp.dtype(q.dtype).itemsize),
+                                    itemsize=jnp.dtype(q.dtype).itemsize, q_block=q_block),
         interpret=resolve_interpret(interpret),
         name="sr_blocksparse_attention",
     )

@@ -81,6 +81,17 @@ def default_block(tokens: int, limit: int = 512) -> int:
     return sizes[-1]
 
 
+def default_query_block(tokens: int, limit: int = 2048) -> int:
+    """The largest aligned query block size <= `limit` (the SR kernel's rows per grid step).
+
+    A query block stays resident while the kernel streams its live key blocks past it, so every
+    key block is read once per query block: larger query blocks, fewer re-reads. At head_dim 128
+    a 2048-row block with a 512-key tile keeps q, the f32 accumulator and the (2048, 512) f32
+    logits under 8 MiB of VMEM.
+    """
+    return default_block(tokens, limit)
+
+
 def _block_frame_ranges(length: int, tokens: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     """First and last frame touched by each block of a sequence of `length` tokens (padded or not).
 
@@ -92,8 +103,9 @@ def _block_frame_ranges(length: int, tokens: int, block: int) -> tuple[np.ndarra
     return starts // tokens, ends // tokens
 
 
-def block_live_map(frames: int, tokens: int, window: int, block: int) -> np.ndarray:
-    """(nb, nb) int8 of EMPTY / PARTIAL / FULL for square blocks of `block` tokens.
+def block_live_map(frames: int, tokens: int, window: int, block: int, q_block: int | None = None) -> np.ndarray:
+    """(nq, nb) int8 of EMPTY / PARTIAL / FULL for blocks of `q_block` query tokens (default:
+    `block`, square) by `block` key tokens.
 
     The sequence is padded to a multiple of `block` as a stock tiled kernel would; padding tokens
     attend to nothing and are attended by nothing (a pseudo-frame with an all-False row and
@@ -101,18 +113,22 @@ def block_live_map(frames: int, tokens: int, window: int, block: int) -> np.ndar
     it is FULL iff every (query frame, key frame) cell in its range is live, EMPTY iff none is.
     Computed with a 2-D prefix sum over the (frames + 1)^2 frame mask: O(nb^2), never O(S^2).
     """
-    if block < 1:
-        raise ValueError(f"block must be >= 1, got {block}")
+    q_block = block if q_block is None else q_block
+    if block < 1 or q_block < 1:
+        raise ValueError(f"block sizes must be >= 1, got {q_block} x {block}")
     seq = frames * tokens
-    padded = -(-seq // block) * block
     m = np.zeros((frames + 1, frames + 1), np.int64)  # last row/column: the padding pseudo-frame
     m[:frames, :frames] = frame_mask(frames, window)
     csum = np.zeros((frames + 2, frames + 2), np.int64)
     csum[1:, 1:] = m.cumsum(0).cumsum(1)
-    lo, hi = _block_frame_ranges(padded, tokens, block)
-    lo, hi = np.minimum(lo, frames), np.minimum(hi, frames)  # every padding token -> pseudo-frame
-    q0, q1 = lo[:, None], hi[:, None] + 1
-    k0, k1 = lo[None, :], hi[None, :] + 1
+
+    def ranges(size: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = _block_frame_ranges(-(-seq // size) * size, tokens, size)
+        return np.minimum(lo, frames), np.minimum(hi, frames)  # every padding token -> pseudo-frame
+
+    (qlo, qhi), (klo, khi) = ranges(q_block), ranges(block)
+    q0, q1 = qlo[:, None], qhi[:, None] + 1
+    k0, k1 = klo[None, :], khi[None, :] + 1
     live = csum[q1, k1] - csum[q0, k1] - csum[q1, k0] + csum[q0, k0]
     cells = (q1 - q0) * (k1 - k0)
     out = np.full(live.shape, PARTIAL, np.int8)
@@ -163,30 +179,37 @@ class LiveTable(NamedTuple):
 
     q_block: np.ndarray  # (n_pairs,) int32, non-decreasing: a query block's pairs are consecutive
     k_block: np.ndarray  # (n_pairs,) int32, ascending within a query block
-    block: int
-    n_blocks: int  # blocks along the (unpadded) sequence
+    block: int  # key block size (and query block size unless q_size says otherwise)
+    n_blocks: int  # key blocks along the (unpadded) sequence
+    q_size: int | None = None  # query block size (None: square, = block)
 
     @property
     def n_pairs(self) -> int:
         return int(self.q_block.shape[0])
 
+    @property
+    def query_block(self) -> int:
+        return self.block if self.q_size is None else self.q_size
 
-def live_block_table(frames: int, tokens: int, window: int, block: int) -> LiveTable:
-    """The live (q, k) block pairs of the frame mask for an aligned block size, in visit order.
 
-    Requires `block` in `aligned_block_sizes(tokens)`: then every block is FULL or EMPTY, the
-    sequence needs no padding, and a kernel that visits exactly these pairs needs no mask at all.
-    Every query block has at least one live pair (frame 0 is always visible), so every output
-    block is written.
+def live_block_table(frames: int, tokens: int, window: int, block: int, q_block: int | None = None) -> LiveTable:
+    """The live (q, k) block pairs of the frame mask for aligned block sizes, in visit order.
+
+    Requires `block` (keys) and `q_block` (queries, default `block`) in
+    `aligned_block_sizes(tokens)`: then every block pair is FULL or EMPTY (both edges fall on
+    frame edges), the sequence needs no padding, and a kernel that visits exactly these pairs
+    needs no mask at all. Every query block has at least one live pair (frame 0 is always
+    visible), so every output block is written.
     """
-    if block not in aligned_block_sizes(tokens):
-        raise ValueError(f"block {block} is not a multiple of {SUBLANE_BF16} dividing tokens "
-                         f"per frame {tokens}; aligned sizes: {aligned_block_sizes(tokens)}")
-    codes = block_live_map(frames, tokens, window, block)
+    for size in (block, block if q_block is None else q_block):
+        if size not in aligned_block_sizes(tokens):
+            raise ValueError(f"block {size} is not a multiple of {SUBLANE_BF16} dividing tokens "
+                             f"per frame {tokens}; aligned sizes: {aligned_block_sizes(tokens)}")
+    codes = block_live_map(frames, tokens, window, block, q_block)
     assert not (codes == PARTIAL).any(), "aligned blocks cannot be partial"
     qi, ki = np.nonzero(codes == FULL)  # row-major: grouped by q, ascending k
     return LiveTable(q_block=qi.astype(np.int32), k_block=ki.astype(np.int32),
-                     block=block, n_blocks=codes.shape[0])
+                     block=block, n_blocks=codes.shape[1], q_size=None if q_block in (None, block) else q_block)
 
 
 def kv_fetches(table: LiveTable) -> int:
