@@ -196,3 +196,24 @@ def test_serialize_roundtrip(window_programs, qkv):
     payload, in_tree, out_tree = serialize(program.compiled)
     loaded = deserialize_and_load(payload, in_tree, out_tree)
     np.testing.assert_array_equal(_bits(loaded(*qkv)), _bits(program.out))
+
+
+def _collectives(fn, *args) -> list[str]:
+    text = str(jax.make_jaxpr(fn)(*args))
+    return [name for name in ("all_to_all", "concatenate", "bitcast_convert_type") for _ in range(text.count(name))]
+
+
+def test_a_tpu_build_moves_q_k_v_as_they_are_with_one_group(mesh, qkv):
+    """On TPU, G = 1 sends q, k and v by three bf16 all-to-alls (no packing copy, no bitcasts);
+    the CPU path packs them into one u16 operand. Same data, moved differently."""
+    from avatar_release.kernels.target import kernel_target
+
+    q, k, v = (t.astype(jnp.bfloat16) for t in qkv)
+    def traced(platform: str) -> list[str]:
+        fn = lambda a, b, c: ulysses_attention(a, b, c, mesh=mesh, groups=1)  # noqa: E731 - a fresh trace each
+        with kernel_target(platform):
+            return _collectives(fn, q, k, v)
+
+    cpu, tpu = traced("cpu"), traced("tpu")
+    assert tpu.count("all_to_all") == 4 and "bitcast_convert_type" not in tpu
+    assert cpu.count("all_to_all") == 2 and "bitcast_convert_type" in cpu
