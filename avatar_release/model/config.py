@@ -72,6 +72,10 @@ class VAEConfig:
     # decodes its own frames). A lever: XLA:CPU sums a replicated convolution in another order,
     # so tiny's frames move by 1 level in about 0.5% of values.
     weights: str = "sharded"
+    # How each GroupNorm reduces: "grouped" (F.group_norm) or "per_channel" (per-channel means,
+    # then the group's mean of them: the full-size activation is never reshaped to its groups,
+    # which on TPU was a layout copy per norm). A lever: the same statistics summed in another order.
+    norm_stats: str = "grouped"
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,8 @@ class PipelineConfig:
         need(self.vae_scale == 1 << levels, f"vae_scale must be a power of two, got {self.vae_scale}")
         need(len(self.vae.channels) == levels + 1,
              f"vae.channels needs log2(vae_scale) + 1 = {levels + 1} entries, got {len(self.vae.channels)}")
+        need(self.vae.norm_stats in ("grouped", "per_channel"),
+             f"vae.norm_stats must be grouped or per_channel, got {self.vae.norm_stats!r}")
         need(self.vae.weights in VAE_WEIGHT_LAYOUTS,
              f"vae.weights must be one of {VAE_WEIGHT_LAYOUTS}, got {self.vae.weights!r}")
         need(all(c % self.vae.groups == 0 for c in self.vae.channels),
@@ -309,7 +315,7 @@ _CONFIGS = {
             vae_scale=8, sr_scale=2, n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
-            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated"),
+            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated", norm_stats="per_channel"),
         ),
         # SR grid 136x240 (1088 rows cropped to 1080), patch 2 -> 68x120 = 8160 tokens/frame
         # (8160 % 128 = 96); 9 frames (the 8-frame bucket) -> 73440 SR tokens. The SR upsamples
@@ -320,7 +326,7 @@ _CONFIGS = {
             vae_scale=8, sr_scale=4, n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
-            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated"),
+            vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated", norm_stats="per_channel"),
         ),
     ]
 }

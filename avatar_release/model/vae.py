@@ -42,8 +42,26 @@ class GroupNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(channels))
         self.bias = nn.Parameter(torch.zeros(channels))
 
+    # "grouped": F.group_norm (statistics over the tensor reshaped to its groups); "per_channel":
+    # per-channel means first, then each group's mean of them, then the same for the variance
+    # around the group mean. The same two-pass statistics summed in another order; the full-size
+    # tensor is never reshaped, which on TPU costs a layout copy of it per norm (VAEConfig.norm_stats).
+    stats = "grouped"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.group_norm(x.float(), self.groups, self.weight, self.bias, self.eps)
+        if self.stats != "per_channel":
+            return F.group_norm(x.float(), self.groups, self.weight, self.bias, self.eps)
+        x = x.float()
+        n, c = x.shape[:2]
+        per = c // self.groups
+
+        def per_group(t: torch.Tensor) -> torch.Tensor:  # (N, C) -> the group means, per channel (N, C, 1, 1)
+            return t.view(n, self.groups, per).mean(-1).repeat_interleave(per, dim=1)[:, :, None, None]
+
+        mean = per_group(x.mean((2, 3)))
+        centred = x - mean
+        rstd = torch.rsqrt(per_group(centred.square().mean((2, 3))) + self.eps)
+        return centred * rstd * self.weight[:, None, None] + self.bias[:, None, None]
 
 
 class ResBlock(nn.Module):
@@ -85,6 +103,9 @@ class VAEDecoder(nn.Module):
         # own frames; sharded like the transformers, every convolution splits over output
         # channels and full-resolution activations are gathered between layers.
         self.weight_layout = config.vae.weights
+        for m in self.modules():
+            if isinstance(m, GroupNorm):
+                m.stats = config.vae.norm_stats
 
     def forward(self, sr_latents, image_u8):
         """sr_latents (F, C, H', W') f32, image_u8 (H, W, 3) uint8 -> frames (F, H, W, 3) uint8."""

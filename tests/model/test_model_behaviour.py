@@ -216,3 +216,23 @@ def test_layout_hints_are_the_identity_in_eager_pytorch():
     with layout_hints(lambda t, layout: seen.append(layout) or t):
         assert replicated(x) is x
     assert seen == ["replicated"] and replicated(x) is x  # uninstalled again
+
+
+@pytest.mark.parametrize("groups,channels", [(8, 32), (32, 128), (1, 16)])
+def test_per_channel_norm_statistics_are_group_norm_in_another_order(groups, channels):
+    """vae.norm_stats=per_channel: per-channel means, then the group's mean of them, for the mean
+    and for the variance around it: F.group_norm to float32 rounding, on shifted, scaled inputs."""
+    import torch.nn.functional as F
+
+    from avatar_release.model.vae import GroupNorm
+
+    gen = torch.Generator().manual_seed(groups)
+    norm = GroupNorm(groups, channels)
+    norm.weight.data = torch.randn(channels, generator=gen)
+    norm.bias.data = torch.randn(channels, generator=gen)
+    x = torch.randn(2, channels, 9, 14, generator=gen) * 5 + torch.randn(1, channels, 1, 1, generator=gen) * 20
+    norm.stats = "per_channel"
+    ours = norm(x)
+    ref = F.group_norm(x, groups, norm.weight, norm.bias, norm.eps)
+    assert torch.allclose(ours, ref, atol=2e-5, rtol=1e-5)
+    assert not torch.equal(ours, ref)  # summed in another order: a lever, not a free change
