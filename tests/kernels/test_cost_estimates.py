@@ -41,14 +41,17 @@ def _copies(steps, index) -> int:
     return n
 
 
-def _live_pairs_by_hand(frames, tokens, window, block, pad: bool = False):
-    """(q block, k block) pairs with at least one live token pair, from the token mask itself."""
+def _live_pairs_by_hand(frames, tokens, window, block, pad: bool = False, q_block: int | None = None):
+    """(q block, k block) pairs with at least one live token pair, from the token mask itself;
+    query blocks of `q_block` rows (default `block`), key blocks of `block`."""
+    qb = block if q_block is None else q_block
     seq = frames * tokens
     n = -(-seq // block) if pad else seq // block
-    tm = np.zeros((n * block, n * block), bool)
+    nq = -(-seq // qb) if pad else seq // qb
+    tm = np.zeros((max(n * block, nq * qb),) * 2, bool)
     tm[:seq, :seq] = masks.token_mask(frames, tokens, window)
-    return [(i, j) for i in range(n) for j in range(n)
-            if tm[i * block:(i + 1) * block, j * block:(j + 1) * block].any()]
+    return [(i, j) for i in range(nq) for j in range(n)
+            if tm[i * qb:(i + 1) * qb, j * block:(j + 1) * block].any()]
 
 
 def _qkv(heads, seq, d):
@@ -59,24 +62,29 @@ def _qkv(heads, seq, d):
 SR_CASES = [(3, 48, 1, 16), (5, 96, 2, 32), (6, 96, 1, 48)]  # frames, tokens, window, block
 
 
-def _pair_kernel_count(pairs, heads, d, block, itemsize=2):
-    """flops and bytes of a (head, pair) grid over `pairs`: q/out follow the q block, k/v the k block."""
+def _pair_kernel_count(pairs, heads, d, block, itemsize=2, q_block: int | None = None):
+    """flops and bytes of a (head, pair) grid over `pairs`: q/out follow the q block (`q_block`
+    rows, default `block`), k/v the k block (`block` rows)."""
+    qb_rows = block if q_block is None else q_block
     steps = [(h, qb, kb) for h in range(heads) for qb, kb in pairs]
     q = _copies(steps, lambda h, qb, kb: (h, qb))
     kv = _copies(steps, lambda h, qb, kb: (h, kb))
     out = _copies(steps, lambda h, qb, kb: (h, qb))
-    flops = heads * len(pairs) * (2 * block * block * d) * 2  # q k^T and p v per visited pair
+    flops = heads * len(pairs) * (2 * qb_rows * block * d) * 2  # q k^T and p v per visited pair
     tables = 2 * 4 * len(pairs)  # the two int32 prefetched tables
-    return flops, (q + 2 * kv + out) * block * d * itemsize + tables
+    return flops, ((q + out) * qb_rows + 2 * kv * block) * d * itemsize + tables
 
 
+@pytest.mark.parametrize("q_rows", ["square", "default"])
 @pytest.mark.parametrize("frames,tokens,window,block", SR_CASES)
-def test_blocksparse_counts_the_live_blocks_and_refetched_kv(frames, tokens, window, block):
+def test_blocksparse_counts_the_live_blocks_and_refetched_kv(frames, tokens, window, block, q_rows):
     heads, d = 2, 16
-    pairs = _live_pairs_by_hand(frames, tokens, window, block)
-    flops, nbytes = _pair_kernel_count(pairs, heads, d, block)
+    q_block = block if q_rows == "square" else masks.default_query_block(tokens)  # tall: the whole frame here
+    pairs = _live_pairs_by_hand(frames, tokens, window, block, q_block=q_block)
+    flops, nbytes = _pair_kernel_count(pairs, heads, d, block, q_block=q_block)
     est = _estimate(lambda q, k, v: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                          window=window, block=block), *_qkv(heads, frames * tokens, d))
+                                                          window=window, block=block, q_block=q_block),
+                    *_qkv(heads, frames * tokens, d))
     assert (est.flops, est.bytes_accessed) == (flops, nbytes)
     # Re-fetched K/V blocks are counted: more than one pass over K and V whenever a key block
     # is visited by several query blocks.
