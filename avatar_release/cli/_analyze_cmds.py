@@ -117,7 +117,10 @@ def _stage_lines(s, floor) -> list[str]:
     a2a = ("no schedule recorded" if s.all_to_alls is None else
            f"{s.all_to_alls_hidden} hidden, {s.all_to_alls_exposed} exposed of {s.all_to_alls}")
     xla = (f"{s.xla_optimal_seconds * 1e3:.2f} ms" if s.xla_optimal_seconds is not None else s.xla_optimal_note)
-    scale = f", scans x{s.loop_scale:.1f}" if s.loop_scale != 1 else ""
+    if s.counted.startswith("per-run"):
+        scale = ", counted per run"
+    else:
+        scale = f", scans x{s.loop_scale:.1f} (an older build: no per-run count)" if s.loop_scale != 1 else ""
     out = [f"    {s.key:<10} roofline {roof}; all-to-alls: {a2a}",
            f"    {'':<10} XLA optimal_seconds: {xla}; {s.flops:.3g} flops, {s.bytes_accessed:.3g} bytes{scale}"]
     if floor:  # per chip, like XLA's figures above

@@ -31,6 +31,8 @@ def _scan(blocks, x, *args, mesh=None):
     from jax.sharding import NamedSharding, PartitionSpec
     from torchax import interop
 
+    from avatar_release.model.layout import stationary_params
+
     env = torchax.default_env()
     first = blocks[0]
     names = [n for n, _ in first.named_parameters()]
@@ -42,10 +44,13 @@ def _scan(blocks, x, *args, mesh=None):
     stacked = {n: jnp.stack([interop.jax_view(p[n]) for p in per_block]) for n in names}
     const = interop.jax_view(args)
 
+    stationary = stationary_params(first)
+
     def body(h, params):
         if mesh is not None and mesh.size > 1:  # FSDP: this layer's weights gathered whole, here
             whole = NamedSharding(mesh, PartitionSpec())
-            params = {n: jax.lax.with_sharding_constraint(p, whole) for n, p in params.items()}
+            params = {n: p if n in stationary else jax.lax.with_sharding_constraint(p, whole)
+                      for n, p in params.items()}
         with env:
             out = torch.func.functional_call(first, interop.torch_view(params),
                                              (interop.torch_view(h), *interop.torch_view(const)))

@@ -1,5 +1,5 @@
-"""A scanned block stack gathers each layer's weights inside the loop (FSDP), and its
-per-run cost counts the loop as many times as it turns."""
+"""A scanned block stack gathers each layer's weights inside the loop (FSDP), except those a
+module marks stationary, and its per-run cost counts the loop as many times as it turns."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def test_a_scanned_stack_gathers_each_layers_weights_inside_its_loop_and_is_cost
     d, tokens = 64, 8 * 60  # tiny's DiT width; tokens of an 8-frame chunk
     for body in bodies:  # each layer's weights arrive whole inside the loop...
         gathered = [_dims(ln) for ln in body if re.search(r"\sall-gather(-start)?\(", ln)]
-        for weight in ([3 * d, d], [4 * d, d], [d, 4 * d], [6 * d, d]):  # qkv, fc1, fc2, modulation
+        for weight in ([3 * d, d], [4 * d, d], [d, 4 * d]):  # qkv, fc1, fc2
             assert any(g[-2:] == weight for g in gathered), (weight, gathered)
+        # The per-frame adaLN modulation is "stationary": its weight stays split, its output moves.
+        assert not any(g[-2:] == [6 * d, d] for g in gathered), gathered
         # ...and the activations stay sharded by frame: nothing the size of the chunk's tokens is
         # gathered (left to itself the partitioner gathered them and split the weights instead).
         assert not any(tokens in g for g in gathered), gathered

@@ -236,3 +236,13 @@ def test_per_channel_norm_statistics_are_group_norm_in_another_order(groups, cha
     ref = F.group_norm(x, groups, norm.weight, norm.bias, norm.eps)
     assert torch.allclose(ours, ref, atol=2e-5, rtol=1e-5)
     assert not torch.equal(ours, ref)  # summed in another order: a lever, not a free change
+
+
+def test_the_dits_per_frame_modulation_is_the_one_stationary_layer_of_a_block(tiny):
+    """A compiler gathering a block's weights layer by layer leaves these sharded (compile/_scan.py)."""
+    from avatar_release.model.dit import DiTBlock
+    from avatar_release.model.layout import stationary_params
+    from avatar_release.model.sr import SRBlock
+
+    assert stationary_params(DiTBlock(64, 8, 4)) == {"modulation.weight", "modulation.bias"}
+    assert stationary_params(SRBlock(64, 8, 4)) == set()
