@@ -9,8 +9,10 @@ A chunk of F frames runs every stage once and must be ready within F / fps secon
 
 Per stage it also says which term binds (compute or memory), the **share of the compute floor**
 (``flops / peak`` over the estimated time: 1.0 when compute binds, lower the more the stage
-waits on memory), and its all-to-alls as the scheduled program leaves them: hidden (compute
-scheduled between start and done) or exposed (``compile/_evidence.schedule_of``).
+waits on memory or the wire), and its collectives as the scheduled program leaves them: hidden
+(compute scheduled between start and done) or exposed. The bytes an exposed collective brings
+to a device, at the target's interconnect rate, are added to the stage's roofline: the device
+waits for the wire while they arrive (``compile/_loopcost.py`` counts them per run).
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ class StageEstimate:
     all_to_alls_hidden: int | None = None
     all_to_alls_exposed: int | None = None
     counted: str = ""  # how flops and bytes were counted over loops (_per_run)
+    # Bytes arriving at a device through collectives per run, and those the schedule leaves
+    # exposed (None: not recorded, a build compiled before they were); their wire time at the
+    # target's interconnect rate is added to the roofline.
+    collective_bytes: float | None = None
+    exposed_collective_bytes: float | None = None
+    exposed_collective_seconds: float | None = None
+    seconds: float | None = None  # the stage's estimate: roofline + exposed collective time
 
 
 @dataclass
@@ -72,14 +81,17 @@ def _per_run(c: dict[str, float], scale: float) -> tuple[float, float, float, st
             "loop-scaled (XLA's figures x the traced scan trip ratio)")
 
 
-def _stage(entry, peak_flops: float | None, bandwidth: float | None) -> StageEstimate:
+def _stage(entry, peak_flops: float | None, bandwidth: float | None, ici: float | None) -> StageEstimate:
     c, scale = entry.cost, entry.cost_loop_scale
     flops, nbytes, transcendentals, counted = _per_run(c, scale)
-    roofline = bound = compute = memory = share = None
+    roofline = bound = compute = memory = share = seconds = None
+    moved, exposed = c.get("collective bytes per run"), c.get("exposed collective bytes per run")
+    wire = exposed / ici if exposed is not None and ici else None
     if peak_flops and bandwidth:
         compute, memory = flops / peak_flops, nbytes / bandwidth
         roofline, bound = max(compute, memory), ("compute" if compute >= memory else "memory")
-        share = compute / roofline if roofline > 0 else None
+        seconds = roofline + (wire or 0.0)
+        share = compute / seconds if seconds > 0 else None
     raw = c.get("optimal_seconds")
     optimal, note = None, ""
     if raw is None:
@@ -92,16 +104,18 @@ def _stage(entry, peak_flops: float | None, bandwidth: float | None) -> StageEst
     return StageEstimate(entry.key, flops, nbytes, transcendentals, scale,
                          roofline, bound, optimal, note, compute, memory, share,
                          None if sc is None else sc.all_to_alls, None if sc is None else sc.hidden,
-                         None if sc is None else sc.exposed, counted)
+                         None if sc is None else sc.exposed, counted, moved, exposed, wire, seconds)
 
 
-def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: float | None) -> list[ChunkEstimate]:
-    """One estimate per bucket: its stages' estimates summed, against F / fps seconds."""
+def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: float | None,
+                    ici: float | None = None) -> list[ChunkEstimate]:
+    """One estimate per bucket: its stages' estimates summed, against F / fps seconds. ``ici``:
+    bytes per second arriving at a device over the interconnect, to charge exposed collectives."""
     out = []
     fps = manifest.program.fps
     for b in manifest.buckets:
-        stages = [_stage(e, peak_flops, bandwidth) for e in manifest.executables if e.bucket == b.name]
-        per = [s.roofline_seconds if s.roofline_seconds is not None else s.xla_optimal_seconds for s in stages]
+        stages = [_stage(e, peak_flops, bandwidth, ici) for e in manifest.executables if e.bucket == b.name]
+        per = [s.seconds if s.seconds is not None else s.xla_optimal_seconds for s in stages]
         total = sum(per) if stages and all(v is not None for v in per) else None
         deadline = b.frames / fps
         computes = [s.compute_seconds for s in stages]

@@ -51,6 +51,9 @@ class TargetSpec(_Spec):
     # Published peak rates of one device, for the compiler-estimate roofline in `analyze`.
     peak_flops_per_second: float | None = Field(None, gt=0)
     hbm_bytes_per_second: float | None = Field(None, gt=0)
+    # Bytes per second that can arrive at one device over the interconnect: what a collective
+    # the schedule leaves exposed costs in the estimate (its wire time, nothing computed beside).
+    ici_bytes_per_second: float | None = Field(None, gt=0)
     # "fsdp": weights sharded over the mesh axis by their first dimension (the default);
     # "replicated": every device holds every weight (exists to measure what FSDP buys).
     weight_sharding: Literal["fsdp", "replicated"] = "fsdp"

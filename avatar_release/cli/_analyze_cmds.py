@@ -61,10 +61,10 @@ def analyze_build_cmd(ref, registry_uri, as_json):
     _, m = read_manifest(reg, ref)
     try:
         tgt = load_target(m.target)
-        peak, bw = tgt.peak_flops_per_second, tgt.hbm_bytes_per_second
+        peak, bw, ici = tgt.peak_flops_per_second, tgt.hbm_bytes_per_second, tgt.ici_bytes_per_second
     except SpecError:
-        peak = bw = None
-    chunks = estimate_chunks(m, peak, bw)
+        peak = bw = ici = None
+    chunks = estimate_chunks(m, peak, bw, ici)
     p = m.platform
     gib = 2 ** 30
     lines = [f"{m.build_id}: {m.pipeline} for {m.target} ({p.backend}: {p.device_kind} x {p.device_count})"]
@@ -112,8 +112,12 @@ def _stage_lines(s, floor) -> list[str]:
     if s.roofline_seconds is None:
         roof = "n/a"
     else:
-        roof = (f"{s.roofline_seconds * 1e3:.2f} ms ({s.bound}-bound: compute {s.compute_seconds * 1e3:.2f} ms, "
-                f"memory {s.memory_seconds * 1e3:.2f} ms; compute-floor share {s.compute_share:.2f})")
+        wire = ("" if s.exposed_collective_seconds is None else
+                f" + exposed collectives {s.exposed_collective_seconds * 1e3:.2f} ms "
+                f"({s.exposed_collective_bytes / 1e9:.2f} of {s.collective_bytes / 1e9:.2f} GB arriving)")
+        roof = (f"{s.seconds * 1e3:.2f} ms = roofline {s.roofline_seconds * 1e3:.2f} ms ({s.bound}-bound: compute "
+                f"{s.compute_seconds * 1e3:.2f} ms, memory {s.memory_seconds * 1e3:.2f} ms){wire}; "
+                f"compute-floor share {s.compute_share:.2f}")
     a2a = ("no schedule recorded" if s.all_to_alls is None else
            f"{s.all_to_alls_hidden} hidden, {s.all_to_alls_exposed} exposed of {s.all_to_alls}")
     xla = (f"{s.xla_optimal_seconds * 1e3:.2f} ms" if s.xla_optimal_seconds is not None else s.xla_optimal_note)
@@ -121,7 +125,7 @@ def _stage_lines(s, floor) -> list[str]:
         scale = ", counted per run"
     else:
         scale = f", scans x{s.loop_scale:.1f} (an older build: no per-run count)" if s.loop_scale != 1 else ""
-    out = [f"    {s.key:<10} roofline {roof}; all-to-alls: {a2a}",
+    out = [f"    {s.key:<10} {roof}; all-to-alls: {a2a}",
            f"    {'':<10} XLA optimal_seconds: {xla}; {s.flops:.3g} flops, {s.bytes_accessed:.3g} bytes{scale}"]
     if floor:  # per chip, like XLA's figures above
         out.append(f"    {'':<10} analytic floor (docs/production-shapes.md): {floor['flops_per_chip']:.3g} flops, "

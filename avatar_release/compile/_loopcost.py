@@ -13,6 +13,8 @@ module's entry in turn. Each loop's trip count comes from the loop (``known_trip
 condition (``i < N``, counting from 0); a loop whose count cannot be read is counted once and
 listed. Pallas kernels (Mosaic custom calls) are opaque to the generic analysis; their own
 ``CostEstimate`` (in the custom call's backend config) is added, times the loops around them.
+An async call (an all-gather offloaded to the SparseCore) has its result counted by XLA at the
+start and again at the done; it is counted once here.
 
 A compiler estimate, like the rest: it counts what the scheduled program does, not what a
 device measures.
@@ -21,14 +23,18 @@ device measures.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 
 __all__ = ["RunCost", "run_cost", "PER_RUN_KEYS"]
 
 KEYS = ("flops", "bytes accessed", "transcendentals")
+# Bytes arriving at one device through collectives, all of them / those the schedule leaves
+# exposed (nothing computed while they are in flight), every loop counted as it turns.
+COLLECTIVE_KEYS = ("collective bytes", "exposed collective bytes")
 # Stored beside XLA's own figures in an executable's ``cost`` record.
-PER_RUN_KEYS = {k: f"{k} per run" for k in KEYS}
+PER_RUN_KEYS = {k: f"{k} per run" for k in KEYS + COLLECTIVE_KEYS}
 
 _WHILE = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=.*?\swhile\((.*)$")
 _COND_BODY = re.compile(r"condition=%([\w.\-]+), body=%([\w.\-]+)")
@@ -37,6 +43,8 @@ _HEAD = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s")
 _CALLS = re.compile(r"(?:calls|to_apply)=%([\w.\-]+)|branch_computations=\{([^}]*)\}")
 _STACK_FRAME = re.compile(r",?\s*stack_frame_id=\d+")
 _COST_ESTIMATE = re.compile(r'"cost_estimate"\s*:\s*(\{[^{}]*\})')
+_CALL_DONE = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*(.*?)\scall-done\(")
+_ARRAY = re.compile(r"\b(pred|[subf]\d+|bf16)\[([\d,]*)\]")
 
 
 @dataclass
@@ -48,6 +56,8 @@ class RunCost:
     transcendentals: float
     loops: list[tuple[str, int | None]] = field(default_factory=list)  # (body, trips; None: unknown)
     kernels: int = 0  # Pallas call sites whose CostEstimate was added (each counted once)
+    collective_bytes: float = 0.0  # arriving at one device, per run
+    exposed_collective_bytes: float = 0.0  # of which nothing was scheduled to compute beside
 
     @property
     def unknown_loops(self) -> list[str]:
@@ -55,7 +65,9 @@ class RunCost:
 
     def as_cost(self) -> dict[str, float]:
         return {PER_RUN_KEYS["flops"]: self.flops, PER_RUN_KEYS["bytes accessed"]: self.bytes_accessed,
-                PER_RUN_KEYS["transcendentals"]: self.transcendentals}
+                PER_RUN_KEYS["transcendentals"]: self.transcendentals,
+                PER_RUN_KEYS["collective bytes"]: self.collective_bytes,
+                PER_RUN_KEYS["exposed collective bytes"]: self.exposed_collective_bytes}
 
 
 class _Module:
@@ -128,6 +140,88 @@ def _kernel_costs(module: _Module, name: str) -> tuple[dict[str, float], int]:
     return total, n
 
 
+def _array_bytes(shape_text: str) -> int:
+    total = 0
+    for dtype, dims in _ARRAY.findall(shape_text):
+        bits = 8 if dtype == "pred" else (16 if dtype == "bf16" else int(dtype[1:]))
+        total += math.prod(int(d) for d in dims.split(",") if d) * bits // 8
+    return total
+
+
+def _async_results(module: _Module, name: str) -> float:
+    """Bytes XLA counts twice in ``name``: the result of each async call (an all-gather offloaded
+    to the SparseCore runs as call-start / call-done), counted at its start and again at its done.
+    Measured on a v6e-8 compile: the difference with the offload on is exactly the gathered bytes."""
+    return float(sum(_array_bytes(m.group(1)) for m in map(_CALL_DONE.match, module.body(name)) if m))
+
+
+# Collectives, by how many of their bytes arrive at one device of a group of P.
+_GATHERING = ("all-gather", "all-to-all", "reduce-scatter")  # (P - 1) / P of the result
+_REDUCING = ("all-reduce",)  # 2 (P - 1) / P of the buffer (reduce-scatter, then all-gather)
+_MOVING = ("collective-permute",)  # the whole buffer
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
+
+
+def _arriving(kind: str, result_bytes: int, devices: int) -> float:
+    if kind in _REDUCING:
+        return 2.0 * result_bytes * (devices - 1) / devices
+    if kind in _MOVING:
+        return float(result_bytes)
+    return result_bytes * (devices - 1) / devices
+
+
+def _collective_kind(module: _Module, opcode: str, rest: str) -> str | None:
+    base = opcode.removesuffix("-start").removesuffix("-done")
+    if base in _GATHERING + _REDUCING + _MOVING:
+        return base
+    if opcode == "call-start" and 'async_execution_thread="sparsecore"' in rest:  # an offloaded collective
+        called = re.search(r"to_apply=%([\w.\-]+)", rest)
+        if called and called.group(1) in module.spans:
+            for line in module.body(called.group(1)):
+                m = _INSTR.match(line)
+                if m and m.group(3) in _GATHERING + _REDUCING + _MOVING:
+                    return m.group(3)
+    return None
+
+
+def _collectives(module: _Module, name: str, devices: int) -> tuple[float, float]:
+    """(all, exposed) bytes arriving at one device through the collectives written directly in
+    ``name``, in its scheduled order. An async pair (``*-start`` / ``*-done``, or a call offloaded
+    to the SparseCore) with compute scheduled between is hidden; a synchronous collective, or a
+    pair with nothing between, is exposed: the device waits for the wire."""
+    from ._evidence import COMPUTE_OPCODES
+
+    if devices <= 1:
+        return 0.0, 0.0
+    total = exposed = 0.0
+    open_pairs: dict[str, list] = {}  # start name -> [kind, compute ops seen since]
+    for line in module.body(name):
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        instr, shape, opcode, rest = m.groups()
+        if opcode.endswith("-done"):
+            operand = re.match(r"\s*%([\w.\-]+)", rest)
+            pair = open_pairs.pop(operand.group(1), None) if operand else None
+            if pair is not None:
+                moved = _arriving(pair[0], _array_bytes(shape), devices)  # the done's result
+                total += moved
+                exposed += moved if pair[1] == 0 else 0.0
+            continue
+        kind = _collective_kind(module, opcode, rest)
+        if kind is not None and opcode.endswith("-start"):
+            open_pairs[instr] = [kind, 0]
+            continue
+        if kind is not None:  # synchronous
+            moved = _arriving(kind, _array_bytes(shape), devices)
+            total, exposed = total + moved, exposed + moved
+            continue
+        if opcode in COMPUTE_OPCODES:
+            for pair in open_pairs.values():
+                pair[1] += 1
+    return total, exposed
+
+
 def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset()) -> tuple[dict[str, float], int]:
     """Pallas estimates in ``name`` and the computations it calls outright (loops excluded)."""
     total, n = _kernel_costs(module, name)
@@ -139,8 +233,9 @@ def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset()) -
     return total, n
 
 
-def run_cost(hlo_text: str, client=None) -> RunCost:
-    """Trip-weighted cost of a compiled module's HLO text (``compiled.as_text()``)."""
+def run_cost(hlo_text: str, client=None, *, devices: int = 1) -> RunCost:
+    """Trip-weighted cost of a compiled module's HLO text (``compiled.as_text()``), and the bytes
+    its collectives bring to each of ``devices`` devices (hidden or exposed by the schedule)."""
     import jax
     from jax._src.lib import xla_client
     from jaxlib import _hlo
@@ -166,6 +261,8 @@ def run_cost(hlo_text: str, client=None) -> RunCost:
         kernels += n
         for k in KEYS:
             cost[k] += own[k]
+        cost["bytes accessed"] -= _async_results(module, name)
+        cost["collective bytes"], cost["exposed collective bytes"] = _collectives(module, name, devices)
         for line in module.body(name):
             m = _WHILE.match(line)
             if not m:
@@ -176,10 +273,14 @@ def run_cost(hlo_text: str, client=None) -> RunCost:
             condition, body = cb.groups()
             trips = _trips(module, line, condition)
             loops.append((body, trips))
-            inner, counted = full(body, seen | {name}), once(body)
+            inner, counted = full(body, seen | {name}), dict(once(body))
+            counted["bytes accessed"] -= _async_results(module, body)  # as counted inside `inner`
             for k in KEYS:  # replace the once-counted body (XLA's rule) by body x trips
                 cost[k] += (trips or 1) * inner[k] - counted[k]
+            for k in COLLECTIVE_KEYS:  # counted here per computation: add the body's, x trips
+                cost[k] += (trips or 1) * inner[k]
         return cost
 
     total = full(module.entry)
-    return RunCost(total["flops"], total["bytes accessed"], total["transcendentals"], loops, kernels)
+    return RunCost(total["flops"], total["bytes accessed"], total["transcendentals"], loops, kernels,
+                   total["collective bytes"], total["exposed collective bytes"])

@@ -119,3 +119,59 @@ def test_a_stage_estimate_prefers_the_per_run_figures_over_the_scaled_ones():
     _E.cost = {"flops": 1e12, "bytes accessed": 1e10}  # an older manifest: the scaled figures
     (st,) = estimate_chunks(M, peak_flops=1e15, bandwidth=1.64e12)[0].stages
     assert st.flops == 36e12 and st.counted.startswith("loop-scaled")
+
+
+def test_collectives_in_a_loop_are_counted_per_trip_and_synchronous_ones_are_exposed():
+    """On CPU every collective is synchronous: each layer's weight gather brings 7/8 of the
+    layer's weight to each of 8 devices, once per trip, all of it exposed."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.sharding.Mesh(jax.devices()[:8], ("x",))  # GSPMD's automatic partitioning
+    whole = NamedSharding(mesh, PartitionSpec())
+
+    def layers(x, ws):
+        body = lambda h, w: (jnp.tanh(h @ jax.lax.with_sharding_constraint(w, whole)), None)  # noqa: E731
+        return jax.lax.scan(body, x, ws)[0]
+
+    ws = jax.ShapeDtypeStruct((5, 256, 256), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec(None, "x", None)))
+    x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("x", None)))
+    run = run_cost(jax.jit(layers).lower(x, ws).compile().as_text(), devices=8)
+    per_layer = 256 * 256 * 4 * 7 / 8
+    assert run.collective_bytes >= 5 * per_layer  # at least the five gathers (the partitioner may add more)
+    assert run.exposed_collective_bytes == run.collective_bytes  # synchronous: nothing beside them
+    assert run_cost(jax.jit(layers).lower(x, ws).compile().as_text()).collective_bytes == 0  # one device: none
+
+
+_SCHEDULED = """HloModule m
+
+%gather (p: bf16[128,64]) -> bf16[1024,64] {
+  %p = bf16[128,64]{1,0} parameter(0)
+  ROOT %all-gather = bf16[1024,64]{1,0} all-gather(%p), dimensions={0}
+}, execution_thread="sparsecore"
+
+ENTRY %main (a: bf16[128,64], b: f32[64,64]) -> f32[64,64] {
+  %a = bf16[128,64]{1,0} parameter(0)
+  %b = f32[64,64]{1,0} parameter(1)
+  %ag-start = (bf16[128,64]{1,0}, bf16[1024,64]{1,0}) all-gather-start(%a), dimensions={0}
+  %ag-done = bf16[1024,64]{1,0} all-gather-done(%ag-start)
+  %cs = ((bf16[128,64]{1,0}), bf16[1024,64]{1,0}) call-start(%a), async_execution_thread="sparsecore", to_apply=%gather
+  %f = f32[64,64]{1,0} fusion(%b), kind=kLoop, calls=%gather
+  %cd = bf16[1024,64]{1,0} call-done(%cs)
+  ROOT %r = f32[64,64]{1,0} add(%f, %b)
+}
+"""
+
+
+def test_an_async_pair_with_compute_inside_is_hidden_and_one_without_is_exposed():
+    from avatar_release.compile._loopcost import _async_results, _collectives
+
+    module = _Module(_SCHEDULED)
+    gathered = 1024 * 64 * 2 * 7 / 8
+    total, exposed = _collectives(module, "main", 8)
+    # The all-gather pair has nothing between start and done: exposed. The SparseCore call has
+    # a fusion between its start and done: hidden.
+    assert total == pytest.approx(2 * gathered) and exposed == pytest.approx(gathered)
+    # XLA counts an async call's result at its start and again at its done: once is taken back.
+    assert _async_results(module, "main") == 1024 * 64 * 2
