@@ -163,7 +163,7 @@ def test_head_groups_hide_all_to_alls_behind_compute_in_the_tpu_schedule():
     # One group moves q, k and v by three all-to-alls, no packing copy (kernels/ulysses.py); more
     # groups pack them: one in, one out per group.
     assert [probes[g].all_to_alls for g in (1, 2, 4)] == [4, 4, 8]
-    assert probes[1].hidden == 0 and probes[1].exposed == 4
+    assert probes[1].hidden + probes[1].exposed == 4 and probes[1].exposed >= 2  # the last in and the out
     assert 0 < probes[2].hidden < probes[4].hidden
     assert probes[4].exposed <= probes[1].exposed  # the first in and the last out stay exposed
     assert "probed with 32 heads" in probes[1].note  # tiny's 8 heads cannot form 4 groups per device
