@@ -43,6 +43,7 @@ class LoweredStage:
     lower_seconds: float
     exported: Any = None  # jax.export.Exported, for the portable "jax-export" format
     loop_scale: float = 1.0  # _flops.loop_scale of the traced program (1.0: no scans)
+    devices: int = 1  # the mesh the stage is partitioned over
 
 
 @dataclass
@@ -111,7 +112,7 @@ def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
         ) from e
     from ._flops import loop_scale
 
-    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr))
+    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr), mesh.size)
 
 
 def _text_tree(tree) -> str:
@@ -198,7 +199,7 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         from ._loopcost import run_cost
 
         try:
-            cost.update(run_cost(hlo).as_cost())
+            cost.update(run_cost(hlo, devices=ls.devices).as_cost())
         except Exception:  # noqa: BLE001 - evidence, not a condition of the build: cost.py falls back
             pass
     from ._evidence import host_callbacks, kernels_in, schedule_of
