@@ -57,6 +57,9 @@ class TargetSpec(_Spec):
     # "fsdp": weights sharded over the mesh axis by their first dimension (the default);
     # "replicated": every device holds every weight (exists to measure what FSDP buys).
     weight_sharding: Literal["fsdp", "replicated"] = "fsdp"
+    # Compile a build's stages side by side in one process (threads). False where the compiler
+    # is not safe doing so (see the target's own comment); serial is the fallback, not an error.
+    concurrent_compile: bool = True
     # Environment defaults for compiling through a topology description on a host without the
     # devices (libtpu reads them at start-up instead of querying cloud metadata). Set only when
     # the variable is unset, before JAX starts.

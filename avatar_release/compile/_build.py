@@ -78,7 +78,8 @@ def compile_build(
     plan = plan_build(pipeline, target, weights_path=weights_path, overrides=overrides or {},
                       executable_format=executable_format, progress=progress)
     lowered = _trace(plan, progress)
-    compiled = _compile(lowered, plan, side_by_side=concurrent_compile, progress=progress)
+    compiled = _compile(lowered, plan, side_by_side=concurrent_compile and plan.target.concurrent_compile,
+                        progress=progress)
     package = package_build(plan, compiled.stages, progress)
     manifest = package.manifest
     result = CompileResult(
