@@ -42,6 +42,7 @@ class AttentionRoute:
     kernel: str = "xla"  # "xla" | "blocksparse" | "bounded": the masked (SR) attention
     dit_kernel: str = "xla"  # "xla" | "flash": the unmasked (DiT) attention
     groups: int = 1
+    sr_groups: int = 0  # head groups of the masked (SR) attention; 0: `groups`
     sr_tokens_per_frame: int = 0  # the masked (SR) attention's frame geometry
     sr_window: int = 0
     fused_preattn: bool = False  # route the model's `avatar::pre_attention` op to kernels.preattn
@@ -52,7 +53,7 @@ class AttentionRoute:
 
     @property
     def default(self) -> bool:
-        return self.kernel == "xla" and self.groups == 1 and self.dit_kernel == "xla"
+        return self.kernel == "xla" and self.groups == 1 and self.sr_groups in (0, 1) and self.dit_kernel == "xla"
 
     def via_kernels(self, masked: bool) -> bool:
         """Does a call go through the shard_map chain (kernels.ulysses) rather than GSPMD?
@@ -60,13 +61,17 @@ class AttentionRoute:
         Any non-default SR kernel or head grouping sends every call there, as before the DiT
         lever existed; the DiT lever alone sends only the unmasked calls.
         """
-        if self.kernel == "xla" and self.groups == 1:
+        if self.kernel == "xla" and self.groups == 1 and self.sr_groups in (0, 1):
             return not masked and self.dit_kernel == "flash"
         return True
+
+    def groups_for(self, masked: bool) -> int:
+        return (self.sr_groups or self.groups) if masked else self.groups
 
     @classmethod
     def from_config(cls, config, platform: str = "cpu", kernel_flags: dict | None = None) -> "AttentionRoute":
         return cls(kernel=config.attention_kernel, dit_kernel=config.dit.attention, groups=config.ulysses_groups,
+                   sr_groups=config.sr.ulysses_groups,
                    sr_tokens_per_frame=config.sr_tokens_per_frame, sr_window=config.sr.window,
                    fused_preattn=config.fused_preattn, platform=platform,
                    kernel_flags=tuple(sorted((kernel_flags or {}).items())))
@@ -135,7 +140,8 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
                                f"no dropout, not causal; got shape {tuple(query.shape)}")
         q, k, v = (interop.jax_view(t) for t in (query, key, value))
         fn, mask = _body(route, q.shape[1], attn_mask is not None)
-        out = ulysses_attention(q, k, v, mesh=mesh, axis=axis, groups=route.groups, mask=mask, attention_fn=fn)
+        out = ulysses_attention(q, k, v, mesh=mesh, axis=axis, groups=route.groups_for(attn_mask is not None), mask=mask,
+                                attention_fn=fn)
         return interop.torch_view(out)
 
     def fused_preattn(x, w_qkv, b_qkv, q_norm, k_norm, cos, sin, heads, eps):

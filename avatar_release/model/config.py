@@ -55,6 +55,10 @@ class SRConfig:
     window: int = 1  # a frame attends to frames within +-window of itself (plus the reference frame)
     patch: int = 1  # SR latent cells per token side
     mlp_ratio: int = 4
+    # Ulysses head groups of the SR's attention; 0: the pipeline's ulysses_groups. Its own
+    # setting because the two transformers' head counts differ (production: 24 SR heads split
+    # into 3 groups of one head per device, which the DiT's 40 cannot).
+    ulysses_groups: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,7 @@ class PipelineConfig:
         need(self.attention_kernel in ATTENTION_KERNELS,
              f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         need(self.ulysses_groups >= 1, f"ulysses_groups must be >= 1, got {self.ulysses_groups}")
+        need(self.sr.ulysses_groups >= 0, f"sr.ulysses_groups must be >= 0 (0: ulysses_groups), got {self.sr.ulysses_groups}")
         need(self.dit.attention in DIT_ATTENTION_KERNELS,
              f"dit.attention must be one of {DIT_ATTENTION_KERNELS}, got {self.dit.attention!r}")
         if problems:  # the arithmetic below needs positive sizes
@@ -216,8 +221,11 @@ class PipelineConfig:
                  f"{stage}.heads ({s.heads}) must be a multiple of {MESH_SIZE}: Ulysses gives each "
                  f"device of the {MESH_SIZE}-device mesh whole heads")
             need(s.dim % max(s.heads, 1) == 0, f"{stage}.heads ({s.heads}) must divide {stage}.dim ({s.dim})")
-            need(s.heads % (MESH_SIZE * max(self.ulysses_groups, 1)) == 0,
-                 f"{stage}.heads ({s.heads}) must split into ulysses_groups ({self.ulysses_groups}) groups of "
+            groups, which = self.ulysses_groups, "ulysses_groups"
+            if stage == "sr" and self.sr.ulysses_groups:
+                groups, which = self.sr.ulysses_groups, "sr.ulysses_groups"
+            need(s.heads % (MESH_SIZE * max(groups, 1)) == 0,
+                 f"{stage}.heads ({s.heads}) must split into {which} ({groups}) groups of "
                  f"whole heads per device ({MESH_SIZE} devices)")
             head_dim = s.dim // max(s.heads, 1)
             need(head_dim % 2 == 0 and head_dim >= 6,
@@ -314,7 +322,7 @@ _CONFIGS = {
             name="avatar-720p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=720, width=1280, latent_channels=16,
             vae_scale=8, sr_scale=2, n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
-            sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
+            sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2, ulysses_groups=3),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated", norm_stats="per_channel"),
         ),
         # SR grid 136x240 (1088 rows cropped to 1080), patch 2 -> 68x120 = 8160 tokens/frame
@@ -325,7 +333,7 @@ _CONFIGS = {
             name="avatar-1080p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=1080, width=1920, latent_channels=16,
             vae_scale=8, sr_scale=4, n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
-            sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2),
+            sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2, ulysses_groups=3),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated", norm_stats="per_channel"),
         ),
     ]
