@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 
 from .._dtypes import itemsize
 from ..records import ArraySpec, KernelRecord, MemoryFit, ScheduleRecord
@@ -25,8 +26,8 @@ from ..records import ArraySpec, KernelRecord, MemoryFit, ScheduleRecord
 __all__ = ["kernels_in", "schedule_of", "memory_fit", "per_device_bytes", "host_callbacks", "COMPUTE_OPCODES"]
 
 # "%name = <shape> opcode(operands), attrs..." — one instruction per line in HLO text.
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*.*?\s([a-z][a-z0-9\-]*)\((.*)$")
-_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
+_HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s")
 # Instructions that do work on the device's compute units (anything that is not data
 # movement, bookkeeping or another collective). A pair with one of these inside is hidden.
 COMPUTE_OPCODES = frozenset({
@@ -38,45 +39,119 @@ _HOST_CALLBACK_TARGETS = ("xla_python_cpu_callback", "xla_python_gpu_callback", 
                           "xla_ffi_python_gpu_callback", "xla_ffi_partitioned_python_cpu_callback")
 
 
-def _computations(hlo: str) -> list[list[str]]:
-    """The instruction lines of each computation, in (scheduled) order."""
-    out: list[list[str]] = []
-    current: list[str] | None = None
-    for line in hlo.splitlines():
-        if current is None:
-            if line.rstrip().endswith("{") and not line.startswith(" ") and "=" not in line.split("(")[0]:
-                current = []
+class HloText:
+    """One HLO module's text, split into its named computations (instruction lines in order)."""
+
+    def __init__(self, text: str):
+        self.lines = text.split("\n")
+        self.spans: dict[str, tuple[int, int]] = {}  # name -> (header line, closing line)
+        self.entry = ""
+        current = None
+        for i, line in enumerate(self.lines):
+            if current is None:
+                m = _HEAD.match(line)
+                if m and line.rstrip().endswith("{") and "=" not in line.split("(")[0]:
+                    current = (m.group(2), i)
+                    if m.group(1):
+                        self.entry = m.group(2)
+            elif line.startswith("}"):
+                self.spans[current[0]] = (current[1], i)
+                current = None
+
+    def body(self, name: str) -> list[str]:
+        start, end = self.spans[name]
+        return self.lines[start + 1:end]
+
+
+# Collectives, by what arrives at one device of a group of P: (P - 1) / P of the result for the
+# gathering kinds, twice that for an all-reduce (reduce-scatter, then all-gather), the whole
+# buffer for a collective-permute.
+_GATHERING = ("all-gather", "all-to-all", "reduce-scatter")
+_REDUCING = ("all-reduce",)
+_MOVING = ("collective-permute",)
+_COLLECTIVES = _GATHERING + _REDUCING + _MOVING
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective as the schedule leaves it, in one computation."""
+
+    kind: str  # "all-gather", "all-to-all", ...
+    result: str  # the shape text of what it hands on (a done's result, or a synchronous op's)
+    synchronous: bool
+    hidden: bool  # an async pair with compute scheduled between its start and done
+
+    def arriving_bytes(self, devices: int) -> float:
+        """Bytes that arrive at one of ``devices`` devices."""
+        n = hlo_array_bytes(self.result)
+        if self.kind in _REDUCING:
+            return 2.0 * n * (devices - 1) / devices
+        return float(n) if self.kind in _MOVING else n * (devices - 1) / devices
+
+
+def hlo_array_bytes(shape_text: str) -> int:
+    """Bytes of every array in an HLO shape text ("(bf16[8,128]{1,0}, f32[4])" -> 2064)."""
+    total = 0
+    for dtype, dims in _ARRAY.findall(shape_text):
+        bits = 8 if dtype == "pred" else (16 if dtype == "bf16" else int(dtype[1:]))
+        total += math.prod(int(d) for d in dims.split(",") if d) * bits // 8
+    return total
+
+
+_ARRAY = re.compile(r"\b(pred|[subf]\d+|bf16)\[([\d,]*)\]")
+
+
+def _collective_kind(hlo: HloText, opcode: str, rest: str) -> str | None:
+    base = opcode.removesuffix("-start").removesuffix("-done")
+    if base in _COLLECTIVES:
+        return base
+    if opcode == "call-start" and 'async_execution_thread="sparsecore"' in rest:  # an offloaded collective
+        called = re.search(r"to_apply=%([\w.\-]+)", rest)
+        if called and called.group(1) in hlo.spans:
+            for line in hlo.body(called.group(1)):
+                m = INSTR.match(line)
+                if m and m.group(3) in _COLLECTIVES:
+                    return m.group(3)
+    return None
+
+
+def collectives(hlo: HloText, name: str) -> list[Collective]:
+    """The collectives written directly in computation ``name``, in its scheduled order. An
+    async pair (``*-start`` / ``*-done``, or a call offloaded to the SparseCore) with compute
+    scheduled between is hidden; a synchronous collective, or a pair with nothing between, is
+    exposed. (With async all-to-all enabled, XLA turns a pair with nothing between back into a
+    synchronous ``all-to-all``.)"""
+    out: list[Collective] = []
+    open_pairs: dict[str, list] = {}  # start name -> [kind, compute ops seen since]
+    for line in hlo.body(name):
+        m = INSTR.match(line)
+        if not m:
             continue
-        if line.startswith("}"):
-            out.append(current)
-            current = None
-        else:
-            current.append(line)
+        instr, shape, opcode, rest = m.groups()
+        if opcode.endswith("-done"):
+            operand = re.match(r"\s*%([\w.\-]+)", rest)
+            pair = open_pairs.pop(operand.group(1), None) if operand else None
+            if pair is not None:
+                out.append(Collective(pair[0], shape, synchronous=False, hidden=pair[1] > 0))
+            continue
+        kind = _collective_kind(hlo, opcode, rest)
+        if kind is not None and opcode.endswith("-start"):
+            open_pairs[instr] = [kind, 0]
+        elif kind is not None:
+            out.append(Collective(kind, shape, synchronous=True, hidden=False))
+        elif opcode in COMPUTE_OPCODES:
+            for pair in open_pairs.values():
+                pair[1] += 1
     return out
 
 
 def schedule_of(hlo: str) -> ScheduleRecord:
-    pairs = hidden = synchronous = 0
-    for lines in _computations(hlo):
-        starts: dict[str, int] = {}  # start name -> compute ops seen since
-        for line in lines:
-            m = _INSTR.match(line)
-            if not m:
-                continue
-            name, opcode, rest = m.groups()
-            if opcode == "all-to-all":
-                synchronous += 1
-            elif opcode == "all-to-all-start":
-                starts[name] = 0
-            elif opcode == "all-to-all-done":
-                operand = re.match(r"\s*%([\w.\-]+)", rest)
-                inside = starts.pop(operand.group(1), None) if operand else None
-                if inside is not None:
-                    pairs += 1
-                    hidden += inside > 0
-            elif opcode in COMPUTE_OPCODES:
-                for key in starts:
-                    starts[key] += 1
+    """The all-to-alls of a scheduled program, each occurrence once (loops not multiplied)."""
+    text = HloText(hlo)
+    found = [c for name in text.spans for c in collectives(text, name) if c.kind == "all-to-all"]
+    pairs = sum(not c.synchronous for c in found)
+    hidden = sum(c.hidden for c in found)
+    synchronous = len(found) - pairs
     return ScheduleRecord(all_to_alls=pairs + synchronous, async_pairs=pairs, synchronous=synchronous,
                           hidden=hidden, exposed=pairs - hidden + synchronous)
 
@@ -92,7 +167,7 @@ def _kernel_name(line: str) -> str:
         for i, part in enumerate(parts):
             if part.startswith("pallas_call") and i > 0:
                 return parts[i - 1]
-    head = _INSTR.match(line)
+    head = INSTR.match(line)
     return re.sub(r"\.\d+$", "", head.group(1)) if head else "pallas_call"
 
 

@@ -23,9 +23,10 @@ device measures.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
+
+from ._evidence import HloText, collectives, hlo_array_bytes
 
 __all__ = ["RunCost", "run_cost", "PER_RUN_KEYS"]
 
@@ -39,12 +40,10 @@ PER_RUN_KEYS = {k: f"{k} per run" for k in KEYS + COLLECTIVE_KEYS}
 _WHILE = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=.*?\swhile\((.*)$")
 _COND_BODY = re.compile(r"condition=%([\w.\-]+), body=%([\w.\-]+)")
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
-_HEAD = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s")
 _CALLS = re.compile(r"(?:calls|to_apply)=%([\w.\-]+)|branch_computations=\{([^}]*)\}")
 _STACK_FRAME = re.compile(r",?\s*stack_frame_id=\d+")
 _COST_ESTIMATE = re.compile(r'"cost_estimate"\s*:\s*(\{[^{}]*\})')
 _CALL_DONE = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*(.*?)\scall-done\(")
-_ARRAY = re.compile(r"\b(pred|[subf]\d+|bf16)\[([\d,]*)\]")
 
 
 @dataclass
@@ -70,30 +69,14 @@ class RunCost:
                 PER_RUN_KEYS["exposed collective bytes"]: self.exposed_collective_bytes}
 
 
-class _Module:
-    """The text of one scheduled HLO module, split into its computations."""
+class _Module(HloText):
+    """A scheduled HLO module's text (stack-frame ids dropped: they name a table the module text
+    carries in a form the parser warns about when a computation is made the entry)."""
 
     def __init__(self, text: str):
-        self.lines = _STACK_FRAME.sub("", text).split("\n")
-        self.spans: dict[str, tuple[int, int]] = {}
-        self.entry = ""
-        current = None
-        for i, line in enumerate(self.lines):
-            if current is None:
-                m = _HEAD.match(line)
-                if m and line.rstrip().endswith("{"):
-                    current = (m.group(2), i)
-                    if m.group(1):
-                        self.entry = m.group(2)
-            elif line.startswith("}"):
-                self.spans[current[0]] = (current[1], i)
-                current = None
+        super().__init__(_STACK_FRAME.sub("", text))
         if not self.entry:
             raise ValueError("no ENTRY computation in the HLO text")
-
-    def body(self, name: str) -> list[str]:
-        start, end = self.spans[name]
-        return self.lines[start + 1:end]
 
     def as_entry(self, name: str) -> str:
         """The module text with ``name`` as its entry (the header's entry layout dropped)."""
@@ -140,86 +123,20 @@ def _kernel_costs(module: _Module, name: str) -> tuple[dict[str, float], int]:
     return total, n
 
 
-def _array_bytes(shape_text: str) -> int:
-    total = 0
-    for dtype, dims in _ARRAY.findall(shape_text):
-        bits = 8 if dtype == "pred" else (16 if dtype == "bf16" else int(dtype[1:]))
-        total += math.prod(int(d) for d in dims.split(",") if d) * bits // 8
-    return total
-
-
 def _async_results(module: _Module, name: str) -> float:
     """Bytes XLA counts twice in ``name``: the result of each async call (an all-gather offloaded
     to the SparseCore runs as call-start / call-done), counted at its start and again at its done.
     Measured on a v6e-8 compile: the difference with the offload on is exactly the gathered bytes."""
-    return float(sum(_array_bytes(m.group(1)) for m in map(_CALL_DONE.match, module.body(name)) if m))
+    return float(sum(hlo_array_bytes(m.group(1)) for m in map(_CALL_DONE.match, module.body(name)) if m))
 
 
-# Collectives, by how many of their bytes arrive at one device of a group of P.
-_GATHERING = ("all-gather", "all-to-all", "reduce-scatter")  # (P - 1) / P of the result
-_REDUCING = ("all-reduce",)  # 2 (P - 1) / P of the buffer (reduce-scatter, then all-gather)
-_MOVING = ("collective-permute",)  # the whole buffer
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
-
-
-def _arriving(kind: str, result_bytes: int, devices: int) -> float:
-    if kind in _REDUCING:
-        return 2.0 * result_bytes * (devices - 1) / devices
-    if kind in _MOVING:
-        return float(result_bytes)
-    return result_bytes * (devices - 1) / devices
-
-
-def _collective_kind(module: _Module, opcode: str, rest: str) -> str | None:
-    base = opcode.removesuffix("-start").removesuffix("-done")
-    if base in _GATHERING + _REDUCING + _MOVING:
-        return base
-    if opcode == "call-start" and 'async_execution_thread="sparsecore"' in rest:  # an offloaded collective
-        called = re.search(r"to_apply=%([\w.\-]+)", rest)
-        if called and called.group(1) in module.spans:
-            for line in module.body(called.group(1)):
-                m = _INSTR.match(line)
-                if m and m.group(3) in _GATHERING + _REDUCING + _MOVING:
-                    return m.group(3)
-    return None
-
-
-def _collectives(module: _Module, name: str, devices: int) -> tuple[float, float]:
-    """(all, exposed) bytes arriving at one device through the collectives written directly in
-    ``name``, in its scheduled order. An async pair (``*-start`` / ``*-done``, or a call offloaded
-    to the SparseCore) with compute scheduled between is hidden; a synchronous collective, or a
-    pair with nothing between, is exposed: the device waits for the wire."""
-    from ._evidence import COMPUTE_OPCODES
-
+def _collective_bytes(module: _Module, name: str, devices: int) -> tuple[float, float]:
+    """(all, exposed) bytes arriving at one device through the collectives written in ``name``."""
     if devices <= 1:
         return 0.0, 0.0
-    total = exposed = 0.0
-    open_pairs: dict[str, list] = {}  # start name -> [kind, compute ops seen since]
-    for line in module.body(name):
-        m = _INSTR.match(line)
-        if not m:
-            continue
-        instr, shape, opcode, rest = m.groups()
-        if opcode.endswith("-done"):
-            operand = re.match(r"\s*%([\w.\-]+)", rest)
-            pair = open_pairs.pop(operand.group(1), None) if operand else None
-            if pair is not None:
-                moved = _arriving(pair[0], _array_bytes(shape), devices)  # the done's result
-                total += moved
-                exposed += moved if pair[1] == 0 else 0.0
-            continue
-        kind = _collective_kind(module, opcode, rest)
-        if kind is not None and opcode.endswith("-start"):
-            open_pairs[instr] = [kind, 0]
-            continue
-        if kind is not None:  # synchronous
-            moved = _arriving(kind, _array_bytes(shape), devices)
-            total, exposed = total + moved, exposed + moved
-            continue
-        if opcode in COMPUTE_OPCODES:
-            for pair in open_pairs.values():
-                pair[1] += 1
-    return total, exposed
+    found = collectives(module, name)
+    return (sum(c.arriving_bytes(devices) for c in found),
+            sum(c.arriving_bytes(devices) for c in found if not c.hidden))
 
 
 def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset()) -> tuple[dict[str, float], int]:
@@ -262,7 +179,7 @@ def run_cost(hlo_text: str, client=None, *, devices: int = 1) -> RunCost:
         for k in KEYS:
             cost[k] += own[k]
         cost["bytes accessed"] -= _async_results(module, name)
-        cost["collective bytes"], cost["exposed collective bytes"] = _collectives(module, name, devices)
+        cost["collective bytes"], cost["exposed collective bytes"] = _collective_bytes(module, name, devices)
         for line in module.body(name):
             m = _WHILE.match(line)
             if not m:

@@ -165,11 +165,11 @@ ENTRY %main (a: bf16[128,64], b: f32[64,64]) -> f32[64,64] {
 
 
 def test_an_async_pair_with_compute_inside_is_hidden_and_one_without_is_exposed():
-    from avatar_release.compile._loopcost import _async_results, _collectives
+    from avatar_release.compile._loopcost import _async_results, _collective_bytes
 
     module = _Module(_SCHEDULED)
     gathered = 1024 * 64 * 2 * 7 / 8
-    total, exposed = _collectives(module, "main", 8)
+    total, exposed = _collective_bytes(module, "main", 8)
     # The all-gather pair has nothing between start and done: exposed. The SparseCore call has
     # a fusion between its start and done: hidden.
     assert total == pytest.approx(2 * gathered) and exposed == pytest.approx(gathered)
