@@ -53,7 +53,7 @@ class AttentionRoute:
 
     @property
     def default(self) -> bool:
-        return self.kernel == "xla" and self.groups == 1 and self.sr_groups in (0, 1) and self.dit_kernel == "xla"
+        return self.kernel == "xla" and self.dit_kernel == "xla" and self.groups_for(True) == self.groups_for(False) == 1
 
     def via_kernels(self, masked: bool) -> bool:
         """Does a call go through the shard_map chain (kernels.ulysses) rather than GSPMD?
@@ -61,7 +61,7 @@ class AttentionRoute:
         Any non-default SR kernel or head grouping sends every call there, as before the DiT
         lever existed; the DiT lever alone sends only the unmasked calls.
         """
-        if self.kernel == "xla" and self.groups == 1 and self.sr_groups in (0, 1):
+        if self.kernel == "xla" and self.groups_for(True) == self.groups_for(False) == 1:
             return not masked and self.dit_kernel == "flash"
         return True
 

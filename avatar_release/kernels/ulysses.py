@@ -37,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .target import interpret_default
+
 __all__ = [
     "AllToAllBytes",
     "AttentionFn",
@@ -210,8 +212,6 @@ def _all_to_all_bits(x: jax.Array, axis: str, split_axis: int, concat_axis: int)
     not free: XLA gave each its own layout copy (measured on avatar-720p's DiT: about 0.5 GB per
     layer and step per chip), so a build for TPU moves the floats as they are.
     """
-    from .target import interpret_default
-
     if not jnp.issubdtype(x.dtype, jnp.floating) or not interpret_default():  # TPU moves bf16 as it is
         return jax.lax.all_to_all(x, axis, split_axis, concat_axis, tiled=True)
     wire = jnp.dtype(f"uint{8 * x.dtype.itemsize}")
@@ -284,8 +284,6 @@ def ulysses_attention(
     """
     heads, seq_len, _ = q.shape
     _check(heads, seq_len, groups, mesh.shape[axis])
-    from .target import interpret_default
-
     if groups == 1 and not head_loop and not interpret_default():
         # One group on TPU: three all-to-alls read q, k and v where they are; packing them into
         # one operand first is a copy of all three (on avatar-720p's DiT, ~0.4 GB per layer and
