@@ -40,6 +40,7 @@ __all__ = [
     "TrustError",
     "EnvironmentMismatch",
     "CompileError",
+    "ContractError",
     "RegistryError",
     "ConflictError",
     "RecompileError",
@@ -75,6 +76,10 @@ class InputError(AvatarReleaseError):
 
 class SpecError(InputError):
     """A declared spec under manifests/ (pipeline, target, flag profile) is missing or wrong."""
+
+
+class ContractError(SpecError):
+    """A pipeline's entry does not satisfy the pipeline contract (docs/pipeline-contract.md)."""
 
 
 class Refusal(AvatarReleaseError):

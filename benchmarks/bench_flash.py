@@ -26,11 +26,11 @@ def measure(pipeline: str) -> dict:
     from jax.sharding import NamedSharding, PartitionSpec
 
     from avatar_release.compile import make_mesh, target_devices
-    from avatar_release.kernels import flash
-    from avatar_release.kernels.target import kernel_target
-    from avatar_release.kernels.ulysses import reference_attention, ulysses_attention
+    from kernels import flash
+    from kernels.target import kernel_target
+    from kernels.ulysses import reference_attention, ulysses_attention
     from avatar_release.machine import configure_compile_env
-    from avatar_release.model.config import get_config
+    from model.config import get_config
     from avatar_release.specs import load_flag_profile, load_pipeline, load_target
 
     tgt = load_target("tpu-v6e-8")

@@ -48,11 +48,11 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from avatar_release.kernels import masks
-    from avatar_release.kernels.blocksparse import blocksparse_attention, frame_reference
-    from avatar_release.kernels.bounded_softmax import bounded_softmax_attention, eligible_heads
-    from avatar_release.kernels.ulysses import FrameWindow, alltoall_bytes, hlo_all_to_alls, ulysses_attention
-    from avatar_release.model.config import get_config
+    from kernels import masks
+    from kernels.blocksparse import blocksparse_attention, frame_reference
+    from kernels.bounded_softmax import bounded_softmax_attention, eligible_heads
+    from kernels.ulysses import FrameWindow, alltoall_bytes, hlo_all_to_alls, ulysses_attention
+    from model.config import get_config
 
     c = get_config(args.shape)
     t, frames, window = c.sr_tokens_per_frame, c.frames_per_chunk + 1, c.sr.window
@@ -72,7 +72,7 @@ def main() -> None:
     aligned = masks.default_block(t)
     tiled, fitted = masks.tile_counts(frames, t, window, 128), masks.tile_counts(frames, t, window, aligned)
     work = (tiled.live * 128 ** 2) / (fitted.live * aligned ** 2)
-    from avatar_release.kernels.blocksparse_tiled import tiled_blocksparse_attention
+    from kernels.blocksparse_tiled import tiled_blocksparse_attention
 
     tiled_fn = jax.jit(lambda q, k, v: tiled_blocksparse_attention(q, k, v, **geom))
     t_tiled = _time(tiled_fn, q, k, v, repeat=args.repeat)

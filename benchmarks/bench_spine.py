@@ -119,9 +119,9 @@ def scenario_eager(args) -> dict:
     """The same chunk in plain PyTorch eager, on the host (no XLA)."""
     import torch
 
-    from avatar_release.model.config import get_config
-    from avatar_release.model.noise import chunk_noise
-    from avatar_release.model.weights import init_pipeline
+    from model.config import get_config
+    from model.noise import chunk_noise
+    from model.weights import init_pipeline
 
     config = get_config(args.pipeline)
     pipe = init_pipeline(config, 0)

@@ -92,7 +92,7 @@ def _stage_rows(rows: list[dict]) -> None:
 
 
 def _evidence(row: dict, registry: Path) -> None:
-    from avatar_release.cost import estimate_chunks
+    from avatar_release.analysis import estimate_chunks
     from avatar_release.registry import LocalRegistry, read_manifest
     from avatar_release.specs import load_target
 
@@ -138,7 +138,7 @@ def main() -> None:
     from avatar_release.specs import load_target
 
     configure_compile_env(load_target("tpu-v6e-8"))
-    from avatar_release.schedule import probe_schedule
+    from model.schedule import probe_schedule
 
     probes = {}
     for pipeline in ["tiny"] + ([] if args.quick else ["avatar-720p"]):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 
 import click
 
-from ._app import _emit, _prepare_devices_for_target, _progress, cli, json_option, registry_option
+from ._app import _emit, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option
 
 
 @cli.group("analyze")
@@ -13,46 +14,72 @@ def analyze_group() -> None:
     """Static analyses: of a pipeline config (attention, schedule) or of a compiled build (build)."""
 
 
+def _run_analysis(name: str, pipeline: str, *, target: str | None = None, options: dict | None = None,
+                  as_json: bool) -> None:
+    """Run one of the pipeline's own analyses (its contract's ``analyses``) and print it."""
+    from ..errors import SpecError
+    from ..machine import configure_host_devices, native_log_filter
+    from ..pipeline import CONTRACT_PAGE, AnalysisContext, load_entry
+    from ..specs import load_flag_profile, load_pipeline, load_target
+
+    spec = load_pipeline(pipeline)
+    pipe = load_entry(spec)
+    analysis = pipe.analyses.get(name)
+    if analysis is None:
+        known = ", ".join(sorted(pipe.analyses)) or "none"
+        raise SpecError(f"pipeline {pipeline} ({spec.entry}) declares no analysis {name!r} (it declares: {known}); "
+                        f"a pipeline adds its own through the contract's analyses ({CONTRACT_PAGE})")
+    tgt = flags = None
+    if analysis.needs_target:
+        _prepare_devices_for_target(target or "cpu-8")
+        tgt = load_target(target or "cpu-8")
+        flags = load_flag_profile(tgt.flag_profile)
+    else:
+        configure_host_devices(8)
+    ctx = AnalysisContext(pipeline=pipe, spec=spec, config=pipe.config(spec.config), target=tgt, flags=flags,
+                          options=dict(options or {}), progress=_progress())
+    with native_log_filter():  # libtpu's and XLA's C++ log, as readable lines
+        result = analysis.run(ctx)
+    text = analysis.text(result) if analysis.text else json.dumps(result, indent=2, sort_keys=True)
+    _emit(as_json, {"ok": True, "analysis": name, **result}, text)
+
+
 @analyze_group.command("attention")
 @click.option("--pipeline", default="tiny", show_default=True)
 @click.option("--no-eligibility", is_flag=True, help="Skip running the eager model for the bounded-softmax share.")
 @click.option("--no-collectives", is_flag=True, help="Skip compiling the grouped all-to-alls.")
+@project_option
 @json_option
 def analyze_attention_cmd(pipeline, no_eligibility, no_collectives, as_json):
-    """Mask live fraction, block counts (128 tiles vs aligned), bound eligibility, all-to-all bytes."""
-    from ..machine import configure_host_devices
+    """The pipeline's "attention" analysis (the bundled one: mask live fraction, block counts, bounded-softmax
+    eligibility, all-to-all bytes)."""
+    _run_analysis("attention", pipeline, options={"no_eligibility": no_eligibility, "no_collectives": no_collectives},
+                  as_json=as_json)
 
-    configure_host_devices(8)
-    from ..analyze import analyze_attention
 
-    r = analyze_attention(pipeline, eligibility=not no_eligibility, collectives=not no_collectives)
-    sr = r["sr"]
-    lines = [f"{pipeline} ({r['config']}): SR {sr['frames']} frames x {sr['tokens_per_frame']} tokens = "
-             f"{sr['sequence']}, window {sr['window']}, {sr['heads']} heads x {sr['head_dim']}",
-             f"  live fraction of the mask: {r['live_fraction']:.3f}"]
-    for name, b in r["blocks"].items():
-        lines.append(f"  {name:<12} full {b['full']:>7}  partial {b['partial']:>6}  empty {b['empty']:>7}  "
-                     f"(partial share {b['partial_share']:.3f}, padded to {b['padded_length']})")
-    e = r["bounded_softmax_eligible"]
-    lines.append(f"  heads eligible for the bounded softmax: {e['share'] if e.get('share') is not None else 'n/a'}"
-                 + (f" over {e['layers']} layers ({e['inputs']})" if e.get("layers") else f" ({e.get('why')})"))
-    for a in r.get("all_to_all", []):
-        if "skipped" in a:
-            lines.append(f"  G={a['groups']}: {a['skipped']}")
-        else:
-            lines.append(f"  G={a['groups']}: {a['all_to_alls']} all-to-alls, {a['compiled_bytes_per_group']} B per "
-                         f"group per layer (analytic {a['analytic_bytes_per_group']}), total {a['compiled_bytes_total']} B")
-    _emit(as_json, {"ok": True, **r}, "\n".join(lines))
+@analyze_group.command("pipeline")
+@click.argument("name")
+@click.option("--pipeline", default="tiny", show_default=True)
+@click.option("--target", default=None, help="For analyses that compile for a target (default cpu-8).")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="Passed to the analysis (repeatable).")
+@project_option
+@json_option
+def analyze_pipeline_cmd(name, pipeline, target, options, as_json):
+    """Run the analysis NAME that the pipeline declares (its contract's ``analyses``)."""
+    from ..compile import parse_set_args
+
+    _run_analysis(name, pipeline, target=target, options=parse_set_args(options), as_json=as_json)
 
 
 @analyze_group.command("build")
 @click.argument("ref")
 @registry_option
+@project_option
 @json_option
 def analyze_build_cmd(ref, registry_uri, as_json):
     """What a compiled build's own evidence says: memory fit, estimated time per chunk vs its
     deadline (a compiler estimate, never a measurement), all-to-all schedule, Pallas kernels."""
-    from ..cost import LABEL, estimate_chunks
+    from ..analysis import LABEL, estimate_chunks
     from ..errors import SpecError
     from ..registry import open_registry, read_manifest
     from ..specs import load_target
@@ -135,30 +162,40 @@ def _stage_lines(s, floor) -> list[str]:
 
 
 def _analytic_floors(m, chunks, peak, bw) -> dict:
-    """Per bucket and stage, the config's analytic floor (avatar_release.shapes): the least work
-    any compile of these shapes must do, to set beside what XLA counted. {} when unavailable."""
-    from ..model.config import PipelineConfig
-    from ..model.errors import ConfigError
-    from ..shapes import stage_floors
+    """Per bucket and stage, the pipeline's own analytic floor (its "floors" analysis, when its project
+    is here and declares one): the least work any compile of these shapes must do, set beside what
+    XLA counted. {} when unavailable."""
+    from ..errors import AvatarReleaseError
+    from ..pipeline import AnalysisContext, load_entry
+    from ..specs import load_pipeline
 
     if not (peak and bw):
         return {}
     try:
-        config = PipelineConfig.from_dict(m.config)
-    except (ConfigError, TypeError, KeyError, ValueError):
+        spec = load_pipeline(m.pipeline)
+        pipe = load_entry(spec)
+    except AvatarReleaseError:  # no project here, or not this build's: the build's own evidence only
         return {}
-    chips = m.platform.device_count or 1
-    return {c.bucket: {f.stage: {**f.to_json(), "flops_per_chip": f.flops / chips}
-                       for f in stage_floors(config, c.frames, peak, bw, chips)} for c in chunks}
+    floors = pipe.analyses.get("floors")
+    if floors is None:
+        return {}
+    options = {"config_doc": m.config, "buckets": {c.bucket: c.frames for c in chunks}, "peak": peak,
+               "bandwidth": bw, "chips": m.platform.device_count or 1}
+    try:
+        return floors.run(AnalysisContext(pipeline=pipe, spec=spec, config=None, options=options))
+    except (TypeError, KeyError, ValueError):  # a config this pipeline version cannot read
+        return {}
 
 
 @analyze_group.command("schedule")
 @click.option("--pipeline", default="tiny", show_default=True)
 @click.option("--target", default="tpu-v6e-8", show_default=True)
 @click.option("--groups", default="1,2,4", show_default=True, help="Ulysses head groups to compile, comma-separated.")
+@project_option
 @json_option
 def analyze_schedule_cmd(pipeline, target, groups, as_json):
-    """Hidden vs exposed all-to-alls of one SR attention layer, compiled for TARGET per head-group count."""
+    """The pipeline's "schedule" analysis (the bundled one: hidden vs exposed all-to-alls of one SR attention
+    layer, compiled for TARGET per head-group count)."""
     from ..errors import InputError
 
     try:
@@ -167,18 +204,4 @@ def analyze_schedule_cmd(pipeline, target, groups, as_json):
         raise InputError(f"--groups {groups!r}: expected comma-separated integers, e.g. 1,2,4") from None
     if not gs or min(gs) < 1:
         raise InputError(f"--groups {groups!r}: expected positive integers")
-    _prepare_devices_for_target(target)
-    from ..schedule import probe_schedule
-
-    from ..machine import native_log_filter
-
-    with native_log_filter():  # libtpu's and XLA's C++ log, as readable lines
-        probes = probe_schedule(pipeline, target, gs, progress=_progress())
-    lines = [f"{pipeline} on {target}: one SR attention layer, {probes[0].sequence} tokens, "
-             f"{probes[0].heads} heads x {probes[0].head_dim} (compiler schedule, not a measurement)"]
-    if probes[0].note:
-        lines.append(f"  note: {probes[0].note}")
-    lines += [f"  G={p.groups}: {p.all_to_alls} all-to-alls, {p.async_pairs} async pairs, {p.hidden} hidden behind "
-              f"compute, {p.exposed} exposed" for p in probes]
-    _emit(as_json, {"ok": True, "pipeline": pipeline, "target": target, "probes": [p.to_json() for p in probes]},
-          "\n".join(lines))
+    _run_analysis("schedule", pipeline, target=target, options={"groups": gs}, as_json=as_json)

@@ -18,6 +18,7 @@ import click
 from .. import __version__
 from ..errors import CRASH_EXIT_CODE, AvatarReleaseError
 from ..records import CHANNELS
+from ..specs import use_project
 
 __all__ = ["main", "cli", "CHANNELS"]
 
@@ -97,6 +98,17 @@ registry_option = click.option(
     "--registry", "registry_uri", default=None, envvar="AVATAR_RELEASE_REGISTRY",
     help="Registry: a directory (default ./.avatar-release), file://PATH, oci://HOST[:PORT]/REPO "
          "(oci+http://, oci+https://), gar://projects/P/locations/L/repositories/R, or memory://NAME.",
+)
+def _use_project(ctx, param, value):
+    if value:
+        use_project(value)  # AVATAR_RELEASE_PROJECT for this process and every one it starts
+    return value
+
+
+project_option = click.option(
+    "--project", "project_dir", default=None, callback=_use_project, expose_value=False, metavar="DIR",
+    help="The project holding manifests/ and the pipeline's code (default: the nearest directory upward "
+         "from here that holds manifests/; or $AVATAR_RELEASE_PROJECT).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, expose_value=True,
                            is_eager=True, help="Print a machine-readable result (errors too) on stdout.")

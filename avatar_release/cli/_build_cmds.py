@@ -7,7 +7,7 @@ import json
 import click
 
 from ..errors import IntegrityError, Refusal
-from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, registry_option
+from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option
 
 
 # ---------------------------------------------------------------------------------- compile
@@ -21,6 +21,7 @@ from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _prog
               default="xla-executable", show_default=True,
               help="jax-export ships portable StableHLO that compiles in the pod (the zero-recompile gate refuses it).")
 @registry_option
+@project_option
 @json_option
 def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format, registry_uri, as_json):
     """Trace, AOT-compile and publish a build; points the dev channel at it."""
@@ -60,6 +61,7 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
 @cli.command("rebuild")
 @click.argument("ref")
 @registry_option
+@project_option
 @json_option
 def rebuild_cmd(ref, registry_uri, as_json):
     """Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."""

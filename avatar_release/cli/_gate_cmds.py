@@ -8,7 +8,7 @@ import click
 
 from ._app import (
     _emit, _finish, _next_step, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option,
-    registry_option,
+    project_option, registry_option,
 )
 from ..errors import InputError, NeedsReview, Refusal
 
@@ -54,6 +54,7 @@ def _compare_options(f):
 @click.option("--run-id", default=None, envvar="AVATAR_RELEASE_GATE_RUN_ID",
               help="With --shard: groups the shards of one pipeline run (merge picks them by it).")
 @registry_option
+@project_option
 @json_option
 def gate_run_cmd(ref, baseline, report_dir, band_file, shard, twin, run_id, registry_uri, as_json):
     """Gate REF: zero recompiles, twin baseline, bit-exact or similarity band."""
@@ -210,11 +211,12 @@ def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
 @click.option("--pipeline", default="tiny", show_default=True)
 @click.option("--target", default="cpu-8", show_default=True)
 @click.option("--variant", "variants", multiple=True, metavar="KEY=VALUE[,KEY=VALUE]",
-              help="A mathematically equivalent reduction order (repeatable; default matmul_k_split=2 and =4).")
+              help="A mathematically equivalent reduction order (repeatable; default: the pipeline's band_variants).")
 @click.option("--margin-db", default=0.25, show_default=True, type=float,
               help="Subtracted from the lowest measured PSNR.")
 @click.option("--out", default=None, help="Band file to write (default: manifests/bands/<pipeline>-<target>.json).")
 @registry_option
+@project_option
 @json_option
 def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri, as_json):
     """Measure the similarity band that bf16 reassociation alone produces, and store it."""

@@ -3,7 +3,7 @@
 Needs the ``compile`` extra (torch, torchax). Nothing is imported until called.
 """
 
-from ._build import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, CompileResult, compile_build, source_digest
+from ._build import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, CompileResult, compile_build
 from ._devices import make_mesh, target_devices
 from ._evidence import schedule_of
 from ._overrides import apply_overrides, override_keys, parse_set_args
@@ -12,7 +12,6 @@ from ._rebuild import RebuildReport, rebuild, rebuild_manifest
 __all__ = [
     "CompileResult",
     "compile_build",
-    "source_digest",
     "apply_overrides",
     "override_keys",
     "parse_set_args",

@@ -2,7 +2,8 @@
 -> one immutable, content-addressed build in a registry.
 
 ``compile_build`` reads as its steps: plan (_plan.py) -> trace -> compile -> package
-(_package.py) -> publish. Moving the dev channel is promote's job (``promote.publish_to_dev``).
+(_package.py) -> publish; with ``move_dev``, dev then points at the build (``registry.publish_to_dev``:
+dev takes any compiled build, so no promotion policy is involved).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..records import Manifest
-from ..registry import Registry
-from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build, source_digest
+from ..registry import Registry, publish_to_dev
+from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build
 from ._plan import BuildPlan, plan_build
 from ._stage import CompiledStage, LoweredStage, compile_stage, lower_stage
 
-__all__ = ["CompileResult", "compile_build", "source_digest", "EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE"]
+__all__ = ["CompileResult", "compile_build", "EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE"]
 
 
 @dataclass
@@ -71,8 +72,8 @@ def compile_build(
 
     ``executable_format="jax-export"`` ships portable StableHLO instead of executables: the
     serving pod then compiles on first use, which the zero-recompile gate refuses.
-    ``move_dev`` (with ``publish``) then points the dev channel at the build, through
-    ``promote.publish_to_dev``; callers above compile (the CLI) pass False and call that themselves.
+    ``move_dev`` (with ``publish``) then points the dev channel at the build
+    (``registry.publish_to_dev``).
     """
     t_start = time.perf_counter()
     plan = plan_build(pipeline, target, weights_path=weights_path, overrides=overrides or {},
@@ -160,10 +161,4 @@ def _publish(registry: Registry, package: Package, progress: Callable[[str], Non
 
 
 def _move_dev(registry: Registry, digest: str, *, reason: str) -> None:
-    # Moving a channel is promote's job, and promote sits above compile: compile must not import
-    # it at module level. The import is here, at call time, only because compile_build's
-    # move_dev=True (its default, which library callers and tests rely on) has to keep working
-    # without changing its signature; the CLI passes move_dev=False and calls promote itself.
-    from ..promote import publish_to_dev
-
     publish_to_dev(registry, registry.resolve(digest), reason=reason)

@@ -191,14 +191,13 @@ def _mosaic_flags(line: str) -> dict:
     return flags
 
 
-def kernels_in(hlo: str) -> list[KernelRecord]:
+def kernels_in(hlo: str, names: tuple[str, ...] | list[str] = ()) -> list[KernelRecord]:
     """Pallas kernels in a compiled program, by name, with their Mosaic flags (TPU).
 
-    A Mosaic kernel is one ``tpu_custom_call`` per call site. An interpreted kernel (CPU) is
-    inlined as ordinary loops; it is found by its name scope, and its call sites are not counted.
+    A Mosaic kernel is one ``tpu_custom_call`` per call site, named in its backend config. An
+    interpreted kernel (CPU) is inlined as ordinary loops; it is found by its name scope, given
+    the ``names`` the traced program's ``pallas_call``s carry, and its call sites are not counted.
     """
-    from avatar_release.kernels.target import PALLAS_KERNELS
-
     mosaic: dict[str, list[dict]] = {}
     interpreted: set[str] = set()
     for line in hlo.splitlines():
@@ -207,7 +206,7 @@ def kernels_in(hlo: str) -> list[KernelRecord]:
             continue
         m = _OP_NAME.search(line)
         if m:
-            interpreted.update(k for k in PALLAS_KERNELS if f"/{k}/" in m.group(1))
+            interpreted.update(k for k in names if f"/{k}/" in m.group(1))
     records = [KernelRecord(name=n, backend="mosaic", count=len(fl), flags=_common(fl))
                for n, fl in sorted(mosaic.items())]
     records += [KernelRecord(name=n, backend="interpret", count=None) for n in sorted(interpreted - set(mosaic))]

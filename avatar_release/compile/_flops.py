@@ -75,3 +75,25 @@ def loop_scale(jaxpr) -> float:
     once = traced_flops(jaxpr, count_trips=False)
     full = traced_flops(jaxpr, count_trips=True)
     return full / once if once > 0 else 1.0
+
+
+def pallas_kernels(jaxpr) -> tuple[str, ...]:
+    """Names of the Pallas kernels a traced program calls (their ``pallas_call`` name), sorted.
+
+    How the compiler learns which kernels a pipeline used without knowing the pipeline: an
+    interpreted kernel (CPU) is inlined as ordinary loops under this name's scope.
+    """
+    found: set[str] = set()
+
+    def walk(jx) -> None:
+        for eqn in getattr(jx, "jaxpr", jx).eqns:
+            if eqn.primitive.name == "pallas_call":
+                name = eqn.params.get("name") or getattr(eqn.params.get("name_and_src_info"), "name", None)
+                if name:
+                    found.add(str(name))
+                continue
+            for sub in _subjaxprs(eqn):
+                walk(sub)
+
+    walk(jaxpr)
+    return tuple(sorted(found))

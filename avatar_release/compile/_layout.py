@@ -1,4 +1,4 @@
-"""The compiler's side of ``model.layout``: each hint becomes a sharding constraint on the mesh.
+"""The compiler's side of the pipeline contract's layout hints: each hint becomes a sharding constraint on the mesh.
 
 Why: in the super-resolution stage the reference frame's tokens (one frame, computed from the
 photo with FSDP-sharded weights) are concatenated in front of the video's frames (sharded over
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import contextlib
 
+from ..pipeline import layout_hints
+
 __all__ = ["pinned_layouts"]
 
 
 @contextlib.contextmanager
 def pinned_layouts(mesh):
-    """While tracing for ``mesh``: ``model.layout`` hints pin shardings (a 1-device mesh: no-op)."""
-    from avatar_release.model.layout import layout_hints
-
+    """While tracing for ``mesh``: layout hints pin shardings (a 1-device mesh: no-op)."""
     def hint(x, layout: str):
         import jax
         from jax.sharding import NamedSharding, PartitionSpec

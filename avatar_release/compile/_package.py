@@ -7,16 +7,14 @@ device is refused with the numbers (DoesNotFit) and leaves the registry untouche
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import zstandard
 
 from .._digest import canonical_json, sha256_digest
-from .._dtypes import dtype_name
+from .._dtypes import itemsize
 from ..errors import DoesNotFit
 from ..identity import build_id_for, identity_digest, identity_flags, manifest_seal
 from ..machine import toolchain, who
@@ -27,6 +25,8 @@ from ..records import (
     ChunkProgram,
     ExecutableEntry,
     FlagProfileRecord,
+    GateRequestsRecord,
+    LeverRecord,
     Manifest,
     MemoryFit,
     WeightsRecord,
@@ -37,13 +37,12 @@ from ._plan import ABSTRACT_WEIGHTS, BuildPlan
 from ._stage import CompiledStage
 
 __all__ = ["EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE", "NOISE_RECIPES", "ExecutableReport", "Package",
-           "package_build", "source_digest"]
+           "package_build"]
 
 EXECUTABLE_MEDIA_TYPE = "application/vnd.avatar-release.executable.v1+zstd"
 WEIGHTS_MEDIA_TYPE = "application/vnd.avatar-release.weights.safetensors.v1+zstd"
 ZSTD_LEVEL = 9
 NOISE_RECIPES = {"seeded": "numpy-pcg64-standard-normal/v1", "entropy": "os-entropy-standard-normal/v1"}
-_PKG = Path(__file__).resolve().parents[1]  # avatar_release/: model/ and kernels/ live here
 
 
 @dataclass
@@ -61,15 +60,6 @@ class Package:
     manifest: Manifest  # sealed
     blobs: dict[str, bytes]  # digest -> zstd bytes: the weights (unless abstract) and every executable
     reports: list[ExecutableReport]  # one per executable, in stage x bucket order
-
-
-def source_digest() -> str:
-    """Digest of the model and kernel source that produced the executables."""
-    h = hashlib.sha256()
-    for folder in ("model", "kernels"):
-        for p in sorted((_PKG / folder).rglob("*.py")):
-            h.update(str(p.relative_to(_PKG)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return "sha256:" + h.hexdigest()
 
 
 def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Callable[[str], None]) -> Package:
@@ -92,7 +82,7 @@ def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Call
 
 def _weights_record(plan: BuildPlan, cctx, blobs: dict[str, bytes]) -> WeightsRecord:
     if plan.abstract:
-        return _abstract_weights(plan.pipe)
+        return _abstract_weights(plan)
     raw = plan.weights_raw
     weights_z = cctx.compress(raw)
     blobs[sha256_digest(weights_z)] = weights_z
@@ -105,11 +95,10 @@ def _weights_record(plan: BuildPlan, cctx, blobs: dict[str, bytes]) -> WeightsRe
     )
 
 
-def _abstract_weights(pipe) -> WeightsRecord:
+def _abstract_weights(plan: BuildPlan) -> WeightsRecord:
     """What an abstract build records for weights it never materialised: their shapes, by digest."""
-    from .._dtypes import itemsize
-
-    shapes = [(k, list(v.shape), dtype_name(v.dtype)) for k, v in sorted(pipe.state_dict().items())]
+    params = {p.name: p for sp in plan.stages for p in sp.params}  # buckets of a stage share its weights
+    shapes = [(k, list(p.shape), p.dtype) for k, p in sorted(params.items())]
     size = sum(math.prod(shape) * itemsize(dtype) for _, shape, dtype in shapes)
     return WeightsRecord(blob=None, raw_size=size, raw_digest=sha256_digest(canonical_json(shapes)),
                          tensors=len(shapes), source=ABSTRACT_WEIGHTS, materialized=False)
@@ -192,7 +181,7 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
     )
     tools = toolchain(with_compile_tools=True)
     config_doc = dataclasses.asdict(config)
-    src = source_digest()
+    src = plan.source_digest
     # The identity: a hash over everything that changes the binary or its output (identity.py).
     identity = identity_digest(
         pipeline=spec.name, entry=spec.entry, config=config_doc, overrides=plan.overrides, source=src,
@@ -217,29 +206,32 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
         flags=flags_rec,
         toolchain=tools,
         platform=plan.platform,
-        buckets=[Bucket(name=b.name, frames=b.frames, height=config.height, width=config.width) for b in spec.buckets],
-        program=_program(config, spec.noise),
+        buckets=[Bucket(name=b.name, frames=b.frames, height=plan.program.height,
+                       width=plan.program.width) for b in spec.buckets],
+        program=_program(plan),
         executables=entries,
         memory_fit=fit,
+        levers={k: LeverRecord(effect=v.effect, note=v.note) for k, v in sorted(plan.pipeline.levers.items())},
+        gate_requests=GateRequestsRecord(images=list(plan.pipeline.gate_requests.images),
+                                         audio=list(plan.pipeline.gate_requests.audio),
+                                         seed=plan.pipeline.gate_requests.seed),
     )
     return manifest.model_copy(update={"seal": manifest_seal(manifest)})
 
 
-def _program(config, noise: str = "seeded") -> ChunkProgram:
-    from avatar_release.model import pipeline as P
-
-    prog = P.CHUNK_PROGRAM
+def _program(plan: BuildPlan) -> ChunkProgram:
+    prog = plan.program
     return ChunkProgram(
-        stages=list(P.STAGES),
-        image_input=prog["image"],
-        audio_input=prog["audio"],
-        noise_input=prog["noise"],
-        carry=dict(prog["carry"]),
-        deliver=prog["deliver"],
-        noise_recipe=NOISE_RECIPES[noise],
-        fps=config.fps,
-        sample_rate=config.sample_rate,
-        samples_per_frame=config.samples_per_frame,
-        height=config.height,
-        width=config.width,
+        stages=list(plan.pipeline.stages),
+        image_input=prog.image,
+        audio_input=prog.audio,
+        noise_input=prog.noise,
+        carry=dict(prog.carry),
+        deliver=prog.deliver,
+        noise_recipe=NOISE_RECIPES[plan.spec.noise],
+        fps=prog.fps,
+        sample_rate=prog.sample_rate,
+        samples_per_frame=prog.samples_per_frame,
+        height=prog.height,
+        width=prog.width,
     )

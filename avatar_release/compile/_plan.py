@@ -1,23 +1,36 @@
 """Step 1 of a build: what will be compiled, for which machine, from which weights.
 
 Everything that can be refused without tracing is refused here (bad format, a flag profile for
-another platform, a missing weights file, an unknown config). The plan holds the loaded model,
-its weights as they will ship, and one StagePlan per stage x bucket.
+another platform, a missing weights file, an unknown config, an entry that does not satisfy the
+pipeline contract). The pipeline is reached only through its spec's entry and the contract
+(``avatar_release.pipeline``); the plan holds it, its module tree, its weights as they will ship,
+and one StagePlan per stage x bucket.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from .._dtypes import dtype_name
-from ..errors import InputError
+from ..errors import ContractError, InputError, SpecError
 from ..machine import configure_compile_env, current_platform
+from ..pipeline import (
+    CONTRACT_PAGE,
+    ChunkProgramSpec,
+    JaxStage,
+    Pipeline,
+    StageSignature,
+    TargetContext,
+    load_entry,
+    project_source_digest,
+    signature_of,
+    weight_layout_of,
+)
 from ..records import ArraySpec, Platform
-from ..specs import FlagProfile, PipelineSpec, TargetSpec, load_flag_profile, load_pipeline, load_target
-from ._attention import AttentionRoute
+from ..specs import FlagProfile, PipelineSpec, Project, TargetSpec, find_project, load_flag_profile, load_pipeline, load_target
 from ._devices import make_mesh, target_devices
 from ._overrides import apply_overrides
 from ._stage import StagePlan, fsdp_spec
@@ -37,13 +50,17 @@ class BuildPlan:
     executable_format: str  # one of EXECUTABLE_FORMATS
     platform: Platform  # the machine the executables are compiled for
     mesh: Any  # jax.sharding.Mesh over the target's devices
-    config: Any  # model.config dataclass, overrides applied
+    pipeline: Pipeline  # the spec's entry, checked against the contract
+    project: Project  # where the spec and the pipeline's code were found
+    source_digest: str  # the pipeline's source packages
+    config: Any  # the pipeline's config (a dataclass), overrides applied
     overrides: dict[str, Any]  # the overrides as applied (typed values)
-    pipe: Any  # the torch pipeline module; on the meta device for an abstract build
+    program: ChunkProgramSpec
+    tree: Any  # the pipeline's module tree; on the meta device for an abstract build
     weights_label: str  # where the weights came from (ABSTRACT_WEIGHTS: nowhere)
     weights_raw: bytes | None  # safetensors bytes; None for an abstract build
     weights_tensors: int
-    stages: list[StagePlan]  # one per stage x bucket, in model.pipeline.STAGES order
+    stages: list[StagePlan]  # one per stage x bucket, in the pipeline's stage order
 
     @property
     def abstract(self) -> bool:
@@ -61,6 +78,7 @@ def plan_build(
 ) -> BuildPlan:
     if executable_format not in EXECUTABLE_FORMATS:
         raise InputError(f"--format {executable_format!r}: expected xla-executable or jax-export")
+    project = find_project()
     spec = load_pipeline(pipeline)
     tgt = load_target(target)
     flags = load_flag_profile(tgt.flag_profile)
@@ -71,113 +89,126 @@ def plan_build(
     if weights_path is not None and not Path(weights_path).is_file():
         raise InputError(f"--weights {weights_path}: no such file")
 
+    progress(f"loading pipeline {spec.entry} ({spec.config}) from {project.root}")
+    pipe = load_entry(spec, project)
+    try:
+        config = pipe.config(spec.config)
+    except SpecError as e:
+        raise SpecError(f"pipeline spec {spec.name}: {e}") from None
+    config, applied = apply_overrides(config, overrides)
+    program = pipe.chunk_program(config)
+    if not isinstance(program, ChunkProgramSpec):
+        raise ContractError(f"pipeline spec {spec.name}: chunk_program(config) must return a ChunkProgramSpec, got "
+                            f"{type(program).__name__}. The pipeline contract: {CONTRACT_PAGE}")
+    signatures = {b.name: signature_of(pipe, config, b.frames, f"pipeline spec {spec.name}") for b in spec.buckets}
+    for sigs in signatures.values():
+        _check_program(spec.name, pipe, program, sigs)
+
     if tgt.platform != "cpu":
         configure_compile_env(tgt)  # CPU device counts are the entry point's job (before JAX starts)
     devices = target_devices(tgt)
     mesh = make_mesh(devices, tgt)
     platform = current_platform(devices, tgt.mesh_axes, tgt.mesh_shape, tgt.topology)
 
-    progress(f"loading model {spec.entry} ({spec.config})")
-    config, applied, pipe, weights_label = _load_model(spec, overrides, weights_path)
-    weights_raw, n_tensors = (None, 0) if weights_label == ABSTRACT_WEIGHTS else _weights_bytes(pipe)
-
-    route = AttentionRoute.from_config(config, platform=tgt.platform, kernel_flags=flags.kernel_flags)
-    stages = _stage_plans(config, pipe, spec, tgt.mesh_axes[0], tgt.mesh_shape[0],
-                          weight_sharding=tgt.weight_sharding, route=route)
+    tree, weights_label = _load_tree(pipe, spec, config, weights_path)
+    stage_objs = {s: pipe.stage(tree, s) for s in pipe.stages}
+    weights_raw, n_tensors = (None, 0) if weights_label == ABSTRACT_WEIGHTS else _weights_bytes(stage_objs)
+    context = functools.partial(TargetContext, name=tgt.name, platform=tgt.platform, mesh=mesh,
+                                axis=tgt.mesh_axes[0], kernel_flags=dict(flags.kernel_flags))
+    stages = _stage_plans(pipe, config, stage_objs, spec, signatures, tgt, context)
     return BuildPlan(spec=spec, target=tgt, flags=flags, executable_format=executable_format, platform=platform,
-                     mesh=mesh, config=config, overrides=applied, pipe=pipe, weights_label=weights_label,
+                     mesh=mesh, pipeline=pipe, project=project, source_digest=project_source_digest(pipe, spec, project),
+                     config=config, overrides=applied, program=program, tree=tree, weights_label=weights_label,
                      weights_raw=weights_raw, weights_tensors=n_tensors, stages=stages)
 
 
-def _load_model(spec: PipelineSpec, overrides: dict[str, str], weights_path: str | None):
-    from avatar_release.model.config import get_config
+def _check_program(name: str, pipe: Pipeline, program: ChunkProgramSpec, sigs: dict[str, StageSignature]) -> None:
+    """Every name the chunk program wires exists where it must: refused here, not in a serving pod."""
+    inputs = {t.name for s in sigs.values() for t in s.inputs}
+    outputs = {t.name for s in sigs.values() for t in s.outputs}
+    wrong = [f"{what} {n!r} is no stage's input" for what, n in
+             (("image", program.image), ("audio", program.audio), ("noise", program.noise)) if n not in inputs]
+    wrong += [f"carry {k!r} is no stage's input" for k in program.carry if k not in inputs]
+    wrong += [f"carry {k!r} -> {v!r}: {v!r} is no stage's output" for k, v in program.carry.items() if v not in outputs]
+    if program.deliver not in outputs:
+        wrong.append(f"deliver {program.deliver!r} is no stage's output")
+    if wrong:
+        raise ContractError(f"pipeline spec {name}: chunk_program does not match the stage signatures: "
+                            f"{'; '.join(wrong)}. The pipeline contract: {CONTRACT_PAGE}")
 
-    try:
-        config = get_config(spec.config)
-    except (KeyError, ValueError) as e:
-        raise InputError(f"pipeline {spec.name}: model config {spec.config!r}: {e}") from None
-    config, applied = apply_overrides(config, overrides)
-    module_name, _, attr = spec.entry.partition(":")
-    try:
-        importlib.import_module(module_name)
-    except ImportError as e:
-        raise InputError(f"pipeline {spec.name}: entry point {spec.entry!r} cannot be imported ({e})") from None
-    from avatar_release.model import weights as W
-    from avatar_release.model.errors import WeightsError
 
+def _load_tree(pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: str | None) -> tuple[Any, str]:
     if spec.weights.source == "abstract" and weights_path is None:
-        # Shapes only: the module lives on the meta device and no value is ever computed.
-        import torch
-
-        from avatar_release.model.pipeline import AvatarPipeline
+        # Shapes only: the module tree lives on the meta device and no value is ever computed.
+        import torch  # the compile extra's; a pipeline's create() builds torch modules
 
         with torch.device("meta"):
-            pipe = AvatarPipeline(config)
-        return config, applied, pipe, ABSTRACT_WEIGHTS
+            return pipe.create(config), ABSTRACT_WEIGHTS
     source = weights_path or (None if spec.weights.source == "init" else spec.weights.source)
     try:
         if source is None:
-            pipe = W.init_pipeline(config, spec.weights.seed)
-            label = f"init:seed={spec.weights.seed}"
-        else:
-            pipe = W.load_weights(config, source)
-            label = str(Path(source).absolute())
-    except WeightsError as e:
+            return pipe.init_weights(config, spec.weights.seed), f"init:seed={spec.weights.seed}"
+        return pipe.load_weights(config, source), str(Path(source).absolute())
+    except (ValueError, OSError) as e:  # the contract: load_weights raises ValueError when they do not fit
         raise InputError(str(e)) from None
-    return config, applied, pipe, label
 
 
-def _weights_bytes(pipe) -> tuple[bytes, int]:
-    from safetensors.torch import save
+def _weights_bytes(stage_objs: dict[str, Any]) -> tuple[bytes, int]:
+    """Every stage's weights, named ``<stage>.<param>`` as the executables' parameters are, as safetensors."""
+    state: dict[str, Any] = {}
+    for stage, obj in stage_objs.items():
+        if isinstance(obj, JaxStage):
+            import numpy as np
+            import torch
 
-    state = {k: v.detach().contiguous() for k, v in pipe.state_dict().items()}
+            items = {k: torch.from_numpy(np.asarray(v)) for k, v in obj.params.items()}
+        else:
+            items = {k: v.detach().contiguous() for k, v in obj.state_dict().items()}
+        state.update({f"{stage}.{k}": v for k, v in items.items()})
+    from safetensors.torch import save  # the compile extra's
+
     return save(state), len(state)
 
 
-def _stage_plans(config, pipe, spec: PipelineSpec, axis: str, size: int, *, weight_sharding: str = "fsdp",
-                 route: AttentionRoute) -> list[StagePlan]:
-    from avatar_release.model import pipeline as P
-    from avatar_release.model.layout import weight_layout_of
-
+def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: PipelineSpec,
+                 signatures: dict[str, dict[str, StageSignature]], tgt: TargetSpec,
+                 context: Callable[..., TargetContext]) -> list[StagePlan]:
+    axis, size = tgt.mesh_axes[0], tgt.mesh_shape[0]
     plans = []
-    for stage in P.STAGES:
-        module = getattr(pipe, stage)
+    for stage in pipe.stages:
+        obj = stage_objs[stage]
         # FSDP unless the stage asks to keep its (small) weights whole on every device.
-        shard = weight_sharding == "fsdp" and weight_layout_of(module) == "sharded"
+        try:
+            shard = tgt.weight_sharding == "fsdp" and weight_layout_of(obj) == "sharded"
+        except ValueError as e:
+            raise ContractError(f"pipeline spec {spec.name}: stage {stage}: {e}. The pipeline contract: "
+                                f"{CONTRACT_PAGE} (layout hints)") from None
 
         def weight_spec(shape: tuple[int, ...], shard: bool = shard) -> list[str | None]:
             return fsdp_spec(shape, axis, size) if shard else [None] * len(shape)
 
-        states, jax_func = stage_function(module)
+        states, jax_func = stage_function(obj)
         keys = sorted(states)
-        params = [
-            ArraySpec(
-                name=f"{stage}.{k}",
-                shape=list(states[k][0]),
-                dtype=dtype_name(states[k][1]),
-                sharding=weight_spec(tuple(states[k][0])),
-            )
-            for k in keys
-        ]
+        params = [ArraySpec(name=f"{stage}.{k}", shape=list(states[k][0]), dtype=dtype_name(states[k][1]),
+                            sharding=weight_spec(tuple(states[k][0]))) for k in keys]
+
+        def trace(stage: str = stage) -> ContextManager[Any]:
+            return pipe.trace_context(config, context(stage=stage))
+
         for b in spec.buckets:
-            ins = P.stage_inputs(config, b.frames)[stage]
-            outs = P.stage_outputs(config, b.frames)[stage]
+            sig = signatures[b.name][stage]
             # Activations cross stage boundaries sharded by the same shape rule as weights
             # (leading dim over the mesh axis when it divides): one stage's outputs are then
             # exactly the next stage's inputs, so serving never needs a resharding program,
             # and each device works on its slice instead of all of it.
-            plans.append(
-                StagePlan(
-                    stage=stage,
-                    bucket=b.name,
-                    jax_func=jax_func,
-                    params=params,
-                    param_keys=keys,
-                    inputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=fsdp_spec(s, axis, size))
-                            for n, s, d in ins],
-                    outputs=[ArraySpec(name=n, shape=list(s), dtype=d, sharding=fsdp_spec(s, axis, size))
-                             for n, s, d in outs],
-                    attention=route,
-                )
-            )
+            plans.append(StagePlan(
+                stage=stage, bucket=b.name, jax_func=jax_func, params=params, param_keys=keys,
+                inputs=[ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size))
+                        for t in sig.inputs],
+                outputs=[ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size))
+                         for t in sig.outputs],
+                trace_context=trace,
+            ))
     return plans
+
+

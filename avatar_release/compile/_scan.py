@@ -1,4 +1,4 @@
-"""The compiler's runner for ``model.stack.run_blocks``: a block stack as one ``lax.scan``.
+"""The compiler's runner for ``avatar_release.pipeline.run_blocks``: a block stack as one ``lax.scan``.
 
 While a stage is traced, the block parameters are torchax tensors (JAX tracers inside). The
 runner stacks each parameter over the blocks (leading axis = depth; FSDP sharding moves to the
@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from ..pipeline import block_runner, stationary_params
+
 __all__ = ["scanned_blocks"]
 
 
@@ -30,8 +32,6 @@ def _scan(blocks, x, *args, mesh=None):
     import torchax
     from jax.sharding import NamedSharding, PartitionSpec
     from torchax import interop
-
-    from avatar_release.model.layout import stationary_params
 
     env = torchax.default_env()
     first = blocks[0]
@@ -64,7 +64,5 @@ def _scan(blocks, x, *args, mesh=None):
 def scanned_blocks(mesh=None):
     """While tracing: stacks that ask for it (``scan_layers``) run as one scanned block; on a
     ``mesh``, each block gathers its own weights whole (FSDP) before it runs."""
-    from avatar_release.model.stack import block_runner
-
     with block_runner(functools.partial(_scan, mesh=mesh)):
         yield

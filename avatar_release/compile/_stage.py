@@ -3,15 +3,19 @@ serialize. Returns the blob and the evidence the manifest records."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 
 from .._dtypes import np_dtype
 from ..errors import CompileError
 from ..records import ArraySpec
+from ._flops import loop_scale, pallas_kernels
+from ._layout import pinned_layouts
+from ._scan import scanned_blocks
 
 __all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage"]
 
@@ -32,7 +36,9 @@ class StagePlan:
     param_keys: list[str]  # the keys jax_func expects
     inputs: list[ArraySpec]
     outputs: list[ArraySpec]
-    attention: Any = None  # _attention.AttentionRoute: which kernels the attention call routes to
+    # () -> the pipeline's trace context for this stage (its kernel routing for the target):
+    # entered around every trace of the stage.
+    trace_context: Callable[[], ContextManager[Any]] = contextlib.nullcontext
 
 
 @dataclass
@@ -44,6 +50,7 @@ class LoweredStage:
     exported: Any = None  # jax.export.Exported, for the portable "jax-export" format
     loop_scale: float = 1.0  # _flops.loop_scale of the traced program (1.0: no scans)
     devices: int = 1  # the mesh the stage is partitioned over
+    kernel_names: tuple[str, ...] = ()  # the Pallas kernels the traced program calls (_flops.pallas_kernels)
 
 
 @dataclass
@@ -89,30 +96,23 @@ def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
     ]
     out_shardings = tuple(_sharding(mesh, s.sharding) for s in plan.outputs)
     jitted = jax.jit(stage_fn, out_shardings=out_shardings)
-    from ._attention import head_sharded_attention
-    from ._layout import pinned_layouts
-    from ._scan import scanned_blocks
-
     try:
         t0 = time.perf_counter()
-        with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks(mesh), \
-                pinned_layouts(mesh):
+        with plan.trace_context(), scanned_blocks(mesh), pinned_layouts(mesh):
             traced = jitted.trace(p_abstract, *i_abstract)
         t1 = time.perf_counter()
         lowered = traced.lower()
         t2 = time.perf_counter()
         exported = None
         if export:
-            with head_sharded_attention(mesh, mesh.axis_names[0], plan.attention), scanned_blocks(mesh), \
-                    pinned_layouts(mesh):
+            with plan.trace_context(), scanned_blocks(mesh), pinned_layouts(mesh):
                 exported = jax.export.export(jitted)(p_abstract, *i_abstract)
     except Exception as e:  # noqa: BLE001
         raise CompileError(
             f"stage {plan.stage}/{plan.bucket}: tracing or lowering failed: {type(e).__name__}: {str(e)[:500]}"
         ) from e
-    from ._flops import loop_scale
-
-    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr), mesh.size)
+    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr), mesh.size,
+                        pallas_kernels(traced.jaxpr))
 
 
 def _text_tree(tree) -> str:
@@ -217,7 +217,7 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         cost=cost,
         memory=memory,
         loop_scale=ls.loop_scale,
-        kernels=kernels_in(hlo),
+        kernels=kernels_in(hlo, ls.kernel_names),
         schedule=schedule_of(hlo),
         host_callbacks=host_callbacks(hlo),
         compiled=compiled,

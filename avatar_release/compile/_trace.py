@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..pipeline import JaxStage
+
 __all__ = ["stage_function"]
 
 
 def stage_function(module) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Callable]:
-    """-> ({name: (shape, torch dtype)} for every parameter and buffer, jax_func(states, args)).
+    """-> ({name: (shape, dtype)} for every parameter and buffer, jax_func(states, args)).
 
     ``jax_func`` has the calling convention of ``torchax.extract_jax``'s: a dict of JAX arrays
-    keyed by those names, and a tuple of positional JAX inputs.
+    keyed by those names, and a tuple of positional JAX inputs. ``module`` is a torch module
+    (traced through torchax) or a contract ``JaxStage`` (called as it is).
     """
+    if isinstance(module, JaxStage):
+        return _jax_stage_function(module)
     import torchax
     from torchax.interop import JittableModule
 
@@ -35,5 +40,14 @@ def stage_function(module) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Call
         with env:
             out = jm.functional_call("forward", params, buffers, *args)
         return env.t2j_iso(out)
+
+    return shapes, jax_func
+
+
+def _jax_stage_function(stage: JaxStage) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Callable]:
+    shapes = {k: (tuple(v.shape), v.dtype) for k, v in stage.params.items()}  # numpy or JAX arrays
+
+    def jax_func(states, args):
+        return stage.fn({k: states[k] for k in shapes}, *args)
 
     return shapes, jax_func

@@ -71,7 +71,8 @@ def render_gate_set(job: dict) -> dict:
     render_seconds = time.perf_counter() - t0
     out_dir = Path(job["out_dir"])
     np.save(out_dir / "frames.npy", np.concatenate(frames), allow_pickle=False)
-    heavy = sorted(m for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.model", "avatar_release.kernels") if m in sys.modules)
+    heavy = sorted(m for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.pipeline", "model", "kernels")
+                   if m in sys.modules)
     return {
         "ok": True,
         "build_id": manifest.build_id,

@@ -2,7 +2,8 @@
 
 ``calibrate`` compiles the pipeline as-is (the reference) and once per variant, where each
 variant is the same model under a mathematically equivalent but differently ordered
-reduction (default: every matmul's contraction split in 2 and in 4 float32 partial sums).
+reduction (default: the variants the pipeline declares, ``Pipeline.band_variants``; the bundled
+pipeline splits every matmul's contraction in 2 and in 4 float32 partial sums).
 Each build renders the gate set in a fresh process; the reference twice (it must be
 deterministic, or nothing measured against it means anything). The band is then:
 
@@ -24,11 +25,11 @@ from .. import _atomic
 from .._digest import sha256_digest
 from ..errors import InputError, Refusal, SpecError
 from ..records import Band, BandVariant, parse_record, utcnow
-from ..specs import manifests_dir
+from ..pipeline import load_entry
+from ..specs import load_pipeline, manifests_dir
 
-__all__ = ["DEFAULT_VARIANTS", "band_path", "load_band", "calibrate", "CalibrationResult"]
+__all__ = ["band_path", "load_band", "calibrate", "CalibrationResult"]
 
-DEFAULT_VARIANTS: tuple[dict[str, str], ...] = ({"matmul_k_split": "2"}, {"matmul_k_split": "4"})
 DEFAULT_MARGIN_DB = 0.25
 
 
@@ -50,6 +51,11 @@ def load_band(pipeline: str, target: str, path: str | Path | None = None) -> tup
         raise SpecError(f"{p}: band was measured for {band.pipeline} on {band.target}, "
                         f"not {pipeline} on {target}; recalibrate or pass the right --band")
     return band, sha256_digest(data), p
+
+
+def _declared_variants(pipeline: str) -> list[dict[str, str]]:
+    """The reassociation variants the pipeline's contract declares (imports its entry)."""
+    return [dict(v) for v in load_entry(load_pipeline(pipeline)).band_variants]
 
 
 @dataclass
@@ -77,9 +83,10 @@ def calibrate(
     from .gateset import gate_set
     from .metrics import max_abs_diff
 
-    variants = list(variants or DEFAULT_VARIANTS)
+    variants = list(variants or _declared_variants(pipeline))
     if not variants:
-        raise InputError("gate calibrate: give at least one --variant KEY=VALUE")
+        raise InputError(f"gate calibrate: pipeline {pipeline} declares no band_variants; give at least one "
+                         "--variant KEY=VALUE (an override that reorders reductions, e.g. a split contraction)")
     if margin_db < 0:
         raise InputError(f"--margin-db {margin_db}: must be >= 0")
 

@@ -1,7 +1,7 @@
 """The gate set: fixed, versioned, deterministic inputs every gate renders.
 
 Version 1: two reference images (sample variants 0 and 1) x two audio clips (variants 0 and 1),
-seed 0. Each request is long enough for at least three chunks and, for a build with several
+seed 0 (from build manifest v4 on: the pairs and the seed the pipeline declares, these by default). Each request is long enough for at least three chunks and, for a build with several
 buckets, lays out its frames so that every bucket renders at least once (largest twice, then
 each smaller one). The digest covers the layout, the fit rule by which the pictures reach the
 pipeline's resolution, and the bytes of every input, so a change to the sample generators or
@@ -74,10 +74,14 @@ def gate_set(manifest: Manifest) -> GateSetRecord:
             f"{[b for b, _, _ in plan]}; buckets {missing} would never be exercised. "
             "Choose bucket sizes where each smaller bucket is used for the tail."
         )
+    # The pipeline's declared requests (manifest v4), else the defaults: the pairs stay in one order.
+    declared = manifest.gate_requests
+    images, audio, seed = ((declared.images, declared.audio, declared.seed) if declared is not None
+                           else (_IMAGES, _AUDIO, _SEED))
     requests = [
-        GateRequestRecord(name=f"image{i}-audio{a}", image_variant=i, audio_variant=a, seed=_SEED,
+        GateRequestRecord(name=f"image{i}-audio{a}", image_variant=i, audio_variant=a, seed=seed,
                           frames=frames, buckets=[b for b, _, _ in plan])
-        for i in _IMAGES for a in _AUDIO
+        for i in images for a in audio
     ]
     h = hashlib.sha256()
     p = manifest.program

@@ -1,9 +1,11 @@
 """Which tier a candidate is held to, decided from what differs from its baseline.
 
 Tier 1 (bit-exact) is the default. A candidate is tier 2 (similarity band) only when every
-difference from the baseline is a lever that ``manifests/levers.toml`` declares as changing
-reduction order or precision: config overrides by key, compiler options by name, or the
-jax/jaxlib versions. The decision and its reasons go into the gate result.
+difference from the baseline is a declared lever that changes reduction order or precision:
+config overrides by key, as the pipeline declares them (its contract's ``levers``, recorded in
+each build's manifest: an override counts only where the candidate *and* the baseline declare it
+with the same effect), compiler options by name and the jax/jaxlib versions, as the project's
+``manifests/levers.toml`` declares them. The decision and its reasons go into the gate result.
 """
 
 from __future__ import annotations
@@ -38,9 +40,19 @@ def load_levers(path: Path | None = None) -> dict:
     return doc
 
 
+def _declared_overrides(candidate: Manifest, baseline: Manifest, levers: dict) -> dict:
+    """Override levers both builds' pipelines declared with the same effect (v4 manifests record them);
+    for older manifests, whatever the project's levers.toml still lists under [overrides]."""
+    if candidate.levers is None and baseline.levers is None:
+        return levers.get("overrides", {})
+    mine, theirs = candidate.levers or {}, baseline.levers or {}
+    return {k: {"effect": v.effect, "note": v.note} for k, v in mine.items()
+            if k in theirs and theirs[k].effect == v.effect}
+
+
 def decide_tier(candidate: Manifest, baseline: Manifest, levers: dict | None = None) -> TierDecision:
     levers = load_levers() if levers is None else levers
-    known_overrides = levers.get("overrides", {})
+    known_overrides = _declared_overrides(candidate, baseline, levers)
     known_options = levers.get("options", {})
     tier1: list[str] = []
     tier2: list[str] = []
@@ -64,7 +76,7 @@ def decide_tier(candidate: Manifest, baseline: Manifest, levers: dict | None = N
         if key in known_overrides:
             tier2.append(f"override {key}: {b} -> {a} ({known_overrides[key].get('effect', 'declared')})")
         else:
-            tier1.append(f"override {key}: {b} -> {a} is not declared in levers.toml, so tier 1")
+            tier1.append(f"override {key}: {b} -> {a} is not a lever both builds' pipelines declare, so tier 1")
     if candidate.overrides == baseline.overrides:
         # Same overrides: the resolved configs must agree too (a changed default is a source change).
         same("model config", candidate.config, baseline.config)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..machine import who
 from ..errors import Refusal
 from ..records import CHANNELS, HistoryEntry
-from ..registry import Resolved, read_manifest
+from ..registry import Resolved, publish_to_dev, read_manifest
 from .policy import Decision, check_promotion, check_rollback_target
 
 __all__ = ["MoveResult", "promote", "publish_to_dev", "rollback", "actor", "sign_channel", "refresh_timestamp"]
@@ -106,18 +106,6 @@ def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | No
     decision = check_promotion(registry, resolved, manifest, channel)
     return _move(registry, resolved, decision, current, "promote", who, reason or f"promote to {channel}",
                  signing_key, valid_days)
-
-
-def publish_to_dev(registry, resolved: Resolved, *, reason: str, who: str | None = None) -> HistoryEntry | None:
-    """Point dev at a build that was just published (history action "publish").
-
-    Dev takes any compiled build, so no policy is consulted. The compare-and-swap is against
-    where dev is read here: a concurrent move in between is a ConflictError, nothing changed.
-    None when dev already pointed at the build.
-    """
-    current = registry.get_channel("dev")
-    return registry.move_channel("dev", resolved, expected_digest=current.digest if current else None,
-                                 action="publish", who=who or actor(), reason=reason)
 
 
 def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,

@@ -14,6 +14,8 @@ from .build import (
     ArraySpec,
     Bucket,
     ChunkProgram,
+    GateRequestsRecord,
+    LeverRecord,
     EnvironmentRecord,
     ExecutableEntry,
     FlagProfileRecord,
@@ -55,6 +57,7 @@ from .statement import (
 __all__ = [
     "Record", "BlobRef", "parse_record", "readable_versions", "utcnow", "STORED_KINDS",
     "BUILD_SCHEMA_VERSION", "ArraySpec", "Bucket", "ChunkProgram", "EnvironmentRecord", "ExecutableEntry",
+    "GateRequestsRecord", "LeverRecord",
     "FlagProfileRecord", "KernelRecord", "Manifest", "MemoryFit", "Platform", "ScheduleRecord", "Toolchain",
     "WeightsRecord",
     "CHANNELS", "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry",

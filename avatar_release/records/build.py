@@ -14,6 +14,13 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     the loaded executable's; the build identity covers ``schema_version`` from 3 on, so a v3
     manifest relabelled 2 no longer matches its build id (``avatar_release.identity``).
 
+  * 4 (2026-12-01): ``levers`` (the override keys the pipeline declares as tier-2 levers, with
+    their effect) and ``gate_requests`` (the pipeline's gate-set requests): what the pipeline
+    contract declares, recorded so a gate judges a build by what its own pipeline declared, with
+    no pipeline import. Absent (None) in older versions: no override is a lever, and the gate set
+    takes its default requests. ``model_entry`` names an entry in the project, e.g.
+    ``model.release:pipeline``.
+
 ``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
 compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
 """
@@ -40,10 +47,12 @@ __all__ = [
     "ScheduleRecord",
     "MemoryFit",
     "ChunkProgram",
+    "LeverRecord",
+    "GateRequestsRecord",
     "Manifest",
 ]
 
-BUILD_SCHEMA_VERSION = 3
+BUILD_SCHEMA_VERSION = 4
 
 
 class ArraySpec(Record):
@@ -227,6 +236,21 @@ class ChunkProgram(Record):
     width: int
 
 
+class LeverRecord(Record):
+    """A config override the pipeline declares may change the output within the band (tier 2)."""
+
+    effect: Literal["reassociation", "precision"]
+    note: str = ""
+
+
+class GateRequestsRecord(Record):
+    """The gate set's requests, as the pipeline declares them: every (image, audio) variant pair."""
+
+    images: list[int] = Field(min_length=1)
+    audio: list[int] = Field(min_length=1)
+    seed: int = 0
+
+
 class Manifest(Record):
     schema_version: int = BUILD_SCHEMA_VERSION
     kind: Literal["avatar-release/build"] = "avatar-release/build"
@@ -251,6 +275,8 @@ class Manifest(Record):
     program: ChunkProgram
     executables: list[ExecutableEntry]
     memory_fit: MemoryFit | None = None  # targets that declare their device memory
+    levers: dict[str, LeverRecord] | None = None  # v4: the pipeline's declared levers, by override key
+    gate_requests: GateRequestsRecord | None = None  # v4: the pipeline's gate-set requests
 
     def executable(self, stage: str, bucket: str) -> ExecutableEntry:
         for e in self.executables:

@@ -8,8 +8,9 @@ from ..errors import InputError
 from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
-from ._oci import OciRegistry
 from ._protocol import CHANNELS, BuildRef, Collectable, Registry, Resolved, check_name
+from ._publish import publish_to_dev
+from .oci import OciRegistry
 
 __all__ = [
     "Registry",
@@ -26,6 +27,7 @@ __all__ = [
     "default_registry_uri",
     "DEFAULT_REGISTRY",
     "read_manifest",
+    "publish_to_dev",
 ]
 
 DEFAULT_REGISTRY = ".avatar-release"

@@ -84,8 +84,8 @@ def test_reassociation_is_not_bit_exact_but_stays_inside_the_band(gated):
 def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, tmp_path):
     import torch
 
-    from avatar_release.model.config import get_config
-    from avatar_release.model.weights import init_pipeline, save_weights
+    from model.config import get_config
+    from model.weights import init_pipeline, save_weights
 
     pipe = init_pipeline(get_config("tiny"), seed=0)
     with torch.no_grad():

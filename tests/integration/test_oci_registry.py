@@ -24,7 +24,7 @@ import requests
 from avatar_release._digest import sha256_digest
 from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
 from avatar_release.registry import OciRegistry, Registry, open_registry
-from avatar_release.registry._oci import RetryPolicy, parse_oci_uri
+from avatar_release.registry.oci import RetryPolicy, parse_oci_uri
 from tests.oci_server import OciServer, registry_binary_or_skip
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)

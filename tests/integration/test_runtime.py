@@ -249,8 +249,8 @@ def test_served_frames_match_the_eager_pytorch_pipeline(built_registry):
     the plain-PyTorch model. Not bit-exact: torch CPU and XLA CPU sum bf16 products in
     different orders (measured per stage in tests/model); frames agree within a few levels."""
     from avatar_release.runtime import load, render
-    from avatar_release.model.config import get_config
-    from avatar_release.model.weights import init_pipeline
+    from model.config import get_config
+    from model.weights import init_pipeline
 
     root, _ = built_registry
     build = load("dev", LocalRegistry(root, create=False))
@@ -264,8 +264,8 @@ def test_served_frames_match_the_eager_pytorch_pipeline(built_registry):
 
 def test_runtime_noise_recipe_matches_the_model():
     from avatar_release.runtime import chunk_noise as runtime_noise
-    from avatar_release.model.config import get_config
-    from avatar_release.model.noise import chunk_noise as model_noise
+    from model.config import get_config
+    from model.noise import chunk_noise as model_noise
 
     c = get_config("tiny")
     for seed, idx in [(0, 0), (3, 5)]:

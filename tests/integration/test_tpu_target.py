@@ -157,7 +157,7 @@ def test_analyze_build_gives_a_labelled_estimate_against_the_deadline(tpu_build)
 
 def test_head_groups_hide_all_to_alls_behind_compute_in_the_tpu_schedule():
     _require_libtpu()
-    from avatar_release.schedule import probe_schedule
+    from model.schedule import probe_schedule
 
     probes = {p.groups: p for p in probe_schedule("tiny", "tpu-v6e-8", (1, 2, 4))}
     # One group moves q, k and v by three all-to-alls, no packing copy (kernels/ulysses.py); more

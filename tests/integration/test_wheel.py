@@ -40,7 +40,7 @@ def test_the_wheel_holds_one_top_level_package_and_no_repository_folders(wheel_e
     top = sorted({n.split("/")[0] for n in names})
     assert top == ["avatar_release", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"]
     # The build-machine rooms ride inside the package; nothing of tests/, manifests/ or benchmarks/.
-    assert "avatar_release/model/pipeline.py" in names and "avatar_release/kernels/blocksparse.py" in names
+    assert "model/pipeline.py" in names and "kernels/blocksparse.py" in names
     assert not [n for n in names if "/tests/" in n or "/manifests/" in n or "benchmarks" in n]
 
 

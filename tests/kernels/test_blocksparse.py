@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
-from avatar_release.kernels import masks
-from avatar_release.kernels.blocksparse import (blocksparse_attention, blocksparse_attention_jit, cost_estimate,
+from kernels import masks
+from kernels.blocksparse import (blocksparse_attention, blocksparse_attention_jit, cost_estimate,
                                  frame_reference, reference_attention)
 
 BF16_EPS = 2.0 ** -7  # bf16 spacing at 1.0

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from avatar_release.kernels import masks
-from avatar_release.kernels.blocksparse import frame_reference, live_table
-from avatar_release.kernels.blocksparse_tiled import tiled_blocksparse_attention, tiled_table
+from kernels import masks
+from kernels.blocksparse import frame_reference, live_table
+from kernels.blocksparse_tiled import tiled_blocksparse_attention, tiled_table
 
 
 @pytest.mark.parametrize("frames, tokens, window", [(3, 240, 1), (4, 96, 2), (3, 48, 0)])

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
-from avatar_release.kernels import masks
-from avatar_release.kernels.blocksparse import frame_reference, reference_attention
-from avatar_release.kernels.bounded_softmax import (DEFAULT_MAX_GAP, bounded_reference, bounded_softmax_attention,
+from kernels import masks
+from kernels.blocksparse import frame_reference, reference_attention
+from kernels.bounded_softmax import (DEFAULT_MAX_GAP, bounded_reference, bounded_softmax_attention,
                                      bounded_softmax_attention_jit, eligible_heads, gap_estimate,
                                      key_stats, row_bounds)
 

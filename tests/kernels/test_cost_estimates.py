@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from avatar_release.kernels import masks
-from avatar_release.kernels.blocksparse import blocksparse_attention
-from avatar_release.kernels.blocksparse_tiled import tiled_blocksparse_attention
-from avatar_release.kernels.bounded_softmax import bounded_softmax_attention
-from avatar_release.kernels.flash import flash_attention
-from avatar_release.kernels.preattn import PreAttnParams, preattn, rope_tables
+from kernels import masks
+from kernels.blocksparse import blocksparse_attention
+from kernels.blocksparse_tiled import tiled_blocksparse_attention
+from kernels.bounded_softmax import bounded_softmax_attention
+from kernels.flash import flash_attention
+from kernels.preattn import PreAttnParams, preattn, rope_tables
 
 
 def _estimate(fn, *args):

@@ -11,9 +11,9 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from avatar_release.compile._flops import traced_flops
-from avatar_release.kernels.flash import (NAME, cost_estimate, default_blocks, flash_attention, flash_attention_jit,
+from kernels.flash import (NAME, cost_estimate, default_blocks, flash_attention, flash_attention_jit,
                                           flash_reference)
-from avatar_release.kernels.ulysses import reference_attention, ulysses_attention
+from kernels.ulysses import reference_attention, ulysses_attention
 
 BF16_EPS = 2.0 ** -7  # bf16 spacing at 1.0
 
@@ -106,7 +106,7 @@ def test_lowers_through_mosaic_for_the_tpu_target_with_its_flags(heads, seq, hea
     """Compiled for v6e:2x4 on this host: one Mosaic call per device program, carrying the flag
     profile's kernel flags, and XLA:TPU's cost analysis takes the kernel's estimate."""
     from avatar_release.compile import make_mesh, target_devices
-    from avatar_release.kernels.target import kernel_target
+    from kernels.target import kernel_target
     from avatar_release.machine import configure_compile_env
     from avatar_release.specs import load_flag_profile, load_target
 

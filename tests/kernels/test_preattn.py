@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from avatar_release.kernels.preattn import (
+from kernels.preattn import (
     PreAttnParams,
     cost_estimate,
     default_block_tokens,
@@ -19,7 +19,7 @@ from avatar_release.kernels.preattn import (
     rope_tables,
     unpack_qkv,
 )
-from avatar_release.kernels.ulysses import FrameWindow, frame_window_mask, reference_attention, ulysses_attention_packed
+from kernels.ulysses import FrameWindow, frame_window_mask, reference_attention, ulysses_attention_packed
 
 
 def _params(rng: np.random.Generator, dim: int, heads: int, bias: bool = True) -> PreAttnParams:
@@ -90,7 +90,7 @@ def test_packing_layout():
 def test_reference_matches_torch_selfattention(monkeypatch):
     """q, k, v as model.attention.SelfAttention.forward hands them to `attention` (eager torch)."""
     torch = pytest.importorskip("torch")
-    import avatar_release.model.attention as mattn
+    import model.attention as mattn
 
     dim, heads, (frames, rows, cols) = 128, 8, (2, 4, 6)
     hd, tokens = dim // heads, frames * rows * cols

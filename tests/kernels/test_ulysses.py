@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from avatar_release.kernels.ulysses import (
+from kernels.ulysses import (
     FrameWindow,
     alltoall_bytes,
     frame_window_mask,
@@ -132,7 +132,7 @@ def test_custom_attention_fn_sees_full_sequence(mesh, qkv):
 
 def test_frame_window_matches_model():
     torch = pytest.importorskip("torch")
-    from avatar_release.model.sr import frame_window_mask as torch_frame_window_mask
+    from model.sr import frame_window_mask as torch_frame_window_mask
 
     expected = torch_frame_window_mask(FRAMES, TOKENS, WINDOW, torch.device("cpu")).numpy()
     np.testing.assert_array_equal(np.asarray(frame_window_mask(FRAMES, TOKENS, WINDOW)), expected)
@@ -206,7 +206,7 @@ def _collectives(fn, *args) -> list[str]:
 def test_a_tpu_build_moves_q_k_v_as_they_are_with_one_group(mesh, qkv):
     """On TPU, G = 1 sends q, k and v by three bf16 all-to-alls (no packing copy, no bitcasts);
     the CPU path packs them into one u16 operand. Same data, moved differently."""
-    from avatar_release.kernels.target import kernel_target
+    from kernels.target import kernel_target
 
     q, k, v = (t.astype(jnp.bfloat16) for t in qkv)
     def traced(platform: str) -> list[str]:

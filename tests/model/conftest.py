@@ -7,8 +7,8 @@ tests run without it; the modules that import torch skip themselves with ``impor
 import numpy as np
 import pytest
 
-from avatar_release.model.config import get_config
-from avatar_release.model.noise import chunk_noise
+from model.config import get_config
+from model.noise import chunk_noise
 
 SEED = 1234
 
@@ -21,7 +21,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def tiny_pipeline(tiny):
     pytest.importorskip("torch")
-    from avatar_release.model.weights import init_pipeline
+    from model.weights import init_pipeline
 
     return init_pipeline(tiny, SEED)
 

@@ -5,11 +5,11 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the [compile] extra
 
-from avatar_release.model.chunks import audio_chunks, num_chunks, num_frames  # noqa: E402
-from avatar_release.model.dit import log_mel  # noqa: E402
-from avatar_release.model.noise import chunk_noise  # noqa: E402
-from avatar_release.model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
-from avatar_release.model.sr import frame_window_mask  # noqa: E402
+from model.chunks import audio_chunks, num_chunks, num_frames  # noqa: E402
+from model.dit import log_mel  # noqa: E402
+from model.noise import chunk_noise  # noqa: E402
+from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
+from model.sr import frame_window_mask  # noqa: E402
 
 
 # ---- the SR mask ---------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_audio_changes_the_chunk(tiny_pipeline, tiny_chunk_inputs, tiny_eager_st
 
 
 def test_bf16_residual_stream_is_close_but_not_equal(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
-    from avatar_release.model.dit import MotionDiT
+    from model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(residual_dtype="bfloat16"))
     dit.load_state_dict(tiny_pipeline.dit.state_dict())
@@ -114,7 +114,7 @@ def test_bf16_residual_stream_is_close_but_not_equal(tiny, tiny_pipeline, tiny_c
 
 
 def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
-    from avatar_release.model.dit import MotionDiT
+    from model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(matmul_k_split=2))
     dit.load_state_dict(tiny_pipeline.dit.state_dict())
@@ -131,7 +131,7 @@ def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipel
 
 @pytest.mark.slow  # seconds on 2 cores
 def test_the_fused_pre_attention_op_is_the_same_math_in_eager(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
-    from avatar_release.model.dit import MotionDiT
+    from model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(fused_preattn=True))
     dit.load_state_dict(tiny_pipeline.dit.state_dict())
@@ -208,7 +208,7 @@ def test_layout_hints_are_the_identity_in_eager_pytorch():
     """model.layout only tells a compiler where a tensor should live; eager code sees the same tensor."""
     import torch
 
-    from avatar_release.model.layout import layout_hints, replicated
+    from model.layout import layout_hints, replicated
 
     x = torch.arange(6.0).reshape(2, 3)
     assert replicated(x) is x
@@ -224,7 +224,7 @@ def test_per_channel_norm_statistics_are_group_norm_in_another_order(groups, cha
     and for the variance around it: F.group_norm to float32 rounding, on shifted, scaled inputs."""
     import torch.nn.functional as F
 
-    from avatar_release.model.vae import GroupNorm
+    from model.vae import GroupNorm
 
     gen = torch.Generator().manual_seed(groups)
     norm = GroupNorm(groups, channels)
@@ -240,9 +240,9 @@ def test_per_channel_norm_statistics_are_group_norm_in_another_order(groups, cha
 
 def test_the_dits_per_frame_modulation_is_the_one_stationary_layer_of_a_block(tiny):
     """A compiler gathering a block's weights layer by layer leaves these sharded (compile/_scan.py)."""
-    from avatar_release.model.dit import DiTBlock
-    from avatar_release.model.layout import stationary_params
-    from avatar_release.model.sr import SRBlock
+    from model.dit import DiTBlock
+    from model.layout import stationary_params
+    from model.sr import SRBlock
 
     assert stationary_params(DiTBlock(64, 8, 4)) == {"modulation.weight", "modulation.bias"}
     assert stationary_params(SRBlock(64, 8, 4)) == set()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from avatar_release.model.config import CONFIG_NAMES, PipelineConfig, get_config
-from avatar_release.model.errors import ConfigError
+from model.config import CONFIG_NAMES, PipelineConfig, get_config
+from model.errors import ConfigError
 
 
 def test_known_configs():
@@ -57,7 +57,7 @@ def test_production_configs_are_production_sized():
     """About 18.5B parameters, counted on the meta device (no weights allocated)."""
     import torch
 
-    from avatar_release.model.pipeline import AvatarPipeline
+    from model.pipeline import AvatarPipeline
 
     for name in ("avatar-720p", "avatar-1080p"):
         with torch.device("meta"):
@@ -101,8 +101,8 @@ def test_replace_and_round_trip():
 
 
 def test_config_module_imports_no_torch():
-    code = ("import avatar_release.model, avatar_release.model.config, avatar_release.model.noise, "
-            "avatar_release.model.chunks, avatar_release.model.errors, sys; print('torch' in sys.modules)")
+    code = ("import model, model.config, model.noise, "
+            "model.chunks, model.errors, sys; print('torch' in sys.modules)")
     repo = Path(__file__).resolve().parents[2]  # python -c puts the cwd on sys.path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo)
     assert out.stdout.strip() == "False"

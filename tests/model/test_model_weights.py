@@ -10,9 +10,9 @@ pytest.importorskip("safetensors")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-import avatar_release.model.weights as weights_module  # noqa: E402
-from avatar_release.model.errors import WeightsError  # noqa: E402
-from avatar_release.model.weights import init_pipeline, load_weights, save_weights  # noqa: E402
+import model.weights as weights_module  # noqa: E402
+from model.errors import WeightsError  # noqa: E402
+from model.weights import init_pipeline, load_weights, save_weights  # noqa: E402
 
 
 def _same_state(a, b):
@@ -121,7 +121,7 @@ def test_wrong_dtype_names_tensor_expected_and_actual(tiny, tmp_path, tensors):
 
 
 def test_weights_of_another_config_are_refused(tmp_path, tiny_pipeline):
-    from avatar_release.model.config import get_config
+    from model.config import get_config
 
     path = save_weights(tiny_pipeline, tmp_path / "w.safetensors")
     with pytest.raises(WeightsError, match=r"missing 48 tensor\(s\) for config 'small'.*has shape .*more tensors of the wrong shape"):
@@ -143,7 +143,7 @@ def test_init_is_identical_in_a_fresh_process(tiny_pipeline):
 
     code = (
         "import hashlib, torch\n"
-        "from avatar_release.model.config import get_config\nfrom avatar_release.model.weights import init_pipeline\n"
+        "from model.config import get_config\nfrom model.weights import init_pipeline\n"
         "s = init_pipeline(get_config('tiny'), 1234).state_dict()\nh = hashlib.sha256()\n"
         "for n in sorted(s): h.update(n.encode() + s[n].contiguous().view(torch.uint8).numpy().tobytes())\n"
         "print(h.hexdigest())\n"

@@ -1,12 +1,12 @@
-"""avatar_release.shapes: the numbers behind docs/production-shapes.md, checked against the models
+"""model.shapes: the numbers behind docs/production-shapes.md, checked against the models
 themselves and held to the write-up's constraints."""
 
 from __future__ import annotations
 
 import pytest
 
-from avatar_release.model.config import CONFIG_NAMES, get_config
-from avatar_release.shapes import _live_pairs, param_counts, report_for_pipeline, shape_report
+from model.config import CONFIG_NAMES, get_config
+from model.shapes import _live_pairs, param_counts, report_for_pipeline, shape_report
 
 GIB = 2**30
 PEAK, BW = 918e12, 1640e9  # tpu-v6e-8, per chip
@@ -17,7 +17,7 @@ PEAK, BW = 918e12, 1640e9  # tpu-v6e-8, per chip
 def test_parameter_counts_are_exactly_what_the_modules_create(name):
     import torch
 
-    from avatar_release.model.pipeline import AvatarPipeline
+    from model.pipeline import AvatarPipeline
 
     with torch.device("meta"):
         p = AvatarPipeline(get_config(name))

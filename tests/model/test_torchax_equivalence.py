@@ -23,7 +23,7 @@ import pytest
 
 torchax = pytest.importorskip("torchax")  # the [compile] extra (torch + torchax)
 
-from avatar_release.model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
+from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import pytest
 from avatar_release.compile._attention import AttentionRoute
 from avatar_release.compile._overrides import apply_overrides
 from avatar_release.errors import InputError
-from avatar_release.model.config import get_config
+from model.config import get_config
 
 
 def _route(name: str, **overrides: str) -> AttentionRoute:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from avatar_release.compile._evidence import host_callbacks, kernels_in, memory_fit, per_device_bytes, schedule_of
-from avatar_release.cost import estimate_chunks
+from avatar_release.analysis import estimate_chunks
 from avatar_release.records import ArraySpec
 
 HLO = """HloModule jit_stage_fn, is_scheduled=true

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from avatar_release.compile._loopcost import PER_RUN_KEYS, _kernel_costs, _Module, run_cost
-from avatar_release.cost import estimate_chunks
+from avatar_release.analysis import estimate_chunks
 
 
 def _compiled(fn, *shapes):

@@ -735,7 +735,7 @@ class OciRegistry:
             raise RegistryError(
                 f"{self._where()}: {op}: the {tag} tag was overwritten by a writer outside this machine's "
                 "lock right after this write; its entries may need repair (see the limits in the docstring of "
-                "avatar_release.registry._oci)"
+                "avatar_release.registry.oci)"
             )
 
     # ---- channels -------------------------------------------------------------------------------

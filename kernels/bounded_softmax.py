@@ -58,8 +58,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from avatar_release.kernels import masks
-from avatar_release.kernels import blocksparse as bs
+from kernels import masks
+from kernels import blocksparse as bs
 
 DEFAULT_MAX_GAP = 60.0  # largest allowed (bound - true row max), in logit units, float32
 _STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "max_gap", "interpret")

@@ -6,15 +6,15 @@ unknown names, with the list of known ones.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ._digest import canonical_json, sha256_digest
-from .errors import SpecError
+from .._digest import canonical_json, sha256_digest
+from ..errors import SpecError
+from ._project import find_project
 
 __all__ = [
     "TargetSpec",
@@ -102,13 +102,13 @@ class PipelineSpec(_Spec):
 
 
 def manifests_dir() -> Path:
-    """``$AVATAR_RELEASE_MANIFESTS`` or the ``manifests/`` folder beside the package."""
-    env = os.environ.get("AVATAR_RELEASE_MANIFESTS")
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "manifests"
+    """The project's ``manifests/`` folder (``AVATAR_RELEASE_MANIFESTS`` overrides where it is)."""
+    project = find_project()
+    path = project.manifests
     if not path.is_dir():
         raise SpecError(
-            f"manifests folder {path} not found; set AVATAR_RELEASE_MANIFESTS to the folder "
-            "holding targets/, flags/ and pipelines/ (the repository's manifests/)"
+            f"manifests folder {path} not found (project {project.root}, found {project.found_by}); it holds "
+            "targets/, flags/ and pipelines/. Pass --project DIR or set AVATAR_RELEASE_MANIFESTS"
         )
     return path
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_release.model.config import PipelineConfig
+from model.config import PipelineConfig
 
 
 def num_frames(config: PipelineConfig, n_samples: int) -> int:

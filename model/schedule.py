@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
-__all__ = ["ScheduleProbe", "probe_schedule"]
+__all__ = ["ScheduleProbe", "probe_schedule", "schedule_text"]
 
 
 @dataclass
@@ -52,13 +52,13 @@ def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from avatar_release.kernels.target import kernel_target
-    from avatar_release.kernels.blocksparse import blocksparse_attention
-    from avatar_release.kernels.ulysses import FrameWindow, ulysses_attention
-    from avatar_release.model.config import get_config
+    from kernels.target import kernel_target
+    from kernels.blocksparse import blocksparse_attention
+    from kernels.ulysses import FrameWindow, ulysses_attention
+    from model.config import get_config
 
-    from .compile import make_mesh, schedule_of, target_devices
-    from .specs import load_flag_profile, load_pipeline, load_target
+    from avatar_release.compile import make_mesh, schedule_of, target_devices
+    from avatar_release.specs import load_flag_profile, load_pipeline, load_target
 
     spec, tgt = load_pipeline(pipeline), load_target(target)
     flags = load_flag_profile(tgt.flag_profile)
@@ -102,3 +102,15 @@ def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 
         out.append(ScheduleProbe(g, heads, hd, seq, s.all_to_alls, s.async_pairs, s.synchronous, s.hidden,
                                  s.exposed, round(seconds, 3), note))
     return out
+
+
+def schedule_text(r: dict) -> str:
+    """The probes of ``probe_schedule`` (as JSON) as terminal lines."""
+    probes = r["probes"]
+    lines = [f"{r['pipeline']} on {r['target']}: one SR attention layer, {probes[0]['sequence']} tokens, "
+             f"{probes[0]['heads']} heads x {probes[0]['head_dim']} (compiler schedule, not a measurement)"]
+    if probes[0]["note"]:
+        lines.append(f"  note: {probes[0]['note']}")
+    lines += [f"  G={p['groups']}: {p['all_to_alls']} all-to-alls, {p['async_pairs']} async pairs, {p['hidden']} "
+              f"hidden behind compute, {p['exposed']} exposed" for p in probes]
+    return "\n".join(lines)

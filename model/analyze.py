@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-__all__ = ["analyze_attention"]
+__all__ = ["analyze_attention", "attention_text"]
 
 _MATERIALIZABLE = ("tiny", "small")
 
@@ -23,12 +23,12 @@ def _sr_eligibility(config) -> dict:
     import numpy as np
     import torch
 
-    import avatar_release.model.attention as attention_mod
-    from avatar_release.kernels.bounded_softmax import eligible_heads
-    from avatar_release.model.noise import chunk_noise
-    from avatar_release.model.weights import init_pipeline
+    import model.attention as attention_mod
+    from kernels.bounded_softmax import eligible_heads
+    from model.noise import chunk_noise
+    from model.weights import init_pipeline
 
-    from .samples import sample_audio, sample_image
+    from avatar_release.samples import sample_audio, sample_image
 
     pipe = init_pipeline(config, seed=0)
     captured: list[tuple[np.ndarray, np.ndarray]] = []
@@ -68,7 +68,7 @@ def _alltoall(config, groups: tuple[int, ...], mesh_size: int) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from avatar_release.kernels.ulysses import FrameWindow, alltoall_bytes, hlo_all_to_alls, ulysses_attention
+    from kernels.ulysses import FrameWindow, alltoall_bytes, hlo_all_to_alls, ulysses_attention
 
     heads, hd = config.sr.heads, config.sr.dim // config.sr.heads
     t, frames = config.sr_tokens_per_frame, config.frames_per_chunk + 1
@@ -93,10 +93,10 @@ def _alltoall(config, groups: tuple[int, ...], mesh_size: int) -> list[dict]:
 
 def analyze_attention(pipeline: str, *, groups: tuple[int, ...] = (1, 2, 3, 4), eligibility: bool = True,
                       collectives: bool = True) -> dict:
-    from avatar_release.kernels import masks
-    from avatar_release.model.config import MESH_SIZE, get_config
+    from kernels import masks
+    from model.config import MESH_SIZE, get_config
 
-    from .specs import load_pipeline
+    from avatar_release.specs import load_pipeline
 
     spec = load_pipeline(pipeline)
     config = get_config(spec.config)
@@ -122,3 +122,24 @@ def analyze_attention(pipeline: str, *, groups: tuple[int, ...] = (1, 2, 3, 4), 
     if collectives:
         report["all_to_all"] = _alltoall(config, groups, MESH_SIZE)
     return report
+
+
+def attention_text(r: dict) -> str:
+    """The report of ``analyze_attention`` as terminal lines."""
+    sr = r["sr"]
+    lines = [f"{r['pipeline']} ({r['config']}): SR {sr['frames']} frames x {sr['tokens_per_frame']} tokens = "
+             f"{sr['sequence']}, window {sr['window']}, {sr['heads']} heads x {sr['head_dim']}",
+             f"  live fraction of the mask: {r['live_fraction']:.3f}"]
+    for name, b in r["blocks"].items():
+        lines.append(f"  {name:<12} full {b['full']:>7}  partial {b['partial']:>6}  empty {b['empty']:>7}  "
+                     f"(partial share {b['partial_share']:.3f}, padded to {b['padded_length']})")
+    e = r["bounded_softmax_eligible"]
+    lines.append(f"  heads eligible for the bounded softmax: {e['share'] if e.get('share') is not None else 'n/a'}"
+                 + (f" over {e['layers']} layers ({e['inputs']})" if e.get("layers") else f" ({e.get('why')})"))
+    for a in r.get("all_to_all", []):
+        if "skipped" in a:
+            lines.append(f"  G={a['groups']}: {a['skipped']}")
+        else:
+            lines.append(f"  G={a['groups']}: {a['all_to_alls']} all-to-alls, {a['compiled_bytes_per_group']} B per "
+                         f"group per layer (analytic {a['analytic_bytes_per_group']}), total {a['compiled_bytes_total']} B")
+    return "\n".join(lines)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .model.config import MESH_SIZE, PipelineConfig
+from model.config import MESH_SIZE, PipelineConfig
 
 __all__ = ["StageFloor", "ShapeReport", "ICI_IN_BYTES_PER_SECOND", "param_counts", "stage_floors", "shape_report",
            "report_for_pipeline"]
@@ -174,7 +174,7 @@ class ShapeReport:
 def _live_pairs(frames: int, window: int) -> int:
     """Live (query frame, key frame) pairs of the SR mask over frames 0..frames-1 (0 = reference):
     the kernels' own frame mask, counted."""
-    from .kernels.masks import frame_mask
+    from kernels.masks import frame_mask
 
     return int(frame_mask(frames, window).sum())
 
@@ -250,9 +250,9 @@ def shape_report(c: PipelineConfig, frames: int, peak_flops: float, bandwidth: f
 
 def report_for_pipeline(pipeline: str, target: str = "tpu-v6e-8") -> list[ShapeReport]:
     """One report per shape bucket of a pipeline spec, at a target's published peaks."""
-    from .errors import SpecError
-    from .model.config import get_config
-    from .specs import load_pipeline, load_target
+    from avatar_release.errors import SpecError
+    from avatar_release.specs import load_pipeline, load_target
+    from model.config import get_config
 
     spec, t = load_pipeline(pipeline), load_target(target)
     if not (t.peak_flops_per_second and t.hbm_bytes_per_second):
@@ -280,7 +280,7 @@ def _markdown(reports: list[ShapeReport]) -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":  # python -m avatar_release.shapes: the doc's table
+if __name__ == "__main__":  # python -m model.shapes: the doc's table
     import sys
 
     names = sys.argv[1:] or ["avatar-720p", "avatar-1080p"]

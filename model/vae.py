@@ -14,9 +14,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from avatar_release.model.attention import BF16
-from avatar_release.model.config import PipelineConfig
-from avatar_release.model.patches import upsample_nearest
+from model.attention import BF16
+from model.config import PipelineConfig
+from model.patches import upsample_nearest
 
 
 class Conv2d(nn.Module):
@@ -98,7 +98,7 @@ class VAEDecoder(nn.Module):
         self.up = nn.ModuleList(Upsample(a, b) for a, b in zip(ch[:-1], ch[1:]))  # between levels
         self.norm_out = GroupNorm(g, ch[-1])
         self.conv_out = Conv2d(ch[-1], 3)
-        # A compiler's layout hint (model.layout.weight_layout_of), from the config: at production
+        # A compiler's layout hint (avatar_release.pipeline.weight_layout_of), from the config: at production
         # size the decoder is 15M parameters (30 MB of bf16). Replicated, each device decodes its
         # own frames; sharded like the transformers, every convolution splits over output
         # channels and full-resolution activations are gathered between layers.

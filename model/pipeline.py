@@ -12,13 +12,13 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from avatar_release.model.chunks import audio_chunks, num_frames
-from avatar_release.model.config import PipelineConfig
-from avatar_release.model.attention import Linear, SelfAttention
-from avatar_release.model.dit import MotionDiT
-from avatar_release.model.noise import chunk_noise
-from avatar_release.model.sr import SuperResolution
-from avatar_release.model.vae import VAEDecoder
+from model.chunks import audio_chunks, num_frames
+from model.config import PipelineConfig
+from model.attention import Linear, SelfAttention
+from model.dit import MotionDiT
+from model.noise import chunk_noise
+from model.sr import SuperResolution
+from model.vae import VAEDecoder
 
 STAGES = ("dit", "sr", "vae")
 

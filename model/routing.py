@@ -1,5 +1,9 @@
 """The model's attention call, routed while tracing: Ulysses layout and the attention kernels.
 
+The model chooses its kernels: the toolchain hands the pipeline its target (platform, mesh, axis,
+kernel flags) through ``avatar_release.pipeline.TargetContext``, and ``model.release`` enters
+``head_sharded_attention`` for the duration of each stage's trace.
+
 The model calls one attention entry point (``F.scaled_dot_product_attention`` via
 ``model.attention.attention``). While a stage is traced for a multi-device mesh, torchax's
 definition of that op is overridden:
@@ -30,11 +34,13 @@ import contextlib
 import importlib
 from dataclasses import dataclass
 
-from avatar_release.kernels.target import kernel_target
+from kernels.target import kernel_target
 
-from ..errors import CompileError
+__all__ = ["AttentionRoute", "RoutingError", "head_sharded_attention"]
 
-__all__ = ["AttentionRoute", "head_sharded_attention"]
+
+class RoutingError(ValueError):
+    """An attention call the kernels cannot take (the message names the shape and why)."""
 
 
 @dataclass(frozen=True)
@@ -79,27 +85,27 @@ class AttentionRoute:
 
 def _body(route: AttentionRoute, seq_len: int, masked: bool):
     """(attention_fn, mask spec) for one call site."""
-    from avatar_release.kernels import ulysses
+    from kernels import ulysses
 
     if not masked:
         if route.dit_kernel == "flash":
-            from avatar_release.kernels.flash import flash_attention
+            from kernels.flash import flash_attention
 
             return (lambda q, k, v, m: flash_attention(q, k, v)), None
         return ulysses.reference_attention, None
     t = route.sr_tokens_per_frame
     if t <= 0 or seq_len % t:
-        raise CompileError(f"masked attention over {seq_len} tokens is not a whole number of {t}-token frames; "
+        raise RoutingError(f"masked attention over {seq_len} tokens is not a whole number of {t}-token frames; "
                            "the attention kernels only know the SR frame-window mask")
     frames, window = seq_len // t, route.sr_window
     mask = ulysses.FrameWindow(frames, t, window)
     if route.kernel == "blocksparse":
-        from avatar_release.kernels.blocksparse import blocksparse_attention
+        from kernels.blocksparse import blocksparse_attention
 
         return (lambda q, k, v, m: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=t, window=window),
                 mask)
     if route.kernel == "bounded":
-        from avatar_release.kernels.bounded_softmax import bounded_softmax_attention
+        from kernels.bounded_softmax import bounded_softmax_attention
 
         return (lambda q, k, v, m: bounded_softmax_attention(q, k, v, frames=frames, tokens_per_frame=t,
                                                              window=window), mask)
@@ -133,10 +139,10 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
         return constrain(jtorch._sdpa_reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa))
 
     def kernels(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        from avatar_release.kernels.ulysses import ulysses_attention
+        from kernels.ulysses import ulysses_attention
 
         if query.ndim != 3 or is_causal or dropout_p or scale is not None:
-            raise CompileError("the attention kernels take (heads, S, head_dim) inputs with the default scale, "
+            raise RoutingError("the attention kernels take (heads, S, head_dim) inputs with the default scale, "
                                f"no dropout, not causal; got shape {tuple(query.shape)}")
         q, k, v = (interop.jax_view(t) for t in (query, key, value))
         fn, mask = _body(route, q.shape[1], attn_mask is not None)
@@ -145,7 +151,7 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
         return interop.torch_view(out)
 
     def fused_preattn(x, w_qkv, b_qkv, q_norm, k_norm, cos, sin, heads, eps):
-        from avatar_release.kernels.preattn import PreAttnParams, preattn_sharded, unpack_qkv
+        from kernels.preattn import PreAttnParams, preattn_sharded, unpack_qkv
 
         j = interop.jax_view
         params = PreAttnParams(j(w_qkv), None if b_qkv is None else j(b_qkv), j(q_norm), j(k_norm))
@@ -159,7 +165,7 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
     env = torchax.default_env()
     overrides = {F.scaled_dot_product_attention: gspmd if route.default else routed}
     if route.fused_preattn:
-        importlib.import_module("avatar_release.model.attention")  # registers the avatar::pre_attention op
+        importlib.import_module("model.attention")  # registers the avatar::pre_attention op
 
         overrides[torch.ops.avatar.pre_attention.default] = fused_preattn
     previous = {op: env._ops.get(op) for op in overrides}

@@ -6,7 +6,7 @@ never import them (a gate worker checks). Importing this package imports no torc
 ``pipeline``, ``weights``) import torch.
 """
 
-from avatar_release.model.config import CONFIG_NAMES, PipelineConfig, get_config
-from avatar_release.model.errors import ConfigError, ModelError, WeightsError
+from model.config import CONFIG_NAMES, PipelineConfig, get_config
+from model.errors import ConfigError, ModelError, WeightsError
 
 __all__ = ["CONFIG_NAMES", "ConfigError", "ModelError", "PipelineConfig", "WeightsError", "get_config"]

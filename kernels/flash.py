@@ -41,8 +41,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from avatar_release.kernels.blocksparse import default_scale, dot_pv, dot_qk, resolve_interpret
-from avatar_release.kernels.target import mosaic_flags
+from kernels.blocksparse import default_scale, dot_pv, dot_qk, resolve_interpret
+from kernels.target import mosaic_flags
 
 __all__ = ["NAME", "cost_estimate", "default_blocks", "dense_attention_bytes", "dense_attention_flops", "fetches",
            "flash_attention", "flash_attention_jit", "flash_reference"]

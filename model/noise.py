@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_release.model.config import PipelineConfig
+from model.config import PipelineConfig
 
 
 def chunk_noise(config: PipelineConfig, seed: int, chunk_index: int, frames: int | None = None) -> np.ndarray:

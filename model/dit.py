@@ -19,10 +19,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from avatar_release.model.attention import MLP, Linear, SelfAttention, rope_tables
-from avatar_release.model.config import PipelineConfig
-from avatar_release.model.patches import image_tokens, patchify, unpatchify
-from avatar_release.model.stack import run_blocks
+from model.attention import MLP, Linear, SelfAttention, rope_tables
+from model.config import PipelineConfig
+from model.patches import image_tokens, patchify, unpatchify
+from avatar_release.pipeline import run_blocks
 
 
 def log_mel(audio: torch.Tensor, frames: int, sample_rate: int, n_mels: int) -> torch.Tensor:
@@ -70,7 +70,7 @@ class DiTBlock(nn.Module):
         self.modulation = Linear(dim, 6 * dim)  # per-frame condition -> shift/scale/gate x (attn, mlp)
         # A third of the block's weights, applied to one row per frame: a compiler gathering the
         # block's weights layer by layer leaves these where they are and moves the 6 x dim output
-        # per frame instead (model.layout.stationary_params).
+        # per frame instead (avatar_release.pipeline.stationary_params).
         self.modulation.weight_layout = "stationary"
 
     def forward(self, x: torch.Tensor, c: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

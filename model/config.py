@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from avatar_release.model.errors import ConfigError
+from model.errors import ConfigError
 
 MESH_SIZE = 8  # devices in the serving mesh: Ulysses shards the sequence, then the heads, over it
 RESIDUAL_DTYPES = ("float32", "bfloat16")
@@ -313,7 +313,7 @@ _CONFIGS = {
         ),
         # Production shapes, used only as abstract shapes (18.5B parameters, 37.0 GB of bf16:
         # 17.1B DiT + 1.4B SR), derived from the write-up's constraints and the v6e-8's published
-        # peaks in docs/production-shapes.md (avatar_release/shapes.py computes the floors): the
+        # peaks in docs/production-shapes.md (model/shapes.py computes the floors): the
         # DiT samples in 4 steps, each re-reading every weight on every chip; the SR, run once
         # over 4x the DiT's tokens, is the shallow one.
         # SR grid 92x160 (736 rows cropped to 720), patch 2 -> 46x80 = 3680 tokens/frame

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .records import Manifest
+from ..records import Manifest
 
 __all__ = ["StageEstimate", "ChunkEstimate", "estimate_chunks", "LABEL"]
 

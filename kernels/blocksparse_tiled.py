@@ -18,8 +18,8 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from avatar_release.kernels import masks
-from avatar_release.kernels.blocksparse import (
+from kernels import masks
+from kernels.blocksparse import (
     check_shapes, compiler_params, default_scale, dot_pv, dot_qk, pair_specs, resolve_interpret, segment_edges,
 )
 

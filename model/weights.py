@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from avatar_release.model.attention import Linear, RMSNorm
-from avatar_release.model.config import PipelineConfig
-from avatar_release.model.errors import WeightsError
-from avatar_release.model.pipeline import AvatarPipeline
-from avatar_release.model.vae import Conv2d, GroupNorm
+from model.attention import Linear, RMSNorm
+from model.config import PipelineConfig
+from model.errors import WeightsError
+from model.pipeline import AvatarPipeline
+from model.vae import Conv2d, GroupNorm
 
 
 # Stand-in weights are scaled below variance-preserving (gain 1) so that the random network is

@@ -50,8 +50,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from avatar_release.kernels import masks
-from avatar_release.kernels.target import interpret_default, mosaic_flags
+from kernels import masks
+from kernels.target import interpret_default, mosaic_flags
 
 _STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "interpret", "q_block")
 

@@ -40,8 +40,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, PartitionSpec
 
-from avatar_release.kernels.target import interpret_default, mosaic_flags
-from avatar_release.kernels.ulysses import _place, _shard_map, pack_groups
+from kernels.target import interpret_default, mosaic_flags
+from kernels.ulysses import _place, _shard_map, pack_groups
 
 __all__ = [
     "PreAttnParams",

@@ -1,0 +1,62 @@
+"""The pipeline contract: how any project's model reaches the toolchain (docs/pipeline-contract.md).
+
+A pipeline spec (``manifests/pipelines/NAME.toml``) names an ``entry``; the entry is a ``Pipeline``
+(or a function returning one). Model code may also use the hints here (``replicated``,
+``run_blocks``, ``weight_layout`` attributes) to tell a compiler how its tensors should sit on the
+mesh; eager PyTorch ignores them. Importing this package imports neither torch nor jax.
+"""
+
+from ._contract import (
+    CONTRACT_PAGE,
+    LEVER_EFFECTS,
+    Analysis,
+    AnalysisContext,
+    ChunkProgramSpec,
+    ContractError,
+    GateRequests,
+    JaxStage,
+    Lever,
+    Pipeline,
+    StageSignature,
+    TargetContext,
+    TensorSpec,
+    check_pipeline,
+    signature_of,
+)
+from ._entry import load_entry, project_source_digest
+from ._hints import (
+    WEIGHT_LAYOUTS,
+    block_runner,
+    layout_hints,
+    replicated,
+    run_blocks,
+    stationary_params,
+    weight_layout_of,
+)
+
+__all__ = [
+    "CONTRACT_PAGE",
+    "LEVER_EFFECTS",
+    "WEIGHT_LAYOUTS",
+    "Pipeline",
+    "TensorSpec",
+    "StageSignature",
+    "ChunkProgramSpec",
+    "Lever",
+    "GateRequests",
+    "TargetContext",
+    "Analysis",
+    "AnalysisContext",
+    "JaxStage",
+    "ContractError",
+    "check_pipeline",
+    "signature_of",
+    "load_entry",
+    "project_source_digest",
+    "replicated",
+    "layout_hints",
+    "run_blocks",
+    "block_runner",
+    "weight_layout_of",
+    "stationary_params",
+]

@@ -1,0 +1,36 @@
+"""Declared, versioned specs under a project's ``manifests/``: targets, flag profiles, pipelines;
+and the project itself (where the specs and the pipeline's code live)."""
+
+from ._load import (
+    SPEC_SCHEMA_VERSION,
+    BucketSpec,
+    FlagProfile,
+    PipelineSpec,
+    TargetSpec,
+    WeightsSpec,
+    list_specs,
+    load_flag_profile,
+    load_pipeline,
+    load_target,
+    manifests_dir,
+)
+from ._project import MANIFESTS_ENV, PROJECT_ENV, Project, find_project, use_project
+
+__all__ = [
+    "SPEC_SCHEMA_VERSION",
+    "TargetSpec",
+    "FlagProfile",
+    "PipelineSpec",
+    "BucketSpec",
+    "WeightsSpec",
+    "manifests_dir",
+    "load_target",
+    "load_flag_profile",
+    "load_pipeline",
+    "list_specs",
+    "Project",
+    "find_project",
+    "use_project",
+    "PROJECT_ENV",
+    "MANIFESTS_ENV",
+]
