@@ -205,10 +205,10 @@ def test_audio_chunking(tiny):
 
 
 def test_layout_hints_are_the_identity_in_eager_pytorch():
-    """model.layout only tells a compiler where a tensor should live; eager code sees the same tensor."""
+    """The contract's layout hints only tell a compiler where a tensor should live; eager code sees the same tensor."""
     import torch
 
-    from model.layout import layout_hints, replicated
+    from avatar_release.pipeline import layout_hints, replicated
 
     x = torch.arange(6.0).reshape(2, 3)
     assert replicated(x) is x
@@ -241,7 +241,7 @@ def test_per_channel_norm_statistics_are_group_norm_in_another_order(groups, cha
 def test_the_dits_per_frame_modulation_is_the_one_stationary_layer_of_a_block(tiny):
     """A compiler gathering a block's weights layer by layer leaves these sharded (compile/_scan.py)."""
     from model.dit import DiTBlock
-    from model.layout import stationary_params
+    from avatar_release.pipeline import stationary_params
     from model.sr import SRBlock
 
     assert stationary_params(DiTBlock(64, 8, 4)) == {"modulation.weight", "modulation.bias"}

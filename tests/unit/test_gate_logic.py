@@ -16,6 +16,7 @@ from avatar_release.records import (
 from avatar_release.gates.review import decide, new_review, record_answer, review_page, unseal_order
 from avatar_release.gates.store import latest_result, load_review, save_result, save_review
 from avatar_release.gates.tier import decide_tier, load_levers
+from avatar_release.records import LeverRecord
 from avatar_release.records import BlobRef, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 
@@ -106,14 +107,34 @@ def _variant(m: Manifest, **changes) -> Manifest:
     return m.model_copy(update=changes)
 
 
+def _declared(*keys: str, effect: str = "reassociation") -> dict[str, LeverRecord]:
+    return {k: LeverRecord(effect=effect) for k in keys}
+
+
 def test_declared_levers_make_a_candidate_tier_2(manifest):
+    """Levers are the pipeline's: each v4 manifest records the ones its pipeline declared."""
     levers = load_levers()
-    cand = _variant(manifest, overrides={**manifest.overrides, "matmul_k_split": "2"},
+    base = _variant(manifest, levers=_declared("matmul_k_split", "residual_dtype"))
+    cand = _variant(base, overrides={**manifest.overrides, "matmul_k_split": "2"},
                     config={**manifest.config, "matmul_k_split": 2})
-    d = decide_tier(cand, manifest, levers)
+    d = decide_tier(cand, base, levers)
     assert d.tier == 2 and "matmul_k_split" in d.reasons[0]
-    bf16 = _variant(manifest, overrides={"residual_dtype": "bfloat16"})
-    assert decide_tier(bf16, manifest, levers).tier == 2
+    bf16 = _variant(base, overrides={"residual_dtype": "bfloat16"})
+    assert decide_tier(bf16, base, levers).tier == 2
+
+
+def test_a_lever_counts_only_where_both_pipelines_declare_it_alike(manifest):
+    levers = load_levers()
+    change = {"overrides": {**manifest.overrides, "matmul_k_split": "2"}}
+    # Declared by the candidate alone (a build cannot vouch for itself against prod): tier 1.
+    alone = _variant(manifest, levers=_declared("matmul_k_split"), **change)
+    d = decide_tier(alone, _variant(manifest, levers={}), levers)
+    assert d.tier == 1 and "not a lever both builds' pipelines declare" in d.reasons[0]
+    # Declared by both, with another effect: tier 1 as well.
+    other = _variant(manifest, levers=_declared("matmul_k_split", effect="precision"))
+    assert decide_tier(_variant(alone, **change), other, levers).tier == 1
+    # Older manifests record no levers: no override is one.
+    assert decide_tier(_variant(manifest, **change), manifest, levers).tier == 1
 
 
 def test_anything_undeclared_keeps_tier_1(manifest):

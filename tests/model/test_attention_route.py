@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from avatar_release.compile._attention import AttentionRoute
+from model.routing import AttentionRoute
 from avatar_release.compile._overrides import apply_overrides
 from avatar_release.errors import InputError
 from model.config import get_config
