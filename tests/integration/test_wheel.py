@@ -1,9 +1,10 @@
 """The serving install as a pod gets it: a wheel built from this repository, installed into a
 clean virtual environment outside it, serving a build with nothing from the checkout.
 
-The wheel holds one top-level package (`avatar_release`; the model and kernels are its build-only
-rooms), and the installed pod has no `manifests/` folder at all: serving reads only the build's own
-manifest from the registry.
+The wheel holds one top-level package, `avatar_release`: the bundled pipeline (`model/`,
+`kernels/`) is a project beside it that build machines import from the checkout, never part of
+the toolchain; the installed pod has no `manifests/` folder at all: serving reads only the build's
+own manifest from the registry.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ def test_the_wheel_holds_one_top_level_package_and_no_repository_folders(wheel_e
     names = zipfile.ZipFile(wheel).namelist()
     top = sorted({n.split("/")[0] for n in names})
     assert top == ["avatar_release", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"]
-    # The build-machine rooms ride inside the package; nothing of tests/, manifests/ or benchmarks/.
-    assert "model/pipeline.py" in names and "kernels/blocksparse.py" in names
-    assert not [n for n in names if "/tests/" in n or "/manifests/" in n or "benchmarks" in n]
+    # The toolchain only: no pipeline (model/, kernels/, examples/), nothing of tests/, manifests/ or
+    # benchmarks/; the contract a pipeline satisfies is in it.
+    assert "avatar_release/pipeline/__init__.py" in names and "avatar_release/runtime/__init__.py" in names
+    assert not [n for n in names if n.startswith(("model/", "kernels/", "examples/")) or "/model/" in n
+                or "/kernels/" in n or "/tests/" in n or "/manifests/" in n or "benchmarks" in n]
 
 
 def test_a_clean_environment_serves_a_build_from_the_wheel(wheel_env, built_registry, tmp_path):
