@@ -54,7 +54,7 @@ out["total"] = time.perf_counter() - t0
 out["maxrss_kib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 if out["ok"] and sys.argv[3] == "time":
     import hashlib, zstandard
-    from avatar_release.identity import check_identity
+    from avatar_release.records import check_identity
     from avatar_release.runtime._blobs import build_blobs, check_bounds, decompress, _raw_of
     from avatar_release.runtime._unpickle import check_fingerprint
     m, t = b.manifest, b.timings
@@ -99,7 +99,7 @@ def _plant_bomb(reg, root: Path, build_id: str, *, raw_bytes: int, declared: int
     registry writer would (seal and identity recomputed, same build id). Returns the build id."""
     import zstandard
 
-    from avatar_release.identity import manifest_seal
+    from avatar_release.records import manifest_seal
     from avatar_release.registry import read_manifest
 
     _, m = read_manifest(reg, build_id)

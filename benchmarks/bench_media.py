@@ -58,8 +58,8 @@ print(json.dumps({"seconds": seconds, "samples": n, "python_rss_before_mb": befo
 _RENDER_CHILD = r"""
 import json, resource, sys, time
 from tests.standin_build import standin_build
-from avatar_release.render import render_build_to_files, request_audio
-from avatar_release.samples import sample_image
+from avatar_release.serving import render_build_to_files, request_audio
+from avatar_release.media import sample_image
 
 build = standin_build()
 t0 = time.perf_counter()

@@ -27,7 +27,7 @@ def _rss_mb() -> float:
 
 
 def _inputs(program, chunks: int):
-    from avatar_release.samples import sample_audio, sample_image
+    from avatar_release.media import sample_audio, sample_image
 
     frames = chunks * 8
     return sample_image(program.height, program.width), sample_audio(frames / program.fps, program.sample_rate)
@@ -125,7 +125,7 @@ def scenario_eager(args) -> dict:
 
     config = get_config(args.pipeline)
     pipe = init_pipeline(config, 0)
-    from avatar_release.samples import sample_audio, sample_image
+    from avatar_release.media import sample_audio, sample_image
 
     image = torch.from_numpy(sample_image(config.height, config.width))
     audio = torch.from_numpy(sample_audio(config.frames_per_chunk / config.fps, config.sample_rate))

@@ -35,7 +35,7 @@ reg = LocalRegistry(sys.argv[1])
 trust = TrustConfig(load_public_key(sys.argv[2]), AcceptedState(sys.argv[3])) if sys.argv[2] != "-" else None
 import jax  # imported before timing: the cold load is what the loader does
 t0 = time.perf_counter()
-from avatar_release import identity
+from avatar_release.records import identity
 b = load("prod", reg, trust=trust)
 total = time.perf_counter() - t0
 t = b.timings

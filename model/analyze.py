@@ -28,7 +28,7 @@ def _sr_eligibility(config) -> dict:
     from model.noise import chunk_noise
     from model.weights import init_pipeline
 
-    from avatar_release.samples import sample_audio, sample_image
+    from avatar_release.media import sample_audio, sample_image
 
     pipe = init_pipeline(config, seed=0)
     captured: list[tuple[np.ndarray, np.ndarray]] = []

@@ -147,7 +147,7 @@ def inspect_cmd(ref, registry_uri, as_json):
 @json_option
 def verify_cmd(ref, registry_uri, as_json):
     """Re-hash every blob of a build; exit 4 naming each blob that fails."""
-    from ..verify import verify_build
+    from ..runtime import verify_build
 
     report = verify_build(ref, registry_uri)
     human = "\n".join(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['what']:<16} {r['digest'][:19]}  {r.get('error', '')}"

@@ -37,7 +37,7 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
     """Load a build as a serving pod would and render a video with zero compiles."""
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
-    from ..render import render_to_files
+    from ..serving import render_to_files
 
     summary = render_to_files(
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,

@@ -16,7 +16,7 @@ import zstandard
 from .._digest import canonical_json, sha256_digest
 from .._dtypes import itemsize
 from ..errors import DoesNotFit
-from ..identity import build_id_for, identity_digest, identity_flags, manifest_seal
+from ..records import build_id_for, identity_digest, identity_flags, manifest_seal
 from ..machine import toolchain, who
 from ..records import (
     BUILD_SCHEMA_VERSION,
@@ -182,7 +182,7 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
     tools = toolchain(with_compile_tools=True)
     config_doc = dataclasses.asdict(config)
     src = plan.source_digest
-    # The identity: a hash over everything that changes the binary or its output (identity.py).
+    # The identity: a hash over everything that changes the binary or its output (records/identity.py).
     identity = identity_digest(
         pipeline=spec.name, entry=spec.entry, config=config_doc, overrides=plan.overrides, source=src,
         weights=weights.raw_digest, target=tgt.name, flags=identity_flags(flags_rec, BUILD_SCHEMA_VERSION),

@@ -48,7 +48,7 @@ def _frames_per_request(manifest: Manifest) -> int:
 
 def gate_request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.ndarray, np.ndarray]:
     """The (image, audio) of one request: exactly ``req.frames`` frames of audio."""
-    from ..samples import sample_audio, sample_image
+    from ..media import sample_audio, sample_image
 
     p = manifest.program
     image, _ = fit_image(sample_image(p.height, p.width, req.image_variant), height=p.height, width=p.width,

@@ -87,7 +87,7 @@ def configure_for_manifest(manifest) -> None:
     The manifest's identity is checked first: process flags are applied only from a manifest
     whose fields (the flag profile included) hash to the build id it carries.
     """
-    from ..identity import check_identity
+    from ..records import check_identity
 
     check_identity(manifest)
     if manifest.platform.backend == "cpu":

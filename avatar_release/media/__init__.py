@@ -1,6 +1,6 @@
 """Media files in and out: reference pictures, speech tracks, and the rendered MP4.
 
-Three rooms, one job each:
+Four modules, one job each:
 
 * :mod:`.image`: JPEG, PNG and WebP in through Pillow (pixel bound checked from the header
   before decoding, EXIF orientation applied), fitted to the pipeline's resolution by a
@@ -10,6 +10,8 @@ Three rooms, one job each:
   pipeline's rate by pinned options; 16-bit WAV out.
 * :mod:`.video`: H.264/AAC MP4 out through the same binary, written while frames and samples
   arrive (``Mp4Writer``), probed and decoded for tests.
+* :mod:`.samples`: deterministic sample inputs (a synthetic face picture, a speech-like track)
+  drawn with numpy only, for gates, the CLI's defaults and tests.
 
 Nothing is imported at import time beyond numpy: Pillow and imageio-ffmpeg load on first
 use. Every file is written atomically through ``avatar_release._atomic``. Bad input raises
@@ -55,6 +57,16 @@ from .image import (
     load_image_bytes,
     read_image,
     write_png,
+)
+from .samples import (
+    NORM_WINDOW_S,
+    PIECE_S,
+    SampleFiles,
+    sample_audio,
+    sample_audio_pieces,
+    sample_count,
+    sample_image,
+    write_samples,
 )
 from .video import Mp4File, Mp4Probe, Mp4Writer, probe_mp4, read_mp4_frames, write_mp4
 
@@ -102,4 +114,13 @@ __all__ = [
     "probe_mp4",
     "read_mp4_frames",
     "write_mp4",
+    # deterministic samples
+    "NORM_WINDOW_S",
+    "PIECE_S",
+    "SampleFiles",
+    "sample_audio",
+    "sample_audio_pieces",
+    "sample_count",
+    "sample_image",
+    "write_samples",
 ]

@@ -62,7 +62,7 @@ __all__ = [
 ACCEPTED_AUDIO = ("WAV (8/16/24/32-bit PCM or float, any rate, any channels), MP3, M4A/AAC "
                   "(or the audio of an MP4), FLAC, Ogg (Vorbis, Opus), WebM/Matroska, AIFF")
 # 30 minutes: 115 MB of float32 at 16 kHz. A bound, so one request cannot fill the host when the
-# track is read whole; a streamed render (``avatar_release.render``) sets its own.
+# track is read whole; a streamed render (``avatar_release.serving.render_to_files``) sets its own.
 DEFAULT_MAX_AUDIO_SECONDS = 1800.0
 # A header's duration may be an estimate (an MP3 without a Xing header: from its bitrate), so a
 # file is refused from its header only when past the bound by more than this; decoding is exact.

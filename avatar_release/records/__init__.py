@@ -1,4 +1,5 @@
-"""Every on-disk record in one room: build, channel, gate, review, statement, and schema export.
+"""Every on-disk record in one room: build, channel, gate, review, statement, and schema export,
+and a build's identity and seal (:mod:`.identity`: what its id names, which bytes it is made of).
 
 Each stored kind carries ``kind`` and ``schema_version``; its module keeps a dated changelog.
 ``parse_record`` reads a supported range and refuses a newer version with a version error
@@ -48,6 +49,10 @@ from .gate import (
     GateShard,
     GateShardRun,
 )
+from .identity import (
+    FINGERPRINT_CHECKED_SINCE, build_id_for, check_identity, identity_digest, identity_flags, manifest_identity,
+    manifest_seal,
+)
 from .review import REVIEW_SCHEMA_VERSION, ReviewAnswer, ReviewDecision, ReviewRecord
 from .statement import (
     SIGNED_STATEMENT_SCHEMA_VERSION, STATEMENT_SCHEMA_VERSION, TIMESTAMP_SCHEMA_VERSION, SignedStatement,
@@ -68,6 +73,8 @@ __all__ = [
     "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
     "STATEMENT_SCHEMA_VERSION", "SIGNED_STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement",
     "StatementPayload", "TimestampPayload",
+    "FINGERPRINT_CHECKED_SINCE", "build_id_for", "check_identity", "identity_digest", "identity_flags",
+    "manifest_identity", "manifest_seal",
 ]
 
 # Every kind that is stored on its own, by the file-name stem of its schema and stored example.

@@ -12,7 +12,7 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     loader sees), not the compile-time one, which XLA:CPU does not reproduce after the round
     trip (it rewrites the HLO's stack-frame metadata). The loader and ``verify`` compare it with
     the loaded executable's; the build identity covers ``schema_version`` from 3 on, so a v3
-    manifest relabelled 2 no longer matches its build id (``avatar_release.identity``).
+    manifest relabelled 2 no longer matches its build id (``avatar_release.records.identity``).
 
   * 4 (2026-12-01): ``levers`` (the override keys the pipeline declares as tier-2 levers, with
     their effect) and ``gate_requests`` (the pipeline's gate-set requests): what the pipeline

@@ -1,5 +1,7 @@
 """The serving-pod runtime: load a build, verify it, and stream chunks with zero compiles.
 
+``verify_build`` (``avatar-release verify``) checks a build as the loader would, running nothing.
+
 Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 """
 
@@ -8,6 +10,7 @@ from ._guard import COMPILE_EVENT, CompileGuard
 from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, load
 from ._feed import ChunkAudio, feed_chunks
 from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, stream
+from ._verify import verify_build
 
 __all__ = [
     "load",
@@ -30,4 +33,5 @@ __all__ = [
     "chunk_noise",
     "CompileGuard",
     "COMPILE_EVENT",
+    "verify_build",
 ]

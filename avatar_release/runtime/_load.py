@@ -22,7 +22,7 @@ from ._blobs import check_bounds, decompress, fetch_verified
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ..errors import EnvironmentMismatch, InputError, IntegrityError
-from ..identity import check_identity
+from ..records import check_identity
 from ..records import ArraySpec, ExecutableEntry, Manifest
 from ..registry import Registry, Resolved, open_registry, read_manifest
 from ._guard import CompileGuard

@@ -207,7 +207,8 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray | Iterable[n
 def render(build: LoadedBuild, image: np.ndarray, audio: np.ndarray | Iterable[np.ndarray], *, seed: int = 0,
            on_chunk: Callable[[Chunk], None] | None = None) -> tuple[np.ndarray, StreamReport]:
     """Render a whole request into one array of frames (gates, tests); ``on_chunk`` sees each chunk
-    as it completes. A long render goes to a file chunk by chunk instead (``avatar_release.render``)."""
+    as it completes. A long render goes to a file chunk by chunk instead
+    (``avatar_release.serving.render_to_files``)."""
     report, frames = StreamReport(), []
     for chunk in stream(build, image, audio, seed=seed):
         report.add(chunk)

@@ -14,7 +14,7 @@ that does not deserialize is a tampered or foreign one, never a crash.
 
 The third layer, ``check_fingerprint``: once loaded (never run), the backend's fingerprint of
 the executable must be the one the manifest records, which the build identity covers
-(``avatar_release.identity``): a program swapped in under an unchanged build id is refused.
+(``avatar_release.records.identity``): a program swapped in under an unchanged build id is refused.
 """
 
 from __future__ import annotations
@@ -129,10 +129,10 @@ def loaded_fingerprint(executable) -> str | None:
 def check_fingerprint(manifest, entry, executable) -> str:
     """Refuse an executable whose loaded fingerprint is not the manifest's; say what was checked.
 
-    Applies to "xla-executable" stages of manifests from version 3 (``identity.py`` says why
+    Applies to "xla-executable" stages of manifests from version 3 (``records/identity.py`` says why
     not before) that record a fingerprint, on a backend that reports one.
     """
-    from ..identity import FINGERPRINT_CHECKED_SINCE
+    from ..records import FINGERPRINT_CHECKED_SINCE
 
     if entry.format != "xla-executable":
         return f"program not checked: a {entry.format} stage is compiled in the pod"

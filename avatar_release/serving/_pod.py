@@ -25,7 +25,7 @@ __all__ = ["Pod", "start_pod", "warm_up"]
 def warm_up(build) -> float:
     """Render one chunk of the largest bucket from the sample inputs; refuse a build that compiles."""
     from ..runtime import stream
-    from ..samples import sample_audio, sample_image
+    from ..media import sample_audio, sample_image
 
     p = build.manifest.program
     t0 = time.perf_counter()

@@ -186,7 +186,7 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits):
 def decode_inputs(build, req: RenderRequest, image: bytes | None, audio: bytes | None, limits: Limits) -> RenderInputs:
     """Pixels and samples at the build's size and rate, within the build-derived bounds (blocking)."""
     from ..media import load_audio_bytes, load_image_bytes
-    from ..samples import sample_audio, sample_image
+    from ..media import sample_audio, sample_image
 
     p = build.manifest.program
     max_frames = limits.max_frames(p.fps)

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from avatar_release._digest import sha256_digest
 from avatar_release.cli import cli
 from avatar_release.errors import IntegrityError
-from avatar_release.identity import build_id_for, check_identity, manifest_identity, manifest_seal
+from avatar_release.records import build_id_for, check_identity, manifest_identity, manifest_seal
 from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load

@@ -90,7 +90,7 @@ def test_truncated_and_lying_sizes_and_endless_blobs_read_at_most_the_declared_s
 
 
 def test_a_flag_profile_the_process_lacks_is_an_environment_mismatch(registry_copy):
-    from avatar_release.identity import build_id_for, manifest_identity, manifest_seal
+    from avatar_release.records import build_id_for, manifest_identity, manifest_seal
 
     root, result = registry_copy
     reg = LocalRegistry(root)

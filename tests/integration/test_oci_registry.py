@@ -394,7 +394,7 @@ def test_a_real_build_loads_and_renders_from_the_oci_registry(built_registry, re
 
     from avatar_release.registry import LocalRegistry, read_manifest
     from avatar_release.runtime import load, stream
-    from avatar_release.samples import sample_audio, sample_image
+    from avatar_release.media import sample_audio, sample_image
 
     root, _ = built_registry
     local = LocalRegistry(root, create=False)

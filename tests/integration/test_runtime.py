@@ -14,7 +14,7 @@ from avatar_release.cli import cli
 from avatar_release.errors import EnvironmentMismatch, IntegrityError, NotFoundError, RecompileError
 from avatar_release.records import Manifest, parse_record
 from avatar_release.registry import LocalRegistry
-from avatar_release.samples import sample_audio, sample_image
+from avatar_release.media import sample_audio, sample_image
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def _manifest(reg, ref="dev"):
 def _sealed(data: dict) -> Manifest:
     """A manifest whose identity, build id and seal agree with its fields: what a genuine
     build with these fields (e.g. compiled for another machine) would carry."""
-    from avatar_release.identity import build_id_for, manifest_identity, manifest_seal
+    from avatar_release.records import build_id_for, manifest_identity, manifest_seal
 
     m = Manifest.model_validate(data)
     ident = manifest_identity(m)
@@ -96,7 +96,7 @@ def test_runtime_never_imports_torch(built_registry, tmp_path):
 import os, sys, json
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 from avatar_release.runtime import load, render
-from avatar_release.samples import sample_image, sample_audio
+from avatar_release.media import sample_image, sample_audio
 b = load("dev", {str(root)!r})
 frames, report = render(b, sample_image(48, 80), sample_audio(0.3))
 print(json.dumps({{"torch": "torch" in sys.modules, "torchax": "torchax" in sys.modules,

@@ -56,7 +56,7 @@ def test_a_scanned_stack_gathers_each_layers_weights_inside_its_loop_and_is_cost
     # reduction order, so not bit-exact: scan_layers is a tier-2 lever).
     from avatar_release.gates.metrics import psnr
     from avatar_release.runtime import load, render
-    from avatar_release.samples import sample_audio, sample_image
+    from avatar_release.media import sample_audio, sample_image
 
     base = compile_build("tiny", "cpu-8", registry=reg, move_dev=False)
     image, audio = sample_image(48, 80), sample_audio(0.64)

@@ -76,7 +76,7 @@ def _stop(pod):
 
 def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_registry, tmp_path):
     from avatar_release.media import encode_wav_bytes, ffmpeg_exe, probe_mp4
-    from avatar_release.samples import sample_audio
+    from avatar_release.media import sample_audio
 
     root, result = built_registry
     pod, ready = _start(root, log_dir=tmp_path)

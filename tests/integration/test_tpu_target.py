@@ -225,7 +225,7 @@ def test_an_abstract_build_verifies_but_a_pod_refuses_it_for_lack_of_weights(tmp
     from avatar_release.errors import InputError
     from avatar_release.runtime import load
     from avatar_release.specs import manifests_dir
-    from avatar_release.verify import verify_build
+    from avatar_release.runtime import verify_build
 
     manifests = tmp_path / "manifests"
     shutil.copytree(manifests_dir(), manifests)

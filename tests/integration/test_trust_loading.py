@@ -31,7 +31,7 @@ def _plant(reg: LocalRegistry, root, build_id: str, marker) -> str:
     """Replace ``build_id`` with a copy whose dit executable is the malicious pickle, every digest,
     size, identity and seal in its manifest made to match (a writer who knows the format), and
     point dev at it."""
-    from avatar_release.identity import manifest_seal
+    from avatar_release.records import manifest_seal
 
     resolved, m = read_manifest(reg, build_id)
     evil = pickle.dumps(_Payload(marker))

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from avatar_release import media, samples
+from avatar_release import media
+from avatar_release.media import samples
 from avatar_release.errors import InputError
 from tests.media.helpers import adam7_png, encode_still, gradient, tone
 

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from avatar_release import media, samples
+from avatar_release import media
+from avatar_release.media import samples
 from avatar_release.errors import InputError
 from avatar_release.media import image as image_room
 from tests.media.helpers import adam7_png, encode_still, ffmpeg, gradient, png_header_only
@@ -330,7 +331,7 @@ def test_image_bytes_from_a_request(tmp_path):
 
 
 def test_media_modules_import_neither_pillow_nor_ffmpeg_nor_jax():
-    code = ("import sys; import avatar_release.media, avatar_release.samples; "
+    code = ("import sys; import avatar_release.media, avatar_release.media.samples; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'jax', 'jaxlib', 'torchax', 'PIL', 'imageio_ffmpeg')); print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from avatar_release import media, samples
+from avatar_release import media
+from avatar_release.media import samples
 from avatar_release.errors import InputError
 from avatar_release.gates.metrics import psnr
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from avatar_release import media, samples
+from avatar_release import media
+from avatar_release.media import samples
 from avatar_release.gates.metrics import frame_sha256, psnr
 
 
@@ -38,7 +39,7 @@ def test_sample_audio_deterministic_and_variants_differ():
 
 def test_sample_audio_same_in_a_fresh_process():
     code = (
-        "import hashlib; from avatar_release import samples; "
+        "import hashlib; from avatar_release.media import samples; "
         "print(hashlib.sha256(samples.sample_audio(1.5, 16000, 2).tobytes()).hexdigest(), "
         "hashlib.sha256(samples.sample_image(48, 80, 1).tobytes()).hexdigest())"
     )
@@ -63,7 +64,7 @@ def test_write_samples_same_bytes_twice(tmp_path):
 
 def test_the_sample_voice_made_in_blocks_is_the_voice_made_whole():
     """Phase, syllables and the end fade carry across blocks exactly (np.cumsum adds in order)."""
-    from avatar_release.samples import _Voice
+    from avatar_release.media.samples import _Voice
 
     n, sr = 4000 * 25, 4000
     whole = _Voice(n, sr, 1, 120.0).block(0, n)
@@ -74,7 +75,7 @@ def test_the_sample_voice_made_in_blocks_is_the_voice_made_whole():
 
 
 def test_a_long_sample_clip_streams_in_pieces_with_the_same_level():
-    from avatar_release.samples import NORM_WINDOW_S, PIECE_S, sample_audio_pieces
+    from avatar_release.media import NORM_WINDOW_S, PIECE_S, sample_audio_pieces
 
     pieces = list(sample_audio_pieces(31.0, 4000, 2))
     sizes = [p.size for p in pieces]
@@ -91,7 +92,7 @@ def test_making_a_long_sample_clip_does_not_hold_it_whole():
     """Peak traced memory while streaming 200 s equals that of 40 s: one window, one piece."""
     import tracemalloc
 
-    from avatar_release.samples import sample_audio_pieces
+    from avatar_release.media import sample_audio_pieces
 
     def peak(seconds):
         tracemalloc.start()

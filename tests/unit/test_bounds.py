@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from avatar_release.errors import IntegrityError, SchemaVersionError
-from avatar_release.identity import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
+from avatar_release.records import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
 from avatar_release.records import Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap

@@ -11,7 +11,7 @@ import pytest
 
 from avatar_release.errors import InputError
 from avatar_release.gates.metrics import frame_sha256, max_abs_diff, psnr
-from avatar_release.samples import sample_image
+from avatar_release.media import sample_image
 
 
 def test_frame_sha256_psnr_and_max_abs_diff():

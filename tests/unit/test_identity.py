@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release.errors import IntegrityError
-from avatar_release.identity import build_id_for, check_identity, manifest_identity
+from avatar_release.records import build_id_for, check_identity, manifest_identity
 from avatar_release.records import BUILD_SCHEMA_VERSION, Manifest, parse_record
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from avatar_release import media
 from avatar_release.errors import InputError
-from avatar_release.render import RENDER_MAX_AUDIO_SECONDS, render_build_to_files, request_audio
+from avatar_release.serving import RENDER_MAX_AUDIO_SECONDS, render_build_to_files, request_audio
 from avatar_release.runtime import feed_chunks, plan_chunks, render, stream
-from avatar_release.samples import sample_audio, sample_image
+from avatar_release.media import sample_audio, sample_image
 from tests.media.helpers import tone
 from tests.standin_build import standin_build
 
@@ -149,8 +149,8 @@ def test_the_cli_bound_is_the_render_default():
 _CHILD = r"""
 import json, resource, sys
 from tests.standin_build import standin_build
-from avatar_release.render import render_build_to_files, request_audio
-from avatar_release.samples import sample_image
+from avatar_release.serving import render_build_to_files, request_audio
+from avatar_release.media import sample_image
 
 build = standin_build()
 audio = request_audio(build.manifest.program, sys.argv[1])

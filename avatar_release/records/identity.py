@@ -42,9 +42,9 @@ program under an unchanged build id the defences are:
 
 from __future__ import annotations
 
-from ._digest import canonical_json, sha256_digest
-from .errors import IntegrityError
-from .records import BUILD_SCHEMA_VERSION
+from .._digest import canonical_json, sha256_digest
+from ..errors import IntegrityError
+from .build import BUILD_SCHEMA_VERSION
 
 __all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_seal", "build_id_for",
            "check_identity", "FINGERPRINT_CHECKED_SINCE"]

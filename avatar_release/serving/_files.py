@@ -21,8 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .media import DEFAULT_FIT
-from .registry import open_registry
+from ..media import (
+    DEFAULT_FIT, Mp4Writer, load_image, sample_audio_pieces, sample_count, sample_image, stream_audio, write_png,
+)
+from ..registry import open_registry
+from ..runtime import StreamReport, load, stream
 
 __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
            "request_image"]
@@ -34,9 +37,6 @@ RENDER_MAX_AUDIO_SECONDS = 4 * 3600.0
 
 def request_image(program, image_path=None, *, pipeline=None, fit=DEFAULT_FIT) -> tuple[np.ndarray, dict]:
     """The reference picture (a file fitted by ``fit``, or the deterministic sample) and how it was read."""
-    from .media import load_image
-    from .samples import sample_image
-
     if image_path:
         loaded = load_image(image_path, height=program.height, width=program.width, fit=fit, pipeline=pipeline)
         return loaded.pixels, {"path": str(image_path), "fit": loaded.fit.to_json()}
@@ -62,9 +62,6 @@ def request_audio(program, audio_path=None, *, seconds=1.0,
                   max_seconds: float = RENDER_MAX_AUDIO_SECONDS) -> RequestAudio:
     """A speech file, streamed and bounded (a file past ``max_seconds`` by its header is refused
     here), or the deterministic sample of ``seconds``."""
-    from .media import stream_audio
-    from .samples import sample_audio_pieces, sample_count
-
     if audio_path:
         decoder = stream_audio(audio_path, sample_rate=program.sample_rate, max_seconds=max_seconds,
                                longer_fix="render it whole with a larger --max-audio-seconds")
@@ -90,9 +87,6 @@ def render_build_to_files(build, image: np.ndarray, audio: Iterable[np.ndarray],
     Holds one chunk of samples and one chunk of frames at a time; ``out_path`` appears only
     when the whole video is written (a refusal or failure half way leaves it as it was).
     """
-    from .media import Mp4Writer, write_png
-    from .runtime import StreamReport, stream
-
     prog = build.manifest.program
     frames_to = Path(frames_dir) if frames_dir else None
     if frames_to is not None:
@@ -144,10 +138,7 @@ def render_to_files(
     audio = request_audio(prog, audio_path, seconds=seconds, max_seconds=max_audio_seconds)
     decode_seconds = time.perf_counter() - t_inputs  # the picture, and the track's header
     t_imp = time.perf_counter()
-    import jax  # noqa: F401 - timed: part of the cold start
-
-    from .runtime import load
-
+    import jax  # noqa: F401 - heavy, and timed: JAX starts here, after prepare() set the device count
     imports = (t_cli - t_process) + (time.perf_counter() - t_imp)
     # With a trust key the loader resolves the channel itself and checks its signed statement.
     progress(f"loading {manifest.build_id} from {registry.uri}")

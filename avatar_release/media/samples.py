@@ -17,9 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from avatar_release.errors import InputError
+from ..errors import InputError
+from .audio import write_wav
+from .image import write_png
 
-__all__ = ["SampleFiles", "sample_image", "sample_audio", "write_samples"]
+__all__ = ["NORM_WINDOW_S", "PIECE_S", "SampleFiles", "sample_audio", "sample_audio_pieces", "sample_count",
+           "sample_image", "write_samples"]
 
 # Colour schemes per variant (background top, background bottom, skin, hair, iris, lips, shirt).
 _PALETTES = [
@@ -291,9 +294,7 @@ def write_samples(
     variant: int = 0,
 ) -> SampleFiles:
     """Write ``reference.png`` and ``speech.wav`` into ``directory`` (created if needed)."""
-    from avatar_release import media
-
     out = Path(directory)
-    image = media.write_png(out / "reference.png", sample_image(height, width, variant))
-    audio = media.write_wav(out / "speech.wav", sample_audio(seconds, sample_rate, variant), sample_rate)
+    image = write_png(out / "reference.png", sample_image(height, width, variant))
+    audio = write_wav(out / "speech.wav", sample_audio(seconds, sample_rate, variant), sample_rate)
     return SampleFiles(image=image, audio=audio)

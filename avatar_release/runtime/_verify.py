@@ -9,16 +9,16 @@ run) and its fingerprint compared with the manifest's, where this machine can lo
 
 from __future__ import annotations
 
-from .errors import IntegrityError
-from .registry import open_registry, read_manifest
+from ..errors import IntegrityError
+from ..machine import configure_for_manifest
+from ..records import check_identity
+from ..registry import open_registry, read_manifest
+from ._blobs import check_blobs
 
 __all__ = ["verify_build"]
 
 
 def verify_build(ref: str, registry_uri: str | None = None) -> dict:
-    from .machine import configure_for_manifest
-    from .identity import check_identity
-
     reg = open_registry(registry_uri, create=False)
     resolved, m = read_manifest(reg, ref)
     try:
@@ -28,8 +28,6 @@ def verify_build(ref: str, registry_uri: str | None = None) -> dict:
         configure_for_manifest(m)  # before JAX starts: the devices the build was compiled for
     except IntegrityError as e:
         head = {"what": "manifest", "digest": resolved.digest, "size": None, "ok": False, "error": str(e)}
-    from .runtime import check_blobs
-
     # A manifest that fails its own identity is not unpickled, here as in the loader.
     rows = [head] + [c.to_json() for c in check_blobs(reg, m, contents=True, programs=head["ok"])]
     return {"build_id": m.build_id, "digest": resolved.digest, "ok": all(r["ok"] for r in rows), "blobs": rows}
