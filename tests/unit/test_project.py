@@ -61,6 +61,7 @@ def test_no_project_names_every_place_it_looked_and_the_fix(tmp_path, monkeypatc
 def test_project_option_wins_over_the_current_directory_and_reaches_child_processes(tmp_path, monkeypatch):
     root = _project(tmp_path / "proj")
     monkeypatch.chdir(REPO)  # a project of its own: --project still wins
+    monkeypatch.setenv(PROJECT_ENV, "")  # so that monkeypatch restores what use_project sets
     use_project(root)
     assert find_project().root == root.resolve()
     out = subprocess.run([sys.executable, "-c", "from avatar_release.specs import find_project; "
