@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-import ml_dtypes
+import functools
+
 import numpy as np
 
 __all__ = ["dtype_name", "np_dtype", "itemsize"]
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+@functools.cache
+def _bf16() -> np.dtype:
+    # Lazy (heavy): ml_dtypes' extension takes ~0.5 s to load here, and only a bfloat16 array needs it;
+    # the CLI, which imports the compiler and the runtime, starts without it.
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def dtype_name(dt) -> str:
@@ -18,7 +26,7 @@ def dtype_name(dt) -> str:
 
 def np_dtype(name: str) -> np.dtype:
     """numpy dtype for a record spelling (np.dtype("bfloat16") alone does not know it)."""
-    return _BF16 if name == "bfloat16" else np.dtype(name)
+    return _bf16() if name == "bfloat16" else np.dtype(name)
 
 
 def itemsize(name: str) -> int:

@@ -1,5 +1,5 @@
 """A build's blobs, fetched by digest and verified: the one check the loader, ``verify`` and the
-compile gate share.
+compile gate share (``verify`` and the compile gate through ``check_blobs``, in ``_verify``).
 
 In order, each step before the next allocates anything:
 
@@ -13,8 +13,8 @@ In order, each step before the next allocates anything:
 3. Decompression (``decompress``) is streamed in chunks into a buffer of the declared (bounded)
    raw size, hashed as it goes, and stops one byte past it: a frame that decompresses to more
    than the manifest says is refused having produced raw_size + 1 bytes, whatever it claims.
-4. ``check_blobs(programs=True)`` (what ``verify`` runs) also deserializes each executable,
-   never running it, and compares its fingerprint with the manifest's, as the loader does.
+4. ``check_blobs(programs=True)`` (``_verify``: what ``verify`` runs) also deserializes each
+   executable, never running it, and compares its fingerprint with the manifest's, as the loader does.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import zstandard
 
 from .._digest import sha256_digest
-from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
+from ..errors import AvatarReleaseError, IntegrityError
 from ..records import BlobRef, Manifest
+from ..specs import load_target
 
-__all__ = ["BlobCheck", "build_blobs", "check_blobs", "fetch_verified", "check_bounds", "memory_cap", "decompress",
-           "MAX_ZSTD_RATIO"]
+__all__ = ["BlobCheck", "build_blobs", "fetch_verified", "check_bounds", "memory_cap", "decompress", "MAX_ZSTD_RATIO"]
 
 # The most raw bytes per stored byte a blob may declare. Measured 2026-12-01 at the packager's
 # zstd level 9: tiny on cpu-8, executables dit 10.5x, sr 5.8x (6.6x with matmul_k_split=2),
@@ -107,7 +107,6 @@ def memory_cap(manifest: Manifest) -> tuple[int, str]:
     limit = _cgroup_limit()
     if limit is not None and limit < cap:
         cap, why = limit, f"this process's cgroup memory limit, {_gib(limit)}"
-    from ..specs import load_target
 
     try:
         target = load_target(manifest.target)
@@ -211,68 +210,3 @@ def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> by
         raise IntegrityError(f"{where}: decompressed bytes hash to sha256:{h.hexdigest()}, the manifest says "
                              f"{raw_digest}")
     return out
-
-
-# ---------------------------------------------------------------------------------------------- verify
-def _program_checker(manifest: Manifest):
-    """check(entry, payload) -> note: deserialize (never run) and compare the fingerprint, where this
-    machine can load the build at all."""
-    from ._load import check_environment, devices_for
-    from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
-
-    try:
-        check_environment(manifest)
-        devices = devices_for(manifest)
-        unable = None
-    except EnvironmentMismatch as e:
-        unable = "; ".join(f"{k}: expected {x!r}, actual {y!r}" for k, (x, y) in e.differences.items())
-
-    def check(entry, payload) -> str:
-        if entry.format != "xla-executable":
-            return f"program not checked: a {entry.format} stage is compiled in the pod"
-        if unable is not None:
-            return f"program not checked: this machine cannot load the build ({unable})"
-        exe = deserialize_and_load(payload, tree_from_text(entry.in_tree, entry, "in"),
-                                   tree_from_text(entry.out_tree, entry, "out"), backend=devices[0].client,
-                                   execution_devices=devices, what=f"build {manifest.build_id}: executable {entry.key}")
-        return check_fingerprint(manifest, entry, exe)
-
-    return check
-
-
-def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, contents: bool = False,
-                programs: bool = False) -> list[BlobCheck]:
-    """Check every blob (or those whose ``what`` is in ``only``) without stopping at the first failure.
-
-    Always the stored bytes' size and sha256. ``contents``: also the declared sizes against the
-    bounds, then a bounded decompression and the raw bytes' size and sha256. ``programs``
-    (implies contents): also deserialize each executable and compare its fingerprint.
-    """
-    contents = contents or programs
-    check_program = _program_checker(manifest) if programs else None
-    cap = memory_cap(manifest) if contents else None
-    rows = []
-    for what, ref in build_blobs(manifest):
-        if only is not None and what not in only:
-            continue
-        note = None
-        try:
-            if contents:
-                raw_size, raw_digest = _raw_of(manifest, what)
-                error = _bound_error(manifest, what, ref, raw_size)
-                if error is None and ref.size + raw_size > cap[0]:
-                    error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
-                if error:
-                    raise IntegrityError(error)
-            data = _fetch_one(registry, manifest, what, ref)
-            if contents:
-                payload = decompress(data, raw_size, raw_digest, where=f"build {manifest.build_id}: {what}")
-                del data
-                note = "raw bytes match"
-                if check_program is not None and what != "weights":
-                    note += "; " + check_program(next(e for e in manifest.executables if e.key == what), payload)
-                del payload
-            rows.append(BlobCheck(what, ref.digest, ref.size, True, note=note))
-        except AvatarReleaseError as e:
-            rows.append(BlobCheck(what, ref.digest, ref.size, False, str(e)))
-    return rows

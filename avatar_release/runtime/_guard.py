@@ -35,6 +35,7 @@ def _install() -> None:
     with _lock:
         if _installed:
             return
+        # Lazy (heavy): JAX starts only after XLA_FLAGS are set; the guard installs itself on first load.
         import jax.monitoring
 
         jax.monitoring.register_event_duration_secs_listener(_listener)

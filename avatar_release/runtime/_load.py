@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import dtype_name
-from ._blobs import check_bounds, decompress, fetch_verified
+from ..errors import EnvironmentMismatch, InputError, IntegrityError, TrustError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
-from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
-from ..errors import EnvironmentMismatch, InputError, IntegrityError
-from ..records import check_identity
-from ..records import ArraySpec, ExecutableEntry, Manifest
+from ..records import ArraySpec, ExecutableEntry, Manifest, check_identity
 from ..registry import Registry, Resolved, open_registry, read_manifest
+from ..trust.statements import verify_channel
+from ._blobs import check_bounds, decompress, fetch_verified
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
+from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 
 __all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "devices_for", "place_weights"]
 
@@ -86,6 +86,7 @@ class LoadedBuild:
 
 def devices_for(manifest: Manifest):
     """The devices a build runs on here: the first ``device_count`` of its backend's."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     p = manifest.platform
@@ -99,6 +100,7 @@ def _describe(devices) -> str:
 
 def check_environment(manifest: Manifest) -> None:
     """Refuse to load on a machine that differs from the build's, listing every field."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
     import jaxlib
 
@@ -140,6 +142,7 @@ def check_environment(manifest: Manifest) -> None:
 
 
 def _sharding(mesh, spec: ArraySpec):
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import NamedSharding, PartitionSpec
 
     return NamedSharding(mesh, PartitionSpec(*spec.sharding))
@@ -215,6 +218,7 @@ def _decompress_all(manifest: Manifest, raw: dict[str, bytes], t: LoadTimings):
 def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimings):
     """(mesh, loaded stages): every executable deserialized onto the build's devices, its
     fingerprint compared with the manifest's (the program the identity names, not another)."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
     from jax.sharding import Mesh
 
@@ -239,9 +243,6 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimi
 
 
 def _check_signature(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifest):
-    from ..errors import TrustError
-    from ..trust.statements import verify_channel
-
     if resolved.via != "channel":
         raise TrustError(f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
                          "(dev, staging, prod), which carry signed statements")
@@ -252,6 +253,7 @@ def _check_signature(reg, resolved: Resolved, trust: TrustConfig, manifest: Mani
 
 def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):
     """A portable (jax-export) stage: StableHLO that XLA compiles on its first call."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     try:
@@ -263,6 +265,7 @@ def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):
 
 def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) -> None:
     """Put every stage's weights on the mesh with the shardings its executable expects."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     where = f"build {manifest.build_id} weights"

@@ -8,24 +8,25 @@ from __future__ import annotations
 import json
 import struct
 
-import ml_dtypes
 import numpy as np
 
+from .._dtypes import np_dtype
 from ..errors import IntegrityError
 
 __all__ = ["read_safetensors"]
 
+# safetensors' dtype names -> record spellings (bfloat16 through ml_dtypes, loaded on first use).
 _DTYPES = {
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "F16": np.dtype(np.float16),
-    "F32": np.dtype(np.float32),
-    "F64": np.dtype(np.float64),
-    "I64": np.dtype(np.int64),
-    "I32": np.dtype(np.int32),
-    "I16": np.dtype(np.int16),
-    "I8": np.dtype(np.int8),
-    "U8": np.dtype(np.uint8),
-    "BOOL": np.dtype(np.bool_),
+    "BF16": "bfloat16",
+    "F16": "float16",
+    "F32": "float32",
+    "F64": "float64",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
 }
 
 
@@ -45,9 +46,10 @@ def read_safetensors(data: bytes, *, where: str) -> dict[str, np.ndarray]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        dtype = _DTYPES.get(info.get("dtype"))
-        if dtype is None:
+        spelling = _DTYPES.get(info.get("dtype"))
+        if spelling is None:
             raise IntegrityError(f"{where}: tensor {name!r} has unsupported dtype {info.get('dtype')!r}")
+        dtype = np_dtype(spelling)
         begin, end = info["data_offsets"]
         shape = tuple(info["shape"])
         count = int(np.prod(shape, dtype=np.int64))

@@ -139,6 +139,7 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray | Iterable[n
     ``audio``: mono float samples at the build's rate, one array or an iterable of 1-D pieces of
     any size, read as the chunks need them (so a decoder's refusal surfaces from here).
     """
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     _check_image(build, image)

@@ -23,6 +23,7 @@ import io
 import re
 
 from ..errors import IntegrityError
+from ..records import FINGERPRINT_CHECKED_SINCE
 
 __all__ = ["ALLOWED", "deserialize_and_load", "classes_in", "tree_from_text", "loaded_fingerprint",
            "check_fingerprint"]
@@ -52,6 +53,7 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
 
 
 def _unpickler_class():
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import _JaxPjrtUnpickler
 
     class Restricted(_JaxPjrtUnpickler):
@@ -71,6 +73,7 @@ def deserialize_and_load(payload, in_tree, out_tree, *, backend, execution_devic
 
     Every failure is an IntegrityError naming ``what``; nothing is run.
     """
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     try:
@@ -102,6 +105,7 @@ _TREE_RE = re.compile(r"^PyTreeDef\(")
 
 def tree_from_text(text: str, entry, side: str):
     """Rebuild an executable's pytree structure from its recorded text (never a pickle)."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     if side == "in":
@@ -132,8 +136,6 @@ def check_fingerprint(manifest, entry, executable) -> str:
     Applies to "xla-executable" stages of manifests from version 3 (``records/identity.py`` says why
     not before) that record a fingerprint, on a backend that reports one.
     """
-    from ..records import FINGERPRINT_CHECKED_SINCE
-
     if entry.format != "xla-executable":
         return f"program not checked: a {entry.format} stage is compiled in the pod"
     if manifest.schema_version < FINGERPRINT_CHECKED_SINCE:
@@ -159,6 +161,7 @@ def classes_in(payload: bytes, *, backend, execution_devices) -> set[tuple[str, 
     For the allow-list test only: it runs the real unpickler, so never call it on bytes
     that have not been verified.
     """
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import _JaxPjrtUnpickler
 
     seen: set[tuple[str, str]] = set()

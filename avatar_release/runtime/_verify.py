@@ -9,13 +9,15 @@ run) and its fingerprint compared with the manifest's, where this machine can lo
 
 from __future__ import annotations
 
-from ..errors import IntegrityError
+from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
 from ..machine import configure_for_manifest
-from ..records import check_identity
+from ..records import Manifest, check_identity
 from ..registry import open_registry, read_manifest
-from ._blobs import check_blobs
+from ._blobs import BlobCheck, _bound_error, _fetch_one, _gib, _raw_of, build_blobs, decompress, memory_cap
+from ._load import check_environment, devices_for
+from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 
-__all__ = ["verify_build"]
+__all__ = ["check_blobs", "verify_build"]
 
 
 def verify_build(ref: str, registry_uri: str | None = None) -> dict:
@@ -31,3 +33,65 @@ def verify_build(ref: str, registry_uri: str | None = None) -> dict:
     # A manifest that fails its own identity is not unpickled, here as in the loader.
     rows = [head] + [c.to_json() for c in check_blobs(reg, m, contents=True, programs=head["ok"])]
     return {"build_id": m.build_id, "digest": resolved.digest, "ok": all(r["ok"] for r in rows), "blobs": rows}
+
+
+# ---------------------------------------------------------------------------------------------- verify
+def _program_checker(manifest: Manifest):
+    """check(entry, payload) -> note: deserialize (never run) and compare the fingerprint, where this
+    machine can load the build at all."""
+    try:
+        check_environment(manifest)
+        devices = devices_for(manifest)
+        unable = None
+    except EnvironmentMismatch as e:
+        unable = "; ".join(f"{k}: expected {x!r}, actual {y!r}" for k, (x, y) in e.differences.items())
+
+    def check(entry, payload) -> str:
+        if entry.format != "xla-executable":
+            return f"program not checked: a {entry.format} stage is compiled in the pod"
+        if unable is not None:
+            return f"program not checked: this machine cannot load the build ({unable})"
+        exe = deserialize_and_load(payload, tree_from_text(entry.in_tree, entry, "in"),
+                                   tree_from_text(entry.out_tree, entry, "out"), backend=devices[0].client,
+                                   execution_devices=devices, what=f"build {manifest.build_id}: executable {entry.key}")
+        return check_fingerprint(manifest, entry, exe)
+
+    return check
+
+
+def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, contents: bool = False,
+                programs: bool = False) -> list[BlobCheck]:
+    """Check every blob (or those whose ``what`` is in ``only``) without stopping at the first failure.
+
+    Always the stored bytes' size and sha256. ``contents``: also the declared sizes against the
+    bounds, then a bounded decompression and the raw bytes' size and sha256. ``programs``
+    (implies contents): also deserialize each executable and compare its fingerprint.
+    """
+    contents = contents or programs
+    check_program = _program_checker(manifest) if programs else None
+    cap = memory_cap(manifest) if contents else None
+    rows = []
+    for what, ref in build_blobs(manifest):
+        if only is not None and what not in only:
+            continue
+        note = None
+        try:
+            if contents:
+                raw_size, raw_digest = _raw_of(manifest, what)
+                error = _bound_error(manifest, what, ref, raw_size)
+                if error is None and ref.size + raw_size > cap[0]:
+                    error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
+                if error:
+                    raise IntegrityError(error)
+            data = _fetch_one(registry, manifest, what, ref)
+            if contents:
+                payload = decompress(data, raw_size, raw_digest, where=f"build {manifest.build_id}: {what}")
+                del data
+                note = "raw bytes match"
+                if check_program is not None and what != "weights":
+                    note += "; " + check_program(next(e for e in manifest.executables if e.key == what), payload)
+                del payload
+            rows.append(BlobCheck(what, ref.digest, ref.size, True, note=note))
+        except AvatarReleaseError as e:
+            rows.append(BlobCheck(what, ref.digest, ref.size, False, str(e)))
+    return rows
