@@ -6,13 +6,17 @@ before anything initialises the JAX backend.
 
 from __future__ import annotations
 
+import getpass
 import os
 import platform as _platform
+import socket
 import sys
 from importlib import metadata
 
+from .. import __version__
+from .._digest import canonical_json, sha256_digest
 from ..errors import EnvironmentMismatch
-from ..records import Platform, Toolchain
+from ..records import EnvironmentRecord, Platform, Toolchain, check_identity
 
 __all__ = [
     "configure_host_devices",
@@ -40,6 +44,7 @@ _COUNT_FLAG = "--xla_force_host_platform_device_count"
 def backend_initialized() -> bool:
     if "jax" not in sys.modules:
         return False
+    # Lazy (heavy): only asks a JAX that is already imported; never starts one.
     from jax._src import xla_bridge
 
     return bool(getattr(xla_bridge, "_backends", None))
@@ -50,6 +55,7 @@ def configure_host_devices(count: int) -> None:
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_COUNT_FLAG)]
     wanted = flags + [f"{_COUNT_FLAG}={count}"]
     if backend_initialized():
+        # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
         import jax
 
         have = len(jax.devices("cpu"))
@@ -87,8 +93,6 @@ def configure_for_manifest(manifest) -> None:
     The manifest's identity is checked first: process flags are applied only from a manifest
     whose fields (the flag profile included) hash to the build id it carries.
     """
-    from ..records import check_identity
-
     check_identity(manifest)
     if manifest.platform.backend == "cpu":
         if not backend_initialized():  # a CPU build runs on CPU: do not start other plugins
@@ -114,8 +118,6 @@ def _version(dist: str) -> str | None:
 
 
 def toolchain(*, with_compile_tools: bool) -> Toolchain:
-    from .. import __version__
-
     return Toolchain(
         python=_platform.python_version(),
         jax=_version("jax") or "?",
@@ -165,10 +167,8 @@ def environment_record(backend: str | None = None):
     jaxlib, backend and platform version, device kind and count, and for CPU backends the
     host's instruction-set features (XLA:CPU generates code for them).
     """
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
-
-    from .._digest import canonical_json, sha256_digest
-    from ..records import EnvironmentRecord
 
     devices = jax.devices(backend) if backend else jax.devices()
     d0 = devices[0]
@@ -190,9 +190,6 @@ def who() -> str:
     if explicit:
         return explicit
     try:
-        import getpass
-        import socket
-
         return f"{getpass.getuser()}@{socket.gethostname()}"
     except Exception:  # noqa: BLE001 - no user database in some containers
         return "unknown"

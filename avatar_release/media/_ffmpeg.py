@@ -19,6 +19,7 @@ _STDERR_TAIL_CHARS = 2000
 def ffmpeg_exe() -> str:
     """Path of the ffmpeg binary bundled with imageio-ffmpeg (imported lazily)."""
     try:
+        # Lazy: imageio-ffmpeg loads on first use; the media room imports numpy only.
         import imageio_ffmpeg
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise MediaError(

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from numpy.lib import format as npy
 
 from ..errors import InputError, MediaError
 from ._files import PathLike, describe_head, input_file, write_output
@@ -133,6 +134,7 @@ class LoadedImage:
 
 def _pillow():
     """Pillow, imported on first use, with its decompression-bomb limit set to our ceiling."""
+    # Lazy (heavy): Pillow loads on the first picture; the media room imports numpy only.
     from PIL import Image
 
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS_CEILING
@@ -209,6 +211,7 @@ def _decode_pil(fp, where: str, max_pixels: int, head: bytes, scale_for: ScaleFo
     Returns (8-bit RGB Pillow image, format name, EXIF orientation applied, decode scale).
     """
     Image = _pillow()
+    # Lazy (heavy): Pillow loads on the first picture; the media room imports numpy only.
     from PIL import ImageOps, UnidentifiedImageError
 
     with warnings.catch_warnings():
@@ -253,8 +256,6 @@ def _decode_pil(fp, where: str, max_pixels: int, head: bytes, scale_for: ScaleFo
 
 def _decode_npy(data: bytes, where: str, max_pixels: int) -> np.ndarray:
     """A .npy uint8 array, its shape checked from the header before anything is allocated."""
-    from numpy.lib import format as npy
-
     bio = io.BytesIO(data)
     try:
         version = npy.read_magic(bio)

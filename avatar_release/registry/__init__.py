@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import InputError
+from ..records import Manifest, parse_record
 from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
@@ -64,8 +65,6 @@ def open_registry(uri: str | None = None, *, create: bool = True) -> Registry:
 
 def read_manifest(registry: Registry, ref: str):
     """Resolve ``ref`` once and parse the manifest it names: (Resolved, Manifest)."""
-    from ..records import Manifest, parse_record
-
     resolved = registry.resolve(ref)
     data = registry.get_manifest_bytes(resolved.digest)
     return resolved, parse_record(Manifest, data, where=f"manifest {resolved.digest}")

@@ -115,6 +115,7 @@ class GoogleToken:
     def google_credentials(self) -> Any:
         if self.credentials is None:
             try:
+                # Lazy (gar extra): the Artifact Registry client loads only for gar:// stores.
                 import google.auth
                 import google.auth.exceptions
             except ImportError:
@@ -165,6 +166,7 @@ class GarTags:
             if self.token.credentials is None and self.token.provider is not None:
                 return None  # only a bearer token: list over the OCI endpoint with it
             try:
+                # Lazy (gar extra): the Artifact Registry client loads only for gar:// stores.
                 from google.cloud import artifactregistry_v1
             except ImportError:
                 return None
@@ -232,6 +234,7 @@ def _endpoint_location(endpoint: str, gar: GarLocation) -> OciLocation:
 
 
 def _auth_request() -> Any:
+    # Lazy (gar extra): the Artifact Registry client loads only for gar:// stores.
     from google.auth.transport.requests import Request
 
     return Request()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from pathlib import Path
 
 from .. import _atomic
@@ -95,8 +96,6 @@ class LocalRegistry(KVRegistry):
 
     def _age(self, key: str) -> float:
         """Seconds since ``key`` was last written or re-put (put_blob touches existing blobs)."""
-        import time
-
         try:
             return time.time() - self._path(key).stat().st_mtime
         except FileNotFoundError:

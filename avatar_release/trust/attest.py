@@ -57,6 +57,7 @@ class Attestation:
 
 
 def _signer(private_key):
+    # Lazy (heavy): securesystemslib loads only when evidence is signed or read.
     from securesystemslib.signer import CryptoSigner, SSlibKey
 
     public = SSlibKey.from_crypto(private_key.public_key(), keyid=key_id(private_key.public_key()))
@@ -65,6 +66,7 @@ def _signer(private_key):
 
 def attest(private_key, *, kind: str, build_id: str, subject_digest: str, predicate: dict) -> bytes:
     """Sign ``predicate`` about one build; returns the envelope as canonical JSON bytes."""
+    # Lazy (heavy): securesystemslib loads only when evidence is signed or read.
     from securesystemslib.dsse import Envelope
 
     statement = {
@@ -121,6 +123,7 @@ def verify_envelope(data: bytes, where: str, *, trusted: dict[str, Any], kind: s
     kind, or a subject other than ``subject_digest``; each refusal names the envelope, the key
     ids found and what was expected.
     """
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.exceptions import InvalidSignature
 
     payload_type, payload, sigs, att = _parse(data, where)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .._digest import sha256_digest
+from .._digest import canonical_json, sha256_digest
 from ..errors import IntegrityError, TrustError
 from ..records import BlobRef
 from ..records.stored import ATTESTATIONS, parse_attestations_index, render_attestations_index
 from .attest import ENVELOPE_MEDIA_TYPE, PREDICATE_TYPES, Attestation, attest, open_envelope, verify_envelope
+from .keys import load_private_key
+from .policy import local_identity
 
 __all__ = ["store_attestation", "attestation_refs", "read_attestations", "verified", "Rejected", "gate_signing_key",
            "sign_and_store"]
@@ -25,9 +27,6 @@ __all__ = ["store_attestation", "attestation_refs", "read_attestations", "verifi
 def gate_signing_key():
     """The key that signs gate evidence here: ``AVATAR_RELEASE_GATE_KEY`` (a PEM file: CI takes it
     from a secret), else this machine's own gate key (made on first use)."""
-    from .keys import load_private_key
-    from .policy import local_identity
-
     path = os.environ.get("AVATAR_RELEASE_GATE_KEY")
     return load_private_key(path) if path else local_identity().gate_key()
 
@@ -70,8 +69,6 @@ def verified(registry, build_id: str, *, kind: str, trusted: dict, subject_diges
     """Every envelope of ``kind`` about this build that verifies under ``trusted`` keys for
     ``subject_digest``: [(attestation, digest of its predicate's canonical bytes)], plus the
     rejected ones with their reasons. Envelopes of other kinds are skipped silently."""
-    from .._digest import canonical_json
-
     good, bad = [], []
     for ref, data in read_attestations(registry, build_id):
         where = f"attestation {ref.digest}"

@@ -18,6 +18,7 @@ __all__ = ["generate_keypair", "load_private_key", "load_public_key", "key_id"]
 
 def key_id(public_key) -> str:
     """'ed25519:' + first 16 hex of sha256 over the raw public key bytes."""
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
     raw = public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
@@ -26,6 +27,7 @@ def key_id(public_key) -> str:
 
 def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path, Path, str]:
     """Write ``NAME.key`` (0600) and ``NAME.pub`` into ``directory``; refuse to overwrite."""
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import (
         Encoding, NoEncryption, PrivateFormat, PublicFormat,
@@ -45,6 +47,7 @@ def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path
 
 
 def load_private_key(path: str | Path):
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
@@ -61,6 +64,7 @@ def load_private_key(path: str | Path):
 
 
 def load_public_key(path: str | Path):
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 

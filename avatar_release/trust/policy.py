@@ -21,6 +21,7 @@ from any other machine's key, or unsigned, never promotes. CI and shared registr
 
 from __future__ import annotations
 
+import getpass
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -79,8 +80,6 @@ def local_identity() -> LocalIdentity:
 
 def _user() -> str:
     try:
-        import getpass
-
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no user database in some containers
         return "local"

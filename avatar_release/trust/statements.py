@@ -164,6 +164,7 @@ def verify(statement: PromotionStatement | SignedStatement | None, public_key, *
         if att.predicate != p.model_dump(mode="json"):
             raise tampered
     else:  # a version-1 statement: a bare Ed25519 signature over the canonical payload
+        # Lazy (heavy): cryptography loads only when a key is used.
         from cryptography.exceptions import InvalidSignature
 
         try:

@@ -131,6 +131,7 @@ class Transport:
         """The HTTP session (requests-compatible); created on first use, never at import."""
         with self._mutex:
             if self._session is None:
+                # Lazy (heavy): requests loads only when an oci:// store first talks HTTP.
                 import requests
 
                 self._session = requests.Session()
@@ -156,6 +157,7 @@ class Transport:
         With ``sink``, a 2xx body is not held: ``sink(chunks)`` consumes it as it arrives (at most
         ``limit`` + 1 bytes) and is called afresh if the request is retried, so it must start over.
         """
+        # Lazy (heavy): requests loads only when an oci:// store first talks HTTP.
         import requests
 
         transient = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
@@ -223,6 +225,7 @@ class Transport:
 
     def fetch_token(self, url: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
         """A GET to a token realm (the auth strategy's), with this transport's TLS settings."""
+        # Lazy (heavy): requests loads only when an oci:// store first talks HTTP.
         import requests
 
         timeout = (self.retry.connect_timeout, self.retry.read_timeout)
