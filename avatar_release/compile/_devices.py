@@ -13,6 +13,7 @@ __all__ = ["target_devices", "make_mesh"]
 
 
 def target_devices(target: TargetSpec) -> list:
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     if target.platform == "cpu":
@@ -29,6 +30,7 @@ def target_devices(target: TargetSpec) -> list:
     if target.topology is None:
         raise CompileError(f"target {target.name}: platform {target.platform!r} needs a topology to compile for")
     try:
+        # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
         from jax.experimental import topologies
 
         topo = topologies.get_topology_desc(target.topology, platform=target.platform)
@@ -49,6 +51,7 @@ def target_devices(target: TargetSpec) -> list:
 
 
 def make_mesh(devices: list, target: TargetSpec):
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import Mesh
 
     return Mesh(np.array(devices).reshape(target.mesh_shape), tuple(target.mesh_axes))

@@ -22,6 +22,7 @@ __all__ = ["pinned_layouts"]
 def pinned_layouts(mesh):
     """While tracing for ``mesh``: layout hints pin shardings (a 1-device mesh: no-op)."""
     def hint(x, layout: str):
+        # Lazy (compile extra): torch and torchax load only while tracing a PyTorch stage.
         import jax
         from jax.sharding import NamedSharding, PartitionSpec
         from torchax import interop

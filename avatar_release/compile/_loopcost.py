@@ -153,6 +153,7 @@ def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset()) -
 def run_cost(hlo_text: str, client=None, *, devices: int = 1) -> RunCost:
     """Trip-weighted cost of a compiled module's HLO text (``compiled.as_text()``), and the bytes
     its collectives bring to each of ``devices`` devices (hidden or exposed by the schedule)."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
     from jax._src.lib import xla_client
     from jaxlib import _hlo

@@ -16,7 +16,6 @@ import zstandard
 from .._digest import canonical_json, sha256_digest
 from .._dtypes import itemsize
 from ..errors import DoesNotFit
-from ..records import build_id_for, identity_digest, identity_flags, manifest_seal
 from ..machine import toolchain, who
 from ..records import (
     BUILD_SCHEMA_VERSION,
@@ -30,6 +29,10 @@ from ..records import (
     Manifest,
     MemoryFit,
     WeightsRecord,
+    build_id_for,
+    identity_digest,
+    identity_flags,
+    manifest_seal,
     utcnow,
 )
 from ._evidence import memory_fit

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
+import numpy as np
+
 from .._dtypes import dtype_name
 from ..errors import ContractError, InputError, SpecError
 from ..machine import configure_compile_env, current_platform
@@ -158,8 +160,7 @@ def _weights_bytes(stage_objs: dict[str, Any]) -> tuple[bytes, int]:
     state: dict[str, Any] = {}
     for stage, obj in stage_objs.items():
         if isinstance(obj, JaxStage):
-            import numpy as np
-            import torch
+            import torch  # the compile extra's: safetensors.torch saves torch tensors
 
             items = {k: torch.from_numpy(np.asarray(v)) for k, v in obj.params.items()}
         else:

@@ -26,6 +26,7 @@ __all__ = ["scanned_blocks"]
 
 
 def _scan(blocks, x, *args, mesh=None):
+    # Lazy (compile extra): torch and torchax load only while tracing a PyTorch stage.
     import jax
     import jax.numpy as jnp
     import torch

@@ -11,10 +11,12 @@ from typing import Any, Callable, ContextManager
 
 
 from .._dtypes import np_dtype
-from ..errors import CompileError
+from ..errors import CompileError, DoesNotFit
 from ..records import ArraySpec
+from ._evidence import host_callbacks, kernels_in, schedule_of
 from ._flops import loop_scale, pallas_kernels
 from ._layout import pinned_layouts
+from ._loopcost import run_cost
 from ._scan import scanned_blocks
 
 __all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage"]
@@ -74,12 +76,14 @@ class CompiledStage:
 
 
 def _sharding(mesh, spec: list[str | None]):
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import NamedSharding, PartitionSpec
 
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
 def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     def stage_fn(params, *inputs):
@@ -135,6 +139,7 @@ def _loaded_fingerprint(compiled, payload: bytes, in_tree, out_tree) -> str | No
     (measured, jax 0.10.2), yet the same for every compile of one program. A client that cannot
     load what it compiled (compile-only TPU) records None: nothing a loader could compare.
     """
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import deserialize_and_load
 
     if _fingerprint(compiled) is None:
@@ -149,6 +154,7 @@ def _loaded_fingerprint(compiled, payload: bytes, in_tree, out_tree) -> str | No
 
 
 def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> CompiledStage:
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import serialize
 
     plan = ls.plan
@@ -158,8 +164,6 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
     except Exception as e:  # noqa: BLE001
         msg = str(e)
         if "RESOURCE_EXHAUSTED" in msg and "memory" in msg.lower():
-            from ..errors import DoesNotFit
-
             first = next((line for line in msg.splitlines() if "memory" in line.lower()), msg)[:400]
             raise DoesNotFit(
                 f"stage {plan.stage}/{plan.bucket} does not fit the device: XLA refused it at compile ({first.strip()}). "
@@ -196,13 +200,10 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         pass
     hlo = compiled.as_text() or ""
     if hlo:  # XLA counts each loop body once; add the per-run figures, every loop counted as it turns
-        from ._loopcost import run_cost
-
         try:
             cost.update(run_cost(hlo, devices=ls.devices).as_cost())
         except Exception:  # noqa: BLE001 - evidence, not a condition of the build: cost.py falls back
             pass
-    from ._evidence import host_callbacks, kernels_in, schedule_of
 
     return CompiledStage(
         plan=plan,

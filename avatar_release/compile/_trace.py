@@ -25,6 +25,7 @@ def stage_function(module) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Call
     """
     if isinstance(module, JaxStage):
         return _jax_stage_function(module)
+    # Lazy (compile extra): torch and torchax load only while tracing a PyTorch stage.
     import torchax
     from torchax.interop import JittableModule
 

@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import MediaError
+from ..media import encode_wav_bytes, ffmpeg_exe
 
 __all__ = ["FragmentEncoder", "MOVFLAGS"]
 
@@ -34,8 +35,6 @@ class FragmentEncoder:
     def __init__(self, *, width: int, height: int, fps: int, audio: np.ndarray, sample_rate: int,
                  n_frames: int, keyframes: list[int], on_bytes: Callable[[bytes], None],
                  crf: int = 20, preset: str = "veryfast"):
-        from ..media import encode_wav_bytes, ffmpeg_exe
-
         self._tmp = tempfile.mkdtemp(prefix="avatar-serve-")
         self._on_bytes = on_bytes
         # The audio is cut or padded with silence to exactly the video's length.

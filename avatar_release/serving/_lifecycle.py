@@ -50,6 +50,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _header_timeout_protocol(seconds: float):
     """uvicorn's h11 protocol, closing a connection whose request headers do not arrive in time."""
+    # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -93,6 +94,7 @@ def _header_timeout_protocol(seconds: float):
 
 def uvicorn_config(app, cfg: ServerConfig):
     """The uvicorn settings of a pod: our JSON logs only, bounded connections, headers and drain."""
+    # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import uvicorn
 
     return uvicorn.Config(app, http=_header_timeout_protocol(cfg.header_timeout), log_config=None,
@@ -103,6 +105,7 @@ def uvicorn_config(app, cfg: ServerConfig):
 
 def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
     """Serve until SIGTERM/SIGINT; ``on_ready((host, port))`` once the app has started."""
+    # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import uvicorn
 
     sock = _bind(cfg.host, cfg.port)

@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+from ._errors import clean_message
+
 __all__ = ["log_event", "route_server_logs"]
 
 _lock = threading.Lock()
@@ -25,8 +27,6 @@ def log_event(event: str, **fields) -> None:
 
 class _JsonHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
-        from ._errors import clean_message
-
         log_event("server", level=record.levelname.lower(), logger=record.name,
                   message=clean_message(record.getMessage()),
                   **({"kind": record.exc_info[0].__name__} if record.exc_info and record.exc_info[0] else {}))

@@ -15,6 +15,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import AvatarReleaseError, RecompileError
+from ..media import sample_audio, sample_image
+from ..registry import read_manifest
+from ..runtime import load, stream
 from ._errors import clean_message
 from ._log import log_event
 from ._metrics import Metrics
@@ -24,9 +27,6 @@ __all__ = ["Pod", "start_pod", "warm_up"]
 
 def warm_up(build) -> float:
     """Render one chunk of the largest bucket from the sample inputs; refuse a build that compiles."""
-    from ..runtime import stream
-    from ..media import sample_audio, sample_image
-
     p = build.manifest.program
     t0 = time.perf_counter()
     frames = max(b.frames for b in build.manifest.buckets)
@@ -84,8 +84,6 @@ class Pod:
 
         A refused digest is not tried again on every poll (it would reload a bad build forever);
         ``retry_refused`` (SIGHUP: the operator says the registry was fixed) tries it again."""
-        from ..registry import read_manifest
-
         self.follow.last_check = time.time()
         resolved, _ = read_manifest(self.registry, self.channel)
         if resolved.digest == self.build.digest:
@@ -153,8 +151,6 @@ def follow_wait(poll_seconds: float, rng: random.Random) -> float:
 
 
 def _load(registry, ref: str, resolved, trust):
-    from ..runtime import load
-
     # With a trust key the channel is loaded by name (its signed statement is checked);
     # without, the digest resolved here is what every fetch uses.
     return load(ref if trust else resolved.digest, registry, strict=True, trust=trust)
@@ -163,8 +159,6 @@ def _load(registry, ref: str, resolved, trust):
 def start_pod(registry, ref: str, *, trust=None, prepare=None, metrics: Metrics | None = None) -> Pod:
     """A pod ready to serve ``ref``: devices prepared for the build, verified (and its signed
     statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles."""
-    from ..registry import read_manifest
-
     resolved, _ = prepare(registry, ref) if prepare else read_manifest(registry, ref)
     build = _load(registry, ref, resolved, trust)
     warm = warm_up(build)

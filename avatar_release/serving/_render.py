@@ -12,6 +12,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..runtime import plan_chunks, stream
+from ._fmp4 import FragmentEncoder
+
 __all__ = ["RenderJob", "JobStats"]
 
 
@@ -29,8 +32,6 @@ class RenderJob:
     """Events on ``self.events``: ("bytes", b), ("chunk", Chunk), ("done", None), ("error", exc), ("cancelled", None)."""
 
     def __init__(self, pod, build, inputs, loop: asyncio.AbstractEventLoop, on_finish):
-        from ..runtime import plan_chunks
-
         self.pod, self.build, self.inputs, self._loop, self._on_finish = pod, build, inputs, loop, on_finish
         self.events: asyncio.Queue = asyncio.Queue()
         self.cancel = threading.Event()
@@ -58,9 +59,6 @@ class RenderJob:
             self.cancel.set()
 
     def _run(self) -> None:
-        from ..runtime import stream
-        from ._fmp4 import FragmentEncoder
-
         m = self.pod.metrics
         p = self.build.manifest.program
         enc = None

@@ -24,8 +24,10 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
 
 from ..errors import InputError
+from ..media import load_audio_bytes, load_image_bytes, sample_audio, sample_image
 from ._errors import ServeError
 
 __all__ = ["Limits", "RenderRequest", "RenderInputs", "read_body", "parse_request", "decode_inputs"]
@@ -138,8 +140,6 @@ def _b64(text: str | None, what: str) -> bytes | None:
 
 
 async def _parse_multipart(content_type: str, body: bytes, limits: Limits):
-    from starlette.requests import Request
-
     sent = False
 
     async def replay():  # the body was already read (bounded); hand it to the form parser once
@@ -185,9 +185,6 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits):
 
 def decode_inputs(build, req: RenderRequest, image: bytes | None, audio: bytes | None, limits: Limits) -> RenderInputs:
     """Pixels and samples at the build's size and rate, within the build-derived bounds (blocking)."""
-    from ..media import load_audio_bytes, load_image_bytes
-    from ..media import sample_audio, sample_image
-
     p = build.manifest.program
     max_frames = limits.max_frames(p.fps)
     max_seconds = max_frames / p.fps

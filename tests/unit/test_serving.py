@@ -1,7 +1,7 @@
 """The serving app on a real uvicorn over loopback, with a fake build whose chunks take known time.
 
-No compile here: ``avatar_release.runtime.stream`` is replaced by a generator that sleeps per
-chunk and yields gradient frames, so streaming, bounds, queueing and disconnects are tested in
+No compile here: the runtime's ``stream``, as the render job calls it (``serving._render.stream``),
+is replaced by a generator that sleeps per chunk and yields gradient frames, so streaming, bounds, queueing and disconnects are tested in
 seconds. tests/integration/test_serve.py runs the same app on a real compiled build.
 """
 
@@ -59,15 +59,14 @@ def serve(monkeypatch):
     """serve(delay=..., **AppConfig) -> (base host, port, pod, fake stream)."""
     import uvicorn
 
-    from avatar_release import runtime
-    from avatar_release.serving import AppConfig, Limits, Pod, ServerConfig, create_app
+    from avatar_release.serving import AppConfig, Limits, Pod, ServerConfig, _render, create_app
     from avatar_release.serving._lifecycle import uvicorn_config
 
     servers = []
 
     def start(delay=0.0, limits=None, **cfg):
         fake = FakeStream(delay)
-        monkeypatch.setattr(runtime, "stream", fake)
+        monkeypatch.setattr(_render, "stream", fake)
         pod = Pod(None, "dev", _fake_build())
         app = create_app(pod, AppConfig(limits=limits or Limits(max_seconds=20, body_timeout=1.0), **cfg))
         sock = socket.socket()
@@ -291,8 +290,8 @@ def test_probes_and_metrics(serve):
 
 
 def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_past_its_timeout_is_cut(serve, monkeypatch):
-    from avatar_release import runtime
     from avatar_release.errors import RecompileError
+    from avatar_release.serving import _render
 
     port, pod, fake = serve(delay=0.3, request_timeout=1.0)
 
@@ -301,12 +300,12 @@ def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_pas
                              "(cache /tmp/secret/cache)", [])
         yield
 
-    monkeypatch.setattr(runtime, "stream", compiles)
+    monkeypatch.setattr(_render, "stream", compiles)
     r, data = _post(port, json.dumps({"seconds": 0.5}).encode())
     doc = json.loads(data)
     assert r.status == 500 and doc["error"] == "render_failed" and "compiled while serving" in doc["message"]
     assert "/tmp" not in doc["message"]
-    monkeypatch.setattr(runtime, "stream", fake)
+    monkeypatch.setattr(_render, "stream", fake)
     # 10 s at 0.3 s a chunk is ~10 s of rendering; the 1 s timeout stops it: the body ends short
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("POST", "/render", body=json.dumps({"seconds": 10.0}), headers={"Content-Type": "application/json"})
@@ -324,14 +323,13 @@ def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_pas
 
 
 def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(monkeypatch):
-    from avatar_release import registry
     from avatar_release.errors import RecompileError
     from avatar_release.serving import Pod, _pod
 
     old, new = _fake_build("fake-old"), _fake_build("fake-new")
     pod = Pod(None, "prod", old)
     channel = SimpleNamespace(digest=old.digest)
-    monkeypatch.setattr(registry, "read_manifest", lambda reg, ref: (channel, None))
+    monkeypatch.setattr(_pod, "read_manifest", lambda reg, ref: (channel, None))
     loads = []
     monkeypatch.setattr(_pod, "_load", lambda reg, ref, resolved, trust: loads.append(resolved.digest) or new)
 
