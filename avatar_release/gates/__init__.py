@@ -4,8 +4,8 @@ Nothing here runs at import. ``run_gate`` is the entry point (``run_shard`` + ``
 same gate split over machines); ``calibrate`` measures the band.
 """
 
-from .band import calibrate, load_band
 from ..records import Band, GateEvidence, GateResult, ReviewRecord
+from .band import calibrate, load_band
 from .run import GateOutcome, effective_status, run_gate
 from .shards import ShardOutcome, merge_shards, parse_shard, run_shard
 

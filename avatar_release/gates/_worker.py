@@ -24,27 +24,24 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from .. import _atomic
+from ..errors import AvatarReleaseError, GateInfraError
+from ..machine import configure_for_manifest, environment_record
+from ..registry import open_registry, read_manifest
+from ..runtime import load, render
+from .gateset import gate_request_inputs, gate_set
+from .metrics import frame_sha256
 
 
 def render_gate_set(job: dict) -> dict:
     """Load the job's build and render its gate set; -> what run.json records."""
     t_start = time.perf_counter()
-    from ..machine import configure_for_manifest
-    from ..registry import open_registry, read_manifest
 
     registry = open_registry(job["registry"], create=False)
     resolved, manifest = read_manifest(registry, job["digest"])
-    configure_for_manifest(manifest)
-
-    import numpy as np
-
-    from ..errors import GateInfraError
-    from ..machine import environment_record
-    from ..runtime import load, render
-    from .gateset import gate_request_inputs, gate_set
-    from .metrics import frame_sha256
-
+    configure_for_manifest(manifest)  # before JAX starts: the devices the build was compiled for
     gs = gate_set(manifest)
     if gs.digest != job["gate_set_digest"]:
         raise GateInfraError(f"gate set digest {gs.digest} differs from the parent's {job['gate_set_digest']}; "
@@ -95,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = render_gate_set(job)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises the typed error
-        from ..errors import AvatarReleaseError
-
         out = {"ok": False, "error": f"{type(e).__name__}: {e}",
                "exit_code": e.exit_code if isinstance(e, AvatarReleaseError) else 70}
         print(json.dumps(out))

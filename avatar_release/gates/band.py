@@ -24,9 +24,14 @@ from typing import Callable
 from .. import _atomic
 from .._digest import sha256_digest
 from ..errors import InputError, Refusal, SpecError
+from ..machine import environment_record, toolchain
 from ..records import Band, BandVariant, parse_record, utcnow
-from ..pipeline import load_entry
+from ..registry import read_manifest
 from ..specs import load_pipeline, manifests_dir
+from ._compare import per_frame_psnr
+from ._fresh import fresh_run
+from .gateset import gate_set
+from .metrics import max_abs_diff
 
 __all__ = ["band_path", "load_band", "calibrate", "CalibrationResult"]
 
@@ -55,6 +60,9 @@ def load_band(pipeline: str, target: str, path: str | Path | None = None) -> tup
 
 def _declared_variants(pipeline: str) -> list[dict[str, str]]:
     """The reassociation variants the pipeline's contract declares (imports its entry)."""
+    # Lazy: the gate worker imports this package and must import neither the pipeline nor the compiler.
+    from ..pipeline import load_entry
+
     return [dict(v) for v in load_entry(load_pipeline(pipeline)).band_variants]
 
 
@@ -75,20 +83,15 @@ def calibrate(
     out: str | Path | None = None,
     progress: Callable[[str], None] = lambda m: None,
 ) -> CalibrationResult:
-    from ..compile import compile_build
-    from ..machine import environment_record, toolchain
-    from ..registry import read_manifest
-    from ._compare import per_frame_psnr
-    from ._fresh import fresh_run
-    from .gateset import gate_set
-    from .metrics import max_abs_diff
-
     variants = list(variants or _declared_variants(pipeline))
     if not variants:
         raise InputError(f"gate calibrate: pipeline {pipeline} declares no band_variants; give at least one "
                          "--variant KEY=VALUE (an override that reorders reductions, e.g. a split contraction)")
     if margin_db < 0:
         raise InputError(f"--margin-db {margin_db}: must be >= 0")
+
+    # Lazy: the gate worker imports this package and must not import the compiler.
+    from ..compile import compile_build
 
     progress(f"compiling the reference {pipeline} for {target}")
     ref = compile_build(pipeline, target, registry=registry, move_dev=False, progress=progress)

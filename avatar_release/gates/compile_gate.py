@@ -24,10 +24,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..runtime import check_blobs
+from ..compile import rebuild_manifest
 from ..errors import AvatarReleaseError
+from ..machine import who
 from ..records import CompileCheck, CompileGateResult, parse_record, utcnow
 from ..records.stored import COMPILE_GATES
+from ..registry import read_manifest
+from ..runtime import check_blobs
+from ..specs import load_flag_profile
+from ..trust.evidence import gate_signing_key, sign_and_store
 
 __all__ = ["run_compile_gate", "load_compile_gate", "CompileGateOutcome"]
 
@@ -62,8 +67,6 @@ def _every_bucket(registry, m) -> CompileCheck:
 
 
 def _flags_present(m) -> CompileCheck:
-    from ..specs import load_flag_profile
-
     problems, details = [], {}
     try:
         pinned = load_flag_profile(m.flags.name)
@@ -117,8 +120,6 @@ def _no_callbacks(m, rebuilt=None) -> CompileCheck:
 
 
 def _reproducible(registry, ref, progress):
-    from ..compile import rebuild_manifest
-
     report, again = rebuild_manifest(ref, registry, progress=progress)
     if report.identical:
         fps = sum(e.fingerprint is not None for e in again.executables)
@@ -138,11 +139,9 @@ def _reproducible(registry, ref, progress):
 
 def run_compile_gate(registry, ref: str, *, reproduce: bool = True, store: bool = True,
                      progress: Callable[[str], None] = lambda msg: None) -> CompileGateOutcome:
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
     import jaxlib
-
-    from ..machine import who
-    from ..registry import read_manifest
 
     t0 = time.perf_counter()
     resolved, m = read_manifest(registry, ref)
@@ -164,8 +163,6 @@ def run_compile_gate(registry, ref: str, *, reproduce: bool = True, store: bool 
         seconds=round(time.perf_counter() - t0, 3), created_at=utcnow(), created_by=who(),
     )
     if store:
-        from ..trust.evidence import gate_signing_key, sign_and_store
-
         registry.put_record(_NAMESPACE, m.build_id, result.to_json_bytes())
         sign_and_store(registry, gate_signing_key(), kind="compile-gate", build_id=m.build_id,
                        subject_digest=m.content_digest(), predicate=result.model_dump(mode="json"))

@@ -24,8 +24,9 @@ import numpy as np
 
 from .._digest import canonical_json
 from ..errors import SpecError
-from ..media import DEFAULT_FIT, FIT_RESAMPLE, fit_image
+from ..media import DEFAULT_FIT, FIT_RESAMPLE, fit_image, sample_audio, sample_image
 from ..records import GateRequestRecord, GateSetRecord, Manifest
+from ..runtime import plan_chunks
 
 __all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "gate_set", "gate_request_inputs"]
 
@@ -48,8 +49,6 @@ def _frames_per_request(manifest: Manifest) -> int:
 
 def gate_request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.ndarray, np.ndarray]:
     """The (image, audio) of one request: exactly ``req.frames`` frames of audio."""
-    from ..media import sample_audio, sample_image
-
     p = manifest.program
     image, _ = fit_image(sample_image(p.height, p.width, req.image_variant), height=p.height, width=p.width,
                          rule=_FIT)
@@ -62,8 +61,6 @@ def gate_request_inputs(manifest: Manifest, req: GateRequestRecord) -> tuple[np.
 
 def gate_set(manifest: Manifest) -> GateSetRecord:
     """The gate set for this build's program and buckets."""
-    from ..runtime import plan_chunks
-
     frames = _frames_per_request(manifest)
     plan = plan_chunks(manifest, frames)
     used = {bucket for bucket, _, _ in plan}

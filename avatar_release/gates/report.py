@@ -18,6 +18,7 @@ import numpy as np
 from .. import _atomic
 from ..media import encode_png
 from ..records import GateResult
+from ._compare import frame_label
 from .metrics import psnr
 
 __all__ = ["heatmap", "psnr_plot_svg", "write_report", "png_data_uri"]
@@ -165,8 +166,6 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
 
 def _sample_frames(result: GateResult, cand: np.ndarray, base: np.ndarray | None) -> list[str]:
     """The worst frames (or evenly spread ones without a baseline), labelled, with heat maps."""
-    from ._compare import frame_label
-
     e = html.escape
     body = []
     body.append("<h2>Sample frames</h2><table><tr><th>frame</th>"

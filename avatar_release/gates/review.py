@@ -57,8 +57,12 @@ from .._digest import canonical_json, sha256_digest
 from ..errors import AvatarReleaseError, InputError, IntegrityError, NotFoundError, Refusal, TrustError
 from ..media import encode_png
 from ..records import REVIEW_SCHEMA_VERSION, GateResult, ReviewAnswer, ReviewDecision, ReviewRecord, utcnow
+from ..registry import read_manifest
+from ..trust import key_id, load_private_key
+from ..trust.evidence import sign_and_store, verified
+from ..trust.policy import config_dir, load_policy, local_identity
 from .report import heatmap, png_data_uri
-from .store import get_frames, latest_result, load_review, save_review
+from .store import get_frames, get_result, latest_result, load_review, result_refs, save_review
 
 __all__ = ["MAX_PAIRS", "CHOICES", "new_review", "review_frames", "review_page", "unseal_order", "record_answer",
            "decide", "ReviewStatus", "review_status", "ReviewServer", "serve_review"]
@@ -107,6 +111,7 @@ def unseal_order(review: ReviewRecord) -> tuple[list[bool], str | None]:
             f"review of {review.build_id}: its left/right order was sealed with review seal key "
             f"{review.seal_key_id}, this machine's is {here} ({_seal_key_path()}); serve and decide the review "
             "on the machine that ran the gate, or point AVATAR_RELEASE_REVIEW_SEAL_KEY at that machine's key")
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -132,6 +137,7 @@ def _aad(build_id: str, result_digest: str, commitment: str) -> bytes:
 
 
 def _encrypt(key: bytes, plaintext: bytes, aad: bytes) -> str:
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     nonce = secrets.token_bytes(12)
@@ -142,13 +148,13 @@ def _seal_key_path() -> Path:
     explicit = os.environ.get("AVATAR_RELEASE_REVIEW_SEAL_KEY")
     if explicit:
         return Path(explicit)
-    from ..trust.policy import config_dir
 
     return config_dir() / "keys" / "review-seal.key"
 
 
 def _seal_key() -> tuple[bytes, str]:
     """(AES-256 key derived from this machine's review seal secret, the secret's id)."""
+    # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -192,8 +198,6 @@ def _create_secret(path: Path) -> None:
 
 def review_frames(registry, review: ReviewRecord) -> tuple[np.ndarray, np.ndarray]:
     """(candidate frames, baseline frames) of the reviewed pairs, from the stored gate runs."""
-    from .store import get_result, result_refs
-
     refs = {r.digest: r for r in result_refs(registry, review.build_id)}
     if review.gate_result_digest not in refs:
         raise NotFoundError(f"review of {review.build_id}: gate result {review.gate_result_digest} is gone")
@@ -205,8 +209,6 @@ def review_frames(registry, review: ReviewRecord) -> tuple[np.ndarray, np.ndarra
 
 
 def _baseline_result(registry, result: GateResult) -> GateResult:
-    from .store import get_result, result_refs
-
     b = result.baseline
     for ref in result_refs(registry, b.build_id):
         if ref.digest == b.gate_result_digest:
@@ -297,7 +299,6 @@ def _load_signer(signer):
     """A private key, a path to one (``--reviewer-key``), or None (this machine's reviewer key)."""
     if signer is None or not isinstance(signer, (str, os.PathLike)):
         return signer
-    from ..trust import load_private_key
 
     return load_private_key(signer)
 
@@ -307,9 +308,6 @@ def _reviewer_key(reviewer: str | None, signer, policy, *, what: str):
 
     ``reviewer`` defaults to this machine's reviewer, ``signer`` to its reviewer key: a name
     typed on the command line proves nothing, the signature does."""
-    from ..trust import key_id
-    from ..trust.policy import load_policy, local_identity
-
     policy = policy or load_policy()
     reviewer = (reviewer or local_identity().reviewer).strip()
     if reviewer not in policy.reviewers:
@@ -325,16 +323,12 @@ def _reviewer_key(reviewer: str | None, signer, policy, *, what: str):
 
 def _subject(registry, build_id: str) -> str:
     """The build's store-independent manifest digest: what review evidence is signed about."""
-    from ..registry import read_manifest
-
     return read_manifest(registry, build_id)[1].content_digest()
 
 
 def _signed_answers(registry, review: ReviewRecord, policy, subject: str) -> dict[int, ReviewAnswer]:
     """{pair: answer} from answer attestations that verify under a reviewer key of the policy,
     signed by the reviewer they name, about this gate result, order and frame; first one per pair."""
-    from ..trust.evidence import verified
-
     good, _ = verified(registry, review.build_id, kind="review-answer", trusted=policy.reviewer_keys(),
                        subject_digest=subject)
     out: dict[int, ReviewAnswer] = {}
@@ -397,7 +391,6 @@ def record_answer(registry, build_id: str, pair: int, choice: str, *, reviewer: 
         predicate = {"build_id": build_id, "gate_result_digest": review.gate_result_digest,
                      "order_commitment": review.order_commitment, "pair": pair, "frame": review.frames[pair],
                      "choice": choice, "reviewer": reviewer, "at": utcnow()}
-        from ..trust.evidence import sign_and_store
 
         sign_and_store(registry, key, kind="review-answer", build_id=build_id, subject_digest=subject,
                        predicate=predicate)
@@ -440,7 +433,6 @@ def decide(registry, build_id: str, *, approve: bool, reviewer: str, note: str, 
         decision = ReviewDecision(decision="approved" if approve else "rejected", reviewer=reviewer, note=note,
                                   at=utcnow(), answers=[signed[k].evidence for k in sorted(signed)],
                                   order_commitment=review.order_commitment)
-        from ..trust.evidence import sign_and_store
 
         sign_and_store(registry, key, kind="review-decision", build_id=build_id, subject_digest=subject,
                        predicate={"build_id": build_id, "gate_result_digest": digest,
@@ -552,8 +544,6 @@ class ReviewStatus:
 
 
 def review_status(registry, build_id: str, *, policy=None) -> ReviewStatus:
-    from ..trust.policy import load_policy
-
     review = load_review(registry, build_id)
     if review is None:
         raise NotFoundError(f"no review for {build_id}: only a gate that ends in needs-review opens one")

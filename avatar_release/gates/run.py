@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import _atomic
+from .. import __version__, _atomic
 from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal
+from ..machine import Machine, configure_host_devices, diff_machines, environment_record, toolchain, who
 from ..records import (
     Band,
     BaselineRef,
@@ -33,10 +34,15 @@ from ..records import (
     ReviewRecord,
     utcnow,
 )
-from ..registry import Resolved, read_manifest
+from ..registry import CHANNELS, Resolved, read_manifest
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
 from ._fresh import GateRun, fresh_run
+from .band import load_band
+from .gateset import gate_set
+from .report import write_report
+from .review import new_review, review_page
 from .store import get_frames, latest_result, load_review, put_frames, save_result, save_review
+from .tier import decide_tier
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,11 +79,8 @@ def effective_status(registry, build_id: str) -> tuple[str, GateResult | None, s
 
 def _resolve_baseline(registry, baseline: str, manifest: Manifest, resolved_digest: str, env: EnvironmentRecord,
                       gs_digest: str):
-    from ..machine import Machine, diff_machines
-
     if baseline == "none":
         return None, None, None
-    from ..registry import CHANNELS
 
     if baseline in CHANNELS and registry.get_channel(baseline) is None:
         raise InputError(
@@ -154,11 +157,6 @@ def _check_inputs(registry, ref: str, baseline: str, band_file: str | Path | Non
     ``env``: where the runs rendered, when that was elsewhere (``gate merge``: the shards'
     machines); default this machine, which then must match the build.
     """
-    from ..machine import Machine, configure_host_devices, diff_machines, environment_record
-    from .band import load_band
-    from .gateset import gate_set
-    from .tier import decide_tier
-
     resolved, manifest = read_manifest(registry, ref)
     if env is None:
         if manifest.platform.backend == "cpu":
@@ -274,9 +272,6 @@ class _Stored:
 def _store(registry, inputs: _Inputs, twins: _Twins, comparison: _Comparison, t_start: float,
            progress: Callable[[str], None]) -> _Stored:
     """Step 5a: the frames, the result and (for needs-review, unless already decided) a review."""
-    from .. import __version__
-    from ..machine import toolchain, who
-
     progress("storing the gate result with the build")
     run_a, run_b, manifest = twins.a, twins.b, inputs.manifest
     frames_blob = put_frames(registry, run_a.frames)
@@ -295,8 +290,6 @@ def _store(registry, inputs: _Inputs, twins: _Twins, comparison: _Comparison, t_
 
     review = None
     if comparison.status == "needs-review":
-        from .review import new_review
-
         existing = load_review(registry, manifest.build_id)
         if existing is not None and existing.decision is not None:
             progress(f"review already decided: {existing.decision.decision} by {existing.decision.reviewer}")
@@ -312,13 +305,10 @@ def _report(report_dir: str | Path | None, stored: _Stored, twins: _Twins,
     """Step 5b: the HTML report (and the blind review page) -> (report, review page); None without a folder."""
     if report_dir is None:
         return None, None
-    from .report import write_report
 
     folder, review, frames, base_frames = Path(report_dir), stored.review, twins.a.frames, comparison.base_frames
     review_path = None
     if review is not None:
-        from .review import review_page
-
         folder.mkdir(parents=True, exist_ok=True)
         review_path = folder / "review.html"
         _atomic.write_text(review_path, review_page(review, frames[review.frames], base_frames[review.frames]))

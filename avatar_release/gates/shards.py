@@ -25,12 +25,17 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import EnvironmentMismatch, GateInfraError, InputError
+from .. import __version__
+from .._digest import canonical_json, sha256_digest
+from ..errors import EnvironmentMismatch, GateInfraError, InputError, IntegrityError, TrustError
+from ..machine import Machine, diff_machines, toolchain, who
 from ..records import GateSetRecord, GateShard, GateShardRun, parse_record, utcnow
 from ..registry import read_manifest
+from ..trust.attest import verify_envelope
+from ..trust.policy import load_policy
 from ._fresh import GateRun, fresh_run
 from .run import GateOutcome, _check_inputs, _compare, _report, _store, _Twins
-from .store import get_frames, put_frames, save_shard
+from .store import get_frames, put_frames, save_shard, shard_envelopes
 
 __all__ = ["ShardOutcome", "parse_shard", "shard_requests", "run_shard", "merge_shards"]
 
@@ -68,9 +73,6 @@ def shard_requests(gs: GateSetRecord, index: int, count: int) -> list[str]:
 def run_shard(ref: str, registry, *, shard: tuple[int, int], twins: tuple[int, ...] = (1, 2),
               run_id: str | None = None, progress: Callable[[str], None] = lambda m: None) -> ShardOutcome:
     """Render shard ``shard`` = (K, N) of the gate set in fresh processes and store signed partial evidence."""
-    from .. import __version__
-    from ..machine import toolchain, who
-
     index, count = shard
     inputs = _check_inputs(registry, ref, "none", None)  # the build, this machine, the gate set
     gs, manifest = inputs.gate_set, inputs.manifest
@@ -125,12 +127,6 @@ def merge_shards(ref: str, registry, *, baseline: str = "prod", report_dir: str 
 
 def _signed_shards(registry, manifest, run_id: str | None) -> list[tuple[GateShard, str]]:
     """The verified partials of this build (of one run id: ``run_id``, else the newest's), oldest first."""
-    from .._digest import canonical_json, sha256_digest
-    from ..errors import IntegrityError, TrustError
-    from ..trust.attest import verify_envelope
-    from ..trust.policy import load_policy
-    from .store import shard_envelopes
-
     policy = load_policy()
     trusted, subject = policy.gate_keys(manifest.target), manifest.content_digest()
     shards, bad = [], []
@@ -189,8 +185,6 @@ def _cover(shards: list[tuple[GateShard, str]], gs: GateSetRecord, build_digest:
     first = runs[0]
     for r in runs[1:]:
         if r.environment.fingerprint != first.environment.fingerprint:
-            from ..machine import Machine, diff_machines
-
             diff = diff_machines(Machine.of_environment(first.environment), Machine.of_environment(r.environment),
                                  cpu_features="equal")
             raise EnvironmentMismatch(

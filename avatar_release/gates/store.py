@@ -19,12 +19,15 @@ import zstandard
 from .._digest import sha256_digest
 from ..errors import IntegrityError
 from ..records import (
-    FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, SHARD_MEDIA_TYPE, BlobRef, GateResult, GateShard, ReviewRecord, parse_record,
+    FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, SHARD_MEDIA_TYPE, BlobRef, GateResult, GateShard, ReviewRecord,
+    parse_record,
 )
 from ..records.stored import (
     GATE_RESULTS, GATE_SHARDS, REVIEWS, parse_results_index, parse_shard_record, render_results_index,
     render_shard_record, shard_record_build, shard_record_name,
 )
+from ..trust.attest import ENVELOPE_MEDIA_TYPE, attest
+from ..trust.evidence import gate_signing_key, sign_and_store
 
 __all__ = ["put_frames", "get_frames", "save_result", "result_refs", "frames_refs", "latest_result", "get_result",
            "save_review", "load_review", "save_shard", "shard_refs", "shard_envelopes"]
@@ -75,8 +78,6 @@ def save_result(registry, result: GateResult, *, subject_digest: str | None = No
     that attests it (default: ``AVATAR_RELEASE_GATE_KEY``, else this machine's own gate key).
     The promotion policy reads only the signed copy.
     """
-    from ..trust.evidence import gate_signing_key, sign_and_store
-
     data = result.to_json_bytes()
     ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=RESULT_MEDIA_TYPE)
     sign_and_store(registry, signer or gate_signing_key(), kind="gate-result", build_id=result.build_id,
@@ -129,15 +130,11 @@ def save_shard(registry, shard: GateShard, *, subject_digest: str, signer=None) 
     ``gate-shard``), under its own record; returns the partial's digest. Only blobs and a record
     no other shard writes: parallel shards need no registry lock. ``gate merge`` reads only
     partials whose envelope verifies."""
-    from ..records import BlobRef as _Ref
-    from ..trust.attest import ENVELOPE_MEDIA_TYPE, attest
-    from ..trust.evidence import gate_signing_key
-
     data = shard.to_json_bytes()
     ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=SHARD_MEDIA_TYPE)
     envelope = attest(signer or gate_signing_key(), kind="gate-shard", build_id=shard.build_id,
                       subject_digest=subject_digest, predicate=shard.model_dump(mode="json"))
-    env_ref = _Ref(digest=registry.put_blob(envelope), size=len(envelope), media_type=ENVELOPE_MEDIA_TYPE)
+    env_ref = BlobRef(digest=registry.put_blob(envelope), size=len(envelope), media_type=ENVELOPE_MEDIA_TYPE)
     name = shard_record_name(shard.build_id, shard.index, shard.count, [r.twin for r in shard.runs], shard.run_id)
     registry.put_record(_SHARDS, name, render_shard_record(env_ref, ref, [r.frames_blob for r in shard.runs]))
     return ref.digest

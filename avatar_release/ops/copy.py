@@ -46,6 +46,7 @@ from ..errors import ConflictError, IntegrityError, NotFoundError
 from ..records import BlobRef, Manifest, parse_record
 from ..records.stored import STATEMENTS, STORED_NAMESPACES, TIMESTAMPS
 from ..registry import OciRegistry, Registry
+from ..trust.statements import read_statement
 
 __all__ = ["CopyReport", "copy_build"]
 
@@ -164,8 +165,6 @@ def _build_records(src: Registry, build_id: str) -> list[tuple[str, str]]:
 
 def _statement_digest(raw: bytes) -> str | None:
     """The build digest a stored statement signs (DSSE envelope or version-1 statement), unverified."""
-    from ..trust.statements import read_statement
-
     class _One:
         def get_record(self, namespace, name):
             return raw

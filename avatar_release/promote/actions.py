@@ -9,11 +9,15 @@ Repeating a promotion is a no-op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
-from ..machine import who
 from ..errors import Refusal
+from ..machine import who
 from ..records import CHANNELS, HistoryEntry
 from ..registry import Resolved, publish_to_dev, read_manifest
+from ..trust.statements import (
+    TIMESTAMP_VALIDITY, publish_statement, publish_timestamp, read_statement, sign, sign_timestamp, signed_digest,
+)
 from .policy import Decision, check_promotion, check_rollback_target
 
 __all__ = ["MoveResult", "promote", "publish_to_dev", "rollback", "actor", "sign_channel", "refresh_timestamp"]
@@ -49,10 +53,6 @@ def sign_channel(registry, channel: str, signing_key, *, valid_days: float = 30.
     The statement binds the build's manifest content digest, not this store's digest for it, so
     it stays valid wherever the build is copied (an OCI registry's digests differ from a
     directory store's)."""
-    from datetime import timedelta
-
-    from ..trust.statements import publish_statement, sign, signed_digest
-
     state = registry.get_channel(channel)
     if state is None:
         raise Refusal(f"sign {channel}: the channel is empty")
@@ -65,10 +65,6 @@ def sign_channel(registry, channel: str, signing_key, *, valid_days: float = 30.
 
 def refresh_timestamp(registry, channel: str, signing_key, *, valid_hours: float | None = None):
     """Re-sign the short-lived timestamp of ``channel``'s newest signed move (run on a schedule)."""
-    from datetime import timedelta
-
-    from ..trust.statements import TIMESTAMP_VALIDITY, publish_timestamp, read_statement, sign_timestamp, signed_digest
-
     st = read_statement(registry, channel)
     state = registry.get_channel(channel)
     if st is None or state is None:
@@ -88,7 +84,6 @@ def refresh_timestamp(registry, channel: str, signing_key, *, valid_hours: float
 def _maybe_sign(registry, result: "MoveResult", signing_key, valid_days: float) -> "MoveResult":
     if signing_key is None:
         return result
-    from ..trust.statements import read_statement
 
     current = read_statement(registry, result.decision.channel)
     state = registry.get_channel(result.decision.channel)

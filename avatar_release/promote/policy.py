@@ -18,9 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError, Refusal
+from ..gates import effective_status
+from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
-from ..records import Manifest
+from ..records import GateResult, Manifest
 from ..registry import CHANNELS, Resolved
+from ..trust.evidence import verified
+from ..trust.policy import load_policy
 
 __all__ = ["Decision", "check_promotion", "check_rollback_target", "check_gate_evidence"]
 
@@ -53,11 +57,6 @@ def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, wha
     build's manifest digest, count. Unsigned records (written before signed evidence, or by
     hand) are still listed by ``ls`` but never promote.
     """
-    from ..gates import effective_status
-    from ..records import GateResult
-    from ..trust.evidence import verified
-    from ..trust.policy import load_policy
-
     policy = policy or load_policy()
     fix = f"run `avatar-release gate {resolved.build_id}`"
     subject = manifest.content_digest()
@@ -96,8 +95,6 @@ def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, wha
 
 
 def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:
-    from ..gates.compile_gate import load_compile_gate
-
     compiled = load_compile_gate(registry, resolved.build_id)
     if compiled is not None:
         p = manifest.platform
@@ -108,8 +105,6 @@ def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:
 
 def _review_outcome(registry, resolved, digest, subject, policy, channel, *, rejected_unsigned: bool) -> str:
     """'approved', 'rejected' or 'needs-review' from signed reviewer decisions on this gate result."""
-    from ..trust.evidence import verified
-
     if rejected_unsigned:
         return "rejected"  # a rejection is final; honouring an unsigned one can only hold a build back
     decisions, _ = verified(registry, resolved.build_id, kind="review-decision", trusted=policy.reviewer_keys(),
@@ -132,8 +127,6 @@ def check_promotion(registry, resolved: Resolved, manifest: Manifest, channel: s
     _check_channel(channel)
     what = f"promote {resolved.build_id} to {channel}"
     if channel == "dev":
-        from ..gates import effective_status
-
         status, _, digest = effective_status(registry, resolved.build_id)
         if status == "rejected":
             raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..gates import effective_status
+from ..gates.compile_gate import load_compile_gate
+
 __all__ = ["BuildStatus", "ChannelCheck", "ReleaseStatus", "release_status", "channel_checks"]
 
 
@@ -79,9 +82,6 @@ def channel_checks(registry) -> list[ChannelCheck]:
 
 
 def release_status(registry) -> ReleaseStatus:
-    from ..gates import effective_status
-    from ..gates.compile_gate import load_compile_gate
-
     checks = channel_checks(registry)
     builds = []
     for b in registry.list_builds():
