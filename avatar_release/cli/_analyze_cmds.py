@@ -6,6 +6,13 @@ import json
 
 import click
 
+from ..analysis import LABEL, estimate_chunks
+from ..compile import parse_set_args
+from ..errors import AvatarReleaseError, InputError, SpecError
+from ..machine import configure_host_devices, native_log_filter
+from ..pipeline import CONTRACT_PAGE, AnalysisContext, load_entry
+from ..registry import open_registry, read_manifest
+from ..specs import load_flag_profile, load_pipeline, load_target
 from ._app import _emit, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option
 
 
@@ -17,11 +24,6 @@ def analyze_group() -> None:
 def _run_analysis(name: str, pipeline: str, *, target: str | None = None, options: dict | None = None,
                   as_json: bool) -> None:
     """Run one of the pipeline's own analyses (its contract's ``analyses``) and print it."""
-    from ..errors import SpecError
-    from ..machine import configure_host_devices, native_log_filter
-    from ..pipeline import CONTRACT_PAGE, AnalysisContext, load_entry
-    from ..specs import load_flag_profile, load_pipeline, load_target
-
     spec = load_pipeline(pipeline)
     pipe = load_entry(spec)
     analysis = pipe.analyses.get(name)
@@ -66,8 +68,6 @@ def analyze_attention_cmd(pipeline, no_eligibility, no_collectives, as_json):
 @json_option
 def analyze_pipeline_cmd(name, pipeline, target, options, as_json):
     """Run the analysis NAME that the pipeline declares (its contract's ``analyses``)."""
-    from ..compile import parse_set_args
-
     _run_analysis(name, pipeline, target=target, options=parse_set_args(options), as_json=as_json)
 
 
@@ -79,11 +79,6 @@ def analyze_pipeline_cmd(name, pipeline, target, options, as_json):
 def analyze_build_cmd(ref, registry_uri, as_json):
     """What a compiled build's own evidence says: memory fit, estimated time per chunk vs its
     deadline (a compiler estimate, never a measurement), all-to-all schedule, Pallas kernels."""
-    from ..analysis import LABEL, estimate_chunks
-    from ..errors import SpecError
-    from ..registry import open_registry, read_manifest
-    from ..specs import load_target
-
     reg = open_registry(registry_uri, create=False)
     _, m = read_manifest(reg, ref)
     try:
@@ -165,10 +160,6 @@ def _analytic_floors(m, chunks, peak, bw) -> dict:
     """Per bucket and stage, the pipeline's own analytic floor (its "floors" analysis, when its project
     is here and declares one): the least work any compile of these shapes must do, set beside what
     XLA counted. {} when unavailable."""
-    from ..errors import AvatarReleaseError
-    from ..pipeline import AnalysisContext, load_entry
-    from ..specs import load_pipeline
-
     if not (peak and bw):
         return {}
     try:
@@ -196,8 +187,6 @@ def _analytic_floors(m, chunks, peak, bw) -> dict:
 def analyze_schedule_cmd(pipeline, target, groups, as_json):
     """The pipeline's "schedule" analysis (the bundled one: hidden vs exposed all-to-alls of one SR attention
     layer, compiled for TARGET per head-group count)."""
-    from ..errors import InputError
-
     try:
         gs = tuple(int(g) for g in groups.split(",") if g.strip())
     except ValueError:

@@ -9,6 +9,7 @@ point sets XLA_FLAGS explicitly from the target or the build's manifest, then ca
 from __future__ import annotations
 
 import json
+import os
 import time
 import traceback
 from typing import Any
@@ -17,8 +18,13 @@ import click
 
 from .. import __version__
 from ..errors import CRASH_EXIT_CODE, AvatarReleaseError
+from ..machine import configure_compile_env, configure_for_manifest
 from ..records import CHANNELS
-from ..specs import use_project
+from ..registry import read_manifest
+from ..runtime import TrustConfig
+from ..specs import load_target, use_project
+from ..trust.keys import load_public_key
+from ..trust.statements import AcceptedState
 
 __all__ = ["main", "cli", "CHANNELS"]
 
@@ -130,12 +136,6 @@ def trust_options(f):
 def _trust(trust_key, trust_state, allow_stale=False):
     if not trust_key:
         return None
-    import os
-
-    from ..runtime import TrustConfig
-    from ..trust.keys import load_public_key
-    from ..trust.statements import AcceptedState
-
     return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)),
                        require_fresh=not allow_stale)
 
@@ -154,17 +154,11 @@ def cli() -> None:
 
 
 def _prepare_devices_for_target(target_name: str) -> None:
-    from ..machine import configure_compile_env
-    from ..specs import load_target
-
     configure_compile_env(load_target(target_name))
 
 
 def _prepare_devices_for_build(registry, ref: str):
     """Read the manifest (no JAX needed) and set the device count it was compiled for."""
-    from ..machine import configure_for_manifest
-    from ..registry import read_manifest
-
     resolved, manifest = read_manifest(registry, ref)
     configure_for_manifest(manifest)
     return resolved, manifest

@@ -6,7 +6,13 @@ import json
 
 import click
 
+from ..compile import compile_build, parse_set_args, rebuild
 from ..errors import IntegrityError, Refusal
+from ..machine import native_log_filter
+from ..promote import publish_to_dev
+from ..promote.status import release_status
+from ..registry import open_registry, read_manifest
+from ..runtime import verify_build
 from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option
 
 
@@ -25,17 +31,9 @@ from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _prog
 @json_option
 def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format, registry_uri, as_json):
     """Trace, AOT-compile and publish a build; points the dev channel at it."""
-    from ..compile import parse_set_args
-    from ..registry import open_registry
-
     overrides = parse_set_args(sets)
     _prepare_devices_for_target(target)
     registry = open_registry(registry_uri)
-    from ..compile import compile_build
-    from ..promote import publish_to_dev
-
-    # compile publishes; moving dev is promote's job.
-    from ..machine import native_log_filter
 
     # The compiler's C++ log (glog on fd 2) becomes one readable line per distinct message.
     with native_log_filter() as xla_log:
@@ -44,6 +42,7 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
             concurrent_compile=not serial, executable_format=executable_format, move_dev=False,
             progress=_progress(),
         )
+    # compile publishes; moving dev is promote's job.
     publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
     rows = "\n".join(
         f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
@@ -65,13 +64,9 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
 @json_option
 def rebuild_cmd(ref, registry_uri, as_json):
     """Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."""
-    from ..registry import open_registry, read_manifest
-
     reg = open_registry(registry_uri, create=False)
     _, m = read_manifest(reg, ref)
     _prepare_devices_for_target(m.target)
-    from ..compile import rebuild
-    from ..machine import native_log_filter
 
     with native_log_filter():  # the recompile's C++ log, as readable lines
         report = rebuild(ref, reg, progress=_progress())
@@ -89,9 +84,6 @@ def rebuild_cmd(ref, registry_uri, as_json):
 @json_option
 def ls_cmd(registry_uri, as_json):
     """List builds, their gate status and the channels that point at them."""
-    from ..promote.status import release_status
-    from ..registry import open_registry
-
     st = release_status(open_registry(registry_uri, create=False))
     human = "\n".join(
         f"{b.build_id:<40} {b.digest[:19]}  {b.published_at[:19]}  {b.gate:<12} "
@@ -108,8 +100,6 @@ def ls_cmd(registry_uri, as_json):
 @json_option
 def inspect_cmd(ref, registry_uri, as_json):
     """Show a build's manifest (REF: channel, build id or digest)."""
-    from ..registry import open_registry, read_manifest
-
     reg = open_registry(registry_uri, create=False)
     resolved, m = read_manifest(reg, ref)
     if as_json:
@@ -147,8 +137,6 @@ def inspect_cmd(ref, registry_uri, as_json):
 @json_option
 def verify_cmd(ref, registry_uri, as_json):
     """Re-hash every blob of a build; exit 4 naming each blob that fails."""
-    from ..runtime import verify_build
-
     report = verify_build(ref, registry_uri)
     human = "\n".join(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['what']:<16} {r['digest'][:19]}  {r.get('error', '')}"
                       for r in report["blobs"])

@@ -6,11 +6,19 @@ import sys
 
 import click
 
+from ..compile import parse_set_args
+from ..errors import EnvironmentMismatch, InputError, NeedsReview, Refusal
+from ..gates import calibrate, merge_shards, parse_shard, run_gate, run_shard
+from ..gates.compile_gate import run_compile_gate
+from ..gates.review import decide, review_status, serve_review
+from ..machine import native_log_filter
+from ..registry import open_registry, read_manifest
+from ..runtime import check_environment
 from ._app import (
     _emit, _finish, _next_step, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option,
     project_option, registry_option,
 )
-from ..errors import InputError, NeedsReview, Refusal
+from ._summary import append_step_summary, gate_summary
 
 
 # ------------------------------------------------------------------------------------ gates
@@ -58,8 +66,6 @@ def _compare_options(f):
 @json_option
 def gate_run_cmd(ref, baseline, report_dir, band_file, shard, twin, run_id, registry_uri, as_json):
     """Gate REF: zero recompiles, twin baseline, bit-exact or similarity band."""
-    from ..registry import open_registry
-
     if shard is not None:
         _gate_shard(registry_uri, ref, shard, twin, run_id, as_json)
         return
@@ -68,7 +74,6 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, shard, twin, run_id, regi
     registry = open_registry(registry_uri, create=False)
     resolved, manifest = _prepare_devices_for_build(registry, ref)
     _require_build_hardware(manifest)
-    from ..gates import run_gate
 
     outcome = run_gate(resolved.digest, registry, baseline=baseline,
                        report_dir=report_dir or f"gate-reports/{manifest.build_id}",
@@ -77,9 +82,6 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, shard, twin, run_id, regi
 
 
 def _gate_shard(registry_uri, ref, shard, twin, run_id, as_json) -> None:
-    from ..gates import parse_shard, run_shard
-    from ..registry import open_registry
-
     k, n = parse_shard(shard)
     ctx = click.get_current_context()
     given = [f"--{name.replace('_dir', '').replace('_file', '')}" for name in ("baseline", "report_dir", "band_file")
@@ -115,9 +117,6 @@ def gate_merge_cmd(ref, baseline, report_dir, band_file, run_id, registry_uri, a
 
     Needs no accelerator: it reads the shards' frames and hashes from the registry.
     """
-    from ..gates import merge_shards
-    from ..registry import open_registry, read_manifest
-
     registry = open_registry(registry_uri, create=False)
     _, manifest = read_manifest(registry, ref)
     outcome = merge_shards(ref, registry, baseline=baseline, report_dir=report_dir or f"gate-reports/{manifest.build_id}",
@@ -127,8 +126,6 @@ def gate_merge_cmd(ref, baseline, report_dir, band_file, run_id, registry_uri, a
 
 def _gate_finish(outcome, as_json: bool) -> None:
     """One gate result (run or merged): the table, the step summary, the next command, the exit code."""
-    from ._summary import append_step_summary, gate_summary
-
     r = outcome.result
     lines = [f"{r.status.upper()}: {r.build_id}",
              f"  baseline {r.baseline.build_id if r.baseline else 'none'}"
@@ -163,8 +160,6 @@ def _require_build_hardware(manifest) -> None:
     check (both machines named), pointing at the compile gate."""
     if manifest.platform.backend == "cpu":
         return  # the fresh gate workers check CPU builds field by field as they load
-    from ..errors import EnvironmentMismatch
-    from ..runtime import check_environment
 
     try:
         check_environment(manifest)
@@ -186,14 +181,9 @@ def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
 
     Never enough to promote past dev: output gates need a run on the build's hardware.
     """
-    from ..registry import open_registry, read_manifest
-
     registry = open_registry(registry_uri, create=False)
     _, manifest = read_manifest(registry, ref)
     _prepare_devices_for_target(manifest.target)
-    from ..gates.compile_gate import run_compile_gate
-
-    from ..machine import native_log_filter
 
     with native_log_filter() as xla_log:  # the recompile's C++ log, as readable lines
         outcome = run_compile_gate(registry, ref, reproduce=not no_reproduce, progress=_progress())
@@ -220,15 +210,9 @@ def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
 @json_option
 def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri, as_json):
     """Measure the similarity band that bf16 reassociation alone produces, and store it."""
-    from ..compile import parse_set_args
-    from ..registry import open_registry
-
     parsed = [parse_set_args([p for p in v.split(",") if p]) for v in variants] or None
     _prepare_devices_for_target(target)
     registry = open_registry(registry_uri)
-    from ..gates import calibrate
-
-    from ..machine import native_log_filter
 
     with native_log_filter():  # the variants' compiles: C++ log as readable lines
         res = calibrate(pipeline, target, registry=registry, variants=parsed, margin_db=margin_db, out=out,
@@ -261,9 +245,6 @@ def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri,
 def review_cmd(ref, serve, host, port, decision, reviewer, reviewer_key, note, registry_uri, as_json):
     """Blind review of a build below the band: --serve, then --approve or --reject; without
     either, the state (counts only until the decision, then the left/right order)."""
-    from ..gates.review import decide, review_status, serve_review
-    from ..registry import open_registry
-
     registry = open_registry(registry_uri, create=False)
     build_id = registry.resolve(ref).build_id
     if serve and decision:

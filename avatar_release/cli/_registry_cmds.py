@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ..ops.copy import copy_build
+from ..registry import open_registry
 from ._app import _emit, channel_choice, cli, json_option, registry_option
 
 
@@ -34,8 +36,5 @@ def _copy_human(r) -> str:
 def copy_cmd(ref, to_uri, channel, registry_uri, as_json):
     """Mirror build REF (channel, build id or digest) from --registry into --to: blobs, manifest and
     every record of the build, verified on the way; re-running skips what is already there."""
-    from ..ops.copy import copy_build
-    from ..registry import open_registry
-
     report = copy_build(open_registry(registry_uri, create=False), open_registry(to_uri), ref, channel=channel)
     _emit(as_json, {"ok": True, **report.to_dict()}, _copy_human(report))

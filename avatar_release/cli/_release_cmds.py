@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import click
 
+from ..ops import collect_garbage
+from ..promote import promote, rollback
+from ..promote.actions import refresh_timestamp, sign_channel
+from ..registry import open_registry
+from ..trust.keys import generate_keypair, load_private_key
 from ._app import _emit, _next_step, channel_choice, cli, json_option, registry_option, signing_options
+from ._summary import append_step_summary, promote_summary
 
 
 # ---------------------------------------------------------------------------------- promotion
 def _signing_key(path):
     if not path:
         return None
-    from ..trust.keys import load_private_key
 
     return load_private_key(path)
 
@@ -38,11 +43,6 @@ def _move_human(r, verb: str) -> str:
 @json_option
 def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_json):
     """Move a channel to REF if the policy allows it (exit 1 with the reason if not)."""
-    from ..promote import promote
-    from ..registry import open_registry
-
-    from ._summary import append_step_summary, promote_summary
-
     r = promote(open_registry(registry_uri, create=False), ref, channel, reason=reason,
                 signing_key=_signing_key(sign_key), valid_days=valid_days)
     after = {"dev": "staging", "staging": "prod"}.get(channel)  # the channel this build goes to next
@@ -61,9 +61,6 @@ def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_jso
 @json_option
 def rollback_cmd(channel, to, reason, sign_key, valid_days, registry_uri, as_json):
     """Move CHANNEL back to an earlier build that passed its gates."""
-    from ..promote import rollback
-    from ..registry import open_registry
-
     r = rollback(open_registry(registry_uri, create=False), channel, to=to, reason=reason,
                  signing_key=_signing_key(sign_key), valid_days=valid_days)
     _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "rolled back"))
@@ -75,8 +72,6 @@ def rollback_cmd(channel, to, reason, sign_key, valid_days, registry_uri, as_jso
 @json_option
 def history_cmd(channel, registry_uri, as_json):
     """The append-only history of channel moves (all channels, or one)."""
-    from ..registry import open_registry
-
     entries = open_registry(registry_uri, create=False).history(channel)
     human = "\n".join(
         f"#{e.sequence:<4} {e.when[:19]}  {e.channel:<8} {e.action:<8} {(e.from_build or '-'):<26} -> "
@@ -95,9 +90,6 @@ def history_cmd(channel, registry_uri, as_json):
 @json_option
 def gc_cmd(prune_builds, min_age_s, dry_run, registry_uri, as_json):
     """Delete unreferenced blobs (never anything a channel or a rollback can reach)."""
-    from ..registry import open_registry
-    from ..ops import collect_garbage
-
     r = collect_garbage(open_registry(registry_uri, create=False), prune_builds=prune_builds,
                         min_age_s=min_age_s, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
@@ -118,8 +110,6 @@ def keys_group() -> None:
 @json_option
 def keys_generate_cmd(out_dir, name, as_json):
     """Create a signing key (0600) and its public key; never overwrites."""
-    from ..trust.keys import generate_keypair
-
     priv, pub, kid = generate_keypair(out_dir, name)
     _emit(as_json, {"ok": True, "private_key": str(priv), "public_key": str(pub), "key_id": kid},
           f"key {kid}\n  private {priv} (keep it on the release machine)\n  public  {pub} (give it to serving pods)")
@@ -133,9 +123,6 @@ def keys_generate_cmd(out_dir, name, as_json):
 @json_option
 def keys_sign_cmd(channel, key_path, valid_days, registry_uri, as_json):
     """(Re-)sign the statement for where CHANNEL points now (e.g. before it expires)."""
-    from ..promote.actions import sign_channel
-    from ..registry import open_registry
-
     st = sign_channel(open_registry(registry_uri, create=False), channel, _signing_key(key_path),
                       valid_days=valid_days)
     p = st.payload
@@ -152,9 +139,6 @@ def keys_sign_cmd(channel, key_path, valid_days, registry_uri, as_json):
 @json_option
 def keys_refresh_cmd(channel, key_path, valid_hours, registry_uri, as_json):
     """Re-sign the short-lived timestamp of CHANNEL's newest signed move (run it on a schedule)."""
-    from ..promote.actions import refresh_timestamp
-    from ..registry import open_registry
-
     ts = refresh_timestamp(open_registry(registry_uri, create=False), channel, _signing_key(key_path),
                            valid_hours=valid_hours)
     p = ts.payload

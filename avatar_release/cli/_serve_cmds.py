@@ -7,8 +7,10 @@ import sys
 
 import click
 
-from ._app import _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli, json_option, registry_option, trust_options
 from ..errors import InputError
+from ..registry import open_registry
+from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
+from ._app import _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli, json_option, registry_option, trust_options
 
 
 # ---------------------------------------------------------------------------------- render
@@ -37,7 +39,6 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
     """Load a build as a serving pod would and render a video with zero compiles."""
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
-    from ..serving import render_to_files
 
     summary = render_to_files(
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
@@ -84,9 +85,6 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
 def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, header_timeout, grace, follow, poll,
               trust_key, trust_state, allow_stale, registry_uri):
     """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
-    from ..registry import open_registry
-    from ..serving import AppConfig, Limits, ServerConfig, run_server, start_pod
-
     pod = start_pod(open_registry(registry_uri, create=False), channel, trust=_trust(trust_key, trust_state, allow_stale),
                     prepare=_prepare_devices_for_build)
     cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll, header_timeout=header_timeout,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import avatar_release.registry as registry_mod
+import avatar_release.cli._analyze_cmds as analyze_cmds
 from avatar_release.cli import cli
 from avatar_release.records import Manifest, ScheduleRecord, parse_record
 
@@ -41,8 +41,9 @@ def _manifest() -> Manifest:
 @pytest.fixture
 def analyze(monkeypatch):
     m = _manifest()
-    monkeypatch.setattr(registry_mod, "open_registry", lambda uri, create=False: object())
-    monkeypatch.setattr(registry_mod, "read_manifest", lambda reg, ref: (None, m))
+    # Where the command looks them up (its module's header imports them).
+    monkeypatch.setattr(analyze_cmds, "open_registry", lambda uri, create=False: object())
+    monkeypatch.setattr(analyze_cmds, "read_manifest", lambda reg, ref: (None, m))
 
     def run(*extra):
         res = CliRunner().invoke(cli, ["analyze", "build", "dev", *extra], catch_exceptions=False)
