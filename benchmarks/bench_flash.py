@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the bundled pipeline (model/, kernels/) is a project beside the package
 
 
 def measure(pipeline: str) -> dict:

@@ -19,6 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the bundled pipeline (model/, kernels/) is a project beside the package
+
 T_PROCESS = time.perf_counter()
 
 

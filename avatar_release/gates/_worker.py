@@ -68,8 +68,12 @@ def render_gate_set(job: dict) -> dict:
     render_seconds = time.perf_counter() - t0
     out_dir = Path(job["out_dir"])
     np.save(out_dir / "frames.npy", np.concatenate(frames), allow_pickle=False)
-    heavy = sorted(m for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.pipeline", "model", "kernels")
-                   if m in sys.modules)
+    # What a serving process must never import: the compile-side stack, and the pipeline's own
+    # package (the top-level package of the entry the manifest names), whichever project it is.
+    parts = manifest.model_entry.partition(":")[0].split(".")
+    pipeline_package = ".".join(parts[:2] if parts[0] == "avatar_release" else parts[:1])  # (builds before v4)
+    heavy = sorted(m for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.pipeline",
+                               pipeline_package) if m in sys.modules)
     return {
         "ok": True,
         "build_id": manifest.build_id,
