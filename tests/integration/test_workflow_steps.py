@@ -144,8 +144,9 @@ def _needs(job) -> list[str]:
 
 @pytest.fixture
 def workspace(tmp_path):
-    """A checkout as the runner sees it: examples/trust.toml naming keys whose private halves are
-    this test's secrets (the shipped placeholders' were thrown away)."""
+    """A checkout as the runner sees it: the project (manifests/, model/, kernels/) and
+    examples/trust.toml naming keys whose private halves are this test's secrets (the shipped
+    placeholders' were thrown away)."""
     from avatar_release.trust.keys import generate_keypair
 
     ws = tmp_path / "ws"
@@ -159,6 +160,9 @@ def workspace(tmp_path):
         secrets[name] = priv.read_text()
     shutil.copy(WORKFLOW, ws / "examples" / WORKFLOW.name)
     shutil.copy(ROOT / "examples" / "trust.toml", ws / "examples" / "trust.toml")
+    # The project the workflow's commands find upward from the checkout: its specs and the pipeline's code.
+    for folder in ("manifests", "model", "kernels"):
+        shutil.copytree(ROOT / folder, ws / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return ws, {"AVATAR_RELEASE_GATE_KEY_CPU": secrets["ci-gate-cpu"],
                 "AVATAR_RELEASE_GATE_KEY_TPU": secrets["ci-gate-tpu"],
                 "AVATAR_RELEASE_SIGNING_KEY": secrets["release"]}, keys
