@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
 
 import click
 
@@ -46,7 +48,8 @@ def _compare_options(f):
     f = click.option("--band", "band_file", default=None,
                      help="Band file (default: manifests/bands/<pipeline>-<target>.json).")(f)
     f = click.option("--report", "report_dir", default=None,
-                     help="Folder for the HTML report (default: gate-reports/<build id>).")(f)
+                     help="Folder for the HTML report (default: gate-reports/<build id>/<UTC time of the run>: one "
+                          "folder per run, so a re-gate never overwrites an earlier report).")(f)
     return click.option("--baseline", default="prod", show_default=True,
                         help="Compare against: a channel, a build id or digest, or none (first build).")(f)
 
@@ -76,9 +79,20 @@ def gate_run_cmd(ref, baseline, report_dir, band_file, shard, twin, run_id, regi
     _require_build_hardware(manifest)
 
     outcome = run_gate(resolved.digest, registry, baseline=baseline,
-                       report_dir=report_dir or f"gate-reports/{manifest.build_id}",
+                       report_dir=report_dir or _run_report_dir(manifest.build_id),
                        band_file=band_file, progress=_progress())
     _gate_finish(outcome, as_json)
+
+
+def _run_report_dir(build_id: str) -> str:
+    """gate-reports/<build id>/<UTC time>: every run its own folder (a failed report is never replaced)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    folder = Path("gate-reports") / build_id / stamp
+    n = 1
+    while folder.exists():  # two runs within one second
+        n += 1
+        folder = Path("gate-reports") / build_id / f"{stamp}-{n}"
+    return str(folder)
 
 
 def _gate_shard(registry_uri, ref, shard, twin, run_id, as_json) -> None:
@@ -119,7 +133,7 @@ def gate_merge_cmd(ref, baseline, report_dir, band_file, run_id, registry_uri, a
     """
     registry = open_registry(registry_uri, create=False)
     _, manifest = read_manifest(registry, ref)
-    outcome = merge_shards(ref, registry, baseline=baseline, report_dir=report_dir or f"gate-reports/{manifest.build_id}",
+    outcome = merge_shards(ref, registry, baseline=baseline, report_dir=report_dir or _run_report_dir(manifest.build_id),
                            band_file=band_file, run_id=run_id, progress=_progress())
     _gate_finish(outcome, as_json)
 
@@ -138,9 +152,13 @@ def _gate_finish(outcome, as_json: bool) -> None:
     lines.append(f"  result  {outcome.digest}  ({r.seconds.get('total', 0):.1f}s)")
     nxt = {"passed": f"avatar-release promote {r.build_id} --to staging",
            "needs-review": f"avatar-release review {r.build_id} --serve"}.get(r.status)
+    never = getattr(outcome, "never_promotes", None)
+    if never:
+        lines.append(f"  note    {never}")
+        nxt = f"avatar-release gate {r.build_id}"
     if nxt:
         lines.append(_next_step(nxt))
-    payload = {"status": r.status, "result_digest": outcome.digest,
+    payload = {"status": r.status, "result_digest": outcome.digest, "promotable": never is None, "never_promotes": never,
                "report": str(outcome.report) if outcome.report else None,
                "review_page": str(outcome.review_page) if outcome.review_page else None,
                "next": nxt, "result": r.model_dump(mode="json")}

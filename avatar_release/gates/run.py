@@ -34,7 +34,8 @@ from ..records import (
     ReviewRecord,
     utcnow,
 )
-from ..registry import CHANNELS, Resolved, read_manifest
+from ..registry import CHANNELS, Registry, Resolved, read_manifest
+from ..trust.policy import load_policy
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
 from ._fresh import GateRun, fresh_run
 from .band import load_band
@@ -43,6 +44,7 @@ from .report import write_report
 from .review import new_review, review_page
 from .store import get_frames, latest_result, load_review, put_frames, save_result, save_review
 from .tier import decide_tier
+from .verdicts import review_outcome, signed_verdicts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,6 +58,9 @@ class GateOutcome:
     digest: str
     report: Path | None
     review_page: Path | None
+    # Why this verdict cannot promote, said when the gate runs (None: it may): a comparison with
+    # nothing while prod holds another build proves determinism only.
+    never_promotes: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -91,13 +96,7 @@ def _resolve_baseline(registry, baseline: str, manifest: Manifest, resolved_dige
     if b_resolved.digest == resolved_digest:
         raise InputError(f"--baseline {baseline} is {b_resolved.build_id}, the candidate itself; "
                          "use --baseline none to re-gate a build on its own")
-    status, b_result, b_digest = effective_status(registry, b_resolved.build_id)
-    if b_result is None:
-        raise Refusal(f"baseline {b_resolved.build_id} has no gate result to compare with; gate it first: "
-                      f"avatar-release gate {b_resolved.build_id} --baseline none")
-    if status not in ("passed", "approved"):
-        raise Refusal(f"baseline {b_resolved.build_id} did not pass its gates (status {status}); "
-                      "choose a baseline that passed")
+    b_result, b_digest = _verified_baseline(registry, b_resolved, b_manifest)
     if b_result.environment.fingerprint != env.fingerprint:
         diff = diff_machines(Machine.of_environment(b_result.environment), Machine.of_environment(env),
                              cpu_features="equal")
@@ -115,6 +114,31 @@ def _resolve_baseline(registry, baseline: str, manifest: Manifest, resolved_dige
             b_manifest, b_result)
 
 
+def _verified_baseline(registry: Registry, b_resolved: Resolved, b_manifest: Manifest) -> tuple[GateResult, str]:
+    """The baseline's newest gate result that the trust policy accepts (signed by a key trusted for the
+    baseline's target, for its manifest digest, newest by the signed time), and its digest: its frame
+    hashes and frames are what the candidate is compared with. Unsigned records never are."""
+    policy = load_policy()
+    verdicts, rejected = signed_verdicts(registry, b_resolved.build_id, b_manifest, policy)
+    fix = f"avatar-release gate {b_resolved.build_id} --baseline none"
+    if not verdicts:
+        why = f" ({'; '.join(r.reason for r in rejected[-2:])})" if rejected else ""
+        raise Refusal(f"baseline {b_resolved.build_id} has no gate result signed by a key the trust policy "
+                      f"{policy.path} accepts for target {b_manifest.target}{why}; a baseline's frames are read only "
+                      f"from verified evidence. Gate it first: {fix}")
+    newest = verdicts[-1]
+    status = newest.result.status
+    if effective_status(registry, b_resolved.build_id)[0] == "rejected":
+        status = "rejected"
+    elif status == "needs-review":
+        status = review_outcome(registry, b_resolved.build_id, newest.digest, b_manifest.content_digest(), policy,
+                                approvals=1)
+    if status not in ("passed", "approved"):
+        raise Refusal(f"baseline {b_resolved.build_id} did not pass its gates (its newest signed result is "
+                      f"{status!r}, {newest.digest}); choose a baseline that passed")
+    return newest.result, newest.digest
+
+
 def run_gate(
     ref: str,
     registry,
@@ -130,7 +154,15 @@ def run_gate(
     comparison = _compare(registry, inputs, twins)
     stored = _store(registry, inputs, twins, comparison, t_start, progress)
     report, review_path = _report(report_dir, stored, twins, comparison)
-    return GateOutcome(stored.result, stored.digest, report, review_path)
+    return GateOutcome(stored.result, stored.digest, report, review_path, _never_promotes(registry, inputs))
+
+
+def _never_promotes(registry: Registry, inputs: "_Inputs") -> str | None:
+    prod = registry.get_channel("prod")
+    if inputs.baseline is not None or prod is None or prod.digest == inputs.resolved.digest:
+        return None
+    return (f"compared with nothing while prod holds {prod.build_id}: this verdict proves determinism only and "
+            f"never promotes; to promote, gate against prod: avatar-release gate {inputs.resolved.build_id}")
 
 
 @dataclass

@@ -34,7 +34,7 @@ from ..registry import read_manifest
 from ..trust.attest import verify_envelope
 from ..trust.policy import load_policy
 from ._fresh import GateRun, fresh_run
-from .run import GateOutcome, _check_inputs, _compare, _report, _store, _Twins
+from .run import GateOutcome, _check_inputs, _compare, _never_promotes, _report, _store, _Twins
 from .store import get_frames, put_frames, save_shard, shard_envelopes
 
 __all__ = ["ShardOutcome", "parse_shard", "shard_requests", "run_shard", "merge_shards"]
@@ -122,7 +122,7 @@ def merge_shards(ref: str, registry, *, baseline: str = "prod", report_dir: str 
     comparison.gates[0] = zr.model_copy(update={"details": {**zr.details, "partials": partials}})
     stored = _store(registry, inputs, twins, comparison, t_start, progress)
     report, review_path = _report(report_dir, stored, twins, comparison)
-    return GateOutcome(stored.result, stored.digest, report, review_path)
+    return GateOutcome(stored.result, stored.digest, report, review_path, _never_promotes(registry, inputs))
 
 
 def _signed_shards(registry, manifest, run_id: str | None) -> list[tuple[GateShard, str]]:

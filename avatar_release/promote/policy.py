@@ -1,13 +1,15 @@
 """Promotion policy: what may enter each channel, decided from stored evidence only.
 
     dev      any compiled build
-    staging  a build whose latest *signed* gate result passed (or whose blind review a reviewer the
-             trust policy names approved, signed), for this very build's manifest digest, gated
-             in an environment that matches the build's target, by a key the policy trusts
-             for that target
-    prod     only the build that is in staging now: no skipping; a reviewed build needs the
-             policy's ``prod_approvals`` distinct reviewers
-    rollback to a build that passed its gates and was in that channel before
+    staging  a build whose latest *signed* gate result from a comparison with the build in prod
+             *now* passed (or whose blind review a reviewer the trust policy names approved,
+             signed), for this very build's manifest digest, gated in an environment that matches
+             the build's target, by a key the policy trusts for that target; with prod empty (the
+             first release), its latest signed result, whatever it was compared with
+    prod     only the build that is in staging now: no skipping; the same comparison with prod
+             now (prod moved since the gate: re-gate); a reviewed build needs the policy's
+             ``prod_approvals`` distinct reviewers
+    rollback to a build whose latest signed gate result passed and that was in that channel before
 
 A decision carries its evidence (the gate result digest, the statuses it read), so a refusal
 can say exactly why, and a promotion records which gate result let it through.
@@ -18,13 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError, Refusal
-from ..gates import effective_status
+from ..gates import compared_with, describe_comparison, effective_status, review_outcome, signed_verdicts
 from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
 from ..records import GateResult, Manifest
-from ..registry import CHANNELS, Resolved
-from ..trust.evidence import verified
-from ..trust.policy import load_policy
+from ..registry import CHANNELS, Registry, Resolved
+from ..trust.policy import TrustPolicy, load_policy
 
 __all__ = ["Decision", "check_promotion", "check_rollback_target", "check_gate_evidence"]
 
@@ -48,22 +49,27 @@ def _check_channel(channel: str) -> None:
 GATE_MACHINE_FIELDS = ("backend", "device_kind", "device_count", "jaxlib", "cpu_features")
 
 
-def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, what: str, channel: str = "staging",
-                        policy=None) -> tuple[str, str]:
+def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manifest, *, what: str,
+                        channel: str = "staging", policy: TrustPolicy | None = None,
+                        against_prod: bool = True) -> tuple[str, str]:
     """(status, gate result digest) when the build's *signed* gate evidence lets it through.
 
     Only attestations whose signature verifies under a key the trust policy names for the
     build's target (gate results) or for reviewing (review decisions), made for exactly this
-    build's manifest digest, count. Unsigned records (written before signed evidence, or by
-    hand) are still listed by ``ls`` but never promote.
+    build's manifest digest, count; they are ordered by their signed ``created_at``. Unsigned
+    records (written before signed evidence, or by hand) are still listed by ``ls`` but never promote.
+
+    ``against_prod`` (promotions): while prod holds another build, only verdicts from a comparison
+    with that build count, the newest deciding; a comparison with nothing (``--baseline none``) or
+    with a build prod has since left asks for a re-gate. Prod empty: the newest verdict decides (the
+    first release). Rollbacks pass False: the newest verdict of any comparison decides.
     """
     policy = policy or load_policy()
     fix = f"run `avatar-release gate {resolved.build_id}`"
     subject = manifest.content_digest()
-    results, rejected = verified(registry, resolved.build_id, kind="gate-result",
-                                 trusted=policy.gate_keys(manifest.target), subject_digest=subject)
+    verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
-    if not results:
+    if not verdicts:
         if rejected or shown is not None:
             why = "; ".join(r.reason for r in rejected[-3:]) or "no attestation was stored with it"
             raise Refusal(f"{what}: {resolved.build_id} has gate evidence, but none signed by a key the trust policy "
@@ -71,21 +77,33 @@ def check_gate_evidence(registry, resolved: Resolved, manifest: Manifest, *, wha
                           f"never promotes; {fix} with a trusted gate key")
         _refuse_compile_gate_only(registry, resolved, manifest, what, fix)
         raise Refusal(f"{what}: {resolved.build_id} has never been gated; {fix} first")
-    att, digest = results[-1]  # the newest signed result
-    result = GateResult.model_validate(att.predicate)
+    prod = registry.get_channel("prod") if against_prod else None
+    if prod is not None and prod.digest != resolved.digest:
+        relevant = compared_with(verdicts, prod.digest)
+        if not relevant:
+            seen = "; ".join(sorted({describe_comparison(v) for v in verdicts}))
+            raise Refusal(f"{what}: prod holds {prod.build_id} now, and no signed gate result of {resolved.build_id} "
+                          f"compares with it (its results: {seen}). A comparison with nothing proves determinism only "
+                          f"and never promotes past a prod that exists; gate it against prod: "
+                          f"avatar-release gate {resolved.build_id}")
+        verdict = relevant[-1]
+    else:
+        verdict = verdicts[-1]
+    result, digest = verdict.result, verdict.digest
     status = result.status
-    if shown_status == "rejected" or status == "needs-review":
-        status = _review_outcome(registry, resolved, digest, subject, policy, channel,
-                                 rejected_unsigned=shown_status == "rejected")
+    if shown_status == "rejected":
+        status = "rejected"  # a rejection is final; honouring an unsigned one can only hold a build back
+    elif status == "needs-review":
+        status = review_outcome(registry, resolved.build_id, digest, subject, policy,
+                                approvals=policy.prod_approvals if channel == "prod" else 1)
     if status not in ("passed", "approved"):
         extra = {"needs-review": f"; answer its blind review (avatar-release review {resolved.build_id} --serve) "
                                  "and approve it",
                  "rejected": "; a rejected build is never promoted",
                  "failed": f"; see the gate report, or {fix} again after fixing it"}.get(status, "")
-        raise Refusal(f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} ({digest}){extra}")
-    if result.build_id != resolved.build_id or att.build_id != resolved.build_id:
-        raise Refusal(f"{what}: signed gate result {digest} is about build {result.build_id}, "
-                      f"not {resolved.build_id}; {fix}")
+        against = f", {describe_comparison(verdict)}" if prod is not None else ""
+        raise Refusal(f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} "
+                      f"({digest}{against}){extra}")
     diff = diff_machines(Machine.of_build(manifest), Machine.of_environment(result.environment),
                          fields=GATE_MACHINE_FIELDS)
     if diff:
@@ -101,26 +119,6 @@ def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:
         raise Refusal(f"{what}: {resolved.build_id} has only a compile gate ({compiled.status}), which proves what "
                       f"holds without hardware; output gates need a run on {p.backend}: {p.device_kind} x "
                       f"{p.device_count} first ({fix} on such a host). CPU-only evidence never promotes past dev")
-
-
-def _review_outcome(registry, resolved, digest, subject, policy, channel, *, rejected_unsigned: bool) -> str:
-    """'approved', 'rejected' or 'needs-review' from signed reviewer decisions on this gate result."""
-    if rejected_unsigned:
-        return "rejected"  # a rejection is final; honouring an unsigned one can only hold a build back
-    decisions, _ = verified(registry, resolved.build_id, kind="review-decision", trusted=policy.reviewer_keys(),
-                            subject_digest=subject)
-    approvers = set()
-    for att, _ in decisions:
-        p = att.predicate
-        signer_names = {policy.name_of(k) for k in att.key_ids}
-        if p.get("gate_result_digest") != digest or p.get("reviewer") not in signer_names:
-            continue  # about another gate result, or a name the signing key does not belong to
-        if p.get("decision") == "rejected":
-            return "rejected"
-        if p.get("decision") == "approved":
-            approvers.add(p["reviewer"])
-    need = policy.prod_approvals if channel == "prod" else 1
-    return "approved" if len(approvers) >= need else "needs-review"
 
 
 def check_promotion(registry, resolved: Resolved, manifest: Manifest, channel: str) -> Decision:
@@ -147,5 +145,6 @@ def check_rollback_target(registry, resolved: Resolved, manifest: Manifest, chan
     been_there = any(e.to_digest == resolved.digest for e in registry.history(channel))
     if not been_there:
         raise Refusal(f"{what}: {resolved.build_id} was never in {channel}; that is a promotion, not a rollback")
-    status, digest = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel)
+    status, digest = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel,
+                                         against_prod=False)
     return Decision(channel, resolved.build_id, resolved.digest, status, digest)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release.errors import ConflictError, InputError, Refusal
-from avatar_release.records import EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord
+from avatar_release.records import BaselineRef, EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord
 from avatar_release.gates.review import decide, new_review, record_answer
 from avatar_release.gates.store import save_result, save_review
 from avatar_release.promote import promote, rollback
@@ -36,15 +36,27 @@ def _env(m: Manifest, **changes) -> EnvironmentRecord:
     return EnvironmentRecord(**fields)
 
 
-def _gate(reg, build_id, digest, m, status="passed", **env_changes) -> str:
+def _gate(reg, build_id, digest, m, status="passed", against=None, created_at=None, **env_changes) -> str:
+    """A signed gate result; ``against``: (build id, digest) it was compared with (None: nothing)."""
     gs = GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
         GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=1, buckets=["f8"])])
+    baseline = None if against is None else BaselineRef(build_id=against[0], digest=against[1],
+                                                        gate_result_digest="sha256:" + "c" * 64)
     r = GateResult(status=status, build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
-                   baseline=None, tier=None, environment=_env(m, **env_changes), tool={}, gate_set=gs,
+                   baseline=baseline, tier=None if against is None else 1, environment=_env(m, **env_changes),
+                   tool={}, gate_set=gs,
                    gates=[GateEvidence(name="similarity-band", status="below-band", summary="x")],
                    frame_sha256=[["h"]], frames_blob=BlobRef(digest="sha256:" + "b" * 64, size=1, media_type="x"),
-                   created_at=f"t{len(reg.list_records('gate-results'))}", created_by="test")
+                   created_at=created_at or _clock(), created_by="test")
     return save_result(reg, r)
+
+
+_TICKS = iter(range(10**6))
+
+
+def _clock() -> str:
+    """Signed times that increase from one gate result to the next."""
+    return f"2026-12-01T00:00:{next(_TICKS):09d}Z"
 
 
 @pytest.fixture
@@ -130,9 +142,11 @@ def test_rollback_returns_to_an_earlier_gated_build(reg):
         _gate(reg, bid, d, m)
     with pytest.raises(Refusal, match="channel is empty"):
         rollback(reg, "prod")
-    for bid in (a, b):
-        promote(reg, bid, "staging")
-        promote(reg, bid, "prod")
+    promote(reg, a, "staging")
+    promote(reg, a, "prod")
+    _gate(reg, b, db, m, against=(a, da))  # b against the prod it replaces
+    promote(reg, b, "staging")
+    promote(reg, b, "prod")
     r = rollback(reg, "prod", reason="b shimmers")
     assert r.decision.build_id == a and r.previous == b and r.entry.action == "rollback"
     with pytest.raises(Refusal, match="never in prod"):
@@ -177,3 +191,49 @@ def test_two_concurrent_promotions_exactly_one_wins(reg, monkeypatch):
     assert len(errors) == 1 and len(wins) == 1 and "moved while this promote was being decided" in str(errors[0])
     assert reg.get_channel("staging").build_id == wins[0].decision.build_id
     assert len(reg.history("staging")) == 1
+
+
+def _first_release(reg, m_name="a"):
+    a, da, m = _publish(reg, m_name)
+    _gate(reg, a, da, m)  # prod is empty: a comparison with nothing is the first release's
+    promote(reg, a, "staging")
+    promote(reg, a, "prod")
+    return a, da, m
+
+
+def test_a_comparison_with_nothing_never_promotes_past_a_prod_that_exists(reg):
+    a, da, m = _first_release(reg)
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, b, db, m, status="failed", against=(a, da))  # failed bit-exact against prod...
+    _gate(reg, b, db, m)  # ... then re-gated with --baseline none: passed, but compared with nothing
+    with pytest.raises(Refusal, match=rf"latest signed gate result of {b} is 'failed' \(.*, compared with {a}\)"):
+        promote(reg, b, "staging")
+    c, dc, _ = _publish(reg, "c")
+    _gate(reg, c, dc, m)
+    with pytest.raises(Refusal, match=r"no signed gate result of .* compares with it .*compared with nothing"):
+        promote(reg, c, "staging")
+    _gate(reg, c, dc, m, against=(a, da))
+    assert promote(reg, c, "staging").decision.channel == "staging"
+
+
+def test_prod_moved_since_the_gate_asks_for_a_regate(reg):
+    a, da, m = _first_release(reg)
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, b, db, m, against=(a, da))
+    promote(reg, b, "staging")
+    promote(reg, b, "prod")
+    c, dc, _ = _publish(reg, "c")
+    _gate(reg, c, dc, m, against=(a, da))  # gated when a was in prod; prod has moved to b since
+    with pytest.raises(Refusal, match=rf"prod holds {b} now.*compared with {a}.*avatar-release gate {c}"):
+        promote(reg, c, "staging")
+
+
+def test_the_newest_verdict_is_the_newest_signed_time_not_the_last_in_the_index(reg):
+    a, da, m = _first_release(reg)
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, b, db, m, status="failed", against=(a, da), created_at="2026-12-02T00:00:00Z")
+    _gate(reg, b, db, m, against=(a, da), created_at="2026-12-01T23:00:00Z")  # stored last, signed earlier
+    with pytest.raises(Refusal, match="'failed'"):
+        promote(reg, b, "staging")  # a failing verdict against prod blocks until a newer signed pass
+    _gate(reg, b, db, m, against=(a, da), created_at="2026-12-02T01:00:00Z")
+    assert promote(reg, b, "staging").decision.build_id == b

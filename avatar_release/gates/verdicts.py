@@ -1,0 +1,70 @@
+"""Signed verdicts: the gate results of a build that a trust policy accepts, in signed order.
+
+Everything that decides from a gate result reads it from here, never from the unsigned results
+index: a baseline's frame hashes and frames (``gate``), and what promotion and rollback let
+through (``promote.policy``). Verdicts are ordered by ``created_at``, a field inside the signed
+predicate, so reordering the unsigned attestation index changes nothing. Each verdict says what it
+was compared with (``GateResult.baseline``: a build digest, or None for ``--baseline none``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..records import GateResult, Manifest
+from ..registry import Registry
+from ..trust.evidence import Rejected, verified
+from ..trust.policy import TrustPolicy
+
+__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "review_outcome"]
+
+
+@dataclass(frozen=True)
+class SignedVerdict:
+    result: GateResult  # the signed predicate, parsed
+    digest: str  # digest of the predicate's canonical bytes: what reviews and promotions name
+
+    @property
+    def baseline_digest(self) -> str | None:
+        return self.result.baseline.digest if self.result.baseline is not None else None
+
+
+def signed_verdicts(registry: Registry, build_id: str, manifest: Manifest,
+                    policy: TrustPolicy) -> tuple[list[SignedVerdict], list[Rejected]]:
+    """Every gate result of ``build_id`` signed by a key ``policy`` trusts for the build's target, made
+    for exactly this manifest, oldest first by its signed ``created_at``; and the rejected envelopes."""
+    good, rejected = verified(registry, build_id, kind="gate-result", trusted=policy.gate_keys(manifest.target),
+                              subject_digest=manifest.content_digest())
+    verdicts = [SignedVerdict(GateResult.model_validate(att.predicate), digest) for att, digest in good]
+    verdicts = [v for v in verdicts if v.result.build_id == build_id]
+    verdicts.sort(key=lambda v: v.result.created_at)
+    return verdicts, rejected
+
+
+def compared_with(verdicts: list[SignedVerdict], baseline_digest: str | None) -> list[SignedVerdict]:
+    """The verdicts from comparisons with that build (None: with nothing), in signed order."""
+    return [v for v in verdicts if v.baseline_digest == baseline_digest]
+
+
+def describe_comparison(v: SignedVerdict) -> str:
+    b = v.result.baseline
+    return "compared with nothing (--baseline none)" if b is None else f"compared with {b.build_id}"
+
+
+def review_outcome(registry: Registry, build_id: str, gate_result_digest: str, subject_digest: str,
+                   policy: TrustPolicy, approvals: int) -> str:
+    """'approved', 'rejected' or 'needs-review' from reviewer decisions signed by keys the policy names,
+    about exactly this gate result, each by the reviewer who owns the signing key."""
+    decisions, _ = verified(registry, build_id, kind="review-decision", trusted=policy.reviewer_keys(),
+                            subject_digest=subject_digest)
+    approvers = set()
+    for att, _ in decisions:
+        p = att.predicate
+        signer_names = {policy.name_of(k) for k in att.key_ids}
+        if p.get("gate_result_digest") != gate_result_digest or p.get("reviewer") not in signer_names:
+            continue  # about another gate result, or a name the signing key does not belong to
+        if p.get("decision") == "rejected":
+            return "rejected"
+        if p.get("decision") == "approved":
+            approvers.add(p["reviewer"])
+    return "approved" if len(approvers) >= approvals else "needs-review"
