@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError, Refusal
+from ..errors import InputError, Refusal, SpecError
 from ..gates import compared_with, describe_comparison, effective_status, review_outcome, signed_verdicts
 from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
 from ..records import GateResult, Manifest
 from ..registry import CHANNELS, Registry, Resolved
+from ..specs import load_target
 from ..trust.policy import TrustPolicy, load_policy
 
 __all__ = ["Decision", "check_promotion", "check_rollback_target", "check_gate_evidence"]
@@ -67,6 +68,7 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     policy = policy or load_policy()
     fix = f"run `avatar-release gate {resolved.build_id}`"
     subject = manifest.content_digest()
+    _check_target_scope(manifest, what)
     verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
     if not verdicts:
@@ -110,6 +112,33 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
         raise Refusal(f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
                       f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware")
     return status, digest
+
+
+# The backends a target spec's platform names (jax calls the CUDA backend "cuda" or "gpu").
+_BACKENDS = {"cpu": ("cpu",), "tpu": ("tpu",), "gpu": ("gpu", "cuda")}
+
+
+def _check_target_scope(manifest: Manifest, what: str) -> None:
+    """Keys are chosen by the manifest's target name, a label anyone can write: first check that
+    the program is what that target spec declares (backend, device count, mesh, topology)."""
+    try:
+        tgt = load_target(manifest.target)
+    except SpecError as e:
+        raise Refusal(f"{what}: cannot check that the build is a {manifest.target} program, so no key may vouch "
+                      f"for it ({e})") from None
+    p = manifest.platform
+    wrong = []
+    if p.backend not in _BACKENDS.get(tgt.platform, (tgt.platform,)):
+        wrong.append(f"backend {p.backend} (target {tgt.name} declares {tgt.platform})")
+    if p.device_count != tgt.device_count:
+        wrong.append(f"{p.device_count} devices (declared {tgt.device_count})")
+    if (list(p.mesh_axes), list(p.mesh_shape)) != (list(tgt.mesh_axes), list(tgt.mesh_shape)):
+        wrong.append(f"mesh {dict(zip(p.mesh_axes, p.mesh_shape))} (declared {dict(zip(tgt.mesh_axes, tgt.mesh_shape))})")
+    if tgt.topology is not None and p.topology != tgt.topology:
+        wrong.append(f"topology {p.topology} (declared {tgt.topology})")
+    if wrong:
+        raise Refusal(f"{what}: the manifest says target {manifest.target}, but the program is not one: "
+                      f"{'; '.join(wrong)}. A relabelled build gets no key's trust; compile it for the target")
 
 
 def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ._base import Record
+from ._base import Record, check_digest_fields
 
 __all__ = ["CHANNELS", "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry"]
 
@@ -30,6 +30,8 @@ class ChannelState(Record):
     sequence: int
     updated_at: str
 
+    _digests = check_digest_fields("digest")
+
 
 class HistoryEntry(Record):
     schema_version: int = HISTORY_SCHEMA_VERSION
@@ -45,3 +47,5 @@ class HistoryEntry(Record):
     when: str
     reason: str
     gate_result_digest: str | None = None
+
+    _digests = check_digest_fields("from_digest", "to_digest", "gate_result_digest")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ._base import BlobRef, Record
+from ._base import BlobRef, Record, check_digest_fields
 from .build import EnvironmentRecord
 
 __all__ = [
@@ -71,6 +71,8 @@ class BaselineRef(Record):
     build_id: str
     digest: str
     gate_result_digest: str
+
+    _digests = check_digest_fields("digest", "gate_result_digest")
 
 
 class GateEvidence(Record):

@@ -8,12 +8,13 @@ key is written 0600 and never overwritten.
 from __future__ import annotations
 
 import hashlib
+import stat
 from pathlib import Path
 
 from .. import _atomic
-from ..errors import InputError
+from ..errors import InputError, TrustError
 
-__all__ = ["generate_keypair", "load_private_key", "load_public_key", "key_id"]
+__all__ = ["generate_keypair", "load_private_key", "load_public_key", "key_id", "refuse_loose_permissions"]
 
 
 def key_id(public_key) -> str:
@@ -46,6 +47,18 @@ def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path
     return priv_path, pub_path, key_id(key.public_key())
 
 
+def refuse_loose_permissions(path: Path, what: str) -> None:
+    """A file that decides which keys are trusted (a trust policy, a key) must not be writable by
+    group or others, as ssh refuses a loose authorized_keys: whoever can write it picks the keys."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # the caller's own "no such file" says it better
+    if mode & 0o022:
+        raise TrustError(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(mode):04o}): anyone who "
+                         f"can change it chooses which keys are trusted, so it is not used. Fix: chmod go-w {path}")
+
+
 def load_private_key(path: str | Path):
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -54,6 +67,7 @@ def load_private_key(path: str | Path):
     p = Path(path)
     if not p.is_file():
         raise InputError(f"signing key {p}: no such file (create one with `avatar-release keys generate`)")
+    refuse_loose_permissions(p, "signing key")
     try:
         key = load_pem_private_key(p.read_bytes(), password=None)
     except (ValueError, TypeError) as e:
@@ -71,6 +85,7 @@ def load_public_key(path: str | Path):
     p = Path(path)
     if not p.is_file():
         raise InputError(f"trust key {p}: no such file")
+    refuse_loose_permissions(p, "trust key")
     try:
         key = load_pem_public_key(p.read_bytes())
     except (ValueError, TypeError) as e:

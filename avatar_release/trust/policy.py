@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .. import _atomic
 from ..errors import InputError
-from .keys import generate_keypair, key_id, load_private_key, load_public_key
+from .keys import generate_keypair, key_id, load_private_key, load_public_key, refuse_loose_permissions
 
 __all__ = ["TrustPolicy", "LocalIdentity", "config_dir", "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
 
@@ -143,6 +143,7 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
     else:
         local_identity()
         p = config_dir() / "trust.toml"
+    refuse_loose_permissions(p, "trust policy")
     try:
         doc = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:

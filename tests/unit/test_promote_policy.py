@@ -237,3 +237,14 @@ def test_the_newest_verdict_is_the_newest_signed_time_not_the_last_in_the_index(
         promote(reg, b, "staging")  # a failing verdict against prod blocks until a newer signed pass
     _gate(reg, b, db, m, against=(a, da), created_at="2026-12-02T01:00:00Z")
     assert promote(reg, b, "staging").decision.build_id == b
+
+
+def test_a_program_relabelled_for_another_target_gets_no_keys_trust(reg):
+    """Keys are chosen by the manifest's target name; the policy first checks the program is one."""
+    a, da, m = _publish(reg, "a")
+    relabelled = m.model_copy(update={"build_id": "tpu-v6e-8-" + "r" * 12, "target": "tpu-v6e-8"})
+    digest, _ = reg.put_build(relabelled.build_id, relabelled.to_json_bytes())
+    _gate(reg, relabelled.build_id, digest, relabelled)
+    with pytest.raises(Refusal, match=r"says target tpu-v6e-8, but the program is not one: backend cpu \(target "
+                                      r"tpu-v6e-8 declares tpu\).*topology None \(declared v6e:2x4\)"):
+        promote(reg, relabelled.build_id, "staging")

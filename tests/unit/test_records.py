@@ -131,3 +131,21 @@ def test_a_format_change_moves_the_version():
             "changelog line in its module under avatar_release/records/, a stored example under tests/data/, "
             "and export the schemas"
         )
+
+
+def test_a_malformed_digest_in_a_channel_file_is_an_integrity_refusal_naming_the_file(tmp_path):
+    """Not a crash (exit 70) where the digest is first used: exit 4, the file named, before any read."""
+    from click.testing import CliRunner
+
+    from avatar_release.cli import cli
+    from avatar_release.registry import LocalRegistry
+
+    LocalRegistry(tmp_path / "reg")  # a real store's folders
+    good = {"schema_version": 1, "kind": "avatar-release/channel", "channel": "dev", "build_id": "tiny-cpu-8-x",
+            "digest": "sha256:" + "0" * 64, "sequence": 1, "updated_at": "2026-12-01T00:00:00Z"}
+    (tmp_path / "reg" / "channels").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "reg" / "channels" / "dev.json").write_text(json.dumps({"state": {**good, "digest": "sha256:xyz"}}))
+    for args in (["inspect", "dev"], ["verify", "dev"]):
+        out = CliRunner().invoke(cli, [*args, "--registry", str(tmp_path / "reg")])
+        assert out.exit_code == 4, out.output
+        assert "channels/dev.json" in out.output and "'sha256:xyz'" in out.output

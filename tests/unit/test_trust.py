@@ -100,7 +100,7 @@ def test_promotions_sign_with_the_history_sequence_and_rollbacks_get_a_newer_one
     a, da, m = _publish(reg, "a")
     b, db, _ = _publish(reg, "b")
     _gate(reg, a, da, m)
-    _gate(reg, b, db, m)
+    _gate(reg, b, db, m, against=(a, da))  # b is gated against a, the prod it will replace
     r = promote(reg, a, "staging", signing_key=priv)
     assert r.statement.payload.sequence == r.entry.sequence == reg.get_channel("staging").sequence
     again = promote(reg, a, "staging", signing_key=priv)
@@ -177,3 +177,19 @@ def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_pat
     assert verify_channel(reg2, "staging", pub, digest=da2, require_fresh=False).build_id == a2
     refresh_timestamp(reg2, "staging", priv, valid_hours=1)
     assert verify_channel(reg2, "staging", pub, digest=da2).sequence == reg2.get_channel("staging").sequence
+
+
+def test_trust_files_writable_by_group_or_others_are_refused_naming_the_chmod(tmp_path, monkeypatch):
+    """As ssh refuses a loose authorized_keys: whoever can write the file picks the trusted keys."""
+    from avatar_release.trust.policy import load_policy
+
+    priv, pub, _ = generate_keypair(tmp_path)
+    policy = tmp_path / "trust.toml"
+    policy.write_text(f'schema_version = 1\n[keys]\nci = "{pub}"\n[gate]\n"*" = ["ci"]\n')
+    assert load_policy(policy).gate_keys("cpu-8")
+    for path, load in ((policy, load_policy), (Path(pub), load_public_key), (Path(priv), load_private_key)):
+        mode = path.stat().st_mode
+        path.chmod(mode | 0o020)
+        with pytest.raises(TrustError, match=rf"{path} is writable by group or others .*chmod go-w {path}"):
+            load(path)
+        path.chmod(mode)
