@@ -21,7 +21,8 @@ from ..errors import CRASH_EXIT_CODE, AvatarReleaseError
 from ..machine import configure_compile_env, configure_for_manifest
 from ..records import CHANNELS
 from ..registry import read_manifest
-from ..runtime import TrustConfig
+from ..records import check_identity
+from ..runtime import TrustConfig, check_trusted
 from ..specs import load_target, use_project
 from ..trust.keys import load_public_key
 from ..trust.statements import AcceptedState
@@ -157,9 +158,14 @@ def _prepare_devices_for_target(target_name: str) -> None:
     configure_compile_env(load_target(target_name))
 
 
-def _prepare_devices_for_build(registry, ref: str):
-    """Read the manifest (no JAX needed) and set the device count it was compiled for."""
+def _prepare_devices_for_build(registry, ref: str, trust: TrustConfig | None = None):
+    """Read the manifest (no JAX needed), check it, and only then apply what it asks of this process
+    (its device count and its flag profile's XLA flags): nothing from a manifest acts before its
+    identity and, with a trust key, the channel's signed statement for it are verified."""
     resolved, manifest = read_manifest(registry, ref)
+    if trust is not None:
+        check_identity(manifest)
+        check_trusted(registry, resolved, trust, manifest)
     configure_for_manifest(manifest)
     return resolved, manifest
 

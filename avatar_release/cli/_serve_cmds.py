@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -40,10 +41,11 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
 
+    trusted = _trust(trust_key, trust_state, allow_stale)
     summary = render_to_files(
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
-        prepare=_prepare_devices_for_build, t_process=_T0, trust=_trust(trust_key, trust_state, allow_stale), fit=fit,
+        prepare=functools.partial(_prepare_devices_for_build, trust=trusted), t_process=_T0, trust=trusted, fit=fit,
         max_audio_seconds=max_audio_seconds, progress=_progress(),
     )
     human = (
@@ -85,8 +87,9 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
 def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, header_timeout, grace, follow, poll,
               trust_key, trust_state, allow_stale, registry_uri):
     """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
-    pod = start_pod(open_registry(registry_uri, create=False), channel, trust=_trust(trust_key, trust_state, allow_stale),
-                    prepare=_prepare_devices_for_build)
+    trusted = _trust(trust_key, trust_state, allow_stale)
+    pod = start_pod(open_registry(registry_uri, create=False), channel, trust=trusted,
+                    prepare=functools.partial(_prepare_devices_for_build, trust=trusted))
     cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll, header_timeout=header_timeout,
                        app=AppConfig(limits=Limits(max_body=max_body, max_seconds=max_seconds), queue=queue,
                                      request_timeout=request_timeout))

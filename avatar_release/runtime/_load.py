@@ -28,7 +28,7 @@ from ._guard import CompileGuard
 from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 
-__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "devices_for", "place_weights"]
+__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "devices_for", "place_weights"]
 
 
 @dataclass
@@ -163,7 +163,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     accepted = None
     if trust is not None:
         t0 = time.perf_counter()
-        accepted = _check_signature(reg, resolved, trust, manifest)
+        accepted = check_trusted(reg, resolved, trust, manifest)
         t.signature = time.perf_counter() - t0
     check_environment(manifest)
     _require_weights(manifest)
@@ -242,7 +242,9 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimi
     return mesh, loaded
 
 
-def _check_signature(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifest):
+def check_trusted(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifest):
+    """The channel's signed statement (and fresh timestamp) for this build, checked without JAX: a pod
+    calls it before anything from the manifest acts on the process (flags, device count)."""
     if resolved.via != "channel":
         raise TrustError(f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
                          "(dev, staging, prod), which carry signed statements")

@@ -193,3 +193,30 @@ def test_trust_files_writable_by_group_or_others_are_refused_naming_the_chmod(tm
         with pytest.raises(TrustError, match=rf"{path} is writable by group or others .*chmod go-w {path}"):
             load(path)
         path.chmod(mode)
+
+
+def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(keys, monkeypatch):
+    """A pod with a trust key: an unsigned channel move is refused before the manifest's XLA flags
+    or device count touch the process."""
+    from avatar_release.cli._app import _prepare_devices_for_build
+    from avatar_release.promote import promote
+    from avatar_release.registry import MemoryRegistry
+    from avatar_release.runtime import TrustConfig
+
+    from avatar_release.records import Manifest, parse_record
+
+    from tests.unit.test_promote_policy import _gate
+
+    _, pub, *_ = keys
+    reg = MemoryRegistry("flags-after-trust")
+    data = Path(__file__).resolve().parents[1] / "data" / "build-manifest.v4.json"
+    m = parse_record(Manifest, data.read_bytes(), where="stored v4")  # its identity holds
+    for ref in m.blobs():
+        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
+    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
+    _gate(reg, m.build_id, digest, m)
+    promote(reg, m.build_id, "staging")  # moved without a signing key: no statement
+    monkeypatch.setenv("XLA_FLAGS", "--xla_untouched=1")
+    with pytest.raises(TrustError, match="staging"):
+        _prepare_devices_for_build(reg, "staging", trust=TrustConfig(pub, None, require_fresh=False))
+    assert os.environ["XLA_FLAGS"] == "--xla_untouched=1"
