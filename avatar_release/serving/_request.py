@@ -113,7 +113,8 @@ async def parse_request(content_type: str, body: bytes, limits: Limits) -> tuple
     ctype = (content_type or "application/json").split(";")[0].strip().lower()
     if ctype == "multipart/form-data":
         return await _parse_multipart(content_type, body, limits)
-    if ctype not in ("application/json", "text/plain", "application/x-www-form-urlencoded", ""):
+    # JSON only when the request says JSON (or says nothing): a form or text body is not parsed as JSON.
+    if ctype not in ("application/json", "") and not (ctype.startswith("application/") and ctype.endswith("+json")):
         raise ServeError("unsupported_media_type", f"content type {ctype!r}; send application/json or "
                                                    "multipart/form-data")
     try:

@@ -181,6 +181,9 @@ def test_bounds_on_the_body_routes_and_content_type(serve):
     assert r.status == 413 and json.loads(data)["error"] == "body_too_large"
     r, data = _post(port, b"x", ctype="image/png")
     assert r.status == 415 and json.loads(data)["error"] == "unsupported_media_type"
+    for ctype in ("text/plain", "application/x-www-form-urlencoded"):  # JSON only when the request says so
+        r, data = _post(port, b'{"seconds": 1}', ctype=ctype)
+        assert r.status == 415 and json.loads(data)["error"] == "unsupported_media_type", ctype
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/nope")
     r = c.getresponse()
