@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from .. import _atomic
-from ..errors import RegistryError
+from ..errors import IntegrityError, RegistryError
 from ._kv import KVRegistry
 
 __all__ = ["LocalRegistry"]
@@ -63,10 +63,19 @@ class LocalRegistry(KVRegistry):
         except OSError as e:
             raise RegistryError(f"registry {self.root}: cannot read {key} ({e.strerror})") from None
 
+    def _tmp_dir(self) -> Path:
+        """The staging area, refused when it is a symlink: writes would land wherever it points."""
+        tmp = self.root / "tmp"
+        if tmp.is_symlink():
+            raise IntegrityError(f"registry {self.root}: {tmp} is a symlink (to {os.readlink(tmp)}); a store writes "
+                                 f"only inside itself. Replace it with a directory: rm {tmp} && mkdir {tmp}")
+        return tmp
+
     def _write_atomic(self, key: str, data: bytes) -> None:
         dest = self._path(key)
+        tmp_dir = self._tmp_dir()
         try:
-            _atomic.write_bytes(dest, data, tmp_dir=self.root / "tmp")
+            _atomic.write_bytes(dest, data, tmp_dir=tmp_dir)
         except OSError as e:
             raise RegistryError(
                 f"registry {self.root}: cannot write {key} ({e.strerror}); check permissions and free space"
@@ -74,6 +83,8 @@ class LocalRegistry(KVRegistry):
 
     def sweep(self, older_than: float = 3600.0) -> list[Path]:
         """Remove temporary files a killed writer left in ``tmp/`` (older than ``older_than`` s)."""
+        if (self.root / "tmp").is_symlink():
+            return []  # never sweep wherever it points; writes refuse it (_tmp_dir)
         return _atomic.sweep(self.root / "tmp", older_than=older_than)
 
     def _append(self, key: str, line: bytes) -> None:
@@ -125,9 +136,13 @@ class LocalRegistry(KVRegistry):
 
     @contextlib.contextmanager
     def _lock(self):
-        try:
-            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock = self.root / ".lock"
+        try:  # O_NOFOLLOW: a symlinked .lock would have writers create or lock a file outside the store
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
+            if lock.is_symlink():
+                raise IntegrityError(f"registry {self.root}: {lock} is a symlink (to {os.readlink(lock)}); refused. "
+                                     f"Remove it (rm {lock}): the store recreates its lock file") from None
             raise RegistryError(f"registry {self.root}: cannot open lock file ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

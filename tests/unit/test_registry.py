@@ -55,3 +55,25 @@ def test_local_writes_leave_no_temp_files(tmp_path):
     reg = LocalRegistry(tmp_path / "reg")
     _publish(reg, "b-1")
     assert os.listdir(tmp_path / "reg" / "tmp") == []
+
+
+def test_the_directory_store_follows_no_symlink_out_of_itself(tmp_path):
+    """A symlinked tmp/ or .lock would have writes and locks land outside the registry: refused (exit 4)."""
+    from avatar_release.errors import IntegrityError
+    from avatar_release.registry import LocalRegistry
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    reg = LocalRegistry(tmp_path / "reg")
+    (reg.root / "tmp").rmdir()
+    (reg.root / "tmp").symlink_to(outside)
+    with pytest.raises(IntegrityError, match=r"tmp is a symlink .*rm .*mkdir"):
+        reg.put_blob(b"data")
+    assert list(outside.iterdir()) == [] and LocalRegistry(tmp_path / "reg").sweep() == []
+    (reg.root / "tmp").unlink()
+    (reg.root / "tmp").mkdir()
+    (reg.root / ".lock").unlink(missing_ok=True)
+    (reg.root / ".lock").symlink_to(outside / "lock")
+    with pytest.raises(IntegrityError, match=r"\.lock is a symlink"):
+        reg.update_record("r", "x", lambda old: b"new")
+    assert not (outside / "lock").exists()
