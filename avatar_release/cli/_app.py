@@ -12,12 +12,13 @@ import json
 import os
 import time
 import traceback
+from datetime import timedelta
 from typing import Any
 
 import click
 
 from .. import __version__
-from ..errors import CRASH_EXIT_CODE, AvatarReleaseError
+from ..errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
 from ..machine import configure_compile_env, configure_for_manifest
 from ..records import CHANNELS
 from ..registry import read_manifest
@@ -123,6 +124,10 @@ channel_choice = click.Choice(list(CHANNELS))
 
 
 def trust_options(f):
+    f = click.option("--max-timestamp-age", "max_timestamp_hours", default=1.0, show_default=True, type=float,
+                     envvar="AVATAR_RELEASE_MAX_TIMESTAMP_AGE_HOURS", metavar="HOURS",
+                     help="Accept no signed timestamp signed longer ago than this, whatever its expiry: the replay "
+                          "window of a pod that remembers nothing (refresh timestamps well within it).")(f)
     f = click.option("--allow-stale", is_flag=True, envvar="AVATAR_RELEASE_ALLOW_STALE",
                      help="Accept a signed statement without a fresh signed timestamp (a restarted pod can then be "
                           "fed an older, unexpired statement; only for promoters that cannot refresh timestamps).")(f)
@@ -134,11 +139,13 @@ def trust_options(f):
                         help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
 
 
-def _trust(trust_key, trust_state, allow_stale=False):
+def _trust(trust_key, trust_state, allow_stale=False, max_timestamp_hours: float = 1.0):
     if not trust_key:
         return None
+    if not max_timestamp_hours > 0:
+        raise InputError(f"--max-timestamp-age {max_timestamp_hours}: expected a positive number of hours")
     return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)),
-                       require_fresh=not allow_stale)
+                       require_fresh=not allow_stale, max_timestamp_age=timedelta(hours=max_timestamp_hours))
 
 
 def signing_options(f):

@@ -133,8 +133,9 @@ def keys_sign_cmd(channel, key_path, valid_days, registry_uri, as_json):
 @keys_group.command("refresh")
 @click.argument("channel", type=channel_choice)
 @click.option("--key", "key_path", required=True, envvar="AVATAR_RELEASE_SIGNING_KEY")
-@click.option("--valid-hours", default=24.0, show_default=True, type=float,
-              help="How long the timestamp vouches for the channel's newest statement.")
+@click.option("--valid-hours", default=None, type=float,
+              help="How long the timestamp vouches for the channel's newest statement (default: the trust "
+                   "policy's [timestamps] validity_hours, 1 h unless set).")
 @registry_option
 @json_option
 def keys_refresh_cmd(channel, key_path, valid_hours, registry_uri, as_json):

@@ -36,12 +36,12 @@ from ._app import _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli
 @registry_option
 @json_option
 def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_audio_seconds, seed, out_path, frames_dir,
-               trust_key, trust_state, allow_stale, registry_uri, as_json):
+               trust_key, trust_state, allow_stale, max_timestamp_hours, registry_uri, as_json):
     """Load a build as a serving pod would and render a video with zero compiles."""
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
 
-    trusted = _trust(trust_key, trust_state, allow_stale)
+    trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
     summary = render_to_files(
         ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
@@ -85,9 +85,9 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
 @trust_options
 @registry_option
 def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, header_timeout, grace, follow, poll,
-              trust_key, trust_state, allow_stale, registry_uri):
+              trust_key, trust_state, allow_stale, max_timestamp_hours, registry_uri):
     """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
-    trusted = _trust(trust_key, trust_state, allow_stale)
+    trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
     pod = start_pod(open_registry(registry_uri, create=False), channel, trust=trusted,
                     prepare=functools.partial(_prepare_devices_for_build, trust=trusted))
     cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll, header_timeout=header_timeout,

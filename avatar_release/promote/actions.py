@@ -15,8 +15,9 @@ from ..errors import Refusal
 from ..machine import who
 from ..records import CHANNELS, HistoryEntry
 from ..registry import Resolved, publish_to_dev, read_manifest
+from ..trust.policy import load_policy
 from ..trust.statements import (
-    TIMESTAMP_VALIDITY, publish_statement, publish_timestamp, read_statement, sign, sign_timestamp, signed_digest,
+    publish_statement, publish_timestamp, read_statement, sign, sign_timestamp, signed_digest,
 )
 from .policy import Decision, check_promotion, check_rollback_target
 
@@ -74,7 +75,8 @@ def refresh_timestamp(registry, channel: str, signing_key, *, valid_hours: float
     if p.sequence != state.sequence or p.build_digest not in (state.digest, signed_digest(registry, state.digest)):
         raise Refusal(f"refresh {channel}: the channel points at {state.build_id} (#{state.sequence}) but the signed "
                       f"statement names {p.build_id} (#{p.sequence}); sign the channel first (keys sign {channel})")
-    validity = timedelta(hours=valid_hours) if valid_hours else TIMESTAMP_VALIDITY
+    # The promoter's trust policy says how long a timestamp vouches (default an hour).
+    validity = timedelta(hours=valid_hours if valid_hours else load_policy().timestamp_hours)
     ts = sign_timestamp(signing_key, channel=channel, sequence=p.sequence, build_id=p.build_id,
                         build_digest=p.build_digest, validity=validity)
     publish_timestamp(registry, ts)

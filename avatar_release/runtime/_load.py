@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from ..errors import EnvironmentMismatch, InputError, IntegrityError, TrustError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ..records import ArraySpec, ExecutableEntry, Manifest, check_identity
 from ..registry import Registry, Resolved, open_registry, read_manifest
-from ..trust.statements import verify_channel
+from ..trust.statements import TIMESTAMP_VALIDITY, verify_channel
 from ._blobs import check_bounds, decompress, fetch_verified
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
@@ -55,6 +56,9 @@ class TrustConfig:
     # Require an unexpired signed timestamp naming the statement (refuses replays to a pod that
     # remembers nothing); off only for registries whose promoter cannot refresh timestamps.
     require_fresh: bool = True
+    # The oldest signed timestamp this pod accepts, whatever expiry its signer chose: the replay
+    # window of a pod without trust state.
+    max_timestamp_age: timedelta = TIMESTAMP_VALIDITY
 
 
 @dataclass
@@ -250,7 +254,8 @@ def check_trusted(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifes
                          "(dev, staging, prod), which carry signed statements")
     # The statement may bind this store's digest or the store-independent manifest digest (a copied build).
     return verify_channel(reg, resolved.ref, trust.public_key, digest=resolved.digest, state=trust.state,
-                          require_fresh=trust.require_fresh, content_digest=manifest.content_digest())
+                          require_fresh=trust.require_fresh, content_digest=manifest.content_digest(),
+                          max_age=trust.max_timestamp_age)
 
 
 def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):

@@ -10,6 +10,8 @@ read from the registry.
     [review]
     reviewers = ["ana"]          # who may answer blind reviews and decide them
     prod_approvals = 1           # approvals by distinct reviewers a reviewed build needs for prod
+    [timestamps]
+    validity_hours = 1           # how long a signed timestamp vouches (pods cap it too: --max-timestamp-age)
 
 Where it is read from, in order: ``--trust-policy`` / ``AVATAR_RELEASE_TRUST_POLICY``; else the
 user's own ``<config>/trust.toml``. On first use (no such file) a machine gets its own gate key
@@ -117,6 +119,7 @@ class TrustPolicy:
     reviewers: list[str]
     prod_approvals: int = 1
     key_names: dict[str, str] = field(default_factory=dict)  # key id -> name
+    timestamp_hours: float = 1.0  # [timestamps] validity_hours: how long a signed timestamp vouches
 
     def gate_keys(self, target: str) -> dict[str, object]:
         """{key id: public key} allowed to sign gate evidence for ``target``."""
@@ -168,5 +171,9 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
     approvals = review.get("prod_approvals", 1)
     if not isinstance(approvals, int) or approvals < 1:
         raise InputError(f"trust policy {p}: review.prod_approvals must be a positive integer, got {approvals!r}")
+    hours = doc.get("timestamps", {}).get("validity_hours", 1.0)
+    if not isinstance(hours, (int, float)) or isinstance(hours, bool) or not 0 < hours <= 24 * 7:
+        raise InputError(f"trust policy {p}: timestamps.validity_hours must be a number of hours in (0, 168], "
+                         f"got {hours!r}")
     return TrustPolicy(path=p, keys=keys, gate=gate, reviewers=reviewers, prod_approvals=approvals,
-                       key_names={key_id(k): n for n, k in keys.items()})
+                       key_names={key_id(k): n for n, k in keys.items()}, timestamp_hours=float(hours))

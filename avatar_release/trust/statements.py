@@ -43,8 +43,10 @@ __all__ = ["StatementPayload", "SignedStatement", "PromotionStatement", "sign", 
            "signed_digest"]
 
 DEFAULT_VALIDITY = timedelta(days=30)
-# A timestamp lives hours: how long a restarted pod could still be fed a superseded statement.
-TIMESTAMP_VALIDITY = timedelta(hours=24)
+# A timestamp lives an hour by default (the trust policy's [timestamps] validity_hours sets what a
+# promoter signs), and a pod accepts none signed longer ago than its own cap (TrustConfig, default
+# this): how long a restarted pod with no trust state could still be fed a superseded statement.
+TIMESTAMP_VALIDITY = timedelta(hours=1)
 _NS = STATEMENTS.name
 
 
@@ -232,9 +234,10 @@ def read_timestamp(registry, channel: str) -> SignedTimestamp | None:
 
 
 def verify_fresh(ts: SignedTimestamp | None, public_key, *, statement: StatementPayload,
-                 now: datetime | None = None) -> TimestampPayload:
+                 now: datetime | None = None, max_age: timedelta = TIMESTAMP_VALIDITY) -> TimestampPayload:
     """A pod that cannot remember (no trust state, or a fresh one) accepts ``statement`` only with
-    an unexpired timestamp, signed by the same key, naming exactly its channel and sequence."""
+    an unexpired timestamp, signed by the same key no longer than ``max_age`` ago (whatever expiry
+    the signer chose), naming exactly its channel and sequence."""
     where = f"channel {statement.channel}"
     fix = f"re-sign it: avatar-release keys refresh {statement.channel} --key KEY (run it on a schedule)"
     if ts is None:
@@ -252,6 +255,10 @@ def verify_fresh(ts: SignedTimestamp | None, public_key, *, statement: Statement
     if now >= _parse_ts(t.expires_at, "timestamp expiry"):
         raise TrustError(f"{where}: the timestamp expired at {t.expires_at}; a statement it cannot vouch for may be "
                          f"a replay; {fix}")
+    age = now - _parse_ts(t.issued_at, "timestamp issue time")
+    if age > max_age:
+        raise TrustError(f"{where}: the timestamp was signed {age.total_seconds() / 3600:.1f} h ago ({t.issued_at}), "
+                         f"longer ago than this pod accepts ({max_age.total_seconds() / 3600:g} h); {fix}")
     if (t.sequence, t.build_digest) != (statement.sequence, statement.build_digest):
         raise TrustError(f"{where}: replayed statement: sequence {statement.sequence} ({statement.build_id}), but the "
                          f"timestamp of {t.issued_at} says the newest is {t.sequence} ({t.build_id})")
@@ -260,7 +267,7 @@ def verify_fresh(ts: SignedTimestamp | None, public_key, *, statement: Statement
 
 def verify_channel(registry, channel: str, public_key, *, digest: str, state: AcceptedState | None = None,
                    require_fresh: bool = True, now: datetime | None = None,
-                   content_digest: str | None = None) -> StatementPayload:
+                   content_digest: str | None = None, max_age: timedelta = TIMESTAMP_VALIDITY) -> StatementPayload:
     """Everything a pod checks before it trusts ``channel``: the statement (key, signature,
     channel, digest, expiry, replay against what this pod remembers) and, with ``require_fresh``,
     an unexpired timestamp naming that very statement, which a pod that remembers nothing (a
@@ -272,5 +279,5 @@ def verify_channel(registry, channel: str, public_key, *, digest: str, state: Ac
     p = verify(read_statement(registry, channel), public_key, channel=channel, digest=digest, state=state, now=now,
                content_digest=content_digest)
     if require_fresh:
-        verify_fresh(read_timestamp(registry, channel), public_key, statement=p, now=now)
+        verify_fresh(read_timestamp(registry, channel), public_key, statement=p, now=now, max_age=max_age)
     return p

@@ -220,3 +220,19 @@ def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(ke
     with pytest.raises(TrustError, match="staging"):
         _prepare_devices_for_build(reg, "staging", trust=TrustConfig(pub, None, require_fresh=False))
     assert os.environ["XLA_FLAGS"] == "--xla_untouched=1"
+
+
+def test_a_stateless_pod_accepts_no_timestamp_signed_longer_ago_than_its_cap(keys):
+    """The replay window of a pod that remembers nothing is its cap (default 1 h), whatever expiry the
+    signer chose: a 24 h timestamp signed two hours ago is refused."""
+    from avatar_release.trust.statements import TIMESTAMP_VALIDITY, sign, sign_timestamp, verify_fresh
+
+    priv, pub, *_ = keys
+    now = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+    st = sign(priv, build_id="b", build_digest="sha256:" + "a" * 64, channel="prod", sequence=3, who="t", now=now)
+    ts = sign_timestamp(priv, channel="prod", sequence=3, build_id="b", build_digest="sha256:" + "a" * 64,
+                        validity=timedelta(hours=24), now=now - timedelta(hours=2))
+    assert TIMESTAMP_VALIDITY == timedelta(hours=1)
+    with pytest.raises(TrustError, match=r"signed 2\.0 h ago .*longer ago than this pod accepts \(1 h\)"):
+        verify_fresh(ts, pub, statement=st.payload, now=now)
+    assert verify_fresh(ts, pub, statement=st.payload, now=now, max_age=timedelta(hours=3)).sequence == 3
