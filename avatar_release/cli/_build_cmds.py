@@ -87,6 +87,7 @@ def ls_cmd(registry_uri, as_json):
     st = release_status(open_registry(registry_uri, create=False))
     human = "\n".join(
         f"{b.build_id:<40} {b.digest[:19]}  {b.published_at[:19]}  {b.gate:<12} "
+        f"{('vs ' + b.compared_with) if b.compared_with else '':<28} "
         f"{('compile:' + b.compile_gate) if b.compile_gate else '':<16} {' '.join(b.channels)}".rstrip()
         for b in st.builds
     ) or "no builds"

@@ -21,6 +21,8 @@ class BuildStatus:
     channels: list[str]
     gate: str  # effective status: passed, approved, rejected, needs-review, failed, ungated
     compile_gate: str | None  # the compile gate's status, when one ran
+    # What the newest gate result compared with: a build id, "nothing" (--baseline none), None (ungated)
+    compared_with: str | None = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -86,8 +88,10 @@ def release_status(registry) -> ReleaseStatus:
     builds = []
     for b in registry.list_builds():
         compiled = load_compile_gate(registry, b.build_id)
+        gate, result, _ = effective_status(registry, b.build_id)
+        against = None if result is None else (result.baseline.build_id if result.baseline else "nothing")
         builds.append(BuildStatus(
             build_id=b.build_id, digest=b.digest, published_at=b.published_at,
             channels=sorted(c.channel for c in checks if c.digest == b.digest),
-            gate=effective_status(registry, b.build_id)[0], compile_gate=compiled.status if compiled else None))
+            gate=gate, compile_gate=compiled.status if compiled else None, compared_with=against))
     return ReleaseStatus(registry.uri, builds, checks)

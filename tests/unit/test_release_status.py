@@ -12,7 +12,7 @@ from tests.unit.test_promote_policy import _gate, _publish
 def test_builds_carry_gate_status_and_channels():
     reg = MemoryRegistry("status")
     a, da, ma = _publish(reg, "a")
-    b, _, _ = _publish(reg, "b")
+    b, db, _ = _publish(reg, "b")
     _gate(reg, a, da, ma)
     promote(reg, a, "staging")
     st = release_status(reg)
@@ -20,6 +20,9 @@ def test_builds_carry_gate_status_and_channels():
     assert rows[a].gate == "passed" and rows[a].channels == ["staging"]
     assert rows[b].gate == "ungated" and rows[b].channels == []
     assert st.problems == [] and all(c.consistent for c in st.channels)
+    assert (rows[a].compared_with, rows[b].compared_with) == ("nothing", None)
+    _gate(reg, b, db, ma, status="failed", against=(a, da))
+    assert {r.build_id: r for r in release_status(reg).builds}[b].compared_with == a  # each verdict says against what
 
 
 def test_a_replayed_channel_pointer_is_flagged():
