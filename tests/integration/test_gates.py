@@ -245,3 +245,32 @@ def test_a_baseline_gated_elsewhere_or_a_missing_band_is_refused(gated, tmp_path
 def test_the_report_folder_is_written_where_asked(gated):
     report = gated.ref_outcome.report
     assert report.name == "index.html" and Path(report).parent == gated.root / "report-ref"
+
+
+def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_nothing(gated, tmp_path):
+    """The promise: bit-exact or in band *against prod*. `--baseline none` proves determinism only:
+    while prod holds a build, its verdict never promotes, and the gate says so when it runs."""
+    import shutil
+
+    from avatar_release.compile import compile_build
+
+    root = tmp_path / "reg"
+    shutil.copytree(gated.root / "reg", root)
+    reg = LocalRegistry(root)
+    for args in (["promote", gated.ref, "--to", "staging"], ["promote", "staging", "--to", "prod"]):
+        assert _cli(*args, "--registry", str(root)).exit_code == 0  # the first release: prod was empty
+    other = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"}, move_dev=False)
+    failed = _cli("gate", other.build_id, "--registry", str(root), "--report", str(tmp_path / "r1"), "--json")
+    assert failed.exit_code == 1 and json.loads(failed.output)["error"] == "Refusal"
+    alone = _cli("gate", other.build_id, "--baseline", "none", "--registry", str(root),
+                 "--report", str(tmp_path / "r2"), "--json")
+    doc = json.loads(alone.output)
+    assert alone.exit_code == 0 and doc["status"] == "passed" and doc["promotable"] is False
+    assert f"while prod holds {gated.ref}" in doc["never_promotes"] and doc["next"] == f"avatar-release gate {other.build_id}"
+    refused = _cli("promote", other.build_id, "--to", "staging", "--registry", str(root))
+    assert refused.exit_code == 1
+    assert f"prod holds {gated.ref} now" in refused.output and "compared with nothing" in refused.output
+    assert reg.get_channel("staging").build_id == gated.ref  # nothing moved
+    rows = {b["build_id"]: b for b in json.loads(_cli("ls", "--registry", str(root), "--json").output)["builds"]}
+    assert rows[other.build_id]["compared_with"] == "nothing" and rows[gated.ref]["channels"] == ["prod", "staging"]
+    assert (tmp_path / "r1" / "index.html").is_file() and (tmp_path / "r2" / "index.html").is_file()
