@@ -10,7 +10,7 @@ from ..promote import promote, rollback
 from ..promote.actions import refresh_timestamp, sign_channel
 from ..registry import open_registry
 from ..trust.keys import generate_keypair, load_private_key
-from ._app import _emit, _next_step, channel_choice, cli, json_option, registry_option, signing_options
+from ._app import _emit, _next_step, channel_choice, cli, json_option, project_option, registry_option, signing_options
 from ._summary import append_step_summary, promote_summary
 
 
@@ -40,6 +40,7 @@ def _move_human(r, verb: str) -> str:
 @click.option("--reason", default="", help="Recorded in the history.")
 @signing_options
 @registry_option
+@project_option
 @json_option
 def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_json):
     """Move a channel to REF if the policy allows it (exit 1 with the reason if not)."""
@@ -58,6 +59,7 @@ def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_jso
 @click.option("--reason", default="", help="Recorded in the history.")
 @signing_options
 @registry_option
+@project_option
 @json_option
 def rollback_cmd(channel, to, reason, sign_key, valid_days, registry_uri, as_json):
     """Move CHANNEL back to an earlier build that passed its gates."""

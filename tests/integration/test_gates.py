@@ -261,15 +261,17 @@ def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_no
         assert _cli(*args, "--registry", str(root)).exit_code == 0  # the first release: prod was empty
     other = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"}, move_dev=False)
     failed = _cli("gate", other.build_id, "--registry", str(root), "--report", str(tmp_path / "r1"), "--json")
-    assert failed.exit_code == 1 and json.loads(failed.output)["error"] == "Refusal"
+    assert failed.exit_code == 1 and json.loads(failed.stdout)["error"] == "Refusal"
     alone = _cli("gate", other.build_id, "--baseline", "none", "--registry", str(root),
                  "--report", str(tmp_path / "r2"), "--json")
-    doc = json.loads(alone.output)
+    doc = json.loads(alone.stdout)
     assert alone.exit_code == 0 and doc["status"] == "passed" and doc["promotable"] is False
     assert f"while prod holds {gated.ref}" in doc["never_promotes"] and doc["next"] == f"avatar-release gate {other.build_id}"
     refused = _cli("promote", other.build_id, "--to", "staging", "--registry", str(root))
     assert refused.exit_code == 1
-    assert f"prod holds {gated.ref} now" in refused.output and "compared with nothing" in refused.output
+    # What decides is its newest verdict against prod, and that one failed; the pass against nothing is no verdict.
+    assert f"latest signed gate result of {other.build_id} is 'failed'" in refused.output
+    assert f"compared with {gated.ref}" in refused.output
     assert reg.get_channel("staging").build_id == gated.ref  # nothing moved
     rows = {b["build_id"]: b for b in json.loads(_cli("ls", "--registry", str(root), "--json").output)["builds"]}
     assert rows[other.build_id]["compared_with"] == "nothing" and rows[gated.ref]["channels"] == ["prod", "staging"]

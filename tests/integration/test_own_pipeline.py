@@ -74,7 +74,11 @@ def test_an_unknown_project_is_compiled_gated_promoted_served_and_judged_by_its_
     assert not {"torch", "torchax", "avatar_release.compile"} & set(zero["details"]["imports"])
 
     assert _cli(project, "promote", first, "--to", "staging", "--registry", reg)["changed"] is True
-    assert _cli(elsewhere, "promote", "staging", "--to", "prod", "--registry", reg)["changed"] is True
+    # From outside the project, promotion names it: the policy checks the build against its target spec.
+    refused = _cli(elsewhere, "promote", "staging", "--to", "prod", "--registry", reg, rc=1)
+    assert "cannot check that the build is a cpu-8 program" in refused["message"] and "--project DIR" in refused["message"]
+    assert _cli(elsewhere, "promote", "staging", "--to", "prod", "--project", str(project), "--registry",
+                reg)["changed"] is True
 
     # A render from prod as a pod does it: the example's frame size, 0 compiles (cwd: no project needed).
     frames_dir = tmp_path / "frames"
