@@ -14,13 +14,7 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-__all__ = ["KernelTarget", "kernel_target", "interpret_default", "mosaic_flags", "PALLAS_KERNELS"]
-
-# The name each Pallas kernel is called by (its pallas_call ``name``): how a compiled program's
-# kernels are found again in its HLO.
-PALLAS_KERNELS = ("sr_blocksparse_attention", "sr_tiled_blocksparse_attention", "sr_bounded_softmax_attention",
-                  "preattn", "dit_flash_attention")
-
+__all__ = ["KernelTarget", "kernel_target", "interpret_default", "mosaic_flags"]
 
 @dataclass(frozen=True)
 class KernelTarget:

@@ -24,6 +24,8 @@ from typing import Any
 
 from model.errors import ConfigError
 
+# The pipeline's stages, in the order a chunk runs them (model/release.py declares them to the toolchain).
+STAGES = ("dit", "sr", "vae")
 MESH_SIZE = 8  # devices in the serving mesh: Ulysses shards the sequence, then the heads, over it
 RESIDUAL_DTYPES = ("float32", "bfloat16")
 ATTENTION_KERNELS = ("xla", "blocksparse", "bounded")

@@ -13,26 +13,13 @@ import torch
 import torch.nn as nn
 
 from model.chunks import audio_chunks, num_frames
-from model.config import PipelineConfig
+from model.config import STAGES, PipelineConfig
 from model.attention import Linear, SelfAttention
 from model.dit import MotionDiT
 from model.noise import chunk_noise
 from model.sr import SuperResolution
 from model.vae import VAEDecoder
 
-STAGES = ("dit", "sr", "vae")
-
-# How one chunk flows through the stages, by the input/output names of stage_inputs and
-# stage_outputs: request inputs, the state carried to the next chunk (zeros before the
-# first), and the uint8 frames delivered. A serving runtime drives the stages from this
-# alone, without this module.
-CHUNK_PROGRAM = {
-    "image": "image",
-    "audio": "audio",
-    "noise": "noise",
-    "carry": {"prev_latent": "last_latent"},  # chunk k+1 starts where chunk k ended
-    "deliver": "frames",
-}
 
 Signature = list[tuple[str, tuple[int, ...], str]]
 

@@ -26,11 +26,9 @@ from avatar_release.pipeline import (
     TargetContext,
     TensorSpec,
 )
-from model.config import CONFIG_NAMES, PipelineConfig, get_config
+from model.config import CONFIG_NAMES, STAGES, PipelineConfig, get_config
 
 __all__ = ["pipeline", "LEVERS", "BAND_VARIANTS"]
-
-STAGES = ("dit", "sr", "vae")
 
 # Config overrides that may change the output within the measured similarity band (tier 2)
 # instead of bit for bit. Any other difference from the baseline keeps a build at tier 1.

@@ -44,7 +44,7 @@ from .report import write_report
 from .review import new_review, review_page
 from .store import get_frames, latest_result, load_review, put_frames, save_result, save_review
 from .tier import decide_tier
-from .verdicts import review_outcome, signed_verdicts
+from .verdicts import signed_verdicts, verdict_status
 
 if TYPE_CHECKING:
     import numpy as np
@@ -127,12 +127,8 @@ def _verified_baseline(registry: Registry, b_resolved: Resolved, b_manifest: Man
                       f"{policy.path} accepts for target {b_manifest.target}{why}; a baseline's frames are read only "
                       f"from verified evidence. Gate it first: {fix}")
     newest = verdicts[-1]
-    status = newest.result.status
-    if effective_status(registry, b_resolved.build_id)[0] == "rejected":
-        status = "rejected"
-    elif status == "needs-review":
-        status = review_outcome(registry, b_resolved.build_id, newest.digest, b_manifest.content_digest(), policy,
-                                approvals=1)
+    status = verdict_status(registry, b_resolved.build_id, newest, b_manifest, policy, approvals=1,
+                            rejected_unsigned=effective_status(registry, b_resolved.build_id)[0] == "rejected")
     if status not in ("passed", "approved"):
         raise Refusal(f"baseline {b_resolved.build_id} did not pass its gates (its newest signed result is "
                       f"{status!r}, {newest.digest}); choose a baseline that passed")

@@ -16,7 +16,7 @@ from ..registry import Registry
 from ..trust.evidence import Rejected, verified
 from ..trust.policy import TrustPolicy
 
-__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "review_outcome"]
+__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "review_outcome", "verdict_status"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,15 @@ def review_outcome(registry: Registry, build_id: str, gate_result_digest: str, s
         if p.get("decision") == "approved":
             approvers.add(p["reviewer"])
     return "approved" if len(approvers) >= approvals else "needs-review"
+
+
+def verdict_status(registry: Registry, build_id: str, verdict: SignedVerdict, manifest: Manifest,
+                   policy: TrustPolicy, *, approvals: int, rejected_unsigned: bool) -> str:
+    """What a signed verdict lets through: its status, a needs-review decided by signed reviewer
+    decisions, and 'rejected' whenever the build was rejected (a rejection is final; honouring an
+    unsigned one can only hold a build back)."""
+    if rejected_unsigned:
+        return "rejected"
+    if verdict.result.status == "needs-review":
+        return review_outcome(registry, build_id, verdict.digest, manifest.content_digest(), policy, approvals)
+    return verdict.result.status

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError, Refusal, SpecError
-from ..gates import compared_with, describe_comparison, effective_status, review_outcome, signed_verdicts
+from ..gates import compared_with, describe_comparison, effective_status, signed_verdicts, verdict_status
 from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
 from ..records import GateResult, Manifest
@@ -67,7 +67,6 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     """
     policy = policy or load_policy()
     fix = f"run `avatar-release gate {resolved.build_id}`"
-    subject = manifest.content_digest()
     _check_target_scope(manifest, what)
     verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
@@ -92,12 +91,9 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     else:
         verdict = verdicts[-1]
     result, digest = verdict.result, verdict.digest
-    status = result.status
-    if shown_status == "rejected":
-        status = "rejected"  # a rejection is final; honouring an unsigned one can only hold a build back
-    elif status == "needs-review":
-        status = review_outcome(registry, resolved.build_id, digest, subject, policy,
-                                approvals=policy.prod_approvals if channel == "prod" else 1)
+    status = verdict_status(registry, resolved.build_id, verdict, manifest, policy,
+                            approvals=policy.prod_approvals if channel == "prod" else 1,
+                            rejected_unsigned=shown_status == "rejected")
     if status not in ("passed", "approved"):
         extra = {"needs-review": f"; answer its blind review (avatar-release review {resolved.build_id} --serve) "
                                  "and approve it",
