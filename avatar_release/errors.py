@@ -34,6 +34,8 @@ __all__ = [
     "SpecError",
     "Refusal",
     "NeedsReview",
+    "Revoked",
+    "NeedsApproval",
     "NotFoundError",
     "IntegrityError",
     "SchemaVersionError",
@@ -86,6 +88,14 @@ class Refusal(AvatarReleaseError):
     """A gate or a promotion policy said no. Not a fault: the evidence is in the message."""
 
     exit_code = 1
+
+
+class Revoked(Refusal):
+    """The build carries a signed revocation: promotion, rollback and pods refuse it for good."""
+
+
+class NeedsApproval(Refusal):
+    """Prod needs a signed release approval by a second role, and none counts yet."""
 
 
 class NeedsReview(Refusal):

@@ -89,6 +89,7 @@ def ls_cmd(registry_uri, as_json):
         f"{b.build_id:<40} {b.digest[:19]}  {b.published_at[:19]}  {b.gate:<12} "
         f"{('vs ' + b.compared_with) if b.compared_with else '':<28} "
         f"{('compile:' + b.compile_gate) if b.compile_gate else '':<16} {' '.join(b.channels)}".rstrip()
+        + (f"\n    REVOKED: {b.revoked}" if b.revoked else "")
         for b in st.builds
     ) or "no builds"
     human += "".join(f"\nwarning: {p}" for p in st.problems)

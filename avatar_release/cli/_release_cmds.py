@@ -1,4 +1,4 @@
-"""Commands that move channels and keep the store: promote, rollback, history, gc, keys."""
+"""Commands that move channels and keep the store: promote, approve, revoke, rollback, history, gc, keys."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import click
 
 from ..ops import collect_garbage
 from ..promote import promote, rollback
-from ..promote.actions import refresh_timestamp, sign_channel
+from ..promote.actions import approve, refresh_timestamp, revoke_build, sign_channel
 from ..registry import open_registry
 from ..trust.keys import generate_keypair, load_private_key
 from ._app import _emit, _next_step, channel_choice, cli, json_option, project_option, registry_option, signing_options
@@ -30,8 +30,11 @@ def _move_human(r, verb: str) -> str:
     gate = f"; gate result {d.gate_result_digest}" if d.gate_result_digest else ""
     signed = f"\n  signed statement #{r.statement.payload.sequence}, expires {r.statement.payload.expires_at}" \
         if r.statement else ""
+    approved = f"\n  release approved by {', '.join(d.approvals)}" if d.approvals else ""
+    if r.approved_here is not None:
+        approved += " (signed now with this machine's release key: on one machine it holds both roles)"
     return (f"{verb}: {d.channel} {r.previous or '(empty)'} -> {d.build_id}\n"
-            f"  history #{e.sequence} by {e.who} at {e.when}{gate}{signed}")
+            f"  history #{e.sequence} by {e.who} at {e.when}{gate}{signed}{approved}")
 
 
 @cli.command("promote")
@@ -51,6 +54,51 @@ def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_jso
     append_step_summary(promote_summary(r, nxt))
     _emit(as_json, {"ok": True, **r.to_json(), "next": nxt},
           _move_human(r, "promoted") + (f"\n{_next_step(nxt)}" if nxt else ""))
+
+
+@cli.command("approve")
+@click.argument("ref")
+@click.option("--key", "key_path", default=None, envvar="AVATAR_RELEASE_APPROVER_KEY",
+              help="The approver's Ed25519 private key (default: this machine's release key).")
+@click.option("--as", "approver", default=None, help="The approver's name in the trust policy (default: the key's).")
+@click.option("--note", default="", help="Recorded in the signed approval.")
+@registry_option
+@project_option
+@json_option
+def approve_cmd(ref, key_path, approver, note, registry_uri, as_json):
+    """Sign a release approval of REF for prod: the second role, by a key other than the gate's.
+
+    It approves the signed gate result that lets REF into prod now; a re-gate needs a new one."""
+    a = approve(open_registry(registry_uri, create=False), ref, private_key=_signing_key(key_path),
+                approver=approver, note=note)
+    nxt = f"avatar-release promote {a.build_id} --to prod"
+    _emit(as_json, {"ok": True, "approval": a.to_json(), "next": nxt},
+          f"approved {a.build_id} for prod as {a.approver} (gate result {a.gate_result_digest})\n"
+          f"  approval {a.digest}\n{_next_step(nxt)}")
+
+
+@cli.command("revoke")
+@click.argument("ref")
+@click.option("--reason", required=True, help="Why: shown to everyone the revocation refuses.")
+@click.option("--key", "key_path", default=None, envvar="AVATAR_RELEASE_REVOKE_KEY",
+              help="An Ed25519 private key the trust policy names (default: this machine's release key). Pods "
+                   "with --trust-key count a revocation signed by that key.")
+@registry_option
+@json_option
+def revoke_cmd(ref, reason, key_path, registry_uri, as_json):
+    """Revoke REF for good: promotion, rollback and pods refuse it from now on.
+
+    A channel that holds it keeps it until you move it (a following pod says it serves a revoked
+    build in its log, /healthz and metrics): roll back or promote a fixed build next."""
+    reg = open_registry(registry_uri, create=False)
+    r = revoke_build(reg, ref, reason=reason, private_key=_signing_key(key_path))
+    holding = [c for c in ("dev", "staging", "prod")
+               if (s := reg.get_channel(c)) is not None and s.build_id == r.build_id]
+    nxt = f"avatar-release rollback {holding[-1]}" if holding else None
+    hold = f"\n  still in {', '.join(holding)}: move it" if holding else ""
+    _emit(as_json, {"ok": True, "revocation": r.to_json(), "channels": holding, "next": nxt},
+          f"revoked {r.build_id}: {r.reason}\n  revocation {r.envelope_digest}{hold}"
+          + (f"\n{_next_step(nxt)}" if nxt else ""))
 
 
 @cli.command("rollback")

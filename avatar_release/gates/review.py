@@ -59,16 +59,15 @@ from ..media import encode_png
 from ..records import REVIEW_SCHEMA_VERSION, GateResult, ReviewAnswer, ReviewDecision, ReviewRecord, utcnow
 from ..registry import read_manifest
 from ..trust import key_id, load_private_key
-from ..trust.evidence import sign_and_store, verified
+from ..trust.evidence import sign_and_store
 from ..trust.policy import config_dir, load_policy, local_identity
 from .report import heatmap, png_data_uri
+from .review_evidence import CHOICES, MAX_PAIRS, pairs_for, signed_answers
 from .store import get_frames, get_result, latest_result, load_review, result_refs, save_review
 
 __all__ = ["MAX_PAIRS", "CHOICES", "new_review", "review_frames", "review_page", "unseal_order", "record_answer",
            "decide", "ReviewStatus", "review_status", "ReviewServer", "serve_review"]
 
-MAX_PAIRS = 24
-CHOICES = ("left", "right", "same")
 
 
 # ---- opening a review: the order, committed and sealed ---------------------------------------------
@@ -80,9 +79,7 @@ def new_review(result: GateResult, result_digest: str, below: list[int], *, seed
     holds only a salted commitment and the sealed order."""
     if not below:
         raise InputError("nothing to review: no frame is below the band")
-    if len(below) > MAX_PAIRS:
-        idx = np.linspace(0, len(below) - 1, num=MAX_PAIRS).round().astype(int)
-        below = [below[i] for i in sorted(set(idx.tolist()))]
+    below = pairs_for(below)
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
     order = {"candidate_left": [rng.random() < 0.5 for _ in below], "salt": secrets.token_hex(32)}
     commitment = sha256_digest(canonical_json(order))
@@ -326,26 +323,6 @@ def _subject(registry, build_id: str) -> str:
     return read_manifest(registry, build_id)[1].content_digest()
 
 
-def _signed_answers(registry, review: ReviewRecord, policy, subject: str) -> dict[int, ReviewAnswer]:
-    """{pair: answer} from answer attestations that verify under a reviewer key of the policy,
-    signed by the reviewer they name, about this gate result, order and frame; first one per pair."""
-    good, _ = verified(registry, review.build_id, kind="review-answer", trusted=policy.reviewer_keys(),
-                       subject_digest=subject)
-    out: dict[int, ReviewAnswer] = {}
-    for att, digest in good:
-        p = att.predicate
-        pair = p.get("pair")
-        if (p.get("gate_result_digest") != review.gate_result_digest
-                or p.get("order_commitment") != review.order_commitment
-                or p.get("reviewer") not in {policy.name_of(k) for k in att.key_ids}
-                or not isinstance(pair, int) or isinstance(pair, bool) or not 0 <= pair < len(review.frames)
-                or p.get("frame") != review.frames[pair] or p.get("choice") not in CHOICES or pair in out):
-            continue  # another review, a name the key does not belong to, or a pair already answered
-        out[pair] = ReviewAnswer(pair=pair, choice=p["choice"], at=str(p.get("at", "")), reviewer=p["reviewer"],
-                                 evidence=digest)
-    return out
-
-
 def _unsigned_in_record(review: ReviewRecord, signed: dict[int, ReviewAnswer]) -> int:
     """Answers the record lists that no verified attestation backs (written by hand, or v1)."""
     return sum(1 for a in review.answers if a.pair not in signed or signed[a.pair].evidence != a.evidence)
@@ -385,7 +362,7 @@ def record_answer(registry, build_id: str, pair: int, choice: str, *, reviewer: 
         if choice not in CHOICES:
             raise InputError(f"choice {choice!r}: expected left, right or same")
         subject = _subject(registry, build_id)
-        signed = _signed_answers(registry, review, policy, subject)
+        signed = signed_answers(registry, review, policy, subject)
         if pair in signed:
             raise Refusal(f"pair {pair} was already answered (by {signed[pair].reviewer}); answers are final")
         predicate = {"build_id": build_id, "gate_result_digest": review.gate_result_digest,
@@ -419,7 +396,7 @@ def decide(registry, build_id: str, *, approve: bool, reviewer: str, note: str, 
         review, digest = _decidable(registry, build_id)
         key, reviewer, policy = _reviewer_key(reviewer, signer, policy, what="decision")
         subject = _subject(registry, build_id)
-        signed = _signed_answers(registry, review, policy, subject)
+        signed = signed_answers(registry, review, policy, subject)
         if approve:
             _require_every_pair(review, signed, policy)
         try:
@@ -547,7 +524,7 @@ def review_status(registry, build_id: str, *, policy=None) -> ReviewStatus:
     review = load_review(registry, build_id)
     if review is None:
         raise NotFoundError(f"no review for {build_id}: only a gate that ends in needs-review opens one")
-    signed = _signed_answers(registry, review, policy or load_policy(), _subject(registry, build_id))
+    signed = signed_answers(registry, review, policy or load_policy(), _subject(registry, build_id))
     return ReviewStatus(review, signed, _unsigned_in_record(review, signed))
 
 
@@ -586,7 +563,7 @@ class ReviewServer:
 
     def _signed(self) -> tuple[ReviewRecord, dict[int, ReviewAnswer]]:
         r = load_review(self.registry, self.build_id)
-        return r, _signed_answers(self.registry, r, self.policy, _subject(self.registry, self.build_id))
+        return r, signed_answers(self.registry, r, self.policy, _subject(self.registry, self.build_id))
 
     def answer(self, pair, choice) -> ReviewRecord:
         return record_answer(self.registry, self.build_id, pair, choice, reviewer=self.reviewer, signer=self.key,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import __version__, _atomic
-from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal
+from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal, SpecError
 from ..machine import Machine, configure_host_devices, diff_machines, environment_record, toolchain, who
 from ..records import (
     Band,
@@ -35,6 +35,7 @@ from ..records import (
     utcnow,
 )
 from ..registry import CHANNELS, Registry, Resolved, read_manifest
+from ..specs import load_target
 from ..trust.policy import load_policy
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
 from ._fresh import GateRun, fresh_run
@@ -297,6 +298,14 @@ class _Stored:
     review: ReviewRecord | None  # a new blind review, when one was opened
 
 
+def _target_spec_digest(target: str) -> str | None:
+    """The digest of the target spec in force (what the evidence vouches for), None without one."""
+    try:
+        return load_target(target).digest()
+    except SpecError:
+        return None
+
+
 def _store(registry, inputs: _Inputs, twins: _Twins, comparison: _Comparison, t_start: float,
            progress: Callable[[str], None]) -> _Stored:
     """Step 5a: the frames, the result and (for needs-review, unless already decided) a review."""
@@ -306,7 +315,8 @@ def _store(registry, inputs: _Inputs, twins: _Twins, comparison: _Comparison, t_
     tools = toolchain(with_compile_tools=False)
     result = GateResult(
         status=comparison.status, build_id=manifest.build_id, build_digest=inputs.resolved.digest,
-        pipeline=manifest.pipeline, target=manifest.target, baseline=inputs.baseline, tier=inputs.tier,
+        pipeline=manifest.pipeline, target=manifest.target, target_spec_digest=_target_spec_digest(manifest.target),
+        baseline=inputs.baseline, tier=inputs.tier,
         tier_reasons=inputs.tier_reasons, band=inputs.band_info, environment=inputs.env,
         tool={"avatar_release": __version__, "jax": tools.jax, "jaxlib": tools.jaxlib, "python": tools.python},
         gate_set=inputs.gate_set, gates=comparison.gates, frame_sha256=run_a.frame_sha256, frames_blob=frames_blob,

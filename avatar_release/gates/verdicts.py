@@ -15,14 +15,16 @@ from ..records import GateResult, Manifest
 from ..registry import Registry
 from ..trust.evidence import Rejected, verified
 from ..trust.policy import TrustPolicy
+from .review_evidence import review_outcome
 
-__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "review_outcome", "verdict_status"]
+__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "verdict_status"]
 
 
 @dataclass(frozen=True)
 class SignedVerdict:
     result: GateResult  # the signed predicate, parsed
     digest: str  # digest of the predicate's canonical bytes: what reviews and promotions name
+    key_ids: tuple[str, ...] = ()  # the trusted keys whose signatures verified (the gate role)
 
     @property
     def baseline_digest(self) -> str | None:
@@ -35,7 +37,7 @@ def signed_verdicts(registry: Registry, build_id: str, manifest: Manifest,
     for exactly this manifest, oldest first by its signed ``created_at``; and the rejected envelopes."""
     good, rejected = verified(registry, build_id, kind="gate-result", trusted=policy.gate_keys(manifest.target),
                               subject_digest=manifest.content_digest())
-    verdicts = [SignedVerdict(GateResult.model_validate(att.predicate), digest) for att, digest in good]
+    verdicts = [SignedVerdict(GateResult.model_validate(att.predicate), digest, att.key_ids) for att, digest in good]
     verdicts = [v for v in verdicts if v.result.build_id == build_id]
     verdicts.sort(key=lambda v: v.result.created_at)
     return verdicts, rejected
@@ -51,25 +53,6 @@ def describe_comparison(v: SignedVerdict) -> str:
     return "compared with nothing (--baseline none)" if b is None else f"compared with {b.build_id}"
 
 
-def review_outcome(registry: Registry, build_id: str, gate_result_digest: str, subject_digest: str,
-                   policy: TrustPolicy, approvals: int) -> str:
-    """'approved', 'rejected' or 'needs-review' from reviewer decisions signed by keys the policy names,
-    about exactly this gate result, each by the reviewer who owns the signing key."""
-    decisions, _ = verified(registry, build_id, kind="review-decision", trusted=policy.reviewer_keys(),
-                            subject_digest=subject_digest)
-    approvers = set()
-    for att, _ in decisions:
-        p = att.predicate
-        signer_names = {policy.name_of(k) for k in att.key_ids}
-        if p.get("gate_result_digest") != gate_result_digest or p.get("reviewer") not in signer_names:
-            continue  # about another gate result, or a name the signing key does not belong to
-        if p.get("decision") == "rejected":
-            return "rejected"
-        if p.get("decision") == "approved":
-            approvers.add(p["reviewer"])
-    return "approved" if len(approvers) >= approvals else "needs-review"
-
-
 def verdict_status(registry: Registry, build_id: str, verdict: SignedVerdict, manifest: Manifest,
                    policy: TrustPolicy, *, approvals: int, rejected_unsigned: bool) -> str:
     """What a signed verdict lets through: its status, a needs-review decided by signed reviewer
@@ -78,5 +61,6 @@ def verdict_status(registry: Registry, build_id: str, verdict: SignedVerdict, ma
     if rejected_unsigned:
         return "rejected"
     if verdict.result.status == "needs-review":
-        return review_outcome(registry, build_id, verdict.digest, manifest.content_digest(), policy, approvals)
+        return review_outcome(registry, build_id, verdict.result, verdict.digest, manifest.content_digest(), policy,
+                              approvals).status
     return verdict.result.status

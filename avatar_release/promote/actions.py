@@ -11,17 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ..errors import Refusal
+from ..errors import NeedsApproval, Refusal
 from ..machine import who
 from ..records import CHANNELS, HistoryEntry
-from ..registry import Resolved, publish_to_dev, read_manifest
-from ..trust.policy import load_policy
+from ..registry import Registry, Resolved, publish_to_dev, read_manifest
+from ..trust import key_id
+from ..trust.policy import TrustPolicy, load_policy, local_identity
+from ..trust.revocation import Revocation, revoke
 from ..trust.statements import (
     publish_statement, publish_timestamp, read_statement, sign, sign_timestamp, signed_digest,
 )
-from .policy import Decision, check_promotion, check_rollback_target
+from .approvals import Approval, sign_approval
+from .policy import Decision, check_gate_evidence, check_promotion, check_rollback_target
 
-__all__ = ["MoveResult", "promote", "publish_to_dev", "rollback", "actor", "sign_channel", "refresh_timestamp"]
+__all__ = ["MoveResult", "promote", "publish_to_dev", "rollback", "actor", "sign_channel", "refresh_timestamp",
+           "approve", "revoke_build"]
 
 
 def actor() -> str:
@@ -35,6 +39,7 @@ class MoveResult:
     entry: HistoryEntry | None  # None: the channel already pointed there (no-op)
     previous: str | None  # build id the channel pointed at before
     statement: object = None  # trust.statements.SignedStatement when a signing key was given
+    approved_here: Approval | None = None  # prod: the approval this machine's release key signed for it
 
     @property
     def changed(self) -> bool:
@@ -44,6 +49,8 @@ class MoveResult:
         return {"channel": self.decision.channel, "build_id": self.decision.build_id,
                 "digest": self.decision.digest, "changed": self.changed, "previous": self.previous,
                 "gate_status": self.decision.gate_status, "gate_result_digest": self.decision.gate_result_digest,
+                "approvals": list(self.decision.approvals),
+                "approved_here": self.approved_here.to_json() if self.approved_here else None,
                 "entry": self.entry.model_dump(mode="json") if self.entry else None,
                 "statement": self.statement.model_dump(mode="json") if self.statement else None}
 
@@ -98,11 +105,64 @@ def _maybe_sign(registry, result: "MoveResult", signing_key, valid_days: float) 
 
 def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | None = None,
             signing_key=None, valid_days: float = 30.0) -> MoveResult:
+    """Move ``channel`` to ``ref`` if the policy allows it. Going to prod without a release
+    approval that counts, this machine's own release key signs one when the trust policy names it
+    an approver (the first-use identity on one laptop holds both roles); otherwise NeedsApproval."""
     resolved, manifest = read_manifest(registry, ref)
     current = registry.get_channel(channel) if channel in CHANNELS else None
-    decision = check_promotion(registry, resolved, manifest, channel)
-    return _move(registry, resolved, decision, current, "promote", who, reason or f"promote to {channel}",
-                 signing_key, valid_days)
+    policy = load_policy()
+    approved_here = None
+    try:
+        decision = check_promotion(registry, resolved, manifest, channel, policy)
+    except NeedsApproval:
+        key = _local_approver_key(policy)
+        if key is None:
+            raise
+        admitted = check_gate_evidence(registry, resolved, manifest, what=f"approve {resolved.build_id}",
+                                       channel="prod", policy=policy)
+        approved_here = sign_approval(registry, resolved.build_id, manifest, admitted.verdict, policy, key,
+                                      note="signed by promote with this machine's release key")
+        decision = check_promotion(registry, resolved, manifest, channel, policy)
+    result = _move(registry, resolved, decision, current, "promote", who, reason or f"promote to {channel}",
+                   signing_key, valid_days)
+    result.approved_here = approved_here
+    return result
+
+
+def _local_approver_key(policy: TrustPolicy):
+    """This machine's release key when the policy names it an approver (else None)."""
+    path = local_identity().release_key_path
+    if not path.is_file():
+        return None
+    key = local_identity().release_key()
+    return key if key_id(key.public_key()) in policy.approver_keys() else None
+
+
+def approve(registry: Registry, ref: str, *, private_key=None, approver: str | None = None,
+            note: str = "") -> Approval:
+    """Sign a release approval of the gate result that lets ``ref`` into prod now (with this
+    machine's release key unless ``private_key`` is given)."""
+    resolved, manifest = read_manifest(registry, ref)
+    policy = load_policy()
+    admitted = check_gate_evidence(registry, resolved, manifest, what=f"approve {resolved.build_id} for prod",
+                                   channel="prod", policy=policy)
+    key = private_key or local_identity().release_key()
+    return sign_approval(registry, resolved.build_id, manifest, admitted.verdict, policy, key, approver=approver,
+                         note=note)
+
+
+def revoke_build(registry: Registry, ref: str, *, reason: str, private_key=None) -> Revocation:
+    """Sign a revocation of ``ref`` (with this machine's release key unless ``private_key`` is given).
+    The key must be one the trust policy names, or promotion would not count it: refused before
+    anything is stored."""
+    resolved, manifest = read_manifest(registry, ref)
+    policy = load_policy()
+    key = private_key or local_identity().release_key()
+    kid = key_id(key.public_key())
+    if kid not in policy.revoker_keys():
+        raise Refusal(f"revoke {resolved.build_id}: key {kid} is not named by the trust policy {policy.path}, so "
+                      "promotion would not count its revocation; sign with a key the policy names (--key)")
+    return revoke(registry, resolved.build_id, manifest.content_digest(), key, reason=reason, by=actor())
 
 
 def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,

@@ -8,8 +8,16 @@
              first release), its latest signed result, whatever it was compared with
     prod     only the build that is in staging now: no skipping; the same comparison with prod
              now (prod moved since the gate: re-gate); a reviewed build needs the policy's
-             ``prod_approvals`` distinct reviewers
-    rollback to a build whose latest signed gate result passed and that was in that channel before
+             ``prod_approvals`` distinct reviewers; and (``[release] roles = 2``, the default) a
+             signed release approval of that very gate result by an approver the policy names,
+             with a key other than the one that signed the gate evidence (``promote.approvals``)
+    rollback to a build whose latest signed gate result passed and that was in that channel before;
+             a signed failing verdict against the build in prod now blocks it until a newer pass
+    never    a build with a signed revocation (``avatar-release revoke``), into any channel
+
+Before any key is chosen, the manifest's platform is checked against the spec of the target it
+names (a relabelled build gets no key's trust), and a gate result that names its target spec's
+digest must name the spec in force.
 
 A decision carries its evidence (the gate result digest, the statuses it read), so a refusal
 can say exactly why, and a promotion records which gate result let it through.
@@ -20,15 +28,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError, Refusal, SpecError
-from ..gates import compared_with, describe_comparison, effective_status, signed_verdicts, verdict_status
+from ..gates import (
+    SignedVerdict, compared_with, describe_comparison, effective_status, review_outcome, signed_verdicts, verdict_status,
+)
 from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
-from ..records import GateResult, Manifest
+from ..records import Manifest
 from ..registry import CHANNELS, Registry, Resolved
-from ..specs import load_target
+from ..specs import TargetSpec, load_target
 from ..trust.policy import TrustPolicy, load_policy
+from ..trust.revocation import check_not_revoked
+from .approvals import check_release_roles
 
-__all__ = ["Decision", "check_promotion", "check_rollback_target", "check_gate_evidence"]
+__all__ = ["Decision", "Admitted", "check_promotion", "check_rollback_target", "check_gate_evidence"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,16 @@ class Decision:
     digest: str
     gate_status: str  # what effective_status said ("ungated" for dev promotions of ungated builds)
     gate_result_digest: str | None
+    approvals: tuple[str, ...] = ()  # prod: the release approvals that counted ("name (digest)")
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """Gate evidence that lets a build through: its status and the signed verdict that decided."""
+
+    status: str  # "passed" or "approved"
+    gate_result_digest: str
+    verdict: SignedVerdict
 
 
 def _check_channel(channel: str) -> None:
@@ -52,8 +74,8 @@ GATE_MACHINE_FIELDS = ("backend", "device_kind", "device_count", "jaxlib", "cpu_
 
 def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manifest, *, what: str,
                         channel: str = "staging", policy: TrustPolicy | None = None,
-                        against_prod: bool = True) -> tuple[str, str]:
-    """(status, gate result digest) when the build's *signed* gate evidence lets it through.
+                        against_prod: bool = True) -> Admitted:
+    """The deciding signed verdict when the build's *signed* gate evidence lets it through.
 
     Only attestations whose signature verifies under a key the trust policy names for the
     build's target (gate results) or for reviewing (review decisions), made for exactly this
@@ -63,11 +85,13 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     ``against_prod`` (promotions): while prod holds another build, only verdicts from a comparison
     with that build count, the newest deciding; a comparison with nothing (``--baseline none``) or
     with a build prod has since left asks for a re-gate. Prod empty: the newest verdict decides (the
-    first release). Rollbacks pass False: the newest verdict of any comparison decides.
+    first release). Rollbacks pass False: the newest verdict of any comparison decides, except that
+    a failing verdict against the build in prod now stands until a newer one against it passes.
     """
     policy = policy or load_policy()
     fix = f"run `avatar-release gate {resolved.build_id}`"
-    _check_target_scope(manifest, what)
+    target = _check_target_scope(manifest, what)
+    check_not_revoked(registry, resolved.build_id, manifest.content_digest(), policy.revoker_keys(), what=what)
     verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
     if not verdicts:
@@ -78,9 +102,13 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
                           f"never promotes; {fix} with a trusted gate key")
         _refuse_compile_gate_only(registry, resolved, manifest, what, fix)
         raise Refusal(f"{what}: {resolved.build_id} has never been gated; {fix} first")
-    prod = registry.get_channel("prod") if against_prod else None
-    if prod is not None and prod.digest != resolved.digest:
-        relevant = compared_with(verdicts, prod.digest)
+    prod = registry.get_channel("prod")
+    relevant = compared_with(verdicts, prod.digest) if prod is not None and prod.digest != resolved.digest else []
+    if not against_prod:
+        verdict = verdicts[-1]
+        if relevant and relevant[-1].result.status == "failed":
+            verdict = relevant[-1]  # a signed failure against prod now stands until a newer pass against it
+    elif prod is not None and prod.digest != resolved.digest:
         if not relevant:
             seen = "; ".join(sorted({describe_comparison(v) for v in verdicts}))
             raise Refusal(f"{what}: prod holds {prod.build_id} now, and no signed gate result of {resolved.build_id} "
@@ -91,15 +119,21 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     else:
         verdict = verdicts[-1]
     result, digest = verdict.result, verdict.digest
+    _check_target_digest(verdict, target, what, fix)
     status = verdict_status(registry, resolved.build_id, verdict, manifest, policy,
                             approvals=policy.prod_approvals if channel == "prod" else 1,
                             rejected_unsigned=shown_status == "rejected")
     if status not in ("passed", "approved"):
-        extra = {"needs-review": f"; answer its blind review (avatar-release review {resolved.build_id} --serve) "
+        why = ""
+        if status == "needs-review":
+            outcome = review_outcome(registry, resolved.build_id, result, digest, manifest.content_digest(), policy,
+                                     policy.prod_approvals if channel == "prod" else 1)
+            why = f" (signed review evidence that does not count: {outcome.why()})" if outcome.ignored else ""
+        extra = {"needs-review": f"{why}; answer its blind review (avatar-release review {resolved.build_id} --serve) "
                                  "and approve it",
                  "rejected": "; a rejected build is never promoted",
                  "failed": f"; see the gate report, or {fix} again after fixing it"}.get(status, "")
-        against = f", {describe_comparison(verdict)}" if prod is not None else ""
+        against = f", {describe_comparison(verdict)}" if prod is not None and prod.digest != resolved.digest else ""
         raise Refusal(f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} "
                       f"({digest}{against}){extra}")
     diff = diff_machines(Machine.of_build(manifest), Machine.of_environment(result.environment),
@@ -107,14 +141,22 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     if diff:
         raise Refusal(f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
                       f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware")
-    return status, digest
+    return Admitted(status, digest, verdict)
+
+
+def _check_target_digest(verdict: SignedVerdict, target: TargetSpec, what: str, fix: str) -> None:
+    """A verdict that names its target spec's digest vouches for that spec only."""
+    named = verdict.result.target_spec_digest
+    if named is not None and named != target.digest():
+        raise Refusal(f"{what}: the gate result {verdict.digest} was made under target spec {target.name} "
+                      f"{named}, but the spec in force is {target.digest()} (the target was redefined since); {fix}")
 
 
 # The backends a target spec's platform names (jax calls the CUDA backend "cuda" or "gpu").
 _BACKENDS = {"cpu": ("cpu",), "tpu": ("tpu",), "gpu": ("gpu", "cuda")}
 
 
-def _check_target_scope(manifest: Manifest, what: str) -> None:
+def _check_target_scope(manifest: Manifest, what: str) -> TargetSpec:
     """Keys are chosen by the manifest's target name, a label anyone can write: first check that
     the program is what that target spec declares (backend, device count, mesh, topology)."""
     try:
@@ -135,6 +177,7 @@ def _check_target_scope(manifest: Manifest, what: str) -> None:
     if wrong:
         raise Refusal(f"{what}: the manifest says target {manifest.target}, but the program is not one: "
                       f"{'; '.join(wrong)}. A relabelled build gets no key's trust; compile it for the target")
+    return tgt
 
 
 def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:
@@ -146,30 +189,37 @@ def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:
                       f"{p.device_count} first ({fix} on such a host). CPU-only evidence never promotes past dev")
 
 
-def check_promotion(registry, resolved: Resolved, manifest: Manifest, channel: str) -> Decision:
+def check_promotion(registry: Registry, resolved: Resolved, manifest: Manifest, channel: str,
+                    policy: TrustPolicy | None = None) -> Decision:
     _check_channel(channel)
     what = f"promote {resolved.build_id} to {channel}"
     if channel == "dev":
         status, _, digest = effective_status(registry, resolved.build_id)
         if status == "rejected":
             raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")
+        check_not_revoked(registry, resolved.build_id, manifest.content_digest(),
+                          (policy or load_policy()).revoker_keys(), what=what)
         return Decision(channel, resolved.build_id, resolved.digest, status, digest)
-    status, digest = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel)
+    policy = policy or load_policy()
+    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy)
+    approvals: tuple[str, ...] = ()
     if channel == "prod":
         staging = registry.get_channel("staging")
         if staging is None or staging.digest != resolved.digest:
             now = staging.build_id if staging else "empty"
             raise Refusal(f"{what}: only the build in staging may go to prod (staging is {now}); "
                           f"promote it to staging first: avatar-release promote {resolved.build_id} --to staging")
-    return Decision(channel, resolved.build_id, resolved.digest, status, digest)
+        counted = check_release_roles(registry, resolved.build_id, manifest, admitted.verdict, policy, what=what)
+        approvals = tuple(a.describe() for a in counted)
+    return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest,
+                    approvals)
 
 
-def check_rollback_target(registry, resolved: Resolved, manifest: Manifest, channel: str) -> Decision:
+def check_rollback_target(registry: Registry, resolved: Resolved, manifest: Manifest, channel: str) -> Decision:
     _check_channel(channel)
     what = f"roll {channel} back to {resolved.build_id}"
     been_there = any(e.to_digest == resolved.digest for e in registry.history(channel))
     if not been_there:
         raise Refusal(f"{what}: {resolved.build_id} was never in {channel}; that is a promotion, not a rollback")
-    status, digest = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel,
-                                         against_prod=False)
-    return Decision(channel, resolved.build_id, resolved.digest, status, digest)
+    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, against_prod=False)
+    return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..gates import effective_status
 from ..gates.compile_gate import load_compile_gate
+from ..trust.revocation import revocations
 
 __all__ = ["BuildStatus", "ChannelCheck", "ReleaseStatus", "release_status", "channel_checks"]
 
@@ -23,6 +24,7 @@ class BuildStatus:
     compile_gate: str | None  # the compile gate's status, when one ran
     # What the newest gate result compared with: a build id, "nothing" (--baseline none), None (ungated)
     compared_with: str | None = None
+    revoked: str | None = None  # who revoked it, when and why (display: listed, not verified)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -90,8 +92,10 @@ def release_status(registry) -> ReleaseStatus:
         compiled = load_compile_gate(registry, b.build_id)
         gate, result, _ = effective_status(registry, b.build_id)
         against = None if result is None else (result.baseline.build_id if result.baseline else "nothing")
+        revoked = revocations(registry, b.build_id, None, None)
         builds.append(BuildStatus(
             build_id=b.build_id, digest=b.digest, published_at=b.published_at,
             channels=sorted(c.channel for c in checks if c.digest == b.digest),
-            gate=gate, compile_gate=compiled.status if compiled else None, compared_with=against))
+            gate=gate, compile_gate=compiled.status if compiled else None, compared_with=against,
+            revoked=revoked[0].describe() if revoked else None))
     return ReleaseStatus(registry.uri, builds, checks)

@@ -1,7 +1,9 @@
 """Gate records: the result a gate stores with a build, the similarity band, the compile gate.
 
 Changelogs (each kind versioned on its own):
-  * ``avatar-release/gate-result`` (``GATE_RESULT_SCHEMA_VERSION``): 1 (2026-11-29) first version.
+  * ``avatar-release/gate-result`` (``GATE_RESULT_SCHEMA_VERSION``): 1 (2026-11-29) first version;
+    optional ``target_spec_digest`` added 2026-12-01 (the digest of the target spec the gate ran
+    under; absent in older results, which the policy still reads).
   * ``avatar-release/band`` (``BAND_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/compile-gate`` (``COMPILE_GATE_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/gate-shard`` (``GATE_SHARD_SCHEMA_VERSION``): 1 (2026-12-02) first version: the
@@ -90,6 +92,7 @@ class GateResult(Record):
     build_digest: str
     pipeline: str
     target: str
+    target_spec_digest: str | None = None  # the target spec in force at the gate (TargetSpec.digest())
     baseline: BaselineRef | None
     tier: Literal[1, 2] | None  # None without a baseline
     tier_reasons: list[str] = []

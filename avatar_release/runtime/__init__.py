@@ -8,7 +8,7 @@ Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 from ._blobs import BlobCheck, build_blobs, fetch_verified
 from ._feed import ChunkAudio, feed_chunks
 from ._guard import COMPILE_EVENT, CompileGuard
-from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, check_trusted, load
+from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, check_trusted, load, revocation_keys
 from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, stream
 from ._verify import check_blobs, verify_build
 
@@ -19,6 +19,7 @@ __all__ = [
     "TrustConfig",
     "check_environment",
     "check_trusted",
+    "revocation_keys",
     "BlobCheck",
     "build_blobs",
     "check_blobs",

@@ -23,13 +23,15 @@ from ..errors import EnvironmentMismatch, InputError, IntegrityError, TrustError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ..records import ArraySpec, ExecutableEntry, Manifest, check_identity
 from ..registry import Registry, Resolved, open_registry, read_manifest
+from ..trust import key_id
+from ..trust.revocation import check_not_revoked
 from ..trust.statements import TIMESTAMP_VALIDITY, verify_channel
 from ._blobs import check_bounds, decompress, fetch_verified
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 
-__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "devices_for", "place_weights"]
+__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys", "devices_for", "place_weights"]
 
 
 @dataclass
@@ -41,10 +43,11 @@ class LoadTimings:
     deserialize: float = 0.0
     weights: float = 0.0
     signature: float = 0.0  # statement fetch + ed25519 verification (0 without a trust key)
+    revocation: float = 0.0  # reading the build's attestations for a revocation
 
     def total(self) -> float:
-        return (self.resolve + self.signature + self.fetch + self.verify + self.decompress + self.deserialize
-                + self.weights)
+        return (self.resolve + self.signature + self.revocation + self.fetch + self.verify + self.decompress
+                + self.deserialize + self.weights)
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,9 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         t0 = time.perf_counter()
         accepted = check_trusted(reg, resolved, trust, manifest)
         t.signature = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    check_not_revoked(reg, resolved.build_id, manifest.content_digest(), revocation_keys(trust), what=f"load {ref}")
+    t.revocation = time.perf_counter() - t0
     check_environment(manifest)
     _require_weights(manifest)
     # Bound what the manifest declares before fetching or allocating anything; then fetch and
@@ -244,6 +250,14 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimi
         loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [_sharding(mesh, s) for s in e.inputs], {})
     t.deserialize = time.perf_counter() - t0
     return mesh, loaded
+
+
+def revocation_keys(trust: TrustConfig | None) -> dict | None:
+    """Whose revocations a pod counts: its trust key's; with no trust key, any that parses (it
+    verifies nothing signed, and a revocation can only hold a build back)."""
+    if trust is None:
+        return None
+    return {key_id(trust.public_key): trust.public_key}
 
 
 def check_trusted(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifest):

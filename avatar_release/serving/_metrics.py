@@ -36,6 +36,8 @@ class Metrics:
         self.build = Info("avatar_serve_build", "The build this pod serves", registry=r)
         self.swaps = Counter("avatar_serve_swaps", "Channel follows: builds swapped in or refused", ["result"],
                              registry=r)
+        self.revoked = Gauge("avatar_serve_build_revoked", "1 while the build served carries a signed revocation "
+                             "(the pod keeps serving it until its channel moves; alert on it)", registry=r)
         self.disconnects = Counter("avatar_serve_client_disconnects", "Renders stopped because the client left",
                                    registry=r)
         self.compiles.inc(0)

@@ -14,10 +14,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..errors import AvatarReleaseError, RecompileError
+from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..registry import read_manifest
-from ..runtime import load, stream
+from ..runtime import load, revocation_keys, stream
+from ..trust.revocation import revocations
 from ._errors import clean_message
 from ._log import log_event
 from ._metrics import Metrics
@@ -45,6 +46,7 @@ class FollowState:
     last_result: str | None = None
     refused_digest: str | None = None
     refused_reason: str | None = None
+    revoked: str | None = None  # the served build's revocation, once one is seen
     swaps: int = 0
     history: list[dict] = field(default_factory=list)
 
@@ -76,7 +78,7 @@ class Pod:
                 "fps": b.manifest.program.fps, "buckets": {x.name: x.frames for x in b.manifest.buckets},
                 "follow": {"swaps": self.follow.swaps, "last_check": self.follow.last_check,
                            "last_result": self.follow.last_result, "refused_digest": self.follow.refused_digest,
-                           "refused_reason": self.follow.refused_reason}}
+                           "refused_reason": self.follow.refused_reason, "revoked": self.follow.revoked}}
 
     # ---------------------------------------------------------------------------- following
     def check_channel(self, *, retry_refused: bool = False) -> str:
@@ -87,6 +89,7 @@ class Pod:
         self.follow.last_check = time.time()
         resolved, _ = read_manifest(self.registry, self.channel)
         if resolved.digest == self.build.digest:
+            self._check_served_revoked()
             return self._result("unchanged")
         if resolved.digest == self.follow.refused_digest and not retry_refused:
             return self._result("still-refused")
@@ -98,19 +101,33 @@ class Pod:
         except (AvatarReleaseError, OSError, ValueError) as exc:
             self.follow.refused_digest = resolved.digest
             self.follow.refused_reason = clean_message(f"{type(exc).__name__}: {exc}")
-            self.metrics.swaps.labels("refused").inc()
+            self.metrics.swaps.labels("revoked" if isinstance(exc, Revoked) else "refused").inc()
             log_event("swap_refused", channel=self.channel, serving=self.build.build_id, digest=resolved.digest,
                       reason=self.follow.refused_reason)
             return self._result("refused")
         with self.device_lock:
             old, self.build, self.warm_seconds = self.build, new, warm
         self.follow.swaps += 1
-        self.follow.refused_digest = self.follow.refused_reason = None
+        self.follow.refused_digest = self.follow.refused_reason = self.follow.revoked = None
+        self.metrics.revoked.set(0)
         self.metrics.swaps.labels("swapped").inc()
         self.metrics.set_build(new, self.channel)
         log_event("swapped", channel=self.channel, old=old.build_id, new=new.build_id, digest=new.digest,
                   warm_chunk_seconds=round(warm, 4), load_seconds=round(new.timings.total(), 4))
         return self._result("swapped")
+
+    def _check_served_revoked(self) -> None:
+        """A revocation of the build served now: say so (log once, gauge, health); keep serving,
+        since the channel still points here and there is nothing better to serve until it moves."""
+        if self.follow.revoked is not None:
+            return
+        b = self.build
+        found = revocations(self.registry, b.build_id, b.manifest.content_digest(), revocation_keys(self.trust))
+        if found:
+            self.follow.revoked = found[0].describe()
+            self.metrics.revoked.set(1)
+            log_event("serving_revoked", channel=self.channel, build=b.build_id, digest=b.digest,
+                      reason=self.follow.revoked)
 
     def _result(self, what: str) -> str:
         self.follow.last_result = what

@@ -65,6 +65,10 @@ class TargetSpec(_Spec):
     # the variable is unset, before JAX starts.
     compile_env: dict[str, str] = {}
 
+    def digest(self) -> str:
+        """What gate evidence names: the spec as declared (a redefined target is another digest)."""
+        return sha256_digest(canonical_json(self.model_dump(mode="json")))
+
 
 class FlagProfile(_Spec):
     name: str

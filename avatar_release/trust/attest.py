@@ -42,6 +42,8 @@ PREDICATE_TYPES = {
     "review-decision": _PREFIX + "review-decision/v1",
     "promotion": _PREFIX + "promotion/v1",
     "timestamp": _PREFIX + "timestamp/v1",
+    "release-approval": _PREFIX + "release-approval/v1",
+    "revocation": _PREFIX + "revocation/v1",
 }
 
 

@@ -10,13 +10,17 @@ read from the registry.
     [review]
     reviewers = ["ana"]          # who may answer blind reviews and decide them
     prod_approvals = 1           # approvals by distinct reviewers a reviewed build needs for prod
+    [release]
+    approvers = ["ana"]          # keys whose signed release approval (``avatar-release approve``) prod needs
+    roles = 2                    # prod needs gate evidence AND an approval by another key (1: gate alone)
     [timestamps]
     validity_hours = 1           # how long a signed timestamp vouches (pods cap it too: --max-timestamp-age)
 
 Where it is read from, in order: ``--trust-policy`` / ``AVATAR_RELEASE_TRUST_POLICY``; else the
-user's own ``<config>/trust.toml``. On first use (no such file) a machine gets its own gate key
-and reviewer key under ``<config>/keys/`` and a local policy trusting exactly those, so the
-embedded default (compile -> gate -> promote on one laptop) needs no key setup, while evidence
+user's own ``<config>/trust.toml``. On first use (no such file) a machine gets its own gate key,
+reviewer key and release key under ``<config>/keys/`` and a local policy trusting exactly those
+(this one machine holds every role), so the embedded default (compile -> gate -> promote on one
+laptop) needs no key setup, while evidence
 from any other machine's key, or unsigned, never promotes. CI and shared registries point
 ``AVATAR_RELEASE_TRUST_POLICY`` at a policy in the repository and take keys from secrets.
 """
@@ -49,11 +53,13 @@ def config_dir() -> Path:
 
 @dataclass(frozen=True)
 class LocalIdentity:
-    """This machine's own keys, made on first use: one signs gate evidence, one is its reviewer."""
+    """This machine's own keys, made on first use: one signs gate evidence, one is its reviewer,
+    one approves releases to prod (the second role prod needs; on one laptop, the same person)."""
 
     gate_key_path: Path
     reviewer_key_path: Path
     reviewer: str
+    release_key_path: Path
 
     def gate_key(self):
         return load_private_key(self.gate_key_path)
@@ -61,14 +67,17 @@ class LocalIdentity:
     def reviewer_key(self):
         return load_private_key(self.reviewer_key_path)
 
+    def release_key(self):
+        return load_private_key(self.release_key_path)
+
 
 def local_identity() -> LocalIdentity:
     """This machine's gate and reviewer keys (created 0600 on first use) and the local policy."""
     d = config_dir()
     keys = d / "keys"
     reviewer = os.environ.get("AVATAR_RELEASE_REVIEWER") or _user()
-    ident = LocalIdentity(keys / "gate.key", keys / "reviewer.key", reviewer)
-    for name in ("gate", "reviewer"):
+    ident = LocalIdentity(keys / "gate.key", keys / "reviewer.key", reviewer, keys / "release.key")
+    for name in ("gate", "reviewer", "release"):
         if not (keys / f"{name}.key").is_file():
             try:
                 generate_keypair(keys, name)
@@ -77,7 +86,24 @@ def local_identity() -> LocalIdentity:
     policy = d / "trust.toml"
     if not policy.is_file():
         _atomic.write_text(policy, _local_policy_text(reviewer))
+    else:
+        _upgrade_local_policy(policy)
     return ident
+
+
+_LOCAL_MARK = "# Made by avatar-release on first use"
+
+
+def _upgrade_local_policy(path: Path) -> None:
+    """A first-use policy made before prod needed a release approval gets this machine's release
+    key as its approver (a policy someone wrote themselves is never touched)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return
+    if text.startswith(_LOCAL_MARK) and "[release]" not in text:
+        _atomic.write_text(path, text.rstrip("\n").replace('[gate]', 'local-release = "keys/release.pub"\n\n[gate]', 1)
+                           + "\n\n" + _LOCAL_RELEASE)
 
 
 def _user() -> str:
@@ -89,18 +115,26 @@ def _user() -> str:
 
 def _local_policy_text(reviewer: str) -> str:
     return (
-        "# Made by avatar-release on first use: trusts this machine's own keys only.\n"
+        f"{_LOCAL_MARK}: trusts this machine's own keys only.\n"
         "# Shared registries and CI: point AVATAR_RELEASE_TRUST_POLICY at a policy in your repository.\n"
         f"schema_version = {POLICY_SCHEMA_VERSION}\n\n"
         "[keys]\n"
         'local-gate = "keys/gate.pub"\n'
-        f'{_toml_key(reviewer)} = "keys/reviewer.pub"\n\n'
+        f'{_toml_key(reviewer)} = "keys/reviewer.pub"\n'
+        'local-release = "keys/release.pub"\n\n'
         "[gate]\n"
         '"*" = ["local-gate"]\n\n'
         "[review]\n"
         f"reviewers = [{_toml_str(reviewer)}]\n"
-        "prod_approvals = 1\n"
+        "prod_approvals = 1\n\n"
+        + _LOCAL_RELEASE
     )
+
+
+# Prod takes gate evidence and a release approval by another key; on one laptop this machine's
+# release key is that second key, and `promote --to prod` signs the approval with it.
+_LOCAL_RELEASE = '[release]\napprovers = ["local-release"]\nroles = 2\n'
+
 
 
 def _toml_str(s: str) -> str:
@@ -120,6 +154,8 @@ class TrustPolicy:
     prod_approvals: int = 1
     key_names: dict[str, str] = field(default_factory=dict)  # key id -> name
     timestamp_hours: float = 1.0  # [timestamps] validity_hours: how long a signed timestamp vouches
+    approvers: list[str] = field(default_factory=list)  # [release] approvers: who approves releases to prod
+    roles: int = 2  # [release] roles: 2 = prod needs a release approval by a key other than the gate's
 
     def gate_keys(self, target: str) -> dict[str, object]:
         """{key id: public key} allowed to sign gate evidence for ``target``."""
@@ -128,6 +164,14 @@ class TrustPolicy:
 
     def reviewer_keys(self) -> dict[str, object]:
         return {key_id(self.keys[n]): self.keys[n] for n in self.reviewers}
+
+    def approver_keys(self) -> dict[str, object]:
+        """{key id: public key} whose signed release approval counts for prod."""
+        return {key_id(self.keys[n]): self.keys[n] for n in self.approvers}
+
+    def revoker_keys(self) -> dict[str, object]:
+        """Every key the policy names: a revocation can only hold a build back, so any role may sign one."""
+        return {key_id(k): k for k in self.keys.values()}
 
     def name_of(self, kid: str) -> str:
         return self.key_names.get(kid, kid)
@@ -154,9 +198,10 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
     if doc.get("schema_version") != POLICY_SCHEMA_VERSION:
         raise InputError(f"trust policy {p}: schema_version {doc.get('schema_version')!r}, this avatar-release "
                          f"reads {POLICY_SCHEMA_VERSION}")
-    unknown = set(doc) - {"schema_version", "keys", "gate", "review"}
+    unknown = set(doc) - {"schema_version", "keys", "gate", "review", "release", "timestamps"}
     if unknown:
-        raise InputError(f"trust policy {p}: unknown section(s) {sorted(unknown)}; expected keys, gate, review")
+        raise InputError(f"trust policy {p}: unknown section(s) {sorted(unknown)}; expected keys, gate, review, "
+                         "release, timestamps")
     keys = {}
     for name, rel in (doc.get("keys") or {}).items():
         kp = Path(rel) if os.path.isabs(rel) else p.parent / rel
@@ -164,16 +209,24 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
     gate = {t: list(v) for t, v in (doc.get("gate") or {}).items()}
     review = doc.get("review") or {}
     reviewers = list(review.get("reviewers", []))
-    for where, names in [*((f"gate.{t}", v) for t, v in gate.items()), ("review.reviewers", reviewers)]:
+    release = doc.get("release") or {}
+    approvers = list(release.get("approvers", []))
+    for where, names in [*((f"gate.{t}", v) for t, v in gate.items()), ("review.reviewers", reviewers),
+                         ("release.approvers", approvers)]:
         missing = [n for n in names if n not in keys]
         if missing:
             raise InputError(f"trust policy {p}: {where} names {missing}, which [keys] does not define")
     approvals = review.get("prod_approvals", 1)
     if not isinstance(approvals, int) or approvals < 1:
         raise InputError(f"trust policy {p}: review.prod_approvals must be a positive integer, got {approvals!r}")
+    roles = release.get("roles", 2)
+    if roles not in (1, 2) or isinstance(roles, bool):
+        raise InputError(f"trust policy {p}: release.roles must be 2 (prod needs gate evidence and a release "
+                         f"approval by another key) or 1 (gate evidence alone), got {roles!r}")
     hours = doc.get("timestamps", {}).get("validity_hours", 1.0)
     if not isinstance(hours, (int, float)) or isinstance(hours, bool) or not 0 < hours <= 24 * 7:
         raise InputError(f"trust policy {p}: timestamps.validity_hours must be a number of hours in (0, 168], "
                          f"got {hours!r}")
     return TrustPolicy(path=p, keys=keys, gate=gate, reviewers=reviewers, prod_approvals=approvals,
-                       key_names={key_id(k): n for n, k in keys.items()}, timestamp_hours=float(hours))
+                       key_names={key_id(k): n for n, k in keys.items()}, timestamp_hours=float(hours),
+                       approvers=approvers, roles=roles)

@@ -36,16 +36,20 @@ def _env(m: Manifest, **changes) -> EnvironmentRecord:
     return EnvironmentRecord(**fields)
 
 
-def _gate(reg, build_id, digest, m, status="passed", against=None, created_at=None, **env_changes) -> str:
-    """A signed gate result; ``against``: (build id, digest) it was compared with (None: nothing)."""
+def _gate(reg, build_id, digest, m, status="passed", against=None, created_at=None, below=(0,),
+          target_spec_digest=None, **env_changes) -> str:
+    """A signed gate result; ``against``: (build id, digest) it was compared with (None: nothing);
+    ``below``: the frames its band gate put below the band (what a review must show)."""
     gs = GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
         GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=1, buckets=["f8"])])
     baseline = None if against is None else BaselineRef(build_id=against[0], digest=against[1],
                                                         gate_result_digest="sha256:" + "c" * 64)
     r = GateResult(status=status, build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
+                   target_spec_digest=target_spec_digest,
                    baseline=baseline, tier=None if against is None else 1, environment=_env(m, **env_changes),
                    tool={}, gate_set=gs,
-                   gates=[GateEvidence(name="similarity-band", status="below-band", summary="x")],
+                   gates=[GateEvidence(name="similarity-band", status="below-band", summary="x",
+                                       details={"frames_below": list(below)})],
                    frame_sha256=[["h"]], frames_blob=BlobRef(digest="sha256:" + "b" * 64, size=1, media_type="x"),
                    created_at=created_at or _clock(), created_by="test")
     return save_result(reg, r)

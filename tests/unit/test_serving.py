@@ -29,7 +29,8 @@ FPS, SR, SPF, H, W = 25, 16000, 640, 48, 64
 def _fake_build(build_id="fake-1"):
     program = SimpleNamespace(fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
     manifest = SimpleNamespace(program=program, pipeline="tiny", target="cpu-8",
-                               buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)])
+                               buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)],
+                               content_digest=lambda: "sha256:" + build_id.ljust(64, "1"))
     return SimpleNamespace(manifest=manifest, build_id=build_id, digest="sha256:" + build_id.ljust(64, "0"),
                            guard=CompileGuard(), timings=LoadTimings())
 
@@ -329,8 +330,10 @@ def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(m
     from avatar_release.errors import RecompileError
     from avatar_release.serving import Pod, _pod
 
+    from avatar_release.registry import MemoryRegistry
+
     old, new = _fake_build("fake-old"), _fake_build("fake-new")
-    pod = Pod(None, "prod", old)
+    pod = Pod(MemoryRegistry("follow"), "prod", old)
     channel = SimpleNamespace(digest=old.digest)
     monkeypatch.setattr(_pod, "read_manifest", lambda reg, ref: (channel, None))
     loads = []
