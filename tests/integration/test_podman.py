@@ -1,10 +1,12 @@
-"""deploy/ run for real: the image built from deploy/Containerfile, the Deployment of
+"""deploy/ run for real: the image built from deploy/Containerfile, the StatefulSet's pod of
 deploy/serving.cpu.yaml started by `podman kube play`, a render streamed from it, SIGTERM drained.
 
 What stands in, and why (this machine cannot pull images and runs no kubelet):
 - the base image is made from this machine's interpreter (tests/integration/installs.py) and
   passed as the Containerfile's BASE; the Containerfile itself is used unchanged;
-- the Deployment is played as written except for what a cluster would supply: the image name,
+- podman plays no StatefulSet: its pod template is played as a Deployment, and its trust-state
+  claim template as a PersistentVolumeClaim (a podman volume) of the same name;
+- the pod is played as written except for what a cluster would supply: the image name,
   the registry (a local store on a hostPath instead of GAR), the channel (`dev`, where the test's
   build is), a hostPort to reach it, and the trust key Secret as a hostPath file;
 - podman on this host needs runc and explicit ulimits (a containers.conf made here), and the
@@ -88,8 +90,15 @@ def serve_image(podman_env):
 
 def _kube_yaml(out: Path, image: str, registry: Path, keys: Path) -> Path:
     docs = list(yaml.safe_load_all((REPO / "deploy" / "serving.cpu.yaml").read_text()))
-    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": sts["metadata"],
+           "spec": {"replicas": 1, "selector": sts["spec"]["selector"], "template": sts["spec"]["template"]}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "avatar-trust-state"},
+           "spec": claim["spec"]}
     pod = dep["spec"]["template"]["spec"]
+    pod["volumes"].append({"name": claim["metadata"]["name"],
+                           "persistentVolumeClaim": {"claimName": "avatar-trust-state"}})
     (c,) = pod["containers"]
     c["image"] = image
     c["args"] = ["dev" if a == "prod" else a for a in c["args"]]
@@ -104,7 +113,7 @@ def _kube_yaml(out: Path, image: str, registry: Path, keys: Path) -> Path:
             v["hostPath"] = {"path": str(keys), "type": "Directory"}
     pod["volumes"].append({"name": "registry", "hostPath": {"path": str(registry), "type": "Directory"}})
     path = out / "serving.yaml"
-    path.write_text(yaml.safe_dump(dep))
+    path.write_text(yaml.safe_dump_all([pvc, dep]))
     return path
 
 

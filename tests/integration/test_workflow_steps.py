@@ -191,6 +191,7 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
     old = _cli(ws, env, "compile", "--pipeline", "tiny", "--target", "cpu-8", "--set", "matmul_k_split=2")["build_id"]
     assert _cli(ws, env, "gate", old, "--baseline", "none")["status"] == "passed"
     _cli(ws, env, "promote", old, "--to", "staging")
+    _cli(ws, env, "approve", "staging", "--key", str(keys / "release.key"))  # the second role
     _cli(ws, env, "promote", "staging", "--to", "prod", "--sign-key", str(keys / "release.key"))
 
     # 1. A push. The cpu-8 path compiles, gates against prod (found by the step's `ls`), stages.

@@ -21,7 +21,7 @@ def _docs(variant: str) -> dict[str, dict]:
 def test_serving_manifests_are_valid_kubernetes(variant):
     kv = pytest.importorskip("kubernetes_validate")
     docs = _docs(variant)
-    assert set(docs) == {"Deployment", "Service", "PodDisruptionBudget"}
+    assert set(docs) == {"StatefulSet", "Service", "PodDisruptionBudget"}
     for doc in docs.values():
         kv.validate(doc, K8S_VERSION, strict=True)
 
@@ -31,7 +31,7 @@ def test_probes_args_and_grace_match_the_pod(variant):
     from avatar_release.cli import cli
     from avatar_release.serving import create_app
 
-    dep = _docs(variant)["Deployment"]
+    dep = _docs(variant)["StatefulSet"]
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     routes = {r.path for r in create_app(None).routes}
@@ -48,7 +48,13 @@ def test_probes_args_and_grace_match_the_pod(variant):
     assert ctx.params["follow"] is True and ctx.params["channel"] == "prod"
     pre_stop = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
     assert pod["terminationGracePeriodSeconds"] > pre_stop + ctx.params["grace"]
-    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert dep["spec"]["updateStrategy"]["type"] == "RollingUpdate" and dep["spec"]["serviceName"]
+    # the trust state (highest statement accepted per channel) persists across restarts: it lives on
+    # the pod's own claim, never an emptyDir, so a restarted pod still refuses a replayed statement
+    state = next(m for m in c["volumeMounts"] if env["AVATAR_RELEASE_TRUST_STATE"].startswith(m["mountPath"] + "/"))
+    assert state["name"] not in {v["name"] for v in pod["volumes"]}
+    (claim,) = dep["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == state["name"] and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     if variant == "tpu":
         assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
                                        "cloud.google.com/gke-tpu-topology": "2x4"}

@@ -236,3 +236,45 @@ def test_a_stateless_pod_accepts_no_timestamp_signed_longer_ago_than_its_cap(key
     with pytest.raises(TrustError, match=r"signed 2\.0 h ago .*longer ago than this pod accepts \(1 h\)"):
         verify_fresh(ts, pub, statement=st.payload, now=now)
     assert verify_fresh(ts, pub, statement=st.payload, now=now, max_age=timedelta(hours=3)).sequence == 3
+
+
+def test_a_stateless_pod_s_replay_window_is_the_timestamp_age_limit(keys, tmp_path):
+    """The replay window that remains (issue 26, measured): someone with write access puts back an
+    older, genuinely signed pointer + statement + timestamp. A pod with no trust state accepts it
+    only while that timestamp is younger than the policy's lifetime and the pod's own cap (1 h by
+    default each); a pod that kept its state (deploy/: a volume per pod) refuses it at once."""
+    from avatar_release.promote import promote
+    from avatar_release.registry import MemoryRegistry
+    from avatar_release.trust.statements import read_timestamp, verify_channel
+    from tests.unit.test_promote_policy import _gate, _publish
+
+    priv, pub, *_ = keys
+    reg = MemoryRegistry("window")
+    a, da, m = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, a, da, m)
+    _gate(reg, b, db, m)
+    promote(reg, a, "staging", signing_key=priv)
+    kept = AcceptedState(tmp_path / "kept.json")
+    kept.accept(verify_channel(reg, "staging", pub, digest=da, state=kept))  # as load() does once loaded
+    keys_ = ("channels/staging.json", "records/statements/staging", "records/timestamps/staging")
+    old = {k: reg._read(k) for k in keys_}
+    issued = datetime.strptime(read_timestamp(reg, "staging").payload.issued_at,
+                               "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    promote(reg, b, "staging", signing_key=priv)
+    kept.accept(verify_channel(reg, "staging", pub, digest=db, state=kept))
+    for k, v in old.items():
+        reg._write_atomic(k, v)  # the replay: a's move, exactly as it was signed
+    # a pod with no memory, inside the window: it cannot tell (this is the window that remains)
+    assert verify_channel(reg, "staging", pub, digest=da, now=issued + timedelta(minutes=59)).build_id == a
+    # past the policy's lifetime (1 h): refused
+    with pytest.raises(TrustError, match="timestamp expired"):
+        verify_channel(reg, "staging", pub, digest=da, now=issued + timedelta(minutes=61))
+    # a pod capped tighter than the signer (--max-timestamp-age 0.25 h) closes it sooner
+    with pytest.raises(TrustError, match=r"longer ago than this pod accepts \(0.25 h\)"):
+        verify_channel(reg, "staging", pub, digest=da, now=issued + timedelta(minutes=16),
+                       max_age=timedelta(minutes=15))
+    # a pod that kept its trust state: refused at once, whatever the timestamp says
+    with pytest.raises(TrustError, match="replayed statement"):
+        verify_channel(reg, "staging", pub, digest=da, state=AcceptedState(tmp_path / "kept.json"),
+                       now=issued + timedelta(minutes=1))
