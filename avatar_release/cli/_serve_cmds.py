@@ -78,24 +78,36 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
               help="Seconds for a request's headers to arrive; a slower connection is closed (slowloris).")
 @click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0, 3600),
               help="Seconds in-flight renders get to finish after SIGTERM.")
+@click.option("--probe-port", default=None, type=click.IntRange(-1, 65535), envvar="AVATAR_RELEASE_PROBE_PORT",
+              help="Also answer /livez and /readyz on this port, a listener of their own that no connection flood "
+                   "of the render port can starve (point the kubelet at it). Default: --port + 1 (a free port "
+                   "with --port 0); -1: none.")
+@click.option("--max-connections-per-client", default=16, show_default=True, type=click.IntRange(0, 100000),
+              help="Open connections one client address may hold on the render port (429 past it; 0: no cap).")
 @click.option("--follow", is_flag=True, help="Follow the channel: load, warm and swap in the build it moves to "
               "(also on SIGHUP); a build that fails verification or compiles is refused.")
 @click.option("--poll", default=30.0, show_default=True, type=click.FloatRange(0.05, 86400),
               help="Seconds between channel checks with --follow.")
 @trust_options
 @registry_option
-def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, header_timeout, grace, follow, poll,
-              trust_key, trust_state, allow_stale, max_timestamp_hours, registry_uri):
+def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, header_timeout, grace, probe_port,
+              max_connections_per_client, follow, poll, trust_key, trust_state, allow_stale, max_timestamp_hours,
+              registry_uri):
     """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
     trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
     pod = start_pod(open_registry(registry_uri, create=False), channel, trust=trusted,
                     prepare=functools.partial(_prepare_devices_for_build, trust=trusted))
+    if probe_port is None:
+        probe_port = port + 1 if port else 0
     cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll, header_timeout=header_timeout,
+                       probe_port=None if probe_port == -1 else probe_port,
+                       max_connections_per_client=max_connections_per_client,
                        app=AppConfig(limits=Limits(max_body=max_body, max_seconds=max_seconds), queue=queue,
                                      request_timeout=request_timeout))
 
-    def ready(addr):
-        click.echo(json.dumps({"event": "ready", "host": addr[0], "port": addr[1], **pod.health()}), nl=True)
+    def ready(addr, probe_addr):
+        click.echo(json.dumps({"event": "ready", "host": addr[0], "port": addr[1],
+                               "probe_port": probe_addr[1] if probe_addr else None, **pod.health()}), nl=True)
         sys.stdout.flush()
 
     run_server(pod, cfg, ready)

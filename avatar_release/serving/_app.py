@@ -32,6 +32,7 @@ from ..errors import AvatarReleaseError, RecompileError
 from ._errors import ServeError, clean_message
 from ._log import log_event
 from ._metrics import CONTENT_TYPE_LATEST
+from ._probes import probe
 from ._render import RenderJob
 from ._request import Limits, decode_inputs, parse_request, read_body
 
@@ -88,15 +89,15 @@ def create_app(pod, cfg: AppConfig = AppConfig(), *, on_startup=None) -> Starlet
             adm = _Admission(pod, cfg)
         return adm
 
+    def probe_response(path: str) -> JSONResponse:
+        status, doc = probe(pod, path)  # the same answer as the probe port's
+        return JSONResponse(doc, status_code=status)
+
     async def livez(request: Request) -> Response:
-        return JSONResponse({"live": True})
+        return probe_response("/livez")
 
     async def readyz(request: Request) -> Response:
-        if pod.draining:
-            return _error(ServeError("draining", "this pod is shutting down"))
-        if not pod.ready:
-            return _error(ServeError("not_ready", f"build {pod.build.build_id} compiled while serving"))
-        return JSONResponse({"ready": True, "build_id": pod.build.build_id, "digest": pod.build.digest})
+        return probe_response("/readyz")
 
     async def healthz(request: Request) -> Response:
         h = pod.health()

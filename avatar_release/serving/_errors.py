@@ -23,6 +23,7 @@ CODES: dict[str, int] = {
     "invalid_audio": 400,
     "duration_too_long": 400,
     "queue_full": 429,
+    "too_many_connections": 429,  # one address past --max-connections-per-client (written by the protocol)
     "queue_timeout": 503,
     "draining": 503,
     "not_ready": 503,

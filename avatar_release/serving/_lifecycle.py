@@ -9,7 +9,11 @@ seconds and SIGHUP checks it now.
 Slow clients cost a socket, never a worker: a connection whose request headers are not complete
 within ``header_timeout`` seconds (from connect, or from the end of the previous response) is
 closed; a body that is not complete within the app's ``body_timeout`` is a 408; past
-``max_connections`` uvicorn answers 503.
+``max_connections`` uvicorn answers 503; one client address holds at most
+``max_connections_per_client`` of them (past it, 429 and closed), so one flooder cannot take the
+whole budget (the one past it is held a moment before it is dropped: see ``_probes``). ``/livez`` and ``/readyz`` are also answered on ``probe_port``, a listener of their
+own (``_probes``), which the deploy files point the kubelet at: a flood of the render port never
+fails a probe.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 from ._app import AppConfig, create_app
 from ._log import log_event, route_server_logs
+from ._probes import ClientCaps, ProbeServer, Tarpit
 
 __all__ = ["ServerConfig", "run_server", "uvicorn_config"]
 
@@ -33,6 +38,8 @@ class ServerConfig:
     max_connections: int = 64  # past it, uvicorn answers 503 (slow or idle clients cost a socket, not a thread)
     keep_alive: float = 5.0
     header_timeout: float = 10.0  # seconds for a request's headers to arrive (slowloris)
+    max_connections_per_client: int = 16  # one address's share of max_connections (0: no cap)
+    probe_port: int | None = None  # /livez and /readyz on a listener of their own (0: a free port; None: none)
     follow: bool = False
     poll: float = 30.0
     app: AppConfig = AppConfig()
@@ -48,14 +55,24 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _header_timeout_protocol(seconds: float):
-    """uvicorn's h11 protocol, closing a connection whose request headers do not arrive in time."""
+_TOO_MANY_BODY = b'{"error": "too_many_connections", "message": "this address holds too many open connections"}'
+_TOO_MANY = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n"
+             b"Content-Length: %d\r\n\r\n%b" % (len(_TOO_MANY_BODY), _TOO_MANY_BODY))
+
+
+def _header_timeout_protocol(seconds: float, per_client: int = 0):
+    """uvicorn's h11 protocol, closing a connection whose request headers do not arrive in time,
+    and one past ``per_client`` open connections from the same address (429)."""
     # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    caps = ClientCaps(per_client)  # one server, one event loop: no lock needed
+    tarpits: dict = {}  # event loop -> Tarpit
+
     class HeaderTimeoutProtocol(H11Protocol):
         _header_timer = None
+        _peer: str | None = None
 
         def _arm(self) -> None:
             self._disarm()
@@ -73,10 +90,21 @@ def _header_timeout_protocol(seconds: float):
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
+            peer = str((transport.get_extra_info("peername") or ("?",))[0])
+            if not caps.admit(peer):
+                # 429, then held unread a moment before it is dropped: no reconnect storm (see _probes)
+                self.connections.discard(self)  # it must not count against max_connections either
+                tarpit = tarpits.get(self.loop) or tarpits.setdefault(self.loop, Tarpit(self.loop))
+                tarpit.hold(transport, _TOO_MANY)
+                return
+            self._peer = peer
             self._arm()
 
         def connection_lost(self, exc) -> None:
             self._disarm()
+            if self._peer is not None:
+                caps.release(self._peer)
+                self._peer = None
             super().connection_lost(exc)
 
         def handle_events(self) -> None:
@@ -97,26 +125,32 @@ def uvicorn_config(app, cfg: ServerConfig):
     # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import uvicorn
 
-    return uvicorn.Config(app, http=_header_timeout_protocol(cfg.header_timeout), log_config=None,
+    return uvicorn.Config(app, http=_header_timeout_protocol(cfg.header_timeout, cfg.max_connections_per_client),
+                          log_config=None,
                           access_log=False, lifespan="on", server_header=False,
                           timeout_graceful_shutdown=int(cfg.grace), limit_concurrency=cfg.max_connections,
                           timeout_keep_alive=int(cfg.keep_alive), h11_max_incomplete_event_size=64 * 1024)
 
 
 def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
-    """Serve until SIGTERM/SIGINT; ``on_ready((host, port))`` once the app has started."""
+    """Serve until SIGTERM/SIGINT; ``on_ready((host, port), probe (host, port) or None)`` once the
+    app has started."""
     # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import uvicorn
 
     sock = _bind(cfg.host, cfg.port)
     addr = sock.getsockname()[:2]
     stop, wake = threading.Event(), threading.Event()
+    probes = None
+    if cfg.probe_port is not None:
+        probes = ProbeServer(pod, cfg.host, cfg.probe_port)
+        probes.start()
 
     def started():
         log_event("ready", host=addr[0], port=addr[1], build=pod.build.build_id, channel=pod.channel,
-                  follow=cfg.follow)
+                  follow=cfg.follow, probe_port=probes.address[1] if probes else None)
         if on_ready is not None:
-            on_ready(addr)
+            on_ready(addr, probes.address if probes else None)
 
     route_server_logs()
     config = uvicorn_config(create_app(pod, cfg.app, on_startup=started), cfg)
@@ -141,6 +175,8 @@ def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
     finally:
         stop.set()
         wake.set()
+        if probes is not None:
+            probes.close()
         if previous_hup is not None:
             signal.signal(signal.SIGHUP, previous_hup)
         sock.close()

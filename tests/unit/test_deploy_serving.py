@@ -38,7 +38,14 @@ def test_probes_args_and_grace_match_the_pod(variant):
     assert c["startupProbe"]["httpGet"]["path"] == c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["livenessProbe"]["httpGet"]["path"] == "/livez" and {"/readyz", "/livez"} <= routes
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["AVATAR_RELEASE_HOST"] == "0.0.0.0" and int(env["AVATAR_RELEASE_PORT"]) == c["ports"][0]["containerPort"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert env["AVATAR_RELEASE_HOST"] == "0.0.0.0" and int(env["AVATAR_RELEASE_PORT"]) == ports["http"]
+    # the kubelet probes the pod's own probe listener, which the Service does not expose: a flood of
+    # the render port cannot fail a probe
+    assert int(env["AVATAR_RELEASE_PROBE_PORT"]) == ports["probes"] != ports["http"]
+    assert {c[p]["httpGet"]["port"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == {"probes"}
+    service = _docs(variant)["Service"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
     # the trust key is read from the mounted Secret
     mount = next(m for m in c["volumeMounts"] if m["name"] == "trust")
     assert env["AVATAR_RELEASE_TRUST_KEY"].startswith(mount["mountPath"] + "/")

@@ -65,7 +65,7 @@ def serve(monkeypatch):
 
     servers = []
 
-    def start(delay=0.0, limits=None, **cfg):
+    def start(delay=0.0, limits=None, per_client=16, **cfg):
         fake = FakeStream(delay)
         monkeypatch.setattr(_render, "stream", fake)
         pod = Pod(None, "dev", _fake_build())
@@ -73,7 +73,8 @@ def serve(monkeypatch):
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
-        server = uvicorn.Server(uvicorn_config(app, ServerConfig(header_timeout=0.5, max_connections=8)))
+        server = uvicorn.Server(uvicorn_config(app, ServerConfig(header_timeout=0.5, max_connections=8,
+                                                                 max_connections_per_client=per_client)))
         t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         t.start()
         while not server.started:
@@ -124,9 +125,10 @@ def test_render_streams_fragments_before_the_render_ends_and_every_fragment_deco
         if first_moof is None and b"moof" in data:
             first_moof, chunks_then = time.perf_counter() - t0, fake.produced
     total = time.perf_counter() - t0
-    # 40 frames = 5 chunks of 8 at 0.5 s each: the first fragment leaves while the second chunk
-    # is still rendering (~0.5 s), the whole video after ~2.5 s.
-    assert first_moof is not None and chunks_then == 1 and first_moof < 0.3 * total, (first_moof, chunks_then, total)
+    # 40 frames = 5 chunks of 8 at 0.5 s each: the first fragment arrives while most of the video
+    # is still to render (each chunk left takes at least its 0.5 s, whatever the machine's load).
+    assert first_moof is not None and chunks_then <= 3, (first_moof, chunks_then, total)
+    assert total - first_moof >= 0.5 * (5 - chunks_then) - 0.1, (first_moof, chunks_then, total)
     boxes = _boxes(data)
     assert boxes[:2] == ["ftyp", "moov"] and boxes.count("moof") == boxes.count("mdat") >= 5, boxes
     out = tmp_path / "r.mp4"
@@ -395,6 +397,69 @@ def test_slow_headers_are_cut_off_and_do_not_take_the_pods_connections(serve):
     time.sleep(1.0)
     assert s.recv(100) == b""
     s.close()
+
+
+def _from(address: str, port: int) -> socket.socket:
+    """A connection from another loopback address: another client, as the pod sees it."""
+    s = socket.socket()
+    s.settimeout(10)
+    s.bind((address, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def test_one_address_past_its_connection_cap_gets_429_and_other_clients_still_get_in(serve):
+    port, pod, fake = serve(per_client=3)
+    held = [_from("127.0.0.2", port) for _ in range(3)]
+    for s in held:
+        s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n")  # slow: headers never finish
+    over = _from("127.0.0.2", port)
+    answer = over.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 429") and b"too_many_connections" in answer
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # another client: in
+    c.request("GET", "/livez")
+    assert c.getresponse().status == 200
+    for s in held + [over]:
+        s.close()
+
+
+def test_the_probe_port_answers_every_probe_under_a_flood_from_one_address():
+    from avatar_release.serving import Pod
+    from avatar_release.serving._probes import ProbeServer
+
+    pod = Pod(None, "prod", _fake_build())
+    probes = ProbeServer(pod, "127.0.0.1", 0, per_client=8, header_timeout=5.0)
+    host, port = probes.start()
+    try:
+        flood = []
+        for _ in range(200):  # slow connections from one address, far past its share
+            s = _from("127.0.0.2", port)
+            s.sendall(b"GET /livez HTTP/1.1\r\n")
+            flood.append(s)
+        statuses = []
+        for _ in range(30):  # the kubelet, from another address: every probe answered
+            c = http.client.HTTPConnection(host, port, timeout=5)
+            c.request("GET", "/livez")
+            r = c.getresponse()
+            statuses.append((r.status, json.loads(r.read())))
+        assert statuses == [(200, {"live": True})] * 30
+        assert probes.caps.open.get("127.0.0.2") == 8 and probes.caps.refused >= 150
+        c = http.client.HTTPConnection(host, port, timeout=5)
+        c.request("GET", "/readyz")
+        r = c.getresponse()
+        assert r.status == 200 and json.loads(r.read())["build_id"] == "fake-1"
+        pod.draining = True
+        c = http.client.HTTPConnection(host, port, timeout=5)
+        c.request("GET", "/readyz")
+        r = c.getresponse()
+        assert r.status == 503 and json.loads(r.read())["error"] == "draining"
+        c = http.client.HTTPConnection(host, port, timeout=5)
+        c.request("GET", "/render")
+        assert c.getresponse().status == 404
+        for s in flood:
+            s.close()
+    finally:
+        probes.close()
 
 
 def test_a_fleet_following_a_channel_does_not_poll_in_lockstep():

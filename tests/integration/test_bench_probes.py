@@ -1,0 +1,30 @@
+"""benchmarks/bench_probes.py keeps working: its smoke mode floods a real pod from another address
+and shows what a flood did before (probes shared the render port's budget: 503) and now (a probe
+listener of its own, a per-client cap: every probe answered)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_mode_floods_a_real_pod_and_the_probe_port_answers_every_probe(registry_copy, tmp_path):
+    root, _ = registry_copy
+    out = tmp_path / "probes.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_probes.py"), "--smoke", "--registry", str(root),
+                    "--out", str(out)], check=True, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    doc = json.loads(out.read_text())
+    own, shared = doc["own"], doc["shared"]
+    assert own["probe_port"]["probes"] > 10 and own["probe_port"]["failures"] == 0
+    assert own["render_port"]["failures"] == 0  # the per-client cap kept the flooder to its share
+    assert own["flood"]["opened"] >= 2 * doc["connections"] and own["flood"]["closed_by_pod"] > 0
+    # the flood is real: with the old behaviour (no probe port, no cap) /livez fails under it
+    assert shared["render_port"]["failures"] > 0
