@@ -158,7 +158,8 @@ def _gate_finish(outcome, as_json: bool) -> None:
         nxt = f"avatar-release gate {r.build_id}"
     if nxt:
         lines.append(_next_step(nxt))
-    payload = {"status": r.status, "result_digest": outcome.digest, "promotable": never is None, "never_promotes": never,
+    payload = {"status": r.status, "build_id": r.build_id, "result_digest": outcome.digest, "promotable": never is None,
+               "never_promotes": never,
                "report": str(outcome.report) if outcome.report else None,
                "review_page": str(outcome.review_page) if outcome.review_page else None,
                "next": nxt, "result": r.model_dump(mode="json")}
