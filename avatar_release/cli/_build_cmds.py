@@ -80,16 +80,21 @@ def rebuild_cmd(ref, registry_uri, as_json):
 
 # ---------------------------------------------------------------------------------- ls / inspect / verify
 @cli.command("ls")
+@click.option("--verdicts", is_flag=True,
+              help="Also list every gate result of each build: status, what it compared with, when, and whether a "
+                   "key the trust policy names signed it (only those promote).")
 @registry_option
 @json_option
-def ls_cmd(registry_uri, as_json):
+def ls_cmd(verdicts, registry_uri, as_json):
     """List builds, their gate status and the channels that point at them."""
-    st = release_status(open_registry(registry_uri, create=False))
+    st = release_status(open_registry(registry_uri, create=False), verdicts=verdicts)
     human = "\n".join(
         f"{b.build_id:<40} {b.digest[:19]}  {b.published_at[:19]}  {b.gate:<12} "
         f"{('vs ' + b.compared_with) if b.compared_with else '':<28} "
         f"{('compile:' + b.compile_gate) if b.compile_gate else '':<16} {' '.join(b.channels)}".rstrip()
         + (f"\n    REVOKED: {b.revoked}" if b.revoked else "")
+        + "".join(f"\n    {v.created_at[:19]}  {v.status:<12} {v.compared_with:<44} {v.digest[:19]}"
+                  f"{'' if v.signed else '  (unsigned: never promotes)'}" for v in b.verdicts or [])
         for b in st.builds
     ) or "no builds"
     human += "".join(f"\nwarning: {p}" for p in st.problems)

@@ -7,11 +7,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..gates import effective_status
+from .._digest import canonical_json, sha256_digest
+from ..errors import AvatarReleaseError
+from ..gates import describe_comparison, effective_status, signed_verdicts
 from ..gates.compile_gate import load_compile_gate
+from ..gates.store import get_result, result_refs
+from ..registry import read_manifest
+from ..trust.policy import TrustPolicy, load_policy
 from ..trust.revocation import revocations
 
-__all__ = ["BuildStatus", "ChannelCheck", "ReleaseStatus", "release_status", "channel_checks"]
+__all__ = ["BuildStatus", "ChannelCheck", "ReleaseStatus", "Verdict", "release_status", "channel_checks",
+           "build_verdicts"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One gate result of a build, as ``ls --verdicts`` lists it."""
+
+    digest: str
+    status: str
+    compared_with: str  # "compared with BUILD" or "compared with nothing (--baseline none)"
+    created_at: str
+    signed: bool  # its envelope verifies under the trust policy (only these ever promote)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -25,9 +45,12 @@ class BuildStatus:
     # What the newest gate result compared with: a build id, "nothing" (--baseline none), None (ungated)
     compared_with: str | None = None
     revoked: str | None = None  # who revoked it, when and why (display: listed, not verified)
+    verdicts: list[Verdict] | None = None  # every gate result, oldest first (ls --verdicts)
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        doc = dict(self.__dict__)
+        doc["verdicts"] = None if self.verdicts is None else [v.to_json() for v in self.verdicts]
+        return doc
 
 
 @dataclass(frozen=True)
@@ -85,8 +108,29 @@ def channel_checks(registry) -> list[ChannelCheck]:
     return out
 
 
-def release_status(registry) -> ReleaseStatus:
+def build_verdicts(registry, build_id: str, policy: TrustPolicy) -> list[Verdict]:
+    """Every gate result of the build: the signed ones (as the policy verifies them) and the ones
+    no trusted signature backs (listed, never promoted), oldest first by their own time."""
+    _, manifest = read_manifest(registry, build_id)
+    signed, _ = signed_verdicts(registry, build_id, manifest, policy)
+    rows = {v.digest: Verdict(v.digest, v.result.status, describe_comparison(v), v.result.created_at, True)
+            for v in signed}
+    for ref in result_refs(registry, build_id):
+        try:
+            r = get_result(registry, ref)
+        except AvatarReleaseError:
+            continue  # damaged: `verify` names it; a listing goes on
+        digest = sha256_digest(canonical_json(r.model_dump(mode="json")))
+        if digest not in rows:
+            against = "compared with nothing (--baseline none)" if r.baseline is None else \
+                f"compared with {r.baseline.build_id}"
+            rows[digest] = Verdict(digest, r.status, against, r.created_at, False)
+    return sorted(rows.values(), key=lambda v: v.created_at)
+
+
+def release_status(registry, *, verdicts: bool = False) -> ReleaseStatus:
     checks = channel_checks(registry)
+    policy = load_policy() if verdicts else None
     builds = []
     for b in registry.list_builds():
         compiled = load_compile_gate(registry, b.build_id)
@@ -97,5 +141,6 @@ def release_status(registry) -> ReleaseStatus:
             build_id=b.build_id, digest=b.digest, published_at=b.published_at,
             channels=sorted(c.channel for c in checks if c.digest == b.digest),
             gate=gate, compile_gate=compiled.status if compiled else None, compared_with=against,
-            revoked=revoked[0].describe() if revoked else None))
+            revoked=revoked[0].describe() if revoked else None,
+            verdicts=build_verdicts(registry, b.build_id, policy) if policy is not None else None))
     return ReleaseStatus(registry.uri, builds, checks)

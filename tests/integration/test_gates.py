@@ -275,4 +275,9 @@ def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_no
     assert reg.get_channel("staging").build_id == gated.ref  # nothing moved
     rows = {b["build_id"]: b for b in json.loads(_cli("ls", "--registry", str(root), "--json").output)["builds"]}
     assert rows[other.build_id]["compared_with"] == "nothing" and rows[gated.ref]["channels"] == ["prod", "staging"]
+    # every verdict is kept and listed, with what it compared with: the failure is not overwritten
+    listed = json.loads(_cli("ls", "--verdicts", "--registry", str(root), "--json").output)["builds"]
+    verdicts = next(b for b in listed if b["build_id"] == other.build_id)["verdicts"]
+    assert [(v["status"], v["compared_with"], v["signed"]) for v in verdicts] == [
+        ("failed", f"compared with {gated.ref}", True), ("passed", "compared with nothing (--baseline none)", True)]
     assert (tmp_path / "r1" / "index.html").is_file() and (tmp_path / "r2" / "index.html").is_file()
