@@ -72,23 +72,34 @@ class Tarpit:
     """Connections past a cap, held unread for ``TARPIT_SECONDS`` then dropped (``MAX_TARPIT`` at most)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float = TARPIT_SECONDS) -> None:
-        self.loop, self.seconds, self.held = loop, seconds, 0
+        self.loop, self.seconds = loop, seconds
+        self._held: set = set()
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
 
     def hold(self, transport, first: bytes = b"") -> None:
-        if self.held >= MAX_TARPIT:
+        if len(self._held) >= MAX_TARPIT:
             transport.abort()
             return
-        self.held += 1
+        self._held.add(transport)
         transport.pause_reading()
         if first:
             transport.write(first)
 
         def drop() -> None:
-            self.held -= 1
-            transport.abort()
+            if transport in self._held:
+                self._held.discard(transport)
+                transport.abort()
 
         # spread over [1, 1.5) x seconds: a flood's connections do not all drop (and reconnect) at once
         self.loop.call_later(self.seconds * (1.0 + 0.5 * random.random()), drop)
+
+    def drop_all(self) -> None:
+        for transport in list(self._held):
+            transport.abort()
+        self._held.clear()
 
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
@@ -126,7 +137,11 @@ class ProbeServer:
             started.set()
             loop.run_forever()
             self._server.close()
-            loop.run_until_complete(self._server.wait_closed())
+            self._tarpit.drop_all()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="probe-listener", daemon=True)
