@@ -125,6 +125,7 @@ class ProbeServer:
 
         def run() -> None:
             loop = self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # this thread's own loop
             self._tarpit = Tarpit(loop)
             try:
                 self._server = loop.run_until_complete(
@@ -141,7 +142,8 @@ class ProbeServer:
             pending = asyncio.all_tasks(loop)
             for task in pending:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="probe-listener", daemon=True)
