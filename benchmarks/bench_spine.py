@@ -105,7 +105,10 @@ def scenario_jit(args) -> dict:
     mesh = jax.sharding.Mesh(np.array(devices).reshape(m.platform.mesh_shape), tuple(m.platform.mesh_axes))
     stages = {(e.stage, e.bucket): LoadedStage(e, res.compiled[e.key], [_sharding(mesh, s) for s in e.inputs], {})
               for e in m.executables}
-    place_weights(m, stages, res.weights_raw, mesh)
+    from avatar_release._dtypes import np_dtype
+
+    host = {t.name: t.data.view(np_dtype(t.dtype)).reshape(t.shape) for t in res.weight_tensors}
+    place_weights(m, stages, host, mesh)
     build = LoadedBuild(Resolved("jit", m.build_id, "", "jit"), m, "memory", mesh, stages, LoadTimings(),
                         CompileGuard(strict=False))
     image, audio = _inputs(m.program, args.chunks)

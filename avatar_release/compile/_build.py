@@ -38,7 +38,7 @@ class CompileResult:
     # In-process compiled objects and raw weights, only with keep_compiled=True (benchmarks:
     # the JIT path runs exactly these programs without a serialize/deserialize round trip).
     compiled: dict[str, Any] | None = None
-    weights_raw: bytes | None = None
+    weight_tensors: list | None = None  # compile._weights.HostTensor, with keep_compiled
 
     def to_json(self) -> dict:
         return {
@@ -96,7 +96,7 @@ def compile_build(
     )
     if keep_compiled:
         result.compiled = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled for cs in compiled.stages}
-        result.weights_raw = plan.weights_raw
+        result.weight_tensors = plan.weight_tensors
     if publish:
         result.digest, result.created = _publish(registry, package, progress)
         if move_dev:
@@ -151,12 +151,24 @@ def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool
     return _Compiled(stages, time.perf_counter() - t_compile)
 
 
+PUBLISH_WORKERS = 4
+
+
 def _publish(registry: Registry, package: Package, progress: Callable[[str], None]) -> tuple[str, bool]:
     """Step 5: every blob first, the manifest last (its write is the commit) -> (digest, created)."""
     build_id = package.manifest.build_id
-    progress(f"publishing {build_id} ({sum(len(b) for b in package.blobs.values()) / 1e6:.1f} MB) to {registry.uri}")
-    for data in package.blobs.values():
-        registry.put_blob(data)
+    # Content-addressed: put_blob sends nothing for a blob already stored (a weight chunk an earlier
+    # build shares), only renews its garbage-collection grace; say how much is new.
+    new = {d: b for d, b in package.blobs.items() if not registry.has_blob(d)}
+    kept = len(package.blobs) - len(new)
+    progress(f"publishing {build_id} to {registry.uri}: {len(new)} new blobs, {sum(map(len, new.values())) / 1e6:.1f} MB"
+             + (f" ({kept} already stored)" if kept else ""))
+    # Side by side: an OCI registry takes several uploads at once; each put is atomic on its own.
+    blobs = list(package.blobs.values())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(PUBLISH_WORKERS, len(blobs) or 1),
+                                               thread_name_prefix="publish") as pool:
+        for fut in concurrent.futures.as_completed([pool.submit(registry.put_blob, b) for b in blobs]):
+            fut.result()
     return registry.put_build(build_id, package.manifest.to_json_bytes())
 
 

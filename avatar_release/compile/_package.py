@@ -38,6 +38,7 @@ from ..records import (
 from ._evidence import memory_fit
 from ._plan import ABSTRACT_WEIGHTS, BuildPlan
 from ._stage import CompiledStage
+from ._weights import WEIGHT_CHUNKING, chunk_table_digest, pack_chunks
 
 __all__ = ["EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE", "NOISE_RECIPES", "ExecutableReport", "Package",
            "package_build"]
@@ -45,6 +46,10 @@ __all__ = ["EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE", "NOISE_RECIPES", "Exec
 EXECUTABLE_MEDIA_TYPE = "application/vnd.avatar-release.executable.v1+zstd"
 WEIGHTS_MEDIA_TYPE = "application/vnd.avatar-release.weights.safetensors.v1+zstd"
 ZSTD_LEVEL = 9
+# Weights compress about as well at level 3 as at 9 (bf16 ~N(0, 0.02), 64 MiB: 0.780 vs 0.771 of
+# the raw bytes) in a fifth of the time (0.40 s vs 1.98 s on one core, measured 2026-12-02); at
+# 37 GB that is minutes of compile. Decompression speed does not depend on the level.
+WEIGHTS_ZSTD_LEVEL = 3
 NOISE_RECIPES = {"seeded": "numpy-pcg64-standard-normal/v1", "entropy": "os-entropy-standard-normal/v1"}
 
 
@@ -84,17 +89,19 @@ def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Call
 
 
 def _weights_record(plan: BuildPlan, cctx, blobs: dict[str, bytes]) -> WeightsRecord:
+    """v5: the weights as tensor-aligned chunks, each compressed and digested on its own."""
     if plan.abstract:
         return _abstract_weights(plan)
-    raw = plan.weights_raw
-    weights_z = cctx.compress(raw)
-    blobs[sha256_digest(weights_z)] = weights_z
+    chunks, chunk_blobs = pack_chunks(plan.weight_tensors or [], level=WEIGHTS_ZSTD_LEVEL)
+    blobs.update(chunk_blobs)
     return WeightsRecord(
-        blob=BlobRef(digest=sha256_digest(weights_z), size=len(weights_z), media_type=WEIGHTS_MEDIA_TYPE),
-        raw_size=len(raw),
-        raw_digest=sha256_digest(raw),
+        blob=None,
+        raw_size=sum(c.raw_size for c in chunks),
+        raw_digest=chunk_table_digest(chunks),
         tensors=plan.weights_tensors,
         source=plan.weights_label,
+        chunks=chunks,
+        chunking=WEIGHT_CHUNKING,
     )
 
 

@@ -37,6 +37,7 @@ from ._devices import make_mesh, target_devices
 from ._overrides import apply_overrides
 from ._stage import StagePlan, fsdp_spec
 from ._trace import stage_function
+from ._weights import HostTensor
 
 __all__ = ["ABSTRACT_WEIGHTS", "EXECUTABLE_FORMATS", "BuildPlan", "plan_build"]
 
@@ -60,7 +61,7 @@ class BuildPlan:
     program: ChunkProgramSpec
     tree: Any  # the pipeline's module tree; on the meta device for an abstract build
     weights_label: str  # where the weights came from (ABSTRACT_WEIGHTS: nowhere)
-    weights_raw: bytes | None  # safetensors bytes; None for an abstract build
+    weight_tensors: list[HostTensor] | None  # every stage's weights as host tensors; None for an abstract build
     weights_tensors: int
     stages: list[StagePlan]  # one per stage x bucket, in the pipeline's stage order
 
@@ -114,14 +115,15 @@ def plan_build(
 
     tree, weights_label = _load_tree(pipe, spec, config, weights_path)
     stage_objs = {s: pipe.stage(tree, s) for s in pipe.stages}
-    weights_raw, n_tensors = (None, 0) if weights_label == ABSTRACT_WEIGHTS else _weights_bytes(stage_objs)
+    host = None if weights_label == ABSTRACT_WEIGHTS else _host_tensors(stage_objs)
+    n_tensors = 0 if host is None else len(host)
     context = functools.partial(TargetContext, name=tgt.name, platform=tgt.platform, mesh=mesh,
                                 axis=tgt.mesh_axes[0], kernel_flags=dict(flags.kernel_flags))
     stages = _stage_plans(pipe, config, stage_objs, spec, signatures, tgt, context)
     return BuildPlan(spec=spec, target=tgt, flags=flags, executable_format=executable_format, platform=platform,
                      mesh=mesh, pipeline=pipe, project=project, source_digest=project_source_digest(pipe, spec, project),
                      config=config, overrides=applied, program=program, tree=tree, weights_label=weights_label,
-                     weights_raw=weights_raw, weights_tensors=n_tensors, stages=stages)
+                     weight_tensors=host, weights_tensors=n_tensors, stages=stages)
 
 
 def _check_program(name: str, pipe: Pipeline, program: ChunkProgramSpec, sigs: dict[str, StageSignature]) -> None:
@@ -155,20 +157,23 @@ def _load_tree(pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: st
         raise InputError(str(e)) from None
 
 
-def _weights_bytes(stage_objs: dict[str, Any]) -> tuple[bytes, int]:
-    """Every stage's weights, named ``<stage>.<param>`` as the executables' parameters are, as safetensors."""
-    state: dict[str, Any] = {}
+def _host_tensors(stage_objs: dict[str, Any]) -> list[HostTensor]:
+    """Every stage's weights, named ``<stage>.<param>`` as the executables' parameters are, as views
+    of their bytes (no copy, no serialized file: they are chunked and compressed from these)."""
+    out: list[HostTensor] = []
     for stage, obj in stage_objs.items():
         if isinstance(obj, JaxStage):
-            import torch  # the compile extra's: safetensors.torch saves torch tensors
-
-            items = {k: torch.from_numpy(np.asarray(v)) for k, v in obj.params.items()}
+            for k, v in obj.params.items():
+                a = np.ascontiguousarray(np.asarray(v))
+                out.append(HostTensor(f"{stage}.{k}", dtype_name(a.dtype), tuple(a.shape), a.reshape(-1).view(np.uint8)))
         else:
-            items = {k: v.detach().contiguous() for k, v in obj.state_dict().items()}
-        state.update({f"{stage}.{k}": v for k, v in items.items()})
-    from safetensors.torch import save  # the compile extra's
+            import torch  # the compile extra's: the pipeline's stages are torch modules
 
-    return save(state), len(state)
+            for k, t in obj.state_dict().items():
+                t = t.detach().contiguous()
+                raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
+                out.append(HostTensor(f"{stage}.{k}", dtype_name(t.dtype), tuple(t.shape), raw))
+    return out
 
 
 def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: PipelineSpec,

@@ -27,6 +27,10 @@ from .build import (
     ScheduleRecord,
     Toolchain,
     WeightsRecord,
+    WeightTensor,
+    WeightChunk,
+    WEIGHT_CHUNK_BYTES,
+    WEIGHT_CHUNKING,
 )
 from .channel import CHANNEL_SCHEMA_VERSION, CHANNELS, HISTORY_SCHEMA_VERSION, ChannelState, HistoryEntry
 from .gate import (
@@ -65,6 +69,10 @@ __all__ = [
     "GateRequestsRecord", "LeverRecord",
     "FlagProfileRecord", "KernelRecord", "Manifest", "MemoryFit", "Platform", "ScheduleRecord", "Toolchain",
     "WeightsRecord",
+    "WeightTensor",
+    "WeightChunk",
+    "WEIGHT_CHUNK_BYTES",
+    "WEIGHT_CHUNKING",
     "CHANNELS", "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry",
     "GATE_RESULT_SCHEMA_VERSION", "BAND_SCHEMA_VERSION", "COMPILE_GATE_SCHEMA_VERSION", "FRAMES_MEDIA_TYPE",
     "RESULT_MEDIA_TYPE", "Band", "BandVariant", "BaselineRef", "CompileCheck", "CompileGateResult", "GateEvidence",

@@ -21,6 +21,13 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     takes its default requests. ``model_entry`` names an entry in the project, e.g.
     ``model.release:pipeline``.
 
+  * 5 (2026-12-02): weights in chunks: ``weights.chunks`` lists content-addressed pieces of at most
+    ``WEIGHT_CHUNK_BYTES`` raw bytes each (tensor-aligned by the rule ``weights.chunking``), each
+    zstd-compressed and digested on its own, with the tensors it holds (name, dtype, shape,
+    offset, bytes); ``weights.blob`` is None and ``weights.raw_digest`` is the digest of that
+    chunk table. A build whose weights differ in one layer shares every other chunk. Older
+    versions keep one safetensors blob (still read).
+
 ``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
 compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
 """
@@ -31,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ._base import BlobRef, Record
+from ._base import BlobRef, Record, check_digest_fields
 
 __all__ = [
     "BUILD_SCHEMA_VERSION",
@@ -43,6 +50,10 @@ __all__ = [
     "FlagProfileRecord",
     "ExecutableEntry",
     "WeightsRecord",
+    "WeightTensor",
+    "WeightChunk",
+    "WEIGHT_CHUNK_BYTES",
+    "WEIGHT_CHUNKING",
     "KernelRecord",
     "ScheduleRecord",
     "MemoryFit",
@@ -52,7 +63,11 @@ __all__ = [
     "Manifest",
 ]
 
-BUILD_SCHEMA_VERSION = 4
+BUILD_SCHEMA_VERSION = 5
+# v5's chunk rule: tensors in name order, packed greedily into chunks of at most this many raw
+# bytes (a larger tensor is a chunk of its own), each tensor starting on a 64-byte boundary.
+WEIGHT_CHUNK_BYTES = 64 << 20
+WEIGHT_CHUNKING = f"tensor-aligned/v1 max={WEIGHT_CHUNK_BYTES} align=64 order=name"
 
 
 class ArraySpec(Record):
@@ -199,13 +214,42 @@ class MemoryFit(Record):
     weight_sharding: Literal["fsdp", "replicated"]
 
 
+class WeightTensor(Record):
+    """One tensor inside a weight chunk: its bytes are ``chunk[offset: offset + nbytes]``, C order."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    offset: int = Field(ge=0)
+    nbytes: int = Field(ge=0)
+
+
+class WeightChunk(Record):
+    """A content-addressed piece of the weights: raw tensor bytes, zstd-compressed on their own."""
+
+    blob: BlobRef
+    raw_size: int
+    raw_digest: str
+    tensors: list[WeightTensor]
+
+    _digests = check_digest_fields("raw_digest")
+
+
 class WeightsRecord(Record):
-    blob: BlobRef | None  # safetensors file, zstd-compressed; None when never materialised
+    blob: BlobRef | None  # safetensors file, zstd-compressed; None when never materialised or chunked (v5)
     raw_size: int  # bytes of the tensors (for abstract weights: what they would take)
     raw_digest: str  # of the safetensors bytes; for abstract weights, of the (name, shape, dtype) list
     tensors: int
     source: str  # "init:seed=0", the path it was read from, or "abstract: ..."
     materialized: bool = True
+    chunks: list[WeightChunk] | None = None  # v5: the weights in chunks (then ``blob`` is None)
+    chunking: str | None = None  # v5: the rule that cut them (WEIGHT_CHUNKING)
+
+    def chunk_blobs(self) -> list[BlobRef]:
+        """Every blob the weights are stored in: the chunks, or the one safetensors blob, or none."""
+        if self.chunks is not None:
+            return [c.blob for c in self.chunks]
+        return [self.blob] if self.blob is not None else []
 
 
 class ChunkProgram(Record):
@@ -285,5 +329,4 @@ class Manifest(Record):
         raise KeyError(f"{stage}/{bucket}")
 
     def blobs(self) -> list[BlobRef]:
-        weights = [self.weights.blob] if self.weights.blob is not None else []
-        return weights + [e.blob for e in self.executables]
+        return self.weights.chunk_blobs() + [e.blob for e in self.executables]

@@ -99,11 +99,14 @@ def manifest_seal(m) -> str:
     Not part of the build id (serialized bytes differ between two compiles of the same
     program), but fixed once a build is published.
     """
-    return sha256_digest(canonical_json({
+    doc = {
         "identity": m.identity,
         "weights": [m.weights.blob.digest if m.weights.blob else None, m.weights.raw_digest],
         "executables": [[e.key, e.blob.digest, e.raw_digest] for e in m.executables],
-    }))
+    }
+    if m.weights.chunks is not None:  # v5: every chunk's stored and raw digest
+        doc["weight_chunks"] = [[c.blob.digest, c.raw_digest] for c in m.weights.chunks]
+    return sha256_digest(canonical_json(doc))
 
 
 def check_identity(m) -> None:

@@ -28,10 +28,11 @@ import zstandard
 
 from .._digest import sha256_digest
 from ..errors import AvatarReleaseError, IntegrityError
-from ..records import BlobRef, Manifest
+from ..records import WEIGHT_CHUNK_BYTES, BlobRef, Manifest
 from ..specs import load_target
 
-__all__ = ["BlobCheck", "build_blobs", "fetch_verified", "check_bounds", "memory_cap", "decompress", "MAX_ZSTD_RATIO"]
+__all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "fetch_verified", "check_bounds", "memory_cap", "decompress",
+           "MAX_ZSTD_RATIO"]
 
 # The most raw bytes per stored byte a blob may declare. Measured 2026-12-01 at the packager's
 # zstd level 9: tiny on cpu-8, executables dit 10.5x, sr 5.8x (6.6x with matmul_k_split=2),
@@ -47,16 +48,26 @@ RATIO_EXEMPT_BYTES = 1 << 20
 DECOMPRESS_CHUNK = 1 << 20
 
 
+def weight_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
+    """(what, blob) for the weights: each v5 chunk, or the one safetensors blob, or nothing."""
+    w = manifest.weights
+    if w.chunks is not None:
+        return [(f"weights chunk {i}", c.blob) for i, c in enumerate(w.chunks)]
+    return [("weights", w.blob)] if w.blob is not None else []
+
+
 def build_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
     """(what, blob) for every blob a build is made of: the weights, then each executable."""
-    weights = [("weights", manifest.weights.blob)] if manifest.weights.blob is not None else []
-    return weights + [(e.key, e.blob) for e in manifest.executables]
+    return weight_blobs(manifest) + [(e.key, e.blob) for e in manifest.executables]
 
 
-def _raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
+def raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
     """(declared raw size, raw digest) of the blob ``what`` names."""
     if what == "weights":
         return manifest.weights.raw_size, manifest.weights.raw_digest
+    if what.startswith("weights chunk "):
+        c = manifest.weights.chunks[int(what.rsplit(" ", 1)[1])]
+        return c.raw_size, c.raw_digest
     e = next(e for e in manifest.executables if e.key == what)
     return e.raw_size, e.raw_digest
 
@@ -124,7 +135,11 @@ def memory_cap(manifest: Manifest) -> tuple[int, str]:
 def _bound_error(manifest: Manifest, what: str, ref: BlobRef, raw_size: int) -> str | None:
     if raw_size < 0:
         return f"build {manifest.build_id}: {what}: declares a raw size of {raw_size} bytes"
-    allowed = max(MAX_ZSTD_RATIO * ref.size, RATIO_EXEMPT_BYTES)
+    # A v5 weight chunk holds at most WEIGHT_CHUNK_BYTES by the chunk rule (only a single tensor larger
+    # than that makes a larger chunk): up to that size its ratio may be anything (a chunk of zero-
+    # initialised tensors compresses a thousandfold), and the total is still bounded by memory_cap.
+    exempt = WEIGHT_CHUNK_BYTES if what.startswith("weights chunk ") else RATIO_EXEMPT_BYTES
+    allowed = max(MAX_ZSTD_RATIO * ref.size, exempt)
     if raw_size > allowed:
         return (
             f"build {manifest.build_id}: {what}: declares {raw_size} raw bytes from a {ref.size}-byte zstd blob "
@@ -139,7 +154,7 @@ def check_bounds(manifest: Manifest, cap: tuple[int, str] | None = None) -> None
     cap_bytes, why = memory_cap(manifest) if cap is None else cap
     total = 0
     for what, ref in build_blobs(manifest):
-        raw_size, _ = _raw_of(manifest, what)
+        raw_size, _ = raw_of(manifest, what)
         error = _bound_error(manifest, what, ref, raw_size)
         if error:
             raise IntegrityError(error)
@@ -162,14 +177,16 @@ def _fetch_one(registry, manifest: Manifest, what: str, ref: BlobRef) -> bytes:
     return _verify(manifest, what, ref, registry.get_blob(ref.digest, ref.size))
 
 
-def fetch_verified(registry, manifest: Manifest) -> tuple[dict[str, bytes], float, float]:
-    """Every blob's bytes by digest, each verified; raises on the first that fails.
+def fetch_verified(registry, manifest: Manifest, *, weights: bool = True) -> tuple[dict[str, bytes], float, float]:
+    """Every blob's bytes by digest (``weights`` False: the executables only, for a loader that
+    streams the weight chunks), each verified; raises on the first that fails.
 
     Returns (bytes by digest, seconds fetching, seconds re-hashing). Nothing is decompressed
     or unpickled until every blob has passed. Call ``check_bounds`` first.
     """
     t0 = time.perf_counter()
-    fetched = [(what, ref, registry.get_blob(ref.digest, ref.size)) for what, ref in build_blobs(manifest)]
+    wanted = build_blobs(manifest) if weights else [(e.key, e.blob) for e in manifest.executables]
+    fetched = [(what, ref, registry.get_blob(ref.digest, ref.size)) for what, ref in wanted]
     t1 = time.perf_counter()
     for what, ref, data in fetched:
         _verify(manifest, what, ref, data)

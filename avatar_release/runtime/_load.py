@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import dtype_name
 from ..errors import EnvironmentMismatch, InputError, IntegrityError, TrustError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ..records import ArraySpec, ExecutableEntry, Manifest, check_identity
@@ -30,6 +29,7 @@ from ._blobs import check_bounds, decompress, fetch_verified
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
+from ._weights import place_weights, stream_weights
 
 __all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys", "devices_for", "place_weights"]
 
@@ -44,6 +44,9 @@ class LoadTimings:
     weights: float = 0.0
     signature: float = 0.0  # statement fetch + ed25519 verification (0 without a trust key)
     revocation: float = 0.0  # reading the build's attestations for a revocation
+    # v5 builds: the weight chunks' path (fetch + verify + decompress + place run side by side
+    # inside ``weights``): chunks, bytes, workers and each step's seconds summed over workers
+    weight_path: dict | None = None
 
     def total(self) -> float:
         return (self.resolve + self.signature + self.revocation + self.fetch + self.verify + self.decompress
@@ -156,7 +159,7 @@ def _sharding(mesh, spec: ArraySpec):
 
 
 def load(ref: str, registry: Registry | str | None = None, *, strict: bool = True,
-         trust: TrustConfig | None = None) -> LoadedBuild:
+         trust: TrustConfig | None = None, workers: int | None = None) -> LoadedBuild:
     """Load a build (channel, build id or digest) ready to serve, or refuse with a reason.
 
     resolve once -> (signature) -> check the machine -> bound, fetch and verify every blob ->
@@ -180,11 +183,15 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     # Bound what the manifest declares before fetching or allocating anything; then fetch and
     # verify every blob before decompressing or unpickling any of them.
     check_bounds(manifest)
-    raw, t.fetch, t.verify = fetch_verified(reg, manifest)
+    chunked = manifest.weights.chunks is not None
+    raw, t.fetch, t.verify = fetch_verified(reg, manifest, weights=not chunked)
     weights_raw, payloads = _decompress_all(manifest, raw, t)
     mesh, loaded = _deserialize_all(manifest, payloads, t)
     t0 = time.perf_counter()
-    place_weights(manifest, loaded, weights_raw, mesh)
+    if chunked:  # v5: the chunks stream in parallel, each placed as its shards (runtime/_weights.py)
+        t.weight_path = stream_weights(reg, manifest, loaded, mesh, workers=workers).to_json()
+    else:
+        place_weights(manifest, loaded, _safetensors_tensors(manifest, weights_raw), mesh)
     t.weights = time.perf_counter() - t0
     if accepted is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
@@ -205,7 +212,8 @@ def _resolve(reg, ref: str, t: LoadTimings):
 
 
 def _require_weights(manifest: Manifest) -> None:
-    if not manifest.weights.materialized or manifest.weights.blob is None:
+    w = manifest.weights
+    if not w.materialized or (w.blob is None and w.chunks is None):
         raise InputError(
             f"build {manifest.build_id} was compiled from abstract shapes ({manifest.weights.source}): it carries "
             "no weights to serve; compile it with a checkpoint (--weights FILE) to make a servable build"
@@ -217,7 +225,8 @@ def _decompress_all(manifest: Manifest, raw: dict[str, bytes], t: LoadTimings):
     t0 = time.perf_counter()
     w = manifest.weights
     where = f"build {manifest.build_id}"
-    weights_raw = decompress(raw.pop(w.blob.digest), w.raw_size, w.raw_digest, where=f"{where}: weights")
+    weights_raw = None if w.blob is None else decompress(raw.pop(w.blob.digest), w.raw_size, w.raw_digest,
+                                                        where=f"{where}: weights")
     payloads = {e.key: decompress(raw[e.blob.digest], e.raw_size, e.raw_digest, where=f"{where}: executable {e.key}")
                 for e in manifest.executables}
     raw.clear()
@@ -284,11 +293,8 @@ def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):
     return jax.jit(exported.call)
 
 
-def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) -> None:
-    """Put every stage's weights on the mesh with the shardings its executable expects."""
-    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
-    import jax
-
+def _safetensors_tensors(manifest: Manifest, weights_raw: bytes) -> dict[str, np.ndarray]:
+    """A pre-v5 build's one safetensors blob, as read-only host tensors by name."""
     where = f"build {manifest.build_id} weights"
     try:
         tensors = read_safetensors(weights_raw, where=where)
@@ -296,20 +302,4 @@ def place_weights(manifest: Manifest, stages: dict, weights_raw: bytes, mesh) ->
         raise IntegrityError(f"{where}: safetensors header is malformed ({type(e).__name__}: {e})") from None
     for arr in tensors.values():  # views into the decompressed buffer: nothing may write through them
         arr.flags.writeable = False
-    placed: dict[Any, Any] = {}
-    for ls in stages.values():
-        for spec in ls.entry.params:
-            if spec.name not in tensors:
-                raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {spec.name!r}")
-            arr = tensors[spec.name]
-            if list(arr.shape) != spec.shape or dtype_name(arr.dtype) != spec.dtype:
-                raise IntegrityError(
-                    f"build {manifest.build_id}: tensor {spec.name!r} is {arr.dtype}{list(arr.shape)}, "
-                    f"executable {ls.entry.key} expects {spec.dtype}{spec.shape}"
-                )
-            key = (spec.name, tuple(spec.sharding))
-            if key not in placed:  # weights shared by every bucket of a stage are placed once
-                placed[key] = jax.device_put(arr, _sharding(mesh, spec))
-            ls.params[spec.name.split(".", 1)[1]] = placed[key]
-    jax.block_until_ready(list(placed.values()))
-
+    return tensors

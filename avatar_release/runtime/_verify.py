@@ -13,7 +13,7 @@ from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
 from ..machine import configure_for_manifest
 from ..records import Manifest, check_identity
 from ..registry import open_registry, read_manifest
-from ._blobs import BlobCheck, _bound_error, _fetch_one, _gib, _raw_of, build_blobs, decompress, memory_cap
+from ._blobs import BlobCheck, _bound_error, _fetch_one, _gib, build_blobs, raw_of, decompress, memory_cap
 from ._load import check_environment, devices_for
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 
@@ -77,7 +77,7 @@ def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, c
         note = None
         try:
             if contents:
-                raw_size, raw_digest = _raw_of(manifest, what)
+                raw_size, raw_digest = raw_of(manifest, what)
                 error = _bound_error(manifest, what, ref, raw_size)
                 if error is None and ref.size + raw_size > cap[0]:
                     error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
@@ -88,7 +88,7 @@ def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, c
                 payload = decompress(data, raw_size, raw_digest, where=f"build {manifest.build_id}: {what}")
                 del data
                 note = "raw bytes match"
-                if check_program is not None and what != "weights":
+                if check_program is not None and not what.startswith("weights"):
                     note += "; " + check_program(next(e for e in manifest.executables if e.key == what), payload)
                 del payload
             rows.append(BlobCheck(what, ref.digest, ref.size, True, note=note))

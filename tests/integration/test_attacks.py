@@ -125,7 +125,7 @@ def test_an_honest_build_verifies_every_program(built_registry):
     res = _cli("verify", a.build_id, "--registry", str(root), "--json")
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)["blobs"]
-    assert [r["what"] for r in rows] == ["manifest", "weights", "dit/f8", "sr/f8", "vae/f8"]
+    assert [r["what"] for r in rows] == ["manifest", "weights chunk 0", "dit/f8", "sr/f8", "vae/f8"]
     assert all(r["ok"] for r in rows)
     assert all("fingerprint" in r["note"] and "matches" in r["note"] for r in rows[2:])
 

@@ -44,7 +44,7 @@ def test_a_bit_flip_in_any_kind_of_blob_is_refused_by_name(registry_copy, kind):
     reg = LocalRegistry(root)
     resolved, m = read_manifest(reg, result.build_id)
     if kind in ("manifest", "weights", "executable"):
-        digest = {"manifest": resolved.digest, "weights": m.weights.blob.digest,
+        digest = {"manifest": resolved.digest, "weights": m.weights.chunks[0].blob.digest,
                   "executable": m.executable("dit", "f8").blob.digest}[kind]
         _flip(_blob_path(root, digest))
         with pytest.raises(IntegrityError, match=digest.split(":")[1][:12]):

@@ -235,7 +235,7 @@ def test_cli_refusals_have_distinct_exit_codes(registry_copy, tmp_path):
     assert r.exit_code == 3 and "empty" in r.output
     reg = LocalRegistry(root, create=False)
     m = _manifest(reg)
-    p = _blob_path(root, m.weights.blob.digest)
+    p = _blob_path(root, m.weights.chunks[0].blob.digest)
     p.write_bytes(p.read_bytes()[:-10])
     r = CliRunner().invoke(cli, ["render", "--registry", str(root), "--out", str(tmp_path / "b.mp4")])
     assert r.exit_code == 4 and "size" in r.output

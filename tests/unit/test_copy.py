@@ -21,9 +21,10 @@ from avatar_release.trust.statements import verify_channel
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-def publish(reg, suffix: str = "a") -> tuple[str, str, Manifest]:
-    """A build from the stored v1 manifest whose every blob reference names real bytes in ``reg``."""
-    doc = json.loads((DATA / "build-manifest.v1.json").read_bytes())
+def publish(reg, suffix: str = "a", version: int = 1) -> tuple[str, str, Manifest]:
+    """A build from a stored manifest (v1: one weights blob; v5: weight chunks) whose every blob
+    reference names real bytes in ``reg``."""
+    doc = json.loads((DATA / f"build-manifest.v{version}.json").read_bytes())
     doc["build_id"] = f"tiny-cpu-8-{suffix * 12}"
     n = [0]
 

@@ -136,6 +136,8 @@ def _extension(media_type: str) -> str:
     ext = ""
     if "safetensors" in sub:
         ext = ".safetensors"
+    elif "weights.chunk" in sub:
+        ext = ".tensors"
     elif "executable" in sub:
         ext = ".xla"
     elif sub.endswith("json"):
@@ -143,7 +145,16 @@ def _extension(media_type: str) -> str:
     return ext + (".zst" if sub.endswith("+zstd") else "")
 
 
+def _chunk_title(tensors: list) -> str:
+    """A weight chunk says what it holds: its first tensor, and how many follow."""
+    first = str(tensors[0].get("name", "tensor")) if tensors and isinstance(tensors[0], dict) else "empty"
+    return first + (f"-and-{len(tensors) - 1}-more" if len(tensors) > 1 else "")
+
+
 def _titled(node: Any, names: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict]]:
+    if isinstance(node, dict) and isinstance(node.get("blob"), dict) and isinstance(node.get("tensors"), list):
+        yield from _titled(node["blob"], ("weights", _chunk_title(node["tensors"])))  # a v5 weight chunk
+        return
     if isinstance(node, dict):
         if is_digest(str(node.get("digest", ""))) and isinstance(node.get("size"), int) and "media_type" in node:
             yield names, node

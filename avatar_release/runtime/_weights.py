@@ -1,0 +1,193 @@
+"""Putting a build's weights on its devices.
+
+Version-5 builds store weights as chunks (``records.WeightChunk``). They stream: worker threads
+each take one chunk through fetch -> sha256 of the stored bytes -> bounded zstd decompression ->
+sha256 of the raw bytes -> placement, where every tensor is placed as its shards (each device
+receives only its slice, ``jax.make_array_from_callback``), and the chunk's host bytes are dropped
+once its tensors are placed. zstd and hashlib release the GIL, so the chunks really run side by
+side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
+always runs). The integrity order holds per chunk: nothing is placed before its stored and raw
+digests match the manifest, and every chunk's declared size was bounded (``check_bounds``) before
+anything was fetched. Weights are plain bytes, never unpickled.
+
+Builds before version 5 carry one safetensors blob: it is fetched, verified and decompressed whole
+(``_load``), then placed here from its tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .._digest import sha256_digest
+from .._dtypes import dtype_name, np_dtype
+from ..errors import IntegrityError
+from ..records import Manifest, WeightChunk
+from ._blobs import decompress
+
+__all__ = ["WeightStats", "stream_weights", "place_weights", "sharding_of", "DEFAULT_WEIGHT_BUDGET"]
+
+# Stored + raw bytes of the chunks in flight at once (at least one chunk, whatever its size).
+DEFAULT_WEIGHT_BUDGET = 1 << 30
+
+
+@dataclass
+class WeightStats:
+    """What the weight path did: wall time, and the seconds each step took summed over workers."""
+
+    chunks: int = 0
+    stored_bytes: int = 0
+    raw_bytes: int = 0
+    workers: int = 0
+    wall: float = 0.0
+    fetch: float = 0.0
+    verify: float = 0.0
+    decompress: float = 0.0
+    place: float = 0.0
+
+    def to_json(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def sharding_of(mesh, spec):
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(mesh, PartitionSpec(*spec.sharding))
+
+
+def _wanted(manifest: Manifest, stages: dict) -> dict[str, list[tuple[Any, Any]]]:
+    """{tensor name: [(loaded stage, its ArraySpec)]}: who needs each weight, and how sharded."""
+    out: dict[str, list[tuple[Any, Any]]] = {}
+    for ls in stages.values():
+        for spec in ls.entry.params:
+            out.setdefault(spec.name, []).append((ls, spec))
+    return out
+
+
+def _place(manifest: Manifest, name: str, arr: np.ndarray, users: list, mesh, placed: dict) -> None:
+    """Place one host tensor once per distinct sharding, each device getting its slice only."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+    import jax
+
+    for ls, spec in users:
+        if list(arr.shape) != spec.shape or dtype_name(arr.dtype) != spec.dtype:
+            raise IntegrityError(f"build {manifest.build_id}: tensor {name!r} is {dtype_name(arr.dtype)}"
+                                 f"{list(arr.shape)}, executable {ls.entry.key} expects {spec.dtype}{spec.shape}")
+        key = (name, tuple(spec.sharding))
+        if key not in placed:  # weights shared by every bucket of a stage are placed once
+            sharding = sharding_of(mesh, spec)
+            placed[key] = jax.make_array_from_callback(arr.shape, sharding, lambda idx, a=arr: a[idx])
+        ls.params[name.split(".", 1)[1]] = placed[key]
+
+
+def place_weights(manifest: Manifest, stages: dict, tensors: Mapping[str, np.ndarray], mesh) -> None:
+    """Put every stage's weights (host tensors by name) on the mesh with the shardings it expects."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+    import jax
+
+    placed: dict = {}
+    for name, users in _wanted(manifest, stages).items():
+        if name not in tensors:
+            raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {name!r}")
+        _place(manifest, name, tensors[name], users, mesh, placed)
+    jax.block_until_ready(list(placed.values()))
+
+
+class _Budget:
+    """Bytes in flight, bounded; a request larger than the budget waits until nothing else runs."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self.cond = threading.Condition()
+
+    def acquire(self, n: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
+            self.used += n
+
+    def release(self, n: int) -> None:
+        with self.cond:
+            self.used -= n
+            self.cond.notify_all()
+
+
+def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytearray) -> dict[str, np.ndarray]:
+    where = f"build {manifest.build_id}: weights chunk {i}"
+    out = {}
+    for t in chunk.tensors:
+        dt = np_dtype(t.dtype)
+        count = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
+        if t.nbytes != count * dt.itemsize or t.offset + t.nbytes > chunk.raw_size or t.offset % dt.itemsize:
+            raise IntegrityError(f"{where}: tensor {t.name!r} ({t.dtype}{t.shape}) does not fit its place "
+                                 f"(offset {t.offset}, {t.nbytes} bytes, chunk of {chunk.raw_size})")
+        arr = np.frombuffer(raw, dtype=dt, count=count, offset=t.offset).reshape(t.shape)
+        arr.flags.writeable = False  # a view into the chunk: nothing may write through it
+        out[t.name] = arr
+    return out
+
+
+def stream_weights(registry, manifest: Manifest, stages: dict, mesh, *, workers: int | None = None,
+                   budget: int = DEFAULT_WEIGHT_BUDGET) -> WeightStats:
+    """Fetch, verify, decompress and place every weight chunk of a v5 build, side by side."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+    import jax
+
+    chunks = manifest.weights.chunks or []
+    wanted = _wanted(manifest, stages)
+    held = {t.name for c in chunks for t in c.tensors}
+    missing = sorted(set(wanted) - held)
+    if missing:
+        raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {missing[0]!r}"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    stats = WeightStats(chunks=len(chunks), stored_bytes=sum(c.blob.size for c in chunks),
+                        raw_bytes=sum(c.raw_size for c in chunks))
+    stats.workers = max(1, min(workers or (os.cpu_count() or 1), len(chunks) or 1, 8))
+    gate = _Budget(budget)
+    placed: dict = {}
+    lock = threading.Lock()  # the placed-arrays table and the step counters
+
+    def one(i: int, chunk: WeightChunk) -> None:
+        where = f"build {manifest.build_id}: weights chunk {i}"
+        cost = chunk.blob.size + chunk.raw_size
+        gate.acquire(cost)
+        try:
+            t0 = time.perf_counter()
+            try:
+                data = registry.get_blob(chunk.blob.digest, chunk.blob.size)
+            except IntegrityError as e:  # the store's own check: say which chunk
+                raise IntegrityError(f"{where}: {e}") from None
+            t1 = time.perf_counter()
+            if sha256_digest(data) != chunk.blob.digest:  # independent of the store's own check
+                raise IntegrityError(f"{where}: blob {chunk.blob.digest} does not match its digest")
+            t2 = time.perf_counter()
+            raw = decompress(data, chunk.raw_size, chunk.raw_digest, where=where)
+            del data
+            t3 = time.perf_counter()
+            local: dict = {}
+            for name, arr in _chunk_tensors(manifest, i, chunk, raw).items():
+                if name in wanted:
+                    _place(manifest, name, arr, wanted[name], mesh, local)
+            jax.block_until_ready(list(local.values()))
+            t4 = time.perf_counter()
+            with lock:
+                placed.update(local)
+                stats.fetch += t1 - t0
+                stats.verify += t2 - t1
+                stats.decompress += t3 - t2
+                stats.place += t4 - t3
+        finally:
+            gate.release(cost)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=stats.workers, thread_name_prefix="weights") as pool:
+        for f in [pool.submit(one, i, c) for i, c in enumerate(chunks)]:
+            f.result()  # the first failure is raised; the others finish or fail on their own
+    stats.wall = time.perf_counter() - t0
+    return stats

@@ -1,0 +1,121 @@
+"""Weights in chunks (build manifest v5): the chunk rule, reuse across a one-layer change, and the
+streaming loader: every tensor placed as its shards, nothing placed from a chunk that fails its
+digests, and a memory budget smaller than a chunk still loads."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from avatar_release.compile._weights import HostTensor, chunk_table_digest, pack_chunks, plan_chunks
+from avatar_release.errors import IntegrityError
+from avatar_release.records import ArraySpec, WeightsRecord
+from avatar_release.registry import MemoryRegistry
+
+
+def _tensors(layers: int = 6, dim: int = 64, seed: int = 0) -> list[HostTensor]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(layers):
+        for part, shape in (("w", (dim, dim)), ("b", (dim,))):
+            a = rng.standard_normal(shape).astype(np.float32)
+            out.append(HostTensor(f"dit.blocks.{i}.{part}", "float32", shape, a.reshape(-1).view(np.uint8)))
+    return out
+
+
+def test_the_chunk_rule_is_tensor_aligned_bounded_and_deterministic():
+    tensors = _tensors()
+    per_layer = 64 * 64 * 4 + 64 * 4
+    tables = plan_chunks(tensors, max_bytes=2 * per_layer + 64)
+    assert tables == plan_chunks(list(reversed(tensors)), max_bytes=2 * per_layer + 64)  # name order, not input order
+    names = [t.name for table in tables for t in table]
+    assert names == sorted(t.name for t in tensors)  # every tensor once, whole, in name order
+    for table in tables:
+        assert max(t.offset + t.nbytes for t in table) <= 2 * per_layer + 64
+        assert all(t.offset % 64 == 0 for t in table)
+    big = HostTensor("a.huge", "float32", (1000,), np.zeros(4000, np.uint8))
+    alone = plan_chunks([big, *tensors[:2]], max_bytes=1000)
+    assert [t.name for t in alone[0]] == ["a.huge"]  # larger than a chunk: a chunk of its own
+
+
+def test_a_one_layer_change_reuses_every_other_chunk():
+    before = _tensors(layers=8)
+    after = list(before)
+    changed = np.asarray(before[4].data).copy()
+    changed[:4] ^= 0xFF  # one tensor of one layer differs
+    after[4] = HostTensor(before[4].name, before[4].dtype, before[4].shape, changed)
+    per_layer = 64 * 64 * 4 + 64 * 4
+    a, blobs_a = pack_chunks(before, level=3, max_bytes=per_layer + 64)
+    b, blobs_b = pack_chunks(after, level=3, max_bytes=per_layer + 64)
+    assert len(a) == len(b) == 8
+    new = set(blobs_b) - set(blobs_a)
+    assert len(new) == 1 and sum(len(blobs_b[d]) for d in new) <= 2 / 8 * sum(len(z) for z in blobs_b.values())
+    assert chunk_table_digest(a) != chunk_table_digest(b) and chunk_table_digest(a) == chunk_table_digest(
+        pack_chunks(before, level=3, max_bytes=per_layer + 64)[0])
+
+
+def _build(reg, tensors, max_bytes):
+    chunks, blobs = pack_chunks(tensors, level=3, max_bytes=max_bytes)
+    for z in blobs.values():
+        reg.put_blob(z)
+    weights = WeightsRecord(blob=None, raw_size=sum(c.raw_size for c in chunks), raw_digest=chunk_table_digest(chunks),
+                            tensors=len(tensors), source="test", chunks=chunks)
+    specs = [ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype,
+                       sharding=["fsdp"] + [None] * (len(t.shape) - 1)) for t in tensors]
+    stage = SimpleNamespace(entry=SimpleNamespace(params=specs, key="dit/f8"), params={})
+    return SimpleNamespace(build_id="b-test", weights=weights), {("dit", "f8"): stage}
+
+
+def _mesh():
+    import jax
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(jax.devices("cpu")[:8]), ("fsdp",))
+
+
+def test_the_streaming_loader_places_each_tensor_as_its_shards():
+    from avatar_release.runtime._weights import stream_weights
+
+    reg, tensors = MemoryRegistry("w"), _tensors(layers=4)
+    manifest, stages = _build(reg, tensors, max_bytes=20000)
+    stats = stream_weights(reg, manifest, stages, _mesh(), workers=2, budget=1)  # budget < a chunk: one at a time
+    assert stats.chunks == len(manifest.weights.chunks) > 1 and stats.workers == 2
+    params = stages[("dit", "f8")].params
+    for t in tensors:
+        arr = params[t.name.split(".", 1)[1]]
+        want = np.asarray(t.data).view(np.float32).reshape(t.shape)
+        assert np.array_equal(np.asarray(arr), want)
+        # each device holds only its slice of the first dimension
+        assert {s.data.shape[0] for s in arr.addressable_shards} == {t.shape[0] // 8}
+
+
+@pytest.mark.parametrize("damage", ["stored", "raw-digest"])
+def test_a_chunk_that_fails_its_digests_places_nothing_from_it(damage):
+    from avatar_release.runtime._weights import stream_weights
+
+    reg, tensors = MemoryRegistry("w"), _tensors(layers=2)
+    manifest, stages = _build(reg, tensors, max_bytes=10**9)
+    (chunk,) = manifest.weights.chunks
+    if damage == "stored":
+        key = reg._blob_key(chunk.blob.digest)
+        data = bytearray(reg._read(key))
+        data[len(data) // 2] ^= 1
+        reg._write_atomic(key, bytes(data))
+    else:
+        manifest.weights.chunks[0] = chunk.model_copy(update={"raw_digest": "sha256:" + "0" * 64})
+    with pytest.raises(IntegrityError, match="weights chunk 0"):
+        stream_weights(reg, manifest, stages, _mesh())
+    assert stages[("dit", "f8")].params == {}
+
+
+def test_a_tensor_the_executable_needs_but_no_chunk_holds_is_refused_before_fetching():
+    from avatar_release.runtime._weights import stream_weights
+
+    reg, tensors = MemoryRegistry("w"), _tensors(layers=2)
+    manifest, stages = _build(reg, tensors[:-1], max_bytes=10**9)
+    stages[("dit", "f8")].entry.params.append(ArraySpec(name=tensors[-1].name, shape=list(tensors[-1].shape),
+                                                        dtype="float32", sharding=["fsdp"]))
+    with pytest.raises(IntegrityError, match=f"weights lack tensor '{tensors[-1].name}'"):
+        stream_weights(reg, manifest, stages, _mesh())
