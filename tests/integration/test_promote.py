@@ -39,8 +39,20 @@ def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, tmp_pa
     assert doc["changed"] and doc["entry"]["who"] == "ci-bot" and doc["gate_result_digest"].startswith("sha256:")
     res = _cli("promote", a, "--to", "staging", "--registry", reg, "--json")  # again: a no-op
     assert res.exit_code == 0 and json.loads(res.stdout)["changed"] is False
-    assert _cli("promote", a, "--to", "prod", "--registry", reg).exit_code == 0
-    assert _blob_bytes(root) == before  # promotion wrote no blob: it moved pointers
+    assert _blob_bytes(root) == before  # promotion to staging wrote no blob: it moved a pointer
+    res = _cli("promote", a, "--to", "prod", "--registry", reg, "--json")
+    assert res.exit_code == 0, res.output
+    # ...and to prod it adds exactly one: the release approval this machine's release key signed
+    # (the second role), an attestation of a few hundred bytes; nothing of the build is rewritten
+    approval = json.loads(res.stdout)["approved_here"]
+    from avatar_release.registry import LocalRegistry
+    from avatar_release.trust.attest import PREDICATE_TYPES, open_envelope
+    from avatar_release.trust.evidence import read_attestations
+
+    added = [(ref, data) for ref, data in read_attestations(LocalRegistry(root), a)
+             if open_envelope(data, "x").predicate_type == PREDICATE_TYPES["release-approval"]]
+    assert approval is not None and len(added) == 1
+    assert _blob_bytes(root) == (before[0] + 1, before[1] + added[0][0].size)
 
     # A second build: compiled (dev), gated, promoted; then prod is rolled back to the first.
     res = _cli("compile", "--set", "matmul_k_split=2", "--registry", reg, "--json")
