@@ -8,6 +8,7 @@ import click
 from ..ops import collect_garbage
 from ..promote import promote, rollback
 from ..promote.actions import approve, refresh_timestamp, revoke_build, sign_channel
+from ..promote.dry_run import plan_promotion, plan_rollback
 from ..registry import open_registry
 from ..trust.keys import generate_keypair, load_private_key
 from ._app import _emit, _next_step, channel_choice, cli, json_option, project_option, registry_option, signing_options
@@ -41,12 +42,17 @@ def _move_human(r, verb: str) -> str:
 @click.argument("ref")
 @click.option("--to", "channel", required=True, type=channel_choice)
 @click.option("--reason", default="", help="Recorded in the history.")
+@click.option("--dry-run", is_flag=True, help="Show the decision, its evidence and what would move; write nothing.")
 @signing_options
 @registry_option
 @project_option
 @json_option
-def promote_cmd(ref, channel, reason, sign_key, valid_days, registry_uri, as_json):
+def promote_cmd(ref, channel, reason, dry_run, sign_key, valid_days, registry_uri, as_json):
     """Move a channel to REF if the policy allows it (exit 1 with the reason if not)."""
+    if dry_run:
+        plan = plan_promotion(open_registry(registry_uri, create=False), ref, channel)
+        _emit(as_json, {"ok": True, **plan.to_json()}, plan.text())
+        return
     r = promote(open_registry(registry_uri, create=False), ref, channel, reason=reason,
                 signing_key=_signing_key(sign_key), valid_days=valid_days)
     after = {"dev": "staging", "staging": "prod"}.get(channel)  # the channel this build goes to next
@@ -105,12 +111,18 @@ def revoke_cmd(ref, reason, key_path, registry_uri, as_json):
 @click.argument("channel", type=channel_choice)
 @click.option("--to", "to", default=None, help="Build to return to (default: the one before the current).")
 @click.option("--reason", default="", help="Recorded in the history.")
+@click.option("--dry-run", is_flag=True, help="Show the decision, the move it undoes and where the channel would go; "
+              "write nothing.")
 @signing_options
 @registry_option
 @project_option
 @json_option
-def rollback_cmd(channel, to, reason, sign_key, valid_days, registry_uri, as_json):
+def rollback_cmd(channel, to, reason, dry_run, sign_key, valid_days, registry_uri, as_json):
     """Move CHANNEL back to an earlier build that passed its gates."""
+    if dry_run:
+        plan = plan_rollback(open_registry(registry_uri, create=False), channel, to=to)
+        _emit(as_json, {"ok": True, **plan.to_json()}, plan.text())
+        return
     r = rollback(open_registry(registry_uri, create=False), channel, to=to, reason=reason,
                  signing_key=_signing_key(sign_key), valid_days=valid_days)
     _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "rolled back"))

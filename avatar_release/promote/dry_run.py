@@ -1,0 +1,94 @@
+"""``promote --dry-run`` / ``rollback --dry-run``: the decision, its evidence and what would move.
+
+The same policy decides as for the real move, from the same stored evidence; nothing is written:
+no history entry, no channel move, no signed statement, no release approval. A refusal is the
+real refusal (exit 1 with its reason). Going to prod on a machine whose own release key the trust
+policy names as an approver, the plan says that the real promotion would sign the approval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import NeedsApproval, Refusal
+from ..records import CHANNELS, HistoryEntry
+from ..registry import Registry, read_manifest
+from ..trust.policy import load_policy
+from .actions import _local_approver_key, _previous_build
+from .policy import Decision, check_gate_evidence, check_promotion, check_rollback_target
+
+__all__ = ["MovePlan", "plan_promotion", "plan_rollback"]
+
+
+@dataclass(frozen=True)
+class MovePlan:
+    action: str  # "promote" or "rollback"
+    decision: Decision
+    from_build: str | None  # where the channel points now
+    signs_approval: bool = False  # prod: the real promotion would sign the release approval here
+    undoes: HistoryEntry | None = None  # rollback: the move that brought the channel where it is
+
+    @property
+    def changes(self) -> bool:
+        return self.from_build != self.decision.build_id
+
+    def to_json(self) -> dict:
+        d = self.decision
+        return {"dry_run": True, "action": self.action, "channel": d.channel, "from": self.from_build,
+                "to": d.build_id, "digest": d.digest, "would_change": self.changes, "gate_status": d.gate_status,
+                "gate_result_digest": d.gate_result_digest, "approvals": list(d.approvals),
+                "would_sign_approval": self.signs_approval,
+                "undoes": self.undoes.model_dump(mode="json") if self.undoes else None}
+
+    def text(self) -> str:
+        d = self.decision
+        verb = "would promote" if self.action == "promote" else "would roll back"
+        if not self.changes:
+            return f"dry run: {d.channel} already points at {d.build_id}: nothing would change"
+        lines = [f"dry run: {verb} {d.channel} {self.from_build or '(empty)'} -> {d.build_id}",
+                 f"  gate {d.gate_status} ({d.gate_result_digest})"]
+        if d.approvals:
+            lines.append(f"  release approved by {', '.join(d.approvals)}")
+        if self.signs_approval:
+            lines.append("  the promotion would sign the release approval with this machine's release key")
+        if self.undoes is not None:
+            u = self.undoes
+            lines.append(f"  undoes #{u.sequence} ({u.action} by {u.who} at {u.when[:19]}: "
+                         f"{u.from_build or '(empty)'} -> {u.to_build})")
+        lines.append("  nothing was written")
+        return "\n".join(lines)
+
+
+def _current(registry: Registry, channel: str):
+    return registry.get_channel(channel) if channel in CHANNELS else None
+
+
+def plan_promotion(registry: Registry, ref: str, channel: str) -> MovePlan:
+    resolved, manifest = read_manifest(registry, ref)
+    current = _current(registry, channel)
+    policy = load_policy()
+    try:
+        decision = check_promotion(registry, resolved, manifest, channel, policy)
+        signs = False
+    except NeedsApproval:
+        if _local_approver_key(policy) is None:
+            raise
+        admitted = check_gate_evidence(registry, resolved, manifest, what=f"promote {resolved.build_id} to {channel}",
+                                       channel=channel, policy=policy)
+        decision = Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest)
+        signs = True
+    return MovePlan("promote", decision, current.build_id if current else None, signs_approval=signs)
+
+
+def plan_rollback(registry: Registry, channel: str, *, to: str | None = None) -> MovePlan:
+    current = _current(registry, channel)
+    if current is None:
+        raise Refusal(f"rollback {channel}: the channel is empty, there is nothing to roll back")
+    if to is None:
+        to = _previous_build(registry, channel, current.digest)
+        if to is None:
+            raise Refusal(f"rollback {channel}: no earlier build in its history; name one with --to BUILD")
+    resolved, manifest = read_manifest(registry, to)
+    decision = check_rollback_target(registry, resolved, manifest, channel)
+    undoes = next((e for e in reversed(registry.history(channel)) if e.to_digest == current.digest), None)
+    return MovePlan("rollback", decision, current.build_id, undoes=undoes)

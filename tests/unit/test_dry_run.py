@@ -1,0 +1,70 @@
+"""``promote --dry-run`` and ``rollback --dry-run``: the real decision and its evidence, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from avatar_release.cli import cli
+from avatar_release.errors import Refusal
+from avatar_release.promote import promote
+from avatar_release.promote.dry_run import plan_promotion, plan_rollback
+from avatar_release.registry import LocalRegistry
+from avatar_release.trust.evidence import attestation_refs
+from tests.unit.test_promote_policy import _gate, _publish
+
+
+def _state(reg, *builds):
+    return ([c.model_dump() for c in reg.list_channels()], len(reg.history()),
+            [len(attestation_refs(reg, b)) for b in builds])
+
+
+@pytest.fixture
+def reg(tmp_path):
+    return LocalRegistry(tmp_path / "reg")
+
+
+def test_a_dry_run_decides_as_the_real_move_and_writes_nothing(reg):
+    a, da, m = _publish(reg, "a")
+    with pytest.raises(Refusal, match="never been gated"):  # the real refusal, word for word
+        plan_promotion(reg, a, "staging")
+    _gate(reg, a, da, m)
+    before = _state(reg, a)
+    plan = plan_promotion(reg, a, "staging")
+    assert plan.changes and plan.decision.gate_status == "passed" and plan.from_build is None
+    assert _state(reg, a) == before
+    promote(reg, a, "staging")
+    before = _state(reg, a)
+    plan = plan_promotion(reg, a, "prod")  # the laptop's release key would sign the approval; it does not yet
+    assert plan.signs_approval and plan.to_json()["would_sign_approval"] is True
+    assert _state(reg, a) == before
+    assert "would sign the release approval" in plan.text() and "nothing was written" in plan.text()
+
+
+def test_a_rollback_dry_run_names_the_move_it_undoes(reg):
+    a, da, m = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    _gate(reg, a, da, m)
+    promote(reg, a, "staging")
+    promote(reg, a, "prod")
+    _gate(reg, b, db, m, against=(a, da))
+    promote(reg, b, "staging")
+    moved = promote(reg, b, "prod").entry
+    before = _state(reg, a, b)
+    plan = plan_rollback(reg, "prod")
+    assert plan.decision.build_id == a and plan.from_build == b and plan.undoes.sequence == moved.sequence
+    assert f"undoes #{moved.sequence} (promote" in plan.text()
+    assert _state(reg, a, b) == before
+
+
+def test_the_cli_dry_runs_print_json_and_move_nothing(reg):
+    a, da, m = _publish(reg, "a")
+    _gate(reg, a, da, m)
+    r = CliRunner().invoke(cli, ["promote", a, "--to", "staging", "--dry-run", "--registry", str(reg.root), "--json"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["dry_run"] and doc["would_change"] and doc["to"] == a and doc["from"] is None
+    assert reg.get_channel("staging") is None
+    r = CliRunner().invoke(cli, ["rollback", "prod", "--dry-run", "--registry", str(reg.root), "--json"])
+    assert r.exit_code == 1 and json.loads(r.stdout)["error"] == "Refusal"  # prod is empty: the real refusal
