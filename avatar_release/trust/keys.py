@@ -8,13 +8,15 @@ key is written 0600 and never overwritten.
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
+import tempfile
 from pathlib import Path
 
 from .. import _atomic
 from ..errors import InputError, TrustError
 
-__all__ = ["generate_keypair", "load_private_key", "load_public_key", "key_id", "refuse_loose_permissions"]
+__all__ = ["generate_keypair", "write_public_key", "load_private_key", "load_public_key", "key_id", "refuse_loose_permissions"]
 
 
 def key_id(public_key) -> str:
@@ -42,9 +44,42 @@ def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path
             raise InputError(f"{p} already exists; keys are never overwritten (choose another --out or --name)")
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    _atomic.write_bytes(priv_path, pem, mode=0o600)
-    _atomic.write_bytes(pub_path, key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    # The private key appears complete and exactly once: written to a temporary file, then linked to
+    # its name, which fails if the name exists (two first uses at once: one wins, the other is told).
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.key.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, priv_path)
+        except FileExistsError:
+            raise InputError(f"{priv_path} already exists; keys are never overwritten (choose another --out or "
+                             "--name)") from None
+    finally:
+        os.unlink(tmp)
+    write_public_key(priv_path)
     return priv_path, pub_path, key_id(key.public_key())
+
+
+def write_public_key(priv_path: str | Path) -> Path:
+    """``NAME.pub`` beside ``NAME.key``, derived from it (so every writer writes the same bytes);
+    rewritten only when missing or not the key's."""
+    # Lazy (heavy): cryptography loads only when a key is used.
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    priv_path = Path(priv_path)
+    pub_path = priv_path.with_suffix(".pub")
+    want = load_private_key(priv_path).public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+    try:
+        have = pub_path.read_bytes()
+    except OSError:
+        have = None
+    if have != want:
+        _atomic.write_bytes(pub_path, want)
+    return pub_path
 
 
 def refuse_loose_permissions(path: Path, what: str) -> None:

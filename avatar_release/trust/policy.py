@@ -35,7 +35,9 @@ from pathlib import Path
 
 from .. import _atomic
 from ..errors import InputError
-from .keys import generate_keypair, key_id, load_private_key, load_public_key, refuse_loose_permissions
+from .keys import (
+    generate_keypair, key_id, load_private_key, load_public_key, refuse_loose_permissions, write_public_key,
+)
 
 __all__ = ["TrustPolicy", "LocalIdentity", "config_dir", "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
 
@@ -83,6 +85,8 @@ def local_identity() -> LocalIdentity:
                 generate_keypair(keys, name)
             except InputError:  # a concurrent first use made it: use theirs
                 pass
+        if not (keys / f"{name}.pub").is_file():  # a concurrent first use between its key and its .pub
+            write_public_key(keys / f"{name}.key")
     policy = d / "trust.toml"
     if not policy.is_file():
         _atomic.write_text(policy, _local_policy_text(reviewer))

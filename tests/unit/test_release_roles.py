@@ -236,3 +236,29 @@ def test_evidence_that_names_another_target_spec_does_not_vouch(reg):
     _gate(reg, a, da, m, target_spec_digest=load_target("cpu-8").digest())
     assert promote(reg, a, "staging").changed
     assert read_manifest(reg, a)[1].target == "cpu-8"
+
+
+def test_concurrent_first_uses_end_with_every_key_matching_its_public_half(tmp_path):
+    """Gate twins and CLI steps may make the first-use identity at the same moment: one private key
+    wins per role, and every .pub is that key's (a mismatch would make this machine's own evidence
+    unverifiable)."""
+    import os
+    import subprocess
+    import sys
+
+    import time
+
+    env = {**os.environ, "AVATAR_RELEASE_CONFIG_DIR": str(tmp_path / "cfg")}
+    start = time.time() + 3.0  # every process imported (and cryptography loaded) first, then all at once
+    code = ("import time; from avatar_release.trust.policy import load_policy; from avatar_release.trust.keys import "
+            "load_private_key; import cryptography.hazmat.primitives.asymmetric.ed25519; "
+            f"time.sleep(max(0.0, {start} - time.time())); load_policy()")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE) for _ in range(8)]
+    errors = [p.communicate()[1].decode() for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    from avatar_release.trust import load_public_key
+
+    keys = tmp_path / "cfg" / "keys"
+    for name in ("gate", "reviewer", "release"):
+        assert key_id(load_private_key(keys / f"{name}.key").public_key()) == key_id(load_public_key(keys / f"{name}.pub"))
+    assert not [p for p in keys.iterdir() if p.name.startswith(".")]  # no temporary file left behind
