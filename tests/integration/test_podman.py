@@ -88,17 +88,17 @@ def serve_image(podman_env):
     _podman(env, "rmi", "-f", tag, base, check=False)
 
 
-def _kube_yaml(out: Path, image: str, registry: Path, keys: Path) -> Path:
+def _kube_yaml(out: Path, image: str, registry: Path, keys: Path, claim_name: str) -> Path:
     docs = list(yaml.safe_load_all((REPO / "deploy" / "serving.cpu.yaml").read_text()))
     (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": sts["metadata"],
            "spec": {"replicas": 1, "selector": sts["spec"]["selector"], "template": sts["spec"]["template"]}}
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "avatar-trust-state"},
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim_name},
            "spec": claim["spec"]}
     pod = dep["spec"]["template"]["spec"]
     pod["volumes"].append({"name": claim["metadata"]["name"],
-                           "persistentVolumeClaim": {"claimName": "avatar-trust-state"}})
+                           "persistentVolumeClaim": {"claimName": claim_name}})
     (c,) = pod["containers"]
     c["image"] = image
     c["args"] = ["dev" if a == "prod" else a for a in c["args"]]
@@ -140,7 +140,8 @@ def test_the_container_image_serves_the_deployment_under_podman_kube_play(podman
     # The pod runs as uid 10001: it reads the store and may sweep its tmp/.
     subprocess.run(["chmod", "-R", "a+rX", str(root), str(trust)], check=True)
     os.chmod(root / "tmp", 0o1777)
-    kube = _kube_yaml(tmp_path, serve_image, root, trust)
+    claim = f"avatar-trust-state-{os.getpid()}-{time.time_ns() % 10**9}"  # podman keeps volumes after `kube down`
+    kube = _kube_yaml(tmp_path, serve_image, root, trust, claim)
 
     _podman(env, "kube", "play", str(kube))
     try:
@@ -171,3 +172,4 @@ def test_the_container_image_serves_the_deployment_under_podman_kube_play(podman
         assert "draining" in events and events[-1] == "stopped"
     finally:
         _podman(env, "kube", "down", str(kube), check=False)
+        _podman(env, "volume", "rm", "-f", claim, check=False)
