@@ -96,14 +96,15 @@ def scenario_jit(args) -> dict:
     from avatar_release.registry import MemoryRegistry
     from avatar_release.runtime import LoadedBuild, LoadTimings
     from avatar_release.runtime._guard import CompileGuard
-    from avatar_release.runtime._load import LoadedStage, _sharding, devices_for, place_weights
+    from avatar_release.runtime._load import LoadedStage, devices_for, place_weights
+    from avatar_release.runtime._weights import sharding_of
     from avatar_release.registry import Resolved
 
     res = compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(), publish=False, keep_compiled=True)
     m = res.manifest
     devices = devices_for(m)
     mesh = jax.sharding.Mesh(np.array(devices).reshape(m.platform.mesh_shape), tuple(m.platform.mesh_axes))
-    stages = {(e.stage, e.bucket): LoadedStage(e, res.compiled[e.key], [_sharding(mesh, s) for s in e.inputs], {})
+    stages = {(e.stage, e.bucket): LoadedStage(e, res.compiled[e.key], [sharding_of(mesh, s) for s in e.inputs], {})
               for e in m.executables}
     from avatar_release._dtypes import np_dtype
 

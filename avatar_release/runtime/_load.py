@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import EnvironmentMismatch, InputError, IntegrityError, TrustError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
-from ..records import ArraySpec, ExecutableEntry, Manifest, check_identity
+from ..records import ExecutableEntry, Manifest, check_identity
 from ..registry import Registry, Resolved, open_registry, read_manifest
 from ..trust import key_id
 from ..trust.revocation import check_not_revoked
@@ -29,7 +29,7 @@ from ._blobs import check_bounds, decompress, fetch_verified
 from ._guard import CompileGuard
 from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
-from ._weights import place_weights, stream_weights
+from ._weights import place_weights, sharding_of, stream_weights
 
 __all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys", "devices_for", "place_weights"]
 
@@ -151,13 +151,6 @@ def check_environment(manifest: Manifest) -> None:
         )
 
 
-def _sharding(mesh, spec: ArraySpec):
-    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    return NamedSharding(mesh, PartitionSpec(*spec.sharding))
-
-
 def load(ref: str, registry: Registry | str | None = None, *, strict: bool = True,
          trust: TrustConfig | None = None, workers: int | None = None) -> LoadedBuild:
     """Load a build (channel, build id or digest) ready to serve, or refuse with a reason.
@@ -256,7 +249,7 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimi
             exe = deserialize_and_load(payloads.pop(e.key), in_tree, out_tree, backend=backend or devices[0].client,
                                        execution_devices=devices, what=f"{where}: executable {e.key}")
             check_fingerprint(manifest, e, exe)
-        loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [_sharding(mesh, s) for s in e.inputs], {})
+        loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [sharding_of(mesh, s) for s in e.inputs], {})
     t.deserialize = time.perf_counter() - t0
     return mesh, loaded
 

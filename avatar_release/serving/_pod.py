@@ -18,6 +18,7 @@ from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..registry import read_manifest
 from ..runtime import load, revocation_keys, stream
+from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
 from ._errors import clean_message
 from ._log import log_event
@@ -47,6 +48,7 @@ class FollowState:
     refused_digest: str | None = None
     refused_reason: str | None = None
     revoked: str | None = None  # the served build's revocation, once one is seen
+    scanned: tuple | None = None  # (build digest, its attestation index) last scanned for a revocation
     swaps: int = 0
     history: list[dict] = field(default_factory=list)
 
@@ -122,6 +124,10 @@ class Pod:
         if self.follow.revoked is not None:
             return
         b = self.build
+        seen = (b.digest, tuple(r.digest for r in attestation_refs(self.registry, b.build_id)))
+        if seen == self.follow.scanned:
+            return  # no new attestation since the last poll: nothing new to read
+        self.follow.scanned = seen
         found = revocations(self.registry, b.build_id, b.manifest.content_digest(), revocation_keys(self.trust))
         if found:
             self.follow.revoked = found[0].describe()
