@@ -20,12 +20,14 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-
+from collections.abc import Callable
+from typing import Any
 
 from .._digest import hex_of, is_digest, sha256_digest
-from ..errors import ConflictError, IntegrityError, NotFoundError
+from ..errors import IntegrityError, NotFoundError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
 from ._blobcheck import checked_blob
+from ._cas import Current, Move, compare_and_swap
 from ._protocol import BuildRef, Resolved, check_name
 from ._resolve import Lookups, resolve_ref
 
@@ -284,46 +286,19 @@ class KVRegistry(abc.ABC):
         reason: str,
         gate_result_digest: str | None = None,
     ) -> HistoryEntry | None:
-        """Compare-and-swap a channel to ``resolved``; None when it already points there.
+        """Compare-and-swap a channel to ``resolved`` (:func:`._cas.compare_and_swap`); None when it
+        already points there. ``expected_digest`` is what the caller saw the channel point at when
+        it decided (None for an empty channel); anything else now means a concurrent move won."""
+        return compare_and_swap(_KVSwap(self), Move(channel, resolved, expected_digest, action, who, reason,
+                                                    gate_result_digest))
 
-        ``expected_digest`` is what the caller saw the channel point at when it decided
-        (None for an empty channel); anything else now means a concurrent move won.
-        """
-        check_name("channel", channel)
-        with self._lock():
-            entries = self._repair_history()
-            current = self.get_channel(channel)
-            current_digest = current.digest if current else None
-            if current_digest != expected_digest:
-                raise ConflictError(
-                    f"channel {channel!r} moved while this {action} was being decided: expected it at "
-                    f"{expected_digest or 'empty'}, found {current_digest or 'empty'} "
-                    f"({current.build_id if current else '-'}); nothing was changed — retry"
-                )
-            if current_digest == resolved.digest:
-                return None
-            seq = (entries[-1].sequence if entries else 0) + 1
-            now = utcnow()
-            entry = HistoryEntry(
-                sequence=seq,
-                channel=channel,
-                action=action,
-                from_build=current.build_id if current else None,
-                from_digest=current_digest,
-                to_build=resolved.build_id,
-                to_digest=resolved.digest,
-                who=who,
-                when=now,
-                reason=reason,
-                gate_result_digest=gate_result_digest,
-            )
-            state = ChannelState(
-                channel=channel, build_id=resolved.build_id, digest=resolved.digest, sequence=seq, updated_at=now
-            )
-            doc = {"state": state.model_dump(mode="json"), "entry": entry.model_dump(mode="json")}
-            self._write_atomic(f"channels/{channel}.json", json.dumps(doc, sort_keys=True).encode())
-            self._append("history.jsonl", entry.to_json_bytes() + b"\n")
-            return entry
+    def _commit_move(self, entry: HistoryEntry) -> None:
+        """The channel file first (atomically, carrying its entry), then the history line."""
+        state = ChannelState(channel=entry.channel, build_id=entry.to_build, digest=entry.to_digest,
+                             sequence=entry.sequence, updated_at=entry.when)
+        doc = {"state": state.model_dump(mode="json"), "entry": entry.model_dump(mode="json")}
+        self._write_atomic(f"channels/{entry.channel}.json", json.dumps(doc, sort_keys=True).encode())
+        self._append("history.jsonl", entry.to_json_bytes() + b"\n")
 
     def history(self, channel: str | None = None) -> list[HistoryEntry]:
         entries = self._history_entries()
@@ -344,7 +319,7 @@ class KVRegistry(abc.ABC):
         check_name("record", name)
         return self._read(f"records/{namespace}/{name}")
 
-    def update_record(self, namespace: str, name: str, update) -> bytes:
+    def update_record(self, namespace: str, name: str, update: Callable[[bytes | None], bytes]) -> bytes:
         """Read-modify-write one record under the registry lock: ``update(old or None) -> new``."""
         check_name("record namespace", namespace)
         check_name("record", name)
@@ -385,7 +360,34 @@ class KVRegistry(abc.ABC):
         self._delete(f"records/{check_name('record namespace', namespace)}/{check_name('record', name)}")
 
 
-def _parse_json(raw: bytes, where: str):
+class _KVSwap:
+    """The steps of a channel move (:class:`._cas.ChannelSwap`) over a key/value store."""
+
+    def __init__(self, store: KVRegistry):
+        self.store = store
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return self.store.exclusive()
+
+    def repaired_history(self, op: str) -> list[HistoryEntry]:
+        return self.store._repair_history()
+
+    def current(self, channel: str) -> Current | None:
+        state = self.store.get_channel(channel)
+        return None if state is None else Current(state.digest, state.build_id)
+
+    def next_sequence(self, entries: list[HistoryEntry]) -> int:
+        return max((e.sequence for e in entries), default=0) + 1
+
+    def unrecorded(self, channel: str, current: Current | None, entries: list[HistoryEntry],
+                   sequence: int) -> list[HistoryEntry]:
+        return []  # every move here goes through this store: the channel file carries its entry
+
+    def commit(self, entry: HistoryEntry, first: list[HistoryEntry], entries: list[HistoryEntry], op: str) -> None:
+        self.store._commit_move(entry)
+
+
+def _parse_json(raw: bytes, where: str) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
@@ -393,7 +395,7 @@ def _parse_json(raw: bytes, where: str):
             from None
 
 
-def _manifest_blob_refs(doc: dict) -> list[dict]:
+def _manifest_blob_refs(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     if isinstance(doc.get("weights"), dict) and "blob" in doc["weights"]:
         out.append(doc["weights"]["blob"])

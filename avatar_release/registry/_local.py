@@ -17,7 +17,6 @@ so kill -9 at any instant leaves the old or the new state, never a torn file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from pathlib import Path
@@ -25,14 +24,18 @@ from pathlib import Path
 from .. import _atomic
 from ..errors import IntegrityError, RegistryError
 from ._kv import KVRegistry
+from ._lock import DEFAULT_LOCK_TIMEOUT, FileLock
 
 __all__ = ["LocalRegistry"]
 
 
 class LocalRegistry(KVRegistry):
-    def __init__(self, root: str | os.PathLike, *, create: bool = True):
+    def __init__(self, root: str | os.PathLike, *, create: bool = True, lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
         self.root = Path(root).absolute()
         self.uri = str(self.root)
+        # O_NOFOLLOW: a symlinked .lock would have writers create or lock a file outside the store
+        self._writer = FileLock(self.root / ".lock", timeout=lock_timeout, what=f"registry {self.root}",
+                                nofollow=True)
         if create:
             try:
                 for sub in ("blobs/sha256", "builds", "channels", "records", "tmp"):
@@ -134,19 +137,5 @@ class LocalRegistry(KVRegistry):
             return []
         return sorted(f"{prefix}{p.name}" for p in d.iterdir() if p.is_dir())
 
-    @contextlib.contextmanager
-    def _lock(self):
-        lock = self.root / ".lock"
-        try:  # O_NOFOLLOW: a symlinked .lock would have writers create or lock a file outside the store
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as e:
-            if lock.is_symlink():
-                raise IntegrityError(f"registry {self.root}: {lock} is a symlink (to {os.readlink(lock)}); refused. "
-                                     f"Remove it (rm {lock}): the store recreates its lock file") from None
-            raise RegistryError(f"registry {self.root}: cannot open lock file ({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        return self._writer.hold()

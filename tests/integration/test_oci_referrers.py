@@ -112,7 +112,7 @@ def test_referrers_reads_the_fallback_tag_filters_by_type_and_grows_without_dupl
     assert {r.annotations["io.avatar-release.envelope"] for r in after} == {e.digest for e in
                                                                            attestation_refs(reg, build_id)}
     # the spec's tag is in the tag list (that is where cosign and oras look), but it is not a channel
-    assert tag in reg._list_tags() and [c.channel for c in reg.list_channels()] == ["staging"]
+    assert tag in reg.manifests.list_tags() and [c.channel for c in reg.list_channels()] == ["staging"]
 
 
 def test_copy_attaches_the_evidence_in_each_registry_with_the_same_manifests(oci_server, tmp_path):

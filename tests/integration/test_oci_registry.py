@@ -24,7 +24,7 @@ import requests
 from avatar_release._digest import sha256_digest
 from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
 from avatar_release.registry import OciRegistry, Registry, open_registry
-from avatar_release.registry.oci import RetryPolicy, parse_oci_uri
+from avatar_release.registry.oci import LAYOUT_1, MemoryResponse, RetryPolicy, TagLayout, parse_oci_uri
 from tests.oci_server import OciServer, registry_binary_or_skip
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
@@ -51,10 +51,8 @@ class HookedSession(requests.Session):
         return resp
 
 
-def fake_response(status: int, url: str, body: bytes = b"") -> requests.Response:
-    r = requests.Response()
-    r.status_code, r.url, r._content, r._content_consumed = status, url, body, True
-    return r
+def fake_response(status: int, url: str, body: bytes = b"") -> MemoryResponse:
+    return MemoryResponse(status, {}, body, url)
 
 
 def server_error(url: str) -> requests.Response:
@@ -66,9 +64,10 @@ def make_reg(oci_server, tmp_path):
     """Registries on a fresh repository of the shared server, sharing one lock directory."""
     repo = f"t/{uuid.uuid4().hex[:12]}"
 
-    def make(session=None, retry=FAST, server=None):
+    def make(session=None, retry=FAST, server=None, layout=TagLayout()):
         host = (server or oci_server).host
-        return OciRegistry(f"oci://{host}/{repo}", session=session, retry=retry, lock_dir=tmp_path / "locks")
+        return OciRegistry(f"oci://{host}/{repo}", session=session, retry=retry, lock_dir=tmp_path / "locks",
+                           layout=layout)
 
     return make
 
@@ -205,11 +204,11 @@ def test_a_tag_overwritten_outside_the_lock_is_caught_by_the_read_back(make_reg)
     publish(setup, "b-1", (b"1",))
     publish(setup, "b-2", (b"2",))
     intruder = make_reg()
-    other = intruder._get_manifest("_avr.b.b-2", "test")[1]
+    other = intruder.manifests.get("_avr.b.b-2", "test")[1]
 
     def after(method, url, resp):
         if method == "PUT" and url.endswith("/manifests/staging"):  # another machine writes right after us
-            intruder._put_manifest("staging", other, "intruder")
+            intruder.manifests.put("staging", other, "intruder")
         return resp
 
     reg = make_reg(session=HookedSession(after=after))
@@ -369,7 +368,7 @@ def test_a_move_whose_history_write_fails_keeps_its_entry(make_reg):
     assert [(h.sequence, h.who, h.reason) for h in setup.history("dev")][-1] == (2, "alice", "why")
     # The next move folds it into the history artifact for good.
     setup.move_channel("dev", r3, expected_digest=r2.digest, action="promote", who="bob", reason="next")
-    stored = setup._entries_of(("_avr.history",), "application/vnd.avatar-release.history.v1")
+    stored = setup.journal.entries_of(("_avr.history",), "application/vnd.avatar-release.history.v1")
     assert [(e.sequence, e.who) for e in stored] == [(1, "t"), (2, "alice"), (3, "bob")]
 
 
@@ -379,7 +378,7 @@ def test_a_tag_moved_by_another_tool_is_recorded_by_the_next_move(make_reg, oci_
         publish(reg, f"b-{n}", (str(n).encode(),))
     r1, r2, r3 = (reg.resolve(f"b-{n}") for n in (1, 2, 3))
     reg.move_channel("prod", r1, expected_digest=None, action="promote", who="t", reason="r")
-    reg._put_manifest("prod", reg._get_manifest(r2.digest, "test")[1], "someone else")  # e.g. skopeo copy
+    reg.manifests.put("prod", reg.manifests.get(r2.digest, "test")[1], "someone else")  # e.g. skopeo copy
     state = reg.get_channel("prod")
     assert (state.build_id, state.sequence) == ("b-2", 0)
     e = reg.move_channel("prod", r3, expected_digest=r2.digest, action="promote", who="t", reason="r")
@@ -418,18 +417,11 @@ def test_a_real_build_loads_and_renders_from_the_oci_registry(built_registry, re
 def test_a_repository_in_the_old_tag_layout_keeps_reading_and_moves_on(make_reg, monkeypatch, oci_server):
     """Layout 1 (``_b.``, ``_r.``, ``_history``, ``_pending``) is read; the next move writes layout 2
     (``_avr.``) with the whole history, and nothing of layout 1 is deleted."""
-    from avatar_release.registry.oci import _registry
-
-    old = make_reg()
-    with monkeypatch.context() as m:
-        for name, value in (("BUILD_PREFIX", "_b."), ("RECORD_PREFIX", "_r."),
-                            ("_HISTORY_TAGS", ("_history",)), ("_PENDING_TAGS", ("_pending",)),
-                            ("HISTORY_TAG", "_history"), ("PENDING_TAG", "_pending")):
-            m.setattr(_registry, name, value)
-        d1, _ = publish(old, "b-1", (b"one",))
-        old.move_channel("dev", old.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r1")
-        old.put_record("reviews", "b-1", b"old review")
-    tags = set(old._list_tags())
+    old = make_reg(layout=TagLayout((LAYOUT_1,)))  # a client of before layout 2: writes and reads layout 1 only
+    d1, _ = publish(old, "b-1", (b"one",))
+    old.move_channel("dev", old.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r1")
+    old.put_record("reviews", "b-1", b"old review")
+    tags = set(old.manifests.list_tags())
     assert {"_b.b-1", "_history", "_pending", "_r.reviews.N.b-1"} <= tags and not any(t.startswith("_avr.") for t in tags)
 
     reg = make_reg()  # today's code on the same repository
@@ -442,9 +434,9 @@ def test_a_repository_in_the_old_tag_layout_keeps_reading_and_moves_on(make_reg,
     reg.put_record("reviews", "b-1", b"new review")
     assert [e.reason for e in reg.history()] == ["r1", "r2"] and reg.get_record("reviews", "b-1") == b"new review"
     assert [b.build_id for b in reg.list_builds()] == ["b-1", "b-2"] and reg.list_records("reviews") == ["b-1"]
-    tags = set(reg._list_tags())
+    tags = set(reg.manifests.list_tags())
     assert {"_avr.b.b-2", "_avr.history", "_avr.r.reviews.N.b-1", "_b.b-1", "_history"} <= tags
-    assert [e.reason for e in reg._entries_of(("_avr.history",), "application/vnd.avatar-release.history.v1")] \
+    assert [e.reason for e in reg.journal.entries_of(("_avr.history",), "application/vnd.avatar-release.history.v1")] \
         == ["r1", "r2"]
 
 

@@ -1,9 +1,11 @@
-"""The registry conformance suite: what every store does, run over all five backends.
+"""The registry conformance suite: what every store does, run over all six backends.
 
 One parametrized fixture, ``backend``, yields a fresh, empty store of each kind:
 
 * ``memory``: the in-memory fake (unit tests);
 * ``local``: a directory store;
+* ``oci-memory``: the OCI client against the package's in-memory distribution server
+  (:class:`avatar_release.registry.oci.MemoryDistribution`): the whole OCI mapping, no network;
 * ``oci``: CNCF distribution on 127.0.0.1, anonymous HTTP;
 * ``oci-basic-tls``: distribution behind htpasswd (bcrypt) over TLS with a CA made by openssl,
   logged in through a docker ``config.json``;
@@ -41,13 +43,13 @@ from avatar_release.records.stored import (
 )
 from avatar_release.records import BlobRef
 from avatar_release.registry import LocalRegistry, MemoryRegistry, OciRegistry, Registry
-from avatar_release.registry.oci import RetryPolicy
+from avatar_release.registry.oci import MemoryDistribution, RetryPolicy
 from tests.oci_logins import USERS, auths, basic_uri
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 # The logged-in servers (TLS + htpasswd, a token service) run in the full suite; the edit loop
 # (-m "not slow") keeps the anonymous one, which exercises the same protocol code.
-BACKENDS = ["memory", "local", "oci", pytest.param("oci-basic-tls", marks=pytest.mark.slow),
+BACKENDS = ["memory", "local", "oci-memory", "oci", pytest.param("oci-basic-tls", marks=pytest.mark.slow),
             pytest.param("oci-token", marks=pytest.mark.slow)]
 
 
@@ -61,9 +63,14 @@ class Backend:
     uri: str | None  # how another process opens it (None: the store lives in this process only)
     blob_path: Callable[[str], Path] | None  # where a blob's bytes lie on disk (None: in memory)
     tampered: dict[Path, bytes] = field(default_factory=dict)
+    server: MemoryDistribution | None = None  # the in-memory distribution server behind oci-memory
 
     def tamper_blob(self, digest: str, data: bytes) -> None:
         """Replace the stored bytes of a blob behind the store's back (a bad disk, an attacker)."""
+        if self.server is not None:
+            assert digest in self.server.blobs, f"{self.name}: blob {digest} is not on the server"
+            self.server.blobs[digest] = data
+            return
         if self.blob_path is None:
             self.store._data[f"blobs/sha256/{digest.removeprefix('sha256:')}"] = data
             return
@@ -99,6 +106,14 @@ def backend(request, tmp_path, monkeypatch) -> Backend:
                        lambda d: root / "blobs" / "sha256" / d.removeprefix("sha256:"))
     locks = tmp_path / "locks"
     monkeypatch.setenv("AVATAR_RELEASE_LOCK_DIR", str(locks))  # the same lock for a racing process
+    if name == "oci-memory":
+        server = MemoryDistribution(page_size=50)  # small pages: listings follow Link pagination
+        uri = f"oci+http://registry.test/conformance/{uuid.uuid4().hex[:12]}"
+
+        def open_memory() -> OciRegistry:
+            return OciRegistry(uri, session=server, retry=FAST, lock_dir=locks)
+
+        return Backend(name, open_memory(), open_memory, None, None, server=server)
     repo = f"conformance/{uuid.uuid4().hex[:12]}"
     if name == "oci":
         server = request.getfixturevalue("oci_server")

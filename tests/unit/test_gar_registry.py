@@ -21,7 +21,7 @@ from avatar_release._digest import sha256_digest
 from avatar_release.errors import InputError, RegistryError
 from avatar_release.registry import GarRegistry, Registry, open_registry
 from avatar_release.registry._gar import parse_gar_uri
-from avatar_release.registry.oci import RetryPolicy
+from avatar_release.registry.oci import MemoryDistribution, MemoryResponse, RetryPolicy
 
 URI = "gar://projects/my-proj/locations/us-central1/repositories/releases"
 BASE = "https://us-central1-docker.pkg.dev/v2/my-proj/releases/avatar-release"
@@ -43,19 +43,10 @@ class FakeCredentials:
         self.token, self.valid = self.tokens.pop(0), True
 
 
-class FakeSession:
-    """A transport that answers from a script and records every request it was asked to send."""
-
-    def __init__(self, answer):
-        self.answer, self.sent = answer, []
-
-    def request(self, method, url, headers=None, data=None, **kw):
-        self.sent.append((method, url, dict(headers or {})))
-        status, hdrs, body = self.answer(method, url)
-        r = requests.Response()
-        r.status_code, r.url, r.headers = status, url, requests.structures.CaseInsensitiveDict(hdrs)
-        r._content, r._content_consumed = body, True
-        return r
+def FakeSession(answer):  # noqa: N802 (reads as the class it replaced)
+    """The package's in-memory distribution server with every request answered by ``answer(method,
+    url) -> (status, headers, body)``; it records what was sent in ``.sent``."""
+    return MemoryDistribution(before=lambda method, url, headers, data: MemoryResponse(*answer(method, url), url=url))
 
 
 @dataclass
@@ -257,7 +248,7 @@ def test_tags_are_listed_through_the_artifact_registry_api(tmp_path):
     assert reg.list_records("reviews") == ["b-1"]
     parent = "projects/my-proj/locations/us-central1/repositories/releases/packages/team%2Favatar"
     assert client.requests == [{"parent": parent, "page_size": 1000}]
-    assert reg._tags_with("_b.") == ["_b.b-1", "_b.b-2"]
+    assert reg.manifests.tags_with("_b.") == ["_b.b-1", "_b.b-2"]
 
 
 def test_a_package_that_does_not_exist_yet_has_no_tags(tmp_path):

@@ -1,6 +1,6 @@
 """Referrers over the wire, without a server: the OCI 1.1 referrers API (which the Debian
-distribution 2.8 in the integration tests lacks) and the fallback tag, against an in-memory OCI
-registry that answers like one with or without the API. What each record attaches, and to which
+distribution 2.8 in the integration tests lacks) and the fallback tag, against the package's
+in-memory distribution server (``MemoryDistribution``), with the API and without it. What each record attaches, and to which
 build, is declared in records.stored."""
 
 from __future__ import annotations
@@ -8,17 +8,15 @@ from __future__ import annotations
 import base64
 import json
 import re
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
-import requests
 
 from avatar_release._digest import canonical_json, sha256_digest
 from avatar_release.errors import InputError, IntegrityError, NotFoundError
 from avatar_release.records import BlobRef
 from avatar_release.records.stored import STORED_NAMESPACES, render_shard_record, shard_record_name
 from avatar_release.registry import OciRegistry
-from avatar_release.registry.oci import RetryPolicy
+from avatar_release.registry.oci import MemoryDistribution, RetryPolicy
 from avatar_release.trust.evidence import attestation_refs, sign_and_store
 from avatar_release.trust.policy import local_identity
 from tests.unit.test_copy import gate, publish
@@ -30,77 +28,8 @@ INDEX = "application/vnd.oci.image.index.v1+json"
 HOST = "registry.test"
 
 
-class FakeOci:
-    """One repository of an OCI registry in memory, behind the requests.Session surface the transport
-    uses; ``api``: whether it has the referrers API (answers it, and OCI-Subject on a manifest PUT)."""
-
-    def __init__(self, api: bool):
-        self.api = api
-        self.blobs: dict[str, bytes] = {}
-        self.manifests: dict[str, tuple[str, bytes]] = {}  # digest -> (media type, bytes)
-        self.tags: dict[str, str] = {}
-        self.sent: list[tuple[str, str]] = []
-
-    def request(self, method, url, headers=None, data=None, **kw):
-        self.sent.append((method, url))
-        parts = urlsplit(url)
-        status, hdrs, body = self._answer(method, unquote(parts.path).removeprefix("/v2/r/"),
-                                          parse_qs(parts.query), dict(headers or {}), data or b"")
-        r = requests.Response()
-        r.status_code, r.url, r.headers = status, url, requests.structures.CaseInsensitiveDict(hdrs)
-        r._content, r._content_consumed = (b"" if method == "HEAD" else body), True
-        return r
-
-    def _answer(self, method, path, query, headers, data):
-        if path == "blobs/uploads/" and method == "POST":
-            return 202, {"Location": "/v2/r/blobs/uploads/u1"}, b""
-        if path.startswith("blobs/uploads/") and method == "PUT":
-            self.blobs[query["digest"][0]] = bytes(data)
-            return 201, {}, b""
-        if path.startswith("blobs/"):
-            blob = self.blobs.get(path.removeprefix("blobs/"))
-            return (404, {}, b"") if blob is None else (200, {"Content-Length": str(len(blob))}, blob)
-        if path.startswith("manifests/"):
-            return self._manifest(method, path.removeprefix("manifests/"), headers, data)
-        if path == "tags/list":
-            return 200, {}, json.dumps({"tags": sorted(self.tags)}).encode()
-        if path.startswith("referrers/") and self.api:
-            return self._referrers(path.removeprefix("referrers/"), query)
-        return 404, {"Content-Type": "text/plain"}, b"404 page not found"
-
-    def _manifest(self, method, ref, headers, data):
-        if method == "PUT":
-            digest = sha256_digest(data)
-            self.manifests[digest] = (headers["Content-Type"], bytes(data))
-            if not ref.startswith("sha256:"):
-                self.tags[ref] = digest
-            subject = json.loads(data).get("subject")
-            hdrs = {"Docker-Content-Digest": digest}
-            if self.api and subject:
-                hdrs["OCI-Subject"] = subject["digest"]
-            return 201, hdrs, b""
-        digest = self.tags.get(ref, ref)
-        if digest not in self.manifests:
-            return 404, {}, b'{"errors": [{"code": "MANIFEST_UNKNOWN"}]}'
-        media, body = self.manifests[digest]
-        return 200, {"Docker-Content-Digest": digest, "Content-Type": media, "Content-Length": str(len(body))}, body
-
-    def _referrers(self, digest, query):
-        found = []
-        for d, (media, body) in self.manifests.items():
-            doc = json.loads(body)
-            if (doc.get("subject") or {}).get("digest") == digest:
-                found.append({"mediaType": media, "digest": d, "size": len(body),
-                              "artifactType": doc.get("artifactType"), "annotations": doc.get("annotations", {})})
-        hdrs = {"Content-Type": INDEX}
-        if "artifactType" in query:
-            found = [f for f in found if f["artifactType"] == query["artifactType"][0]]
-            hdrs["OCI-Filters-Applied"] = "artifactType"
-        return 200, hdrs, json.dumps({"schemaVersion": 2, "mediaType": INDEX, "manifests": found}).encode()
-
-
 def attested(tmp_path, api: bool):
-    server = FakeOci(api)
+    server = MemoryDistribution(referrers_api=api)
     reg = OciRegistry(f"oci+https://{HOST}/r", session=server, retry=FAST, lock_dir=tmp_path / "locks")
     build_id, digest, m = publish(reg)
     gate(reg, build_id, digest, m)
@@ -109,10 +38,10 @@ def attested(tmp_path, api: bool):
 
 def test_a_registry_with_the_referrers_api_lists_the_evidence_itself(tmp_path):
     server, reg, build_id, digest, m = attested(tmp_path, api=True)
-    assert not any(t.startswith("sha256-") for t in server.tags)  # OCI-Subject came back: no fallback tag
+    assert not any(t.startswith("sha256-") for t in server.repos["r"].tags)  # OCI-Subject came back: no fallback tag
     (ref,) = reg.referrers(build_id)
     assert ref.artifact_type == DSSE and ref.annotations["io.avatar-release.build-id"] == build_id
-    manifest = json.loads(server.manifests[ref.digest][1])
+    manifest = json.loads(server.repos["r"].manifests[ref.digest][1])
     assert manifest["subject"]["digest"] == digest
     assert manifest["layers"][0]["digest"] == attestation_refs(reg, build_id)[0].digest
     # the filter goes to the server, which applies it
@@ -120,18 +49,18 @@ def test_a_registry_with_the_referrers_api_lists_the_evidence_itself(tmp_path):
                    subject_digest=m.content_digest(), predicate={"status": "passed"})
     assert len(reg.referrers(build_id, artifact_type=DSSE)) == 2
     assert reg.referrers(build_id, artifact_type=PROMOTION) == []
-    asked = [u for method, u in server.sent if "/referrers/" in u]
+    asked = [u for method, u, _ in server.sent if "/referrers/" in u]
     assert asked[-1].endswith(f"/referrers/{digest}?artifactType=" + PROMOTION.replace("/", "%2F").replace("+", "%2B"))
 
 
 def test_without_the_api_the_spec_tag_holds_an_index_of_the_referrers(tmp_path):
     server, reg, build_id, digest, m = attested(tmp_path, api=False)
     tag = "sha256-" + digest.removeprefix("sha256:")
-    media, body = server.manifests[server.tags[tag]]
+    media, body = server.repos["r"].manifests[server.repos["r"].tags[tag]]
     index = json.loads(body)
     assert media == INDEX and index["mediaType"] == INDEX
     (d,) = index["manifests"]
-    referrer = json.loads(server.manifests[d["digest"]][1])
+    referrer = json.loads(server.repos["r"].manifests[d["digest"]][1])
     assert referrer["subject"]["digest"] == digest and d["artifactType"] == referrer["artifactType"] == DSSE
     assert d["annotations"] == referrer["annotations"]
     assert [r.digest for r in reg.referrers(build_id)] == [d["digest"]]
@@ -142,12 +71,12 @@ def test_a_foreign_manifest_under_the_referrers_tag_is_reported_and_left_alone(t
     tag = "sha256-" + digest.removeprefix("sha256:")
     foreign = canonical_json({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
                               "config": {}, "layers": []})
-    server.manifests[sha256_digest(foreign)] = ("application/vnd.oci.image.manifest.v1+json", foreign)
-    server.tags[tag] = sha256_digest(foreign)
+    server.repos["r"].manifests[sha256_digest(foreign)] = ("application/vnd.oci.image.manifest.v1+json", foreign)
+    server.repos["r"].tags[tag] = sha256_digest(foreign)
     with pytest.raises(IntegrityError, match=f"referrers tag {tag} is a application/vnd.oci.image.manifest.v1"):
         sign_and_store(reg, local_identity().gate_key(), kind="compile-gate", build_id=build_id,
                        subject_digest=m.content_digest(), predicate={"status": "passed"})
-    assert server.tags[tag] == sha256_digest(foreign)
+    assert server.repos["r"].tags[tag] == sha256_digest(foreign)
     assert len(attestation_refs(reg, build_id)) == 1  # the record lists nothing it could not attach
 
 
@@ -178,9 +107,9 @@ def test_each_namespace_declares_what_it_attaches_and_to_which_build():
 def test_the_referrers_tag_is_never_a_channel(tmp_path):
     server, reg, build_id, digest, m = attested(tmp_path, api=False)
     tag = "sha256-" + digest.removeprefix("sha256:")
-    assert tag in server.tags and reg.list_channels() == []
+    assert tag in server.repos["r"].tags and reg.list_channels() == []
     with pytest.raises(InputError, match="referrers of a manifest"):
         reg.move_channel(tag, reg.resolve(build_id), expected_digest=None, action="promote", who="t", reason="r")
     with pytest.raises(NotFoundError):
         reg.resolve(tag)
-    assert json.loads(server.manifests[server.tags[tag]][1])["mediaType"] == INDEX
+    assert json.loads(server.repos["r"].manifests[server.repos["r"].tags[tag]][1])["mediaType"] == INDEX

@@ -1,4 +1,5 @@
-"""The OCI distribution client: location, transport, login, artifact encoding, registry mapping.
+"""The OCI distribution client: location, transport, login, artifact encoding, registry mapping,
+and a distribution registry in memory to test against (:class:`MemoryDistribution`).
 
 ``oci://HOST[:PORT]/REPO[?ca=PATH]`` opens :class:`OciRegistry`; Google Artifact Registry is the
 same client with a Google access-token strategy (:mod:`.._gar`).
@@ -15,9 +16,11 @@ from ._auth import (
     find_credentials,
     parse_challenge,
 )
+from ._layout import LAYOUT_1, LAYOUT_2, TagLayout, TagNames
 from ._location import CA_ENV, OciLocation, parse_oci_uri
+from ._memory import MemoryDistribution, MemoryResponse
 from ._registry import OciRegistry, Referrer, default_lock_dir
-from ._transport import Reply, RetryPolicy, Transport
+from ._transport import HttpResponse, HttpSession, Reply, RetryPolicy, Transport
 
 __all__ = [
     "OciRegistry",
@@ -38,4 +41,12 @@ __all__ = [
     "auth_files",
     "parse_challenge",
     "default_lock_dir",
+    "MemoryDistribution",
+    "MemoryResponse",
+    "HttpSession",
+    "HttpResponse",
+    "TagLayout",
+    "TagNames",
+    "LAYOUT_1",
+    "LAYOUT_2",
 ]

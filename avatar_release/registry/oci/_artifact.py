@@ -9,8 +9,9 @@ import re
 from typing import Any, Iterator
 
 from ..._digest import canonical_json, is_digest, sha256_digest
+from ...errors import IntegrityError
 
-__all__ = ["descriptor", "artifact", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "INTERNAL_PREFIX", "BUILD_PREFIX", "V1_BUILD_PREFIX", "V1_RECORD_PREFIX", "V1_HISTORY_TAG", "V1_PENDING_TAG", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST", "ANN_ENVELOPE", "ANN_PREDICATE", "referrers_tag", "is_referrers_tag",
+__all__ = ["descriptor", "artifact", "build_id_of", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "INTERNAL_PREFIX", "BUILD_PREFIX", "V1_BUILD_PREFIX", "V1_RECORD_PREFIX", "V1_HISTORY_TAG", "V1_PENDING_TAG", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST", "ANN_ENVELOPE", "ANN_PREDICATE", "referrers_tag", "is_referrers_tag",
            "referrers_index"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -90,6 +91,14 @@ def artifact(artifact_type: str, layers: list[dict], annotations: dict[str, str]
     if subject is not None:
         doc["subject"] = subject
     return canonical_json(doc)
+
+
+def build_id_of(doc: dict[str, Any], where: str) -> str:
+    """The build id an avatar-release artifact's annotations carry; IntegrityError without one."""
+    build_id = (doc.get("annotations") or {}).get(ANN_BUILD_ID)
+    if not isinstance(build_id, str) or not build_id:
+        raise IntegrityError(f"{where} carries no {ANN_BUILD_ID} annotation")
+    return build_id
 
 
 _TAG_CHAR = re.compile(r"[^a-zA-Z0-9._-]")

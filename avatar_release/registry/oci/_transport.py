@@ -21,14 +21,14 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Protocol
 from urllib.parse import urljoin, urlsplit
 
 from ...errors import RegistryError
 from ._auth import AnonymousAuth, Auth
 from ._location import CA_ENV, OciLocation
 
-__all__ = ["RetryPolicy", "Reply", "Transport", "registry_errors", "ERROR_BODY"]
+__all__ = ["RetryPolicy", "Reply", "Transport", "HttpSession", "HttpResponse", "registry_errors", "ERROR_BODY"]
 
 ERROR_BODY = 16 << 10
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -63,6 +63,24 @@ class Reply:
     url: str
 
 
+class HttpResponse(Protocol):
+    """What the transport reads of an answer (a ``requests.Response`` is one)."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    url: str
+
+    def iter_content(self, chunk_size: int) -> Iterator[bytes]: ...
+    def close(self) -> None: ...
+
+
+class HttpSession(Protocol):
+    """What the transport sends requests through: a ``requests.Session``, or
+    :class:`._memory.MemoryDistribution`, a distribution registry held in memory."""
+
+    def request(self, method: str, url: str, **kwargs: Any) -> HttpResponse: ...
+
+
 def registry_errors(body: bytes) -> str:
     """The ``errors`` list of an OCI error body as ``CODE: message`` text, if there is one."""
     try:
@@ -78,7 +96,7 @@ def _short(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def iter_bounded(resp: Any, limit: int) -> Iterator[bytes]:
+def iter_bounded(resp: HttpResponse, limit: int) -> Iterator[bytes]:
     """The chunks of a streamed body, at most ``limit`` + 1 bytes in all: enough to tell 'too long' apart."""
     want = limit + 1
     got = 0
@@ -92,7 +110,7 @@ def iter_bounded(resp: Any, limit: int) -> Iterator[bytes]:
             break
 
 
-def read_bounded(resp: Any, limit: int) -> bytes:
+def read_bounded(resp: HttpResponse, limit: int) -> bytes:
     """Read at most ``limit`` + 1 bytes of a streamed body."""
     return b"".join(iter_bounded(resp, limit))
 
@@ -115,7 +133,7 @@ def next_link(link: str | None, root: str) -> str | None:
 class Transport:
     """Requests to one repository's host, with retries, bounded reads, TLS settings and auth."""
 
-    def __init__(self, location: OciLocation, *, session: Any = None, retry: RetryPolicy | None = None,
+    def __init__(self, location: OciLocation, *, session: HttpSession | None = None, retry: RetryPolicy | None = None,
                  auth: Auth | None = None):
         self.location = location
         self.retry = retry or RetryPolicy()
@@ -127,7 +145,7 @@ class Transport:
     def where(self) -> str:
         return f"registry {self.location.host}/{self.location.repo}"
 
-    def session(self) -> Any:
+    def session(self) -> HttpSession:
         """The HTTP session (requests-compatible); created on first use, never at import."""
         with self._mutex:
             if self._session is None:
