@@ -1,16 +1,22 @@
-"""The ASGI app (starlette): routes, admission, the streamed answer.
+"""The ASGI app (starlette): routes, admission, the render's start.
 
     GET  /livez    200 while the process serves HTTP at all
     GET  /readyz   200 when verified, loaded, warm with 0 compiles and not draining; else 503
     GET  /healthz  the detailed view (build, compiles, timings, follow state)
     GET  /metrics  Prometheus text
-    POST /render   fragmented MP4 (H.264 + AAC), chunked, as chunks complete
+    POST /render   fragmented MP4 (H.264 + AAC), chunked, as chunks complete (``_video``)
 
 Admission: one render at a time on the host; up to ``queue`` more wait their turn; past that,
 429 with Retry-After. Media is decoded while waiting, so a queued request starts rendering the
 moment the accelerator frees up. The response starts once the first chunk is rendered and
 encoded: an error before that is a JSON error with its status; after it the stream is cut short
-(the client sees an incomplete chunked body) and the log line says why.
+(the client sees an incomplete chunked body) and the log line says why. Every answer of
+``/render`` is counted in ``avatar_serve_requests_total``, a wrong method (405) too.
+
+``create_app`` wires a `_Service` (the app's state, one method per route) into starlette. A
+render's place in the queue and then on the accelerator is one `_Turn` (``async with``): the
+slot is acquired in one place and released in one place, exactly once, by the render job once it
+has started, or by the end of the block on any other path (an error of any kind, a cancel).
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import contextlib
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from types import TracebackType
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -28,15 +36,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import AvatarReleaseError, RecompileError
+from ..errors import AvatarReleaseError
+from ..runtime import LoadedBuild
 from ._errors import ServeError, clean_message
 from ._log import log_event
-from ._metrics import CONTENT_TYPE_LATEST
+from ._metrics import CONTENT_TYPE_LATEST, Metrics
+from ._pod import Pod
 from ._probes import probe
 from ._render import RenderJob
-from ._request import Limits, decode_inputs, parse_request, read_body
+from ._request import Limits, RenderInputs, RenderRequest, decode_inputs, parse_request, read_body
+from ._video import VideoStream, error_response
 
-__all__ = ["AppConfig", "create_app"]
+__all__ = ["AppConfig", "create_app", "renders_busy"]
 
 
 @dataclass(frozen=True)
@@ -49,226 +60,234 @@ class AppConfig:
 
 
 _REQUEST_ID = re.compile(r"^[\w.-]{1,64}$")
+_INTERNAL = "internal error; the pod's log has the details"
 
 
-def _shape(build) -> tuple:
+def _shape(build: LoadedBuild) -> tuple:
     p = build.manifest.program
     return p.height, p.width, p.fps, p.sample_rate, p.samples_per_frame
 
 
-def _error(exc: ServeError) -> JSONResponse:
-    return JSONResponse(exc.to_json(), status_code=exc.status, headers=exc.headers)
+def _reason(exc: BaseException) -> str:
+    return clean_message(f"{type(exc).__name__}: {exc}")
+
+
+def _log_internal(route: str, exc: BaseException) -> None:
+    log_event("internal_error", route=route[:100], kind=type(exc).__name__, reason=clean_message(str(exc)))
 
 
 class _Admission:
-    """Counts renders waiting and running; the semaphore is the one accelerator."""
+    """The queue and the one accelerator: ``waiting`` renders queued, ``sem`` held by the one running."""
 
-    def __init__(self, pod, cfg: AppConfig):
-        self.pod, self.cfg = pod, cfg
+    def __init__(self, metrics: Metrics, cfg: AppConfig) -> None:
+        self.metrics, self.cfg = metrics, cfg
         self.waiting = 0
-        self.sem = asyncio.Semaphore(1)
+        self.sem = asyncio.BoundedSemaphore(1)  # a second release would be a defect: it raises
 
-    def enter(self) -> None:
+    @property
+    def busy(self) -> bool:
+        """A render running or waiting for the accelerator."""
+        return self.waiting > 0 or self.sem.locked()
+
+    def turn(self) -> _Turn:
+        return _Turn(self)
+
+    def join(self) -> None:
         if self.waiting >= self.cfg.queue + (0 if self.sem.locked() else 1):
             raise ServeError("queue_full", f"{self.waiting} render(s) already waiting (queue {self.cfg.queue}); retry "
                              f"in {self.cfg.retry_after} s", headers={"Retry-After": str(self.cfg.retry_after)})
         self.waiting += 1
-        self.pod.metrics.queue_depth.set(self.waiting)
+        self.metrics.queue_depth.set(self.waiting)
 
     def leave(self) -> None:
         self.waiting -= 1
-        self.pod.metrics.queue_depth.set(self.waiting)
+        self.metrics.queue_depth.set(self.waiting)
 
 
-def create_app(pod, cfg: AppConfig = AppConfig(), *, on_startup=None) -> Starlette:
-    adm: _Admission | None = None
+class _Turn:
+    """One render's turn: a place in the queue, then the accelerator slot.
 
-    def admission() -> _Admission:
-        nonlocal adm
-        if adm is None:  # made on the serving loop (asyncio primitives bind to it)
-            adm = _Admission(pod, cfg)
-        return adm
+    ``async with admission.turn() as turn`` joins the queue (``queue_full`` past it);
+    ``await turn.acquire(timeout)`` waits for the accelerator and leaves the queue;
+    ``turn.start(make_job)`` starts the render job with this turn's release as its ``on_finish``,
+    and from then on the slot is the job's. Until the job has started the slot is the block's:
+    whatever ends the block releases it. ``_release`` is the one release and runs at most once.
+    """
 
-    def probe_response(path: str) -> JSONResponse:
-        status, doc = probe(pod, path)  # the same answer as the probe port's
+    def __init__(self, admission: _Admission) -> None:
+        self._adm = admission
+        self._queued = self._held = self._handed = False
+
+    async def __aenter__(self) -> _Turn:
+        self._adm.join()
+        self._queued = True
+        return self
+
+    async def acquire(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._adm.sem.acquire(), timeout)
+            self._held = True
+        except asyncio.TimeoutError:
+            retry = self._adm.cfg.retry_after
+            raise ServeError("queue_timeout", f"waited {timeout:g} s for the accelerator",
+                             headers={"Retry-After": str(retry)}) from None
+        finally:
+            self._leave_queue()
+
+    def start(self, make_job: Callable[[Callable[[], None]], RenderJob]) -> RenderJob:
+        """``make_job(on_finish)``, started; the job releases the slot when its thread ends."""
+        if not self._held:
+            raise RuntimeError("a render job started without the accelerator slot (acquire first)")
+        job = make_job(self._release).start()
+        self._handed = True
+        return job
+
+    def _leave_queue(self) -> None:
+        if self._queued:
+            self._queued = False
+            self._adm.leave()
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self._adm.sem.release()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._leave_queue()
+        if not self._handed:
+            self._release()
+
+
+class _Service:
+    """The app's state (the pod, its config, the admission) and one method per route."""
+
+    def __init__(self, pod: Pod, cfg: AppConfig, on_startup: Callable[[], None] | None) -> None:
+        self.pod, self.cfg, self.on_startup = pod, cfg, on_startup
+        self._admission: _Admission | None = None
+
+    @property
+    def admission(self) -> _Admission:
+        if self._admission is None:  # made on the serving loop (the lifespan's startup)
+            self._admission = _Admission(self.pod.metrics, self.cfg)
+        return self._admission
+
+    @property
+    def busy(self) -> bool:
+        return self._admission is not None and self._admission.busy
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        _ = self.admission  # made now, on the loop that serves
+        if self.on_startup is not None:
+            self.on_startup()
+        yield
+
+    # ------------------------------------------------------------------------------ probes etc.
+    async def livez(self, request: Request) -> Response:
+        return self._probe("/livez")
+
+    async def readyz(self, request: Request) -> Response:
+        return self._probe("/readyz")
+
+    def _probe(self, path: str) -> JSONResponse:
+        status, doc = probe(self.pod, path)  # the same answer as the probe port's
         return JSONResponse(doc, status_code=status)
 
-    async def livez(request: Request) -> Response:
-        return probe_response("/livez")
-
-    async def readyz(request: Request) -> Response:
-        return probe_response("/readyz")
-
-    async def healthz(request: Request) -> Response:
-        h = pod.health()
-        a = admission()
-        h.update(queue_depth=a.waiting, queue=cfg.queue,
-                 max_seconds=cfg.limits.max_frames(pod.build.manifest.program.fps) / pod.build.manifest.program.fps)
+    async def healthz(self, request: Request) -> Response:
+        h = self.pod.health()
+        fps = self.pod.build.manifest.program.fps
+        h.update(queue_depth=self.admission.waiting, queue=self.cfg.queue,
+                 max_seconds=self.cfg.limits.max_frames(fps) / fps)
         return JSONResponse(h)
 
-    async def metrics(request: Request) -> Response:
-        return Response(pod.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(self, request: Request) -> Response:
+        return Response(self.pod.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    async def render(request: Request):
+    # ------------------------------------------------------------------------------ /render
+    async def render(self, request: Request) -> Response | VideoStream:
         rid = request.headers.get("x-request-id", "")
-        rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex[:16]
+        line = {"id": rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex[:16], "build": self.pod.build.build_id}
         t0 = time.perf_counter()
-        line = {"id": rid, "build": pod.build.build_id}
-        a = admission()
         try:
-            if pod.draining:
+            if self.pod.draining:
                 raise ServeError("draining", "this pod is shutting down; retry on another",
-                                 headers={"Retry-After": str(cfg.retry_after)})
-            body = await read_body(request.stream(), request.headers.get("content-length"), cfg.limits)
-            req, image, audio = await parse_request(request.headers.get("content-type", ""), body, cfg.limits)
-            del body
-            a.enter()
-            try:
-                build = pod.build
-                inputs = await asyncio.to_thread(decode_inputs, build, req, image, audio, cfg.limits)
-                try:
-                    await asyncio.wait_for(a.sem.acquire(), cfg.queue_timeout)
-                except asyncio.TimeoutError:
-                    raise ServeError("queue_timeout", f"waited {cfg.queue_timeout:g} s for the accelerator",
-                                     headers={"Retry-After": str(cfg.retry_after)}) from None
-            finally:
-                a.leave()
-            if pod.build is not build:  # swapped while waiting: render on the new build, refitted if it differs
-                if _shape(pod.build) != _shape(build):
-                    try:
-                        inputs = await asyncio.to_thread(decode_inputs, pod.build, req, image, audio, cfg.limits)
-                    except ServeError:
-                        a.sem.release()
-                        raise
-                build = pod.build
-            del image, audio
-            line["build"] = build.build_id
-            pod.requests += 1
-            job = RenderJob(pod, build, inputs, asyncio.get_running_loop(), a.sem.release).start()
+                                 headers={"Retry-After": str(self.cfg.retry_after)})
+            req, image, audio = await self._read(request)
+            job = await self._admit(req, image, audio, line)
         except ServeError as exc:
-            pod.metrics.rejected.labels(exc.code).inc()
-            return _finish_error(exc, line, t0)
+            self.pod.metrics.rejected.labels(exc.code).inc()
+            return self._answer_error(exc, line, t0)
         except AvatarReleaseError as exc:  # e.g. ffmpeg failing on media it accepted: ours, not the client's
-            line["reason"] = clean_message(f"{type(exc).__name__}: {exc}")
-            return _finish_error(ServeError("render_failed", "the pod could not prepare this request; its log has "
-                                            "the details"), line, t0)
-        return _VideoStream(pod, cfg, job, line, t0)
+            line["reason"] = _reason(exc)
+            return self._answer_error(ServeError("render_failed", "the pod could not prepare this request; its log "
+                                                 "has the details"), line, t0)
+        except Exception as exc:  # a defect of ours; the turn has freed the slot, the client gets the app's 500
+            _log_internal(request.url.path, exc)
+            line["reason"] = _reason(exc)
+            return self._answer_error(ServeError("internal", _INTERNAL), line, t0)
+        return VideoStream(self.pod, self.cfg.request_timeout, job, line, t0)
 
-    def _finish_error(exc: ServeError, line: dict, t0: float) -> JSONResponse:
-        pod.metrics.requests.labels("/render", str(exc.status)).inc()
-        log_event("request", **line, status=exc.status, error=exc.code,
-                  duration=round(time.perf_counter() - t0, 4))
-        return _error(exc)
+    async def _read(self, request: Request) -> tuple[RenderRequest, bytes | None, bytes | None]:
+        """The request's fields and media bytes; the raw body is dropped before anything waits."""
+        limits = self.cfg.limits
+        body = await read_body(request.stream(), request.headers.get("content-length"), limits)
+        return await parse_request(request.headers.get("content-type", ""), body, limits)
 
-    async def not_found(request: Request, exc: HTTPException) -> Response:
+    async def _admit(self, req: RenderRequest, image: bytes | None, audio: bytes | None, line: dict) -> RenderJob:
+        """Queue, decode while waiting, take the accelerator and start the job (which then owns it)."""
+        build = self.pod.build
+        async with self.admission.turn() as turn:
+            inputs = await asyncio.to_thread(decode_inputs, build, req, image, audio, self.cfg.limits)
+            await turn.acquire(self.cfg.queue_timeout)
+            build, inputs = await self._on_current_build(build, inputs, req, image, audio)
+            line["build"] = build.build_id
+            self.pod.requests += 1
+            loop = asyncio.get_running_loop()
+            return turn.start(lambda on_finish: RenderJob(self.pod, build, inputs, loop, on_finish))
+
+    async def _on_current_build(self, build: LoadedBuild, inputs: RenderInputs, req: RenderRequest,
+                                image: bytes | None, audio: bytes | None) -> tuple[LoadedBuild, RenderInputs]:
+        """The build served now (a swap while waiting wins), with the inputs refitted if its shape differs."""
+        current = self.pod.build
+        if current is not build and _shape(current) != _shape(build):
+            inputs = await asyncio.to_thread(decode_inputs, current, req, image, audio, self.cfg.limits)
+        return current, inputs
+
+    def _answer_error(self, exc: ServeError, line: dict, t0: float) -> JSONResponse:
+        self.pod.metrics.requests.labels("/render", str(exc.status)).inc()
+        log_event("request", **line, status=exc.status, error=exc.code, duration=round(time.perf_counter() - t0, 4))
+        return error_response(exc)
+
+    # ------------------------------------------------------------------------------ errors
+    async def http_error(self, request: Request, exc: HTTPException) -> Response:
+        """404 (no route), 405 (a route, another method) and starlette's other HTTP errors, as JSON."""
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
         msg = {404: f"no route {request.url.path[:100]}", 405: f"{request.method} not allowed here"}.get(
             exc.status_code, clean_message(exc.detail))
+        if request.url.path == "/render":  # every answer of the render route counts, GET /render too
+            self.pod.metrics.requests.labels("/render", str(exc.status_code)).inc()
         return JSONResponse({"error": code, "message": msg}, status_code=exc.status_code)
 
-    async def internal(request: Request, exc: Exception) -> Response:
-        log_event("internal_error", route=request.url.path[:100], kind=type(exc).__name__,
-                  reason=clean_message(str(exc)))
-        return JSONResponse({"error": "internal", "message": "internal error; the pod's log has the details"},
-                            status_code=500)
+    async def internal_error(self, request: Request, exc: Exception) -> Response:
+        _log_internal(request.url.path, exc)
+        return JSONResponse({"error": "internal", "message": _INTERNAL}, status_code=500)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        admission()
-        if on_startup is not None:
-            on_startup()
-        yield
 
-    return Starlette(
-        routes=[Route("/livez", livez), Route("/readyz", readyz), Route("/healthz", healthz),
-                Route("/metrics", metrics), Route("/render", render, methods=["POST"])],
-        exception_handlers={HTTPException: not_found, Exception: internal},
-        lifespan=lifespan,
+def create_app(pod: Pod, cfg: AppConfig = AppConfig(), *,
+               on_startup: Callable[[], None] | None = None) -> Starlette:
+    """The pod's HTTP surface; ``on_startup()`` runs once the app has started on its loop."""
+    service = _Service(pod, cfg, on_startup)
+    app = Starlette(
+        routes=[Route("/livez", service.livez), Route("/readyz", service.readyz), Route("/healthz", service.healthz),
+                Route("/metrics", service.metrics), Route("/render", service.render, methods=["POST"])],
+        exception_handlers={HTTPException: service.http_error, Exception: service.internal_error},
+        lifespan=service.lifespan,
     )
+    app.state.service = service
+    return app
 
 
-class _VideoStream:
-    """The streamed answer, as a raw ASGI response: headers once the first bytes exist, then every
-    piece as ffmpeg writes it; a disconnect (seen on ``receive``) cancels the job between chunks."""
-
-    def __init__(self, pod, cfg: AppConfig, job: RenderJob, line: dict, t0: float):
-        self.pod, self.cfg, self.job, self.line, self.t0 = pod, cfg, job, line, t0
-
-    async def __call__(self, scope, receive, send) -> None:
-        pod, job, m = self.pod, self.job, self.pod.metrics
-        deadline = self.t0 + self.cfg.request_timeout
-        status, code, started, ttff, sent = 200, None, False, None, 0
-
-        async def watch():
-            while True:
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    job.cancel.set()
-                    return
-
-        watcher = asyncio.create_task(watch())
-        try:
-            while True:
-                try:
-                    kind, value = await asyncio.wait_for(job.events.get(), max(0.0, deadline - time.perf_counter()))
-                except asyncio.TimeoutError:
-                    job.cancel.set()
-                    status, code = 504, "render_timeout"
-                    if not started:
-                        await self._send_error(send, ServeError("render_timeout", f"render took longer than "
-                                                                f"{self.cfg.request_timeout:g} s"))
-                    break
-                if kind == "bytes":
-                    if not started:
-                        await send({"type": "http.response.start", "status": 200, "headers": self._headers()})
-                        started = True
-                    if ttff is None and b"moof" in value:
-                        ttff = time.perf_counter() - self.t0
-                        m.first_fragment.observe(ttff)
-                    sent += len(value)
-                    await send({"type": "http.response.body", "body": value, "more_body": True})
-                elif kind == "chunk":
-                    continue
-                elif kind == "done":
-                    if not started:  # (a render with no bytes cannot happen; answer anyway)
-                        await send({"type": "http.response.start", "status": 200, "headers": self._headers()})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    m.request_seconds.observe(time.perf_counter() - self.t0)
-                    break
-                elif kind == "cancelled":
-                    status, code = 499, "client_disconnected"
-                    m.disconnects.inc()
-                    break
-                else:  # error
-                    exc = value
-                    status, code = 500, "render_failed"
-                    reason = clean_message(f"{type(exc).__name__}: {exc}")
-                    self.line["reason"] = reason
-                    if not started:
-                        public = (f"build {job.build.build_id} compiled while serving; this pod is no longer ready"
-                                  if isinstance(exc, RecompileError) else
-                                  clean_message(str(exc)) if isinstance(exc, AvatarReleaseError) else
-                                  "render failed; the pod's log has the details")
-                        await self._send_error(send, ServeError("render_failed", public))
-                    break
-        finally:
-            watcher.cancel()
-            job.cancel.set()
-            s = job.stats
-            m.requests.labels("/render", str(status)).inc()
-            log_event("request", **self.line, status=status, **({"error": code} if code else {}),
-                      duration=round(time.perf_counter() - self.t0, 4), chunks=s.chunks, frames=s.frames,
-                      misses=s.misses, compiles=s.compiles, bytes=sent,
-                      ttff=None if ttff is None else round(ttff, 4), streamed=started)
-
-    def _headers(self) -> list[tuple[bytes, bytes]]:
-        b = self.job.build
-        return [(b"content-type", b"video/mp4"), (b"x-request-id", self.line["id"].encode()),
-                (b"x-build-id", b.build_id.encode()), (b"x-frames", str(self.job.n_frames).encode()),
-                (b"x-compiles", str(b.guard.count).encode()), (b"cache-control", b"no-store")]
-
-    @staticmethod
-    async def _send_error(send, exc: ServeError) -> None:
-        r = JSONResponse(exc.to_json(), status_code=exc.status, headers=exc.headers)
-        await send({"type": "http.response.start", "status": r.status_code, "headers": r.raw_headers})
-        await send({"type": "http.response.body", "body": r.body, "more_body": False})
+def renders_busy(app: Starlette) -> bool:
+    """Whether the app (from `create_app`) has a render running or waiting for the accelerator."""
+    return app.state.service.busy

@@ -1,9 +1,11 @@
 """Running the app: uvicorn on a socket we bind, SIGTERM drains, SIGHUP checks the channel.
 
-SIGTERM (and Ctrl-C): ``/readyz`` turns 503 and new renders get 503 ``draining``, the listening
-socket closes, renders in flight finish within ``grace`` seconds, and the process exits 0
-(uvicorn would re-raise the signal after its shutdown; a pod that drained cleanly exits 0, so
-the orchestrator sees a clean stop). With ``follow``, a thread checks the channel every ``poll``
+SIGTERM (and Ctrl-C): ``/readyz`` turns 503 and new renders get 503 ``draining``; the listening
+socket stays open, answering so, while a render runs or waits for the accelerator (a probe or a
+client sees a 503, not a refused connection), then closes; renders in flight finish within
+``grace`` seconds of the signal, and the process exits 0 (uvicorn would re-raise the signal after
+its shutdown; a pod that drained cleanly exits 0, so the orchestrator sees a clean stop). A
+second signal stops listening at once. With ``follow``, a thread checks the channel every ``poll``
 seconds and SIGHUP checks it now.
 
 Slow clients cost a socket, never a worker: a connection whose request headers are not complete
@@ -18,16 +20,27 @@ fails a probe.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING
 
-from ._app import AppConfig, create_app
+from starlette.applications import Starlette
+
+from ._app import AppConfig, create_app, renders_busy
 from ._log import log_event, route_server_logs
+from ._pod import Pod
 from ._probes import ClientCaps, ProbeServer, Tarpit
 
-__all__ = ["ServerConfig", "run_server", "uvicorn_config"]
+if TYPE_CHECKING:
+    import uvicorn
+
+__all__ = ["ServerConfig", "draining_server", "run_server", "uvicorn_config"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,7 @@ _TOO_MANY = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\
              b"Content-Length: %d\r\n\r\n%b" % (len(_TOO_MANY_BODY), _TOO_MANY_BODY))
 
 
-def _header_timeout_protocol(seconds: float, per_client: int = 0):
+def _header_timeout_protocol(seconds: float, per_client: int = 0) -> type:
     """uvicorn's h11 protocol, closing a connection whose request headers do not arrive in time,
     and one past ``per_client`` open connections from the same address (429)."""
     # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
@@ -88,7 +101,7 @@ def _header_timeout_protocol(seconds: float, per_client: int = 0):
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 self.transport.close()  # headers still incomplete: nothing to answer
 
-        def connection_made(self, transport) -> None:
+        def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
             peer = str((transport.get_extra_info("peername") or ("?",))[0])
             if not caps.admit(peer):
@@ -100,7 +113,7 @@ def _header_timeout_protocol(seconds: float, per_client: int = 0):
             self._peer = peer
             self._arm()
 
-        def connection_lost(self, exc) -> None:
+        def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             if self._peer is not None:
                 caps.release(self._peer)
@@ -120,7 +133,7 @@ def _header_timeout_protocol(seconds: float, per_client: int = 0):
     return HeaderTimeoutProtocol
 
 
-def uvicorn_config(app, cfg: ServerConfig):
+def uvicorn_config(app: Starlette, cfg: ServerConfig) -> uvicorn.Config:
     """The uvicorn settings of a pod: our JSON logs only, bounded connections, headers and drain."""
     # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import uvicorn
@@ -132,12 +145,53 @@ def uvicorn_config(app, cfg: ServerConfig):
                           timeout_keep_alive=int(cfg.keep_alive), h11_max_incomplete_event_size=64 * 1024)
 
 
-def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
-    """Serve until SIGTERM/SIGINT; ``on_ready((host, port), probe (host, port) or None)`` once the
-    app has started."""
+def draining_server(pod: Pod, app: Starlette, cfg: ServerConfig) -> uvicorn.Server:
+    """uvicorn's server for ``app`` (from `create_app`), draining on the first SIGTERM/SIGINT: the
+    pod turns ``draining`` at once, the listener stays open while ``app`` has a render running or
+    waiting (at most ``cfg.grace`` seconds), then uvicorn's shutdown gives what is still running
+    the rest of the grace. A second signal goes to that shutdown at once."""
     # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import uvicorn
 
+    class DrainingServer(uvicorn.Server):
+        drain_signal: int | None = None
+        drain_deadline = 0.0
+        drain_logged = False
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # A signal handler: flags only (a log line takes a lock the interrupted code may hold).
+            if self.drain_signal is None:
+                self.drain_signal, self.drain_deadline = sig, time.monotonic() + cfg.grace
+                pod.draining = True
+                self._captured_signals.append(sig)  # re-raised after the shutdown, as uvicorn does
+            else:
+                super().handle_exit(sig, frame)
+                self._stop_listening()
+            if signal.SIGTERM in self._captured_signals:
+                self._captured_signals.remove(signal.SIGTERM)  # drained on purpose: exit 0, not -15
+
+        async def on_tick(self, counter: int) -> bool:
+            if self.drain_signal is not None and not self.drain_logged:
+                self.drain_logged = True
+                log_event("draining", signal=signal.Signals(self.drain_signal).name, grace=cfg.grace)
+            if self.drain_signal is not None and not self.should_exit and (
+                    not renders_busy(app) or time.monotonic() >= self.drain_deadline):
+                self._stop_listening()
+            return await super().on_tick(counter)
+
+        def _stop_listening(self) -> None:
+            # uvicorn's shutdown from here on: it closes the listener and waits for what still runs,
+            # for what is left of the grace (seconds; the config took whole ones)
+            self.config.timeout_graceful_shutdown = max(0.0, self.drain_deadline - time.monotonic())
+            self.should_exit = True
+
+    return DrainingServer(uvicorn_config(app, cfg))
+
+
+def run_server(pod: Pod, cfg: ServerConfig,
+               on_ready: Callable[[tuple[str, int], tuple[str, int] | None], None] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT; ``on_ready((host, port), probe (host, port) or None)`` once the
+    app has started."""
     sock = _bind(cfg.host, cfg.port)
     addr = sock.getsockname()[:2]
     stop, wake = threading.Event(), threading.Event()
@@ -146,25 +200,14 @@ def run_server(pod, cfg: ServerConfig, on_ready=None) -> None:
         probes = ProbeServer(pod, cfg.host, cfg.probe_port)
         probes.start()
 
-    def started():
+    def started() -> None:
         log_event("ready", host=addr[0], port=addr[1], build=pod.build.build_id, channel=pod.channel,
                   follow=cfg.follow, probe_port=probes.address[1] if probes else None)
         if on_ready is not None:
             on_ready(addr, probes.address if probes else None)
 
     route_server_logs()
-    config = uvicorn_config(create_app(pod, cfg.app, on_startup=started), cfg)
-
-    class _Server(uvicorn.Server):
-        def handle_exit(self, sig, frame):
-            if not pod.draining:
-                pod.draining = True
-                log_event("draining", signal=signal.Signals(sig).name, grace=cfg.grace)
-            super().handle_exit(sig, frame)
-            if sig == signal.SIGTERM and signal.SIGTERM in self._captured_signals:
-                self._captured_signals.remove(signal.SIGTERM)  # drained on purpose: exit 0, not -15
-
-    server = _Server(config)
+    server = draining_server(pod, create_app(pod, cfg.app, on_startup=started), cfg)
     previous_hup = None
     if cfg.follow:
         pod.start_following(cfg.poll, wake, stop)

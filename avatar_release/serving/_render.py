@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..runtime import plan_chunks, stream
+from ..runtime import Chunk, LoadedBuild, plan_chunks, stream
 from ._fmp4 import FragmentEncoder
+from ._pod import Pod
+from ._request import RenderInputs
 
 __all__ = ["RenderJob", "JobStats"]
 
@@ -29,9 +31,13 @@ class JobStats:
 
 
 class RenderJob:
-    """Events on ``self.events``: ("bytes", b), ("chunk", Chunk), ("done", None), ("error", exc), ("cancelled", None)."""
+    """Events on ``self.events``: ("bytes", b), ("chunk", Chunk), ("done", None), ("error", exc), ("cancelled", None).
 
-    def __init__(self, pod, build, inputs, loop: asyncio.AbstractEventLoop, on_finish):
+    ``on_finish()`` runs on ``loop`` once the started thread ends, whatever ended it (the app's
+    turn passes it the accelerator slot's release); a job never started never calls it."""
+
+    def __init__(self, pod: Pod, build: LoadedBuild, inputs: RenderInputs, loop: asyncio.AbstractEventLoop,
+                 on_finish: Callable[[], None]) -> None:
         self.pod, self.build, self.inputs, self._loop, self._on_finish = pod, build, inputs, loop, on_finish
         self.events: asyncio.Queue = asyncio.Queue()
         self.cancel = threading.Event()
@@ -52,7 +58,7 @@ class RenderJob:
         self._thread.start()
         return self
 
-    def _put(self, kind: str, value=None) -> None:
+    def _put(self, kind: str, value: object = None) -> None:
         try:
             self._loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
         except RuntimeError:  # the loop is gone (process shutting down)
@@ -94,7 +100,7 @@ class RenderJob:
             except RuntimeError:
                 pass
 
-    def _account(self, chunk) -> None:
+    def _account(self, chunk: Chunk) -> None:
         m, s = self.pod.metrics, self.stats
         s.chunks += 1
         s.frames += int(chunk.frames.shape[0])
