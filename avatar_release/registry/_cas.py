@@ -22,9 +22,9 @@ from typing import Protocol
 
 from ..errors import ConflictError
 from ..records import HistoryEntry, utcnow
-from ._protocol import Resolved, check_name
+from ._protocol import Action, Resolved, check_name
 
-__all__ = ["Current", "ChannelSwap", "Move", "compare_and_swap", "conflict"]
+__all__ = ["Current", "ChannelSwap", "Move", "Action", "compare_and_swap", "conflict"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Move:
     channel: str
     resolved: Resolved
     expected_digest: str | None
-    action: str
+    action: Action
     who: str
     reason: str
     gate_result_digest: str | None = None

@@ -23,23 +23,25 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .._digest import hex_of, is_digest, sha256_digest
+from .._digest import is_digest, sha256_digest
 from ..errors import IntegrityError, NotFoundError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
 from ._blobcheck import checked_blob
 from ._cas import Current, Move, compare_and_swap
-from ._protocol import BuildRef, Resolved, check_name
+from ._kv_gc import KVCollection
+from ._protocol import Action, BuildRef, Resolved, check_name
 from ._resolve import Lookups, resolve_ref
 
 __all__ = ["KVRegistry"]
 
 
-class KVRegistry(abc.ABC):
-    """Registry logic over a handful of key/value primitives a backend supplies (abstract below)."""
+class KVRegistry(KVCollection, abc.ABC):
+    """Registry logic over a handful of key/value primitives a backend supplies (abstract below);
+    garbage collection's side of it (the Collectable protocol) is :class:`._kv_gc.KVCollection`."""
 
     uri: str = ""
 
-    # ---- primitives a backend supplies -------------------------------------------
+    # ---- primitives a backend supplies (and those of KVCollection: list, lock, delete, age, size) ----
     @abc.abstractmethod
     def _read(self, key: str, limit: int | None = None) -> bytes | None:
         """The bytes at ``key`` (at most ``limit``), or None when absent."""
@@ -52,38 +54,10 @@ class KVRegistry(abc.ABC):
     def _append(self, key: str, line: bytes) -> None:
         """Append one line durably."""
 
-    @abc.abstractmethod
-    def _list(self, prefix: str) -> list[str]:
-        """Keys directly under ``prefix``."""
-
-    @abc.abstractmethod
-    def _list_dirs(self, prefix: str) -> list[str]:
-        """Sub-folders directly under ``prefix`` (record namespaces), as keys."""
-
-    @abc.abstractmethod
-    def _lock(self) -> contextlib.AbstractContextManager:
-        """The store-wide lock that serializes channel moves, commits and gc."""
-
-    @abc.abstractmethod
-    def _delete(self, key: str) -> None:
-        """Remove ``key`` (absent is fine); used only by garbage collection."""
-
-    @abc.abstractmethod
-    def _age(self, key: str) -> float:
-        """Seconds since ``key`` was written or touched (gc's grace period)."""
-
-    @abc.abstractmethod
-    def _size(self, key: str) -> int:
-        """Size of ``key`` in bytes, without reading it."""
-
     def _touch(self, key: str) -> None:
         """Restart ``key``'s age (a re-put of an existing blob); stores without clocks ignore it."""
 
     # ---- blobs ----------------------------------------------------------------------
-    @staticmethod
-    def _blob_key(digest: str) -> str:
-        return f"blobs/sha256/{hex_of(digest)}"
-
     def has_blob(self, digest: str) -> bool:
         return self._read(self._blob_key(digest), limit=0) is not None
 
@@ -281,7 +255,7 @@ class KVRegistry(abc.ABC):
         resolved: Resolved,
         *,
         expected_digest: str | None,
-        action: str,
+        action: Action,
         who: str,
         reason: str,
         gate_result_digest: str | None = None,
@@ -331,33 +305,6 @@ class KVRegistry(abc.ABC):
     def list_records(self, namespace: str) -> list[str]:
         check_name("record namespace", namespace)
         return sorted(k.rsplit("/", 1)[-1] for k in self._list(f"records/{namespace}/"))
-
-    # ---- garbage collection (the Collectable protocol): public, so ops.gc reaches no private ----
-    def exclusive(self) -> contextlib.AbstractContextManager:
-        """The store-wide lock: no channel move, build commit or record update interleaves."""
-        return self._lock()
-
-    def record_namespaces(self) -> list[str]:
-        return sorted(k.rsplit("/", 1)[-1] for k in self._list_dirs("records/"))
-
-    def list_blob_digests(self) -> list[str]:
-        return ["sha256:" + k.rsplit("/", 1)[-1] for k in self._list("blobs/sha256/")]
-
-    def blob_age(self, digest: str) -> float:
-        return self._age(self._blob_key(digest))
-
-    def blob_size(self, digest: str) -> int:
-        return self._size(self._blob_key(digest))
-
-    def delete_blob(self, digest: str) -> None:
-        self._delete(self._blob_key(digest))
-
-    def delete_build(self, build_id: str) -> None:
-        """Remove a build's reference (its blobs go with the next collection)."""
-        self._delete(f"builds/{check_name('build', build_id)}")
-
-    def delete_record(self, namespace: str, name: str) -> None:
-        self._delete(f"records/{check_name('record namespace', namespace)}/{check_name('record', name)}")
 
 
 class _KVSwap:

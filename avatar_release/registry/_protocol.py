@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, runtime_checkable
 
 from ..errors import InputError
 from ..records import CHANNELS, ChannelState, HistoryEntry
 
-__all__ = ["Registry", "Collectable", "Resolved", "BuildRef", "check_name", "CHANNELS"]
+Action = Literal["publish", "promote", "rollback"]  # what a channel move records (HistoryEntry.action)
+
+__all__ = ["Action", "Registry", "Collectable", "Resolved", "BuildRef", "check_name", "CHANNELS"]
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 
@@ -70,7 +72,7 @@ class Registry(Protocol):
         resolved: Resolved,
         *,
         expected_digest: str | None,
-        action: str,
+        action: Action,
         who: str,
         reason: str,
         gate_result_digest: str | None = None,
@@ -80,7 +82,7 @@ class Registry(Protocol):
     # side records (gate results, reviews), content-addressed under a namespace
     def put_record(self, namespace: str, name: str, data: bytes) -> None: ...
     def get_record(self, namespace: str, name: str) -> bytes | None: ...
-    def update_record(self, namespace: str, name: str, update) -> bytes: ...
+    def update_record(self, namespace: str, name: str, update: Callable[[bytes | None], bytes]) -> bytes: ...
     def list_records(self, namespace: str) -> list[str]: ...
 
 
@@ -92,7 +94,7 @@ class Collectable(Protocol):
     collection is left to the registry server, which keeps every layer a manifest lists.
     """
 
-    def exclusive(self): ...
+    def exclusive(self) -> Any: ...
     def record_namespaces(self) -> list[str]: ...
     def list_blob_digests(self) -> list[str]: ...
     def blob_age(self, digest: str) -> float: ...

@@ -131,12 +131,16 @@ def blob_refs(node: Any, label: str = "manifest") -> Iterator[tuple[str, dict]]:
             yield label, node
             return
         for k, v in node.items():
-            sub = v.get("key") if isinstance(v, dict) and isinstance(v.get("key"), str) else k
-            yield from blob_refs(v, sub)
+            yield from blob_refs(v, _key_of(v) or str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            sub = v.get("key") if isinstance(v, dict) and isinstance(v.get("key"), str) else f"{label}[{i}]"
-            yield from blob_refs(v, sub)
+            yield from blob_refs(v, _key_of(v) or f"{label}[{i}]")
+
+
+def _key_of(node: Any) -> str | None:
+    """The ``key`` an executable entry carries (what it is called), if this node is one."""
+    key = node.get("key") if isinstance(node, dict) else None
+    return key if isinstance(key, str) else None
 
 
 def _extension(media_type: str) -> str:

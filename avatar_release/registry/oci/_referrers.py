@@ -86,9 +86,8 @@ class Referrers:
     def _api_list(self, digest: str, op: str, artifact_type: str | None) -> list[dict[str, Any]] | None:
         """The referrers API's answer (every page), or None where the registry does not have it (404)."""
         transport = self.manifests.transport
-        url: str | None = f"{self.manifests.base}/referrers/{digest}"
-        if artifact_type is not None:
-            url += f"?artifactType={quote(artifact_type, safe='')}"
+        first = f"{self.manifests.base}/referrers/{digest}"
+        url: str | None = first if artifact_type is None else f"{first}?artifactType={quote(artifact_type, safe='')}"
         out: list[dict[str, Any]] = []
         while url:
             reply = transport.call(op, "GET", url, headers={"Accept": OCI_INDEX}, limit=MAX_MANIFEST)

@@ -107,7 +107,7 @@ from ...errors import InputError, IntegrityError
 from ...records import ChannelState, HistoryEntry
 from .._cas import Move, compare_and_swap
 from .._lock import DEFAULT_LOCK_TIMEOUT, FileLock
-from .._protocol import CHANNELS, BuildRef, Resolved, check_name
+from .._protocol import CHANNELS, Action, BuildRef, Resolved, check_name
 from .._resolve import plausible_name
 from ._artifact import is_referrers_tag
 from ._auth import Auth, Credentials, LoginAuth
@@ -247,7 +247,7 @@ class OciRegistry:
         resolved: Resolved,
         *,
         expected_digest: str | None,
-        action: str,
+        action: Action,
         who: str,
         reason: str,
         gate_result_digest: str | None = None,

@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol, cast
 from urllib.parse import urljoin, urlsplit
 
 from ...errors import RegistryError
@@ -78,7 +78,7 @@ class HttpSession(Protocol):
     """What the transport sends requests through: a ``requests.Session``, or
     :class:`._memory.MemoryDistribution`, a distribution registry held in memory."""
 
-    def request(self, method: str, url: str, **kwargs: Any) -> HttpResponse: ...
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> HttpResponse: ...
 
 
 def registry_errors(body: bytes) -> str:
@@ -152,7 +152,7 @@ class Transport:
                 # Lazy (heavy): requests loads only when an oci:// store first talks HTTP.
                 import requests
 
-                self._session = requests.Session()
+                self._session = cast(HttpSession, requests.Session())  # a Session has this surface
             return self._session
 
     def verify(self) -> str | bool:
