@@ -22,9 +22,9 @@ libjpeg-turbo and Pillow; box coordinates from integer rules):
 
 1. a JPEG much larger than what it must fill is decoded at 1/2, 1/4 or 1/8 of its size by
    libjpeg's DCT scaling (``Image.draft``): the largest of these that divides the picture's
-   size exactly and still leaves the box ``_REDUCING_GAP`` times the pixels it fills;
+   size exactly and still leaves the box ``REDUCING_GAP`` times the pixels it fills;
 2. the box is cut out (``crop``), or block-averaged in one pass (``Image.reduce(box=...)``,
-   which reads only the box) while it stays ``_REDUCING_GAP`` times the target;
+   which reads only the box) while it stays ``REDUCING_GAP`` times the target;
 3. BICUBIC on 8-bit RGB maps the exact box onto the target.
 
 Nothing outside the box reaches the output (with DCT scaling, less than one decoded pixel,
@@ -53,6 +53,7 @@ from numpy.lib import format as npy
 
 from ..errors import InputError, MediaError
 from ._files import PathLike, describe_head, input_file, write_output
+from ._geometry import REDUCING_GAP, jpeg_scale, regions
 
 __all__ = [
     "ACCEPTED_IMAGES",
@@ -78,8 +79,6 @@ DEFAULT_FIT = "cover"
 FIT_RESAMPLE = "pillow-bicubic-rgb8+reduce-gap-3+jpeg-dct-scale"
 # Reduce (DCT scaling, block averaging) only while the box stays this many times its target.
 # Pillow's documentation: from 3.0 the result is indistinguishable from a fair resample.
-_REDUCING_GAP = 3.0
-_JPEG_SCALES = (8, 4, 2)
 # 50 MP: a 48 MP phone photo fits; decoded as 8-bit RGB it is 150 MB.
 DEFAULT_MAX_PIXELS = 50_000_000
 # The largest bound a caller may ask for, and Pillow's own bomb limit (it refuses above twice
@@ -325,58 +324,13 @@ def _decode(data_or_path: bytes | Path, where: str, max_pixels: int,
 # ------------------------------------------------------------------------------- fitting
 
 
-def _round_div(a: int, b: int) -> int:
-    return (2 * a + b) // (2 * b)  # a / b rounded half up, in integers: no float in the rule
-
-
-def _cover_box(w: int, h: int, tw: int, th: int) -> tuple[int, int, int, int]:
-    """The largest centred region of a w x h source with the target's aspect ratio."""
-    if w * th > tw * h:  # source is wider: full height, crop the sides
-        cw, ch = max(1, min(w, _round_div(h * tw, th))), h
-    else:  # source is taller (or the same shape): full width, crop top and bottom
-        cw, ch = w, max(1, min(h, _round_div(w * th, tw)))
-    left, top = (w - cw) // 2, (h - ch) // 2
-    return left, top, left + cw, top + ch
-
-
-def _contain_placed(w: int, h: int, tw: int, th: int) -> tuple[int, int, int, int]:
-    """Where the whole source lands, scaled to fit inside the target and centred."""
-    if w * th > tw * h:
-        pw, ph = tw, max(1, min(th, _round_div(h * tw, w)))
-    else:
-        pw, ph = max(1, min(tw, _round_div(w * th, h))), th
-    left, top = (tw - pw) // 2, (th - ph) // 2
-    return left, top, left + pw, top + ph
-
-
-def _regions(rule: str, w: int, h: int, tw: int, th: int):
-    """(box in the source, placed in the output) for a w x h source and a tw x th target."""
-    if rule == "cover":
-        return _cover_box(w, h, tw, th), (0, 0, tw, th)
-    return (0, 0, w, h), _contain_placed(w, h, tw, th)  # contain
-
-
-def _jpeg_scale(rule: str, w: int, h: int, tw: int, th: int) -> int:
-    """The DCT scale to decode a w x h (oriented) JPEG at: the largest of 8, 4, 2 that divides
-    both sides (so the scaled picture is exactly 1/s of the source and the box scales with no
-    rounding) and leaves the box at least ``_REDUCING_GAP`` times the size it fills; else 1."""
-    if rule == "exact" or (w, h) == (tw, th):
-        return 1
-    box, placed = _regions(rule, w, h, tw, th)
-    bw, bh, pw, ph = box[2] - box[0], box[3] - box[1], placed[2] - placed[0], placed[3] - placed[1]
-    for s in _JPEG_SCALES:
-        if w % s == 0 and h % s == 0 and bw >= _REDUCING_GAP * s * pw and bh >= _REDUCING_GAP * s * ph:
-            return s
-    return 1
-
-
 def _resample(img, box: tuple[int, int, int, int], scale: int, size: tuple[int, int]):
     """The ``box`` of the source (decoded at 1/``scale``) resampled to ``size``, reading no pixel
     outside the box: outside it only by less than one decoded pixel when ``scale`` > 1, where a
     decoded pixel is already the average of a scale x scale block.
 
     Steps: the region (the box, on the decoded grid) is cut out, or block-averaged by
-    ``Image.reduce`` in one pass while it stays ``_REDUCING_GAP`` times the target; then
+    ``Image.reduce`` in one pass while it stays ``REDUCING_GAP`` times the target; then
     BICUBIC maps the exact (float) box onto ``size``.
     """
     Image = _pillow()
@@ -385,8 +339,8 @@ def _resample(img, box: tuple[int, int, int, int], scale: int, size: tuple[int, 
         exact = tuple(v / scale - o for v, o in zip(box, region[:2] * 2))
     else:
         region, exact = box, (0, 0, box[2] - box[0], box[3] - box[1])
-    fx = int((exact[2] - exact[0]) / size[0] / _REDUCING_GAP) or 1  # Pillow's own reducing_gap rule
-    fy = int((exact[3] - exact[1]) / size[1] / _REDUCING_GAP) or 1
+    fx = int((exact[2] - exact[0]) / size[0] / REDUCING_GAP) or 1  # Pillow's own reducing_gap rule
+    fy = int((exact[3] - exact[1]) / size[1] / REDUCING_GAP) or 1
     if fx > 1 or fy > 1:
         src = img.reduce((fx, fy), box=region)  # reads the region only, and copies nothing else
         exact = (exact[0] / fx, exact[1] / fy, exact[2] / fx, exact[3] / fy)
@@ -422,7 +376,7 @@ def _fit(img: Any, fmt: str, orientation: int, *, height: int, width: int, rule:
     Image = _pillow()
     if isinstance(img, np.ndarray):
         img = Image.fromarray(img)
-    box, placed = _regions(rule, w, h, tw, th)
+    box, placed = regions(rule, w, h, tw, th)
     pw, ph = placed[2] - placed[0], placed[3] - placed[1]
     out = _resample(img, box, scale, (pw, ph))
     if (pw, ph) != (tw, th):  # contain: centred on black
@@ -453,7 +407,7 @@ def _load(src: bytes | Path, where: str, *, height: int, width: int, fit: str, p
           max_pixels: int) -> LoadedImage:
     rule, mp = _check_fit_rule(fit), _check_max_pixels(max_pixels)
     tw, th = _check_target(width, height, where)
-    img, fmt, orientation, scale = _decode(src, where, mp, lambda w, h: _jpeg_scale(rule, w, h, tw, th))
+    img, fmt, orientation, scale = _decode(src, where, mp, lambda w, h: jpeg_scale(rule, w, h, tw, th))
     return _fit(img, fmt, orientation, height=th, width=tw, rule=rule, where=where, pipeline=pipeline, scale=scale)
 
 

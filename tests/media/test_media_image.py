@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from avatar_release import media
 from avatar_release.media import samples
 from avatar_release.errors import InputError
-from avatar_release.media import image as image_room
+from avatar_release.media._geometry import cover_box
 from tests.media.helpers import adam7_png, encode_still, ffmpeg, gradient, png_header_only
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ def test_every_rule_is_the_identity_at_the_pipelines_size():
 @settings(max_examples=200, deadline=None, database=None)
 @given(w=st.integers(1, 5000), h=st.integers(1, 5000), tw=st.integers(1, 2000), th=st.integers(1, 2000))
 def test_cover_box_is_centred_inside_and_has_the_target_shape(w, h, tw, th):
-    left, top, right, bottom = image_room._cover_box(w, h, tw, th)
+    left, top, right, bottom = cover_box(w, h, tw, th)
     cw, ch = right - left, bottom - top
     assert 0 <= left and 0 <= top and right <= w and bottom <= h and cw >= 1 and ch >= 1
     assert cw == w or ch == h  # one side is kept whole
