@@ -62,6 +62,37 @@ def _variant_index(variant: int) -> int:
     return v
 
 
+class _Canvas:
+    """Pixel centres in a frame where the shorter side spans [0, 1] (x, y centred), and the two
+    operations a sample picture is drawn with: antialiased ellipses and alpha painting."""
+
+    def __init__(self, h: int, w: int):
+        unit = float(min(h, w))
+        self.ys = (np.arange(h, dtype=np.float64) + 0.5 - h / 2.0) / unit
+        xs = (np.arange(w, dtype=np.float64) + 0.5 - w / 2.0) / unit
+        self.y, self.x = np.meshgrid(self.ys, xs, indexing="ij")
+        self.px = 1.0 / unit  # one pixel in these units
+
+    def ellipse(self, cx: float, cy: float, rx: float, ry: float) -> np.ndarray:
+        """Coverage in [0, 1] of an axis-aligned ellipse, antialiased over about a pixel."""
+        d = np.sqrt(((self.x - cx) / rx) ** 2 + ((self.y - cy) / ry) ** 2)
+        signed = (d - 1.0) * min(rx, ry)  # approximate distance to the edge
+        return np.clip(0.5 - signed / self.px, 0.0, 1.0)
+
+    @staticmethod
+    def paint(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray) -> None:
+        a = alpha[..., None]
+        img *= 1.0 - a
+        img += a * colour
+
+    def background(self, top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+        """A vertical gradient with a faint horizontal tint."""
+        ys, px = self.ys, self.px
+        t = np.clip((self.y - ys[0]) / max(ys[-1] - ys[0], px), 0.0, 1.0)[..., None]
+        img = top * (1.0 - t) + bottom * t
+        return img + (self.x[..., None] * 12.0)
+
+
 def sample_image(height: int, width: int, variant: int = 0) -> np.ndarray:
     """A synthetic face-like (height, width, 3) uint8 RGB picture, the same every time.
 
@@ -77,68 +108,48 @@ def sample_image(height: int, width: int, variant: int = 0) -> np.ndarray:
     extra = v // len(_GEOMETRY)  # higher variants: shift a bit more
     geo["dx"] += 0.02 * extra
     geo["dy"] -= 0.01 * extra
+    canvas = _Canvas(h, w)
+    img = canvas.background(pal["bg_top"], pal["bg_bottom"])
+    _paint_head(canvas, img, pal, geo)
+    _paint_features(canvas, img, pal, geo)
+    return np.clip(np.floor(img + 0.5), 0.0, 255.0).astype(np.uint8)
 
-    # Pixel centres in a frame where the shorter side spans [0, 1]; x, y are centred.
-    unit = float(min(h, w))
-    ys = (np.arange(h, dtype=np.float64) + 0.5 - h / 2.0) / unit
-    xs = (np.arange(w, dtype=np.float64) + 0.5 - w / 2.0) / unit
-    y, x = np.meshgrid(ys, xs, indexing="ij")
-    px = 1.0 / unit  # one pixel in these units
 
-    def ellipse(cx: float, cy: float, rx: float, ry: float) -> np.ndarray:
-        """Coverage in [0, 1] of an axis-aligned ellipse, antialiased over about a pixel."""
-        d = np.sqrt(((x - cx) / rx) ** 2 + ((y - cy) / ry) ** 2)
-        signed = (d - 1.0) * min(rx, ry)  # approximate distance to the edge
-        return np.clip(0.5 - signed / px, 0.0, 1.0)
-
-    def paint(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray) -> None:
-        a = alpha[..., None]
-        img *= 1.0 - a
-        img += a * colour
-
-    # Background: vertical gradient with a faint horizontal tint.
-    t = np.clip((y - ys[0]) / max(ys[-1] - ys[0], px), 0.0, 1.0)[..., None]
-    img = pal["bg_top"] * (1.0 - t) + pal["bg_bottom"] * t
-    img = img + (x[..., None] * 12.0)
-
+def _paint_head(c: _Canvas, img: np.ndarray, pal: dict[str, np.ndarray], geo: dict[str, float]) -> None:
+    """Shoulders, neck, hair, ears, the face and the fringe, back to front."""
     s = geo["scale"]
     fx, fy = geo["dx"], 0.02 + geo["dy"]
     frx, fry = 0.24 * s, 0.31 * s
-
-    # Shoulders / shirt below the face.
-    paint(img, ellipse(fx, fy + 0.62 * s, 0.48 * s, 0.3 * s), pal["shirt"])
-    # Neck.
-    paint(img, ellipse(fx, fy + 0.3 * s, 0.09 * s, 0.16 * s), pal["skin"] * 0.85)
-    # Hair: a larger ellipse behind the top of the head.
-    paint(img, ellipse(fx, fy - 0.07 * s, frx * 1.14, fry * 1.02), pal["hair"])
-    # Ears.
-    for side in (-1.0, 1.0):
-        paint(img, ellipse(fx + side * frx * 0.98, fy + 0.01 * s, 0.045 * s, 0.07 * s), pal["skin"] * 0.93)
-    # Face.
-    paint(img, ellipse(fx, fy, frx, fry), pal["skin"])
+    c.paint(img, c.ellipse(fx, fy + 0.62 * s, 0.48 * s, 0.3 * s), pal["shirt"])  # shoulders / shirt
+    c.paint(img, c.ellipse(fx, fy + 0.3 * s, 0.09 * s, 0.16 * s), pal["skin"] * 0.85)  # neck
+    c.paint(img, c.ellipse(fx, fy - 0.07 * s, frx * 1.14, fry * 1.02), pal["hair"])  # hair behind the head
+    for side in (-1.0, 1.0):  # ears
+        c.paint(img, c.ellipse(fx + side * frx * 0.98, fy + 0.01 * s, 0.045 * s, 0.07 * s), pal["skin"] * 0.93)
+    c.paint(img, c.ellipse(fx, fy, frx, fry), pal["skin"])  # face
     # Fringe: hair over the forehead, cut by an ellipse so the face shows below it.
-    fringe = ellipse(fx, fy - 0.24 * s, frx * 1.02, 0.12 * s) * (1.0 - ellipse(fx, fy + 0.02 * s, frx * 0.95, fry * 0.93))
-    paint(img, np.clip(fringe * 1.0, 0.0, 1.0), pal["hair"])
-    paint(img, ellipse(fx + 0.02 * s, fy - 0.25 * s, frx * 0.9, 0.07 * s), pal["hair"])
+    fringe = c.ellipse(fx, fy - 0.24 * s, frx * 1.02, 0.12 * s) * (
+        1.0 - c.ellipse(fx, fy + 0.02 * s, frx * 0.95, fry * 0.93))
+    c.paint(img, np.clip(fringe * 1.0, 0.0, 1.0), pal["hair"])
+    c.paint(img, c.ellipse(fx + 0.02 * s, fy - 0.25 * s, frx * 0.9, 0.07 * s), pal["hair"])
 
-    # Eyes: white, iris, pupil, brow.
+
+def _paint_features(c: _Canvas, img: np.ndarray, pal: dict[str, np.ndarray], geo: dict[str, float]) -> None:
+    """Eyes (white, iris, pupil, brow), the nose's shadow and the mouth."""
+    s = geo["scale"]
+    fx, fy = geo["dx"], 0.02 + geo["dy"]
     eye_dx = (0.095 + geo["eye"]) * s
     eye_y = fy - 0.04 * s
     for side in (-1.0, 1.0):
         ex = fx + side * eye_dx
-        paint(img, ellipse(ex, eye_y, 0.05 * s, 0.026 * s), np.array([245.0, 245.0, 240.0]))
-        paint(img, ellipse(ex + 0.004 * s, eye_y, 0.022 * s, 0.022 * s), pal["iris"])
-        paint(img, ellipse(ex + 0.004 * s, eye_y, 0.01 * s, 0.01 * s), np.array([15.0, 15.0, 20.0]))
-        paint(img, ellipse(ex, eye_y - 0.052 * s, 0.055 * s, 0.012 * s), pal["hair"] * 0.9)
-    # Nose: a soft shadow.
-    paint(img, 0.35 * ellipse(fx + 0.01 * s, fy + 0.05 * s, 0.025 * s, 0.055 * s), pal["skin"] * 0.7)
-    # Mouth: lips with a dark opening.
+        c.paint(img, c.ellipse(ex, eye_y, 0.05 * s, 0.026 * s), np.array([245.0, 245.0, 240.0]))
+        c.paint(img, c.ellipse(ex + 0.004 * s, eye_y, 0.022 * s, 0.022 * s), pal["iris"])
+        c.paint(img, c.ellipse(ex + 0.004 * s, eye_y, 0.01 * s, 0.01 * s), np.array([15.0, 15.0, 20.0]))
+        c.paint(img, c.ellipse(ex, eye_y - 0.052 * s, 0.055 * s, 0.012 * s), pal["hair"] * 0.9)
+    c.paint(img, 0.35 * c.ellipse(fx + 0.01 * s, fy + 0.05 * s, 0.025 * s, 0.055 * s), pal["skin"] * 0.7)  # nose
     mouth_y = fy + 0.15 * s
     mrx = (0.085 + geo["mouth"]) * s
-    paint(img, ellipse(fx, mouth_y, mrx, (0.03 + geo["open"]) * s), pal["lips"])
-    paint(img, ellipse(fx, mouth_y, mrx * 0.75, (0.008 + geo["open"]) * s), np.array([70.0, 25.0, 30.0]))
-
-    return np.clip(np.floor(img + 0.5), 0.0, 255.0).astype(np.uint8)
+    c.paint(img, c.ellipse(fx, mouth_y, mrx, (0.03 + geo["open"]) * s), pal["lips"])
+    c.paint(img, c.ellipse(fx, mouth_y, mrx * 0.75, (0.008 + geo["open"]) * s), np.array([70.0, 25.0, 30.0]))
 
 
 # Vowel formants (F1, F2, F3) in Hz, roughly /a/, /e/, /i/, /o/, /u/.
