@@ -10,6 +10,7 @@ guard proves it. The audio may be one array or an iterable of pieces (a decoder'
 from __future__ import annotations
 
 import time
+from typing import Any
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,7 +19,8 @@ import numpy as np
 from .._dtypes import np_dtype
 from ..errors import InputError, RecompileError
 from ._feed import feed_chunks, plan_chunks
-from ._load import LoadedBuild
+from ._guard import CompileGuard
+from ._load import LoadedBuild, LoadedStage
 
 __all__ = ["Chunk", "ChunkTiming", "StreamReport", "plan_chunks", "chunk_noise", "stream", "render"]
 
@@ -132,6 +134,58 @@ def _check_audio(build: LoadedBuild, audio) -> None:
                          f"iterable of 1-D pieces), got {type(audio).__name__}")
 
 
+class _Sources:
+    """Where each stage input comes from: the picture (placed once), the chunk's audio and noise,
+    an earlier stage's output, or the carried state (zeros on the first chunk)."""
+
+    def __init__(self, build: LoadedBuild, image: np.ndarray, seed: int):
+        # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+        import jax
+
+        self.jax, self.build, self.image, self.seed = jax, build, image, seed
+        self.image_dev: Any = None
+
+    def args(self, stage: str, ls: LoadedStage, env: dict[str, object], index: int, chunk_audio: np.ndarray) -> list[object]:
+        prog, put = self.build.manifest.program, self.jax.device_put
+        args: list[object] = []
+        for spec, sharding in zip(ls.entry.inputs, ls.input_shardings):
+            if spec.name == prog.image_input:
+                if self.image_dev is None:
+                    self.image_dev = put(self.image, sharding)
+                value = self.image_dev
+            elif spec.name == prog.audio_input:
+                value = put(chunk_audio, sharding)
+            elif spec.name == prog.noise_input:
+                value = put(chunk_noise(self.seed, index, tuple(spec.shape), prog.noise_recipe), sharding)
+            elif spec.name in env:
+                value = env[spec.name]
+            elif spec.name in prog.carry:  # first chunk: the carried state starts at zeros
+                value = put(np.zeros(spec.shape, np_dtype(spec.dtype)), sharding)
+            else:
+                raise InputError(f"build {self.build.build_id}: stage {stage} input {spec.name!r} has no source")
+            args.append(value)
+        return args
+
+
+def _run_stage(build: LoadedBuild, guard: CompileGuard, sources: _Sources, stage: str, bucket: str,
+               env: dict[str, object], index: int, chunk_audio: np.ndarray) -> None:
+    """One stage call of a chunk, its outputs into ``env``; a compile during it is refused (strict)."""
+    ls = build.stages[(stage, bucket)]
+    args = sources.args(stage, ls, env, index, chunk_audio)
+    shapes = ", ".join(f"{s.name}{tuple(s.shape)}:{s.dtype}" for s in ls.entry.inputs)
+    guard.context = f"stage {stage}/{bucket} (inputs {shapes})"
+    stage_before = guard.count
+    outs = ls.executable(ls.params, *args)
+    for spec, value in zip(ls.entry.outputs, outs):
+        env[spec.name] = value
+    if guard.strict and guard.count > stage_before:
+        raise RecompileError(
+            f"zero-compile guard: XLA compiled while serving stage {stage}/{bucket} "
+            f"of build {build.build_id} (inputs {shapes}); a loaded build must never compile",
+            guard.events[stage_before:],
+        )
+
+
 def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray | Iterable[np.ndarray], *,
            seed: int = 0) -> Iterator[Chunk]:
     """Yield chunks of uint8 frames as each completes.
@@ -139,67 +193,35 @@ def stream(build: LoadedBuild, image: np.ndarray, audio: np.ndarray | Iterable[n
     ``audio``: mono float samples at the build's rate, one array or an iterable of 1-D pieces of
     any size, read as the chunks need them (so a decoder's refusal surfaces from here).
     """
-    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
-    import jax
-
     _check_image(build, image)
     _check_audio(build, audio)
     prog = build.manifest.program
+    sources = _Sources(build, image, seed)
     chunks = feed_chunks(build.manifest, audio)
     guard = build.guard.start()
     try:
-        image_dev = None
         state: dict[str, object] = {}
         while True:
             guard.context = "reading audio"
             fed = next(chunks, None)  # the decoder's time is not the chunk's render time
             if fed is None:
                 break
-            index, bucket, deliver, chunk_audio = fed.index, fed.bucket, fed.deliver, fed.audio
             t0 = time.perf_counter()
             before = guard.count
             env: dict[str, object] = dict(state)
             for stage in prog.stages:
-                ls = build.stages[(stage, bucket)]
-                args = []
-                for spec, sharding in zip(ls.entry.inputs, ls.input_shardings):
-                    if spec.name == prog.image_input:
-                        if image_dev is None:
-                            image_dev = jax.device_put(image, sharding)
-                        value = image_dev
-                    elif spec.name == prog.audio_input:
-                        value = jax.device_put(chunk_audio, sharding)
-                    elif spec.name == prog.noise_input:
-                        value = jax.device_put(chunk_noise(seed, index, tuple(spec.shape), prog.noise_recipe), sharding)
-                    elif spec.name in env:
-                        value = env[spec.name]
-                    elif spec.name in prog.carry:  # first chunk: the carried state starts at zeros
-                        value = jax.device_put(np.zeros(spec.shape, np_dtype(spec.dtype)), sharding)
-                    else:
-                        raise InputError(f"build {build.build_id}: stage {stage} input {spec.name!r} has no source")
-                    args.append(value)
-                shapes = ", ".join(f"{s.name}{tuple(s.shape)}:{s.dtype}" for s in ls.entry.inputs)
-                guard.context = f"stage {stage}/{bucket} (inputs {shapes})"
-                stage_before = guard.count
-                outs = ls.executable(ls.params, *args)
-                for spec, value in zip(ls.entry.outputs, outs):
-                    env[spec.name] = value
-                if guard.strict and guard.count > stage_before:
-                    raise RecompileError(
-                        f"zero-compile guard: XLA compiled while serving stage {stage}/{bucket} "
-                        f"of build {build.build_id} (inputs {shapes}); a loaded build must never compile",
-                        guard.events[stage_before:],
-                    )
-            frames_u8 = np.asarray(env[prog.deliver])[:deliver]
+                _run_stage(build, guard, sources, stage, fed.bucket, env, fed.index, fed.audio)
+            frames_u8 = np.asarray(env[prog.deliver])[:fed.deliver]
             state = {k: env[v] for k, v in prog.carry.items()}
             guard.context = "between stage calls"
             seconds = time.perf_counter() - t0
             if guard.strict and guard.count > before:
                 raise RecompileError(
-                    f"zero-compile guard: XLA compiled while serving chunk {index} of build {build.build_id}",
+                    f"zero-compile guard: XLA compiled while serving chunk {fed.index} of build {build.build_id}",
                     guard.events[before:],
                 )
-            yield Chunk(index, bucket, frames_u8, fed.first_frame, seconds, deliver / prog.fps, guard.count - before)
+            yield Chunk(fed.index, fed.bucket, frames_u8, fed.first_frame, seconds, fed.deliver / prog.fps,
+                        guard.count - before)
     finally:
         guard.context = "outside any stage call"
         guard.stop()
