@@ -24,8 +24,9 @@ import numpy as np
 from ..media import (
     DEFAULT_FIT, Mp4Writer, load_image, sample_audio_pieces, sample_count, sample_image, stream_audio, write_png,
 )
-from ..registry import open_registry
-from ..runtime import StreamReport, load, stream
+from ..records import ChunkProgram, Manifest
+from ..registry import Registry, Resolved, open_registry
+from ..runtime import Chunk, LoadedBuild, StreamReport, TrustConfig, load, stream
 
 __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
            "request_image"]
@@ -35,7 +36,8 @@ __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", 
 RENDER_MAX_AUDIO_SECONDS = 4 * 3600.0
 
 
-def request_image(program, image_path=None, *, pipeline=None, fit=DEFAULT_FIT) -> tuple[np.ndarray, dict]:
+def request_image(program: ChunkProgram, image_path: str | None = None, *, pipeline: str | None = None,
+                  fit: str = DEFAULT_FIT) -> tuple[np.ndarray, dict]:
     """The reference picture (a file fitted by ``fit``, or the deterministic sample) and how it was read."""
     if image_path:
         loaded = load_image(image_path, height=program.height, width=program.width, fit=fit, pipeline=pipeline)
@@ -58,7 +60,7 @@ class RequestAudio:
         return self._record()
 
 
-def request_audio(program, audio_path=None, *, seconds=1.0,
+def request_audio(program: ChunkProgram, audio_path: str | None = None, *, seconds: float = 1.0,
                   max_seconds: float = RENDER_MAX_AUDIO_SECONDS) -> RequestAudio:
     """A speech file, streamed and bounded (a file past ``max_seconds`` by its header is refused
     here), or the deterministic sample of ``seconds``."""
@@ -80,8 +82,9 @@ def request_audio(program, audio_path=None, *, seconds=1.0,
                                  "sample_rate": program.sample_rate})
 
 
-def render_build_to_files(build, image: np.ndarray, audio: Iterable[np.ndarray], *, out_path, frames_dir=None,
-                          seed: int = 0, on_chunk: Callable | None = None):
+def render_build_to_files(build: LoadedBuild, image: np.ndarray, audio: Iterable[np.ndarray], *, out_path: str,
+                          frames_dir: str | None = None, seed: int = 0,
+                          on_chunk: Callable[[Chunk], None] | None = None) -> tuple[StreamReport, Mp4File]:
     """Render ``build`` chunk by chunk into an MP4 (and PNG frames): (StreamReport, Mp4File).
 
     Holds one chunk of samples and one chunk of frames at a time; ``out_path`` appears only
@@ -122,9 +125,9 @@ def render_to_files(
     seed: int,
     out_path: str,
     frames_dir: str | None,
-    prepare: Callable,
+    prepare: Callable[[Registry, str], tuple[Resolved, Manifest]],
     t_process: float,
-    trust=None,
+    trust: TrustConfig | None = None,
     fit: str = DEFAULT_FIT,
     max_audio_seconds: float = RENDER_MAX_AUDIO_SECONDS,
     progress: Callable[[str], None] = lambda m: None,
@@ -146,12 +149,27 @@ def render_to_files(
     length = f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
     progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {length} to {out_path}")
 
-    def say(c) -> None:
+    def say(c: Chunk) -> None:
         progress(f"chunk {c.index}: {c.frames.shape[0]} frames ({c.bucket}) in {c.seconds:.2f}s, "
                  f"deadline {c.deadline:.2f}s{' MISSED' if c.missed else ''}, {c.compiles} compile(s)")
 
     report, mp4 = render_build_to_files(build, image, audio.pieces, out_path=out_path, frames_dir=frames_dir,
                                         seed=seed, on_chunk=say)
+    return {
+        "build_id": build.build_id,
+        "digest": build.digest,
+        "out": str(Path(out_path).absolute()),
+        "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
+        **report.to_json(),
+        "compiles": build.guard.count,
+        "cold_start": _cold_start(build, imports, report),
+        "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},
+        "inputs": {"image": image_record, "audio": audio.record(), "decode_seconds": round(decode_seconds, 4)},
+    }
+
+
+def _cold_start(build: LoadedBuild, imports: float, report: StreamReport) -> dict[str, float]:
+    """Seconds from process start to the first chunk, step by step (the render report's ``cold_start``)."""
     t = build.timings
     cold = {
         "imports": round(imports, 4),
@@ -165,14 +183,4 @@ def render_to_files(
         "first_chunk": round(report.chunks[0].seconds, 4),
     }
     cold["total"] = round(sum(cold.values()), 4)
-    return {
-        "build_id": build.build_id,
-        "digest": build.digest,
-        "out": str(Path(out_path).absolute()),
-        "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
-        **report.to_json(),
-        "compiles": build.guard.count,
-        "cold_start": cold,
-        "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},
-        "inputs": {"image": image_record, "audio": audio.record(), "decode_seconds": round(decode_seconds, 4)},
-    }
+    return cold
