@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..media import (
-    DEFAULT_FIT, Mp4Writer, load_image, sample_audio_pieces, sample_count, sample_image, stream_audio, write_png,
+    DEFAULT_FIT, Mp4File, Mp4Writer, load_image, sample_audio_pieces, sample_count, sample_image, stream_audio, write_png,
 )
 from ..records import ChunkProgram, Manifest
 from ..registry import Registry, Resolved, open_registry
