@@ -17,16 +17,22 @@ re-checks from the signed evidence alone (the CLI's checks are a courtesy; these
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import IntegrityError
 from ..records import GateResult, ReviewAnswer, ReviewRecord
+from ..records.gate import SimilarityBandDetails
+from ..registry import Registry, read_manifest
+from ..trust.attest import Attestation
 from ..trust.evidence import verified
 from ..trust.policy import TrustPolicy
 from .store import load_review
 
-__all__ = ["MAX_PAIRS", "CHOICES", "pairs_for", "signed_answers", "ReviewOutcome", "review_outcome"]
+__all__ = ["MAX_PAIRS", "CHOICES", "pairs_for", "review_subject", "owns_name", "signer_gap", "ANOTHER_RESULT",
+           "signed_answers", "unsigned_in_record", "ReviewOutcome", "review_outcome"]
 
 MAX_PAIRS = 24
 CHOICES = ("left", "right", "same")
@@ -41,7 +47,35 @@ def pairs_for(below: list[int]) -> list[int]:
     return below
 
 
-def signed_answers(registry, review: ReviewRecord, policy: TrustPolicy, subject: str) -> dict[int, ReviewAnswer]:
+def review_subject(registry: Registry, build_id: str) -> str:
+    """The build's store-independent manifest digest: what review evidence is signed about."""
+    return read_manifest(registry, build_id)[1].content_digest()
+
+
+def owns_name(policy: TrustPolicy, reviewer: object, key_ids: Iterable[str]) -> bool:
+    """Whether the policy gives ``reviewer`` as the name of one of these keys: a name written into
+    signed evidence (or typed on the command line) proves nothing, the key that signs it does."""
+    return isinstance(reviewer, str) and reviewer in {policy.name_of(k) for k in key_ids}
+
+
+ANOTHER_RESULT = "it is about another gate result"
+
+
+def signer_gap(att: Attestation, policy: TrustPolicy, gate_result_digest: str) -> str | None:
+    """Why a verified review attestation does not speak for this gate result (None: it does).
+
+    The one signer check of answers and decisions: it is about ``gate_result_digest`` (else
+    ``ANOTHER_RESULT``), and the reviewer it names owns a key that signed it."""
+    p = att.predicate
+    if p.get("gate_result_digest") != gate_result_digest:
+        return ANOTHER_RESULT
+    if not owns_name(policy, p.get("reviewer"), att.key_ids):
+        return f"names reviewer {p.get('reviewer')!r}, whose key did not sign it"
+    return None
+
+
+def signed_answers(registry: Registry, review: ReviewRecord, policy: TrustPolicy, subject: str
+                   ) -> dict[int, ReviewAnswer]:
     """{pair: answer} from answer attestations that count (see the module's rules)."""
     good, _ = verified(registry, review.build_id, kind="review-answer", trusted=policy.reviewer_keys(),
                        subject_digest=subject)
@@ -49,15 +83,19 @@ def signed_answers(registry, review: ReviewRecord, policy: TrustPolicy, subject:
     for att, digest in good:
         p = att.predicate
         pair = p.get("pair")
-        if (p.get("gate_result_digest") != review.gate_result_digest
+        if (signer_gap(att, policy, review.gate_result_digest) is not None
                 or p.get("order_commitment") != review.order_commitment
-                or p.get("reviewer") not in {policy.name_of(k) for k in att.key_ids}
                 or not isinstance(pair, int) or isinstance(pair, bool) or not 0 <= pair < len(review.frames)
                 or p.get("frame") != review.frames[pair] or p.get("choice") not in CHOICES or pair in out):
             continue  # another review, a name the key does not belong to, or a pair already answered
         out[pair] = ReviewAnswer(pair=pair, choice=p["choice"], at=str(p.get("at", "")), reviewer=p["reviewer"],
                                  evidence=digest)
     return out
+
+
+def unsigned_in_record(review: ReviewRecord, signed: dict[int, ReviewAnswer]) -> int:
+    """Answers the record lists that no verified attestation backs (written by hand, or v1)."""
+    return sum(1 for a in review.answers if a.pair not in signed or signed[a.pair].evidence != a.evidence)
 
 
 @dataclass(frozen=True)
@@ -71,13 +109,15 @@ class ReviewOutcome:
 
 
 def _below(result: GateResult) -> list[int] | None:
-    band = result.gate("similarity-band")
-    below = band.details.get("frames_below") if band is not None else None
-    return list(below) if isinstance(below, list) else None
+    try:
+        band = result.evidence(SimilarityBandDetails)
+    except IntegrityError:
+        return None  # malformed band evidence puts no frame below the band
+    return list(band.frames_below) if band is not None and band.frames_below is not None else None
 
 
-def review_outcome(registry, build_id: str, result: GateResult, gate_result_digest: str, subject_digest: str,
-                   policy: TrustPolicy, approvals: int) -> ReviewOutcome:
+def review_outcome(registry: Registry, build_id: str, result: GateResult, gate_result_digest: str,
+                   subject_digest: str, policy: TrustPolicy, approvals: int) -> ReviewOutcome:
     """What the signed review evidence about this gate result says, re-verified from scratch."""
     decisions, _ = verified(registry, build_id, kind="review-decision", trusted=policy.reviewer_keys(),
                             subject_digest=subject_digest)
@@ -86,10 +126,11 @@ def review_outcome(registry, build_id: str, result: GateResult, gate_result_dige
     ignored: list[str] = []
     for att, _ in decisions:
         p = att.predicate
-        if p.get("gate_result_digest") != gate_result_digest:
+        gap = signer_gap(att, policy, gate_result_digest)
+        if gap == ANOTHER_RESULT:
             continue  # about another gate result of this build
-        if p.get("reviewer") not in {policy.name_of(k) for k in att.key_ids}:
-            ignored.append(f"a decision names reviewer {p.get('reviewer')!r}, whose key did not sign it")
+        if gap is not None:
+            ignored.append(f"a decision {gap}")
             continue
         if p.get("decision") == "rejected":
             return ReviewOutcome("rejected", (str(p["reviewer"]),))
@@ -106,8 +147,8 @@ def review_outcome(registry, build_id: str, result: GateResult, gate_result_dige
     return ReviewOutcome(status, tuple(sorted(approvers)), tuple(ignored))
 
 
-def _approval_gap(registry, review: ReviewRecord | None, decision: dict, result: GateResult, gate_result_digest: str,
-                  subject: str, policy: TrustPolicy) -> str | None:
+def _approval_gap(registry: Registry, review: ReviewRecord | None, decision: dict, result: GateResult,
+                  gate_result_digest: str, subject: str, policy: TrustPolicy) -> str | None:
     """Why a signed approval does not count (None: it does)."""
     if review is None or review.gate_result_digest != gate_result_digest:
         return "no review record for this gate result"

@@ -5,16 +5,23 @@ to its session token, and nothing written into the registry by hand counts."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib.resources import files
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from avatar_release.cli import cli
-from avatar_release.errors import Refusal, TrustError
-from avatar_release.gates.review import ReviewServer, decide, new_review, record_answer, review_status, unseal_order
+from avatar_release.errors import InputError, Refusal, TrustError
+from avatar_release.gates import review_outcome
+from avatar_release.gates.review import (
+    ReviewServer, decide, new_review, record_answer, review_page, review_status, unseal_order,
+)
 from avatar_release.gates.store import latest_result, load_review, put_frames, save_result, save_review
 from avatar_release.records import (
     BaselineRef, GateEvidence, GateRequestRecord, GateResult, GateSetRecord, ReviewAnswer, utcnow,
@@ -23,6 +30,7 @@ from avatar_release.registry import LocalRegistry, MemoryRegistry, read_manifest
 from avatar_release.trust import generate_keypair, load_private_key
 from avatar_release.trust.evidence import attestation_refs, sign_and_store
 from avatar_release.trust.policy import load_policy, local_identity
+from avatar_release.trust.seal import SEAL_KEY_ENV, load_seal_key, seal, unseal
 from tests.unit.test_promote_policy import _env, _publish
 
 PAIRS = [1, 3, 4]  # frames below the band, under review
@@ -222,3 +230,100 @@ def test_a_forged_answer_record_without_a_signature_does_not_count():
     assert status.as_json()["answered"] == 0 and status.unsigned == 3 and status.state == "open"
     r = record_answer(reg, a, 0, "left")  # the forged entry neither blocks the real answer nor survives it
     assert [(x.pair, x.choice, x.evidence != forged[0].evidence) for x in r.answers] == [(0, "left", True)]
+
+
+def test_a_decision_counts_only_in_the_name_of_the_reviewer_whose_key_signed_it(tmp_path):
+    """One signer check decides for the review commands (before signing) and for the promotion
+    policy (re-verifying what was signed): a name written into a decision proves nothing."""
+    reg = MemoryRegistry("decision-names")
+    a, review = _open_review(reg)
+    wider, bo_key = _policy_with(tmp_path, "bo")
+    for k in range(len(PAIRS)):
+        record_answer(reg, a, k, "same", reviewer="bo", signer=bo_key, policy=wider)
+    with pytest.raises(Refusal, match="reviewer 'ana': the trust policy .* but this decision would be signed with"):
+        decide(reg, a, approve=True, reviewer="ana", note="", signer=bo_key, policy=wider)
+    result, digest = latest_result(reg, a)
+    subject = read_manifest(reg, a)[1].content_digest()
+
+    def approval(name: str) -> None:  # what bo's key can sign by hand, in any name
+        sign_and_store(reg, bo_key, kind="review-decision", build_id=a, subject_digest=subject, predicate={
+            "build_id": a, "gate_result_digest": digest, "decision": "approved", "reviewer": name, "note": "",
+            "at": utcnow(), "answers": [x.evidence for x in load_review(reg, a).answers],
+            "order_commitment": review.order_commitment})
+
+    approval("ana")
+    outcome = review_outcome(reg, a, result, digest, subject, wider, 1)
+    assert outcome.status == "needs-review" and outcome.approvers == ()
+    assert outcome.ignored == ("a decision names reviewer 'ana', whose key did not sign it",)
+    approval("bo")  # past the signer check: judged on the review itself (this result lists no frames below)
+    outcome = review_outcome(reg, a, result, digest, subject, wider, 1)
+    assert outcome.ignored[1:] == (
+        "approval by bo: the review's pairs are not the frames the signed gate result put below the band",)
+
+
+# ---- the seal, the page, the server's own state ---------------------------------------------------
+
+
+def test_a_sealed_text_opens_only_under_its_own_key_and_associated_data(tmp_path, monkeypatch):
+    monkeypatch.setenv(SEAL_KEY_ENV, str(tmp_path / "missing.key"))
+    with pytest.raises(InputError, match=r"missing.key: no such file \(AVATAR_RELEASE_REVIEW_SEAL_KEY\)"):
+        load_seal_key()  # a named key is never made up
+    monkeypatch.delenv(SEAL_KEY_ENV)
+    monkeypatch.setenv("AVATAR_RELEASE_CONFIG_DIR", str(tmp_path / "config"))
+    key = load_seal_key()  # first use: a secret of 32 random bytes, 0600
+    assert key.path == tmp_path / "config" / "keys" / "review-seal.key"
+    assert key.path.stat().st_mode & 0o777 == 0o600 and len(key.path.read_text().strip()) == 64
+    assert load_seal_key() == key and key.key.hex() not in repr(key)  # the same key next time; never printed
+    sealed = seal(key, b"the order", b"this review")
+    assert unseal(key, sealed, b"this review") == b"the order"
+    with pytest.raises(TrustError, match=f"does not open under seal key {key.key_id}"):
+        unseal(key, sealed, b"another review")
+    (tmp_path / "other.key").write_text("ab" * 32)
+    monkeypatch.setenv(SEAL_KEY_ENV, str(tmp_path / "other.key"))
+    other = load_seal_key()
+    assert other.key_id != key.key_id
+    with pytest.raises(TrustError, match="does not open"):
+        unseal(other, sealed, b"this review")
+
+
+def test_the_blind_page_is_package_data_with_every_slot_filled_and_escaped():
+    template = files("avatar_release.gates").joinpath("review_page.html").read_text(encoding="utf-8")
+    assert "{{pairs_json}}" in template and "{{build_id}}" in template
+    reg = MemoryRegistry("page")
+    _, review = _open_review(reg)
+    decided = review.model_copy(update={"build_id": "<b>&", "candidate_left": [True, False, True],
+                                        "order_salt": "s"})
+    frames = np.zeros((3, 6, 8, 3), np.uint8)
+    page = review_page(decided, frames, frames + 1)
+    assert "{{" not in page and page.count("data:image/png;base64,") == 6
+    assert "review &lt;b&gt;&amp; --serve" in page and "<b>&" not in page
+    assert "candidate" not in page.lower() and "baseline" not in page.lower()
+
+
+class _SlowWrites(MemoryRegistry):
+    """Once ``slow`` is set, every record write takes a while: an answer checked while another
+    is being stored would not see it."""
+
+    slow = False
+
+    def update_record(self, namespace: str, name: str, update: Callable[[bytes | None], bytes]) -> bytes:
+        if self.slow:
+            time.sleep(0.2)
+        return super().update_record(namespace, name, update)
+
+
+def test_concurrent_answers_to_one_pair_through_the_server_record_exactly_one():
+    reg = _SlowWrites("race")
+    a, _ = _open_review(reg)
+    before = len(attestation_refs(reg, a))
+    reg.slow = True
+    server = ReviewServer(reg, a).start()
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            codes = list(pool.map(lambda c: _request(server.url + "answer", {"pair": 0, "choice": c}),
+                                  ["left", "right", "same"] * 2))
+    finally:
+        server.close()
+    assert sorted(codes) == [200, 409, 409, 409, 409, 409]
+    assert len(attestation_refs(reg, a)) == before + 1  # one signed answer stored, not one per request
+    assert len(load_review(reg, a).answers) == 1 and len(review_status(reg, a).signed) == 1
