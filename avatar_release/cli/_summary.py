@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..promote import MoveResult
+from ..records import GateResult
+from ..records.gate import BitExactDetails, FrameDifference
+
 __all__ = ["gate_summary", "promote_summary", "append_step_summary"]
 
 _WORST = 5  # frames listed per gate
@@ -24,11 +28,11 @@ def append_step_summary(markdown: str) -> Path | None:
     return Path(path)
 
 
-def _cell(text) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def gate_summary(result, digest: str, report: str | None, next_command: str | None) -> str:
+def gate_summary(result: GateResult, digest: str, report: str | None, next_command: str | None) -> str:
     """A gate result as Markdown: verdict, one row per gate, the worst frames, where the report is."""
     icon = {"passed": "✅", "failed": "❌", "needs-review": "👀"}.get(result.status, "")
     base = result.baseline.build_id if result.baseline else "none"
@@ -41,7 +45,7 @@ def gate_summary(result, digest: str, report: str | None, next_command: str | No
     if worst:
         lines += ["", f"Worst frames vs the baseline ({len(worst)} lowest PSNR):", "",
                   "| frame | PSNR dB | max abs diff |", "|---|---|---|"]
-        lines += [f"| {_cell(f['label'])} | {f.get('psnr_db')} | {f.get('max_abs_diff')} |" for f in worst]
+        lines += [f"| {_cell(f.label)} | {f.psnr_db} | {f.max_abs_diff} |" for f in worst]
     lines += ["", f"result `{digest}`"]
     if report:
         lines.append(f"report `{report}` (uploaded as an artifact when the workflow keeps it)")
@@ -50,7 +54,7 @@ def gate_summary(result, digest: str, report: str | None, next_command: str | No
     return "\n".join(lines)
 
 
-def promote_summary(r, next_command: str | None) -> str:
+def promote_summary(r: MoveResult, next_command: str | None) -> str:
     d = r.decision
     if not r.changed:
         text = f"### Promote: `{d.channel}` already points at `{d.build_id}`"
@@ -61,8 +65,8 @@ def promote_summary(r, next_command: str | None) -> str:
     return text + (f"\n\nnext: `{next_command}`" if next_command else "")
 
 
-def _worst_frames(result) -> list[dict]:
+def _worst_frames(result: GateResult) -> list[FrameDifference]:
     """The frames that differ most from the baseline (bit-exact's evidence lists each differing one)."""
-    be = result.gate("bit-exact")
-    frames = [f for f in (be.details.get("frames") or []) if isinstance(f, dict)] if be else []
-    return sorted(frames, key=lambda f: (f.get("psnr_db") is None, f.get("psnr_db") or 0.0))[:_WORST]
+    be = result.evidence(BitExactDetails)
+    frames = (be.frames if be is not None else None) or []
+    return sorted(frames, key=lambda f: (f.psnr_db is None, f.psnr_db or 0.0))[:_WORST]

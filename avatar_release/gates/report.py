@@ -145,7 +145,8 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
         for r in result.gate_set.requests[:-1]:
             k += r.frames
             bounds.append(k)
-        floor = result.band.get("psnr_floor_db") if result.band else None
+        band = result.band_used()
+        floor = band.psnr_floor_db if band is not None else None
         body.append("<h2>Per-frame PSNR vs baseline</h2>")
         body.append(psnr_plot_svg(psnrs, floor, bounds))
     if review_page:

@@ -8,14 +8,22 @@ Changelogs (each kind versioned on its own):
   * ``avatar-release/compile-gate`` (``COMPILE_GATE_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/gate-shard`` (``GATE_SHARD_SCHEMA_VERSION``): 1 (2026-12-02) first version: the
     partial evidence of one shard of a gate set (one or both twin runs of its slice, where each ran).
+
+Typed evidence (2026-12-02, no format change): each gate's ``GateEvidence.details`` and
+``GateResult.band`` stay the JSON objects they always were (same bytes, same schema); the models
+below (``ZeroRecompileDetails`` ... ``BandUsed``) are typed views of them, read through
+``GateResult.evidence(kind)`` / ``GateEvidence.details_as(kind)`` / ``GateResult.band_used()`` and
+written through ``GateEvidence.with_details``. A field absent from older evidence reads as None
+(absent is not empty: no ``frames_below`` is not "no frame below the band").
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, ValidationError
 
+from ..errors import IntegrityError
 from ._base import BlobRef, Record, check_digest_fields
 from .build import EnvironmentRecord
 
@@ -32,6 +40,13 @@ __all__ = [
     "BaselineRef",
     "GateEvidence",
     "GateResult",
+    "GateDetails",
+    "FrameDifference",
+    "ZeroRecompileDetails",
+    "TwinBaselineDetails",
+    "BitExactDetails",
+    "SimilarityBandDetails",
+    "BandUsed",
     "BandVariant",
     "Band",
     "CompileCheck",
@@ -77,11 +92,112 @@ class BaselineRef(Record):
     _digests = check_digest_fields("digest", "gate_result_digest")
 
 
+def _invalid(where: str, e: ValidationError) -> IntegrityError:
+    first = e.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    return IntegrityError(f"{where}: {loc}: {first['msg']} ({e.error_count()} error(s))")
+
+
+class _View(Record):
+    # A view of evidence read from signed records: no coercion ("3" is not frame 3).
+    model_config = ConfigDict(strict=True)
+
+
+class GateDetails(_View):
+    """The typed view of one gate's ``GateEvidence.details``; ``gate`` names the gate it describes.
+
+    Every field is optional: which ones a gate writes depends on its verdict (a passing
+    zero-recompile lists its runs, a failing one its compiles), and None means "not in this
+    evidence"."""
+
+    gate: ClassVar[str]
+
+
+_D = TypeVar("_D", bound=GateDetails)
+
+
+class FrameDifference(_View):
+    """One frame that differs from the other side (the other twin, or the baseline), and by how much."""
+
+    frame: int  # global index, in gate-set order
+    label: str  # 'image0-audio1 frame 7'
+    max_abs_diff: int | None = None  # None: the other side's frames were not at hand
+    psnr_db: float | None = None  # None: not measured, or infinite (identical pixels)
+
+
+class ZeroRecompileDetails(GateDetails):
+    gate: ClassVar[str] = "zero-recompile"
+
+    runs: list[str] | None = None  # passed: every fresh-process run, by label
+    compiles: int | None = None  # failed: XLA compiles while serving, over all runs
+    events: list[dict[str, Any]] | None = None  # failed: the first 64 compiles (run, during, seconds, ...)
+    imports: list[str] | None = None  # heavy modules (torch, the compile stack) any serving process imported
+    hosts: dict[str, str] | None = None  # where each process ran, by label (since 2026-12-01)
+    partials: dict[str, str] | None = None  # a merged sharded gate: the signed partial behind each process
+
+
+class TwinBaselineDetails(GateDetails):
+    gate: ClassVar[str] = "twin-baseline"
+
+    differing_frames: int | None = None
+    first: FrameDifference | None = None  # the first frame the twins differ on
+    # The differing frames (the first 64); when the twins delivered different counts, the two counts.
+    frames: list[int] | None = None
+
+
+class BitExactDetails(GateDetails):
+    gate: ClassVar[str] = "bit-exact"
+
+    differing_frames: int | None = None
+    worst_max_abs_diff: int | None = None
+    lowest_psnr_db: float | None = None
+    frames: list[FrameDifference] | None = None  # the first 64 frames that differ from the baseline
+
+
+class SimilarityBandDetails(GateDetails):
+    gate: ClassVar[str] = "similarity-band"
+
+    psnr_floor_db: float | None = None
+    max_abs_diff_ceiling: int | None = None
+    min_psnr_db: float | None = None  # None: every frame identical
+    median_psnr_db: float | None = None
+    max_abs_diff: int | None = None
+    per_frame_psnr_db: list[float | None] | None = None  # every frame, gate-set order (None: identical)
+    frames_below: list[int] | None = None  # the frames outside the band: what a blind review shows
+
+
+class BandUsed(_View):
+    """The band a tier-2 gate judged by (``GateResult.band``): which file, its limits, its provenance."""
+
+    path: str
+    digest: str
+    psnr_floor_db: float
+    max_abs_diff_ceiling: int
+    measured_at: str
+    environment: str  # fingerprint of the machine the band was measured on
+
+
 class GateEvidence(Record):
     name: Literal["zero-recompile", "twin-baseline", "bit-exact", "similarity-band"]
     status: Literal["passed", "failed", "below-band", "skipped"]
     summary: str
-    details: dict[str, Any] = {}
+    details: dict[str, Any] = {}  # read it typed: ``details_as(kind)``
+
+    def details_as(self, kind: type[_D]) -> _D:
+        """``details`` as ``kind``; an IntegrityError when they do not fit it (a malformed record)."""
+        if kind.gate != self.name:
+            raise TypeError(f"{self.name} evidence read as {kind.__name__}, the {kind.gate} gate's")
+        try:
+            return kind.model_validate(self.details)
+        except ValidationError as e:
+            raise _invalid(f"{self.name} evidence", e) from None
+
+    def with_details(self, more: GateDetails) -> GateEvidence:
+        """A copy with the fields set in ``more`` added to (or replacing) ``details``, checked as a whole."""
+        details = {**self.details, **more.model_dump(mode="json", exclude_unset=True)}
+        updated = self.model_copy(update={"details": details})
+        updated.details_as(type(more))  # the whole must still fit the gate's model
+        return updated
 
 
 class GateResult(Record):
@@ -109,6 +225,20 @@ class GateResult(Record):
 
     def gate(self, name: str) -> GateEvidence | None:
         return next((g for g in self.gates if g.name == name), None)
+
+    def evidence(self, kind: type[_D]) -> _D | None:
+        """The typed evidence of the gate ``kind`` describes; None when that gate is not in this result."""
+        g = self.gate(kind.gate)
+        return None if g is None else g.details_as(kind)
+
+    def band_used(self) -> BandUsed | None:
+        """``band``, typed; None without one (tier 1, or no baseline)."""
+        if self.band is None:
+            return None
+        try:
+            return BandUsed.model_validate(self.band)
+        except ValidationError as e:
+            raise _invalid("gate result band", e) from None
 
 
 class BandVariant(Record):

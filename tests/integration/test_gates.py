@@ -20,6 +20,9 @@ from avatar_release.errors import EnvironmentMismatch, SpecError
 from avatar_release.gates import calibrate, effective_status, load_band, run_gate
 from avatar_release.gates.gateset import gate_set
 from avatar_release.gates.store import get_frames, latest_result, load_review, save_result
+from avatar_release.records.gate import (
+    BitExactDetails, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
+)
 from avatar_release.registry import LocalRegistry, read_manifest
 
 from tests.browser import Browser, chromium_or_skip
@@ -58,7 +61,7 @@ def test_a_first_build_passes_on_its_own_in_fresh_serving_processes(gated):
     r = gated.ref_outcome.result
     assert r.status == "passed" and r.baseline is None and r.tier is None
     assert [(g.name, g.status) for g in r.gates] == [("zero-recompile", "passed"), ("twin-baseline", "passed")]
-    assert r.gate("zero-recompile").details["imports"] == []  # the pods never imported torch or the compiler
+    assert r.evidence(ZeroRecompileDetails).imports == []  # the pods never imported torch or the compiler
     assert len(r.gate_set.requests) == 4 and all(len(q.buckets) >= 3 for q in r.gate_set.requests)
     stored, digest = latest_result(gated.reg, gated.ref)
     assert digest == gated.ref_outcome.digest and stored == r
@@ -74,9 +77,10 @@ def test_reassociation_is_not_bit_exact_but_stays_inside_the_band(gated):
     out = run_gate(k2, gated.reg, baseline=gated.ref, band_file=gated.band_file, report_dir=gated.root / "rep-k2")
     r = out.result
     assert r.status == "passed" and r.tier == 2 and "matmul_k_split" in r.tier_reasons[0]
-    assert r.gate("bit-exact").status == "failed" and r.gate("bit-exact").details["differing_frames"] > 0
+    assert r.gate("bit-exact").status == "failed" and r.evidence(BitExactDetails).differing_frames > 0
     band = r.gate("similarity-band")
-    assert band.status == "passed" and band.details["min_psnr_db"] >= gated.cal.band.psnr_floor_db
+    assert band.status == "passed"
+    assert band.details_as(SimilarityBandDetails).min_psnr_db >= gated.cal.band.psnr_floor_db
     assert r.baseline.build_id == gated.ref and r.baseline.gate_result_digest == gated.ref_outcome.digest
     assert "<svg" in out.report.read_text()  # the per-frame PSNR plot
 
@@ -118,14 +122,15 @@ def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(ga
     r = out.result
     assert r.status == "needs-review" and r.tier == 2
     band = r.gate("similarity-band")
-    assert band.status == "below-band" and band.details["min_psnr_db"] < gated.cal.band.psnr_floor_db
+    assert band.status == "below-band"
+    assert band.details_as(SimilarityBandDetails).min_psnr_db < gated.cal.band.psnr_floor_db
     assert out.review_page.is_file() and "review.html" in out.report.read_text()
     # While the review is open the report holds no labelled frames or heat maps, the record no order.
     assert "data:image/png" not in out.report.read_text()
     review = load_review(gated.reg, cand.build_id)
     assert review.gate_result_digest == out.digest and review.frames
     assert review.sealed and review.order_commitment and review.candidate_left is None
-    assert set(review.frames) <= set(band.details["frames_below"])
+    assert set(review.frames) <= set(band.details_as(SimilarityBandDetails).frames_below)
     assert effective_status(gated.reg, cand.build_id)[0] == "needs-review"
 
     # Approval is refused before the blind answers exist.
@@ -188,7 +193,7 @@ def test_a_build_that_compiles_while_serving_fails_zero_recompile(gated, tmp_pat
     r = run_gate(cand.build_id, gated.reg, baseline="none").result
     assert r.status == "failed"
     zr = r.gate("zero-recompile")
-    assert zr.status == "failed" and zr.details["compiles"] >= 3
+    assert zr.status == "failed" and zr.details_as(ZeroRecompileDetails).compiles >= 3
     assert "stage dit/f8 (inputs image(48, 80, 3):uint8" in zr.summary and "stage vae/f8" in zr.summary
     assert r.gate("twin-baseline").status == "passed"  # it is deterministic, it just compiles
 
@@ -207,8 +212,8 @@ def test_a_non_deterministic_build_fails_the_twin_baseline(gated, tmp_path, monk
     r = run_gate(cand.build_id, gated.reg, baseline="none").result
     twin = r.gate("twin-baseline")
     assert r.status == "failed" and twin.status == "failed" and "non-deterministic" in twin.summary
-    assert twin.details["first"]["label"] == "image0-audio0 frame 0"
-    assert twin.details["differing_frames"] == r.gate_set.frames
+    evidence = twin.details_as(TwinBaselineDetails)
+    assert evidence.first.label == "image0-audio0 frame 0" and evidence.differing_frames == r.gate_set.frames
 
 
 # ---- bad input: refused before anything renders ------------------------------------------------

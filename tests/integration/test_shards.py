@@ -12,6 +12,7 @@ import pytest
 
 from avatar_release.gates import run_gate
 from avatar_release.gates.store import get_frames, latest_result, shard_refs
+from avatar_release.records.gate import ZeroRecompileDetails
 from avatar_release.registry import LocalRegistry
 
 
@@ -54,6 +55,7 @@ def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(regi
     assert sorted(zr["partials"]) == sorted(f"shard {k}/3 twin #{t}" for k in range(3) for t in (1, 2))
     stored, digest = latest_result(reg, build.build_id)
     assert digest == doc["result_digest"] and stored.gate_set == whole.result.gate_set
+    assert stored.evidence(ZeroRecompileDetails).partials == zr["partials"]  # the typed view of the same record
     assert (get_frames(reg, stored.frames_blob) == get_frames(reg, whole.result.frames_blob)).all()
     assert doc["next"] == f"avatar-release promote {build.build_id} --to staging"
     md = summary.read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from avatar_release.errors import InputError, NotFoundError, Refusal, SpecError
+from avatar_release.errors import InputError, IntegrityError, NotFoundError, Refusal, SpecError
 from avatar_release.gates import _compare as C
 from avatar_release.records import (
     Band, EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord,
@@ -18,6 +18,9 @@ from avatar_release.gates.store import latest_result, load_review, save_result, 
 from avatar_release.gates.tier import decide_tier, load_levers
 from avatar_release.records import LeverRecord
 from avatar_release.records import BlobRef, Manifest, parse_record
+from avatar_release.records.gate import (
+    BitExactDetails, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
+)
 from avatar_release.registry import MemoryRegistry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -54,7 +57,8 @@ def test_zero_recompile_names_every_compile_with_its_stage():
     assert ok.status == "passed"
     bad = C.zero_recompile([("a", 0, []), ("b", 2, [{"during": "stage sr/f8 (inputs latents(8,))"},
                                                     {"during": "stage vae/f8 (inputs x(1,))"}])])
-    assert bad.status == "failed" and bad.details["compiles"] == 2
+    evidence = bad.details_as(ZeroRecompileDetails)
+    assert bad.status == "failed" and evidence.compiles == 2 and [e["run"] for e in evidence.events] == ["b", "b"]
     assert "stage sr/f8 (inputs latents(8,))" in bad.summary and "stage vae/f8" in bad.summary
 
 
@@ -69,7 +73,8 @@ def test_twin_gate_reports_where_the_twins_diverge():
     hb[5] = "different"
     ev = C.twin_baseline(gs, ha, hb, a, b)
     assert ev.status == "failed"
-    assert ev.details["first"]["label"] == "r1 frame 1" and ev.details["first"]["max_abs_diff"] == 3
+    first = ev.details_as(TwinBaselineDetails).first
+    assert first.label == "r1 frame 1" and first.frame == 5 and first.max_abs_diff == 3
     assert "non-deterministic" in ev.summary and "1 of 8" in ev.summary
     assert C.twin_baseline(gs, ha, ha, a, a).status == "passed"
 
@@ -81,9 +86,10 @@ def test_bit_exact_lists_differing_frames_with_size_of_the_difference():
     from avatar_release.gates.metrics import frame_sha256
 
     ev = C.bit_exact(_gs(), [frame_sha256(f) for f in cand], [frame_sha256(f) for f in base], cand, base)
-    assert ev.status == "failed" and ev.details["differing_frames"] == 1
-    [row] = ev.details["frames"]
-    assert row["frame"] == 2 and row["max_abs_diff"] == 1 and 40 < row["psnr_db"] < 60
+    evidence = ev.details_as(BitExactDetails)
+    assert ev.status == "failed" and evidence.differing_frames == 1
+    [row] = evidence.frames
+    assert row.frame == 2 and row.max_abs_diff == 1 and 40 < row.psnr_db < 60
     same = C.bit_exact(_gs(), [frame_sha256(f) for f in base], [frame_sha256(f) for f in base], base, base)
     assert same.status == "passed"
 
@@ -95,9 +101,67 @@ def test_band_passes_only_when_every_frame_is_inside():
     psnr3 = C.per_frame_psnr(cand, base)[3]
     assert C.similarity_band(_gs(), cand, base, _band(psnr3 - 0.01)).status == "passed"
     below = C.similarity_band(_gs(), cand, base, _band(psnr3 + 0.01))
-    assert below.status == "below-band" and below.details["frames_below"] == [3]
+    assert below.status == "below-band" and below.details_as(SimilarityBandDetails).frames_below == [3]
     assert "needs a blind review" in below.summary
     assert C.similarity_band(_gs(), cand, base, _band(0.0, ceiling=0)).status == "below-band"  # ceiling
+
+
+# ---- typed evidence ------------------------------------------------------------------------------
+
+
+def test_every_verdict_reads_as_its_gates_typed_evidence():
+    """What each gate writes fits its model exactly (the models forbid unknown fields)."""
+    from avatar_release.gates.metrics import frame_sha256
+
+    gs, base = _gs(), _frames()
+    cand = base.copy()
+    cand[6] ^= 1
+    hb, hc = [frame_sha256(f) for f in base], [frame_sha256(f) for f in cand]
+    zr = C.zero_recompile([("a", 0, []), ("b", 0, [])]).details_as(ZeroRecompileDetails)
+    assert zr.runs == ["a", "b"] and zr.compiles is None and zr.hosts is None
+    assert C.twin_baseline(gs, hb, hb[:7], base, base[:7]).details_as(TwinBaselineDetails).frames == [8, 7]
+    twin = C.twin_baseline(gs, hb, hc, base, cand).details_as(TwinBaselineDetails)
+    assert twin.differing_frames == 1 and twin.frames == [6] and twin.first.label == "r1 frame 2"
+    be = C.bit_exact(gs, hc, hb, cand, None).details_as(BitExactDetails)
+    assert be.frames[0].frame == 6 and be.frames[0].max_abs_diff is None and be.lowest_psnr_db is None
+    assert C.bit_exact(gs, hb, hb, base, base).details_as(BitExactDetails).frames is None
+    band = C.similarity_band(gs, cand, base, _band(99.0)).details_as(SimilarityBandDetails)
+    assert band.frames_below == [6] and band.per_frame_psnr_db[0] is None and band.psnr_floor_db == 99.0
+    with pytest.raises(TypeError, match="bit-exact evidence read as SimilarityBandDetails"):
+        C.bit_exact(gs, hb, hb, base, base).details_as(SimilarityBandDetails)
+
+
+def test_a_stored_gate_result_reads_typed_and_writes_back_unchanged():
+    """The typed evidence is a view: the stored record's bytes, fields and schema stay as they were."""
+    raw = (DATA / "gate-result.v1.json").read_bytes()
+    result = parse_record(GateResult, raw, where="stored v1")
+    assert result.model_dump(mode="json", exclude_unset=True) == json.loads(raw)
+    zr = result.evidence(ZeroRecompileDetails)
+    assert zr.imports == [] and zr.runs == ["twin #1", "twin #2"] and zr.hosts is None  # older than hosts
+    assert result.evidence(TwinBaselineDetails).first is None
+    assert result.evidence(BitExactDetails) is None and result.band_used() is None
+
+
+def test_evidence_that_does_not_fit_its_model_is_an_integrity_error_naming_the_field():
+    def band(details: dict) -> GateEvidence:
+        return GateEvidence(name="similarity-band", status="below-band", summary="x", details=details)
+
+    with pytest.raises(IntegrityError, match=r"similarity-band evidence: frames_below\.0: Input should be a valid int"):
+        band({"frames_below": ["3"]}).details_as(SimilarityBandDetails)  # no coercion of signed evidence
+    with pytest.raises(IntegrityError, match="similarity-band evidence: frames: Extra inputs are not permitted"):
+        band({"frames": [3]}).details_as(SimilarityBandDetails)
+    result = GateResult.model_validate({**json.loads((DATA / "gate-result.v1.json").read_bytes()),
+                                        "band": {"path": "b.json", "psnr_floor_db": 40.0}})
+    with pytest.raises(IntegrityError, match="gate result band: digest: Field required"):
+        result.band_used()
+
+
+def test_added_evidence_is_checked_and_only_the_fields_set_are_written():
+    zr = C.zero_recompile([("twin #1", 0, []), ("twin #2", 0, [])])
+    more = zr.with_details(ZeroRecompileDetails(imports=[], hosts={"twin #1": "pod-a", "twin #2": "pod-b"}))
+    assert more.details == {"runs": ["twin #1", "twin #2"], "imports": [], "hosts": {"twin #1": "pod-a",
+                                                                                      "twin #2": "pod-b"}}
+    assert zr.details == {"runs": ["twin #1", "twin #2"]}  # records are frozen: a copy
 
 
 # ---- tiers ----------------------------------------------------------------------------------------

@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
+import numpy as np
+
 from avatar_release.errors import EnvironmentMismatch, GateInfraError, InputError, NeedsReview, Refusal
-from avatar_release.gates.shards import _cover, parse_shard, shard_requests
-from avatar_release.records import GateShard, parse_record
+from avatar_release.gates.metrics import frame_sha256
+from avatar_release.gates.shards import _cover, _reassemble, parse_shard, shard_requests
+from avatar_release.gates.steps import GateInputs, compare
+from avatar_release.gates.store import put_frames
+from avatar_release.records import GateShard, Manifest, parse_record
+from avatar_release.records.gate import ZeroRecompileDetails
+from avatar_release.registry import MemoryRegistry, Resolved
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -77,6 +84,48 @@ def test_a_merge_refuses_another_gate_set_and_another_environment():
     with pytest.raises(EnvironmentMismatch, match="device_kind") as e:
         _cover([(a, da), (b, db)], ex.gate_set, ex.build_digest)
     assert "pod-0-1" in str(e.value) and "pod-1-1" in str(e.value)
+
+
+def _rendered(reg: MemoryRegistry, shard: GateShard, twin_frames: dict[int, np.ndarray]) -> GateShard:
+    """``shard`` with each twin's frames stored and hashed (one value per request, so the order shows)."""
+    runs = []
+    for r in shard.runs:
+        frames = twin_frames[r.twin]
+        hashes, at = [], 0
+        for name in shard.requests:
+            n = next(q.frames for q in shard.gate_set.requests if q.name == name)
+            hashes.append([frame_sha256(f) for f in frames[at:at + n]])
+            at += n
+        runs.append(r.model_copy(update={"frames_blob": put_frames(reg, frames), "frame_sha256": hashes}))
+    return shard.model_copy(update={"runs": runs})
+
+
+def test_a_merge_reassembles_both_twins_in_gate_set_order_and_names_every_process():
+    """The merged twins are the whole gate set in order; zero-recompile lists each shard process, where it
+    ran and the signed partial behind it."""
+    reg, ex = MemoryRegistry("merge"), _example()
+    gs, frames_of = ex.gate_set, {r.name: r.frames for r in ex.gate_set.requests}
+    shards = []
+    for k in range(2):
+        s, d = _shard(k, 2)
+        n = sum(frames_of[name] for name in s.requests)
+        slice_frames = np.stack([np.full((2, 2, 3), 10 * k + i % 7, np.uint8) for i in range(n)])
+        shards.append((_rendered(reg, s, {1: slice_frames, 2: slice_frames}), d))
+    twins = _reassemble(reg, gs, _cover(shards, gs, ex.build_digest))
+    # gate-set order interleaves the round-robin slices: image0-audio1 is shard 1's first request
+    assert [r.name for r in gs.requests][1] == shards[1][0].requests[0]
+    assert (twins.a.frames[24:48] == 10).sum() > 0 and (twins.a.frames[:24] < 10).all()
+    assert twins.a.frame_sha256[1] == shards[1][0].runs[0].frame_sha256[0]
+    manifest = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="stored example")
+    inputs = GateInputs(Resolved(ex.build_id, ex.build_id, ex.build_digest, "build-id"), manifest,
+                        ex.runs[0].environment, gs, None, None, None, tier=None)
+    comparison = compare(reg, inputs, twins)
+    assert comparison.status == "passed" and [g.status for g in comparison.gates] == ["passed", "passed"]
+    zr = comparison.gates[0].details_as(ZeroRecompileDetails)
+    labels = [f"shard {k}/2 twin #{t}" for t in (1, 2) for k in range(2)]
+    assert zr.runs == labels and zr.hosts == {f"shard {k}/2 twin #{t}": f"pod-{k}-{t}" for k in range(2) for t in (1, 2)}
+    assert zr.partials == {label: shards[int(label[6])][1] for label in labels}
+    assert zr.imports == sorted(set(ex.runs[0].heavy_modules))
 
 
 def test_needs_review_is_a_refusal_with_its_own_exit_code():
