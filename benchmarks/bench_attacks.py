@@ -13,7 +13,11 @@ cold load.
 
 Each measurement is a fresh process; the median of N runs is reported.
 
-    python benchmarks/bench_attacks.py [--runs 3] [--out benchmarks/results/attacks.json]
+    python benchmarks/bench_attacks.py [--runs 3] [--registry DIR] [--out benchmarks/results/attacks.json]
+    python benchmarks/bench_attacks.py --smoke --registry DIR --out FILE   # one run each; the tests run it
+
+``--registry``: a registry whose dev channel holds a tiny cpu-8 build (default: compile one); it is
+only read, the bombs are planted in copies.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -55,7 +61,7 @@ out["maxrss_kib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if
 if out["ok"] and sys.argv[3] == "time":
     import hashlib, zstandard
     from avatar_release.records import check_identity
-    from avatar_release.runtime._blobs import build_blobs, check_bounds, decompress, _raw_of
+    from avatar_release.runtime._blobs import build_blobs, check_bounds, decompress, raw_of
     from avatar_release.runtime._unpickle import check_fingerprint
     m, t = b.manifest, b.timings
     blobs = [(what, ref, reg.get_blob(ref.digest, ref.size)) for what, ref in build_blobs(m)]
@@ -66,12 +72,12 @@ if out["ok"] and sys.argv[3] == "time":
         return best
     def streamed():
         for what, ref, data in blobs:
-            size, digest = _raw_of(m, what)
+            size, digest = raw_of(m, what)
             decompress(data, size, digest, where=what)
     def one_shot():  # the loader before this change: one call, then sha256 of the result
         d = zstandard.ZstdDecompressor()
         for what, ref, data in blobs:
-            size, digest = _raw_of(m, what)
+            size, digest = raw_of(m, what)
             raw = d.decompress(data, max_output_size=size)
             assert "sha256:" + hashlib.sha256(raw).hexdigest() == digest
     def fingerprints():
@@ -81,7 +87,7 @@ if out["ok"] and sys.argv[3] == "time":
         identity=clock(lambda: check_identity(m)), bounds=clock(lambda: check_bounds(m)),
         streamed=clock(streamed), one_shot=clock(one_shot), fingerprint=clock(fingerprints),
         blob_verify=t.verify, deserialize=t.deserialize,
-        ratios={what: round(_raw_of(m, what)[0] / ref.size, 2) for what, ref, _ in blobs},
+        ratios={what: round(raw_of(m, what)[0] / ref.size, 2) for what, ref, _ in blobs},
         compile_seconds=round(sum(e.compile_seconds for e in m.executables), 3),
     )
 print(json.dumps(out))
@@ -116,33 +122,45 @@ def _plant_bomb(reg, root: Path, build_id: str, *, raw_bytes: int, declared: int
     return build_id
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attacks.json"))
-    args = ap.parse_args()
-
+def _compiled(root: Path) -> str:
     from avatar_release.machine import configure_host_devices
 
     configure_host_devices(8)
     from avatar_release.compile import compile_build
+    from avatar_release.registry import LocalRegistry
+
+    return compile_build("tiny", "cpu-8", registry=LocalRegistry(root)).build_id
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--registry", help="a registry whose dev channel holds a tiny build (default: compile one)")
+    ap.add_argument("--smoke", action="store_true", help="one fresh process per measurement: proves the benchmark runs")
+    ap.add_argument("--out", help="write the JSON here (default benchmarks/results/attacks.json; --smoke: nowhere)")
+    args = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    if args.smoke:
+        args.runs = 1
+
     from avatar_release.registry import LocalRegistry, read_manifest
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        good = tmp / "good"
-        b = compile_build("tiny", "cpu-8", registry=LocalRegistry(good))
-        normal = [_child(good, b.build_id, "time") for _ in range(args.runs)]
+        good = Path(args.registry) if args.registry else tmp / "good"
+        build_id = _compiled(good) if args.registry is None else read_manifest(LocalRegistry(good, create=False),
+                                                                                "dev")[0].build_id
+        normal = [_child(good, build_id, "time") for _ in range(args.runs)]
 
         bombs = {}
-        _, real = read_manifest(LocalRegistry(good, create=False), b.build_id)
+        _, real = read_manifest(LocalRegistry(good, create=False), build_id)
         for name, raw_bytes, declared in [("honest 16 GiB", 16 << 30, None),
                                           ("lying: 1 GiB under the real raw size", 1 << 30,
                                            real.executable("dit", "f8").raw_size)]:
             root = tmp / name.split()[0].rstrip(":")
             shutil.copytree(good, root)
-            _plant_bomb(LocalRegistry(root), root, b.build_id, raw_bytes=raw_bytes, declared=declared)
-            bombs[name] = [_child(root, b.build_id, "refuse") for _ in range(args.runs)]
+            _plant_bomb(LocalRegistry(root), root, build_id, raw_bytes=raw_bytes, declared=declared)
+            bombs[name] = [_child(root, build_id, "refuse") for _ in range(args.runs)]
             assert all(not r["ok"] and r["exit_code"] == 4 for r in bombs[name]), bombs[name]
 
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
@@ -154,6 +172,8 @@ def main() -> None:
     rss = med(normal, "maxrss_kib")
     result = {
         "runs": args.runs,
+        "smoke": args.smoke,
+        "build_id": build_id,
         "cold_load_s": round(total, 4),
         "normal_load_maxrss_mib": round(rss / 1024, 1),
         "bombs": {name: {"maxrss_mib": round(med(rows, "maxrss_kib") / 1024, 1), "refused": rows[0]["error"]}
@@ -182,9 +202,7 @@ def main() -> None:
         goal, ok = next(g for k, g in goals.items() if name.startswith(k))
         verdict = "" if ok is None else ("ok" if ok(v) else "MISSED")
         print(f"{name:<62} {v:8.4f} {goal:>8}  {verdict}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"written to {args.out}")
+    write_results(result, out_path(args.out, "attacks", smoke=args.smoke), smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 
 def _cli(checkout: Path, registry: Path, *args: str) -> tuple[dict, float]:
@@ -68,7 +71,8 @@ def main() -> None:
     ap.add_argument("--before", type=Path, default=None, help="the other checkout (the 'before')")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="this checkout only, one round, no gate")
-    ap.add_argument("--out", type=Path, default=HERE / "benchmarks" / "results" / "checkouts.json")
+    ap.add_argument("--out", type=Path, help="write the JSON here (default benchmarks/results/checkouts.json; "
+                                             "--smoke: nowhere)")
     a = ap.parse_args()
     sides = {"after": HERE} if a.smoke or a.before is None else {"before": a.before.resolve(), "after": HERE}
     rounds = 1 if a.smoke else a.rounds
@@ -87,8 +91,7 @@ def main() -> None:
                                              for k in keys}
         b, f = rows["before"][0].get("gate_frames_sha256"), rows["after"][0].get("gate_frames_sha256")
         result["gate_frames_identical"] = b is not None and b == f
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_results(result, out_path(a.out, "checkouts", smoke=a.smoke), smoke=a.smoke, sort_keys=True)
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2, sort_keys=True))
 
 

@@ -9,19 +9,22 @@ analytic floor of a materialising formulation (``flash.dense_attention_bytes``),
 CostEstimate, and the time floors at the v6e's published peaks. JSON to
 benchmarks/results/flash.json.
 
-    python benchmarks/bench_flash.py [--pipelines avatar-720p,avatar-1080p]
+    python benchmarks/bench_flash.py [--pipelines avatar-720p,avatar-1080p] [--out FILE]
+    python benchmarks/bench_flash.py --smoke --out FILE   # the tiny pipeline's layer: seconds; the tests run it
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the bundled pipeline (model/, kernels/) is a project beside the package
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 
 def measure(pipeline: str) -> dict:
@@ -82,7 +85,12 @@ def measure(pipeline: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pipelines", default="avatar-720p,avatar-1080p")
+    ap.add_argument("--smoke", action="store_true", help="the tiny pipeline's attention layer only")
+    ap.add_argument("--out", help="write the JSON here (default benchmarks/results/flash.json; --smoke: nowhere)")
     args = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    if args.smoke:
+        args.pipelines = "tiny"
     results = [measure(p) for p in args.pipelines.split(",")]
     for r in results:
         d, f = r["dense"], r["flash"]
@@ -94,9 +102,7 @@ def main() -> None:
         print(f"  flash  {f['xla_bytes_per_chip_chunk'] / 1e12:8.3f} TB  {f['xla_flops_per_chip_chunk'] / 1e12:8.1f} TFLOP"
               f"  estimate {f['estimate_bytes_per_chip_chunk'] / 1e12:.3f} TB {f['estimate_flops_per_chip_chunk'] / 1e12:.1f}"
               f" TFLOP  time floor {max(f['compute_floor_s'], f['memory_floor_s']):.3f} s  (deadline {r['deadline_s']:.2f} s)")
-    out = Path(__file__).parent / "results" / "flash.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_results(results, out_path(args.out, "flash", smoke=args.smoke), smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Attention kernels, side by side: the write-up's claims as ratios, measured where CPU can show them.
 
     python benchmarks/bench_kernels.py [--shape tiny|small] [--repeat 5] [--out benchmarks/results/kernels.json]
+    python benchmarks/bench_kernels.py --smoke --out FILE    # 3 frames, 2 heads, G = 1, 2: seconds; the tests run it
 
 On CPU the Pallas kernels run in interpret mode and there is no asynchronous all-to-all, so:
 block-sparse vs dense and aligned vs 128-tiled (kernels/blocksparse_tiled.py: padded, mask
@@ -12,7 +13,7 @@ show equal bytes and the CPU overhead of more, smaller launches. Nothing is asse
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
 import sys
 import time
@@ -20,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 
 def _time(fn, *args, repeat: int) -> float:
@@ -38,8 +41,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="tiny", choices=["tiny", "small"])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "kernels.json"))
+    ap.add_argument("--smoke", action="store_true",
+                    help="the tiny shape cut to 3 frames and 2 heads, head groups G = 1, 2, one repeat")
+    ap.add_argument("--out", help="write the JSON here (default benchmarks/results/kernels.json; --smoke: nowhere)")
     args = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    if args.smoke:
+        args.shape, args.repeat = "tiny", 1
 
     from avatar_release.machine import configure_host_devices
 
@@ -57,6 +65,9 @@ def main() -> None:
     c = get_config(args.shape)
     t, frames, window = c.sr_tokens_per_frame, c.frames_per_chunk + 1, c.sr.window
     heads, hd = c.sr.heads, c.sr.dim // c.sr.heads
+    group_counts = (1, 2, 4)
+    if args.smoke:  # the same kernels and the same frame geometry per frame, on a fraction of the tokens
+        frames, heads, group_counts = 3, 2, (1, 2)
     s = frames * t
     rng = np.random.default_rng(0)
     q, k, v = (jnp.asarray(rng.standard_normal((heads, s, hd)), jnp.bfloat16) for _ in range(3))
@@ -89,11 +100,11 @@ def main() -> None:
 
     groups = []
     mesh = jax.make_mesh((8,), ("fsdp",))
-    gh = max(heads, 32)  # enough heads for G = 4 over 8 devices
+    gh = max(heads, 8 * max(group_counts))  # enough heads for the largest G over 8 devices
     qg, kg, vg = (jnp.asarray(rng.standard_normal((gh, s, hd)), jnp.bfloat16) for _ in range(3))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "fsdp", None))
     qg, kg, vg = (jax.device_put(x, sharding) for x in (qg, kg, vg))
-    for g in (1, 2, 4):
+    for g in group_counts:
         fn = jax.jit(lambda q, k, v, g=g: ulysses_attention(q, k, v, mesh=mesh, groups=g,
                                                              mask=FrameWindow(frames, t, window)))
         ops = hlo_all_to_alls(fn.lower(qg, kg, vg).compile().as_text())
@@ -104,8 +115,8 @@ def main() -> None:
         rows.append((f"G={g['G']} / G=1 wall time ({gh} heads)", g["seconds"] / groups[0]["seconds"], "<= 1.10"))
 
     result = {
-        "shape": args.shape, "sr": {"tokens_per_frame": t, "frames": frames, "window": window, "heads": heads,
-                                     "head_dim": hd},
+        "shape": args.shape, "smoke": args.smoke, "repeat": args.repeat,
+        "sr": {"tokens_per_frame": t, "frames": frames, "window": window, "heads": heads, "head_dim": hd},
         "live_fraction": live,
         "seconds": {"dense": t_dense, "blocksparse": t_sparse, "tiled_128": t_tiled, "bounded": t_b, "online": t_o},
         "tiles": {"tile_128": tiled._asdict(), f"aligned_{aligned}": fitted._asdict()},
@@ -121,9 +132,7 @@ def main() -> None:
     print(f"bounded softmax max abs error (f32) {err:.2e} (goal <= 2e-6); eligible heads {float(share):.2%} "
           "on random inputs (see `avatar-release analyze attention` for pipeline activations)")
     print("all-to-all bytes per G: " + ", ".join(f"G={g['G']}: {g['bytes']} ({g['all_to_alls']} ops)" for g in groups))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"written to {args.out}")
+    write_results(result, out_path(args.out, "kernels", smoke=args.smoke), smoke=args.smoke)
 
 
 if __name__ == "__main__":

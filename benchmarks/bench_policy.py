@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
 
 def _cli(*args: str, env: dict) -> tuple[dict, float]:
     t0 = time.perf_counter()
@@ -113,12 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     doc["met"] = (all(v["policy_share"] <= 0.05 for v in doc["promote"].values())
                   and doc["pod"]["trust_checks_share_of_cold_load"] <= 0.02)
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return doc
+    return write_results(doc, out_path(args.out, None, smoke=args.smoke), smoke=args.smoke, echo=True)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
 FLOOD_FROM = "127.0.0.2"
 
 
@@ -200,12 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
            "smoke": args.smoke, "cores": os.cpu_count(), "shared": shared, "own": own,
            "goal": {"probe_port_p99_ms_below": 100, "probe_port_failures": 0},
            "met": p["failures"] == 0 and p["p99_ms"] is not None and p["p99_ms"] < 100}
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return doc
+    return write_results(doc, out_path(args.out, None, smoke=args.smoke), smoke=args.smoke, echo=True)
 
 
 if __name__ == "__main__":

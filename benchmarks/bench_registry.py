@@ -17,10 +17,13 @@
   every record, the OCI manifest between the registries; the statement verifies at the end).
 
     python benchmarks/bench_registry.py [--size-mib 1024] [--skip-copy] [--out benchmarks/results/registry.json]
+    python benchmarks/bench_registry.py --smoke --out FILE   # 1 MiB, a stand-in build (no compile); the tests run it
 
 Nothing is asserted; results are printed side by side as ratios and written as JSON. The 1 GiB
 files (source, registry storage, pulled copies) live in one temporary directory, deleted at the end;
-the run refuses to start with less than 5 GiB free there.
+the run refuses to start with less than five times the blob free there. ``--smoke`` moves a 1 MiB
+blob and copies a stand-in build (``tests/unit/test_copy.publish``: a stored manifest whose every
+blob reference names real bytes, nothing compiled) along the same path.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 PUSH_GOAL, RSS_GOAL_MB = 1.5, 200
 
@@ -200,12 +205,24 @@ def _file_sha256(path: Path) -> str:
 
 
 # ---- copy of a tiny build between two registries --------------------------------------------------------------
-def bench_copy(tmp: Path, exe: str) -> dict:
+def _compiled(src) -> str:
     from avatar_release.machine import configure_compile_env
     from avatar_release.specs import load_target
 
     configure_compile_env(load_target("cpu-8"))  # as `compile` does: 8 CPU devices, JAX on CPU only
     from avatar_release.compile import compile_build
+
+    print("compiling tiny for cpu-8 ...", flush=True)
+    return compile_build("tiny", "cpu-8", registry=src).build_id
+
+
+def _stand_in(src) -> str:
+    from tests.unit.test_copy import publish  # a stored manifest, every blob reference real bytes
+
+    return publish(src, version=5)[0]
+
+
+def bench_copy(tmp: Path, exe: str, *, smoke: bool) -> dict:
     from avatar_release.ops import copy_build
     from avatar_release.promote import promote
     from avatar_release.registry import LocalRegistry, OciRegistry, read_manifest
@@ -215,12 +232,11 @@ def bench_copy(tmp: Path, exe: str) -> dict:
     from tests.unit.test_copy import gate, records_of  # a stored, signed, passing gate result; every record
 
     src = LocalRegistry(tmp / "src")
-    print("compiling tiny for cpu-8 ...", flush=True)
-    built = compile_build("tiny", "cpu-8", registry=src)
-    resolved, m = read_manifest(src, built.build_id)
-    gate(src, built.build_id, resolved.digest, m)
+    build_id = _stand_in(src) if smoke else _compiled(src)
+    resolved, m = read_manifest(src, build_id)
+    gate(src, build_id, resolved.digest, m)
     priv, pub, _ = generate_keypair(tmp / "keys")
-    promote(src, built.build_id, "staging", signing_key=load_private_key(priv))
+    promote(src, build_id, "staging", signing_key=load_private_key(priv))
     servers = [OciServer(exe, tmp / f"server-{n}").start() for n in ("a", "b")]
     try:
         a, b = (OciRegistry(s.uri("bench/tiny"), lock_dir=tmp / "locks") for s in servers)
@@ -237,8 +253,7 @@ def bench_copy(tmp: Path, exe: str) -> dict:
         identical = {
             "manifest": home.get_manifest_bytes(back.destination_digest) == src.get_manifest_bytes(resolved.digest),
             "blobs": all(home.get_blob(r.digest, r.size) == src.get_blob(r.digest, r.size) for r in m.blobs()),
-            "records": records_of(home, built.build_id) == records_of(b, built.build_id) == records_of(
-                src, built.build_id),
+            "records": records_of(home, build_id) == records_of(b, build_id) == records_of(src, build_id),
             "oci_manifest_a_b": a.build_artifact(a_to_b.source_digest) == b.build_artifact(a_to_b.destination_digest),
         }
         verify_channel(home, "staging", load_public_key(pub), digest=back.destination_digest)
@@ -246,7 +261,7 @@ def bench_copy(tmp: Path, exe: str) -> dict:
     finally:
         for s in servers:
             s.stop()
-    return {"build_id": built.build_id, "blobs": a_to_b.blobs_copied, "bytes": a_to_b.bytes_copied,
+    return {"build_id": build_id, "compiled": not smoke, "blobs": a_to_b.blobs_copied, "bytes": a_to_b.bytes_copied,
             "records": len(a_to_b.records_copied),
             "local_to_a": {"requests": requests_to_a, "seconds": to_a.seconds},
             "a_to_b": {"requests": requests, "seconds": a_to_b.seconds},
@@ -292,14 +307,18 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--skip-copy", action="store_true", help="only the blob push/pull")
     ap.add_argument("--skip-blob", action="store_true", help="only the copy between registries")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "registry.json"))
+    ap.add_argument("--smoke", action="store_true", help="a 1 MiB blob, and a stand-in build copied (no compile)")
+    ap.add_argument("--out", help="write the JSON here (default benchmarks/results/registry.json; --smoke: nowhere)")
     args = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    if args.smoke:
+        args.size_mib = 1
     exe = shutil.which("docker-registry") or shutil.which("registry")
-    out: dict = {"host": {"cpus": os.cpu_count()}}
+    out: dict = {"smoke": args.smoke, "host": {"cpus": os.cpu_count()}}
     with tempfile.TemporaryDirectory(prefix="bench-registry-") as tmp:
         tmp = Path(tmp)
         free = shutil.disk_usage(tmp).free
-        need = 5 << 30
+        need = 5 * (args.size_mib << 20)  # the source, the registry's copy, the pulled copies, slack
         if exe is None:
             out["blob"] = out["copy"] = "skipped: docker-registry is not installed (Debian: apt-get install docker-registry)"
         else:
@@ -308,14 +327,12 @@ def main() -> None:
             elif shutil.which("skopeo") is None:
                 out["blob"] = "skipped: skopeo is not installed"
             elif free < need:
-                out["blob"] = f"skipped: {free >> 30} GiB free in {tmp}, the run needs {need >> 30}"
+                out["blob"] = f"skipped: {free >> 20} MiB free in {tmp}, the run needs {need >> 20}"
             else:
                 out["blob"] = bench_blob(tmp, args.size_mib << 20, exe)
-            out["copy"] = "skipped (--skip-copy)" if args.skip_copy else bench_copy(tmp, exe)
+            out["copy"] = "skipped (--skip-copy)" if args.skip_copy else bench_copy(tmp, exe, smoke=args.smoke)
     _report(out)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2, default=str))
-    print(f"\nwritten: {args.out}")
+    write_results(out, out_path(args.out, "registry", smoke=args.smoke), smoke=args.smoke, default=str)
 
 
 if __name__ == "__main__":

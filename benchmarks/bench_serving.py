@@ -21,6 +21,11 @@ clients and requests, every request with a timeout.
 * **Full queue**: the burst's accepted requests' p99 time to first fragment.
 
     python benchmarks/bench_serving.py [--registry DIR] [--out benchmarks/results/serving.json]
+    python benchmarks/bench_serving.py --smoke --registry DIR --out FILE   # every measurement, smallest; the tests run it
+
+``--smoke``: 1-second requests, one run, 2 clients x 1 request, a burst of 3 against a queue of 1,
+flat memory over 1 s vs 2 s; the promotion still compiles its second tiny build. ``--registry`` is
+copied, never changed (the promotion publishes a build to its dev channel).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -43,6 +49,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
+# --smoke: (seconds, runs, clients, requests, burst, queue, long)
+SMOKE = (1.0, 1, 2, 1, 3, 1, 2.0)
 
 
 def _pod(registry: str, queue: int, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -194,8 +205,13 @@ def main() -> None:
     ap.add_argument("--long", type=float, default=120.0, help="the long request of the flat-memory check")
     ap.add_argument("--skip-long", action="store_true", help="skip the flat-memory check (minutes on 2 cores)")
     ap.add_argument("--only-long", action="store_true", help="run only the flat-memory check")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--smoke", action="store_true", help="every measurement at its smallest: proves the benchmark runs")
+    ap.add_argument("--out", help="write the JSON here (default: nowhere)")
     a = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    if a.smoke:
+        a.seconds, a.runs, a.clients, a.requests, a.burst, a.queue, a.long = SMOKE
+    out = out_path(a.out, None, smoke=a.smoke)
 
     from avatar_release.machine import configure_compile_env
     from avatar_release.specs import load_target
@@ -204,20 +220,20 @@ def main() -> None:
     # 8 CPU devices and JAX on its CPU backend only (libtpu, when installed, stays out of it).
     configure_compile_env(load_target("cpu-8"))
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
-        registry = a.registry
-        if registry is None:
+        registry = str(Path(tmp) / "reg")
+        if a.registry is None:
             from avatar_release.compile import compile_build
             from avatar_release.registry import LocalRegistry
 
-            registry = str(Path(tmp) / "reg")
             compile_build("tiny", "cpu-8", registry=LocalRegistry(registry))
-        result: dict = {"seconds": a.seconds}
+        else:
+            shutil.copytree(a.registry, registry)
+        result: dict = {"smoke": a.smoke, "seconds": a.seconds}
         if a.only_long:
             result["flat_memory"] = _flat_memory(registry, a.seconds, a.long)
             print(f"flat memory: {result['flat_memory']}")
             print(f"  peak RSS, {a.long:g} s / {a.seconds:g} s request  {result['flat_memory']['peak_ratio']}  <= 1.10")
-            if a.out:
-                Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+            write_results(result, out, smoke=a.smoke)
             return
 
         proc, base = _pod(registry, max(a.clients, a.queue))
@@ -269,8 +285,7 @@ def main() -> None:
             print(f"flat memory: {result['flat_memory']}")
         print(f"pod memory: {result['rss_mib']} MiB")
         _summary(result)
-    if a.out:
-        Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(result, out, smoke=a.smoke)
 
 
 def _summary(r: dict) -> None:

@@ -8,7 +8,12 @@ the shards compete for the same cores: the speed-up a fleet of hosts would see i
 here; what is measured is the overhead sharding adds (extra fresh processes, loads, partial
 evidence, merge). Each configuration runs in fresh processes; the median of --runs is reported.
 
-    python benchmarks/bench_shards.py [--runs 1] [--out benchmarks/results/shards.json]
+    python benchmarks/bench_shards.py [--runs 1] [--registry DIR] [--out benchmarks/results/shards.json]
+    python benchmarks/bench_shards.py --smoke --registry DIR --out FILE   # N = 2 only, no unsharded gate; the tests run it
+
+``--registry``: a registry whose dev channel holds an ungated tiny build (default: compile one); it
+is copied, never changed. ``--smoke`` runs N = 2 alone (two shards side by side, then the merge),
+without the unsharded gate: its ratios to the unsharded gate are null.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,6 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
 _CLI = [sys.executable, "-c", "import sys; from avatar_release.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
@@ -53,37 +62,51 @@ def _sharded(build: str, reg: str, n: int, env: dict, tag: str) -> dict:
             "slowest_shard_worker_s": round(max(shard_walls), 3)}
 
 
+def _build(reg: str, given: str | None, env: dict) -> str:
+    """The build to gate: the dev build of a copy of ``given``, or one compiled by the CLI."""
+    if given:
+        from avatar_release.registry import LocalRegistry, read_manifest
+
+        shutil.copytree(given, reg)
+        return read_manifest(LocalRegistry(reg, create=False), "dev")[0].build_id
+    out = subprocess.run([*_CLI, "compile", "--registry", reg, "--json"], check=True, capture_output=True,
+                         env=env, text=True)
+    return json.loads(out.stdout)["build_id"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "shards.json"))
+    ap.add_argument("--registry", help="a registry whose dev channel holds an ungated tiny build (default: compile one)")
+    ap.add_argument("--smoke", action="store_true", help="N = 2 only, no unsharded gate: proves the benchmark runs")
+    ap.add_argument("--out", help="write the JSON here (default benchmarks/results/shards.json; --smoke: nowhere)")
     args = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    runs, counts = (1, (2,)) if args.smoke else (args.runs, (1, 2, 4))
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
         env = {**os.environ, "AVATAR_RELEASE_CONFIG_DIR": f"{tmp}/cfg", "XLA_FLAGS": ""}
         env.pop("AVATAR_RELEASE_TRUST_POLICY", None)
         env.pop("AVATAR_RELEASE_GATE_KEY", None)
         reg = f"{tmp}/reg"
-        out = subprocess.run([*_CLI, "compile", "--registry", reg, "--json"], check=True, capture_output=True,
-                             env=env, text=True)
-        build = json.loads(out.stdout)["build_id"]
-        whole = [_run(["gate", build, "--baseline", "none", "--registry", reg, "--json",
-                       "--report", f"{tmp}/rep-whole"], env) for _ in range(args.runs)]
+        build = _build(reg, args.registry, env)
+        whole = [] if args.smoke else [_run(["gate", build, "--baseline", "none", "--registry", reg, "--json",
+                                             "--report", f"{tmp}/rep-whole"], env) for _ in range(runs)]
         rows = {}
-        for n in (1, 2, 4):
-            runs = [_sharded(build, reg, n, env, f"n{n}-r{i}") for i in range(args.runs)]
-            rows[n] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    w = statistics.median(whole)
-    result = {"pipeline": "tiny", "cpus": os.cpu_count(), "runs": args.runs, "unsharded_s": round(w, 3),
-              "sharded": {str(n): {**r, "vs_unsharded": round(r["total_s"] / w, 3),
+        for n in counts:
+            measured = [_sharded(build, reg, n, env, f"n{n}-r{i}") for i in range(runs)]
+            rows[n] = {k: statistics.median(r[k] for r in measured) for k in measured[0]}
+    w = statistics.median(whole) if whole else None
+    result = {"pipeline": "tiny", "smoke": args.smoke, "build_id": build, "cpus": os.cpu_count(), "runs": runs,
+              "unsharded_s": None if w is None else round(w, 3),
+              "sharded": {str(n): {**r, "vs_unsharded": None if w is None else round(r["total_s"] / w, 3),
                                    "merge_share_of_one_shard": round(r["merge_s"] / r["slowest_shard_worker_s"], 3)}
                           for n, r in rows.items()}}
-    print(f"unsharded gate of tiny: {w:.1f}s on {os.cpu_count()} cores")
+    print(f"unsharded gate of tiny: {'-' if w is None else f'{w:.1f}'}s on {os.cpu_count()} cores")
     for n, r in result["sharded"].items():
+        vs = "-" if r["vs_unsharded"] is None else f"{r['vs_unsharded']:.2f}x"
         print(f"  N={n}: shards {r['shards_wall_s']:.1f}s (in parallel) + merge {r['merge_s']:.1f}s = {r['total_s']:.1f}s "
-              f"-> {r['vs_unsharded']:.2f}x the unsharded gate; merge = {r['merge_share_of_one_shard']:.0%} of one shard")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {args.out}")
+              f"-> {vs} the unsharded gate; merge = {r['merge_share_of_one_shard']:.0%} of one shard")
+    write_results(result, out_path(args.out, "shards", smoke=args.smoke), smoke=args.smoke)
 
 
 if __name__ == "__main__":

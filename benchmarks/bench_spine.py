@@ -4,7 +4,12 @@ Each scenario runs in its own fresh process (so imports, cold start and peak RSS
 then the parent prints ratios against the goals and writes JSON. Nothing here is asserted:
 speed targets are measurements, not tests.
 
-    python benchmarks/bench_spine.py [--pipeline tiny] [--chunks 3] [--out benchmarks/results/spine.json]
+    python benchmarks/bench_spine.py [--pipeline tiny] [--chunks 6] [--out benchmarks/results/spine.json]
+    python benchmarks/bench_spine.py --smoke --out FILE   # one chunk, no serial compile; the tests run it
+
+``--smoke`` runs every scenario on one chunk (the steady chunk is then the first) and skips the
+compile scenario's second, serial compile (its ratio is then null): the concurrent compile and the
+JIT path's are the work left.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the bundled pipeline (model/, kernels/) is a project beside the package
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 T_PROCESS = time.perf_counter()
 
@@ -41,7 +48,8 @@ def scenario_compile(args) -> dict:
     from avatar_release.registry import LocalRegistry, MemoryRegistry
 
     conc = compile_build(args.pipeline, "cpu-8", registry=LocalRegistry(args.registry))
-    serial = compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(), concurrent_compile=False, publish=False)
+    serial = None if args.smoke else compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(),
+                                                   concurrent_compile=False, publish=False)
     m = conc.manifest
     return {
         "build_id": conc.build_id,
@@ -52,7 +60,7 @@ def scenario_compile(args) -> dict:
         ],
         "trace_lower_compile_s": sum(e.trace_seconds + e.lower_seconds + e.compile_seconds for e in m.executables),
         "compile_wall_concurrent_s": conc.compile_wall_seconds,
-        "compile_wall_serial_s": serial.compile_wall_seconds,
+        "compile_wall_serial_s": serial.compile_wall_seconds if serial else None,
         "peak_rss_mb": _rss_mb(),
     }
 
@@ -155,7 +163,7 @@ SCENARIOS = {"compile": scenario_compile, "serve": scenario_serve, "jit": scenar
 def _run(name: str, args) -> dict:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     cmd = [sys.executable, __file__, "--scenario", name, "--pipeline", args.pipeline, "--chunks", str(args.chunks),
-           "--registry", args.registry]
+           "--registry", args.registry, *(["--smoke"] if args.smoke else [])]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -166,14 +174,22 @@ def _run(name: str, args) -> dict:
     return res
 
 
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None else num / den
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", choices=sorted(SCENARIOS))
     ap.add_argument("--pipeline", default="tiny")
     ap.add_argument("--chunks", type=int, default=6)
     ap.add_argument("--registry", default=None)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "spine.json"))
+    ap.add_argument("--smoke", action="store_true", help="one chunk, no serial compile: proves the benchmark runs")
+    ap.add_argument("--out", help="write the JSON here (default benchmarks/results/spine.json; --smoke: nowhere)")
     args = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    if args.smoke:
+        args.chunks = 1
     if args.scenario:
         print(json.dumps(SCENARIOS[args.scenario](args)))
         return
@@ -183,7 +199,8 @@ def main() -> None:
     c, s, j, e = r["compile"], r["serve"], r["jit"], r["eager"]
     chunk_seconds = e["frames_per_chunk"] / e["fps"]
     ratios = [
-        ("concurrent / serial compile wall", c["compile_wall_concurrent_s"] / c["compile_wall_serial_s"], "<= 0.70"),
+        ("concurrent / serial compile wall", _ratio(c["compile_wall_concurrent_s"], c["compile_wall_serial_s"]),
+         "<= 0.70"),
         ("cold load / (trace+lower+compile)", s["load"]["total"] / c["trace_lower_compile_s"], "<= 0.05"),
         ("first chunk: registry / JIT path", s["time_to_first_chunk_s"] / j["time_to_first_chunk_s"], "<= 0.25"),
         ("steady chunk: loaded / JIT", s["steady_chunk_s"] / j["steady_chunk_s"], "1.00 +- 0.03"),
@@ -197,16 +214,15 @@ def main() -> None:
     print(f"\npipeline {args.pipeline}, 8 virtual CPU devices on {os.cpu_count()} cores\n")
     print(f"{'measure':<38} {'ratio':>8}   goal")
     for name, value, goal in ratios:
-        print(f"{name:<38} {value:8.3f}   {goal}")
+        print(f"{name:<38} {'-' if value is None else f'{value:8.3f}':>8}   {goal}")
     print("\nper executable:")
     for x in c["per_executable"]:
         print(f"  {x['key']:<8} trace {x['trace_s']:.2f}s lower {x['lower_s']:.2f}s compile {x['compile_s']:.2f}s  "
               f"raw {x['raw_bytes'] / 1e6:.2f} MB zstd {x['zstd_bytes'] / 1e6:.2f} MB ({x['zstd_ratio']:.3f})")
-    doc = {"pipeline": args.pipeline, "cores": os.cpu_count(), "scenarios": r,
-           "ratios": {name: {"value": round(v, 4), "goal": g} for name, v, g in ratios}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"\nwritten to {args.out}")
+    doc = {"pipeline": args.pipeline, "smoke": args.smoke, "chunks": args.chunks, "cores": os.cpu_count(),
+           "scenarios": r, "ratios": {name: {"value": None if v is None else round(v, 4), "goal": g}
+                                      for name, v, g in ratios}}
+    write_results(doc, out_path(args.out, "spine", smoke=args.smoke), smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ chunk against the deadline (exposed collectives' wire time included), and hidden
 all-to-alls per Ulysses head-group count.
 
     python benchmarks/bench_tpu.py [--quick] [--no-before] [--replicated] [--out benchmarks/results/tpu.json]
+    python benchmarks/bench_tpu.py --smoke --out FILE   # one tiny compile, G = 1, 2; the tests run it
 
 Production shapes are compiled twice, side by side: "before" (the stand-in shapes, dense DiT
 attention and sharded decoder this project had until issue 20, reproduced with --set overrides:
@@ -15,7 +16,8 @@ Every compile runs in a fresh `avatar-release compile --json` process (its peak 
 the production pipelines' 19B parameters would be 38 GB if materialised). Memory figures are
 XLA's memory_analysis(); times per chunk are compiler estimates (XLA cost model + published
 v6e peaks), never measurements: nothing here runs on a TPU. `--quick` skips the production
-shapes (minutes each on 2 cores). Nothing is asserted.
+shapes (minutes each on 2 cores); ``--smoke`` compiles tiny once (spec defaults) and probes its
+schedule for G = 1, 2 only. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 GIB = 2**30
+
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 
 def _compile(pipeline: str, target: str, sets: list[str], registry: Path) -> dict:
@@ -111,12 +115,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny only: skip the production shapes")
     ap.add_argument("--no-before", action="store_true", help="skip the 'before' compiles of the production shapes")
     ap.add_argument("--replicated", action="store_true", help="also compile 720p with replicated weights (refused)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tpu.json"))
+    ap.add_argument("--smoke", action="store_true", help="tiny once (spec defaults), schedule probe G = 1, 2")
+    ap.add_argument("--out", help="write the JSON here (default benchmarks/results/tpu.json; --smoke: nowhere)")
     args = ap.parse_args()
+    os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
+    if args.smoke:
+        args.quick = True
 
-    runs = [("tiny", "tpu-v6e-8", []),
-            ("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"]),
-            ("tiny", "tpu-v6e-8", ["dit.attention=flash"])]
+    runs = [("tiny", "tpu-v6e-8", [])]
+    if not args.smoke:
+        runs += [("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"]),
+                 ("tiny", "tpu-v6e-8", ["dit.attention=flash"])]
     if not args.quick:
         for pipeline in ("avatar-720p", "avatar-1080p"):
             if not args.no_before:
@@ -141,9 +150,10 @@ def main() -> None:
     from model.schedule import probe_schedule
 
     probes = {}
+    groups = (1, 2) if args.smoke else (1, 2, 4)
     for pipeline in ["tiny"] + ([] if args.quick else ["avatar-720p"]):
-        print(f"schedule probe {pipeline} G=1,2,4 ...", flush=True)
-        probes[pipeline] = [p.to_json() for p in probe_schedule(pipeline, "tpu-v6e-8", (1, 2, 4))]
+        print(f"schedule probe {pipeline} G={','.join(map(str, groups))} ...", flush=True)
+        probes[pipeline] = [p.to_json() for p in probe_schedule(pipeline, "tpu-v6e-8", groups)]
 
     print("\ncompile on this CPU-only host for tpu-v6e-8 (fresh process each)")
     print(f"{'pipeline':<13} {'target':<21} {'set':<44} {'wall s':>7} {'rss GiB':>8} {'HBM/chip':>16} {'use':>6}"
@@ -169,9 +179,9 @@ def main() -> None:
             print(f"  {pipeline:<12} G={p['groups']}: {p['all_to_alls']:>2} all-to-alls, {p['hidden']:>2} hidden, "
                   f"{p['exposed']:>2} exposed (hidden share {share:.2f})")
     doc = {"label": "compile-only evidence for tpu-v6e-8 on a CPU-only host; times per chunk are compiler "
-                    "estimates, not measurements", "host_cpus": os.cpu_count(), "compiles": rows, "schedule": probes}
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"\nwritten {args.out}")
+                    "estimates, not measurements", "smoke": args.smoke, "host_cpus": os.cpu_count(), "compiles": rows,
+           "schedule": probes}
+    write_results(doc, out_path(args.out, "tpu", smoke=args.smoke), smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
 SIDE = 4096  # a tensor is SIDE x SIDE bf16: 32 MiB
 TENSOR_BYTES = SIDE * SIDE * 2
 
@@ -226,12 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     doc = {"benchmark": "weights", "smoke": args.smoke, "cores": os.cpu_count(), "baseline": baseline, "sizes": rows,
            "goals": {"ours_vs_zstd_1_thread_at_most": 1.0, "ours_vs_safetensors_at_most": 1.5,
                      "peak_rss_over_raw_weights_at_most_bytes": 512 << 20}}
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return doc
+    return write_results(doc, out_path(args.out, None, smoke=args.smoke), smoke=args.smoke, echo=True)
 
 
 if __name__ == "__main__":

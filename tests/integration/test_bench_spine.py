@@ -1,0 +1,36 @@
+"""benchmarks/bench_spine.py keeps working: its smoke mode (one chunk, no serial compile) runs the
+compile, serve, JIT and eager paths, each in a fresh process, and writes the ratios the README quotes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # two compiles of tiny (the compile and JIT scenarios)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_mode_runs_every_path_and_the_served_build_never_compiles(tmp_path):
+    out = tmp_path / "spine.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_spine.py"), "--smoke", "--out", str(out)],
+                   check=True, cwd=tmp_path, timeout=900)
+    doc = json.loads(out.read_text())
+    s = doc["scenarios"]
+    assert set(s) == {"compile", "serve", "jit", "eager"} and doc["chunks"] == 1
+    compiled = s["compile"]
+    assert compiled["build_id"].startswith("tiny-cpu-8-")
+    assert {e["key"] for e in compiled["per_executable"]} == {"dit/f8", "sr/f8", "vae/f8"}
+    assert all(0 < e["zstd_bytes"] < e["raw_bytes"] and e["compile_s"] > 0 for e in compiled["per_executable"])
+    assert compiled["compile_wall_serial_s"] is None  # --smoke skips the serial compile
+    served = s["serve"]
+    assert served["compiles"] == 0 and served["torch_imported"] is False
+    assert 0 < served["load"]["total"] < compiled["trace_lower_compile_s"]
+    assert s["jit"]["steady_chunk_s"] > 0 and s["eager"]["chunk_s"] > 0
+    ratios = {name: r["value"] for name, r in doc["ratios"].items()}
+    assert ratios.pop("concurrent / serial compile wall") is None
+    assert len(ratios) == 8 and all(v > 0 for v in ratios.values()), ratios
