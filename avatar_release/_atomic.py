@@ -23,7 +23,6 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 __all__ = ["TMP_PREFIX", "atomic_path", "write_bytes", "write_text", "write_json", "sweep", "fsync_dir"]
 
@@ -83,7 +82,7 @@ def write_text(path: str | os.PathLike, text: str, *, tmp_dir: str | os.PathLike
     write_bytes(path, text.encode("utf-8"), tmp_dir=tmp_dir)
 
 
-def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1, sort_keys: bool = True) -> None:
+def write_json(path: str | os.PathLike, obj: object, *, indent: int | None = 1, sort_keys: bool = True) -> None:
     write_text(path, json.dumps(obj, indent=indent, sort_keys=sort_keys) + "\n")
 
 

@@ -17,7 +17,7 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def canonical_json(obj) -> bytes:
+def canonical_json(obj: object) -> bytes:
     """Stable bytes for hashing: sorted keys, no whitespace, UTF-8."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 

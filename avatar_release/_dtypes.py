@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = ["dtype_name", "np_dtype", "itemsize"]
 
@@ -18,10 +22,11 @@ def _bf16() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def dtype_name(dt) -> str:
-    """Record spelling of a numpy / jax / ml_dtypes / torch dtype."""
+def dtype_name(dt: object) -> str:
+    """Record spelling of a numpy / jax / ml_dtypes / torch dtype (anything whose ``str`` is
+    ``torch.<name>``, or that ``np.dtype`` reads)."""
     text = str(dt).removeprefix("torch.")
-    return "bfloat16" if text == "bfloat16" else np.dtype(text if text != str(dt) else dt).name
+    return "bfloat16" if text == "bfloat16" else np.dtype(text if text != str(dt) else cast("DTypeLike", dt)).name
 
 
 def np_dtype(name: str) -> np.dtype:

@@ -28,6 +28,12 @@ Anything else escaping the CLI is a crash (exit 70).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # DoesNotFit carries a records.MemoryFit; records imports this module, so it is named here by its base.
+    from pydantic import BaseModel
+
 __all__ = [
     "AvatarReleaseError",
     "InputError",
@@ -65,7 +71,7 @@ class AvatarReleaseError(Exception):
     exit_code: int = 10
     details: dict = {}
 
-    def with_details(self, **details) -> "AvatarReleaseError":
+    def with_details(self, **details: object) -> "AvatarReleaseError":
         self.details = {**self.details, **details}
         return self
 
@@ -111,7 +117,7 @@ class DoesNotFit(Refusal):
     ``fit`` is the MemoryFit record with the numbers; nothing was published.
     """
 
-    def __init__(self, message: str, fit=None):
+    def __init__(self, message: str, fit: BaseModel | None = None):
         super().__init__(message)
         self.fit = fit
 

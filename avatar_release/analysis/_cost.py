@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..records import Manifest
+from ..records import ExecutableEntry, Manifest
 
 __all__ = ["StageEstimate", "ChunkEstimate", "estimate_chunks", "LABEL"]
 
@@ -81,7 +81,8 @@ def _per_run(c: dict[str, float], scale: float) -> tuple[float, float, float, st
             "loop-scaled (XLA's figures x the traced scan trip ratio)")
 
 
-def _stage(entry, peak_flops: float | None, bandwidth: float | None, ici: float | None) -> StageEstimate:
+def _stage(entry: ExecutableEntry, peak_flops: float | None, bandwidth: float | None, ici: float | None
+           ) -> StageEstimate:
     c, scale = entry.cost, entry.cost_loop_scale
     flops, nbytes, transcendentals, counted = _per_run(c, scale)
     roofline = bound = compute = memory = share = seconds = None
@@ -116,10 +117,11 @@ def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: flo
     for b in manifest.buckets:
         stages = [_stage(e, peak_flops, bandwidth, ici) for e in manifest.executables if e.bucket == b.name]
         per = [s.seconds if s.seconds is not None else s.xla_optimal_seconds for s in stages]
-        total = sum(per) if stages and all(v is not None for v in per) else None
+        known = [v for v in per if v is not None]
+        total = sum(known) if stages and len(known) == len(per) else None
         deadline = b.frames / fps
-        computes = [s.compute_seconds for s in stages]
-        compute = sum(computes) if stages and all(v is not None for v in computes) else None
+        computes = [s.compute_seconds for s in stages if s.compute_seconds is not None]
+        compute = sum(computes) if stages and len(computes) == len(stages) else None
         out.append(ChunkEstimate(b.name, b.frames, deadline, total, None if total is None else total / deadline,
                                  stages, compute_seconds=compute,
                                  compute_share=compute / total if compute is not None and total else None,

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
-from ..analysis import LABEL, estimate_chunks
+from ..analysis import LABEL, ChunkEstimate, StageEstimate, estimate_chunks
 from ..compile import parse_set_args
 from ..errors import AvatarReleaseError, InputError, SpecError
 from ..machine import configure_host_devices, native_log_filter
 from ..pipeline import CONTRACT_PAGE, AnalysisContext, load_entry
+from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..specs import load_flag_profile, load_pipeline, load_target
 from ._app import _emit, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option
@@ -21,7 +23,7 @@ def analyze_group() -> None:
     """Static analyses: of a pipeline config (attention, schedule) or of a compiled build (build)."""
 
 
-def _run_analysis(name: str, pipeline: str, *, target: str | None = None, options: dict | None = None,
+def _run_analysis(name: str, pipeline: str, *, target: str | None = None, options: dict[str, Any] | None = None,
                   as_json: bool) -> None:
     """Run one of the pipeline's own analyses (its contract's ``analyses``) and print it."""
     spec = load_pipeline(pipeline)
@@ -52,7 +54,7 @@ def _run_analysis(name: str, pipeline: str, *, target: str | None = None, option
 @click.option("--no-collectives", is_flag=True, help="Skip compiling the grouped all-to-alls.")
 @project_option
 @json_option
-def analyze_attention_cmd(pipeline, no_eligibility, no_collectives, as_json):
+def analyze_attention_cmd(pipeline: str, no_eligibility: bool, no_collectives: bool, as_json: bool) -> None:
     """The pipeline's "attention" analysis (the bundled one: mask live fraction, block counts, bounded-softmax
     eligibility, all-to-all bytes)."""
     _run_analysis("attention", pipeline, options={"no_eligibility": no_eligibility, "no_collectives": no_collectives},
@@ -66,7 +68,7 @@ def analyze_attention_cmd(pipeline, no_eligibility, no_collectives, as_json):
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="Passed to the analysis (repeatable).")
 @project_option
 @json_option
-def analyze_pipeline_cmd(name, pipeline, target, options, as_json):
+def analyze_pipeline_cmd(name: str, pipeline: str, target: str | None, options: tuple[str, ...], as_json: bool) -> None:
     """Run the analysis NAME that the pipeline declares (its contract's ``analyses``)."""
     _run_analysis(name, pipeline, target=target, options=parse_set_args(options), as_json=as_json)
 
@@ -76,7 +78,7 @@ def analyze_pipeline_cmd(name, pipeline, target, options, as_json):
 @registry_option
 @project_option
 @json_option
-def analyze_build_cmd(ref, registry_uri, as_json):
+def analyze_build_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
     """What a compiled build's own evidence says: memory fit, estimated time per chunk vs its
     deadline (a compiler estimate, never a measurement), all-to-all schedule, Pallas kernels."""
     reg = open_registry(registry_uri, create=False)
@@ -103,7 +105,7 @@ def analyze_build_cmd(ref, registry_uri, as_json):
         verdict = "n/a" if c.ratio is None else (f"{c.ratio:.2f}x the deadline: "
                                                  + ("meets it" if c.ratio <= 1 else "misses it"))
         est = "n/a" if c.estimated_seconds is None else f"{c.estimated_seconds * 1e3:.1f} ms"
-        share = ("" if c.compute_share is None else
+        share = ("" if c.compute_share is None or c.compute_seconds is None else
                  f"; compute floor {c.compute_seconds * 1e3:.1f} ms = {c.compute_share:.2f} of the estimate")
         lines.append(f"  bucket {c.bucket} ({c.frames} frames, deadline {c.deadline_seconds * 1e3:.0f} ms): "
                      f"estimated {est}, {verdict}{share}; all-to-alls {c.all_to_alls_hidden} hidden, "
@@ -128,13 +130,14 @@ def analyze_build_cmd(ref, registry_uri, as_json):
     _emit(as_json, payload, "\n".join(lines))
 
 
-def _stage_lines(s, floor) -> list[str]:
+def _stage_lines(s: StageEstimate, floor: dict[str, Any] | None) -> list[str]:
     """One stage of a chunk estimate: roofline and its bound, share of the compute floor, the
     all-to-alls hidden / exposed in its schedule, XLA's own figure; then the analytic floor."""
-    if s.roofline_seconds is None:
-        roof = "n/a"
+    if s.roofline_seconds is None or s.seconds is None or s.compute_seconds is None or s.memory_seconds is None:
+        roof = "n/a"  # (set together: a roofline needs the target's peak rates)
     else:
-        wire = ("" if s.exposed_collective_seconds is None else
+        wire = ("" if s.exposed_collective_seconds is None or s.exposed_collective_bytes is None
+                or s.collective_bytes is None else
                 f" + exposed collectives {s.exposed_collective_seconds * 1e3:.2f} ms "
                 f"({s.exposed_collective_bytes / 1e9:.2f} of {s.collective_bytes / 1e9:.2f} GB arriving)")
         roof = (f"{s.seconds * 1e3:.2f} ms = roofline {s.roofline_seconds * 1e3:.2f} ms ({s.bound}-bound: compute "
@@ -156,7 +159,7 @@ def _stage_lines(s, floor) -> list[str]:
     return out
 
 
-def _analytic_floors(m, chunks, peak, bw) -> dict:
+def _analytic_floors(m: Manifest, chunks: list[ChunkEstimate], peak: float | None, bw: float | None) -> dict[str, Any]:
     """Per bucket and stage, the pipeline's own analytic floor (its "floors" analysis, when its project
     is here and declares one): the least work any compile of these shapes must do, set beside what
     XLA counted. {} when unavailable."""
@@ -184,7 +187,7 @@ def _analytic_floors(m, chunks, peak, bw) -> dict:
 @click.option("--groups", default="1,2,4", show_default=True, help="Ulysses head groups to compile, comma-separated.")
 @project_option
 @json_option
-def analyze_schedule_cmd(pipeline, target, groups, as_json):
+def analyze_schedule_cmd(pipeline: str, target: str, groups: str, as_json: bool) -> None:
     """The pipeline's "schedule" analysis (the bundled one: hidden vs exposed all-to-alls of one SR attention
     layer, compiled for TARGET per head-group count)."""
     try:

@@ -12,17 +12,17 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from .. import __version__
 from ..errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
 from ..machine import configure_compile_env, configure_for_manifest
-from ..records import CHANNELS
-from ..registry import read_manifest
-from ..records import check_identity
+from ..records import CHANNELS, Manifest, check_identity
+from ..registry import Registry, Resolved, read_manifest
 from ..runtime import TrustConfig, check_trusted
 from ..specs import load_target, use_project
 from ..trust.keys import load_public_key
@@ -33,14 +33,14 @@ __all__ = ["main", "cli", "CHANNELS"]
 _T0 = time.perf_counter()
 
 
-def _emit(ctx_json: bool, payload: dict, human: str) -> None:
+def _emit(ctx_json: bool, payload: dict[str, Any], human: str) -> None:
     if ctx_json:
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
     else:
         click.echo(human)
 
 
-def _finish(as_json: bool, payload: dict, human: str, failure: AvatarReleaseError | None = None) -> None:
+def _finish(as_json: bool, payload: dict[str, Any], human: str, failure: AvatarReleaseError | None = None) -> None:
     """Print a command's result; when it is a failure, end through the exception tree.
 
     With ``--json`` a failure prints one document (the error's fields plus ``payload``) from the
@@ -54,7 +54,7 @@ def _finish(as_json: bool, payload: dict, human: str, failure: AvatarReleaseErro
     raise failure.with_details(**payload)
 
 
-def _progress():
+def _progress() -> Callable[[str], None]:
     """Progress lines, always on stderr (with ``--json`` too: stdout carries only the result, so a
     pipeline step that runs for a minute still shows what it is doing)."""
 
@@ -75,7 +75,7 @@ _JSON = "avatar_release.json"  # ctx.meta key: the command asked for --json (sha
 class _Group(click.Group):
     """Maps AvatarReleaseError subclasses to their exit codes; anything else is a crash."""
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except AvatarReleaseError as e:
@@ -96,7 +96,7 @@ class _Group(click.Group):
             ctx.exit(CRASH_EXIT_CODE)
 
 
-def _remember_json(ctx, param, value):
+def _remember_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
     if value:
         ctx.meta[_JSON] = True
     return value
@@ -107,7 +107,9 @@ registry_option = click.option(
     help="Registry: a directory (default ./.avatar-release), file://PATH, oci://HOST[:PORT]/REPO "
          "(oci+http://, oci+https://), gar://projects/P/locations/L/repositories/R, or memory://NAME.",
 )
-def _use_project(ctx, param, value):
+
+
+def _use_project(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value:
         use_project(value)  # AVATAR_RELEASE_PROJECT for this process and every one it starts
     return value
@@ -123,7 +125,10 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_remember
 channel_choice = click.Choice(list(CHANNELS))
 
 
-def trust_options(f):
+_F = TypeVar("_F", bound=Callable[..., Any])  # a command function, options added
+
+
+def trust_options(f: _F) -> _F:
     f = click.option("--max-timestamp-age", "max_timestamp_hours", default=1.0, show_default=True, type=float,
                      envvar="AVATAR_RELEASE_MAX_TIMESTAMP_AGE_HOURS", metavar="HOURS",
                      help="Accept no signed timestamp signed longer ago than this, whatever its expiry: the replay "
@@ -139,7 +144,8 @@ def trust_options(f):
                         help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
 
 
-def _trust(trust_key, trust_state, allow_stale=False, max_timestamp_hours: float = 1.0):
+def _trust(trust_key: str | None, trust_state: str, allow_stale: bool = False,
+           max_timestamp_hours: float = 1.0) -> TrustConfig | None:
     if not trust_key:
         return None
     if not max_timestamp_hours > 0:
@@ -148,7 +154,7 @@ def _trust(trust_key, trust_state, allow_stale=False, max_timestamp_hours: float
                        require_fresh=not allow_stale, max_timestamp_age=timedelta(hours=max_timestamp_hours))
 
 
-def signing_options(f):
+def signing_options(f: _F) -> _F:
     f = click.option("--valid-days", default=30.0, show_default=True, type=float,
                      help="How long the signed statement stays valid.")(f)
     return click.option("--sign-key", default=None, envvar="AVATAR_RELEASE_SIGNING_KEY",
@@ -165,7 +171,8 @@ def _prepare_devices_for_target(target_name: str) -> None:
     configure_compile_env(load_target(target_name))
 
 
-def _prepare_devices_for_build(registry, ref: str, trust: TrustConfig | None = None):
+def _prepare_devices_for_build(registry: Registry, ref: str, trust: TrustConfig | None = None
+                               ) -> tuple[Resolved, Manifest]:
     """Read the manifest (no JAX needed), check it, and only then apply what it asks of this process
     (its device count and its flag profile's XLA flags): nothing from a manifest acts before its
     identity and, with a trust key, the channel's signed statement for it are verified."""

@@ -29,7 +29,8 @@ from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _prog
 @registry_option
 @project_option
 @json_option
-def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format, registry_uri, as_json):
+def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tuple[str, ...], serial: bool,
+                executable_format: str, registry_uri: str | None, as_json: bool) -> None:
     """Trace, AOT-compile and publish a build; points the dev channel at it."""
     overrides = parse_set_args(sets)
     _prepare_devices_for_target(target)
@@ -62,7 +63,7 @@ def compile_cmd(pipeline, target, weights_path, sets, serial, executable_format,
 @registry_option
 @project_option
 @json_option
-def rebuild_cmd(ref, registry_uri, as_json):
+def rebuild_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
     """Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."""
     reg = open_registry(registry_uri, create=False)
     _, m = read_manifest(reg, ref)
@@ -85,7 +86,7 @@ def rebuild_cmd(ref, registry_uri, as_json):
                    "key the trust policy names signed it (only those promote).")
 @registry_option
 @json_option
-def ls_cmd(verdicts, registry_uri, as_json):
+def ls_cmd(verdicts: bool, registry_uri: str | None, as_json: bool) -> None:
     """List builds, their gate status and the channels that point at them."""
     st = release_status(open_registry(registry_uri, create=False), verdicts=verdicts)
     human = "\n".join(
@@ -105,7 +106,7 @@ def ls_cmd(verdicts, registry_uri, as_json):
 @click.argument("ref")
 @registry_option
 @json_option
-def inspect_cmd(ref, registry_uri, as_json):
+def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
     """Show a build's manifest (REF: channel, build id or digest)."""
     reg = open_registry(registry_uri, create=False)
     resolved, m = read_manifest(reg, ref)
@@ -142,7 +143,7 @@ def inspect_cmd(ref, registry_uri, as_json):
 @click.argument("ref")
 @registry_option
 @json_option
-def verify_cmd(ref, registry_uri, as_json):
+def verify_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
     """Re-hash every blob of a build; exit 4 naming each blob that fails."""
     report = verify_build(ref, registry_uri)
     human = "\n".join(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['what']:<16} {r['digest'][:19]}  {r.get('error', '')}"

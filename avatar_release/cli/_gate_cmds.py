@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from ..compile import parse_set_args
 from ..errors import EnvironmentMismatch, InputError, NeedsReview, Refusal
-from ..gates import calibrate, merge_shards, parse_shard, run_gate, run_shard
+from ..gates import GateOutcome, calibrate, merge_shards, parse_shard, run_gate, run_shard
 from ..gates.compile_gate import run_compile_gate
 from ..gates.review import decide, review_status, serve_review
 from ..machine import native_log_filter
+from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..runtime import check_environment
 from ._app import (
@@ -27,7 +30,7 @@ from ._summary import append_step_summary, gate_summary
 class _GateGroup(click.Group):
     """``gate BUILD ...`` runs the gates; ``gate calibrate ...`` measures the band."""
 
-    def parse_args(self, ctx, args):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
@@ -43,7 +46,10 @@ def gate_group() -> None:
     """
 
 
-def _compare_options(f):
+_F = TypeVar("_F", bound=Callable[..., Any])  # a command function, options added
+
+
+def _compare_options(f: _F) -> _F:
     """What a verdict is decided against: the same for one run (`gate run`) and for shards (`gate merge`)."""
     f = click.option("--band", "band_file", default=None,
                      help="Band file (default: manifests/bands/<pipeline>-<target>.json).")(f)
@@ -67,7 +73,8 @@ def _compare_options(f):
 @registry_option
 @project_option
 @json_option
-def gate_run_cmd(ref, baseline, report_dir, band_file, shard, twin, run_id, registry_uri, as_json):
+def gate_run_cmd(ref: str, baseline: str, report_dir: str | None, band_file: str | None, shard: str | None,
+                 twin: str | None, run_id: str | None, registry_uri: str | None, as_json: bool) -> None:
     """Gate REF: zero recompiles, twin baseline, bit-exact or similarity band."""
     if shard is not None:
         _gate_shard(registry_uri, ref, shard, twin, run_id, as_json)
@@ -95,7 +102,8 @@ def _run_report_dir(build_id: str) -> str:
     return str(folder)
 
 
-def _gate_shard(registry_uri, ref, shard, twin, run_id, as_json) -> None:
+def _gate_shard(registry_uri: str | None, ref: str, shard: str, twin: str | None, run_id: str | None,
+                as_json: bool) -> None:
     k, n = parse_shard(shard)
     ctx = click.get_current_context()
     given = [f"--{name.replace('_dir', '').replace('_file', '')}" for name in ("baseline", "report_dir", "band_file")
@@ -126,7 +134,8 @@ def _gate_shard(registry_uri, ref, shard, twin, run_id, as_json) -> None:
               help="Merge the shards of this run (default: the run of the newest shard).")
 @registry_option
 @json_option
-def gate_merge_cmd(ref, baseline, report_dir, band_file, run_id, registry_uri, as_json):
+def gate_merge_cmd(ref: str, baseline: str, report_dir: str | None, band_file: str | None, run_id: str | None,
+                   registry_uri: str | None, as_json: bool) -> None:
     """Merge REF's signed shards (all N, one build, gate set and environment) and decide its gate.
 
     Needs no accelerator: it reads the shards' frames and hashes from the registry.
@@ -138,7 +147,7 @@ def gate_merge_cmd(ref, baseline, report_dir, band_file, run_id, registry_uri, a
     _gate_finish(outcome, as_json)
 
 
-def _gate_finish(outcome, as_json: bool) -> None:
+def _gate_finish(outcome: GateOutcome, as_json: bool) -> None:
     """One gate result (run or merged): the table, the step summary, the next command, the exit code."""
     r = outcome.result
     lines = [f"{r.status.upper()}: {r.build_id}",
@@ -158,14 +167,15 @@ def _gate_finish(outcome, as_json: bool) -> None:
         nxt = f"avatar-release gate {r.build_id}"
     if nxt:
         lines.append(_next_step(nxt))
+    report = str(outcome.report) if outcome.report else None
     payload = {"status": r.status, "build_id": r.build_id, "result_digest": outcome.digest, "promotable": never is None,
                "never_promotes": never,
-               "report": str(outcome.report) if outcome.report else None,
+               "report": report,
                "review_page": str(outcome.review_page) if outcome.review_page else None,
                "next": nxt, "result": r.model_dump(mode="json")}
-    append_step_summary(gate_summary(r, outcome.digest, payload["report"], nxt))
+    append_step_summary(gate_summary(r, outcome.digest, report, nxt))
     where = f"; see {outcome.report}" if outcome.report else ""
-    failure = None
+    failure: Refusal | None = None
     if r.status == "needs-review":
         failure = NeedsReview(f"gate of {r.build_id}: needs-review (below the band){where}; a blind review "
                               f"decides: {nxt}")
@@ -174,7 +184,7 @@ def _gate_finish(outcome, as_json: bool) -> None:
     _finish(as_json, payload, "\n".join(lines), failure)
 
 
-def _require_build_hardware(manifest) -> None:
+def _require_build_hardware(manifest: Manifest) -> None:
     """Output gates run the build: without its devices, refuse early with the loader's own
     check (both machines named), pointing at the compile gate."""
     if manifest.platform.backend == "cpu":
@@ -195,7 +205,7 @@ def _require_build_hardware(manifest) -> None:
 @click.option("--no-reproduce", is_flag=True, help="Skip the recompile (reproducible HLO and fingerprint).")
 @registry_option
 @json_option
-def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
+def gate_compile_cmd(ref: str, no_reproduce: bool, registry_uri: str | None, as_json: bool) -> None:
     """Compile gate for REF: what holds without its hardware (buckets, flags, memory, callbacks, rebuild).
 
     Never enough to promote past dev: output gates need a run on the build's hardware.
@@ -227,7 +237,8 @@ def gate_compile_cmd(ref, no_reproduce, registry_uri, as_json):
 @registry_option
 @project_option
 @json_option
-def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri, as_json):
+def gate_calibrate_cmd(pipeline: str, target: str, variants: tuple[str, ...], margin_db: float, out: str | None,
+                       registry_uri: str | None, as_json: bool) -> None:
     """Measure the similarity band that bf16 reassociation alone produces, and store it."""
     parsed = [parse_set_args([p for p in v.split(",") if p]) for v in variants] or None
     _prepare_devices_for_target(target)
@@ -261,7 +272,8 @@ def gate_calibrate_cmd(pipeline, target, variants, margin_db, out, registry_uri,
 @click.option("--note", default="", help="Why.")
 @registry_option
 @json_option
-def review_cmd(ref, serve, host, port, decision, reviewer, reviewer_key, note, registry_uri, as_json):
+def review_cmd(ref: str, serve: bool, host: str, port: int, decision: str | None, reviewer: str | None,
+               reviewer_key: str | None, note: str, registry_uri: str | None, as_json: bool) -> None:
     """Blind review of a build below the band: --serve, then --approve or --reject; without
     either, the state (counts only until the decision, then the left/right order)."""
     registry = open_registry(registry_uri, create=False)
@@ -271,8 +283,10 @@ def review_cmd(ref, serve, host, port, decision, reviewer, reviewer_key, note, r
     if decision:
         r = decide(registry, build_id, approve=decision == "approve", reviewer=reviewer, note=note,
                    signer=reviewer_key)
+        made = r.decision
+        assert made is not None  # decide() returns the review with the decision it recorded
         _emit(as_json, {"ok": True, "review": r.model_dump(mode="json")},
-              f"{build_id}: {r.decision.decision} by {r.decision.reviewer}; `avatar-release review {build_id}` "
+              f"{build_id}: {made.decision} by {made.reviewer}; `avatar-release review {build_id}` "
               "shows the order and each answer")
         return
     if serve:

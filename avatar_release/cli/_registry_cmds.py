@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from ..ops.copy import copy_build
+from ..ops.copy import CopyReport, copy_build
 from ..registry import open_registry
 from ._app import _emit, channel_choice, cli, json_option, registry_option
 
 
-def _copy_human(r) -> str:
+def _copy_human(r: CopyReport) -> str:
     lines = [
         f"copied {r.build_id}: {r.source} -> {r.destination}",
         f"  build {'published' if r.build_created else 'already there'} as {r.destination_digest}",
@@ -33,7 +33,7 @@ def _copy_human(r) -> str:
               help="Also point this channel at the build in the destination (with its signed statement).")
 @registry_option
 @json_option
-def copy_cmd(ref, to_uri, channel, registry_uri, as_json):
+def copy_cmd(ref: str, to_uri: str, channel: str | None, registry_uri: str | None, as_json: bool) -> None:
     """Mirror build REF (channel, build id or digest) from --registry into --to: blobs, manifest and
     every record of the build, verified on the way; re-running skips what is already there."""
     report = copy_build(open_registry(registry_uri, create=False), open_registry(to_uri), ref, channel=channel)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 import click
 
 from ..ops import collect_garbage
-from ..promote import promote, rollback
+from ..promote import MoveResult, promote, rollback
 from ..promote.actions import approve, refresh_timestamp, revoke_build, sign_channel
 from ..promote.dry_run import plan_promotion, plan_rollback
 from ..registry import open_registry
@@ -14,20 +15,22 @@ from ..trust.keys import generate_keypair, load_private_key
 from ._app import _emit, _next_step, channel_choice, cli, json_option, project_option, registry_option, signing_options
 from ._summary import append_step_summary, promote_summary
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 
 # ---------------------------------------------------------------------------------- promotion
-def _signing_key(path):
+def _signing_key(path: str | None) -> Ed25519PrivateKey | None:
     if not path:
         return None
 
     return load_private_key(path)
 
 
-def _move_human(r, verb: str) -> str:
-    d = r.decision
-    if not r.changed:
+def _move_human(r: MoveResult, verb: str) -> str:
+    d, e = r.decision, r.entry
+    if e is None:  # not r.changed
         return f"{d.channel} already points at {d.build_id}: nothing changed"
-    e = r.entry
     gate = f"; gate result {d.gate_result_digest}" if d.gate_result_digest else ""
     signed = f"\n  signed statement #{r.statement.payload.sequence}, expires {r.statement.payload.expires_at}" \
         if r.statement else ""
@@ -47,7 +50,8 @@ def _move_human(r, verb: str) -> str:
 @registry_option
 @project_option
 @json_option
-def promote_cmd(ref, channel, reason, dry_run, sign_key, valid_days, registry_uri, as_json):
+def promote_cmd(ref: str, channel: str, reason: str, dry_run: bool, sign_key: str | None, valid_days: float,
+                registry_uri: str | None, as_json: bool) -> None:
     """Move a channel to REF if the policy allows it (exit 1 with the reason if not)."""
     if dry_run:
         plan = plan_promotion(open_registry(registry_uri, create=False), ref, channel)
@@ -71,7 +75,8 @@ def promote_cmd(ref, channel, reason, dry_run, sign_key, valid_days, registry_ur
 @registry_option
 @project_option
 @json_option
-def approve_cmd(ref, key_path, approver, note, registry_uri, as_json):
+def approve_cmd(ref: str, key_path: str | None, approver: str | None, note: str, registry_uri: str | None,
+                as_json: bool) -> None:
     """Sign a release approval of REF for prod: the second role, by a key other than the gate's.
 
     It approves the signed gate result that lets REF into prod now; a re-gate needs a new one."""
@@ -91,7 +96,7 @@ def approve_cmd(ref, key_path, approver, note, registry_uri, as_json):
                    "with --trust-key count a revocation signed by that key.")
 @registry_option
 @json_option
-def revoke_cmd(ref, reason, key_path, registry_uri, as_json):
+def revoke_cmd(ref: str, reason: str, key_path: str | None, registry_uri: str | None, as_json: bool) -> None:
     """Revoke REF for good: promotion, rollback and pods refuse it from now on.
 
     A channel that holds it keeps it until you move it (a following pod says it serves a revoked
@@ -117,7 +122,8 @@ def revoke_cmd(ref, reason, key_path, registry_uri, as_json):
 @registry_option
 @project_option
 @json_option
-def rollback_cmd(channel, to, reason, dry_run, sign_key, valid_days, registry_uri, as_json):
+def rollback_cmd(channel: str, to: str | None, reason: str, dry_run: bool, sign_key: str | None, valid_days: float,
+                 registry_uri: str | None, as_json: bool) -> None:
     """Move CHANNEL back to an earlier build that passed its gates."""
     if dry_run:
         plan = plan_rollback(open_registry(registry_uri, create=False), channel, to=to)
@@ -132,7 +138,7 @@ def rollback_cmd(channel, to, reason, dry_run, sign_key, valid_days, registry_ur
 @click.argument("channel", required=False, type=channel_choice)
 @registry_option
 @json_option
-def history_cmd(channel, registry_uri, as_json):
+def history_cmd(channel: str | None, registry_uri: str | None, as_json: bool) -> None:
     """The append-only history of channel moves (all channels, or one)."""
     entries = open_registry(registry_uri, create=False).history(channel)
     human = "\n".join(
@@ -150,7 +156,7 @@ def history_cmd(channel, registry_uri, as_json):
 @click.option("--dry-run", is_flag=True, help="Report what would go; delete nothing.")
 @registry_option
 @json_option
-def gc_cmd(prune_builds, min_age_s, dry_run, registry_uri, as_json):
+def gc_cmd(prune_builds: bool, min_age_s: float, dry_run: bool, registry_uri: str | None, as_json: bool) -> None:
     """Delete unreferenced blobs (never anything a channel or a rollback can reach)."""
     r = collect_garbage(open_registry(registry_uri, create=False), prune_builds=prune_builds,
                         min_age_s=min_age_s, dry_run=dry_run)
@@ -170,7 +176,7 @@ def keys_group() -> None:
 @click.option("--out", "out_dir", default="keys", show_default=True, help="Folder for NAME.key and NAME.pub.")
 @click.option("--name", default="release", show_default=True)
 @json_option
-def keys_generate_cmd(out_dir, name, as_json):
+def keys_generate_cmd(out_dir: str, name: str, as_json: bool) -> None:
     """Create a signing key (0600) and its public key; never overwrites."""
     priv, pub, kid = generate_keypair(out_dir, name)
     _emit(as_json, {"ok": True, "private_key": str(priv), "public_key": str(pub), "key_id": kid},
@@ -183,9 +189,9 @@ def keys_generate_cmd(out_dir, name, as_json):
 @click.option("--valid-days", default=30.0, show_default=True, type=float)
 @registry_option
 @json_option
-def keys_sign_cmd(channel, key_path, valid_days, registry_uri, as_json):
+def keys_sign_cmd(channel: str, key_path: str, valid_days: float, registry_uri: str | None, as_json: bool) -> None:
     """(Re-)sign the statement for where CHANNEL points now (e.g. before it expires)."""
-    st = sign_channel(open_registry(registry_uri, create=False), channel, _signing_key(key_path),
+    st = sign_channel(open_registry(registry_uri, create=False), channel, load_private_key(key_path),
                       valid_days=valid_days)
     p = st.payload
     _emit(as_json, {"ok": True, "statement": st.model_dump(mode="json")},
@@ -200,9 +206,10 @@ def keys_sign_cmd(channel, key_path, valid_days, registry_uri, as_json):
                    "policy's [timestamps] validity_hours, 1 h unless set).")
 @registry_option
 @json_option
-def keys_refresh_cmd(channel, key_path, valid_hours, registry_uri, as_json):
+def keys_refresh_cmd(channel: str, key_path: str, valid_hours: float | None, registry_uri: str | None,
+                     as_json: bool) -> None:
     """Re-sign the short-lived timestamp of CHANNEL's newest signed move (run it on a schedule)."""
-    ts = refresh_timestamp(open_registry(registry_uri, create=False), channel, _signing_key(key_path),
+    ts = refresh_timestamp(open_registry(registry_uri, create=False), channel, load_private_key(key_path),
                            valid_hours=valid_hours)
     p = ts.payload
     _emit(as_json, {"ok": True, "timestamp": p.model_dump(mode="json")},

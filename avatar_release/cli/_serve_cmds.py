@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from typing import Literal
 
 import click
 
@@ -35,8 +36,10 @@ from ._app import _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli
 @trust_options
 @registry_option
 @json_option
-def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_audio_seconds, seed, out_path, frames_dir,
-               trust_key, trust_state, allow_stale, max_timestamp_hours, registry_uri, as_json):
+def render_cmd(channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
+               fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
+               out_path: str, frames_dir: str | None, trust_key: str | None, trust_state: str, allow_stale: bool,
+               max_timestamp_hours: float, registry_uri: str | None, as_json: bool) -> None:
     """Load a build as a serving pod would and render a video with zero compiles."""
     if channel and build_ref:
         raise InputError("give --channel or --build, not both")
@@ -90,9 +93,10 @@ def render_cmd(channel, build_ref, image_path, audio_path, fit, seconds, max_aud
               help="Seconds between channel checks with --follow.")
 @trust_options
 @registry_option
-def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout, header_timeout, grace, probe_port,
-              max_connections_per_client, follow, poll, trust_key, trust_state, allow_stale, max_timestamp_hours,
-              registry_uri):
+def serve_cmd(channel: str, host: str, port: int, queue: int, max_body: int, max_seconds: float, request_timeout: float,
+              header_timeout: float, grace: float, probe_port: int | None, max_connections_per_client: int,
+              follow: bool, poll: float, trust_key: str | None, trust_state: str, allow_stale: bool,
+              max_timestamp_hours: float, registry_uri: str | None) -> None:
     """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
     trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
     pod = start_pod(open_registry(registry_uri, create=False), channel, trust=trusted,
@@ -105,7 +109,7 @@ def serve_cmd(channel, host, port, queue, max_body, max_seconds, request_timeout
                        app=AppConfig(limits=Limits(max_body=max_body, max_seconds=max_seconds), queue=queue,
                                      request_timeout=request_timeout))
 
-    def ready(addr, probe_addr):
+    def ready(addr: tuple[str, int], probe_addr: tuple[str, int] | None) -> None:
         click.echo(json.dumps({"event": "ready", "host": addr[0], "port": addr[1],
                                "probe_port": probe_addr[1] if probe_addr else None, **pod.health()}), nl=True)
         sys.stdout.flush()

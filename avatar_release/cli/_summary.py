@@ -55,12 +55,12 @@ def gate_summary(result: GateResult, digest: str, report: str | None, next_comma
 
 
 def promote_summary(r: MoveResult, next_command: str | None) -> str:
-    d = r.decision
-    if not r.changed:
+    d, e = r.decision, r.entry
+    if e is None:  # not r.changed
         text = f"### Promote: `{d.channel}` already points at `{d.build_id}`"
     else:
         text = (f"### Promoted ✅ `{d.channel}`: `{r.previous or '(empty)'}` → `{d.build_id}`\n\n"
-                f"history #{r.entry.sequence} by {r.entry.who}"
+                f"history #{e.sequence} by {e.who}"
                 + (f", gate result `{d.gate_result_digest}`" if d.gate_result_digest else ""))
     return text + (f"\n\nnext: `{next_command}`" if next_command else "")
 

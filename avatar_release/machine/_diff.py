@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields as dc_fields
 from typing import Literal
 
+from ..records import EnvironmentRecord, Manifest, Platform
+
 __all__ = ["Machine", "MachineDiff", "diff_machines", "RUN_FIELDS", "ALL_FIELDS"]
 
 ALL_FIELDS = ("backend", "platform_version", "device_kind", "device_count", "jax", "jaxlib", "cpu_features")
@@ -32,22 +34,26 @@ class Machine:
     cpu_features: tuple[str, ...] | None = None  # recorded for XLA:CPU only
 
     @classmethod
-    def of_build(cls, manifest) -> Machine:
+    def of_build(cls, manifest: Manifest) -> Machine:
         """What a build was compiled for (its target's platform and the compiling toolchain)."""
         p = manifest.platform
-        return cls(backend=p.backend, platform_version=p.platform_version, device_kind=p.device_kind,
+        # A build compiled from a topology records no live platform version ("topology:..."): no
+        # device reports that string, so it is not compared (the device kind and count, and jaxlib
+        # with the plugin it pins, still are).
+        version = None if p.platform_version.startswith("topology:") else p.platform_version
+        return cls(backend=p.backend, platform_version=version, device_kind=p.device_kind,
                    device_count=p.device_count, jax=manifest.toolchain.jax, jaxlib=manifest.toolchain.jaxlib,
                    cpu_features=None if p.cpu_features is None else tuple(p.cpu_features))
 
     @classmethod
-    def of_platform(cls, platform, *, jax: str | None, jaxlib: str | None) -> Machine:
+    def of_platform(cls, platform: Platform, *, jax: str | None, jaxlib: str | None) -> Machine:
         """A live machine described as a Platform record (``machine.current_platform``)."""
         return cls(backend=platform.backend, platform_version=platform.platform_version,
                    device_kind=platform.device_kind, device_count=platform.device_count, jax=jax, jaxlib=jaxlib,
                    cpu_features=None if platform.cpu_features is None else tuple(platform.cpu_features))
 
     @classmethod
-    def of_environment(cls, env) -> Machine:
+    def of_environment(cls, env: EnvironmentRecord) -> Machine:
         """Where a gate ran (an EnvironmentRecord)."""
         return cls(backend=env.backend, platform_version=env.platform_version, device_kind=env.device_kind,
                    device_count=env.device_count, jax=env.jax, jaxlib=env.jaxlib,

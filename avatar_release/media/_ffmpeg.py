@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from typing import IO
 
 from ..errors import MediaError
 
@@ -50,7 +51,7 @@ def stderr_tail(text: str) -> str:
     return text or "(ffmpeg printed nothing)"
 
 
-def file_tail(fh) -> str:
+def file_tail(fh: IO[bytes]) -> str:
     """The last part of a file ffmpeg wrote its stderr into, as text."""
     fh.seek(0, 2)
     size = fh.tell()

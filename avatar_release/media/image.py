@@ -46,7 +46,8 @@ import io
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from numpy.lib import format as npy
@@ -54,6 +55,9 @@ from numpy.lib import format as npy
 from ..errors import InputError, MediaError
 from ._files import PathLike, describe_head, input_file, write_output
 from ._geometry import REDUCING_GAP, jpeg_scale, regions
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 __all__ = [
     "ACCEPTED_IMAGES",
@@ -131,7 +135,7 @@ class LoadedImage:
     fit: ImageFit
 
 
-def _pillow():
+def _pillow() -> ModuleType:
     """Pillow, imported on first use, with its decompression-bomb limit set to our ceiling."""
     # Lazy (heavy): Pillow loads on the first picture; the media room imports numpy only.
     from PIL import Image
@@ -165,7 +169,7 @@ def _check_fit_rule(rule: str) -> str:
 # ------------------------------------------------------------------------------- decoding
 
 
-def _to_rgb(im, where: str):
+def _to_rgb(im: PILImage, where: str) -> PILImage:
     """Any mode the three decoders produce -> an 8-bit RGB Pillow image."""
     mode = im.mode
     if mode.startswith("I;16"):  # 16-bit gray: keep the high byte, as Pillow does for 16-bit RGB
@@ -180,7 +184,7 @@ def _to_rgb(im, where: str):
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
-def _exif_orientation(im) -> int:
+def _exif_orientation(im: PILImage) -> int:
     try:
         orientation = int(im.getexif().get(0x0112, 1))
     except Exception:  # unreadable EXIF is ignored, not fatal: the pixels are fine
@@ -188,7 +192,7 @@ def _exif_orientation(im) -> int:
     return orientation if orientation in range(2, 9) else 1
 
 
-def _draft(im, scale_for: ScaleFor | None) -> int:
+def _draft(im: PILImage, scale_for: ScaleFor | None) -> int:
     """Have libjpeg decode at 1/s of the size when ``scale_for`` allows it; return s (1: full size)."""
     if scale_for is None or im.format != "JPEG":
         return 1
@@ -203,7 +207,8 @@ def _draft(im, scale_for: ScaleFor | None) -> int:
     return s
 
 
-def _decode_pil(fp, where: str, max_pixels: int, head: bytes, scale_for: ScaleFor | None = None):
+def _decode_pil(fp: IO[bytes], where: str, max_pixels: int, head: bytes, scale_for: ScaleFor | None = None
+                ) -> tuple[PILImage, str, int, int]:
     """Open with three decoders only, check the header's size, decode (a JPEG at the scale
     ``scale_for`` picks from its oriented full size), orient.
 
@@ -300,7 +305,7 @@ def _decode_npy(data: bytes, where: str, max_pixels: int) -> np.ndarray:
 
 
 def _decode(data_or_path: bytes | Path, where: str, max_pixels: int,
-            scale_for: ScaleFor | None = None) -> tuple[Any, str, int, int]:
+            scale_for: ScaleFor | None = None) -> tuple[PILImage | np.ndarray, str, int, int]:
     """(Pillow RGB image or uint8 array, format, orientation, decode scale) from bytes or a file."""
     if isinstance(data_or_path, Path):
         p = input_file(data_or_path, "image")
@@ -324,7 +329,7 @@ def _decode(data_or_path: bytes | Path, where: str, max_pixels: int,
 # ------------------------------------------------------------------------------- fitting
 
 
-def _resample(img, box: tuple[int, int, int, int], scale: int, size: tuple[int, int]):
+def _resample(img: PILImage, box: tuple[int, int, int, int], scale: int, size: tuple[int, int]) -> PILImage:
     """The ``box`` of the source (decoded at 1/``scale``) resampled to ``size``, reading no pixel
     outside the box: outside it only by less than one decoded pixel when ``scale`` > 1, where a
     decoded pixel is already the average of a scale x scale block.
@@ -336,7 +341,8 @@ def _resample(img, box: tuple[int, int, int, int], scale: int, size: tuple[int, 
     Image = _pillow()
     if scale > 1:  # the smallest region of decoded pixels holding the box
         region = (box[0] // scale, box[1] // scale, -(-box[2] // scale), -(-box[3] // scale))
-        exact = tuple(v / scale - o for v, o in zip(box, region[:2] * 2))
+        exact: tuple[float, float, float, float] = (box[0] / scale - region[0], box[1] / scale - region[1],
+                                                     box[2] / scale - region[0], box[3] / scale - region[1])
     else:
         region, exact = box, (0, 0, box[2] - box[0], box[3] - box[1])
     fx = int((exact[2] - exact[0]) / size[0] / REDUCING_GAP) or 1  # Pillow's own reducing_gap rule
@@ -356,7 +362,7 @@ def _check_target(tw: int, th: int, where: str) -> tuple[int, int]:
     return tw, th
 
 
-def _fit(img: Any, fmt: str, orientation: int, *, height: int, width: int, rule: str, where: str,
+def _fit(img: PILImage | np.ndarray, fmt: str, orientation: int, *, height: int, width: int, rule: str, where: str,
          pipeline: str | None, scale: int = 1) -> LoadedImage:
     """Fit a decoded picture (``scale``: decoded at 1/scale of its size) to ``width`` x ``height``."""
     (dh, dw) = img.shape[:2] if isinstance(img, np.ndarray) else img.size[::-1]
@@ -374,11 +380,10 @@ def _fit(img: Any, fmt: str, orientation: int, *, height: int, width: int, rule:
             "(scale to fit and letterbox) to take any size"
         )
     Image = _pillow()
-    if isinstance(img, np.ndarray):
-        img = Image.fromarray(img)
+    pil = Image.fromarray(img) if isinstance(img, np.ndarray) else img
     box, placed = regions(rule, w, h, tw, th)
     pw, ph = placed[2] - placed[0], placed[3] - placed[1]
-    out = _resample(img, box, scale, (pw, ph))
+    out = _resample(pil, box, scale, (pw, ph))
     if (pw, ph) != (tw, th):  # contain: centred on black
         inner, out = out, Image.new("RGB", (tw, th), (0, 0, 0))
         out.paste(inner, placed[:2])

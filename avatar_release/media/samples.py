@@ -166,7 +166,7 @@ NORM_WINDOW_S = 10.0
 PIECE_S = 2.0  # what sample_audio_pieces yields past the first window
 
 
-def _check_audio_args(seconds, sample_rate) -> tuple[float, int]:
+def _check_audio_args(seconds: float, sample_rate: int) -> tuple[float, int]:
     try:
         secs = float(seconds)
         sr = int(sample_rate)

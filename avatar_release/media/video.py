@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 
@@ -119,6 +119,12 @@ class _H264Pipe:
             self._err.close()
             raise MediaError(f"video {where}: cannot start ffmpeg ({exe}): {exc}") from exc
 
+    @property
+    def _stdin(self) -> IO[bytes]:
+        stdin = self._proc.stdin
+        assert stdin is not None  # started with stdin=PIPE
+        return stdin
+
     def _stderr(self) -> str:
         self._err.seek(0)
         return self._err.read().decode("utf-8", "replace")
@@ -132,7 +138,8 @@ class _H264Pipe:
         if self._pad[0][1] or self._pad[1][1]:  # repeat the last row/column
             frame = np.pad(frame, self._pad, mode="edge")
         try:
-            self._proc.stdin.write(memoryview(frame).cast("B"))
+            # numpy's stubs give ndarray __buffer__ only for Python >= 3.12; it has the buffer protocol on 3.11 too
+            self._stdin.write(memoryview(frame).cast("B"))  # type: ignore[arg-type]
         except BrokenPipeError:
             self._proc.wait()
             raise MediaError(
@@ -144,7 +151,7 @@ class _H264Pipe:
     def close(self) -> int:
         """Flush and wait for ffmpeg; the number of frames written."""
         with contextlib.suppress(BrokenPipeError):
-            self._proc.stdin.close()
+            self._stdin.close()
         rc = self._proc.wait()
         try:
             if rc != 0:
@@ -158,7 +165,7 @@ class _H264Pipe:
         if self._proc.poll() is None:
             self._proc.kill()
         with contextlib.suppress(Exception):
-            self._proc.stdin.close()
+            self._stdin.close()
         self._proc.wait()
         self._err.close()
 
@@ -198,7 +205,7 @@ class Mp4Writer:
     def __enter__(self) -> "Mp4Writer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self._done:
             self.abort()
 
@@ -239,6 +246,7 @@ class Mp4Writer:
         """Close the video, fit the audio to its length, mux, and publish ``path`` atomically."""
         if self._video is None:
             raise InputError(f"video {self.where}: no frames to write; expected at least one frame")
+        assert self._video_path is not None  # made together with self._video
         count = self._video.close()
         with output_path(self.target, suffix=".mp4") as tmp_mp4:
             if self.sample_rate is None:

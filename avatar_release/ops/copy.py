@@ -40,13 +40,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .._digest import is_digest
 from ..errors import ConflictError, IntegrityError, NotFoundError
 from ..records import BlobRef, Manifest, parse_record
 from ..records.stored import STATEMENTS, STORED_NAMESPACES, TIMESTAMPS
 from ..registry import OciRegistry, Registry
-from ..trust.statements import read_statement
+from ..trust.statements import parse_statement
 
 __all__ = ["CopyReport", "copy_build"]
 
@@ -71,7 +72,7 @@ class CopyReport:
     statement_binds_store_digest: bool = False  # signed in another store's digest: re-sign at the destination
     seconds: float = 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -88,7 +89,7 @@ class _Copier:
             self.report.blobs_present += 1
             return
         if ref.size >= self.stream_above and isinstance(self.src, OciRegistry) and isinstance(self.dst, OciRegistry):
-            landed = self._streamed(ref)
+            landed = self._streamed(self.src, self.dst, ref)
         else:
             data = self.src.get_blob(ref.digest, ref.size)  # verified: exactly size bytes hashing to digest
             landed = self.dst.put_blob(data)
@@ -97,12 +98,12 @@ class _Copier:
         self.report.blobs_copied += 1
         self.report.bytes_copied += ref.size
 
-    def _streamed(self, ref: BlobRef) -> str:
+    def _streamed(self, src: OciRegistry, dst: OciRegistry, ref: BlobRef) -> str:
         """A large blob between OCI registries through a temporary file: memory is one chunk."""
         with tempfile.TemporaryDirectory(prefix="avatar-release-copy-") as tmp:
-            path = self.src.pull_blob_to(ref.digest, ref.size, Path(tmp) / "blob")  # verified before it exists
+            path = src.pull_blob_to(ref.digest, ref.size, Path(tmp) / "blob")  # verified before it exists
             self.report.blobs_streamed += 1
-            return self.dst.push_blob_from(path)
+            return dst.push_blob_from(path)
 
     def fetch(self, ref: BlobRef) -> bytes:
         return self.src.get_blob(ref.digest, ref.size)
@@ -124,7 +125,7 @@ def _manifest_blobs(manifest_bytes: bytes) -> list[BlobRef]:
     added by later manifest versions are copied too."""
     out: dict[str, BlobRef] = {}
 
-    def walk(node) -> None:
+    def walk(node: object) -> None:
         if isinstance(node, dict):
             if is_digest(str(node.get("digest", ""))) and isinstance(node.get("size"), int) and "media_type" in node:
                 out.setdefault(node["digest"], BlobRef(digest=node["digest"], size=node["size"],
@@ -156,7 +157,7 @@ def _put_build(src: Registry, dst: Registry, build_id: str, manifest_bytes: byte
 
 
 def _build_records(src: Registry, build_id: str) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     for ns in STORED_NAMESPACES.values():
         if ns.keyed_by == "build":
             out += [(ns.name, n) for n in src.list_records(ns.name) if ns.build_of(n) == build_id]
@@ -165,12 +166,8 @@ def _build_records(src: Registry, build_id: str) -> list[tuple[str, str]]:
 
 def _statement_digest(raw: bytes) -> str | None:
     """The build digest a stored statement signs (DSSE envelope or version-1 statement), unverified."""
-    class _One:
-        def get_record(self, namespace, name):
-            return raw
-
     try:
-        return read_statement(_One(), "x").payload.build_digest
+        return parse_statement(raw, "x").payload.build_digest
     except Exception:  # noqa: BLE001 - unreadable: the pod will refuse it anyway
         return None
 

@@ -22,13 +22,19 @@ registry's own garbage collector there; the layers of each build manifest keep i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ..errors import InputError
 from ..records import BlobRef, Manifest, parse_record
 from ..records.stored import STORED_NAMESPACES
-from ..registry import Collectable
+from ..registry import BuildRef, Collectable, Registry
 
 __all__ = ["GcReport", "collect_garbage"]
+
+
+class _CollectableRegistry(Registry, Collectable, Protocol):
+    """A store gc can work on: the registry protocol and the deletes of a directory-like store."""
+
 
 # Channels whose past positions stay reachable by a rollback.
 _ROLLBACK_CHANNELS = ("staging", "prod")
@@ -47,11 +53,12 @@ class GcReport:
     unknown_namespaces: list[str] = field(default_factory=list)  # kept whole: not declared
     swept_temporaries: int = 0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def collect_garbage(reg, *, prune_builds: bool = False, min_age_s: float = 3600.0, dry_run: bool = False) -> GcReport:
+def collect_garbage(reg: Registry, *, prune_builds: bool = False, min_age_s: float = 3600.0,
+                    dry_run: bool = False) -> GcReport:
     if not isinstance(reg, Collectable):
         raise InputError(f"gc: {reg.uri} is not a directory-like store; use the registry server's own gc")
     report = GcReport(dry_run=dry_run)
@@ -90,7 +97,7 @@ def collect_garbage(reg, *, prune_builds: bool = False, min_age_s: float = 3600.
     return report
 
 
-def _partition_builds(reg, prune_builds: bool):
+def _partition_builds(reg: Registry, prune_builds: bool) -> tuple[list[BuildRef], list[BuildRef]]:
     protected = {c.digest for c in reg.list_channels()}
     for e in reg.history():
         if e.channel in _ROLLBACK_CHANNELS:
@@ -102,7 +109,7 @@ def _partition_builds(reg, prune_builds: bool):
     return keep, [b for b in builds if b not in keep]
 
 
-def _reachable(reg, keep, report: GcReport) -> set[str]:
+def _reachable(reg: _CollectableRegistry, keep: list[BuildRef], report: GcReport) -> set[str]:
     """Every blob a kept build or a kept side record refers to."""
     def fetch(ref: BlobRef) -> bytes:
         return reg.get_blob(ref.digest, ref.size)

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import NeedsApproval, Refusal
 from ..machine import who
-from ..records import CHANNELS, HistoryEntry
+from ..records import CHANNELS, ChannelState, HistoryEntry, SignedStatement
 from ..registry import Registry, Resolved, publish_to_dev, read_manifest
 from ..trust import key_id
 from ..trust.policy import TrustPolicy, load_policy, local_identity
 from ..trust.revocation import Revocation, revoke
 from ..trust.statements import (
-    publish_statement, publish_timestamp, read_statement, sign, sign_timestamp, signed_digest,
+    PromotionStatement, SignedTimestamp, publish_statement, publish_timestamp, read_statement, sign, sign_timestamp,
+    signed_digest,
 )
 from .approvals import Approval, sign_approval
 from .policy import Decision, check_gate_evidence, check_promotion, check_rollback_target
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = ["MoveResult", "promote", "publish_to_dev", "rollback", "actor", "sign_channel", "refresh_timestamp",
            "approve", "revoke_build"]
@@ -38,14 +43,16 @@ class MoveResult:
     decision: Decision
     entry: HistoryEntry | None  # None: the channel already pointed there (no-op)
     previous: str | None  # build id the channel pointed at before
-    statement: object = None  # trust.statements.SignedStatement when a signing key was given
+    # the channel's signed statement when a signing key was given (a version-1 one only when a repeated
+    # promotion re-uses one signed before 2026-12-01)
+    statement: PromotionStatement | SignedStatement | None = None
     approved_here: Approval | None = None  # prod: the approval this machine's release key signed for it
 
     @property
     def changed(self) -> bool:
         return self.entry is not None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"channel": self.decision.channel, "build_id": self.decision.build_id,
                 "digest": self.decision.digest, "changed": self.changed, "previous": self.previous,
                 "gate_status": self.decision.gate_status, "gate_result_digest": self.decision.gate_result_digest,
@@ -55,7 +62,8 @@ class MoveResult:
                 "statement": self.statement.model_dump(mode="json") if self.statement else None}
 
 
-def sign_channel(registry, channel: str, signing_key, *, valid_days: float = 30.0, who: str | None = None):
+def sign_channel(registry: Registry, channel: str, signing_key: Ed25519PrivateKey, *, valid_days: float = 30.0,
+                 who: str | None = None) -> PromotionStatement:
     """Sign and publish the statement for where ``channel`` points now (its state's sequence).
 
     The statement binds the build's manifest content digest, not this store's digest for it, so
@@ -71,7 +79,8 @@ def sign_channel(registry, channel: str, signing_key, *, valid_days: float = 30.
     return st
 
 
-def refresh_timestamp(registry, channel: str, signing_key, *, valid_hours: float | None = None):
+def refresh_timestamp(registry: Registry, channel: str, signing_key: Ed25519PrivateKey, *,
+                      valid_hours: float | None = None) -> SignedTimestamp:
     """Re-sign the short-lived timestamp of ``channel``'s newest signed move (run on a schedule)."""
     st = read_statement(registry, channel)
     state = registry.get_channel(channel)
@@ -90,21 +99,22 @@ def refresh_timestamp(registry, channel: str, signing_key, *, valid_hours: float
     return ts
 
 
-def _maybe_sign(registry, result: "MoveResult", signing_key, valid_days: float) -> "MoveResult":
+def _maybe_sign(registry: Registry, result: MoveResult, signing_key: Ed25519PrivateKey | None,
+                valid_days: float) -> MoveResult:
     if signing_key is None:
         return result
 
     current = read_statement(registry, result.decision.channel)
     state = registry.get_channel(result.decision.channel)
-    if result.changed or current is None or current.payload.sequence != state.sequence:
+    if result.changed or current is None or state is None or current.payload.sequence != state.sequence:
         result.statement = sign_channel(registry, result.decision.channel, signing_key, valid_days=valid_days)
     else:
         result.statement = current  # a repeated promotion re-uses the valid statement
     return result
 
 
-def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | None = None,
-            signing_key=None, valid_days: float = 30.0) -> MoveResult:
+def promote(registry: Registry, ref: str, channel: str, *, reason: str = "", who: str | None = None,
+            signing_key: Ed25519PrivateKey | None = None, valid_days: float = 30.0) -> MoveResult:
     """Move ``channel`` to ``ref`` if the policy allows it. Going to prod without a release
     approval that counts, this machine's own release key signs one when the trust policy names it
     an approver (the first-use identity on one laptop holds both roles); otherwise NeedsApproval."""
@@ -129,7 +139,7 @@ def promote(registry, ref: str, channel: str, *, reason: str = "", who: str | No
     return result
 
 
-def _local_approver_key(policy: TrustPolicy):
+def _local_approver_key(policy: TrustPolicy) -> Ed25519PrivateKey | None:
     """This machine's release key when the policy names it an approver (else None)."""
     path = local_identity().release_key_path
     if not path.is_file():
@@ -138,7 +148,7 @@ def _local_approver_key(policy: TrustPolicy):
     return key if key_id(key.public_key()) in policy.approver_keys() else None
 
 
-def approve(registry: Registry, ref: str, *, private_key=None, approver: str | None = None,
+def approve(registry: Registry, ref: str, *, private_key: Ed25519PrivateKey | None = None, approver: str | None = None,
             note: str = "") -> Approval:
     """Sign a release approval of the gate result that lets ``ref`` into prod now (with this
     machine's release key unless ``private_key`` is given)."""
@@ -151,7 +161,8 @@ def approve(registry: Registry, ref: str, *, private_key=None, approver: str | N
                          note=note)
 
 
-def revoke_build(registry: Registry, ref: str, *, reason: str, private_key=None) -> Revocation:
+def revoke_build(registry: Registry, ref: str, *, reason: str, private_key: Ed25519PrivateKey | None = None
+                 ) -> Revocation:
     """Sign a revocation of ``ref`` (with this machine's release key unless ``private_key`` is given).
     The key must be one the trust policy names, or promotion would not count it: refused before
     anything is stored."""
@@ -165,8 +176,8 @@ def revoke_build(registry: Registry, ref: str, *, reason: str, private_key=None)
     return revoke(registry, resolved.build_id, manifest.content_digest(), key, reason=reason, by=actor())
 
 
-def rollback(registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,
-             signing_key=None, valid_days: float = 30.0) -> MoveResult:
+def rollback(registry: Registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,
+             signing_key: Ed25519PrivateKey | None = None, valid_days: float = 30.0) -> MoveResult:
     current = registry.get_channel(channel) if channel in CHANNELS else None
     if to is None:
         if current is None:
@@ -181,8 +192,9 @@ def rollback(registry, channel: str, *, to: str | None = None, reason: str = "",
                  signing_key, valid_days)
 
 
-def _move(registry, resolved, decision: Decision, current, action: str, who: str | None, reason: str,
-          signing_key, valid_days: float) -> MoveResult:
+def _move(registry: Registry, resolved: Resolved, decision: Decision, current: ChannelState | None,
+          action: Literal["promote", "rollback"], who: str | None, reason: str,
+          signing_key: Ed25519PrivateKey | None, valid_days: float) -> MoveResult:
     """The one compare-and-swap: against where the channel was when the policy decided."""
     entry = registry.move_channel(
         decision.channel, resolved, expected_digest=current.digest if current else None, action=action,
@@ -192,7 +204,7 @@ def _move(registry, resolved, decision: Decision, current, action: str, who: str
                        signing_key, valid_days)
 
 
-def _previous_build(registry, channel: str, current_digest: str) -> str | None:
+def _previous_build(registry: Registry, channel: str, current_digest: str) -> str | None:
     """The digest the channel pointed at before the move that brought it to its current build."""
     for e in reversed(registry.history(channel)):
         if e.to_digest == current_digest and e.from_digest and e.from_digest != current_digest:

@@ -15,13 +15,18 @@ with its own key, running ``avatar-release approve BUILD --key KEY``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NeedsApproval, Refusal
+from ..gates import SignedVerdict
 from ..records import Manifest, utcnow
 from ..registry import Registry
 from ..trust import key_id
 from ..trust.evidence import sign_and_store, verified
 from ..trust.policy import TrustPolicy
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = ["Approval", "release_approvals", "check_release_roles", "sign_approval"]
 
@@ -39,19 +44,20 @@ class Approval:
     def describe(self) -> str:
         return f"{self.approver} ({self.digest})"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"build_id": self.build_id, "approver": self.approver, "gate_result_digest": self.gate_result_digest,
                 "at": self.at, "note": self.note, "key_ids": list(self.key_ids), "digest": self.digest}
 
 
-def release_approvals(registry: Registry, build_id: str, manifest: Manifest, verdict, policy: TrustPolicy
-                      ) -> tuple[list[Approval], list[str]]:
+def release_approvals(registry: Registry, build_id: str, manifest: Manifest, verdict: SignedVerdict,
+                      policy: TrustPolicy) -> tuple[list[Approval], list[str]]:
     """(approvals that count for this verdict, why each other signed approval does not)."""
     if not policy.approvers:
         return [], []
     good, _ = verified(registry, build_id, kind="release-approval", trusted=policy.approver_keys(),
                        subject_digest=manifest.content_digest())
-    counted, ignored = [], []
+    counted: list[Approval] = []
+    ignored: list[str] = []
     for att, digest in good:
         p = att.predicate
         who = p.get("approver")
@@ -68,8 +74,8 @@ def release_approvals(registry: Registry, build_id: str, manifest: Manifest, ver
     return counted, ignored
 
 
-def check_release_roles(registry: Registry, build_id: str, manifest: Manifest, verdict, policy: TrustPolicy, *,
-                        what: str) -> list[Approval]:
+def check_release_roles(registry: Registry, build_id: str, manifest: Manifest, verdict: SignedVerdict,
+                        policy: TrustPolicy, *, what: str) -> list[Approval]:
     """The approvals that let the build into prod (none needed with ``roles = 1``), or NeedsApproval."""
     if policy.roles == 1:
         return []
@@ -87,8 +93,8 @@ def check_release_roles(registry: Registry, build_id: str, manifest: Manifest, v
     return counted
 
 
-def sign_approval(registry: Registry, build_id: str, manifest: Manifest, verdict, policy: TrustPolicy, private_key, *,
-                  approver: str | None = None, note: str = "") -> Approval:
+def sign_approval(registry: Registry, build_id: str, manifest: Manifest, verdict: SignedVerdict, policy: TrustPolicy,
+                  private_key: Ed25519PrivateKey, *, approver: str | None = None, note: str = "") -> Approval:
     """Sign and store an approval of ``verdict`` for prod with ``private_key``, once the policy says
     that key is an approver's and is not the key that signed the verdict."""
     kid = key_id(private_key.public_key())

@@ -9,9 +9,10 @@ policy names as an approver, the plan says that the real promotion would sign th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import NeedsApproval, Refusal
-from ..records import CHANNELS, HistoryEntry
+from ..records import CHANNELS, ChannelState, HistoryEntry
 from ..registry import Registry, read_manifest
 from ..trust.policy import load_policy
 from .actions import _local_approver_key, _previous_build
@@ -32,7 +33,7 @@ class MovePlan:
     def changes(self) -> bool:
         return self.from_build != self.decision.build_id
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = self.decision
         return {"dry_run": True, "action": self.action, "channel": d.channel, "from": self.from_build,
                 "to": d.build_id, "digest": d.digest, "would_change": self.changes, "gate_status": d.gate_status,
@@ -59,7 +60,7 @@ class MovePlan:
         return "\n".join(lines)
 
 
-def _current(registry: Registry, channel: str):
+def _current(registry: Registry, channel: str) -> ChannelState | None:
     return registry.get_channel(channel) if channel in CHANNELS else None
 
 

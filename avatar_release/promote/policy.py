@@ -180,7 +180,7 @@ def _check_target_scope(manifest: Manifest, what: str) -> TargetSpec:
     return tgt
 
 
-def _refuse_compile_gate_only(registry, resolved, manifest, what, fix) -> None:
+def _refuse_compile_gate_only(registry: Registry, resolved: Resolved, manifest: Manifest, what: str, fix: str) -> None:
     compiled = load_compile_gate(registry, resolved.build_id)
     if compiled is not None:
         p = manifest.platform

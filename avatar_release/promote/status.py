@@ -6,13 +6,14 @@ replayed tag).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._digest import canonical_json, sha256_digest
 from ..errors import AvatarReleaseError
 from ..gates import describe_comparison, effective_status, signed_verdicts
 from ..gates.compile_gate import load_compile_gate
 from ..gates.store import get_result, result_refs
-from ..registry import read_manifest
+from ..registry import Registry, read_manifest
 from ..trust.policy import TrustPolicy, load_policy
 from ..trust.revocation import revocations
 
@@ -30,7 +31,7 @@ class Verdict:
     created_at: str
     signed: bool  # its envelope verifies under the trust policy (only these ever promote)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -47,7 +48,7 @@ class BuildStatus:
     revoked: str | None = None  # who revoked it, when and why (display: listed, not verified)
     verdicts: list[Verdict] | None = None  # every gate result, oldest first (ls --verdicts)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         doc = dict(self.__dict__)
         doc["verdicts"] = None if self.verdicts is None else [v.to_json() for v in self.verdicts]
         return doc
@@ -75,7 +76,7 @@ class ChannelCheck:
         return (f"channel {self.channel} points at {self.build_id} ({self.digest}) but its history says {said}: "
                 "the pointer was moved outside avatar-release or replayed; re-promote the intended build")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"channel": self.channel, "build_id": self.build_id, "digest": self.digest,
                 "history_build": self.history_build, "history_digest": self.history_digest,
                 "consistent": self.consistent, "problem": self.problem}
@@ -91,13 +92,13 @@ class ReleaseStatus:
     def problems(self) -> list[str]:
         return [c.problem for c in self.channels if c.problem]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"registry": self.registry, "builds": [b.to_json() for b in self.builds],
                 "channels": {c.channel: c.build_id for c in self.channels},
                 "channel_checks": [c.to_json() for c in self.channels], "problems": self.problems}
 
 
-def channel_checks(registry) -> list[ChannelCheck]:
+def channel_checks(registry: Registry) -> list[ChannelCheck]:
     last: dict[str, tuple[str, str]] = {}
     for e in registry.history():  # oldest first: the last entry per channel wins
         last[e.channel] = (e.to_build, e.to_digest)
@@ -108,7 +109,7 @@ def channel_checks(registry) -> list[ChannelCheck]:
     return out
 
 
-def build_verdicts(registry, build_id: str, policy: TrustPolicy) -> list[Verdict]:
+def build_verdicts(registry: Registry, build_id: str, policy: TrustPolicy) -> list[Verdict]:
     """Every gate result of the build: the signed ones (as the policy verifies them) and the ones
     no trusted signature backs (listed, never promoted), oldest first by their own time."""
     _, manifest = read_manifest(registry, build_id)
@@ -128,7 +129,7 @@ def build_verdicts(registry, build_id: str, policy: TrustPolicy) -> list[Verdict
     return sorted(rows.values(), key=lambda v: v.created_at)
 
 
-def release_status(registry, *, verdicts: bool = False) -> ReleaseStatus:
+def release_status(registry: Registry, *, verdicts: bool = False) -> ReleaseStatus:
     checks = channel_checks(registry)
     policy = load_policy() if verdicts else None
     builds = []

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from typing import Callable
+from typing import IO, Callable
 
 import numpy as np
 
@@ -70,8 +70,15 @@ class FragmentEncoder:
         self._reader.start()
         self.bytes_out = 0
 
+    @property
+    def _stdin(self) -> IO[bytes]:
+        stdin = self._proc.stdin
+        assert stdin is not None  # started with stdin=PIPE
+        return stdin
+
     def _pump(self) -> None:
         out = self._proc.stdout
+        assert out is not None  # started with stdout=PIPE
         while True:
             data = out.read(_READ)
             if not data:
@@ -84,14 +91,14 @@ class FragmentEncoder:
         if self._pad_h or self._pad_w:
             frames = np.pad(frames, ((0, 0), (0, self._pad_h), (0, self._pad_w), (0, 0)), mode="edge")
         try:
-            self._proc.stdin.write(np.ascontiguousarray(frames).tobytes())
+            self._stdin.write(np.ascontiguousarray(frames).tobytes())
         except (BrokenPipeError, OSError):
             raise MediaError(f"ffmpeg stopped reading frames: {self._stderr_tail()}") from None
 
     def close(self) -> None:
         """End of video: flush the last fragment and wait for ffmpeg; raises if it failed."""
         try:
-            self._proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
         rc = self._proc.wait()
@@ -107,7 +114,7 @@ class FragmentEncoder:
         if self._proc.poll() is None:
             self._proc.kill()
         try:
-            self._proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
         self._proc.wait()

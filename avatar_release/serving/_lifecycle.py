@@ -81,10 +81,10 @@ def _header_timeout_protocol(seconds: float, per_client: int = 0) -> type:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     caps = ClientCaps(per_client)  # one server, one event loop: no lock needed
-    tarpits: dict = {}  # event loop -> Tarpit
+    tarpits: dict[asyncio.AbstractEventLoop, Tarpit] = {}
 
     class HeaderTimeoutProtocol(H11Protocol):
-        _header_timer = None
+        _header_timer: asyncio.TimerHandle | None = None
         _peer: str | None = None
 
         def _arm(self) -> None:
@@ -101,7 +101,8 @@ def _header_timeout_protocol(seconds: float, per_client: int = 0) -> type:
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 self.transport.close()  # headers still incomplete: nothing to answer
 
-        def connection_made(self, transport: asyncio.Transport) -> None:
+        # uvicorn narrows asyncio's BaseTransport to the Transport asyncio passes a stream protocol; so do we
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             peer = str((transport.get_extra_info("peername") or ("?",))[0])
             if not caps.admit(peer):
@@ -182,7 +183,9 @@ def draining_server(pod: Pod, app: Starlette, cfg: ServerConfig) -> uvicorn.Serv
         def _stop_listening(self) -> None:
             # uvicorn's shutdown from here on: it closes the listener and waits for what still runs,
             # for what is left of the grace (seconds; the config took whole ones)
-            self.config.timeout_graceful_shutdown = max(0.0, self.drain_deadline - time.monotonic())
+            # uvicorn types it int | None, and passes it to asyncio.wait_for, which takes a float
+            left = max(0.0, self.drain_deadline - time.monotonic())
+            self.config.timeout_graceful_shutdown = left  # type: ignore[assignment]
             self.should_exit = True
 
     return DrainingServer(uvicorn_config(app, cfg))
@@ -195,16 +198,16 @@ def run_server(pod: Pod, cfg: ServerConfig,
     sock = _bind(cfg.host, cfg.port)
     addr = sock.getsockname()[:2]
     stop, wake = threading.Event(), threading.Event()
-    probes = None
+    probes = probe_addr = None
     if cfg.probe_port is not None:
         probes = ProbeServer(pod, cfg.host, cfg.probe_port)
-        probes.start()
+        probe_addr = probes.start()
 
     def started() -> None:
         log_event("ready", host=addr[0], port=addr[1], build=pod.build.build_id, channel=pod.channel,
-                  follow=cfg.follow, probe_port=probes.address[1] if probes else None)
+                  follow=cfg.follow, probe_port=probe_addr[1] if probe_addr else None)
         if on_ready is not None:
-            on_ready(addr, probes.address if probes else None)
+            on_ready(addr, probe_addr)
 
     route_server_logs()
     server = draining_server(pod, create_app(pod, cfg.app, on_startup=started), cfg)

@@ -15,7 +15,7 @@ __all__ = ["log_event", "route_server_logs"]
 _lock = threading.Lock()
 
 
-def log_event(event: str, **fields) -> None:
+def log_event(event: str, **fields: object) -> None:
     line = json.dumps({"ts": round(time.time(), 3), "event": event, **fields}, default=str, separators=(",", ":"))
     with _lock:
         try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..runtime import LoadedBuild
+
 __all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -42,7 +44,7 @@ class Metrics:
                                    registry=r)
         self.compiles.inc(0)
 
-    def set_build(self, build, channel: str) -> None:
+    def set_build(self, build: LoadedBuild, channel: str) -> None:
         self.build.info({"build_id": build.build_id, "digest": build.digest, "channel": channel,
                          "pipeline": build.manifest.pipeline, "target": build.manifest.target})
 

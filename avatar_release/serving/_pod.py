@@ -12,12 +12,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
-from ..registry import read_manifest
-from ..runtime import load, revocation_keys, stream
+from ..records import Manifest
+from ..registry import Registry, Resolved, read_manifest
+from ..runtime import LoadedBuild, TrustConfig, load, revocation_keys, stream
 from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
 from ._errors import clean_message
@@ -27,7 +30,7 @@ from ._metrics import Metrics
 __all__ = ["Pod", "start_pod", "warm_up"]
 
 
-def warm_up(build) -> float:
+def warm_up(build: LoadedBuild) -> float:
     """Render one chunk of the largest bucket from the sample inputs; refuse a build that compiles."""
     p = build.manifest.program
     t0 = time.perf_counter()
@@ -48,14 +51,15 @@ class FollowState:
     refused_digest: str | None = None
     refused_reason: str | None = None
     revoked: str | None = None  # the served build's revocation, once one is seen
-    scanned: tuple | None = None  # (build digest, its attestation index) last scanned for a revocation
+    # (build digest, its attestation index) last scanned for a revocation
+    scanned: tuple[str, tuple[str, ...]] | None = None
     swaps: int = 0
-    history: list[dict] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Pod:
-    def __init__(self, registry, channel: str, build, *, trust=None, warm_seconds: float = 0.0,
-                 metrics: Metrics | None = None):
+    def __init__(self, registry: Registry, channel: str, build: LoadedBuild, *, trust: TrustConfig | None = None,
+                 warm_seconds: float = 0.0, metrics: Metrics | None = None):
         self.registry = registry
         self.channel = channel
         self.trust = trust
@@ -72,7 +76,7 @@ class Pod:
     def ready(self) -> bool:
         return self.build.guard.count == 0 and not self.draining
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         b, t = self.build, self.build.timings
         return {"ready": self.ready, "draining": self.draining, "channel": self.channel, "build_id": b.build_id,
                 "digest": b.digest, "compiles": b.guard.count, "requests": self.requests,
@@ -144,7 +148,7 @@ class Pod:
         ``wake`` is set (SIGHUP)."""
         rng = random.Random()
 
-        def loop():
+        def loop() -> None:
             while not stop.is_set():
                 woken = wake.wait(follow_wait(poll_seconds, rng))
                 wake.clear()
@@ -173,13 +177,19 @@ def follow_wait(poll_seconds: float, rng: random.Random) -> float:
     return poll_seconds * rng.uniform(1.0 - FOLLOW_JITTER, 1.0 + FOLLOW_JITTER)
 
 
-def _load(registry, ref: str, resolved, trust):
+def _load(registry: Registry, ref: str, resolved: Resolved, trust: TrustConfig | None) -> LoadedBuild:
     # With a trust key the channel is loaded by name (its signed statement is checked);
     # without, the digest resolved here is what every fetch uses.
     return load(ref if trust else resolved.digest, registry, strict=True, trust=trust)
 
 
-def start_pod(registry, ref: str, *, trust=None, prepare=None, metrics: Metrics | None = None) -> Pod:
+# What prepares this process for the build ``ref`` names before it loads (the CLI's device and flag
+# setup): (registry, ref) -> (resolved, manifest), read and checked.
+Prepare = Callable[[Registry, str], tuple[Resolved, Manifest]]
+
+
+def start_pod(registry: Registry, ref: str, *, trust: TrustConfig | None = None, prepare: Prepare | None = None,
+              metrics: Metrics | None = None) -> Pod:
     """A pod ready to serve ``ref``: devices prepared for the build, verified (and its signed
     statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles."""
     resolved, _ = prepare(registry, ref) if prepare else read_manifest(registry, ref)

@@ -23,8 +23,10 @@ import json
 import random
 import threading
 from collections import Counter
+from typing import cast
 
 from ._errors import ServeError
+from ._pod import Pod
 
 __all__ = ["probe", "ProbeServer", "ClientCaps", "TARPIT_SECONDS", "MAX_TARPIT", "Tarpit"]
 
@@ -32,7 +34,7 @@ TARPIT_SECONDS = 2.0
 MAX_TARPIT = 4096
 
 
-def probe(pod, path: str) -> tuple[int, dict]:
+def probe(pod: Pod, path: str) -> tuple[int, dict[str, object]]:
     """(HTTP status, JSON body) of ``/livez`` or ``/readyz``; (404, ...) for anything else."""
     if path == "/livez":
         return 200, {"live": True}
@@ -73,13 +75,13 @@ class Tarpit:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float = TARPIT_SECONDS) -> None:
         self.loop, self.seconds = loop, seconds
-        self._held: set = set()
+        self._held: set[asyncio.Transport] = set()
 
     @property
     def held(self) -> int:
         return len(self._held)
 
-    def hold(self, transport, first: bytes = b"") -> None:
+    def hold(self, transport: asyncio.Transport, first: bytes = b"") -> None:
         if len(self._held) >= MAX_TARPIT:
             transport.abort()
             return
@@ -106,7 +108,7 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 
 
 class ProbeServer:
-    def __init__(self, pod, host: str, port: int, *, per_client: int = 8, max_connections: int = 256,
+    def __init__(self, pod: Pod, host: str, port: int, *, per_client: int = 8, max_connections: int = 256,
                  header_timeout: float = 2.0) -> None:
         self.pod, self.host, self.port = pod, host, port
         self.caps = ClientCaps(per_client)
@@ -115,7 +117,7 @@ class ProbeServer:
         self.address: tuple[str, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._server = None
+        self._server: asyncio.Server | None = None
         self._tarpit: Tarpit | None = None
 
     def start(self) -> tuple[str, int]:
@@ -126,19 +128,19 @@ class ProbeServer:
         def run() -> None:
             loop = self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)  # this thread's own loop
-            self._tarpit = Tarpit(loop)
+            tarpit = self._tarpit = Tarpit(loop)
             try:
-                self._server = loop.run_until_complete(
+                server = self._server = loop.run_until_complete(
                     asyncio.start_server(self._handle, self.host, self.port, limit=8192, backlog=512))
-                self.address = self._server.sockets[0].getsockname()[:2]
+                self.address = server.sockets[0].getsockname()[:2]
             except BaseException as e:  # noqa: BLE001 - reported to start() below
                 failed.append(e)
                 started.set()
                 return
             started.set()
             loop.run_forever()
-            self._server.close()
-            self._tarpit.drop_all()
+            server.close()
+            tarpit.drop_all()
             pending = asyncio.all_tasks(loop)
             for task in pending:
                 task.cancel()
@@ -151,6 +153,7 @@ class ProbeServer:
         started.wait()
         if failed:
             raise failed[0]
+        assert self.address is not None  # run() binds before it sets `started`, or fails (raised above)
         return self.address
 
     def close(self) -> None:
@@ -162,7 +165,10 @@ class ProbeServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         if sum(self.caps.open.values()) >= self.max_connections or not self.caps.admit(peer):
-            self._tarpit.hold(writer.transport)  # over a cap: never answered, and no reconnect storm
+            assert self._tarpit is not None  # made by run() before the server accepts anything
+            # over a cap: never answered, and no reconnect storm (typeshed types a stream's transport as
+            # write-only; a server connection's reads too)
+            self._tarpit.hold(cast(asyncio.Transport, writer.transport))
             return
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout)

@@ -19,8 +19,9 @@ import base64
 import binascii
 import json
 import math
+from collections.abc import AsyncIterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -28,7 +29,11 @@ from starlette.requests import Request
 
 from ..errors import InputError
 from ..media import load_audio_bytes, load_image_bytes, sample_audio, sample_image
+from ..runtime import LoadedBuild
 from ._errors import ServeError
+
+if TYPE_CHECKING:
+    from starlette.types import Message
 
 __all__ = ["Limits", "RenderRequest", "RenderInputs", "read_body", "parse_request", "decode_inputs"]
 
@@ -69,7 +74,7 @@ class RenderInputs:
     audio_source: str
 
 
-async def read_body(receive_stream, content_length: str | None, limits: Limits) -> bytes:
+async def read_body(receive_stream: AsyncIterable[bytes], content_length: str | None, limits: Limits) -> bytes:
     """The whole body, refused with 413 past ``max_body`` (declared or counted) and 408 past the timeout."""
     if content_length is not None:
         try:
@@ -80,7 +85,8 @@ async def read_body(receive_stream, content_length: str | None, limits: Limits) 
             raise ServeError("body_too_large", f"body of {declared} bytes; this pod takes at most {limits.max_body}")
 
     async def read() -> bytes:
-        parts, n = [], 0
+        parts: list[bytes] = []
+        n = 0
         async for piece in receive_stream:
             n += len(piece)
             if n > limits.max_body:
@@ -95,11 +101,11 @@ async def read_body(receive_stream, content_length: str | None, limits: Limits) 
         raise ServeError("body_timeout", f"the body did not arrive within {limits.body_timeout:g} s") from None
 
 
-def _no_constants(name: str):
+def _no_constants(name: str) -> NoReturn:
     raise ServeError("invalid_json", f"{name} is not a number this pod accepts; send a finite number")
 
 
-def _model(doc: dict, *, strict: bool) -> RenderRequest:
+def _model(doc: dict[str, Any], *, strict: bool) -> RenderRequest:
     try:
         return RenderRequest.model_validate(doc, strict=strict)
     except ValidationError as exc:
@@ -140,10 +146,11 @@ def _b64(text: str | None, what: str) -> bytes | None:
         raise ServeError(f"invalid_{what}", f"{what}_b64 is not valid base64") from None
 
 
-async def _parse_multipart(content_type: str, body: bytes, limits: Limits):
+async def _parse_multipart(content_type: str, body: bytes, limits: Limits
+                           ) -> tuple[RenderRequest, bytes | None, bytes | None]:
     sent = False
 
-    async def replay():  # the body was already read (bounded); hand it to the form parser once
+    async def replay() -> Message:  # the body was already read (bounded); hand it to the form parser once
         nonlocal sent
         if sent:
             return {"type": "http.disconnect"}
@@ -156,7 +163,8 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits):
                                                  max_part_size=limits.max_body)
     except Exception as exc:  # the parser's own errors (bad boundary, too many parts)
         raise ServeError("invalid_request", f"multipart body not readable: {getattr(exc, 'detail', exc)}") from None
-    fields, files = {}, {}
+    fields: dict[str, str] = {}
+    files: dict[str, bytes] = {}
     for key, value in form.multi_items():
         if hasattr(value, "read"):
             if key not in ("image", "audio"):
@@ -164,7 +172,7 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits):
             files[key] = await value.read()
         else:
             fields[key] = value
-    doc: dict = {}
+    doc: dict[str, Any] = {}
     for key, value in fields.items():
         if key == "seconds":
             try:
@@ -184,7 +192,8 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits):
     return req, files.get("image"), files.get("audio")
 
 
-def decode_inputs(build, req: RenderRequest, image: bytes | None, audio: bytes | None, limits: Limits) -> RenderInputs:
+def decode_inputs(build: LoadedBuild, req: RenderRequest, image: bytes | None, audio: bytes | None,
+                  limits: Limits) -> RenderInputs:
     """Pixels and samples at the build's size and rate, within the build-derived bounds (blocking)."""
     p = build.manifest.program
     max_frames = limits.max_frames(p.fps)

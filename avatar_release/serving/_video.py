@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
@@ -31,11 +32,13 @@ def error_response(exc: ServeError) -> JSONResponse:
 class VideoStream:
     """One render's answer; ``line`` (the request's log fields) is written once, when it ends."""
 
-    def __init__(self, pod: Pod, request_timeout: float, job: RenderJob, line: dict, t0: float) -> None:
+    def __init__(self, pod: Pod, request_timeout: float, job: RenderJob, line: dict[str, Any], t0: float) -> None:
         self.pod, self.request_timeout, self.job, self.line, self.t0 = pod, request_timeout, job, line, t0
         self.deadline = t0 + request_timeout
-        self.status, self.code = 200, None  # what the log and the requests counter say
-        self.started, self.ttff, self.sent = False, None, 0
+        self.status = 200  # what the log and the requests counter say
+        self.code: str | None = None
+        self.started, self.sent = False, 0
+        self.ttff: float | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watcher = asyncio.create_task(self._watch(receive))

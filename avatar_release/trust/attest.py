@@ -20,11 +20,15 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._digest import canonical_json, hex_of
 from ..errors import IntegrityError, TrustError
 from .keys import key_id
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+    from securesystemslib.signer import CryptoSigner
 
 __all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPES", "ENVELOPE_MEDIA_TYPE", "Attestation", "attest",
            "open_envelope", "verify_envelope"]
@@ -58,7 +62,7 @@ class Attestation:
     key_ids: tuple[str, ...]  # the keys whose signatures verified (empty when only opened)
 
 
-def _signer(private_key):
+def _signer(private_key: Ed25519PrivateKey) -> CryptoSigner:
     # Lazy (heavy): securesystemslib loads only when evidence is signed or read.
     from securesystemslib.signer import CryptoSigner, SSlibKey
 
@@ -66,7 +70,8 @@ def _signer(private_key):
     return CryptoSigner(private_key, public)
 
 
-def attest(private_key, *, kind: str, build_id: str, subject_digest: str, predicate: dict) -> bytes:
+def attest(private_key: Ed25519PrivateKey, *, kind: str, build_id: str, subject_digest: str,
+           predicate: dict[str, Any]) -> bytes:
     """Sign ``predicate`` about one build; returns the envelope as canonical JSON bytes."""
     # Lazy (heavy): securesystemslib loads only when evidence is signed or read.
     from securesystemslib.dsse import Envelope
@@ -82,7 +87,7 @@ def attest(private_key, *, kind: str, build_id: str, subject_digest: str, predic
     return canonical_json(env.to_dict())
 
 
-def _parse(data: bytes, where: str):
+def _parse(data: bytes, where: str) -> tuple[str, bytes, list[tuple[str, bytes]], Attestation]:
     """(payload type, payload bytes, [(key id, signature bytes)], statement) of an envelope."""
     try:
         doc = json.loads(data)
@@ -117,7 +122,7 @@ def open_envelope(data: bytes, where: str) -> Attestation:
     return _parse(data, where)[3]
 
 
-def verify_envelope(data: bytes, where: str, *, trusted: dict[str, Any], kind: str,
+def verify_envelope(data: bytes, where: str, *, trusted: dict[str, Ed25519PublicKey], kind: str,
                     subject_digest: str | None = None) -> Attestation:
     """Verify an envelope against ``trusted`` public keys ({key id: key}) and return its statement.
 

@@ -11,27 +11,32 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .._digest import canonical_json, sha256_digest
 from ..errors import IntegrityError, TrustError
 from ..records import BlobRef
 from ..records.stored import ATTESTATIONS, parse_attestations_index, render_attestations_index
+from ..registry import Registry
 from .attest import ENVELOPE_MEDIA_TYPE, PREDICATE_TYPES, Attestation, attest, open_envelope, verify_envelope
 from .keys import load_private_key
 from .policy import local_identity
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = ["store_attestation", "attestation_refs", "read_attestations", "verified", "Rejected", "gate_signing_key",
            "sign_and_store"]
 
 
-def gate_signing_key():
+def gate_signing_key() -> Ed25519PrivateKey:
     """The key that signs gate evidence here: ``AVATAR_RELEASE_GATE_KEY`` (a PEM file: CI takes it
     from a secret), else this machine's own gate key (made on first use)."""
     path = os.environ.get("AVATAR_RELEASE_GATE_KEY")
     return load_private_key(path) if path else local_identity().gate_key()
 
 
-def store_attestation(registry, build_id: str, envelope: bytes) -> BlobRef:
+def store_attestation(registry: Registry, build_id: str, envelope: bytes) -> BlobRef:
     ref = BlobRef(digest=registry.put_blob(envelope), size=len(envelope), media_type=ENVELOPE_MEDIA_TYPE)
 
     def add(old: bytes | None) -> bytes:
@@ -42,17 +47,18 @@ def store_attestation(registry, build_id: str, envelope: bytes) -> BlobRef:
     return ref
 
 
-def sign_and_store(registry, private_key, *, kind: str, build_id: str, subject_digest: str, predicate: dict) -> BlobRef:
+def sign_and_store(registry: Registry, private_key: Ed25519PrivateKey, *, kind: str, build_id: str,
+                   subject_digest: str, predicate: dict[str, Any]) -> BlobRef:
     envelope = attest(private_key, kind=kind, build_id=build_id, subject_digest=subject_digest, predicate=predicate)
     return store_attestation(registry, build_id, envelope)
 
 
-def attestation_refs(registry, build_id: str) -> list[BlobRef]:
+def attestation_refs(registry: Registry, build_id: str) -> list[BlobRef]:
     return parse_attestations_index(registry.get_record(ATTESTATIONS.name, build_id),
                                     f"registry record {ATTESTATIONS.name}/{build_id}")
 
 
-def read_attestations(registry, build_id: str) -> list[tuple[BlobRef, bytes]]:
+def read_attestations(registry: Registry, build_id: str) -> list[tuple[BlobRef, bytes]]:
     return [(ref, registry.get_blob(ref.digest, ref.size)) for ref in attestation_refs(registry, build_id)]
 
 
@@ -64,12 +70,13 @@ class Rejected:
     reason: str
 
 
-def verified(registry, build_id: str, *, kind: str, trusted: dict, subject_digest: str
+def verified(registry: Registry, build_id: str, *, kind: str, trusted: dict[str, Ed25519PublicKey], subject_digest: str
              ) -> tuple[list[tuple[Attestation, str]], list[Rejected]]:
     """Every envelope of ``kind`` about this build that verifies under ``trusted`` keys for
     ``subject_digest``: [(attestation, digest of its predicate's canonical bytes)], plus the
     rejected ones with their reasons. Envelopes of other kinds are skipped silently."""
-    good, bad = [], []
+    good: list[tuple[Attestation, str]] = []
+    bad: list[Rejected] = []
     for ref, data in read_attestations(registry, build_id):
         where = f"attestation {ref.digest}"
         try:

@@ -12,14 +12,18 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _atomic
 from ..errors import InputError, TrustError
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
 __all__ = ["generate_keypair", "write_public_key", "load_private_key", "load_public_key", "key_id", "refuse_loose_permissions"]
 
 
-def key_id(public_key) -> str:
+def key_id(public_key: Ed25519PublicKey) -> str:
     """'ed25519:' + first 16 hex of sha256 over the raw public key bytes."""
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -94,7 +98,7 @@ def refuse_loose_permissions(path: Path, what: str) -> None:
                          f"can change it chooses which keys are trusted, so it is not used. Fix: chmod go-w {path}")
 
 
-def load_private_key(path: str | Path):
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -112,7 +116,7 @@ def load_private_key(path: str | Path):
     return key
 
 
-def load_public_key(path: str | Path):
+def load_public_key(path: str | Path) -> Ed25519PublicKey:
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from cryptography.hazmat.primitives.serialization import load_pem_public_key

@@ -32,12 +32,16 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _atomic
 from ..errors import InputError
 from .keys import (
     generate_keypair, key_id, load_private_key, load_public_key, refuse_loose_permissions, write_public_key,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = ["TrustPolicy", "LocalIdentity", "config_dir", "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
 
@@ -63,13 +67,13 @@ class LocalIdentity:
     reviewer: str
     release_key_path: Path
 
-    def gate_key(self):
+    def gate_key(self) -> Ed25519PrivateKey:
         return load_private_key(self.gate_key_path)
 
-    def reviewer_key(self):
+    def reviewer_key(self) -> Ed25519PrivateKey:
         return load_private_key(self.reviewer_key_path)
 
-    def release_key(self):
+    def release_key(self) -> Ed25519PrivateKey:
         return load_private_key(self.release_key_path)
 
 
@@ -152,7 +156,7 @@ def _toml_key(s: str) -> str:
 @dataclass(frozen=True)
 class TrustPolicy:
     path: Path
-    keys: dict[str, object]  # name -> Ed25519 public key
+    keys: dict[str, Ed25519PublicKey]  # name -> public key
     gate: dict[str, list[str]]  # target or "*" -> key names
     reviewers: list[str]
     prod_approvals: int = 1
@@ -161,19 +165,19 @@ class TrustPolicy:
     approvers: list[str] = field(default_factory=list)  # [release] approvers: who approves releases to prod
     roles: int = 2  # [release] roles: 2 = prod needs a release approval by a key other than the gate's
 
-    def gate_keys(self, target: str) -> dict[str, object]:
+    def gate_keys(self, target: str) -> dict[str, Ed25519PublicKey]:
         """{key id: public key} allowed to sign gate evidence for ``target``."""
         names = self.gate.get(target, []) + self.gate.get("*", [])
         return {key_id(self.keys[n]): self.keys[n] for n in names}
 
-    def reviewer_keys(self) -> dict[str, object]:
+    def reviewer_keys(self) -> dict[str, Ed25519PublicKey]:
         return {key_id(self.keys[n]): self.keys[n] for n in self.reviewers}
 
-    def approver_keys(self) -> dict[str, object]:
+    def approver_keys(self) -> dict[str, Ed25519PublicKey]:
         """{key id: public key} whose signed release approval counts for prod."""
         return {key_id(self.keys[n]): self.keys[n] for n in self.approvers}
 
-    def revoker_keys(self) -> dict[str, object]:
+    def revoker_keys(self) -> dict[str, Ed25519PublicKey]:
         """Every key the policy names: a revocation can only hold a build back, so any role may sign one."""
         return {key_id(k): k for k in self.keys.values()}
 
@@ -206,7 +210,7 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
     if unknown:
         raise InputError(f"trust policy {p}: unknown section(s) {sorted(unknown)}; expected keys, gate, review, "
                          "release, timestamps")
-    keys = {}
+    keys: dict[str, Ed25519PublicKey] = {}
     for name, rel in (doc.get("keys") or {}).items():
         kp = Path(rel) if os.path.isabs(rel) else p.parent / rel
         keys[name] = load_public_key(kp)

@@ -19,11 +19,16 @@ registry can hide a revocation from the unsigned attestation list; they can neve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import InputError, IntegrityError, Revoked, TrustError
 from ..records import utcnow
+from ..registry import Registry
 from .attest import PREDICATE_TYPES, open_envelope, verify_envelope
 from .evidence import read_attestations, sign_and_store
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = ["Revocation", "revoke", "revocations", "check_not_revoked"]
 
@@ -46,7 +51,8 @@ class Revocation:
                 "key_ids": list(self.key_ids), "envelope": self.envelope_digest}
 
 
-def revoke(registry, build_id: str, subject_digest: str, private_key, *, reason: str, by: str) -> Revocation:
+def revoke(registry: Registry, build_id: str, subject_digest: str, private_key: Ed25519PrivateKey, *, reason: str,
+           by: str) -> Revocation:
     """Sign and store a revocation of ``build_id`` (manifest content digest ``subject_digest``)."""
     reason = reason.strip()
     if not reason:
@@ -57,7 +63,8 @@ def revoke(registry, build_id: str, subject_digest: str, private_key, *, reason:
     return Revocation(build_id, reason, by, predicate["at"], (), ref.digest)
 
 
-def revocations(registry, build_id: str, subject_digest: str | None, trusted: dict | None) -> list[Revocation]:
+def revocations(registry: Registry, build_id: str, subject_digest: str | None,
+                trusted: dict[str, Ed25519PublicKey] | None) -> list[Revocation]:
     """The revocations of this build that count: verified under ``trusted`` ({key id: public key}),
     or, with ``trusted`` None, every one that parses (see the module's note). Oldest first.
     ``subject_digest`` None (listing, display only) skips the manifest check."""
@@ -81,7 +88,8 @@ def revocations(registry, build_id: str, subject_digest: str | None, trusted: di
     return sorted(out, key=lambda r: r.at)
 
 
-def check_not_revoked(registry, build_id: str, subject_digest: str, trusted: dict | None, *, what: str) -> None:
+def check_not_revoked(registry: Registry, build_id: str, subject_digest: str,
+                      trusted: dict[str, Ed25519PublicKey] | None, *, what: str) -> None:
     """Raise ``Revoked`` (exit 1) naming who revoked the build, when and why."""
     found = revocations(registry, build_id, subject_digest, trusted)
     if found:

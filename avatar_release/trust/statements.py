@@ -27,19 +27,23 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import _atomic
 from .._digest import canonical_json
 from ..errors import IntegrityError, TrustError
 from ..records import SignedStatement, StatementPayload, TimestampPayload, parse_record
 from ..records.stored import STATEMENTS, TIMESTAMPS
-from ..registry import read_manifest
+from ..registry import Registry, read_manifest
 from .attest import open_envelope, verify_envelope, attest
 from .keys import key_id
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
 __all__ = ["StatementPayload", "SignedStatement", "PromotionStatement", "sign", "publish_statement",
-           "read_statement", "verify", "AcceptedState", "DEFAULT_VALIDITY", "TIMESTAMP_VALIDITY", "SignedTimestamp",
-           "sign_timestamp", "publish_timestamp", "read_timestamp", "verify_fresh", "verify_channel",
+           "read_statement", "parse_statement", "verify", "AcceptedState", "DEFAULT_VALIDITY", "TIMESTAMP_VALIDITY",
+           "SignedTimestamp", "sign_timestamp", "publish_timestamp", "read_timestamp", "verify_fresh", "verify_channel",
            "signed_digest"]
 
 DEFAULT_VALIDITY = timedelta(days=30)
@@ -68,16 +72,16 @@ class PromotionStatement:
     payload: StatementPayload
     envelope: bytes  # exactly as stored and signed
 
-    def model_dump(self, mode: str = "json") -> dict:
+    def model_dump(self, mode: str = "json") -> dict[str, Any]:
         return {"payload": self.payload.model_dump(mode=mode), "envelope": json.loads(self.envelope)}
 
 
-def signed_digest(registry, digest: str) -> str:
+def signed_digest(registry: Registry, digest: str) -> str:
     """What a statement about the build with this store digest binds: its manifest's content digest."""
     return read_manifest(registry, digest)[1].content_digest()
 
 
-def sign(private_key, *, build_id: str, build_digest: str, channel: str, sequence: int, who: str,
+def sign(private_key: Ed25519PrivateKey, *, build_id: str, build_digest: str, channel: str, sequence: int, who: str,
          validity: timedelta = DEFAULT_VALIDITY, now: datetime | None = None) -> PromotionStatement:
     """``build_digest``: the build's manifest content digest (:func:`signed_digest`), not a store's digest."""
     now = now or datetime.now(timezone.utc)
@@ -89,16 +93,19 @@ def sign(private_key, *, build_id: str, build_digest: str, channel: str, sequenc
     return PromotionStatement(payload, envelope)
 
 
-def publish_statement(registry, statement: PromotionStatement) -> None:
+def publish_statement(registry: Registry, statement: PromotionStatement) -> None:
     registry.put_record(_NS, statement.payload.channel, statement.envelope)
 
 
-def read_statement(registry, channel: str) -> PromotionStatement | SignedStatement | None:
+def read_statement(registry: Registry, channel: str) -> PromotionStatement | SignedStatement | None:
     """The statement for ``channel``: a DSSE envelope, or a version-1 signed statement (written
     before 2026-12-01; still verified with the same key, the old way)."""
     raw = registry.get_record(_NS, channel)
-    if raw is None:
-        return None
+    return None if raw is None else parse_statement(raw, channel)
+
+
+def parse_statement(raw: bytes, channel: str) -> PromotionStatement | SignedStatement:
+    """A stored statement's bytes (the record ``statements/<channel>``), parsed; its signature unchecked."""
     where = f"statement for channel {channel}"
     try:
         doc = json.loads(raw)
@@ -117,7 +124,7 @@ class AcceptedState:
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, dict[str, Any]]:
         if not self.path.is_file():
             return {}
         try:
@@ -126,7 +133,7 @@ class AcceptedState:
             raise TrustError(f"pod trust state {self.path} is corrupt; restore it (deleting it disables "
                              "replay protection until the next accepted statement)") from None
 
-    def highest(self, channel: str) -> dict | None:
+    def highest(self, channel: str) -> dict[str, Any] | None:
         return self.load().get(channel)
 
     def accept(self, payload: StatementPayload) -> None:
@@ -136,8 +143,8 @@ class AcceptedState:
         _atomic.write_json(self.path, state, indent=None)
 
 
-def verify(statement: PromotionStatement | SignedStatement | None, public_key, *, channel: str, digest: str,
-           state: AcceptedState | None = None, now: datetime | None = None,
+def verify(statement: PromotionStatement | SignedStatement | None, public_key: Ed25519PublicKey, *, channel: str,
+           digest: str, state: AcceptedState | None = None, now: datetime | None = None,
            content_digest: str | None = None) -> StatementPayload:
     """Every check a pod makes, in order; TrustError naming the first that fails.
 
@@ -204,7 +211,7 @@ class SignedTimestamp:
     envelope: bytes
 
 
-def sign_timestamp(private_key, *, channel: str, sequence: int, build_id: str, build_digest: str,
+def sign_timestamp(private_key: Ed25519PrivateKey, *, channel: str, sequence: int, build_id: str, build_digest: str,
                    validity: timedelta = TIMESTAMP_VALIDITY, now: datetime | None = None) -> SignedTimestamp:
     """The newest sequence of ``channel``, signed for a short time. Re-sign it on a schedule
     (``avatar-release keys refresh CHANNEL``, e.g. hourly from a CronJob) and on every signed move."""
@@ -217,11 +224,11 @@ def sign_timestamp(private_key, *, channel: str, sequence: int, build_id: str, b
     return SignedTimestamp(payload, envelope)
 
 
-def publish_timestamp(registry, ts: SignedTimestamp) -> None:
+def publish_timestamp(registry: Registry, ts: SignedTimestamp) -> None:
     registry.put_record(TIMESTAMPS.name, ts.payload.channel, ts.envelope)
 
 
-def read_timestamp(registry, channel: str) -> SignedTimestamp | None:
+def read_timestamp(registry: Registry, channel: str) -> SignedTimestamp | None:
     raw = registry.get_record(TIMESTAMPS.name, channel)
     if raw is None:
         return None
@@ -233,7 +240,7 @@ def read_timestamp(registry, channel: str) -> SignedTimestamp | None:
         raise TrustError(f"channel {channel}: the signed timestamp is unreadable ({str(e)[:200]})") from None
 
 
-def verify_fresh(ts: SignedTimestamp | None, public_key, *, statement: StatementPayload,
+def verify_fresh(ts: SignedTimestamp | None, public_key: Ed25519PublicKey, *, statement: StatementPayload,
                  now: datetime | None = None, max_age: timedelta = TIMESTAMP_VALIDITY) -> TimestampPayload:
     """A pod that cannot remember (no trust state, or a fresh one) accepts ``statement`` only with
     an unexpired timestamp, signed by the same key no longer than ``max_age`` ago (whatever expiry
@@ -265,8 +272,8 @@ def verify_fresh(ts: SignedTimestamp | None, public_key, *, statement: Statement
     return t
 
 
-def verify_channel(registry, channel: str, public_key, *, digest: str, state: AcceptedState | None = None,
-                   require_fresh: bool = True, now: datetime | None = None,
+def verify_channel(registry: Registry, channel: str, public_key: Ed25519PublicKey, *, digest: str,
+                   state: AcceptedState | None = None, require_fresh: bool = True, now: datetime | None = None,
                    content_digest: str | None = None, max_age: timedelta = TIMESTAMP_VALIDITY) -> StatementPayload:
     """Everything a pod checks before it trusts ``channel``: the statement (key, signature,
     channel, digest, expiry, replay against what this pod remembers) and, with ``require_fresh``,
