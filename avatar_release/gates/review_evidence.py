@@ -53,9 +53,8 @@ def review_subject(registry: Registry, build_id: str) -> str:
 
 
 def owns_name(policy: TrustPolicy, reviewer: object, key_ids: Iterable[str]) -> bool:
-    """Whether the policy gives ``reviewer`` as the name of one of these keys: a name written into
-    signed evidence (or typed on the command line) proves nothing, the key that signs it does."""
-    return isinstance(reviewer, str) and reviewer in {policy.name_of(k) for k in key_ids}
+    """Whether the policy gives ``reviewer`` to one of these keys (:meth:`TrustPolicy.owns_name`)."""
+    return policy.owns_name(reviewer, key_ids)
 
 
 ANOTHER_RESULT = "it is about another gate result"

@@ -63,7 +63,7 @@ def release_approvals(registry: Registry, build_id: str, manifest: Manifest, ver
         who = p.get("approver")
         if p.get("build_id") != build_id or p.get("gate_result_digest") != verdict.digest:
             ignored.append(f"an approval by {who} is of another gate result ({p.get('gate_result_digest')})")
-        elif who not in {policy.name_of(k) for k in att.key_ids}:
+        elif not policy.owns_name(who, att.key_ids):
             ignored.append(f"an approval names {who!r}, whose key did not sign it")
         elif policy.roles == 2 and set(att.key_ids) & set(verdict.key_ids):
             ignored.append(f"the approval by {who} is signed by the key that signed the gate result: one key "

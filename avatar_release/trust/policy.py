@@ -32,6 +32,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .. import _atomic
@@ -183,6 +184,12 @@ class TrustPolicy:
 
     def name_of(self, kid: str) -> str:
         return self.key_names.get(kid, kid)
+
+    def owns_name(self, name: object, key_ids: Iterable[str]) -> bool:
+        """Whether this policy gives ``name`` to one of the keys that signed: the one signer check of
+        reviewers and release approvers. A name written into signed evidence (or typed on the command
+        line) proves nothing; the key that signs it does."""
+        return isinstance(name, str) and name in {self.name_of(k) for k in key_ids}
 
     def describe(self) -> str:
         return str(self.path)
