@@ -6,7 +6,7 @@ import click
 
 from ..ops.copy import CopyReport, copy_build
 from ..registry import open_registry
-from ._app import _emit, channel_choice, cli, json_option, registry_option
+from ._app import _emit, _progress, channel_choice, cli, json_option, registry_option
 
 
 def _copy_human(r: CopyReport) -> str:
@@ -36,5 +36,6 @@ def _copy_human(r: CopyReport) -> str:
 def copy_cmd(ref: str, to_uri: str, channel: str | None, registry_uri: str | None, as_json: bool) -> None:
     """Mirror build REF (channel, build id or digest) from --registry into --to: blobs, manifest and
     every record of the build, verified on the way; re-running skips what is already there."""
-    report = copy_build(open_registry(registry_uri, create=False), open_registry(to_uri), ref, channel=channel)
+    report = copy_build(open_registry(registry_uri, create=False), open_registry(to_uri), ref, channel=channel,
+                        progress=_progress())
     _emit(as_json, {"ok": True, **report.to_dict()}, _copy_human(report))

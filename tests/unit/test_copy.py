@@ -166,3 +166,48 @@ def test_copy_cli_prints_what_it_did_and_json(released, tmp_path):
     assert r.exit_code == 0 and "already there" in r.output
     r = runner.invoke(cli, ["copy", "nope", "--registry", str(tmp_path / "src"), "--to", str(dst)])
     assert r.exit_code != 0 and "unknown build or channel 'nope'" in r.output
+
+
+def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
+    """A chunked (v5) build into an OCI store: blob uploads overlap (4 workers), each blob reports
+    progress, and a blob that fails leaves no build reference behind."""
+    import threading
+    import time
+
+    from avatar_release.registry import OciRegistry
+    from avatar_release.registry.oci import MemoryDistribution, MemoryResponse, RetryPolicy
+
+    src = LocalRegistry(tmp_path / "src")
+    build_id, _, m = publish(src, version=5)
+    inflight, peak, lock = [0], [0], threading.Lock()
+
+    def slow_uploads(method, url, headers, data):
+        if method == "PUT" and "/blobs/uploads/" in url:
+            with lock:
+                inflight[0] += 1
+                peak[0] = max(peak[0], inflight[0])
+            time.sleep(0.05)
+            with lock:
+                inflight[0] -= 1
+        return None
+
+    fast = RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001)
+    dst = OciRegistry("oci+http://registry.test/mirror/a", session=MemoryDistribution(before=slow_uploads),
+                      retry=fast, lock_dir=tmp_path / "locks")
+    lines: list[str] = []
+    r = copy_build(src, dst, build_id, progress=lines.append)
+    n = len({b.digest for b in m.blobs()})
+    assert n >= 3 and r.blobs_copied == n and peak[0] > 1  # uploads overlapped
+    assert len(lines) == n and lines[-1].startswith(f"copy {build_id}: {n}/{n} blobs, ")
+    assert dst.resolve(build_id).digest == r.destination_digest
+
+    def refuse_one(method, url, headers, data):
+        if method == "PUT" and "/blobs/uploads/" in url and "digest=" + m.blobs()[1].digest in url:
+            return MemoryResponse(400, {}, b'{"errors":[{"code":"DENIED","message":"quota"}]}', url)
+        return None
+
+    broken = OciRegistry("oci+http://registry.test/mirror/b", session=MemoryDistribution(before=refuse_one),
+                         retry=fast, lock_dir=tmp_path / "locks")
+    with pytest.raises(Exception, match="quota"):
+        copy_build(src, broken, build_id, workers=4)
+    assert broken.list_builds() == []  # the build reference is written only after every blob landed
