@@ -3,10 +3,16 @@ hash to the digest they were asked for. Written once for every backend."""
 
 from __future__ import annotations
 
-from .._digest import sha256_digest
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+from .._digest import StreamDigest, sha256_digest
 from ..errors import IntegrityError
 
-__all__ = ["checked_blob"]
+__all__ = ["checked_blob", "checked_stream", "BLOB_CHUNK"]
+
+T = TypeVar("T")
+BLOB_CHUNK = 1 << 20  # what a streamed read hands its sink at a time
 
 
 def checked_blob(data: bytes, digest: str, size: int, where: str) -> bytes:
@@ -28,3 +34,37 @@ def checked_blob(data: bytes, digest: str, size: int, where: str) -> bytes:
             "the store is corrupted or was tampered with — republish the build"
         )
     return data
+
+
+def checked_stream(pieces: Iterable[bytes], digest: str, size: int, where: str,
+                   sink: Callable[[Iterator[bytes]], T]) -> T:
+    """``sink(chunks)`` over the pieces of a stored blob, then the same rule as :func:`checked_blob`.
+
+    The sink sees at most ``size`` + 1 bytes (then the stream stops) and is handed them as they
+    are read, hashed on the way; its result is returned only if exactly ``size`` bytes hashing to
+    ``digest`` passed. A sink must therefore treat what it made as unverified until this returns
+    (decompress into a buffer, hash, never deserialize), and must consume every chunk it is given.
+    """
+    seen, source = StreamDigest(), iter(pieces)
+
+    def counted() -> Iterator[bytes]:
+        for piece in source:
+            piece = piece[: size + 1 - seen.size]
+            if not piece:
+                break
+            seen.update(piece)
+            yield piece
+            if seen.size > size:
+                break
+
+    result = sink(counted())
+    for _ in counted():  # what the sink left unread still counts: the whole blob is checked
+        pass
+    if seen.size != size:
+        got = f"more than {size}" if seen.size > size else str(seen.size)
+        raise IntegrityError(f"blob {digest} in {where}: size {got} bytes, manifest says {size}; "
+                             "the store is corrupted or was tampered with — republish the build")
+    if seen.digest != digest:
+        raise IntegrityError(f"blob {digest} in {where}: content hashes to {seen.digest}; "
+                             "the store is corrupted or was tampered with — republish the build")
+    return result

@@ -20,19 +20,21 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from .._digest import is_digest, sha256_digest
 from ..errors import IntegrityError, NotFoundError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
-from ._blobcheck import checked_blob
+from ._blobcheck import BLOB_CHUNK, checked_blob, checked_stream
 from ._cas import Current, Move, compare_and_swap
 from ._kv_gc import KVCollection
 from ._protocol import Action, BuildRef, Resolved, check_name
 from ._resolve import Lookups, resolve_ref
 
 __all__ = ["KVRegistry"]
+
+T = TypeVar("T")
 
 
 class KVRegistry(KVCollection, abc.ABC):
@@ -70,6 +72,19 @@ class KVRegistry(KVCollection, abc.ABC):
             return digest  # content-addressed: already there, nothing rewritten
         self._write_atomic(key, data)
         return digest
+
+    def stream_blob(self, digest: str, size: int, sink: Callable[[Iterator[bytes]], T]) -> T:
+        """``sink(chunks)`` over the blob as it is read, then the check of :meth:`get_blob`."""
+        pieces = self._read_pieces(self._blob_key(digest), limit=size + 1)
+        if pieces is None:
+            raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
+        return checked_stream(pieces, digest, size, self.uri, sink)
+
+    def _read_pieces(self, key: str, limit: int) -> Iterator[bytes] | None:
+        """The bytes at ``key`` (at most ``limit``) in pieces, or None when absent; a store that can
+        read a part at a time (a file) overrides this so a blob is never held whole."""
+        data = self._read(key, limit=limit)
+        return None if data is None else iter([data[i: i + BLOB_CHUNK] for i in range(0, len(data), BLOB_CHUNK)])
 
     def get_blob(self, digest: str, size: int) -> bytes:
         """Fetch by digest, reading at most ``size`` + 1 bytes, and verify both."""

@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import _atomic
 from ..errors import IntegrityError, RegistryError
+from ._blobcheck import BLOB_CHUNK
 from ._kv import KVRegistry
 from ._lock import DEFAULT_LOCK_TIMEOUT, FileLock
 
@@ -65,6 +67,27 @@ class LocalRegistry(KVRegistry):
             return None
         except OSError as e:
             raise RegistryError(f"registry {self.root}: cannot read {key} ({e.strerror})") from None
+
+    def _read_pieces(self, key: str, limit: int) -> Iterator[bytes] | None:
+        """The file at ``key`` a chunk at a time (at most ``limit`` bytes), or None when absent."""
+        try:
+            f = open(self._path(key), "rb")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RegistryError(f"registry {self.root}: cannot read {key} ({e.strerror})") from None
+
+        def pieces() -> Iterator[bytes]:
+            with f:
+                left = limit
+                while left > 0:
+                    piece = f.read(min(BLOB_CHUNK, left))
+                    if not piece:
+                        return
+                    left -= len(piece)
+                    yield piece
+
+        return pieces()
 
     def _tmp_dir(self) -> Path:
         """The staging area, refused when it is a symlink: writes would land wherever it points."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import Any, Callable, Literal, Protocol, TypeVar, runtime_checkable
 
 from ..errors import InputError
 from ..records import CHANNELS, ChannelState, HistoryEntry
 
+T = TypeVar("T")
 Action = Literal["publish", "promote", "rollback"]  # what a channel move records (HistoryEntry.action)
 
 __all__ = ["Action", "Registry", "Collectable", "Resolved", "BuildRef", "check_name", "CHANNELS"]
@@ -56,6 +58,11 @@ class Registry(Protocol):
     def has_blob(self, digest: str) -> bool: ...
     def put_blob(self, data: bytes) -> str: ...
     def get_blob(self, digest: str, size: int) -> bytes: ...
+    def stream_blob(self, digest: str, size: int, sink: Callable[[Iterator[bytes]], T]) -> T:
+        """``sink(chunks)`` over the blob as it is read (memory: one chunk), then the size and sha256
+        check of ``get_blob``: the sink's result is returned only for the right bytes (see
+        ``_blobcheck.checked_stream``). A store that retries calls the sink afresh: it must start over."""
+        ...
 
     # builds
     def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]: ...

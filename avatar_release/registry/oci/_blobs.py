@@ -10,20 +10,22 @@ registry reports when a chunk fails.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 from pathlib import Path
 from urllib.parse import urljoin
 
 from ... import _atomic
 from ..._digest import StreamDigest, file_digest, is_digest, sha256_digest
 from ...errors import InputError, IntegrityError, NotFoundError, RegistryError
-from .._blobcheck import checked_blob
+from .._blobcheck import checked_blob, checked_stream
 from ._artifact import EMPTY_BLOB
 from ._transport import Transport
 
 __all__ = ["Blobs"]
 
 _OCTETS = "application/octet-stream"
+T = TypeVar("T")
 
 
 class Blobs:
@@ -85,6 +87,24 @@ class Blobs:
         if reply.status != 200:
             raise self.transport.fail(f"pull blob {digest}", reply)
         return checked_blob(reply.body, digest, size, self.uri)
+
+    def stream(self, digest: str, size: int, sink: Callable[[Iterator[bytes]], T]) -> T:
+        """``sink(chunks)`` over the blob as it arrives, then its size and sha256 checked
+        (:func:`.._blobcheck.checked_stream`); a retried GET calls the sink afresh."""
+        got: list[T] = []
+        op = f"pull blob {digest}"
+
+        def consume(chunks: Iterator[bytes]) -> None:
+            got[:] = [checked_stream(chunks, digest, size, self.uri, sink)]
+
+        reply = self.transport.call(op, "GET", self.url(digest), limit=size, sink=consume)
+        if reply.status == 404:
+            raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
+        if reply.status != 200:
+            raise self.transport.fail(op, reply)
+        if not got:
+            raise IntegrityError(f"blob {digest} in {self.uri}: the registry answered without a body")
+        return got[0]
 
     # ---- streaming: blobs larger than memory ----------------------------------------------
     def pull_to(self, digest: str, size: int, dest: str | os.PathLike) -> Path:

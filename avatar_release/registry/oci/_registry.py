@@ -99,7 +99,8 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 from pathlib import Path
 
 from ..._digest import is_digest
@@ -122,6 +123,9 @@ from ._referrers import Referrer, Referrers
 from ._transport import HttpSession, RetryPolicy, Transport
 
 __all__ = ["OciRegistry", "Referrer", "default_lock_dir"]
+
+
+T = TypeVar("T")
 
 
 def default_lock_dir() -> Path:
@@ -185,6 +189,9 @@ class OciRegistry:
 
     def get_blob(self, digest: str, size: int) -> bytes:
         return self.blobs.get(digest, size)
+
+    def stream_blob(self, digest: str, size: int, sink: Callable[[Iterator[bytes]], T]) -> T:
+        return self.blobs.stream(digest, size, sink)
 
     def pull_blob_to(self, digest: str, size: int, dest: str | os.PathLike) -> Path:
         return self.blobs.pull_to(digest, size, dest)
