@@ -105,7 +105,7 @@ def _trace_context(config: PipelineConfig, target: TargetContext) -> Iterator[No
     from model.routing import AttentionRoute, head_sharded_attention
 
     route = AttentionRoute.from_config(config, platform=target.platform, kernel_flags=dict(target.kernel_flags))
-    with head_sharded_attention(target.mesh, target.axis, route):
+    with head_sharded_attention(target.mesh, target.axis, route, declare=target.declare_route):
         yield
 
 

@@ -25,14 +25,21 @@ definition of that op is overridden:
   softmax over key blocks, no S x S logits. The masked (SR) attention keeps its own route, so a
   build that sets only this lever changes the DiT's program and nothing else.
 
-Pallas kernels run in interpret mode on CPU targets and compile through Mosaic on TPU.
+Pallas kernels run in interpret mode on CPU targets and compile through Mosaic on TPU. On a GPU
+target only the DiT's flash attention has a Pallas kernel that lowers: JAX's own, for Triton
+(``kernels.flash_gpu``); the SR kernels (scalar-prefetch grids, VMEM scratch) and the fused
+pre-attention are written for Mosaic, so there the calls keep XLA's attention and unfused ops.
+Every call site declares what it asked for and what it got (``declare``: the toolchain's
+``TargetContext.declare_route``, recorded in the build's manifest as ``kernel_routes``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 from dataclasses import dataclass
+from typing import Callable
 
 from kernels.target import kernel_target
 
@@ -74,6 +81,27 @@ class AttentionRoute:
     def groups_for(self, masked: bool) -> int:
         return (self.sr_groups or self.groups) if masked else self.groups
 
+    def lowered_as(self) -> str:
+        """How a Pallas kernel of this route is compiled: Mosaic on TPU, the interpreter elsewhere."""
+        return "pallas-mosaic" if self.platform == "tpu" else "pallas-interpret"
+
+    def for_platform(self) -> tuple["AttentionRoute", dict[str, str]]:
+        """The route this platform can compile, and why a requested kernel was replaced (by what
+        it was asked for). On a GPU the Mosaic-only kernels give way to XLA's ops; the DiT's flash
+        attention stays (JAX's Triton kernel, decided per call: ``_body``)."""
+        if self.platform != "gpu":
+            return self, {}
+        why = {}
+        if self.kernel != "xla":
+            why["attention (frame-window mask)"] = (
+                f"kernels/{'blocksparse' if self.kernel == 'blocksparse' else 'bounded_softmax'}.py is written for "
+                "Mosaic (a scalar-prefetch grid, VMEM scratch): Pallas' Triton backend has no scalar prefetch, so "
+                "XLA's masked attention runs instead (the logits of each head written to HBM)")
+        if self.fused_preattn:
+            why["pre-attention"] = ("kernels/preattn.py is written for Mosaic (VMEM scratch, TPU compiler "
+                                    "parameters): the same chain runs as XLA ops (kernels.preattn.preattn_reference)")
+        return dataclasses.replace(self, kernel="xla"), why
+
     @classmethod
     def from_config(cls, config, platform: str = "cpu", kernel_flags: dict | None = None) -> "AttentionRoute":
         return cls(kernel=config.attention_kernel, dit_kernel=config.dit.attention, groups=config.ulysses_groups,
@@ -83,15 +111,38 @@ class AttentionRoute:
                    kernel_flags=tuple(sorted((kernel_flags or {}).items())))
 
 
-def _body(route: AttentionRoute, seq_len: int, masked: bool):
+Declare = Callable[..., None]  # (kernel, *, requested, used, reason="", program_kernel="", estimate=None) -> None
+
+
+def _body(route: AttentionRoute, seq_len: int, masked: bool, declare: Declare):
     """(attention_fn, mask spec) for one call site."""
     from kernels import ulysses
 
     if not masked:
+        if route.dit_kernel == "flash" and route.platform == "gpu":
+            from kernels.flash_gpu import flash_attention_gpu, gpu_blocks
+
+            if gpu_blocks(seq_len) is None:
+                declare("attention (unmasked)", requested="flash", used="xla",
+                        reason=f"JAX's Triton flash kernel needs a power-of-two block of 16..128 tokens dividing "
+                               f"the sequence; none divides {seq_len}")
+                return ulysses.reference_attention, None
+
+            def flash_gpu(q, k, v, m):  # per device, inside the Ulysses chain: (heads here, S, head_dim)
+                from kernels.flash_gpu import NAME, estimate
+
+                declare("attention (unmasked)", requested="flash", used="pallas-triton", program_kernel=NAME,
+                        estimate=estimate(heads=q.shape[0], seq=q.shape[1], head_dim=q.shape[2],
+                                          itemsize=q.dtype.itemsize))
+                return flash_attention_gpu(q, k, v)
+
+            return flash_gpu, None
         if route.dit_kernel == "flash":
             from kernels.flash import flash_attention
 
+            declare("attention (unmasked)", requested="flash", used=route.lowered_as())
             return (lambda q, k, v, m: flash_attention(q, k, v)), None
+        declare("attention (unmasked)", requested="xla", used="xla")
         return ulysses.reference_attention, None
     t = route.sr_tokens_per_frame
     if t <= 0 or seq_len % t:
@@ -112,8 +163,12 @@ def _body(route: AttentionRoute, seq_len: int, masked: bool):
     return ulysses.reference_attention, mask
 
 
+def _no_declare(kernel: str, **_) -> None:
+    return None
+
+
 @contextlib.contextmanager
-def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None):
+def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None, declare: Declare = _no_declare):
     import jax
     import torch
     import torch.nn.functional as F
@@ -122,8 +177,16 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
     from torchax import interop
     from torchax.ops import jtorch
 
-    route = route or AttentionRoute()
+    requested = route or AttentionRoute()
+    route, replaced = requested.for_platform()
     size = mesh.shape[axis]
+
+    def declare_masked() -> None:
+        name = "attention (frame-window mask)"
+        if name in replaced:
+            declare(name, requested=requested.kernel, used="xla", reason=replaced[name])
+        else:
+            declare(name, requested=route.kernel, used="xla" if route.kernel == "xla" else route.lowered_as())
 
     def constrain(t):
         heads_dim = t.ndim - 3  # (..., heads, S, head_dim)
@@ -145,7 +208,7 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
             raise RoutingError("the attention kernels take (heads, S, head_dim) inputs with the default scale, "
                                f"no dropout, not causal; got shape {tuple(query.shape)}")
         q, k, v = (interop.jax_view(t) for t in (query, key, value))
-        fn, mask = _body(route, q.shape[1], attn_mask is not None)
+        fn, mask = _body(route, q.shape[1], attn_mask is not None, declare)
         out = ulysses_attention(q, k, v, mesh=mesh, axis=axis, groups=route.groups_for(attn_mask is not None), mask=mask,
                                 attention_fn=fn)
         return interop.torch_view(out)
@@ -155,15 +218,27 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None)
 
         j = interop.jax_view
         params = PreAttnParams(j(w_qkv), None if b_qkv is None else j(b_qkv), j(q_norm), j(k_norm))
+        if "pre-attention" in replaced:  # the kernel does not lower here: its reference, as XLA ops
+            from kernels.preattn import preattn_reference
+
+            declare("pre-attention", requested="fused", used="xla", reason=replaced["pre-attention"])
+            packed = preattn_reference(j(x), params, j(cos), j(sin), heads=heads, groups=1, eps=eps)
+            return interop.torch_view(unpack_qkv(packed))
+        declare("pre-attention", requested="fused", used=route.lowered_as())
         packed = preattn_sharded(j(x), params, j(cos), j(sin), mesh=mesh, axis=axis, heads=heads, groups=1, eps=eps)
         return interop.torch_view(unpack_qkv(packed))
 
     def routed(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        impl = kernels if route.via_kernels(attn_mask is not None) else gspmd
+        masked = attn_mask is not None
+        if masked:
+            declare_masked()
+        elif not route.via_kernels(False):
+            declare("attention (unmasked)", requested=route.dit_kernel, used="xla")
+        impl = kernels if route.via_kernels(masked) else gspmd
         return impl(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
     env = torchax.default_env()
-    overrides = {F.scaled_dot_product_attention: gspmd if route.default else routed}
+    overrides = {F.scaled_dot_product_attention: routed}
     if route.fused_preattn:
         importlib.import_module("model.attention")  # registers the avatar::pre_attention op
 

@@ -41,6 +41,7 @@ COMPILING_FIXTURES = frozenset({
     "registry_copy",  # a private copy of built_registry
     "gated",  # tests/integration/test_gates.py: reference builds gated in fresh serving processes
     "tpu_build",  # tests/integration/test_tpu_target.py: tiny for tpu-v6e-8 through libtpu
+    "gpu_build",  # tests/integration/test_gpu_target.py: tiny for gpu-h100-8 through the CUDA plugin
     "window_programs",  # tests/kernels/test_ulysses.py: four Ulysses programs over 8 devices
 })
 
@@ -52,6 +53,8 @@ EXTRAS = {
     "compile": (("torch",), None),  # what the marked tests import of it
     "gar": (("google.auth",), None),  # ditto (without artifactregistry_v1, tags are listed over OCI)
     "tpu": (("libtpu",), "AVATAR_RELEASE_REQUIRE_TPU_COMPILER"),
+    # the CUDA plugin (its PJRT library compiles for a GPU target description; no GPU needed)
+    "gpu": (("jax_plugins.xla_cuda12", "jax_cuda12_plugin"), "AVATAR_RELEASE_REQUIRE_GPU_COMPILER"),
 }
 
 

@@ -98,8 +98,12 @@ def analyze_build_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None
                      f"({'fits' if f.fits else 'DOES NOT FIT'}): weights {f.weights_bytes / gib:.2f} GiB "
                      f"({f.weight_sharding}), peak working set {f.peak_working_bytes / gib:.2f} GiB in {f.peak_stage}")
     lines.append(f"time per chunk: {LABEL}")
-    if peak is None:
+    if peak is None or bw is None:
         lines.append(f"  (target {m.target} publishes no peak rates: roofline unavailable)")
+    else:
+        link = "NVLink" if p.backend == "gpu" else "interconnect"
+        lines.append(f"  against {m.target}'s published peaks per device: {peak / 1e12:.1f} TFLOP/s, {bw / 1e9:.0f} GB/s "
+                     f"memory" + (f", {ici / 1e9:.0f} GB/s arriving over {link}" if ici else ""))
     floors = _analytic_floors(m, chunks, peak, bw)
     for c in chunks:
         verdict = "n/a" if c.ratio is None else (f"{c.ratio:.2f}x the deadline: "
@@ -121,7 +125,21 @@ def analyze_build_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None
             flags = ", ".join(f"{n}={v}" for n, v in k.flags.items()) or "no flags"
             lines.append(f"kernel {e.key}: {k.name} ({k.backend}"
                          + (f", {k.count} call site(s)" if k.count is not None else "") + f"; {flags})")
+    for stage, routes in (m.kernel_routes or {}).items():
+        for r in routes:
+            why = f" ({r.reason})" if r.reason else ""
+            lines.append(f"route {stage}: {r.kernel}: {r.requested} requested, {r.used} compiled{why}")
+    if m.autotune is not None:
+        a = m.autotune
+        per = ", ".join(f"{k}: {f.gemm_fusions} GEMM fusions, {f.block_fusions} block fusions, {f.cublas_calls} cuBLAS, "
+                        f"{f.convolutions_at_run_time} convolutions at run time" for k, f in a.executables.items())
+        lines.append(f"autotuning: {'deviceless compile: nothing measured, default configs' if a.deviceless else 'compiled with the device'}"
+                     f"{'; first valid config taken (deterministic flags)' if a.select_first else ''}; "
+                     f"results loaded: {a.results or 'none'}; {per}")
     payload = {"ok": True, "build_id": m.build_id, "target": m.target, "label": LABEL,
+               "rates": {"peak_flops_per_second": peak, "hbm_bytes_per_second": bw, "ici_bytes_per_second": ici},
+               "kernel_routes": {k: [r.model_dump() for r in v] for k, v in (m.kernel_routes or {}).items()},
+               "autotune": m.autotune.model_dump() if m.autotune else None,
                "memory_fit": m.memory_fit.model_dump() if m.memory_fit else None,
                "chunks": [{**c.to_json(), "analytic_floors": floors.get(c.bucket)} for c in chunks],
                "executables": [{"key": e.key, "schedule": e.schedule.model_dump() if e.schedule else None,

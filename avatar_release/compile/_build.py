@@ -140,13 +140,13 @@ def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool
             for fut in concurrent.futures.as_completed(futures):
                 cs = fut.result()
                 done[id(futures[fut])] = cs
-                progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.compile_seconds:.2f}s")
+                progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
             stages = [done[id(ls)] for ls in lowered]
     else:
         stages = []
         for ls in lowered:
             cs = compile_stage(ls, options)
-            progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.compile_seconds:.2f}s")
+            progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
             stages.append(cs)
     return _Compiled(stages, time.perf_counter() - t_compile)
 

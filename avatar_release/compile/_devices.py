@@ -1,15 +1,33 @@
 """Devices and mesh for a target: live devices, or a topology description when the
-target's runtime is absent (TPU executables built on a CPU-only host). Never falls back
-silently to another backend."""
+target's runtime is absent (TPU or GPU executables built on a CPU-only host). Never falls back
+silently to another backend.
+
+A GPU target is described to XLA by its target description (``target_description``: a pinned
+GpuTargetConfigProto under manifests/gpu/), through the CUDA plugin's compile-only topology
+(``get_topology_desc(platform="cuda", topology_name="", target_config=..., topology="1x1x8")``,
+as jax's ``tests/aot_test.py::test_deviceless_aot_compile`` does). Without the devices XLA measures
+nothing while compiling: see ``_autotune.py``. On a host that has the target's GPUs (the kind the
+description names, at least as many) and a process that started JAX's GPU backend (JAX_PLATFORMS
+allows it), the live devices are used instead, so XLA autotunes on them.
+"""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
 from ..errors import CompileError, EnvironmentMismatch
-from ..specs import TargetSpec
+from ..specs import TargetSpec, target_description
 
-__all__ = ["target_devices", "make_mesh"]
+__all__ = ["target_devices", "make_mesh", "GPU_PLUGIN_PLATFORM"]
+
+# The PJRT plugin that describes GPU topologies: NVIDIA's (jax-cuda12-plugin). ROCm is not a target.
+GPU_PLUGIN_PLATFORM = "cuda"
+_INSTALL = {
+    "tpu": "for TPU: pip install 'avatar-release[tpu]', which pins the libtpu matching jax",
+    "gpu": "for GPU: pip install 'avatar-release[gpu]', which pins the CUDA plugin matching jaxlib",
+}
 
 
 def target_devices(target: TargetSpec) -> list:
@@ -33,12 +51,20 @@ def target_devices(target: TargetSpec) -> list:
         # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
         from jax.experimental import topologies
 
-        topo = topologies.get_topology_desc(target.topology, platform=target.platform)
+        if target.platform == "gpu":
+            text = target_description(target).text
+            live = _live_gpus(target, text)
+            if live is not None:
+                return live
+            topo = topologies.get_topology_desc(platform=GPU_PLUGIN_PLATFORM, topology_name="", target_config=text,
+                                                topology=target.topology)
+        else:
+            topo = topologies.get_topology_desc(target.topology, platform=target.platform)
     except Exception as e:  # noqa: BLE001 - report whatever the plugin says, with the fix
         raise CompileError(
             f"target {target.name}: cannot describe {target.platform.upper()} topology {target.topology!r} "
             f"on this host ({type(e).__name__}: {str(e).splitlines()[0][:200]}); install the compiler for it "
-            f"(for TPU: pip install 'avatar-release[tpu]', which pins the libtpu matching jax) — "
+            f"({_INSTALL.get(target.platform, 'the PJRT plugin for ' + target.platform)}) — "
             "avatar-release never falls back to another backend"
         ) from None
     devices = list(topo.devices)
@@ -48,6 +74,20 @@ def target_devices(target: TargetSpec) -> list:
             f"the target declares {target.device_count}"
         )
     return devices
+
+
+def _live_gpus(target: TargetSpec, description: str) -> list | None:
+    """This process's GPUs when they are the target's (the description's device, enough of them), else None."""
+    import jax
+
+    named = re.search(r'device_description_str: "([^"]*)"', description)
+    try:
+        live = jax.devices("gpu")
+    except RuntimeError:  # no GPU backend in this process (JAX_PLATFORMS=cpu, no plugin, no device)
+        return None
+    if named is None or len(live) < target.device_count or {d.device_kind for d in live} != {named.group(1)}:
+        return None
+    return list(live[: target.device_count])
 
 
 def make_mesh(devices: list, target: TargetSpec):

@@ -1,7 +1,8 @@
 """What a compiled program proves about itself, read from its scheduled HLO and XLA's analyses.
 
 * ``kernels_in``: the Pallas kernels it contains: Mosaic custom calls on TPU (with the compiler
-  flags each one carries in its backend config), or the Pallas interpreter's loops elsewhere.
+  flags each one carries in its backend config), Triton custom calls on GPU (with the warps and
+  pipeline stages they were lowered for), or the Pallas interpreter's loops elsewhere.
 * ``schedule_of``: its all-to-alls. On TPU, with async all-to-all enabled, XLA emits
   ``all-to-all-start`` / ``all-to-all-done`` pairs and schedules other work between them where
   it can; a pair with nothing between is turned back into a synchronous ``all-to-all`` (it keeps
@@ -191,25 +192,40 @@ def _mosaic_flags(line: str) -> dict:
     return flags
 
 
-def kernels_in(hlo: str, names: tuple[str, ...] | list[str] = ()) -> list[KernelRecord]:
-    """Pallas kernels in a compiled program, by name, with their Mosaic flags (TPU).
+def _triton_params(line: str) -> dict:
+    """What a Pallas-on-Triton call was lowered with (its typed backend config: ``num_warps = 4 : i32``)."""
+    return {k: int(v) for k, v in re.findall(r"\b(num_warps|num_stages) = (\d+) : i32", line)}
 
-    A Mosaic kernel is one ``tpu_custom_call`` per call site, named in its backend config. An
-    interpreted kernel (CPU) is inlined as ordinary loops; it is found by its name scope, given
-    the ``names`` the traced program's ``pallas_call``s carry, and its call sites are not counted.
+
+def kernels_in(hlo: str, names: tuple[str, ...] | list[str] = ()) -> list[KernelRecord]:
+    """Pallas kernels in a compiled program, by name, with their Mosaic flags (TPU) or Triton
+    launch parameters (GPU).
+
+    A Mosaic kernel is one ``tpu_custom_call`` per call site, named in its backend config; a
+    Pallas kernel lowered through Triton is one ``__gpu$xla.gpu.triton`` custom call per call site,
+    named by its op name (``.../<kernel>/pallas_call``). An interpreted kernel (CPU) is inlined as
+    ordinary loops; it is found by its name scope, given the ``names`` the traced program's
+    ``pallas_call``s carry, and its call sites are not counted.
     """
     mosaic: dict[str, list[dict]] = {}
+    triton: dict[str, list[dict]] = {}
     interpreted: set[str] = set()
     for line in hlo.splitlines():
         if 'custom_call_target="tpu_custom_call"' in line:
             mosaic.setdefault(_kernel_name(line), []).append(_mosaic_flags(line))
+            continue
+        if 'custom_call_target="__gpu$xla.gpu.triton"' in line:
+            triton.setdefault(_kernel_name(line), []).append(_triton_params(line))
             continue
         m = _OP_NAME.search(line)
         if m:
             interpreted.update(k for k in names if f"/{k}/" in m.group(1))
     records = [KernelRecord(name=n, backend="mosaic", count=len(fl), flags=_common(fl))
                for n, fl in sorted(mosaic.items())]
-    records += [KernelRecord(name=n, backend="interpret", count=None) for n in sorted(interpreted - set(mosaic))]
+    records += [KernelRecord(name=n, backend="triton", count=len(fl), flags=_common(fl))
+                for n, fl in sorted(triton.items())]
+    records += [KernelRecord(name=n, backend="interpret", count=None)
+                for n in sorted(interpreted - set(mosaic) - set(triton))]
     return records
 
 

@@ -13,6 +13,11 @@ module's entry in turn. Each loop's trip count comes from the loop (``known_trip
 condition (``i < N``, counting from 0); a loop whose count cannot be read is counted once and
 listed. Pallas kernels (Mosaic custom calls) are opaque to the generic analysis; their own
 ``CostEstimate`` (in the custom call's backend config) is added, times the loops around them.
+XLA:GPU's cuDNN convolutions and Pallas-on-Triton kernels are custom calls too, which the generic
+analysis counts as nothing: each is charged its operands and result (read and written once), a
+convolution its flops (2 x output elements x the kernel's window and input features, from the
+call's ``dim_labels`` and operand shapes), and a Triton kernel the estimate its pipeline declared
+for one call (``kernel_estimates``, by kernel name; its bytes then replace the operand count).
 An async call (an all-gather offloaded to the SparseCore) has its result counted by XLA at the
 start and again at the done; it is counted once here.
 
@@ -23,10 +28,12 @@ device measures.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
+from typing import Mapping
 
-from ._evidence import HloText, collectives, hlo_array_bytes
+from ._evidence import INSTR, HloText, collectives, hlo_array_bytes
 
 __all__ = ["RunCost", "run_cost", "PER_RUN_KEYS"]
 
@@ -106,10 +113,72 @@ def _trips(module: _Module, line: str, condition: str) -> int | None:
     return max(bounds) if bounds else None
 
 
-def _kernel_costs(module: _Module, name: str) -> tuple[dict[str, float], int]:
-    """The CostEstimates of the Pallas calls written directly in computation ``name``."""
+_CUDNN_CONV = re.compile(r'custom_call_target="__cudnn\$conv(?:Forward|BiasActivationForward)"')
+_DIM_LABELS = re.compile(r"dim_labels=\w+_(\w+)->\w+")
+_DIMS = re.compile(r"\[([\d,]*)\]")
+
+
+def _conv_flops(line: str, shapes: dict[str, str]) -> float:
+    """Flops of one cuDNN forward convolution: 2 x output elements x (window x input features),
+    the kernel's dims other than its output feature ("o" in the rhs dim labels). 0 when unreadable."""
+    m, labels = INSTR.match(line), _DIM_LABELS.search(line)
+    if not m or not labels:
+        return 0.0
+    operands = re.findall(r"%([\w.\-]+)", m.group(4).split(")")[0])
+    out, kernel = _DIMS.search(m.group(2)), _DIMS.search(shapes.get(operands[1], "")) if len(operands) > 1 else None
+    if not out or not kernel:
+        return 0.0
+    dims = [int(d) for d in kernel.group(1).split(",") if d]
+    if len(dims) != len(labels.group(1)):
+        return 0.0
+    window = math.prod(size for label, size in zip(labels.group(1), dims) if label != "o")
+    elements = math.prod(int(size) for size in out.group(1).split(",") if size)
+    return 2.0 * elements * window
+
+
+_TRITON_CALL = 'custom_call_target="__gpu$xla.gpu.triton"'
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def _io_bytes(line: str, shapes: dict[str, str]) -> float:
+    """Bytes a custom call reads and writes once: its operands and its result (a cuDNN call's u8
+    workspace excluded)."""
+    m = INSTR.match(line)
+    if not m:
+        return 0.0
+    operands = re.findall(r"%([\w.\-]+)", m.group(4).split(")")[0])
+    result = re.sub(r",?\s*u8\[\d*\]\{[\d,]*\}", "", m.group(2))
+    return float(hlo_array_bytes(result) + sum(hlo_array_bytes(shapes.get(o, "")) for o in operands))
+
+
+def _triton_name(line: str) -> str:
+    m = _OP_NAME.search(line)
+    parts = m.group(1).split("/") if m else []
+    return next((parts[i - 1] for i, part in enumerate(parts) if part.startswith("pallas_call") and i), "")
+
+
+def _kernel_costs(module: _Module, name: str,
+                  estimates: Mapping[str, Mapping[str, float]] | None = None) -> tuple[dict[str, float], int]:
+    """The CostEstimates of the Pallas calls written directly in computation ``name``; for its
+    cuDNN convolutions and Triton kernels, their operand and result bytes and their flops (a
+    convolution's counted, a Triton kernel's from ``estimates``)."""
     total, n = dict.fromkeys(KEYS, 0.0), 0
-    for line in module.body(name):
+    body = module.body(name)
+    shapes = {m.group(1): m.group(2) for m in map(INSTR.match, body) if m}
+    for line in body:
+        if _CUDNN_CONV.search(line):
+            total["flops"] += _conv_flops(line, shapes)
+            total["bytes accessed"] += _io_bytes(line, shapes)
+            continue
+        if _TRITON_CALL in line:
+            est = (estimates or {}).get(_triton_name(line))
+            total["bytes accessed"] += float(est["bytes accessed"]) if est and "bytes accessed" in est \
+                else _io_bytes(line, shapes)
+            if est:
+                total["flops"] += float(est.get("flops", 0))
+                total["transcendentals"] += float(est.get("transcendentals", 0))
+                n += 1
+            continue
         if 'custom_call_target="tpu_custom_call"' not in line:
             continue
         m = _COST_ESTIMATE.search(line.replace('\\"', '"'))
@@ -139,20 +208,23 @@ def _collective_bytes(module: _Module, name: str, devices: int) -> tuple[float, 
             sum(c.arriving_bytes(devices) for c in found if not c.hidden))
 
 
-def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset()) -> tuple[dict[str, float], int]:
+def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset(),
+                    estimates: Mapping[str, Mapping[str, float]] | None = None) -> tuple[dict[str, float], int]:
     """Pallas estimates in ``name`` and the computations it calls outright (loops excluded)."""
-    total, n = _kernel_costs(module, name)
+    total, n = _kernel_costs(module, name, estimates)
     for callee in module.callees(name) - seen - {name}:
-        inner, m = _kernels_within(module, callee, seen | {name})
+        inner, m = _kernels_within(module, callee, seen | {name}, estimates)
         for k in KEYS:
             total[k] += inner[k]
         n += m
     return total, n
 
 
-def run_cost(hlo_text: str, client=None, *, devices: int = 1) -> RunCost:
+def run_cost(hlo_text: str, client=None, *, devices: int = 1,
+             kernel_estimates: Mapping[str, Mapping[str, float]] | None = None) -> RunCost:
     """Trip-weighted cost of a compiled module's HLO text (``compiled.as_text()``), and the bytes
-    its collectives bring to each of ``devices`` devices (hidden or exposed by the schedule)."""
+    its collectives bring to each of ``devices`` devices (hidden or exposed by the schedule).
+    ``kernel_estimates``: one call's cost, by kernel name, for kernels with no estimate in the program."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
     from jax._src.lib import xla_client
@@ -175,7 +247,7 @@ def run_cost(hlo_text: str, client=None, *, devices: int = 1) -> RunCost:
     def full(name: str, seen: frozenset = frozenset()) -> dict[str, float]:
         nonlocal kernels
         cost = dict(once(name))
-        own, n = _kernels_within(module, name)
+        own, n = _kernels_within(module, name, estimates=kernel_estimates)
         kernels += n
         for k in KEYS:
             cost[k] += own[k]

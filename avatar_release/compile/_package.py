@@ -19,12 +19,14 @@ from ..errors import DoesNotFit
 from ..machine import toolchain, who
 from ..records import (
     BUILD_SCHEMA_VERSION,
+    AutotuneRecord,
     BlobRef,
     Bucket,
     ChunkProgram,
     ExecutableEntry,
     FlagProfileRecord,
     GateRequestsRecord,
+    KernelRouteRecord,
     LeverRecord,
     Manifest,
     MemoryFit,
@@ -35,6 +37,7 @@ from ..records import (
     manifest_seal,
     utcnow,
 )
+from ._autotune import autotune_record
 from ._evidence import memory_fit
 from ._plan import ABSTRACT_WEIGHTS, BuildPlan
 from ._stage import CompiledStage
@@ -79,13 +82,13 @@ def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Call
         z = cctx.compress(cs.payload)
         blobs[sha256_digest(z)] = z
         entries.append(_executable_entry(cs, z, plan.executable_format))
-        p = cs.plan
+        p, ev = cs.plan, cs.evidence
         reports.append(
             ExecutableReport(p.stage + "/" + p.bucket, len(cs.payload), len(z),
-                             round(cs.trace_seconds, 3), round(cs.lower_seconds, 3), round(cs.compile_seconds, 3))
+                             round(ev.trace_seconds, 3), round(ev.lower_seconds, 3), round(ev.compile_seconds, 3))
         )
     fit = _check_fit(plan, entries, progress)
-    return Package(_manifest(plan, weights, entries, fit), blobs, reports)
+    return Package(_manifest(plan, weights, entries, fit, _autotune(plan, compiled)), blobs, reports)
 
 
 def _weights_record(plan: BuildPlan, cctx, blobs: dict[str, bytes]) -> WeightsRecord:
@@ -115,6 +118,7 @@ def _abstract_weights(plan: BuildPlan) -> WeightsRecord:
 
 
 def _executable_entry(cs: CompiledStage, z: bytes, executable_format: str) -> ExecutableEntry:
+    """The manifest's entry: the stage's slot, its blob, and its compile evidence as compiled."""
     p = cs.plan
     return ExecutableEntry(
         key=f"{p.stage}/{p.bucket}",
@@ -127,19 +131,7 @@ def _executable_entry(cs: CompiledStage, z: bytes, executable_format: str) -> Ex
         params=p.params,
         inputs=p.inputs,
         outputs=p.outputs,
-        in_tree=cs.in_tree,
-        out_tree=cs.out_tree,
-        hlo_digest=cs.hlo_digest,
-        fingerprint=cs.fingerprint,
-        trace_seconds=round(cs.trace_seconds, 4),
-        lower_seconds=round(cs.lower_seconds, 4),
-        compile_seconds=round(cs.compile_seconds, 4),
-        cost=cs.cost,
-        cost_loop_scale=round(cs.loop_scale, 6),
-        memory=cs.memory,
-        kernels=cs.kernels,
-        schedule=cs.schedule,
-        host_callbacks=cs.host_callbacks,
+        **dict(cs.evidence),  # every CompileEvidence field, as compile_stage set it
     )
 
 
@@ -154,7 +146,9 @@ def _check_fit(plan: BuildPlan, entries: list[ExecutableEntry],
              f"(weights {_gib(fit.weights_bytes)}, {tgt.weight_sharding}; "
              f"peak working set {_gib(fit.peak_working_bytes)} in {fit.peak_stage})")
     if not fit.fits:
-        raise DoesNotFit(_does_not_fit(plan.spec.name, tgt, fit, entries), fit)
+        replaced = [f"{sp.stage} {r.kernel}: {r.requested} was asked for, {r.used} runs ({r.reason})"
+                    for sp in plan.stages for r in sp.routes.values() if r.used != r.requested and r.reason]
+        raise DoesNotFit(_does_not_fit(plan.spec.name, tgt, fit, entries, sorted(set(replaced))), fit)
     return fit
 
 
@@ -162,15 +156,18 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
-def _does_not_fit(pipeline: str, tgt, fit, entries) -> str:
+def _does_not_fit(pipeline: str, tgt, fit, entries, replaced: list[str] | None = None) -> str:
     peak = next(e for e in entries if e.key == fit.peak_stage)
     m = peak.memory
     parts = ", ".join(f"{k.removesuffix('_size')} {_gib(v)}" for k, v in m.items() if v)
     fixes = []
     if tgt.weight_sharding != "fsdp":
         fixes.append("shard the weights (a target with weight_sharding = \"fsdp\")")
-    fixes += ["a smaller bucket (fewer frames per chunk)",
-              "the frame-aligned attention kernel (--set attention_kernel=blocksparse) instead of dense attention"]
+    fixes += ["a smaller bucket (fewer frames per chunk)"]
+    if replaced:  # the pipeline asked for a kernel this target cannot compile (its kernel_routes)
+        fixes.append(f"a kernel for {tgt.platform} where the pipeline routed around one: {'; '.join(replaced)}")
+    else:
+        fixes.append("the frame-aligned attention kernel (--set attention_kernel=blocksparse) instead of dense attention")
     return (f"{pipeline} does not fit {tgt.name}: it needs {_gib(fit.total_bytes)} per device, the device has "
             f"{_gib(fit.capacity_bytes)} (over by {_gib(fit.total_bytes - fit.capacity_bytes)}). Resident weights "
             f"of all stages: {_gib(fit.weights_bytes)} ({fit.weight_sharding}); largest working set: "
@@ -179,7 +176,7 @@ def _does_not_fit(pipeline: str, tgt, fit, entries) -> str:
 
 
 def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableEntry],
-              fit: MemoryFit | None) -> Manifest:
+              fit: MemoryFit | None, autotune: AutotuneRecord | None = None) -> Manifest:
     spec, tgt, flags, config = plan.spec, plan.target, plan.flags, plan.config
     flags_rec = FlagProfileRecord(
         name=flags.name,
@@ -225,8 +222,31 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
         gate_requests=GateRequestsRecord(images=list(plan.pipeline.gate_requests.images),
                                          audio=list(plan.pipeline.gate_requests.audio),
                                          seed=plan.pipeline.gate_requests.seed),
+        autotune=autotune,
+        kernel_routes=_kernel_routes(plan),
     )
     return manifest.model_copy(update={"seal": manifest_seal(manifest)})
+
+
+def _autotune(plan: BuildPlan, compiled: list[CompiledStage]) -> AutotuneRecord | None:
+    """GPU builds: what XLA:GPU chose without measuring (compile/_autotune.py); None elsewhere."""
+    if plan.target.platform != "gpu" or plan.executable_format != "xla-executable":
+        return None
+    hlos = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled.as_text() or "" for cs in compiled}
+    return autotune_record(hlos, plan.flags.compiler_options,
+                           deviceless=plan.platform.platform_version.startswith("topology:"))
+
+
+def _kernel_routes(plan: BuildPlan) -> dict[str, list[KernelRouteRecord]] | None:
+    """What the pipeline declared while tracing, by stage (None: it declared nothing)."""
+    routes = {}
+    for sp in plan.stages:  # buckets of a stage share one declaration
+        if sp.routes and sp.stage not in routes:
+            routes[sp.stage] = [KernelRouteRecord(kernel=r.kernel, requested=r.requested, used=r.used, reason=r.reason,
+                                                  program_kernel=r.program_kernel,
+                                                  estimate=dict(r.estimate) if r.estimate else None)
+                                for _, r in sorted(sp.routes.items())]
+    return routes or None
 
 
 def _program(plan: BuildPlan) -> ChunkProgram:

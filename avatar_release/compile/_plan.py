@@ -32,7 +32,10 @@ from ..pipeline import (
     weight_layout_of,
 )
 from ..records import ArraySpec, Platform
-from ..specs import FlagProfile, PipelineSpec, Project, TargetSpec, find_project, load_flag_profile, load_pipeline, load_target
+from ..specs import (
+    FlagProfile, PipelineSpec, Project, TargetSpec, find_project, load_flag_profile, load_pipeline, load_target,
+    target_description,
+)
 from ._devices import make_mesh, target_devices
 from ._overrides import apply_overrides
 from ._stage import StagePlan, fsdp_spec
@@ -112,6 +115,8 @@ def plan_build(
     devices = target_devices(tgt)
     mesh = make_mesh(devices, tgt)
     platform = current_platform(devices, tgt.mesh_axes, tgt.mesh_shape, tgt.topology)
+    if tgt.platform == "gpu":  # the description compiled for: in the identity, through the platform
+        platform = platform.model_copy(update={"target_config": target_description(tgt).digest})
 
     tree, weights_label = _load_tree(pipe, spec, config, weights_path)
     stage_objs = {s: pipe.stage(tree, s) for s in pipe.stages}
@@ -198,8 +203,10 @@ def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: 
         params = [ArraySpec(name=f"{stage}.{k}", shape=list(states[k][0]), dtype=dtype_name(states[k][1]),
                             sharding=weight_spec(tuple(states[k][0]))) for k in keys]
 
-        def trace(stage: str = stage) -> ContextManager[Any]:
-            return pipe.trace_context(config, context(stage=stage))
+        routes: dict[str, Any] = {}  # what the pipeline declares while tracing the stage (every bucket)
+
+        def trace(stage: str = stage, routes: dict[str, Any] = routes) -> ContextManager[Any]:
+            return pipe.trace_context(config, context(stage=stage, routes=routes))
 
         for b in spec.buckets:
             sig = signatures[b.name][stage]
@@ -214,6 +221,7 @@ def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: 
                 outputs=[ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size))
                          for t in sig.outputs],
                 trace_context=trace,
+                routes=routes,
             ))
     return plans
 

@@ -4,15 +4,14 @@ serialize. Returns the blob and the evidence the manifest records."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
-
+from .._digest import sha256_digest
 from .._dtypes import np_dtype
 from ..errors import CompileError, DoesNotFit
-from ..records import ArraySpec
+from ..records import ArraySpec, CompileEvidence
 from ._evidence import host_callbacks, kernels_in, schedule_of
 from ._flops import loop_scale, pallas_kernels
 from ._layout import pinned_layouts
@@ -41,6 +40,9 @@ class StagePlan:
     # () -> the pipeline's trace context for this stage (its kernel routing for the target):
     # entered around every trace of the stage.
     trace_context: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    # The kernel routes the pipeline declares in that context (pipeline.KernelRoute by kernel name),
+    # shared by the stage's buckets; the manifest's kernel_routes.
+    routes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,21 +60,9 @@ class LoweredStage:
 @dataclass
 class CompiledStage:
     plan: StagePlan
-    payload: bytes
-    in_tree: str
-    out_tree: str
-    hlo_digest: str
-    fingerprint: str | None
-    trace_seconds: float
-    lower_seconds: float
-    compile_seconds: float
-    cost: dict[str, float] = field(default_factory=dict)
-    memory: dict[str, int] = field(default_factory=dict)
-    loop_scale: float = 1.0
-    kernels: list = field(default_factory=list)  # records.KernelRecord
-    schedule: Any = None  # records.ScheduleRecord
-    host_callbacks: list[str] = field(default_factory=list)
-    compiled: Any = None
+    payload: bytes  # the serialized executable (the StableHLO for "jax-export")
+    evidence: CompileEvidence  # what the executable's manifest entry records of this compile
+    compiled: Any = None  # the jax Compiled, for a caller that runs what it just built
 
 
 def _sharding(mesh, spec: list[str | None]):
@@ -201,25 +191,24 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
     hlo = compiled.as_text() or ""
     if hlo:  # XLA counts each loop body once; add the per-run figures, every loop counted as it turns
         try:
-            cost.update(run_cost(hlo, devices=ls.devices).as_cost())
+            estimates = {r.program_kernel: r.estimate for r in plan.routes.values() if r.program_kernel and r.estimate}
+            cost.update(run_cost(hlo, devices=ls.devices, kernel_estimates=estimates).as_cost())
         except Exception:  # noqa: BLE001 - evidence, not a condition of the build: cost.py falls back
             pass
 
-    return CompiledStage(
-        plan=plan,
-        payload=payload,
+    evidence = CompileEvidence(
         in_tree=_text_tree(in_tree),
         out_tree=_text_tree(out_tree),
-        hlo_digest="sha256:" + hashlib.sha256(hlo.encode()).hexdigest(),
+        hlo_digest=sha256_digest(hlo.encode()),
         fingerprint=fp,
-        trace_seconds=ls.trace_seconds,
-        lower_seconds=ls.lower_seconds,
-        compile_seconds=seconds,
+        trace_seconds=round(ls.trace_seconds, 4),
+        lower_seconds=round(ls.lower_seconds, 4),
+        compile_seconds=round(seconds, 4),
         cost=cost,
+        cost_loop_scale=round(ls.loop_scale, 6),
         memory=memory,
-        loop_scale=ls.loop_scale,
         kernels=kernels_in(hlo, ls.kernel_names),
         schedule=schedule_of(hlo),
         host_callbacks=host_callbacks(hlo),
-        compiled=compiled,
     )
+    return CompiledStage(plan=plan, payload=payload, evidence=evidence, compiled=compiled)

@@ -12,7 +12,6 @@ is the tensors themselves and the compressed chunks.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -69,7 +68,7 @@ def _pack_one(table: list[WeightTensor], by_name: dict[str, HostTensor], level: 
     raw = np.zeros(_raw_size(table), dtype=np.uint8)  # alignment gaps stay zero: the bytes are deterministic
     for t in table:
         raw[t.offset: t.offset + t.nbytes] = by_name[t.name].data
-    digest = "sha256:" + hashlib.sha256(raw.data).hexdigest()
+    digest = sha256_digest(raw.data)
     z = zstandard.ZstdCompressor(level=level).compress(raw.data)
     chunk = WeightChunk(blob=BlobRef(digest=sha256_digest(z), size=len(z), media_type=WEIGHT_CHUNK_MEDIA_TYPE),
                         raw_size=int(raw.nbytes), raw_digest=digest, tensors=table)

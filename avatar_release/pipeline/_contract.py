@@ -16,12 +16,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Sequence
 
 from ..errors import ContractError, SpecError
+from ..specs import FlagProfile, PipelineSpec, TargetSpec
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
 
 __all__ = ["CONTRACT_PAGE", "ContractError", "TensorSpec", "StageSignature", "ChunkProgramSpec", "Lever",
-           "LEVER_EFFECTS", "GateRequests", "TargetContext", "AnalysisContext", "Analysis", "JaxStage", "Pipeline",
+           "LEVER_EFFECTS", "GateRequests", "TargetContext", "KernelRoute", "AnalysisContext", "Analysis", "JaxStage", "Pipeline",
            "check_pipeline", "signature_of"]
 
 CONTRACT_PAGE = "docs/pipeline-contract.md"
@@ -91,21 +95,49 @@ class TargetContext:
 
     name: str  # the target spec's name, e.g. "cpu-8", "tpu-v6e-8"
     platform: str  # "cpu" | "tpu" | "gpu": what the kernels are built for (not the host's backend)
-    mesh: Any  # jax.sharding.Mesh over the target's devices
+    mesh: Mesh  # over the target's devices
     axis: str  # the mesh axis weights and sequences are sharded over
     kernel_flags: Mapping[str, Any] = field(default_factory=dict)  # the flag profile's kernel_flags
     stage: str = ""  # the stage being traced
+    # Where ``declare_route`` records (the toolchain's, one per stage; the manifest's kernel_routes).
+    routes: dict[str, KernelRoute] = field(default_factory=dict, repr=False)
+
+    def declare_route(self, kernel: str, *, requested: str, used: str, reason: str = "", program_kernel: str = "",
+                      estimate: Mapping[str, float] | None = None) -> None:
+        """Say how one of the pipeline's kernels is routed for this target (recorded in the build's
+        manifest, ``kernel_routes``): what its config asked for, what the program carries, and why
+        they differ (e.g. a Pallas kernel that does not lower for this platform). Declaring the same
+        kernel again in another trace of the stage replaces the first declaration.
+
+        ``program_kernel`` and ``estimate``: for a kernel XLA's cost model cannot see into and that
+        carries no ``pl.CostEstimate`` of its own (a Pallas kernel lowered through Triton), its name
+        in the program (the ``pallas_call`` name) and the cost of one call on one device ("flops",
+        "bytes accessed", "transcendentals"); the compile adds it for every call site it finds."""
+        self.routes[kernel] = KernelRoute(kernel, requested, used, reason, program_kernel,
+                                          dict(estimate) if estimate else None)
+
+
+@dataclass(frozen=True)
+class KernelRoute:
+    """One kernel as a pipeline routed it for a target (``TargetContext.declare_route``)."""
+
+    kernel: str  # the pipeline's name for the call site, e.g. "dit attention"
+    requested: str  # what the config asks for ("flash", "blocksparse", "xla", ...)
+    used: str  # what the compiled program carries ("pallas-triton", "pallas-mosaic", "xla", ...)
+    reason: str = ""
+    program_kernel: str = ""  # the kernel's name in the compiled program, when ``estimate`` is given
+    estimate: Mapping[str, float] | None = None  # one call on one device: flops, bytes accessed, transcendentals
 
 
 @dataclass(frozen=True)
 class AnalysisContext:
     """What an analysis is run with: the spec, its config (overrides applied) and the options given."""
 
-    pipeline: Any  # the checked Pipeline
-    spec: Any  # avatar_release.specs.PipelineSpec
-    config: Any
-    target: Any = None  # avatar_release.specs.TargetSpec, when the analysis takes one
-    flags: Any = None  # its FlagProfile
+    pipeline: Pipeline  # checked (check_pipeline)
+    spec: PipelineSpec
+    config: Any  # the pipeline's own config (a dataclass instance); None where an analysis reads options only
+    target: TargetSpec | None = None  # when the analysis takes one
+    flags: FlagProfile | None = None  # the target's flag profile
     options: Mapping[str, Any] = field(default_factory=dict)
     progress: Callable[[str], None] = lambda msg: None
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
+from .._digest import StreamDigest
 from ..specs import PipelineSpec, Project, find_project
 from ._contract import CONTRACT_PAGE, ContractError, Pipeline, check_pipeline
 
@@ -41,7 +41,7 @@ def project_source_digest(pipeline: Pipeline, spec: PipelineSpec, project: Proje
     """
     project = project or find_project()
     names = pipeline.source_packages or (spec.entry.partition(":")[0].split(".")[0],)
-    h = hashlib.sha256()
+    h = StreamDigest()
     for name in names:
         module = sys.modules.get(name) or project.import_module(name)
         if hasattr(module, "__path__"):  # a package: every file under it, lazily imported ones too
@@ -54,4 +54,4 @@ def project_source_digest(pipeline: Pipeline, spec: PipelineSpec, project: Proje
             raise ContractError(f"pipeline {spec.name}: source package {name!r} has no Python files to digest")
         for p in paths:
             h.update(str(p.relative_to(base)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return "sha256:" + h.hexdigest()
+    return h.digest

@@ -63,7 +63,7 @@ def weight_layout_of(module: Any) -> str:
 
 def stationary_params(block: "torch.nn.Module") -> set[str]:
     """Names of ``block``'s parameters under sub-modules marked ``weight_layout = "stationary"``."""
-    out = set()
+    out: set[str] = set()
     for prefix, module in block.named_modules():
         if getattr(module, "weight_layout", None) == "stationary":
             out.update(f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters())

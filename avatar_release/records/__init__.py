@@ -13,14 +13,18 @@ from ._base import BlobRef, Record, parse_record, readable_versions, utcnow
 from .build import (
     BUILD_SCHEMA_VERSION,
     ArraySpec,
+    AutotuneFinding,
+    AutotuneRecord,
     Bucket,
     ChunkProgram,
+    CompileEvidence,
     GateRequestsRecord,
     LeverRecord,
     EnvironmentRecord,
     ExecutableEntry,
     FlagProfileRecord,
     KernelRecord,
+    KernelRouteRecord,
     Manifest,
     MemoryFit,
     Platform,
@@ -65,7 +69,8 @@ from .statement import (
 
 __all__ = [
     "Record", "BlobRef", "parse_record", "readable_versions", "utcnow", "STORED_KINDS",
-    "BUILD_SCHEMA_VERSION", "ArraySpec", "Bucket", "ChunkProgram", "EnvironmentRecord", "ExecutableEntry",
+    "BUILD_SCHEMA_VERSION", "ArraySpec", "AutotuneFinding", "AutotuneRecord", "KernelRouteRecord", "Bucket", "ChunkProgram", "CompileEvidence", "EnvironmentRecord",
+    "ExecutableEntry",
     "GateRequestsRecord", "LeverRecord",
     "FlagProfileRecord", "KernelRecord", "Manifest", "MemoryFit", "Platform", "ScheduleRecord", "Toolchain",
     "WeightsRecord",

@@ -28,6 +28,16 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     chunk table. A build whose weights differ in one layer shares every other chunk. Older
     versions keep one safetensors blob (still read).
 
+  * 6 (2026-12-02): GPU targets. ``platform.target_config`` (the sha256 of the GPU target
+    description the executables were compiled for; the identity covers it through the platform),
+    ``autotune`` (what XLA:GPU assigned without measuring it: per executable, the convolutions left
+    to run time and the GEMM and block-level fusions given default configs, and the settings that
+    decided it), ``kernel_routes`` (per stage, each kernel the pipeline routed for the target: what
+    its config asked for, what the program carries, why they differ) and ``KernelRecord.backend``
+    ``"triton"`` (a Pallas kernel lowered through Triton). The three new fields are left out of the
+    stored JSON when unset (``_omit_when_none``), so a v5 manifest read and written again keeps its
+    bytes, its content digest (what signatures bind) and its identity.
+
 ``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
 compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
 """
@@ -36,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_serializer
 
 from ._base import BlobRef, Record, check_digest_fields
 
@@ -48,6 +58,7 @@ __all__ = [
     "Platform",
     "EnvironmentRecord",
     "FlagProfileRecord",
+    "CompileEvidence",
     "ExecutableEntry",
     "WeightsRecord",
     "WeightTensor",
@@ -55,6 +66,9 @@ __all__ = [
     "WEIGHT_CHUNK_BYTES",
     "WEIGHT_CHUNKING",
     "KernelRecord",
+    "KernelRouteRecord",
+    "AutotuneFinding",
+    "AutotuneRecord",
     "ScheduleRecord",
     "MemoryFit",
     "ChunkProgram",
@@ -63,7 +77,7 @@ __all__ = [
     "Manifest",
 ]
 
-BUILD_SCHEMA_VERSION = 5
+BUILD_SCHEMA_VERSION = 6
 # v5's chunk rule: tensors in name order, packed greedily into chunks of at most this many raw
 # bytes (a larger tensor is a chunk of its own), each tensor starting on a 64-byte boundary.
 WEIGHT_CHUNK_BYTES = 64 << 20
@@ -100,10 +114,27 @@ class Toolchain(Record):
     avatar_release: str
 
 
+def _omit_when_none(*names: str):
+    """A serializer leaving out ``names`` while they are None: fields added to a record after
+    it was first stored, so that an older record written again keeps its bytes (and every digest
+    taken over them: content digest, identity)."""
+
+    def omit(self, handler):
+        data = handler(self)
+        for name in names:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
+
+    return model_serializer(mode="wrap")(omit)
+
+
 class Platform(Record):
     """What the executables were compiled for; the loader compares this with the pod."""
 
     backend: str
+    # A live client's platform version; "topology:<topology>" for a compile-only client (a TPU or
+    # GPU topology on a host without the devices), whose version no live device reports.
     platform_version: str
     device_kind: str
     device_count: int
@@ -112,6 +143,11 @@ class Platform(Record):
     topology: str | None = None
     # XLA:CPU code is built for the host's CPU features; recorded for CPU targets.
     cpu_features: list[str] | None = None
+    # v6, GPU targets: "sha256:<hex>" of the target description (GpuTargetConfigProto text) the
+    # executables were compiled for (manifests/gpu/); part of the identity through the platform.
+    target_config: str | None = None
+
+    _omit = _omit_when_none("target_config")
 
 
 class EnvironmentRecord(Record):
@@ -137,22 +173,12 @@ class FlagProfileRecord(Record):
     digest: str
 
 
-class ExecutableEntry(Record):
-    """One compiled stage x bucket."""
+class CompileEvidence(Record):
+    """What compiling one stage x bucket found, recorded in its executable entry."""
 
-    key: str  # "<stage>/<bucket>"
-    stage: str
-    bucket: str
-    # "xla-executable": a compiled, serialized XLA executable (loads without compiling).
-    # "jax-export": portable StableHLO (jax.export); the pod compiles it on first use, so the
-    # zero-recompile gate refuses it. Kept for hosts whose exact device the builder cannot know.
-    format: Literal["xla-executable", "jax-export"] = "xla-executable"
-    blob: BlobRef  # the zstd-compressed serialized executable
-    raw_size: int
-    raw_digest: str
-    params: list[ArraySpec]  # weights, in call order
-    inputs: list[ArraySpec]  # per-chunk inputs, in call order
-    outputs: list[ArraySpec]
+    # The one list of these fields: compile_stage (compile/_stage.py) fills every one of them, the
+    # packager (compile/_package.py) copies them whole into the ExecutableEntry, which inherits them,
+    # and tests/unit/test_executable_fields.py fails if either step leaves one out.
     in_tree: str  # pytree structure, as text (never pickled)
     out_tree: str
     hlo_digest: str
@@ -178,13 +204,81 @@ class ExecutableEntry(Record):
     host_callbacks: list[str] = []  # custom calls into the Python host (the compile gate refuses any)
 
 
+class _ExecutableSlot(Record):
+    """Which stage x bucket an executable is, its blob and its arrays: what the packager adds."""
+
+    key: str  # "<stage>/<bucket>"
+    stage: str
+    bucket: str
+    # "xla-executable": a compiled, serialized XLA executable (loads without compiling).
+    # "jax-export": portable StableHLO (jax.export); the pod compiles it on first use, so the
+    # zero-recompile gate refuses it. Kept for hosts whose exact device the builder cannot know.
+    format: Literal["xla-executable", "jax-export"] = "xla-executable"
+    blob: BlobRef  # the zstd-compressed serialized executable
+    raw_size: int
+    raw_digest: str
+    params: list[ArraySpec]  # weights, in call order
+    inputs: list[ArraySpec]  # per-chunk inputs, in call order
+    outputs: list[ArraySpec]
+
+
+# pydantic lists inherited fields from the last base to the first: the slot's, then the evidence's,
+# the order the exported schema (manifests/schema/) has always had.
+class ExecutableEntry(CompileEvidence, _ExecutableSlot):
+    """One compiled stage x bucket."""
+
+
 class KernelRecord(Record):
     """One Pallas kernel as compiled into the program."""
 
     name: str
-    backend: Literal["mosaic", "interpret"]  # Mosaic custom call (TPU) or the Pallas interpreter (CPU)
+    # Mosaic custom call (TPU), the Pallas interpreter (inlined loops), or (v6) a Triton custom call (GPU)
+    backend: Literal["mosaic", "interpret", "triton"]
     count: int | None  # call sites in the compiled program (None: interpreted, inlined as loops)
     flags: dict[str, Any] = {}  # Mosaic compiler flags the kernel requested, as found in the program
+
+
+class KernelRouteRecord(Record):
+    """One kernel of the pipeline as routed for the build's target, as the pipeline declared it
+    while tracing (``TargetContext.declare_route``): e.g. the DiT's attention asked for "flash" and
+    carried as "pallas-triton" on a GPU, or "xla" where the Pallas kernel does not lower."""
+
+    kernel: str  # the pipeline's name for the call site, e.g. "dit attention"
+    requested: str  # what the config asks for
+    used: str  # what the compiled program carries
+    reason: str = ""  # why, when ``used`` is not what was requested
+    # For a kernel XLA's cost model cannot see into (Triton): its name in the program and the cost
+    # of one call on one device as the pipeline declared it, added to the executable's per-run cost.
+    program_kernel: str = ""
+    estimate: dict[str, float] | None = None
+
+
+class AutotuneFinding(Record):
+    """Per executable: the instructions XLA:GPU gives a config without measuring it on the device
+    (read from the compiled program, not measured)."""
+
+    # cuDNN convolutions whose algorithm is -1: XLA picks it when the program first runs.
+    convolutions_at_run_time: int = 0
+    # GEMM fusions (Triton, cuDNN, custom kernels) and cuBLAS calls: the config or algorithm the
+    # compile assigned (a default without a device) is what runs.
+    gemm_fusions: int = 0
+    cublas_calls: int = 0
+    # Triton block-level fusions (softmax, reductions): their tiling as the compile assigned it.
+    block_fusions: int = 0
+
+
+class AutotuneRecord(Record):
+    """What a GPU build's autotuning rests on (v6). Without the device XLA measures nothing: every
+    GEMM and block-level fusion keeps the default config and every cuDNN convolution is left to run
+    time. With ``select_first`` (the deterministic flags) XLA takes the first valid config even with a
+    device. ``results`` names the autotune results the compile loaded (None: none)."""
+
+    deviceless: bool
+    select_first: bool
+    results: str | None = None
+    settings: dict[str, Any] = {}  # the flag profile's options that decide autotuning, as compiled
+    executables: dict[str, AutotuneFinding] = {}  # by executable key
+    convolutions_at_run_time: int = 0  # over every executable: what a pod would choose at start
 
 
 class ScheduleRecord(Record):
@@ -321,6 +415,10 @@ class Manifest(Record):
     memory_fit: MemoryFit | None = None  # targets that declare their device memory
     levers: dict[str, LeverRecord] | None = None  # v4: the pipeline's declared levers, by override key
     gate_requests: GateRequestsRecord | None = None  # v4: the pipeline's gate-set requests
+    autotune: AutotuneRecord | None = None  # v6: GPU builds
+    kernel_routes: dict[str, list[KernelRouteRecord]] | None = None  # v6: by stage, where the pipeline declared any
+
+    _omit = _omit_when_none("autotune", "kernel_routes")
 
     def executable(self, stage: str, bucket: str) -> ExecutableEntry:
         for e in self.executables:

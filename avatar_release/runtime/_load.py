@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,12 +24,15 @@ from ..records import ExecutableEntry, Manifest, check_identity
 from ..registry import Registry, Resolved, open_registry, read_manifest
 from ..trust import key_id
 from ..trust.revocation import check_not_revoked
-from ..trust.statements import TIMESTAMP_VALIDITY, verify_channel
+from ..trust.statements import TIMESTAMP_VALIDITY, AcceptedState, verify_channel
 from ._blobs import check_bounds, decompress, fetch_verified
-from ._guard import CompileGuard
+from ._guard import CompileGuard, tuned_at_first_run
 from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ._weights import place_weights, sharding_of, stream_weights
+
+if TYPE_CHECKING:  # only for annotations: cryptography loads when a key is used
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys", "devices_for", "place_weights"]
 
@@ -57,8 +60,8 @@ class LoadTimings:
 class TrustConfig:
     """What a pod trusts: an Ed25519 public key, and where it keeps the highest sequence it accepted."""
 
-    public_key: Any
-    state: Any = None  # trust.statements.AcceptedState, or None (no memory across restarts)
+    public_key: Ed25519PublicKey
+    state: AcceptedState | None = None  # None: no memory across restarts
     # Require an unexpired signed timestamp naming the statement (refuses replays to a pod that
     # remembers nothing); off only for registries whose promoter cannot refresh timestamps.
     require_fresh: bool = True
@@ -73,6 +76,10 @@ class LoadedStage:
     executable: Any  # a jax Compiled, callable(params_dict, *inputs)
     input_shardings: list
     params: dict  # device arrays keyed as the executable expects
+    # GPU: cuDNN convolutions the program chooses an algorithm for on its first run (_guard.py);
+    # the stream counts that run as a compile. ``ran``: whether it has run in this process.
+    tuned_at_first_run: int = 0
+    ran: bool = False
 
 
 @dataclass
@@ -249,9 +256,22 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimi
             exe = deserialize_and_load(payloads.pop(e.key), in_tree, out_tree, backend=backend or devices[0].client,
                                        execution_devices=devices, what=f"{where}: executable {e.key}")
             check_fingerprint(manifest, e, exe)
-        loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [sharding_of(mesh, s) for s in e.inputs], {})
+        loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [sharding_of(mesh, s) for s in e.inputs], {},
+                                                  tuned_at_first_run=_tuned_at_first_run(manifest, e, exe))
     t.deserialize = time.perf_counter() - t0
     return mesh, loaded
+
+
+def _tuned_at_first_run(manifest: Manifest, entry: ExecutableEntry, exe: Any) -> int:
+    """GPU builds: the loaded program's convolutions left to its first run, read from the program
+    itself; where its text cannot be read, what the build's manifest recorded (its ``autotune``)."""
+    if manifest.platform.backend != "gpu":
+        return 0
+    try:
+        return tuned_at_first_run(exe.as_text() or "")
+    except Exception:  # noqa: BLE001 - a backend that cannot print a loaded program: the build's own record
+        found = manifest.autotune.executables.get(entry.key) if manifest.autotune else None
+        return found.convolutions_at_run_time if found else 0
 
 
 def revocation_keys(trust: TrustConfig | None) -> dict | None:

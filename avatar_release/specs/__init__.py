@@ -6,6 +6,7 @@ from ._load import (
     BucketSpec,
     FlagProfile,
     PipelineSpec,
+    TargetDescription,
     TargetSpec,
     WeightsSpec,
     list_specs,
@@ -13,12 +14,15 @@ from ._load import (
     load_pipeline,
     load_target,
     manifests_dir,
+    target_description,
 )
 from ._project import MANIFESTS_ENV, PROJECT_ENV, Project, find_project, use_project
 
 __all__ = [
     "SPEC_SCHEMA_VERSION",
     "TargetSpec",
+    "TargetDescription",
+    "target_description",
     "FlagProfile",
     "PipelineSpec",
     "BucketSpec",

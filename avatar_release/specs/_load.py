@@ -6,9 +6,11 @@ unknown names, with the list of known ones.
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -24,6 +26,8 @@ __all__ = [
     "WeightsSpec",
     "manifests_dir",
     "load_target",
+    "TargetDescription",
+    "target_description",
     "load_flag_profile",
     "load_pipeline",
     "list_specs",
@@ -35,6 +39,9 @@ SPEC_SCHEMA_VERSION = 1
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     schema_version: int = Field(SPEC_SCHEMA_VERSION, ge=1, le=SPEC_SCHEMA_VERSION)
+
+
+_S = TypeVar("_S", bound=_Spec)
 
 
 class TargetSpec(_Spec):
@@ -64,10 +71,24 @@ class TargetSpec(_Spec):
     # devices (libtpu reads them at start-up instead of querying cloud metadata). Set only when
     # the variable is unset, before JAX starts.
     compile_env: dict[str, str] = {}
+    # GPU targets: the target description XLA compiles for without the device (a
+    # stream_executor.GpuTargetConfigProto in text form: a file under manifests/, e.g.
+    # "gpu/h100_sxm.txtpb"), pinned by the sha256 of its bytes. load_target refuses a spec whose
+    # file is missing or differs; the digest is part of this spec's digest and of the build identity.
+    target_config: str | None = None
+    target_config_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
 
     def digest(self) -> str:
         """What gate evidence names: the spec as declared (a redefined target is another digest)."""
-        return sha256_digest(canonical_json(self.model_dump(mode="json")))
+        doc = self.model_dump(mode="json")
+        for key in _ADDED_WHEN_SET:  # absent, as before they existed: a CPU or TPU spec keeps its digest
+            if doc[key] is None:
+                del doc[key]
+        return sha256_digest(canonical_json(doc))
+
+
+# TargetSpec fields added on 2026-12-02 (GPU targets), in its digest only when set.
+_ADDED_WHEN_SET = ("target_config", "target_config_sha256")
 
 
 class FlagProfile(_Spec):
@@ -122,7 +143,7 @@ def list_specs(kind: str) -> list[str]:
     return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
 
 
-def _load(kind: str, label: str, name: str, cls: type[_Spec]):
+def _load(kind: str, label: str, name: str, cls: type[_S]) -> _S:
     path = manifests_dir() / kind / f"{name}.toml"
     if "/" in name or name.startswith(".") or not path.is_file():
         known = ", ".join(list_specs(kind)) or "none"
@@ -137,8 +158,9 @@ def _load(kind: str, label: str, name: str, cls: type[_Spec]):
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise SpecError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r})") from None
-    if getattr(spec, "name", name) != name:
-        raise SpecError(f"{path}: name = {spec.name!r} but the file is named {name!r}; make them agree")
+    named = getattr(spec, "name", name)
+    if named != name:
+        raise SpecError(f"{path}: name = {named!r} but the file is named {name!r}; make them agree")
     return spec
 
 
@@ -149,7 +171,39 @@ def load_target(name: str) -> TargetSpec:
             f"target {name}: mesh {dict(zip(t.mesh_axes, t.mesh_shape))} does not cover "
             f"device_count {t.device_count}"
         )
+    if t.platform == "gpu" or t.target_config is not None:
+        target_description(t)  # present, inside manifests/, and the pinned bytes
     return t
+
+
+@dataclass(frozen=True)
+class TargetDescription:
+    """A GPU target's description as the compiler reads it: the file, its text, its digest."""
+
+    path: Path
+    text: str
+    digest: str  # "sha256:<hex>" of the file's bytes (what the build's platform records)
+
+
+def target_description(t: TargetSpec) -> TargetDescription:
+    """Read and check the target description a GPU target pins (SpecError naming the fix)."""
+    where = f"target {t.name}"
+    if t.platform != "gpu":
+        raise SpecError(f"{where}: target_config is for GPU targets; platform {t.platform!r} takes none")
+    if not t.target_config or not t.target_config_sha256 or not t.topology:
+        raise SpecError(f"{where}: a GPU target names its target description and its sha256 "
+                        "(target_config = \"gpu/<device>.txtpb\", target_config_sha256 = \"<hex>\") and a topology "
+                        "(\"<slices>x<hosts>x<devices per host>\", e.g. \"1x1x8\"); see manifests/gpu/PROVENANCE.md")
+    root = manifests_dir().resolve()
+    path = (root / t.target_config).resolve()
+    if root not in path.parents or not path.is_file():
+        raise SpecError(f"{where}: target_config {t.target_config!r} is not a file under {root}")
+    raw = path.read_bytes()
+    got = hashlib.sha256(raw).hexdigest()
+    if got != t.target_config_sha256:
+        raise SpecError(f"{where}: {path} has sha256 {got}, the target pins {t.target_config_sha256}: the description "
+                        "changed; restore it, or pin the new file (a new digest is a new target: re-gate its builds)")
+    return TargetDescription(path, raw.decode(), "sha256:" + got)
 
 
 def load_flag_profile(name: str) -> FlagProfile:

@@ -59,3 +59,34 @@ def test_the_sr_has_its_own_head_groups_and_the_dit_keeps_the_pipelines():
     assert r.via_kernels(masked=True)
     with pytest.raises(InputError, match="sr.ulysses_groups"):
         _route("avatar-720p", **{"sr.ulysses_groups": "2"})  # 24 heads do not make 2 groups of 8
+
+
+def test_on_a_gpu_the_mosaic_only_kernels_give_way_to_xla_with_the_reason_and_flash_stays():
+    config, _ = apply_overrides(get_config("tiny"), {"dit.attention": "flash", "attention_kernel": "blocksparse",
+                                                     "fused_preattn": "true"})
+    gpu, replaced = AttentionRoute.from_config(config, platform="gpu").for_platform()
+    assert gpu.kernel == "xla" and gpu.dit_kernel == "flash" and gpu.fused_preattn  # the override stays: its reference
+    assert set(replaced) == {"attention (frame-window mask)", "pre-attention"}
+    assert "scalar prefetch" in replaced["attention (frame-window mask)"] and "Mosaic" in replaced["pre-attention"]
+    for platform in ("cpu", "tpu"):  # there every kernel compiles (interpreter or Mosaic): nothing replaced
+        same, none = AttentionRoute.from_config(config, platform=platform).for_platform()
+        assert none == {} and same.kernel == "blocksparse"
+    assert AttentionRoute(platform="tpu").lowered_as() == "pallas-mosaic"
+    assert AttentionRoute(platform="cpu").lowered_as() == "pallas-interpret"
+
+
+def test_the_triton_flash_kernel_takes_power_of_two_blocks_dividing_the_dit_sequence():
+    from kernels.flash_gpu import cost_bytes, cost_flops, estimate, gpu_blocks
+
+    def dit_tokens(name: str, frames: int) -> int:
+        return get_config(name).dit_tokens_per_frame * frames
+
+    assert gpu_blocks(dit_tokens("avatar-720p", 16)) == 128  # 14,720 tokens: 115 query blocks
+    assert gpu_blocks(dit_tokens("avatar-1080p", 24)) == 16  # 12,240 = 16 x 765
+    assert gpu_blocks(dit_tokens("tiny", 8)) == 32
+    assert gpu_blocks(24) is None and gpu_blocks(8) is None  # then the call keeps XLA's attention
+    one = 5 * 14720 * 128 * 2  # 720p per GPU: 5 heads x S x head_dim, bf16
+    assert cost_bytes(heads=5, seq=14720, head_dim=128) == 4 * one
+    assert cost_bytes(heads=5, seq=14720, head_dim=128, l2_reuse=False) == 2 * one + 2 * one * 115
+    est = estimate(heads=5, seq=14720, head_dim=128)
+    assert est["flops"] == cost_flops(heads=5, seq=14720, head_dim=128) == 4 * 5 * 14720 ** 2 * 128

@@ -115,3 +115,26 @@ def test_strict_stream_raises_recompile_error_naming_the_stage_that_compiled():
         render(_stand_in_build(serve_shape_of_sr=False), image, audio)
     assert info.value.events and all(e["during"].startswith("stage sr/f8") for e in info.value.events)
     assert any("run" in e["fun_name"] for e in info.value.events)
+
+
+def test_a_stage_that_tunes_convolutions_on_its_first_run_counts_as_a_compile():
+    """XLA:GPU left cuDNN algorithms to the first run (a deviceless compile): JAX reports no event for
+    that choice, so the stream counts the stage's first run as one compile, and strict mode refuses it."""
+    from avatar_release.runtime import render
+    from avatar_release.runtime._guard import tuned_at_first_run
+
+    assert tuned_at_first_run((DATA / "gpu-h100-dot-softmax-conv.hlo.txt").read_text()) == 1
+    image, audio = np.zeros((48, 80, 3), np.uint8), np.zeros(2 * 5120, np.float32)  # two f8 chunks
+    build = _stand_in_build(serve_shape_of_sr=True)
+    build.stages[("vae", "f8")].tuned_at_first_run = 3
+    build.guard.strict = False
+    _, report = render(build, image, audio)
+    assert [c.compiles for c in report.chunks] == [1, 0]  # the first run only
+    (event,) = build.guard.events
+    assert event["during"].startswith("stage vae/f8") and "3 cuDNN convolution(s)" in event["autotune_at_first_run"]
+
+    build = _stand_in_build(serve_shape_of_sr=True)
+    build.stages[("vae", "f8")].tuned_at_first_run = 3
+    with pytest.raises(RecompileError, match=r"serving stage vae/f8") as info:
+        render(build, image, audio)
+    assert "choose their algorithm on this first run" in info.value.events[0]["autotune_at_first_run"]

@@ -1,0 +1,231 @@
+"""The GPU check: compile, gate and serve a build on the GPU machine itself, against the JIT path.
+
+**Not yet run on a GPU** (2026-12-02: no GPU machine was lent to the task that wrote it; see the
+README, GPU section, for what would block it there). ``benchmarks/gpu_check.sh`` drives it on the
+H200; here it runs end to end for ``--target cpu-8`` (``--smoke``), which proves the steps, not the
+GPU figures.
+
+Each step runs in a fresh process (imports, cold start and compiles are real):
+
+  preflight  versions of python, jax, jaxlib, the GPU plugin, torch, torchax; the devices; what in
+             them differs from what this checkout pins (each a blocker with its reason)
+  compile    the pipeline for the target, on this machine (its GPUs when the process sees the
+             target's own: XLA autotunes on them); compile wall, the manifest's autotune record
+  gate       ``avatar-release gate BUILD --baseline none``: two fresh serving processes, zero
+             compiles after load, bit-exact twins (the verdict and its evidence)
+  serve      load from the registry and stream chunks: time to first chunk, steady chunk against
+             its deadline, compiles after load (goal 0)
+  jit        the JIT path from model code (trace, lower, compile in the process, then the same
+             stream), twice with one JAX persistent cache: the second is "JIT with a warm cache"
+
+    python benchmarks/gpu_check.py --target gpu-h200-1 --out benchmarks/results/gpu-h200.json
+    python benchmarks/gpu_check.py --target cpu-8 --smoke --out /tmp/gpu-check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the package and the bundled pipeline from this checkout (no install needed)
+
+from _out import write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
+T_PROCESS = time.perf_counter()
+PINS = {"python": "3.11", "jax": "0.10.2", "jaxlib": "0.10.2", "torch": "2.13.0", "torchax": "0.0.14.dev20261026"}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def step_preflight(args) -> dict:
+    found = {"python": platform.python_version(), **{d: _version(d) for d in ("jax", "jaxlib", "torch", "torchax")}}
+    plugins = {d: _version(d) for d in ("jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt")}
+    blockers = []
+    if not found["python"].startswith(PINS["python"] + "."):
+        blockers.append(f"python {found['python']}: pyproject.toml requires >=3.11,<3.12 (pip refuses to install; "
+                        "this check runs from the checkout on PYTHONPATH instead)")
+    for dist in ("jax", "jaxlib"):
+        if found[dist] != PINS[dist]:
+            blockers.append(f"{dist} {found[dist]}: the toolchain pins {PINS[dist]} (the restricted unpickler's class "
+                            "list, the target descriptions' proto and the flag names are checked against it)")
+    if found["torchax"] is None:
+        blockers.append("torchax is not installed: the bundled pipeline is traced through it (compile and jit fail)")
+    devices = {}
+    try:
+        import jax
+
+        devs = jax.devices()
+        devices = {"backend": devs[0].platform, "count": len(devs), "kinds": sorted({d.device_kind for d in devs}),
+                   "platform_version": str(getattr(devs[0].client, "platform_version", "?"))}
+    except Exception as e:  # noqa: BLE001 - reported, not raised: the preflight says what is missing
+        devices = {"error": f"{type(e).__name__}: {e}"}
+    return {"found": found, "plugins": plugins, "pins": PINS, "blockers": blockers, "devices": devices}
+
+
+def step_compile(args) -> dict:
+    from avatar_release.compile import compile_build
+    from avatar_release.registry import LocalRegistry
+
+    t0 = time.perf_counter()
+    res = compile_build(args.pipeline, args.target, registry=LocalRegistry(args.registry))
+    m = res.manifest
+    return {"build_id": res.build_id, "wall_s": time.perf_counter() - t0, "compile_wall_s": res.compile_wall_seconds,
+            "platform": m.platform.model_dump(mode="json"),
+            "autotune": m.autotune.model_dump(mode="json") if m.autotune else None,
+            "kernel_routes": {k: [r.model_dump(mode="json") for r in v] for k, v in (m.kernel_routes or {}).items()},
+            "executables": [{"key": e.key, "compile_s": e.compile_seconds, "zstd_bytes": e.blob.size} for e in m.executables]}
+
+
+def _inputs(program, chunks: int):
+    from avatar_release.media import sample_audio, sample_image
+
+    frames = chunks * 8
+    return sample_image(program.height, program.width), sample_audio(frames / program.fps, program.sample_rate)
+
+
+def _chunks(build, chunks: int) -> dict:
+    from avatar_release.runtime import stream
+
+    image, audio = _inputs(build.manifest.program, chunks)
+    times = [c.seconds for c in stream(build, image, audio)]
+    steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
+    b = build.manifest.buckets[0]
+    deadline = b.frames / build.manifest.program.fps
+    return {"first_chunk_s": times[0], "steady_chunk_s": steady, "deadline_s": deadline,
+            "steady_over_deadline": steady / deadline, "chunks": len(times)}
+
+
+def step_serve(args) -> dict:
+    from avatar_release.runtime import load
+
+    build = load("dev", args.registry, strict=False)
+    timed = _chunks(build, args.chunks)
+    return {"load_s": build.timings.total(), **timed, "time_to_first_chunk_s": time.perf_counter() - T_PROCESS
+            - timed["steady_chunk_s"] * (timed["chunks"] - 1), "compiles_after_load": build.guard.count,
+            "compile_events": build.guard.events[:8]}
+
+
+def step_jit(args) -> dict:
+    """Trace, lower and compile from model code in this process (JAX's persistent cache on), then stream."""
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_compilation_cache_dir", args.jax_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    from avatar_release._dtypes import np_dtype
+    from avatar_release.compile import compile_build
+    from avatar_release.registry import MemoryRegistry, Resolved
+    from avatar_release.runtime import LoadedBuild, LoadTimings
+    from avatar_release.runtime._guard import CompileGuard
+    from avatar_release.runtime._load import LoadedStage, devices_for, place_weights
+    from avatar_release.runtime._weights import sharding_of
+
+    res = compile_build(args.pipeline, args.target, registry=MemoryRegistry(), publish=False, keep_compiled=True)
+    m = res.manifest
+    mesh = jax.sharding.Mesh(np.array(devices_for(m)).reshape(m.platform.mesh_shape), tuple(m.platform.mesh_axes))
+    stages = {(e.stage, e.bucket): LoadedStage(e, res.compiled[e.key], [sharding_of(mesh, s) for s in e.inputs], {})
+              for e in m.executables}
+    host = {t.name: t.data.view(np_dtype(t.dtype)).reshape(t.shape) for t in res.weight_tensors}
+    place_weights(m, stages, host, mesh)
+    build = LoadedBuild(Resolved("jit", m.build_id, "", "jit"), m, "memory", mesh, stages, LoadTimings(),
+                        CompileGuard(strict=False))
+    timed = _chunks(build, args.chunks)
+    return {"compile_wall_s": res.compile_wall_seconds, **timed,
+            "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - timed["steady_chunk_s"] * (timed["chunks"] - 1),
+            "cache_entries": len(list(Path(args.jax_cache).glob("*")))}
+
+
+def step_gate(args) -> dict:
+    build_id = json.loads(Path(args.registry, "..", "compile.json").read_text())["build_id"]
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "avatar_release", "gate", build_id, "--baseline", "none",
+                          "--registry", args.registry, "--json"], capture_output=True, text=True, env=_env(args))
+    try:
+        doc = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        doc = {"stdout": out.stdout[-2000:], "stderr": out.stderr[-2000:]}
+    return {"exit_code": out.returncode, "wall_s": time.perf_counter() - t0, "result": doc}
+
+
+STEPS = {"preflight": step_preflight, "compile": step_compile, "serve": step_serve, "jit": step_jit, "gate": step_gate}
+
+
+def _env(args) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    if args.target.startswith("cpu"):
+        env.update(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    else:  # the real GPU, and the CPU backend the toolchain's cost analysis uses
+        env.setdefault("JAX_PLATFORMS", "cuda,cpu")
+    return env
+
+
+def _run(name: str, args, **extra) -> dict:
+    cmd = [sys.executable, __file__, "--step", name, "--target", args.target, "--pipeline", args.pipeline,
+           "--chunks", str(args.chunks), "--registry", args.registry, "--jax-cache", args.jax_cache]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(args), cwd=ROOT)
+    wall = time.perf_counter() - t0
+    print(f"  {name:<9} exit {out.returncode} in {wall:.1f}s", file=sys.stderr)
+    if out.returncode != 0:
+        return {"failed": True, "exit_code": out.returncode, "stderr": out.stderr[-3000:], "process_wall_s": wall}
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["process_wall_s"] = wall
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--step", choices=sorted(STEPS))
+    ap.add_argument("--target", default="gpu-h200-1")
+    ap.add_argument("--pipeline", default="tiny")
+    ap.add_argument("--chunks", type=int, default=6)
+    ap.add_argument("--registry", default=None)
+    ap.add_argument("--jax-cache", default=None)
+    ap.add_argument("--smoke", action="store_true", help="two chunks: proves the steps run")
+    ap.add_argument("--out", help="write the JSON here (default: print it)")
+    args = ap.parse_args()
+    if args.step:  # a child: one step, one JSON line on stdout
+        print(json.dumps(STEPS[args.step](args), default=str))
+        return
+    if args.smoke:
+        args.chunks = 2
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    args.registry = args.registry or str(work / "reg")
+    args.jax_cache = args.jax_cache or str(work / "jax-cache")
+    doc: dict = {"benchmark": "gpu_check", "date": datetime.date.today().isoformat(), "target": args.target,
+                 "pipeline": args.pipeline, "host": platform.node(), "run_on_gpu": not args.target.startswith("cpu")}
+    doc["preflight"] = _run("preflight", args)
+    doc["compile"] = _run("compile", args)
+    if not doc["compile"].get("failed"):
+        Path(args.registry, "..", "compile.json").write_text(json.dumps(doc["compile"]))
+        doc["gate"] = _run("gate", args)
+        doc["serve"] = _run("serve", args)
+    doc["jit_cold_cache"] = _run("jit", args)
+    doc["jit_warm_cache"] = _run("jit", args)
+    serve, warm = doc.get("serve", {}), doc["jit_warm_cache"]
+    if "time_to_first_chunk_s" in serve and "time_to_first_chunk_s" in warm:
+        doc["ratios"] = {"time_to_first_chunk_artifact_over_jit_warm_cache":
+                         serve["time_to_first_chunk_s"] / warm["time_to_first_chunk_s"],
+                         "steady_chunk_over_deadline": serve["steady_over_deadline"],
+                         "compiles_after_load": serve["compiles_after_load"]}
+    write_results(doc, args.out, smoke=args.smoke, echo=args.out is None, default=str)
+
+
+if __name__ == "__main__":
+    main()

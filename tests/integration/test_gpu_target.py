@@ -1,0 +1,148 @@
+"""The gpu-h100-8 and gpu-h200-1 targets: real CUDA executables compiled on this CPU-only host
+through the CUDA plugin's compile-only topology and XLA's target descriptions, their evidence
+(target description digest, kernel routes, Triton kernels, what stayed un-autotuned, cost), the
+compile gate, the estimate against the H100's peaks, and the refusals that keep such a build from
+serving here. Skips (with the reason) without the [gpu] extra."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from avatar_release.cli import cli
+from avatar_release.registry import LocalRegistry
+from avatar_release.specs import load_target, manifests_dir, target_description
+
+pytestmark = [pytest.mark.slow, pytest.mark.extra("gpu")]
+
+# Every attention lever on: the DiT's flash attention has a Triton kernel; the SR's block-sparse
+# kernel and the fused pre-attention are Mosaic-only and must be routed around, and say so.
+LEVERS = {"dit.attention": "flash", "attention_kernel": "blocksparse", "fused_preattn": "true"}
+
+
+def _cli(*args):
+    res = CliRunner().invoke(cli, [str(a) for a in args])
+    return res
+
+
+@pytest.fixture(scope="module")
+def gpu_build(tmp_path_factory):
+    """tiny for gpu-h100-8, every attention lever on, published to dev."""
+    from avatar_release.compile import compile_build
+
+    root = tmp_path_factory.mktemp("gpu") / "reg"
+    result = compile_build("tiny", "gpu-h100-8", registry=LocalRegistry(root), overrides=dict(LEVERS))
+    return root, result
+
+
+def test_a_gpu_build_is_compiled_for_the_pinned_description_on_a_host_without_gpus(gpu_build):
+    import jax
+
+    root, result = gpu_build
+    assert jax.default_backend() == "cpu"  # no GPU here
+    assert LocalRegistry(root, create=False).resolve("dev").build_id == result.build_id
+    m = result.manifest
+    assert m.schema_version == 6 and result.build_id.startswith("tiny-gpu-h100-8-")
+    p = m.platform
+    assert (p.backend, p.device_kind, p.device_count, p.topology) == ("gpu", "NVIDIA H100 80GB HBM3", 8, "1x1x8")
+    assert p.platform_version == "topology:1x1x8"  # a compile-only client: no live version to record
+    assert p.target_config == target_description(load_target("gpu-h100-8")).digest
+    assert m.flags.name == "gpu-default" and m.flags.compiler_options["xla_gpu_deterministic_ops"] is True
+    for e in m.executables:
+        assert e.fingerprint is None  # a compile-only client has none; hlo_digest is the evidence
+        assert "flops" not in e.cost  # XLA:GPU's compile-only cost_analysis() gives nothing ...
+        assert e.cost["flops per run"] > 0 and e.cost["bytes accessed per run"] > 0  # ... the per-run count does
+        assert e.memory["argument_size"] > 0 and e.host_callbacks == []
+    fit = m.memory_fit
+    assert fit and fit.fits and fit.capacity_bytes == 84942979072
+
+
+def test_each_kernel_route_is_recorded_with_what_was_asked_what_runs_and_why(gpu_build):
+    _, result = gpu_build
+    m = result.manifest
+    routes = {(stage, r.kernel): r for stage, rs in m.kernel_routes.items() for r in rs}
+    dit = routes[("dit", "attention (unmasked)")]
+    assert (dit.requested, dit.used, dit.program_kernel) == ("flash", "pallas-triton", "mha_forward")
+    assert dit.estimate["flops"] > 0 and dit.estimate["bytes accessed"] > 0
+    sr = routes[("sr", "attention (frame-window mask)")]
+    assert (sr.requested, sr.used) == ("blocksparse", "xla") and "scalar prefetch" in sr.reason
+    pre = [r for (stage, kernel), r in routes.items() if kernel == "pre-attention"]
+    assert pre and all(r.used == "xla" and "Mosaic" in r.reason for r in pre)
+    kernels = {(e.stage, k.name): k for e in m.executables for k in e.kernels}
+    mha = kernels[("dit", "mha_forward")]
+    assert mha.backend == "triton" and mha.count and mha.flags["num_warps"] in (4, 8)
+    assert not any(k.backend == "mosaic" for k in kernels.values())
+    # the declared estimate is in the DiT's per-run flops: at least the kernel's own, every call site
+    dit_entry = m.executable("dit", "f8")
+    assert dit_entry.cost["flops per run"] >= mha.count * dit.estimate["flops"]
+
+
+def test_what_the_deviceless_compile_left_unautotuned_is_in_the_manifest(gpu_build):
+    _, result = gpu_build
+    a = result.manifest.autotune
+    assert a.deviceless and a.select_first and a.results is None
+    assert a.settings["xla_gpu_require_complete_aot_autotune_results"] is False
+    assert a.executables["dit/f8"].gemm_fusions > 0  # transformer matmuls: default Triton tilings
+    assert a.executables["vae/f8"].convolutions_at_run_time > 0  # the decoder's convolutions: chosen at first run
+    assert a.convolutions_at_run_time == sum(f.convolutions_at_run_time for f in a.executables.values())
+
+
+def test_the_compile_gate_passes_and_analyze_shows_the_h100_roofline_labelled_an_estimate(gpu_build):
+    root, result = gpu_build
+    res = _cli("gate", "compile", result.build_id, "--registry", root, "--json")
+    assert res.exit_code == 0, res.output
+    checks = {c["name"]: c["status"] for c in json.loads(res.stdout)["result"]["checks"]}
+    assert checks == {"every-bucket": "passed", "flags-present": "passed", "fits-memory": "passed",
+                      "no-host-callbacks": "passed", "reproducible": "passed"}
+    res = _cli("analyze", "build", result.build_id, "--registry", root, "--json")
+    assert res.exit_code == 0, res.output
+    a = json.loads(res.stdout)
+    assert "not a measurement" in a["label"]
+    assert a["rates"] == {"peak_flops_per_second": 989.4e12, "hbm_bytes_per_second": 3.35e12,
+                          "ici_bytes_per_second": 450e9}
+    (chunk,) = a["chunks"]
+    assert chunk["deadline_seconds"] == 8 / 25 and chunk["estimated_seconds"] > 0
+    assert {s["key"] for s in chunk["stages"]} == {"dit/f8", "sr/f8", "vae/f8"}
+    assert a["autotune"]["deviceless"] and a["kernel_routes"]["sr"][0]["used"] == "xla"
+    text = _cli("analyze", "build", result.build_id, "--registry", root).output
+    assert "against gpu-h100-8's published peaks per device: 989.4 TFLOP/s, 3350 GB/s memory, 450 GB/s arriving " \
+           "over NVLink" in text
+    assert "route sr: attention (frame-window mask): blocksparse requested, xla compiled" in text
+
+
+def test_this_cpu_host_refuses_to_serve_the_gpu_build_with_both_machines(gpu_build):
+    root, result = gpu_build
+    res = _cli("render", "--channel", "dev", "--registry", root, "--out", root.parent / "out.mp4", "--json")
+    assert res.exit_code == 5, res.output
+    out = json.loads(res.stdout)
+    assert out["error"] == "EnvironmentMismatch"
+    assert "expected 'gpu: NVIDIA H100 80GB HBM3 x 8 (1x1x8)'" in out["message"]
+    assert "this machine has no 'gpu' backend" in out["message"]
+    assert not (root.parent / "out.mp4").exists()
+
+
+def test_an_unknown_gpu_compile_option_fails_the_compile_naming_it(tmp_path, monkeypatch):
+    man = tmp_path / "manifests"
+    shutil.copytree(manifests_dir(), man)
+    prof = man / "flags" / "gpu-default.toml"
+    prof.write_text(prof.read_text() + "\nxla_gpu_no_such_option = true\n")
+    monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(man))
+    res = _cli("compile", "--target", "gpu-h100-8", "--registry", tmp_path / "reg", "--json")
+    assert res.exit_code == 6, res.output
+    out = json.loads(res.stdout)
+    assert out["error"] == "CompileError" and "xla_gpu_no_such_option" in out["message"]
+
+
+def test_tiny_compiles_for_one_h200(tmp_path):
+    from avatar_release.compile import compile_build
+
+    result = compile_build("tiny", "gpu-h200-1", registry=LocalRegistry(tmp_path / "reg"),
+                           overrides={"dit.attention": "flash"})
+    m = result.manifest
+    assert (m.platform.device_kind, m.platform.device_count) == ("NVIDIA H200 141GB HBM3e", 1)
+    assert m.platform.target_config == target_description(load_target("gpu-h200-1")).digest
+    assert m.memory_fit and m.memory_fit.capacity_bytes == 151397597184
+    assert all(e.schedule is not None and e.schedule.all_to_alls == 0 for e in m.executables)  # one device
