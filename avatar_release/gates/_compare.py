@@ -1,12 +1,21 @@
-"""The gates' verdicts: pure functions from runs (and a baseline) to typed evidence."""
+"""The gates' verdicts: pure functions from runs (and a baseline) to typed evidence.
+
+Each verdict's details are written through its typed model (``records.gate``'s ``...Details``,
+with ``GateEvidence.with_details``): the stored JSON is the object it always was, now checked
+against the model that reads it back.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ..records import Band, GateEvidence, GateSetRecord
+from ..records.gate import (
+    BitExactDetails, FrameDifference, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
+)
 from .metrics import max_abs_diff, psnr
 
 __all__ = ["zero_recompile", "twin_baseline", "bit_exact", "similarity_band", "frame_label", "per_frame_psnr"]
@@ -31,20 +40,19 @@ def per_frame_psnr(a: np.ndarray, b: np.ndarray) -> list[float]:
     return [psnr(x, y) for x, y in zip(a, b)]
 
 
-def zero_recompile(runs: list[tuple[str, int, list[dict]]]) -> GateEvidence:
+def zero_recompile(runs: list[tuple[str, int, list[dict[str, Any]]]]) -> GateEvidence:
     """runs: (label, compile count, events). Passes only when every run compiled nothing."""
     total = sum(n for _, n, _ in runs)
     events = [{"run": label, **e} for label, _, evs in runs for e in evs]
     if total == 0:
         return GateEvidence(name="zero-recompile", status="passed",
                             summary=f"0 compiles in {len(runs)} fresh-process runs of the gate set",
-                            details={"runs": [label for label, _, _ in runs]})
+                            ).with_details(ZeroRecompileDetails(runs=[label for label, _, _ in runs]))
     where = sorted({e.get("during", "?") for e in events})
     return GateEvidence(
         name="zero-recompile", status="failed",
         summary=f"{total} XLA compile(s) while serving; during: " + "; ".join(where),
-        details={"compiles": total, "events": events[:_LIST_LIMIT]},
-    )
+    ).with_details(ZeroRecompileDetails(compiles=total, events=events[:_LIST_LIMIT]))
 
 
 def twin_baseline(gs: GateSetRecord, a_hashes: list[str], b_hashes: list[str],
@@ -54,7 +62,7 @@ def twin_baseline(gs: GateSetRecord, a_hashes: list[str], b_hashes: list[str],
     if len(a_hashes) != len(b_hashes):
         return GateEvidence(name="twin-baseline", status="failed",
                             summary=f"the twins delivered {len(a_hashes)} and {len(b_hashes)} frames",
-                            details={"frames": [len(a_hashes), len(b_hashes)]})
+                            ).with_details(TwinBaselineDetails(frames=[len(a_hashes), len(b_hashes)]))
     if not differ:
         return GateEvidence(name="twin-baseline", status="passed",
                             summary=f"two fresh runs hash identical on all {len(a_hashes)} frames")
@@ -64,12 +72,13 @@ def twin_baseline(gs: GateSetRecord, a_hashes: list[str], b_hashes: list[str],
         summary=(f"non-deterministic: the twins differ on {len(differ)} of {len(a_hashes)} frames, "
                  f"first at {frame_label(gs, first)} (max abs diff {max_abs_diff(a[first], b[first])}, "
                  f"PSNR {psnr(a[first], b[first]):.2f} dB); nothing can be compared against this build"),
-        details={"differing_frames": len(differ),
-                 "first": {"frame": first, "label": frame_label(gs, first),
-                           "max_abs_diff": int(max_abs_diff(a[first], b[first])),
-                           "psnr_db": _db(psnr(a[first], b[first]))},
-                 "frames": differ[:_LIST_LIMIT]},
-    )
+    ).with_details(TwinBaselineDetails(
+        differing_frames=len(differ),
+        first=FrameDifference(frame=first, label=frame_label(gs, first),
+                              max_abs_diff=int(max_abs_diff(a[first], b[first])),
+                              psnr_db=_db(psnr(a[first], b[first]))),
+        frames=differ[:_LIST_LIMIT],
+    ))
 
 
 def bit_exact(gs: GateSetRecord, cand_hashes: list[str], base_hashes: list[str],
@@ -82,24 +91,24 @@ def bit_exact(gs: GateSetRecord, cand_hashes: list[str], base_hashes: list[str],
     if not differ:
         return GateEvidence(name="bit-exact", status="passed",
                             summary=f"all {len(cand_hashes)} frame hashes equal the baseline's")
-    listed = []
+    listed: list[FrameDifference] = []
     worst_diff, worst_psnr = 0, math.inf
     for i in differ:
-        d = int(max_abs_diff(cand[i], base[i])) if base is not None else None
-        p = psnr(cand[i], base[i]) if base is not None else None
-        if d is not None:
+        d: int | None = None  # None: the baseline's frames are not at hand
+        p: float | None = None
+        if base is not None:
+            d, p = int(max_abs_diff(cand[i], base[i])), psnr(cand[i], base[i])
             worst_diff, worst_psnr = max(worst_diff, d), min(worst_psnr, p)
         if len(listed) < _LIST_LIMIT:
-            listed.append({"frame": i, "label": frame_label(gs, i), "max_abs_diff": d,
-                           "psnr_db": None if p is None else _db(p)})
+            listed.append(FrameDifference(frame=i, label=frame_label(gs, i), max_abs_diff=d,
+                                          psnr_db=None if p is None else _db(p)))
     return GateEvidence(
         name="bit-exact", status="failed",
         summary=(f"{len(differ)} of {len(cand_hashes)} frames differ from the baseline "
                  f"(first: {frame_label(gs, differ[0])}; worst max abs diff {worst_diff}, "
                  f"lowest PSNR {worst_psnr:.2f} dB)"),
-        details={"differing_frames": len(differ), "worst_max_abs_diff": worst_diff,
-                 "lowest_psnr_db": _db(worst_psnr), "frames": listed},
-    )
+    ).with_details(BitExactDetails(differing_frames=len(differ), worst_max_abs_diff=worst_diff,
+                                   lowest_psnr_db=_db(worst_psnr), frames=listed))
 
 
 def similarity_band(gs: GateSetRecord, cand: np.ndarray, base: np.ndarray, band: Band) -> GateEvidence:
@@ -109,24 +118,24 @@ def similarity_band(gs: GateSetRecord, cand: np.ndarray, base: np.ndarray, band:
     below = [i for i, (p, d) in enumerate(zip(psnrs, diffs))
              if p < band.psnr_floor_db or d > band.max_abs_diff_ceiling]
     finite = [p for p in psnrs if not math.isinf(p)]
-    details = {
-        "psnr_floor_db": band.psnr_floor_db, "max_abs_diff_ceiling": band.max_abs_diff_ceiling,
-        "min_psnr_db": _db(min(psnrs)) if psnrs else None,
-        "median_psnr_db": _db(sorted(finite)[len(finite) // 2]) if finite else None,
-        "max_abs_diff": max(diffs) if diffs else 0,
-        "per_frame_psnr_db": [_db(p) for p in psnrs],
-        "frames_below": below,
-    }
+    details = SimilarityBandDetails(
+        psnr_floor_db=band.psnr_floor_db, max_abs_diff_ceiling=band.max_abs_diff_ceiling,
+        min_psnr_db=_db(min(psnrs)) if psnrs else None,
+        median_psnr_db=_db(sorted(finite)[len(finite) // 2]) if finite else None,
+        max_abs_diff=max(diffs) if diffs else 0,
+        per_frame_psnr_db=[_db(p) for p in psnrs],
+        frames_below=below,
+    )
     if not below:
         return GateEvidence(
             name="similarity-band", status="passed",
             summary=(f"all {len(psnrs)} frames inside the band (lowest PSNR {min(psnrs):.2f} dB >= "
                      f"{band.psnr_floor_db:.2f}; max abs diff {max(diffs)} <= {band.max_abs_diff_ceiling})"),
-            details=details)
+        ).with_details(details)
     i = min(below, key=lambda k: psnrs[k])
     return GateEvidence(
         name="similarity-band", status="below-band",
         summary=(f"{len(below)} of {len(psnrs)} frames below the band; worst {frame_label(gs, i)}: "
                  f"PSNR {psnrs[i]:.2f} dB (floor {band.psnr_floor_db:.2f}), max abs diff {diffs[i]} "
                  f"(ceiling {band.max_abs_diff_ceiling}); needs a blind review"),
-        details=details)
+    ).with_details(details)

@@ -19,19 +19,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .. import _atomic
 from .._digest import sha256_digest
 from ..errors import InputError, Refusal, SpecError
 from ..machine import environment_record, toolchain
-from ..records import Band, BandVariant, parse_record, utcnow
-from ..registry import read_manifest
+from ..records import Band, BandVariant, GateSetRecord, parse_record, utcnow
+from ..registry import Registry, read_manifest
 from ..specs import load_pipeline, manifests_dir
 from ._compare import per_frame_psnr
-from ._fresh import fresh_run
+from ._fresh import GateRun, fresh_run
 from .gateset import gate_set
 from .metrics import max_abs_diff
+
+if TYPE_CHECKING:
+    from ..compile import CompileResult  # lazy at run time: the gate worker must not import the compiler
 
 __all__ = ["band_path", "load_band", "calibrate", "CalibrationResult"]
 
@@ -77,61 +80,25 @@ def calibrate(
     pipeline: str,
     target: str,
     *,
-    registry,
+    registry: Registry,
     variants: list[dict[str, str]] | None = None,
     margin_db: float = DEFAULT_MARGIN_DB,
     out: str | Path | None = None,
     progress: Callable[[str], None] = lambda m: None,
 ) -> CalibrationResult:
+    """Compile the reference and each variant, render the gate set in fresh processes, measure
+    each variant against the reference, and write the band with its provenance."""
     variants = list(variants or _declared_variants(pipeline))
     if not variants:
         raise InputError(f"gate calibrate: pipeline {pipeline} declares no band_variants; give at least one "
                          "--variant KEY=VALUE (an override that reorders reductions, e.g. a split contraction)")
     if margin_db < 0:
         raise InputError(f"--margin-db {margin_db}: must be >= 0")
-
-    # Lazy: the gate worker imports this package and must not import the compiler.
-    from ..compile import compile_build
-
-    progress(f"compiling the reference {pipeline} for {target}")
-    ref = compile_build(pipeline, target, registry=registry, move_dev=False, progress=progress)
-    builds = []
-    for v in variants:
-        progress(f"compiling variant {v}")
-        builds.append((v, compile_build(pipeline, target, registry=registry, overrides=v, move_dev=False,
-                                        progress=progress)))
+    ref, builds = _compile_all(pipeline, target, registry, variants, progress)
     _, manifest = read_manifest(registry, ref.digest)
     gs = gate_set(manifest)
-
-    progress("rendering the gate set: reference, twice")
-    r1 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #1")
-    r2 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #2")
-    if r1.flat_hashes != r2.flat_hashes:
-        raise Refusal(f"reference build {ref.build_id} is not deterministic (two fresh runs differ); "
-                      "a band measured against it would be meaningless")
-    measured: list[BandVariant] = []
-    lowest, ceiling = math.inf, 0
-    for v, b in builds:
-        if b.digest == ref.digest:
-            raise InputError(f"variant {v} compiled to the reference build itself; it changes nothing")
-        progress(f"rendering the gate set: variant {v}")
-        run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}")
-        psnrs = per_frame_psnr(run.frames, r1.frames)
-        diffs = [int(max_abs_diff(x, y)) for x, y in zip(run.frames, r1.frames)]
-        finite = sorted(p for p in psnrs if not math.isinf(p))
-        measured.append(BandVariant(
-            overrides=dict(v), build_id=b.build_id,
-            min_psnr_db=round(finite[0], 4) if finite else None,
-            median_psnr_db=round(finite[len(finite) // 2], 4) if finite else None,
-            max_abs_diff=max(diffs), identical_frames=len(psnrs) - len(finite), frames=len(psnrs),
-        ))
-        if finite:
-            lowest = min(lowest, finite[0])
-        ceiling = max(ceiling, max(diffs))
-    if math.isinf(lowest):
-        raise Refusal("no variant changed a single frame: the band would be empty. Choose variants "
-                      "that reorder reductions in the model (e.g. --variant matmul_k_split=2)")
-
+    reference = _reference_run(registry, ref, gs, progress)
+    measured, lowest, ceiling = _measure_variants(registry, ref, builds, gs, reference, progress)
     tools = toolchain(with_compile_tools=False)
     band = Band(
         pipeline=pipeline, target=target,
@@ -150,3 +117,60 @@ def calibrate(
     _atomic.write_bytes(path, data)
     return CalibrationResult(band, path, sha256_digest(data))
 
+
+def _compile_all(pipeline: str, target: str, registry: Registry, variants: list[dict[str, str]],
+                 progress: Callable[[str], None]) -> tuple[CompileResult, list[tuple[dict[str, str], CompileResult]]]:
+    """(the reference build, (variant, its build) for each variant); none moves the dev channel."""
+    # Lazy: the gate worker imports this package and must not import the compiler.
+    from ..compile import compile_build
+
+    progress(f"compiling the reference {pipeline} for {target}")
+    ref = compile_build(pipeline, target, registry=registry, move_dev=False, progress=progress)
+    builds = []
+    for v in variants:
+        progress(f"compiling variant {v}")
+        builds.append((v, compile_build(pipeline, target, registry=registry, overrides=v, move_dev=False,
+                                        progress=progress)))
+    return ref, builds
+
+
+def _reference_run(registry: Registry, ref: CompileResult, gs: GateSetRecord,
+                   progress: Callable[[str], None]) -> GateRun:
+    """The reference's gate-set run, rendered twice in fresh processes; Refusal if the two differ."""
+    progress("rendering the gate set: reference, twice")
+    r1 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #1")
+    r2 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #2")
+    if r1.flat_hashes != r2.flat_hashes:
+        raise Refusal(f"reference build {ref.build_id} is not deterministic (two fresh runs differ); "
+                      "a band measured against it would be meaningless")
+    return r1
+
+
+def _measure_variants(registry: Registry, ref: CompileResult, builds: list[tuple[dict[str, str], CompileResult]],
+                      gs: GateSetRecord, reference: GateRun, progress: Callable[[str], None],
+                      ) -> tuple[list[BandVariant], float, int]:
+    """(per-variant statistics, the lowest finite PSNR of any variant, the largest pixel difference);
+    Refusal when no variant changed a frame."""
+    measured: list[BandVariant] = []
+    lowest, ceiling = math.inf, 0
+    for v, b in builds:
+        if b.digest == ref.digest:
+            raise InputError(f"variant {v} compiled to the reference build itself; it changes nothing")
+        progress(f"rendering the gate set: variant {v}")
+        run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}")
+        psnrs = per_frame_psnr(run.frames, reference.frames)
+        diffs = [int(max_abs_diff(x, y)) for x, y in zip(run.frames, reference.frames)]
+        finite = sorted(p for p in psnrs if not math.isinf(p))
+        measured.append(BandVariant(
+            overrides=dict(v), build_id=b.build_id,
+            min_psnr_db=round(finite[0], 4) if finite else None,
+            median_psnr_db=round(finite[len(finite) // 2], 4) if finite else None,
+            max_abs_diff=max(diffs), identical_frames=len(psnrs) - len(finite), frames=len(psnrs),
+        ))
+        if finite:
+            lowest = min(lowest, finite[0])
+        ceiling = max(ceiling, max(diffs))
+    if math.isinf(lowest):
+        raise Refusal("no variant changed a single frame: the band would be empty. Choose variants "
+                      "that reorder reductions in the model (e.g. --variant matmul_k_split=2)")
+    return measured, lowest, ceiling

@@ -22,14 +22,14 @@ from __future__ import annotations
 import platform as _platform
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..compile import rebuild_manifest
 from ..errors import AvatarReleaseError
 from ..machine import who
-from ..records import CompileCheck, CompileGateResult, parse_record, utcnow
+from ..records import CompileCheck, CompileGateResult, Manifest, parse_record, utcnow
 from ..records.stored import COMPILE_GATES
-from ..registry import read_manifest
+from ..registry import Registry, read_manifest
 from ..runtime import check_blobs
 from ..specs import load_flag_profile
 from ..trust.evidence import gate_signing_key, sign_and_store
@@ -49,7 +49,7 @@ class CompileGateOutcome:
         return self.result.status == "passed"
 
 
-def _every_bucket(registry, m) -> CompileCheck:
+def _every_bucket(registry: Registry, m: Manifest) -> CompileCheck:
     have = {(e.stage, e.bucket): e for e in m.executables}
     missing = [f"{s}/{b.name}" for s in m.program.stages for b in m.buckets if (s, b.name) not in have]
     portable = [e.key for e in m.executables if e.format != "xla-executable"]
@@ -66,16 +66,17 @@ def _every_bucket(registry, m) -> CompileCheck:
                         details={"executables": sorted(e.key for e in m.executables)})
 
 
-def _flags_present(m) -> CompileCheck:
-    problems, details = [], {}
+def _flags_present(m: Manifest) -> CompileCheck:
+    problems: list[str] = []
+    details: dict[str, Any] = {}
     try:
         pinned = load_flag_profile(m.flags.name)
         details["pinned_digest"] = pinned.digest()
         if pinned.digest() != m.flags.digest:
             problems.append(f"flag profile {m.flags.name} was {m.flags.digest[:19]} at compile, the pinned file is "
                             f"now {pinned.digest()[:19]} (v{pinned.version}); recompile under the pinned profile")
-    except AvatarReleaseError as e:
-        problems.append(f"flag profile {m.flags.name}: {e}")
+    except AvatarReleaseError as exc:
+        problems.append(f"flag profile {m.flags.name}: {exc}")
     wanted = m.flags.kernel_flags if m.platform.backend == "tpu" else {}
     kernels = 0
     for e in m.executables:
@@ -95,7 +96,7 @@ def _flags_present(m) -> CompileCheck:
                         summary=f"profile {m.flags.name} v{m.flags.version} is the pinned one{extra}", details=details)
 
 
-def _fits(m) -> CompileCheck:
+def _fits(m: Manifest) -> CompileCheck:
     fit = m.memory_fit
     if fit is None:
         return CompileCheck(name="fits-memory", status="skipped",
@@ -107,7 +108,7 @@ def _fits(m) -> CompileCheck:
                         details=fit.model_dump())
 
 
-def _no_callbacks(m, rebuilt=None) -> CompileCheck:
+def _no_callbacks(m: Manifest, rebuilt: Manifest | None = None) -> CompileCheck:
     found = {e.key: e.host_callbacks for e in m.executables if e.host_callbacks}
     if rebuilt is not None:
         found.update({e.key: e.host_callbacks for e in rebuilt.executables if e.host_callbacks})
@@ -119,7 +120,7 @@ def _no_callbacks(m, rebuilt=None) -> CompileCheck:
                         summary="no custom call into the Python host in any executable")
 
 
-def _reproducible(registry, ref, progress):
+def _reproducible(registry: Registry, ref: str, progress: Callable[[str], None]) -> tuple[CompileCheck, Manifest]:
     report, again = rebuild_manifest(ref, registry, progress=progress)
     if report.identical:
         fps = sum(e.fingerprint is not None for e in again.executables)
@@ -137,7 +138,7 @@ def _reproducible(registry, ref, progress):
     return check, again
 
 
-def run_compile_gate(registry, ref: str, *, reproduce: bool = True, store: bool = True,
+def run_compile_gate(registry: Registry, ref: str, *, reproduce: bool = True, store: bool = True,
                      progress: Callable[[str], None] = lambda msg: None) -> CompileGateOutcome:
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
@@ -169,7 +170,7 @@ def run_compile_gate(registry, ref: str, *, reproduce: bool = True, store: bool 
     return CompileGateOutcome(result, store)
 
 
-def load_compile_gate(registry, build_id: str) -> CompileGateResult | None:
+def load_compile_gate(registry: Registry, build_id: str) -> CompileGateResult | None:
     """The stored compile gate of a build, or None; IntegrityError if the record is damaged."""
     raw = registry.get_record(_NAMESPACE, build_id)
     if raw is None:

@@ -18,11 +18,9 @@ Versions:
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
-from .._digest import canonical_json
+from .._digest import StreamDigest, canonical_json
 from ..errors import SpecError
 from ..media import DEFAULT_FIT, FIT_RESAMPLE, fit_image, sample_audio, sample_image
 from ..records import GateRequestRecord, GateSetRecord, Manifest
@@ -80,15 +78,14 @@ def gate_set(manifest: Manifest) -> GateSetRecord:
                           frames=frames, buckets=[b for b, _, _ in plan])
         for i in images for a in audio
     ]
-    h = hashlib.sha256()
     p = manifest.program
-    h.update(canonical_json({"name": GATE_SET_NAME, "version": GATE_SET_VERSION,
-                             "program": [p.height, p.width, p.fps, p.sample_rate],
-                             "fit": {"rule": _FIT, "resample": FIT_RESAMPLE},
-                             "requests": [r.model_dump(mode="json") for r in requests]}))
+    h = StreamDigest(canonical_json({"name": GATE_SET_NAME, "version": GATE_SET_VERSION,
+                                     "program": [p.height, p.width, p.fps, p.sample_rate],
+                                     "fit": {"rule": _FIT, "resample": FIT_RESAMPLE},
+                                     "requests": [r.model_dump(mode="json") for r in requests]}))
     for r in requests:
-        image, audio = gate_request_inputs(manifest, r)
+        image, samples = gate_request_inputs(manifest, r)
         h.update(image.tobytes())
-        h.update(audio.tobytes())
+        h.update(samples.tobytes())
     return GateSetRecord(name=GATE_SET_NAME, version=GATE_SET_VERSION,
-                         digest="sha256:" + h.hexdigest(), requests=requests)
+                         digest=h.digest, requests=requests)

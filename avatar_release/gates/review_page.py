@@ -41,6 +41,7 @@ def review_frames(registry: Registry, review: ReviewRecord) -> tuple[np.ndarray,
 
 def _baseline_result(registry: Registry, result: GateResult) -> GateResult:
     b = result.baseline
+    assert b is not None  # a review opens only below the band, which is measured against a baseline
     for ref in result_refs(registry, b.build_id):
         if ref.digest == b.gate_result_digest:
             return get_result(registry, ref)

@@ -137,6 +137,7 @@ class ReviewServer:
 
     def _signed(self) -> tuple[ReviewRecord, dict[int, ReviewAnswer]]:
         r = load_review(self.registry, self.build_id)
+        assert r is not None  # found when this server opened; a review record is never removed
         return r, signed_answers(self.registry, r, self.policy, review_subject(self.registry, self.build_id))
 
     # ---- running ------------------------------------------------------------------------------------

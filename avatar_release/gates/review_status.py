@@ -33,6 +33,7 @@ class ReviewStatus:
     def _by_reviewer(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for a in self.signed.values():
+            assert a.reviewer is not None  # signed_answers names the reviewer the signed answer names
             out[a.reviewer] = out.get(a.reviewer, 0) + 1
         return out
 

@@ -263,6 +263,7 @@ def _zero_recompile(twins: TwinRuns) -> GateEvidence:
 def _against_baseline(inputs: GateInputs, run: GateRun, base_frames: np.ndarray) -> tuple[list[GateEvidence], str]:
     """Bit-exact vs the baseline, then (tier 2 only) the band -> (evidence, 'passed' | 'failed' | 'needs-review')."""
     gs, base_result = inputs.gate_set, inputs.base_result
+    assert base_result is not None  # compare() asks only when there is a baseline result
     base_hashes = [h for req in base_result.frame_sha256 for h in req]
     be = bit_exact(gs, run.flat_hashes, base_hashes, run.frames, base_frames)
     if be.status == "passed":
@@ -272,6 +273,7 @@ def _against_baseline(inputs: GateInputs, run: GateRun, base_frames: np.ndarray)
         return [be, GateEvidence(
             name="similarity-band", status="skipped",
             summary="not allowed: tier 1 (" + "; ".join(inputs.tier_reasons[:3]) + ") must be bit-exact")], "failed"
+    assert inputs.band is not None  # tier 2: check_inputs loaded the band
     sb = similarity_band(gs, run.frames, base_frames, inputs.band)
     return [be, sb], "passed" if sb.status == "passed" else "needs-review"
 
@@ -341,6 +343,7 @@ def write_reports(report_dir: str | Path | None, stored: StoredResult, twins: Tw
     folder, review, frames, base_frames = Path(report_dir), stored.review, twins.a.frames, comparison.base_frames
     review_path = None
     if review is not None:
+        assert base_frames is not None  # a review opens only below the band: a baseline was compared
         folder.mkdir(parents=True, exist_ok=True)
         review_path = folder / "review.html"
         _atomic.write_text(review_path, review_page(review, frames[review.frames], base_frames[review.frames]))

@@ -57,7 +57,7 @@ def decide_tier(candidate: Manifest, baseline: Manifest, levers: dict | None = N
     tier1: list[str] = []
     tier2: list[str] = []
 
-    def same(what: str, a, b) -> None:
+    def same(what: str, a: object, b: object) -> None:
         if a != b:
             tier1.append(f"{what} differs ({b} -> {a}): not a declared lever, so tier 1")
 

@@ -24,7 +24,6 @@ The same file gives the same samples, on this machine and the next:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import math
 import re
@@ -33,10 +32,12 @@ import tempfile
 import wave
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 
+from .._digest import StreamDigest
 from ..errors import InputError, MediaError
 from ._ffmpeg import ffmpeg_exe, ffmpeg_version, file_tail, stderr_tail
 from ._files import PathLike, describe_head, input_file, write_output
@@ -175,7 +176,7 @@ def _found(text: str) -> tuple[str | None, int | None, str | None]:
     return m.group(1), int(m.group(2)), m.group(3).strip()
 
 
-def _pcm16_chunks(pipe: BinaryIO, samples: int) -> Iterator[np.ndarray]:
+def _pcm16_chunks(pipe: IO[bytes], samples: int) -> Iterator[np.ndarray]:
     """int16 arrays of up to ``samples`` each, read from ffmpeg's stdout until it closes."""
     while buf := pipe.read(2 * samples):
         yield np.frombuffer(buf[: len(buf) - len(buf) % 2], "<i2")
@@ -284,7 +285,8 @@ class AudioStream:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
             except OSError as exc:
                 raise MediaError(f"audio {self.where}: cannot start ffmpeg ({cmd[0]}): {exc}") from exc
-            total, digest, stopped, rc = 0, hashlib.sha256(), False, None
+            assert proc.stdout is not None  # started with stdout=PIPE
+            total, digest, stopped, rc = 0, StreamDigest(), False, None
             try:
                 for ints in _pcm16_chunks(proc.stdout, self.chunk_samples):
                     if total + ints.size > self.max_samples:
@@ -315,7 +317,7 @@ class AudioStream:
             f"(decoding stopped there); {self._keep_first()}"
         )
 
-    def _finish(self, rc: int | None, log: str, total: int, digest) -> AudioSource:
+    def _finish(self, rc: int | None, log: str, total: int, digest: StreamDigest) -> AudioSource:
         """The record of a complete pass, or the InputError that says why there is none."""
         if rc not in (0, None):  # None: we stopped ffmpeg ourselves at max_seconds
             if "matches no streams" in log:
@@ -331,7 +333,7 @@ class AudioStream:
         codec, rate, channels = _found(log)
         return AudioSource(
             path=self.where, container=self.container, codec=codec, source_rate=rate, channels=channels,
-            sample_rate=self.sample_rate, samples=total, sha256="sha256:" + digest.hexdigest(),
+            sample_rate=self.sample_rate, samples=total, sha256=digest.digest,
             decoder=f"ffmpeg {ffmpeg_version()} -cpuflags 0 aresample "
                     + ":".join(f"{k}={v}" for k, v in RESAMPLER) + " s16 -> k/32767",
         )
@@ -382,7 +384,7 @@ def read_audio(path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT
 
 
 def check_audio(
-    samples: Any,
+    samples: npt.ArrayLike,
     *,
     sample_rate: int,
     min_seconds: float | None = None,
@@ -432,7 +434,7 @@ def check_audio(
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
-def encode_wav_bytes(samples: Any, sample_rate: int) -> bytes:
+def encode_wav_bytes(samples: npt.ArrayLike, sample_rate: int) -> bytes:
     """16-bit PCM mono WAV bytes for float samples in [-1, 1] (clipped)."""
     arr = check_audio(samples, sample_rate=sample_rate)
     buf = io.BytesIO()
@@ -450,7 +452,7 @@ def pcm16(samples: np.ndarray) -> bytes:
     return np.round(np.clip(np.asarray(samples, np.float64), -1.0, 1.0) * _INT16_SCALE).astype("<i2").tobytes()
 
 
-def write_wav(path: PathLike, samples: Any, sample_rate: int) -> Path:
+def write_wav(path: PathLike, samples: npt.ArrayLike, sample_rate: int) -> Path:
     """Write float mono samples in [-1, 1] as a 16-bit PCM mono WAV, atomically."""
     return write_output(path, encode_wav_bytes(samples, sample_rate))
 

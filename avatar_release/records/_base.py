@@ -43,12 +43,12 @@ class Record(BaseModel):
         return sha256_digest(self.to_json_bytes())
 
 
-def check_digest_fields(*names: str):
+def check_digest_fields(*names: str) -> classmethod[Any, [object], object]:
     """A validator for fields that hold sha256 digests (None allowed): a malformed one read from a
     registry file makes the record invalid, an integrity refusal naming the file, never a crash
     where the digest is used. Validation only: the JSON schema is unchanged."""
 
-    def check(cls, v):
+    def check(cls: type[BaseModel], v: object) -> object:
         if v is not None and not (isinstance(v, str) and DIGEST_RE.match(v)):
             raise ValueError(f"expected 'sha256:' + 64 lowercase hex, got {v!r}")
         return v

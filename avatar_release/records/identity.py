@@ -1,7 +1,8 @@
 """A build's identity (what its id names) and its seal (which bytes it is made of).
 
 **Identity** — one hash over everything that changes the binary or what it computes: the
-pipeline and its config, the source and weights digests, target, flags, toolchain, platform,
+pipeline and its config, the source and weights digests, target, flags, toolchain, platform
+(from v6, for GPU targets, with the digest of the target description compiled for),
 each executable's key, format, scheduled-HLO digest and fingerprint, the noise recipe and
 (from manifest version 3) the manifest's schema version and the flag profile's full contents
 (before, only its digest string, which nothing tied to the options the manifest carries). Computed by the compiler when it
@@ -42,9 +43,12 @@ program under an unchanged build id the defences are:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from .._digest import canonical_json, sha256_digest
 from ..errors import IntegrityError
-from .build import BUILD_SCHEMA_VERSION
+from .build import BUILD_SCHEMA_VERSION, FlagProfileRecord, Manifest
 
 __all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_seal", "build_id_for",
            "check_identity", "FINGERPRINT_CHECKED_SINCE"]
@@ -56,9 +60,13 @@ __all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_s
 FINGERPRINT_CHECKED_SINCE = 3
 
 
-def identity_digest(*, pipeline, entry, config, overrides, source, weights, target, flags, jax, jaxlib, platform,
-                    executables, noise, schema_version: int = BUILD_SCHEMA_VERSION) -> str:
-    fields = {
+def identity_digest(*, pipeline: str, entry: str, config: dict[str, Any], overrides: dict[str, Any], source: str,
+                    weights: str, target: str, flags: dict[str, Any] | str, jax: str, jaxlib: str,
+                    platform: dict[str, Any], executables: Iterable[tuple[str, str, str, str | None]], noise: str,
+                    schema_version: int = BUILD_SCHEMA_VERSION) -> str:
+    """The identity digest over these fields (``executables``: key, format, scheduled-HLO digest,
+    fingerprint of each); ``flags`` is what :func:`identity_flags` gives for the schema version."""
+    fields: dict[str, Any] = {
         "pipeline": pipeline, "entry": entry, "config": config, "overrides": overrides, "source": source,
         "weights": weights, "target": target, "flags": flags, "jax": jax, "jaxlib": jaxlib, "platform": platform,
         "executables": [list(e) for e in executables], "noise": noise,
@@ -68,7 +76,7 @@ def identity_digest(*, pipeline, entry, config, overrides, source, weights, targ
     return sha256_digest(canonical_json(fields))
 
 
-def identity_flags(flags_record, schema_version: int):
+def identity_flags(flags_record: FlagProfileRecord, schema_version: int) -> dict[str, Any] | str:
     """What the identity covers of the flag profile: from v3 the whole record (options, process
     flags, kernel flags, digest), so a registry writer cannot edit the XLA_FLAGS a pod applies or
     the compiler options without changing the build id; before, only its digest string."""
@@ -77,7 +85,7 @@ def identity_flags(flags_record, schema_version: int):
     return flags_record.digest
 
 
-def manifest_identity(m) -> str:
+def manifest_identity(m: Manifest) -> str:
     """The identity a manifest's own fields hash to."""
     return identity_digest(
         pipeline=m.pipeline, entry=m.model_entry, config=m.config, overrides=m.overrides, source=m.source_digest,
@@ -93,13 +101,13 @@ def build_id_for(pipeline: str, target: str, identity: str) -> str:
     return f"{pipeline}-{target}-{identity.split(':')[1][:12]}"
 
 
-def manifest_seal(m) -> str:
+def manifest_seal(m: Manifest) -> str:
     """Identity + the stored and raw digests of every executable and of the weights.
 
     Not part of the build id (serialized bytes differ between two compiles of the same
     program), but fixed once a build is published.
     """
-    doc = {
+    doc: dict[str, Any] = {
         "identity": m.identity,
         "weights": [m.weights.blob.digest if m.weights.blob else None, m.weights.raw_digest],
         "executables": [[e.key, e.blob.digest, e.raw_digest] for e in m.executables],
@@ -109,7 +117,7 @@ def manifest_seal(m) -> str:
     return sha256_digest(canonical_json(doc))
 
 
-def check_identity(m) -> None:
+def check_identity(m: Manifest) -> None:
     """Refuse a manifest whose fields do not hash to the identity and build id it carries, or
     whose blobs are not the ones it was sealed with (IntegrityError naming both hashes)."""
     got = manifest_identity(m)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from .. import _atomic
 from . import STORED_KINDS
-from ._base import readable_versions
+from ._base import Record, readable_versions
 
 __all__ = ["schema_files", "render_schemas", "write_schemas"]
 
 
-def schema_files() -> dict[str, type]:
+def schema_files() -> dict[str, type[Record]]:
     """{file name: record class} for the version of every kind this tool writes."""
-    out = {}
+    out: dict[str, type[Record]] = {}
     for stem, cls in STORED_KINDS.items():
         _, _, newest = readable_versions(cls)
         out[f"{stem}.v{newest}.json"] = cls
@@ -32,7 +32,7 @@ def render_schemas() -> dict[str, str]:
 
 
 def write_schemas(directory: Path) -> list[Path]:
-    out = []
+    out: list[Path] = []
     for name, text in render_schemas().items():
         _atomic.write_text(Path(directory) / name, text)
         out.append(Path(directory) / name)

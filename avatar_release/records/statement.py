@@ -20,7 +20,7 @@ Changelog of ``avatar-release/timestamp`` (``TIMESTAMP_SCHEMA_VERSION``):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
 
@@ -50,9 +50,12 @@ class StatementPayload(Record):
 # The payload a signed statement carries: always version 1 (signed statements are no longer
 # written). A subclass under the same name, so that the released JSON Schema of signed-statement v1
 # (manifests/schema/signed-statement.v1.json) stays exactly as it was.
-_PayloadV1 = type("StatementPayload", (StatementPayload,), {
-    "__module__": __name__, "__qualname__": "StatementPayload", "__annotations__": {"schema_version": int},
-    "schema_version": 1, "__doc__": StatementPayload.__doc__})
+if TYPE_CHECKING:  # the type checker reads it as what it is, a StatementPayload
+    _PayloadV1 = StatementPayload
+else:
+    _PayloadV1 = type("StatementPayload", (StatementPayload,), {
+        "__module__": __name__, "__qualname__": "StatementPayload", "__annotations__": {"schema_version": int},
+        "schema_version": 1, "__doc__": StatementPayload.__doc__})
 
 
 class SignedStatement(Record):
@@ -62,7 +65,7 @@ class SignedStatement(Record):
 
     @field_validator("payload", mode="before")
     @classmethod
-    def _any_payload(cls, v):
+    def _any_payload(cls, v: object) -> object:
         return v.model_dump() if isinstance(v, StatementPayload) else v
     signature: str  # base64 ed25519 over canonical JSON of the payload
 

@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 from .._digest import sha256_digest
 from ..errors import IntegrityError
@@ -31,7 +31,8 @@ from .gate import GateResult
 __all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "GATE_SHARDS", "COMPILE_GATES", "REVIEWS",
            "STATEMENTS", "ATTESTATIONS", "TIMESTAMPS", "parse_results_index", "render_results_index",
            "parse_attestations_index", "render_attestations_index", "shard_record_name", "shard_record_build",
-           "parse_shard_record", "render_shard_record", "Attachment", "DSSE_ENVELOPE", "PROMOTION_STATEMENT"]
+           "parse_shard_record", "render_shard_record", "ShardRecord", "Attachment", "DSSE_ENVELOPE",
+           "PROMOTION_STATEMENT"]
 
 # fetch(BlobRef) -> verified bytes: how a roots function reads a blob it must look inside.
 Fetch = Callable[[BlobRef], bytes]
@@ -136,7 +137,15 @@ def shard_record_build(name: str) -> str:
     return name.split(_SHARD_SEP)[0]
 
 
-def parse_shard_record(raw: bytes, where: str) -> dict[str, BlobRef | list[BlobRef]]:
+class ShardRecord(TypedDict):
+    """A ``gate-shards`` record, parsed: the blobs one shard run stored."""
+
+    envelope: BlobRef  # its signed DSSE envelope
+    shard: BlobRef  # its partial evidence (a GateShard)
+    frames: list[BlobRef]  # the frames the partial names
+
+
+def parse_shard_record(raw: bytes, where: str) -> ShardRecord:
     """A shard run's record: its signed envelope, its partial and the frames the partial names."""
     try:
         doc = json.loads(raw)

@@ -63,7 +63,7 @@ def open_registry(uri: str | None = None, *, create: bool = True) -> Registry:
     return LocalRegistry(uri, create=create)
 
 
-def read_manifest(registry: Registry, ref: str):
+def read_manifest(registry: Registry, ref: str) -> tuple[Resolved, Manifest]:
     """Resolve ``ref`` once and parse the manifest it names: (Resolved, Manifest)."""
     resolved = registry.resolve(ref)
     data = registry.get_manifest_bytes(resolved.digest)

@@ -161,20 +161,20 @@ class KVRegistry(KVCollection, abc.ABC):
 
     def resolve(self, ref: str) -> Resolved:
         """Channel name, build id, manifest digest, or a unique prefix of a build id."""
-        builds = None
+        builds: list[BuildRef] | None = None
 
-        def all_builds():
+        def all_builds() -> list[BuildRef]:
             nonlocal builds
             builds = self.list_builds() if builds is None else builds
             return builds
 
-        def by_digest(digest):
+        def by_digest(digest: str) -> Resolved:
             for b in all_builds():
                 if b.digest == digest:
                     return Resolved(digest, b.build_id, b.digest, "digest")
             raise NotFoundError(f"no build with manifest digest {digest} in {self.uri}")
 
-        def channel(name):
+        def channel(name: str) -> Resolved | None:
             state = self.get_channel(name)
             return None if state is None else Resolved(name, state.build_id, state.digest, "channel")
 

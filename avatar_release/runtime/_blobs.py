@@ -19,16 +19,16 @@ In order, each step before the next allocates anything:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass
 
 import zstandard
 
-from .._digest import sha256_digest
+from .._digest import StreamDigest, sha256_digest
 from ..errors import AvatarReleaseError, IntegrityError
 from ..records import WEIGHT_CHUNK_BYTES, BlobRef, Manifest
+from ..registry import Registry
 from ..specs import load_target
 
 __all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "fetch_verified", "check_bounds", "memory_cap", "decompress",
@@ -66,7 +66,9 @@ def raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
     if what == "weights":
         return manifest.weights.raw_size, manifest.weights.raw_digest
     if what.startswith("weights chunk "):
-        c = manifest.weights.chunks[int(what.rsplit(" ", 1)[1])]
+        chunks = manifest.weights.chunks
+        assert chunks is not None  # weight_blobs names chunks only for a chunked (v5) build
+        c = chunks[int(what.rsplit(" ", 1)[1])]
         return c.raw_size, c.raw_digest
     e = next(e for e in manifest.executables if e.key == what)
     return e.raw_size, e.raw_digest
@@ -173,11 +175,12 @@ def _verify(manifest: Manifest, what: str, ref: BlobRef, data: bytes) -> bytes:
     return data
 
 
-def _fetch_one(registry, manifest: Manifest, what: str, ref: BlobRef) -> bytes:
+def _fetch_one(registry: Registry, manifest: Manifest, what: str, ref: BlobRef) -> bytes:
     return _verify(manifest, what, ref, registry.get_blob(ref.digest, ref.size))
 
 
-def fetch_verified(registry, manifest: Manifest, *, weights: bool = True) -> tuple[dict[str, bytes], float, float]:
+def fetch_verified(registry: Registry, manifest: Manifest, *, weights: bool = True
+                   ) -> tuple[dict[str, bytes], float, float]:
     """Every blob's bytes by digest (``weights`` False: the executables only, for a loader that
     streams the weight chunks), each verified; raises on the first that fails.
 
@@ -201,17 +204,15 @@ def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> by
     """
     out = bytearray(raw_size)
     view = memoryview(out)
-    h = hashlib.sha256()
-    n = 0
+    h = StreamDigest()  # h.size: the raw bytes produced so far
     try:
         with zstandard.ZstdDecompressor().stream_reader(data, read_size=DECOMPRESS_CHUNK,
                                                         read_across_frames=True) as reader:
-            while n < raw_size:
-                k = reader.readinto(view[n: n + DECOMPRESS_CHUNK])
+            while h.size < raw_size:
+                k = reader.readinto(view[h.size: h.size + DECOMPRESS_CHUNK])
                 if not k:
                     break
-                h.update(view[n: n + k])
-                n += k
+                h.update(view[h.size: h.size + k])
             over = reader.read(1)
     except zstandard.ZstdError as e:
         raise IntegrityError(f"{where}: zstd frame is corrupt or truncated ({e})") from None
@@ -220,10 +221,9 @@ def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> by
     if over:
         raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
                              "(stopped one byte past it)")
-    if n != raw_size:
-        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated: it decompresses to {n} bytes, the "
+    if h.size != raw_size:
+        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated: it decompresses to {h.size} bytes, the "
                              f"manifest says {raw_size}")
-    if "sha256:" + h.hexdigest() != raw_digest:
-        raise IntegrityError(f"{where}: decompressed bytes hash to sha256:{h.hexdigest()}, the manifest says "
-                             f"{raw_digest}")
+    if not h.matches(raw_digest):
+        raise IntegrityError(f"{where}: decompressed bytes hash to {h.digest}, the manifest says {raw_digest}")
     return out

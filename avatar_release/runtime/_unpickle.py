@@ -21,9 +21,17 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import IntegrityError
-from ..records import FINGERPRINT_CHECKED_SINCE
+from ..records import FINGERPRINT_CHECKED_SINCE, ExecutableEntry, Manifest
+
+if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set
+    import jax
+    from jax.experimental.serialize_executable import _JaxPjrtUnpickler
+    from jax.tree_util import PyTreeDef
+    from jaxlib.xla_client import Client
 
 __all__ = ["ALLOWED", "deserialize_and_load", "classes_in", "tree_from_text", "loaded_fingerprint",
            "check_fingerprint"]
@@ -52,12 +60,12 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
 })
 
 
-def _unpickler_class():
+def _unpickler_class() -> type[_JaxPjrtUnpickler]:
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import _JaxPjrtUnpickler
 
     class Restricted(_JaxPjrtUnpickler):
-        def find_class(self, module, name):
+        def find_class(self, module: str, name: str) -> Any:
             if (module, name) not in ALLOWED:
                 raise IntegrityError(
                     f"executable pickle refers to {module}.{name}, which is not on the allow-list of classes "
@@ -68,7 +76,8 @@ def _unpickler_class():
     return Restricted
 
 
-def deserialize_and_load(payload, in_tree, out_tree, *, backend, execution_devices, what: str = "executable"):
+def deserialize_and_load(payload: bytes | bytearray, in_tree: PyTreeDef, out_tree: PyTreeDef, *, backend: Client,
+                         execution_devices: Sequence[jax.Device], what: str = "executable") -> jax.stages.Compiled:
     """jax.experimental.serialize_executable.deserialize_and_load, with the restricted unpickler.
 
     Every failure is an IntegrityError naming ``what``; nothing is run.
@@ -103,7 +112,7 @@ def _say(e: BaseException) -> str:
 _TREE_RE = re.compile(r"^PyTreeDef\(")
 
 
-def tree_from_text(text: str, entry, side: str):
+def tree_from_text(text: str, entry: ExecutableEntry, side: Literal["in", "out"]) -> PyTreeDef:
     """Rebuild an executable's pytree structure from its recorded text (never a pickle)."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
@@ -121,16 +130,19 @@ def tree_from_text(text: str, entry, side: str):
     return tree
 
 
-def loaded_fingerprint(executable) -> str | None:
+def loaded_fingerprint(executable: jax.stages.Compiled) -> str | None:
     """The fingerprint the backend reports for a loaded executable (None where it reports none)."""
     try:
-        raw = executable.runtime_executable().fingerprint
+        runtime = executable.runtime_executable()
+        if runtime is None:
+            return None
+        raw = runtime.fingerprint
     except Exception:  # noqa: BLE001 - not every backend reports one
         return None
     return raw.decode() if isinstance(raw, bytes) else (None if raw is None else str(raw))
 
 
-def check_fingerprint(manifest, entry, executable) -> str:
+def check_fingerprint(manifest: Manifest, entry: ExecutableEntry, executable: jax.stages.Compiled) -> str:
     """Refuse an executable whose loaded fingerprint is not the manifest's; say what was checked.
 
     Applies to "xla-executable" stages of manifests from version 3 (``records/identity.py`` says why
@@ -155,7 +167,7 @@ def check_fingerprint(manifest, entry, executable) -> str:
     return f"program fingerprint {actual} matches"
 
 
-def classes_in(payload: bytes, *, backend, execution_devices) -> set[tuple[str, str]]:
+def classes_in(payload: bytes, *, backend: Client, execution_devices: Sequence[jax.Device]) -> set[tuple[str, str]]:
     """Every (module, name) the stream looks up, recorded while unpickling a TRUSTED payload.
 
     For the allow-list test only: it runs the real unpickler, so never call it on bytes
@@ -167,7 +179,7 @@ def classes_in(payload: bytes, *, backend, execution_devices) -> set[tuple[str, 
     seen: set[tuple[str, str]] = set()
 
     class Recording(_JaxPjrtUnpickler):
-        def find_class(self, module, name):
+        def find_class(self, module: str, name: str) -> Any:
             seen.add((module, name))
             return super().find_class(module, name)
 

@@ -9,10 +9,13 @@ run) and its fingerprint compared with the manifest's, where this machine can lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
 from ..machine import configure_for_manifest
-from ..records import Manifest, check_identity
-from ..registry import open_registry, read_manifest
+from ..records import ExecutableEntry, Manifest, check_identity
+from ..registry import Registry, open_registry, read_manifest
 from ._blobs import BlobCheck, _bound_error, _fetch_one, _gib, build_blobs, raw_of, decompress, memory_cap
 from ._load import check_environment, devices_for
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
@@ -20,9 +23,10 @@ from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 __all__ = ["check_blobs", "verify_build"]
 
 
-def verify_build(ref: str, registry_uri: str | None = None) -> dict:
+def verify_build(ref: str, registry_uri: str | None = None) -> dict[str, Any]:
     reg = open_registry(registry_uri, create=False)
     resolved, m = read_manifest(reg, ref)
+    head: dict[str, Any]
     try:
         check_identity(m)
         head = {"what": "manifest", "digest": resolved.digest, "size": None, "ok": True,
@@ -36,7 +40,7 @@ def verify_build(ref: str, registry_uri: str | None = None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- verify
-def _program_checker(manifest: Manifest):
+def _program_checker(manifest: Manifest) -> Callable[[ExecutableEntry, bytes | bytearray], str]:
     """check(entry, payload) -> note: deserialize (never run) and compare the fingerprint, where this
     machine can load the build at all."""
     try:
@@ -46,7 +50,7 @@ def _program_checker(manifest: Manifest):
     except EnvironmentMismatch as e:
         unable = "; ".join(f"{k}: expected {x!r}, actual {y!r}" for k, (x, y) in e.differences.items())
 
-    def check(entry, payload) -> str:
+    def check(entry: ExecutableEntry, payload: bytes | bytearray) -> str:
         if entry.format != "xla-executable":
             return f"program not checked: a {entry.format} stage is compiled in the pod"
         if unable is not None:
@@ -59,7 +63,7 @@ def _program_checker(manifest: Manifest):
     return check
 
 
-def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, contents: bool = False,
+def check_blobs(registry: Registry, manifest: Manifest, *, only: set[str] | None = None, contents: bool = False,
                 programs: bool = False) -> list[BlobCheck]:
     """Check every blob (or those whose ``what`` is in ``only``) without stopping at the first failure.
 
@@ -70,7 +74,7 @@ def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, c
     contents = contents or programs
     check_program = _program_checker(manifest) if programs else None
     cap = memory_cap(manifest) if contents else None
-    rows = []
+    rows: list[BlobCheck] = []
     for what, ref in build_blobs(manifest):
         if only is not None and what not in only:
             continue
@@ -79,6 +83,7 @@ def check_blobs(registry, manifest: Manifest, *, only: set[str] | None = None, c
             if contents:
                 raw_size, raw_digest = raw_of(manifest, what)
                 error = _bound_error(manifest, what, ref, raw_size)
+                assert cap is not None  # measured above for contents
                 if error is None and ref.size + raw_size > cap[0]:
                     error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
                 if error:

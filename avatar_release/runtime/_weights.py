@@ -22,14 +22,24 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
 from .._dtypes import dtype_name, np_dtype
 from ..errors import IntegrityError
-from ..records import Manifest, WeightChunk
+from ..records import ArraySpec, Manifest, WeightChunk
+from ..registry import Registry
 from ._blobs import decompress
+
+if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set; _load imports this module
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+
+    from ._load import LoadedStage
+
+    Stages = dict[tuple[str, str], LoadedStage]  # (stage, bucket) -> the loaded executable
+    Placed = dict[tuple[str, tuple[str | None, ...]], jax.Array]  # (tensor, sharding) -> its device array
 
 __all__ = ["WeightStats", "stream_weights", "place_weights", "sharding_of", "DEFAULT_WEIGHT_BUDGET"]
 
@@ -50,27 +60,28 @@ class WeightStats:
     decompress: float = 0.0  # includes the raw bytes' sha256
     place: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, float]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def sharding_of(mesh, spec):
+def sharding_of(mesh: Mesh, spec: ArraySpec) -> NamedSharding:
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import NamedSharding, PartitionSpec
 
     return NamedSharding(mesh, PartitionSpec(*spec.sharding))
 
 
-def _wanted(manifest: Manifest, stages: dict) -> dict[str, list[tuple[Any, Any]]]:
+def _wanted(manifest: Manifest, stages: Stages) -> dict[str, list[tuple[LoadedStage, ArraySpec]]]:
     """{tensor name: [(loaded stage, its ArraySpec)]}: who needs each weight, and how sharded."""
-    out: dict[str, list[tuple[Any, Any]]] = {}
+    out: dict[str, list[tuple[LoadedStage, ArraySpec]]] = {}
     for ls in stages.values():
         for spec in ls.entry.params:
             out.setdefault(spec.name, []).append((ls, spec))
     return out
 
 
-def _place(manifest: Manifest, name: str, arr: np.ndarray, users: list, mesh, placed: dict) -> None:
+def _place(manifest: Manifest, name: str, arr: np.ndarray, users: list[tuple[LoadedStage, ArraySpec]], mesh: Mesh,
+           placed: Placed) -> None:
     """Place one host tensor once per distinct sharding, each device getting its slice only."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
@@ -82,16 +93,16 @@ def _place(manifest: Manifest, name: str, arr: np.ndarray, users: list, mesh, pl
         key = (name, tuple(spec.sharding))
         if key not in placed:  # weights shared by every bucket of a stage are placed once
             sharding = sharding_of(mesh, spec)
-            placed[key] = jax.make_array_from_callback(arr.shape, sharding, lambda idx, a=arr: a[idx])
+            placed[key] = jax.make_array_from_callback(arr.shape, sharding, lambda idx: arr[idx])
         ls.params[name.split(".", 1)[1]] = placed[key]
 
 
-def place_weights(manifest: Manifest, stages: dict, tensors: Mapping[str, np.ndarray], mesh) -> None:
+def place_weights(manifest: Manifest, stages: Stages, tensors: Mapping[str, np.ndarray], mesh: Mesh) -> None:
     """Put every stage's weights (host tensors by name) on the mesh with the shardings it expects."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
-    placed: dict = {}
+    placed: Placed = {}
     for name, users in _wanted(manifest, stages).items():
         if name not in tensors:
             raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {name!r}")
@@ -119,7 +130,7 @@ class _Budget:
 
 def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytearray) -> dict[str, np.ndarray]:
     where = f"build {manifest.build_id}: weights chunk {i}"
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for t in chunk.tensors:
         dt = np_dtype(t.dtype)
         count = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
@@ -132,7 +143,7 @@ def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytearra
     return out
 
 
-def stream_weights(registry, manifest: Manifest, stages: dict, mesh, *, workers: int | None = None,
+def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh: Mesh, *, workers: int | None = None,
                    budget: int = DEFAULT_WEIGHT_BUDGET) -> WeightStats:
     """Fetch, verify, decompress and place every weight chunk of a v5 build, side by side."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
@@ -149,7 +160,7 @@ def stream_weights(registry, manifest: Manifest, stages: dict, mesh, *, workers:
                         raw_bytes=sum(c.raw_size for c in chunks))
     stats.workers = max(1, min(workers or (os.cpu_count() or 1), len(chunks) or 1, 8))
     gate = _Budget(budget)
-    placed: dict = {}
+    placed: Placed = {}
     lock = threading.Lock()  # the placed-arrays table and the step counters
 
     def one(i: int, chunk: WeightChunk) -> None:
@@ -166,7 +177,7 @@ def stream_weights(registry, manifest: Manifest, stages: dict, mesh, *, workers:
             raw = decompress(data, chunk.raw_size, chunk.raw_digest, where=where)
             del data
             t2 = time.perf_counter()
-            local: dict = {}
+            local: Placed = {}
             for name, arr in _chunk_tensors(manifest, i, chunk, raw).items():
                 if name in wanted:
                     _place(manifest, name, arr, wanted[name], mesh, local)

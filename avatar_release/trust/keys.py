@@ -98,7 +98,7 @@ def refuse_loose_permissions(path: Path, what: str) -> None:
                          f"can change it chooses which keys are trusted, so it is not used. Fix: chmod go-w {path}")
 
 
-def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -116,7 +116,7 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
     return key
 
 
-def load_public_key(path: str | Path) -> Ed25519PublicKey:
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from cryptography.hazmat.primitives.serialization import load_pem_public_key

@@ -51,7 +51,7 @@ class _Headers(dict):
     def __init__(self, items: Mapping[str, str]):
         super().__init__({k.lower(): v for k, v in items.items()})
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return super().get(key.lower(), default)
 
     def __getitem__(self, key: str) -> str:

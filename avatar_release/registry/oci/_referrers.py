@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 from ..._digest import is_digest, sha256_digest
@@ -119,7 +119,7 @@ class Referrers:
             raise IntegrityError(
                 f"{self.where()}: {where} is a {kind}, not an OCI image index of referrers ({OCI_INDEX})"
             )
-        return manifests  # type: ignore[return-value]  # checked just above: a list of descriptor dicts
+        return cast(list[dict[str, Any]], manifests)  # checked just above: a list of descriptor dicts
 
     def _fallback(self, digest: str, op: str) -> list[dict[str, Any]]:
         tag = referrers_tag(digest)
