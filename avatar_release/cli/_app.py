@@ -20,7 +20,7 @@ import click
 
 from .. import __version__
 from ..errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
-from ..machine import configure_compile_env, configure_for_manifest
+from ..machine import configure_compile_env, configure_for_manifest, quiet_jax_import
 from ..records import CHANNELS, Manifest, check_identity
 from ..registry import Registry, Resolved, read_manifest
 from ..runtime import TrustConfig, check_trusted
@@ -186,6 +186,7 @@ def _prepare_devices_for_build(registry: Registry, ref: str, trust: TrustConfig 
 
 
 def main(argv: list[str] | None = None) -> Any:
+    quiet_jax_import()  # before any command starts JAX: the CUDA plugin's no-driver lines are dropped
     return cli.main(args=argv, prog_name="avatar-release")
 
 

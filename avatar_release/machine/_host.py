@@ -11,12 +11,20 @@ import os
 import platform as _platform
 import socket
 import sys
+from collections.abc import Sequence
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._digest import canonical_json, sha256_digest
 from ..errors import EnvironmentMismatch
-from ..records import EnvironmentRecord, Platform, Toolchain, check_identity
+from ..records import EnvironmentRecord, Manifest, Platform, Toolchain, check_identity
+from ._quiet import quiet_jax_import
+
+if TYPE_CHECKING:
+    import jax
+
+    from ..specs import TargetSpec
 
 __all__ = [
     "configure_host_devices",
@@ -52,6 +60,7 @@ def backend_initialized() -> bool:
 
 def configure_host_devices(count: int) -> None:
     """Ask XLA:CPU for ``count`` virtual devices. Must run before the backend starts."""
+    quiet_jax_import()
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_COUNT_FLAG)]
     wanted = flags + [f"{_COUNT_FLAG}={count}"]
     if backend_initialized():
@@ -69,7 +78,7 @@ def configure_host_devices(count: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join(wanted)
 
 
-def configure_compile_env(target) -> None:
+def configure_compile_env(target: TargetSpec) -> None:
     """Before JAX starts, for compiling ``target``: its device count (CPU) or the environment
     its compiler plugin reads (e.g. libtpu's, for a topology on a host without TPUs).
 
@@ -77,6 +86,7 @@ def configure_compile_env(target) -> None:
     description), so JAX is limited to its CPU backend unless JAX_PLATFORMS says otherwise.
     Variables already set are left alone.
     """
+    quiet_jax_import()
     if not backend_initialized():
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if target.platform == "cpu":
@@ -87,13 +97,14 @@ def configure_compile_env(target) -> None:
         os.environ.setdefault(key, value)
 
 
-def configure_for_manifest(manifest) -> None:
+def configure_for_manifest(manifest: Manifest) -> None:
     """Before JAX starts: the build's device count (CPU) and its flag profile's process flags.
 
     The manifest's identity is checked first: process flags are applied only from a manifest
     whose fields (the flag profile included) hash to the build id it carries.
     """
     check_identity(manifest)
+    quiet_jax_import()
     if manifest.platform.backend == "cpu":
         if not backend_initialized():  # a CPU build runs on CPU: do not start other plugins
             os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -104,7 +115,7 @@ def configure_for_manifest(manifest) -> None:
         os.environ["XLA_FLAGS"] = " ".join(have + missing)
 
 
-def missing_env_flags(manifest) -> list[str]:
+def missing_env_flags(manifest: Manifest) -> list[str]:
     """Process-level XLA flags the build's flag profile pins that this process lacks."""
     have = os.environ.get("XLA_FLAGS", "").split()
     return [f for f in manifest.flags.env_flags if f not in have]
@@ -140,12 +151,19 @@ def host_cpu_features() -> list[str]:
     return []
 
 
-def current_platform(devices, mesh_axes: list[str], mesh_shape: list[int], topology: str | None = None) -> Platform:
+def current_platform(devices: Sequence[jax.Device], mesh_axes: list[str], mesh_shape: list[int],
+                     topology: str | None = None) -> Platform:
     """Describe ``devices`` (live or from a topology description) as a Platform record."""
     d0 = devices[0]
     backend = d0.platform
     try:
         version = d0.client.platform_version
+        if backend == "gpu" and getattr(d0.client, "runtime_type", None) == "compile_only_runtime":
+            # A GPU topology's client reports a version of its own ("PJRT C API\n<device name>"), not
+            # the CUDA one a live device will: record it as a topology, as for clients that report
+            # none. (A TPU topology's, "PJRT C API\nTFRT TPU v6 lite\nBuilt on ...", names libtpu's
+            # build, which a live TPU on the same libtpu reports too: kept.)
+            version = "topology:" + (topology or "?")
     except Exception:  # topology devices have no live client
         version = "topology:" + (topology or "?")
     return Platform(
@@ -160,7 +178,7 @@ def current_platform(devices, mesh_axes: list[str], mesh_shape: list[int], topol
     )
 
 
-def environment_record(backend: str | None = None):
+def environment_record(backend: str | None = None) -> EnvironmentRecord:
     """This process's serving environment, with a fingerprint over it (JAX must be usable).
 
     Two gate runs are only compared when their fingerprints are equal: the same jax and
