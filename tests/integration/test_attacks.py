@@ -16,16 +16,15 @@ import sys
 
 import pytest
 import zstandard
-from click.testing import CliRunner
 
 from avatar_release._digest import sha256_digest
-from avatar_release.cli import cli
 from avatar_release.errors import IntegrityError
 from avatar_release.records import build_id_for, check_identity, manifest_identity, manifest_seal
 from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO
+from tests.helpers import cli
 from tests.integration.test_faults import _blob_path
 
 pytestmark = pytest.mark.slow
@@ -69,13 +68,6 @@ def _swap_payload(reg: LocalRegistry, root, build_id: str, key: str, raw: bytes)
     return _republish(reg, root, _with_entry(m, key, blob=blob, raw_size=len(raw), raw_digest=sha256_digest(raw)))
 
 
-def _cli(*args):
-    res = CliRunner().invoke(cli, list(args))
-    assert "Traceback" not in res.output and not (res.exception and not isinstance(res.exception, SystemExit)), \
-        res.output
-    return res
-
-
 # ------------------------------------------------------------------------------ a program swapped
 def test_a_program_swapped_in_under_an_unchanged_build_id_is_refused(registry_copy, other_build, tmp_path):
     root, a = registry_copy
@@ -99,14 +91,14 @@ def test_a_program_swapped_in_under_an_unchanged_build_id_is_refused(registry_co
     message = str(e.value)
     assert "executable dit/f8" in message and ours.fingerprint in message and theirs.fingerprint in message
 
-    res = _cli("verify", a.build_id, "--registry", str(root), "--json")
+    res = cli("verify", a.build_id, "--registry", str(root), "--json")
     assert res.exit_code == 4, res.output
     rows = {r["what"]: r for r in json.JSONDecoder().raw_decode(res.output)[0]["blobs"]}
     assert not rows["dit/f8"]["ok"] and theirs.fingerprint in rows["dit/f8"]["error"]
     assert rows["manifest"]["ok"] and rows["sr/f8"]["ok"] and "fingerprint" in rows["sr/f8"]["note"]
 
     out = tmp_path / "out.mp4"
-    res = _cli("render", "--build", a.build_id, "--registry", str(root), "--out", str(out), "--seconds", "0.3")
+    res = cli("render", "--build", a.build_id, "--registry", str(root), "--out", str(out), "--seconds", "0.3")
     assert res.exit_code == 4 and "dit/f8" in res.output, res.output
     assert not out.exists()  # nothing rendered
 
@@ -122,7 +114,7 @@ def test_a_program_swapped_in_under_an_unchanged_build_id_is_refused(registry_co
 
 def test_an_honest_build_verifies_every_program(built_registry):
     root, a = built_registry
-    res = _cli("verify", a.build_id, "--registry", str(root), "--json")
+    res = cli("verify", a.build_id, "--registry", str(root), "--json")
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)["blobs"]
     assert [r["what"] for r in rows] == ["manifest", "weights chunk 0", "dit/f8", "sr/f8", "vae/f8"]
@@ -216,7 +208,7 @@ def test_zstd_bombs_are_refused_before_allocating_with_honest_or_lying_sizes(reg
     _republish(reg, root, _with_entry(m, "dit/f8", blob=huge))
     with pytest.raises(IntegrityError, match="more than this (host's physical memory|process's cgroup)"):
         load(a.build_id, reg)
-    res = _cli("verify", a.build_id, "--registry", str(root))
+    res = cli("verify", a.build_id, "--registry", str(root))
     assert res.exit_code == 4 and "dit/f8" in res.output
 
 
@@ -257,7 +249,7 @@ def test_malformed_pickles_are_integrity_errors_naming_the_executable(registry_c
     _swap_payload(reg, root, a.build_id, "dit/f8", payload)
     with pytest.raises(IntegrityError, match="executable dit/f8"):
         load(a.build_id, reg)
-    res = _cli("verify", a.build_id, "--registry", str(root))
+    res = cli("verify", a.build_id, "--registry", str(root))
     assert res.exit_code == 4 and "dit/f8" in res.output, res.output
 
 
@@ -281,7 +273,7 @@ def test_corrupt_registry_files_are_refused_naming_the_file(registry_copy, path,
     target.write_bytes(data.replace(b"{history}", old))
     named = path.removeprefix("records/")  # records are named by namespace/name, as their readers do
     for command in commands:
-        res = _cli(*[c.format(build=a.build_id) for c in command], "--registry", str(root))
+        res = cli(*[c.format(build=a.build_id) for c in command], "--registry", str(root))
         assert res.exit_code == 4, (command, res.output)
         assert named in res.output, (command, res.output)
 
@@ -293,11 +285,11 @@ def test_a_torn_history_line_from_a_crash_is_still_tolerated(registry_copy):
     history = root / "history.jsonl"
     *before, last = history.read_bytes().splitlines(keepends=True)
     history.write_bytes(b"".join(before) + last[: len(last) // 2])  # the dev move's append, cut short
-    res = _cli("history", "--registry", str(root))
+    res = cli("history", "--registry", str(root))
     assert res.exit_code == 0 and "dev" in res.output
     reg = LocalRegistry(root)
     reg.move_channel("staging", reg.resolve(a.build_id), expected_digest=None, action="promote", who="t", reason="")
     lines = history.read_bytes().splitlines()
     assert lines[-3] == last[: len(last) // 2] and lines[-2] == last.rstrip(b"\n")  # closed, then re-appended
-    res = _cli("history", "--registry", str(root))
+    res = cli("history", "--registry", str(root))
     assert res.exit_code == 0 and "staging" in res.output

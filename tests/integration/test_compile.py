@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
-from click.testing import CliRunner
 
-from avatar_release.cli import cli
-from avatar_release.records import Manifest, parse_record
+from avatar_release._digest import sha256_digest
 from avatar_release.registry import LocalRegistry
+from tests.helpers import cli, manifest_of
 
 # Slow: the tests that compile (those using built_registry are marked by tests/conftest.py); the
 # refusals before any tracing stay in the fast lane.
 
 
-def _manifest(root, ref="dev") -> Manifest:
-    reg = LocalRegistry(root, create=False)
-    r = reg.resolve(ref)
-    return parse_record(Manifest, reg.get_manifest_bytes(r.digest), where=r.digest)
-
-
 def test_build_manifest_records_what_a_release_needs(built_registry):
     root, result = built_registry
-    m = _manifest(root)
+    reg = LocalRegistry(root, create=False)
+    m = manifest_of(reg)
     assert m.build_id == result.build_id and m.build_id.startswith("tiny-cpu-8-")
     assert {e.key for e in m.executables} == {"dit/f8", "sr/f8", "vae/f8"}
     assert m.platform.backend == "cpu" and m.platform.device_count == 8 and m.platform.mesh_shape == [8]
@@ -39,21 +34,29 @@ def test_build_manifest_records_what_a_release_needs(built_registry):
     sharded = [p for e in m.executables for p in e.params if p.sharding and p.sharding[0] == "fsdp"]
     assert sharded and all(p.shape[0] % 8 == 0 for p in sharded)
     # The dev channel and history say who put the build there.
-    reg = LocalRegistry(root, create=False)
     (entry,) = reg.history("dev")
     assert entry.action == "publish" and entry.to_build == m.build_id
 
 
 def test_every_blob_is_stored_once_by_digest(built_registry):
+    """Every blob the manifest names (each weight chunk, each executable) is in the store under
+    its digest, exactly once, and reads back as the bytes that digest names."""
     root, _ = built_registry
-    m = _manifest(root)
-    for b in m.blobs():
-        assert (root / "blobs" / "sha256" / b.digest.split(":")[1]).stat().st_size == b.size
+    reg = LocalRegistry(root, create=False)
+    m = manifest_of(reg)
+    named = {b.digest: b for b in m.blobs()}
+    assert m.weights.chunks and len(m.executables) == 3
+    assert set(named) == {c.blob.digest for c in m.weights.chunks} | {e.blob.digest for e in m.executables}
+    listed = Counter(reg.list_blob_digests())
+    assert {d: listed[d] for d in named} == {d: 1 for d in named}
+    for digest, ref in named.items():
+        data = reg.get_blob(digest, ref.size)  # the store checks size and digest; checked again here
+        assert len(data) == ref.size and sha256_digest(data) == digest
 
 
 def test_cli_rebuild_reports_a_reproducible_build(built_registry):
     root, first = built_registry
-    res = CliRunner().invoke(cli, ["rebuild", "dev", "--registry", str(root), "--json"])
+    res = cli("rebuild", "dev", "--registry", root, "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["identical"] is True and out["rebuilt_id"] == first.build_id and out["differences"] == []
@@ -65,7 +68,7 @@ def test_an_override_changes_the_build_and_is_recorded(tmp_path):
 
     reg = LocalRegistry(tmp_path / "reg")
     r = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"}, publish=True)
-    m = _manifest(tmp_path / "reg", r.build_id)
+    m = manifest_of(reg, r.build_id)
     assert m.overrides == {"dit.steps": 2} and m.config["dit"]["steps"] == 2
 
 
@@ -83,7 +86,7 @@ def test_an_override_changes_the_build_and_is_recorded(tmp_path):
 )
 def test_bad_input_is_refused_with_exit_2_and_registry_unchanged(tmp_path, args, message):
     root = tmp_path / "reg"
-    res = CliRunner().invoke(cli, ["compile", "--registry", str(root), *args])
+    res = cli("compile", "--registry", root, *args)
     assert res.exit_code == 2, res.output
     assert message in res.output
     builds = list((root / "builds").iterdir()) if (root / "builds").exists() else []
@@ -101,7 +104,7 @@ def test_unknown_xla_option_is_a_clear_compile_error(tmp_path, monkeypatch):
     prof = man / "flags" / "cpu-default.toml"
     prof.write_text(prof.read_text() + "\nxla_cpu_no_such_option = true\n")
     monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(man))
-    res = CliRunner().invoke(cli, ["compile", "--registry", str(tmp_path / "reg"), "--json"])
+    res = cli("compile", "--registry", tmp_path / "reg", "--json")
     assert res.exit_code == 6, res.output
     out = json.loads(res.stdout)
     assert out["error"] == "CompileError" and "xla_cpu_no_such_option" in out["message"]
@@ -116,6 +119,6 @@ def test_tpu_target_without_libtpu_fails_clearly_never_falls_back(tmp_path, monk
         raise RuntimeError("Unknown backend: 'tpu' requested, but no platforms that are instances of tpu are present")
 
     monkeypatch.setattr(topologies, "get_topology_desc", absent)
-    res = CliRunner().invoke(cli, ["compile", "--target", "tpu-v6e-8", "--registry", str(tmp_path / "reg")])
+    res = cli("compile", "--target", "tpu-v6e-8", "--registry", tmp_path / "reg")
     assert res.exit_code == 6, res.output
     assert "never falls back" in res.output

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import cli_json
+
 pytestmark = [pytest.mark.slow, pytest.mark.extra("compile")]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,12 +35,8 @@ def _env() -> dict[str, str]:
 
 
 def _cli(cwd: Path, *args: str, rc: int = 0) -> dict:
-    """Run `avatar-release ARGS --json` in `cwd`; assert the exit code; return the JSON document."""
-    proc = subprocess.run([sys.executable, "-m", "avatar_release", *args, "--json"], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == rc, (f"avatar-release {' '.join(args)}: exit {proc.returncode}, expected {rc}\n"
-                                   f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)
+    """`avatar-release ARGS --json` in `cwd`, in the environment above."""
+    return cli_json(cwd, *args, env=_env(), rc=rc, timeout=300)
 
 
 def _gate(doc: dict, name: str) -> dict:

@@ -5,13 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from avatar_release.cli import cli
-
-
-def _cli(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+from tests.helpers import cli
 
 
 def _blob_bytes(root: Path) -> tuple[int, int]:
@@ -25,22 +19,22 @@ def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, tmp_pa
     monkeypatch.setenv("AVATAR_RELEASE_ACTOR", "ci-bot")
     a = first.build_id
 
-    res = _cli("promote", a, "--to", "staging", "--registry", reg)
+    res = cli("promote", a, "--to", "staging", "--registry", reg)
     assert res.exit_code == 1 and "never been gated" in res.output
-    res = _cli("gate", a, "--baseline", "none", "--registry", reg, "--report", str(tmp_path / "ra"))
+    res = cli("gate", a, "--baseline", "none", "--registry", reg, "--report", str(tmp_path / "ra"))
     assert res.exit_code == 0, res.output
-    res = _cli("promote", a, "--to", "prod", "--registry", reg)
+    res = cli("promote", a, "--to", "prod", "--registry", reg)
     assert res.exit_code == 1 and "only the build in staging may go to prod" in res.output
 
     before = _blob_bytes(root)
-    res = _cli("promote", a, "--to", "staging", "--reason", "release 1", "--registry", reg, "--json")
+    res = cli("promote", a, "--to", "staging", "--reason", "release 1", "--registry", reg, "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["changed"] and doc["entry"]["who"] == "ci-bot" and doc["gate_result_digest"].startswith("sha256:")
-    res = _cli("promote", a, "--to", "staging", "--registry", reg, "--json")  # again: a no-op
+    res = cli("promote", a, "--to", "staging", "--registry", reg, "--json")  # again: a no-op
     assert res.exit_code == 0 and json.loads(res.stdout)["changed"] is False
     assert _blob_bytes(root) == before  # promotion to staging wrote no blob: it moved a pointer
-    res = _cli("promote", a, "--to", "prod", "--registry", reg, "--json")
+    res = cli("promote", a, "--to", "prod", "--registry", reg, "--json")
     assert res.exit_code == 0, res.output
     # ...and to prod it adds exactly one: the release approval this machine's release key signed
     # (the second role), an attestation of a few hundred bytes; nothing of the build is rewritten
@@ -55,24 +49,24 @@ def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, tmp_pa
     assert _blob_bytes(root) == (before[0] + 1, before[1] + added[0][0].size)
 
     # A second build: compiled (dev), gated, promoted; then prod is rolled back to the first.
-    res = _cli("compile", "--set", "matmul_k_split=2", "--registry", reg, "--json")
+    res = cli("compile", "--set", "matmul_k_split=2", "--registry", reg, "--json")
     assert res.exit_code == 0, res.output
     b = json.loads(res.stdout)["build_id"]
     # Against prod (a): the only comparison that promotes while prod holds a build; a declared lever, so
     # tier 2, judged by the band.
-    assert _cli("gate", b, "--registry", reg, "--report", str(tmp_path / "rb")).exit_code == 0
+    assert cli("gate", b, "--registry", reg, "--report", str(tmp_path / "rb")).exit_code == 0
     for ch in ("staging", "prod"):
-        assert _cli("promote", b, "--to", ch, "--registry", reg).exit_code == 0
-    res = _cli("rollback", "prod", "--reason", "b shimmers", "--registry", reg, "--json")
+        assert cli("promote", b, "--to", ch, "--registry", reg).exit_code == 0
+    res = cli("rollback", "prod", "--reason", "b shimmers", "--registry", reg, "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["build_id"] == a and doc["previous"] == b and doc["entry"]["action"] == "rollback"
 
-    res = _cli("history", "prod", "--registry", reg, "--json")
+    res = cli("history", "prod", "--registry", reg, "--json")
     entries = json.loads(res.stdout)["entries"]
     assert [(e["action"], e["to_build"]) for e in entries] == [("promote", a), ("promote", b), ("rollback", a)]
     assert all(e["gate_result_digest"] for e in entries) and entries[-1]["reason"] == "b shimmers"
-    res = _cli("ls", "--registry", reg, "--json")
+    res = cli("ls", "--registry", reg, "--json")
     rows = {r["build_id"]: r for r in json.loads(res.stdout)["builds"]}
     assert rows[a]["channels"] == ["prod"] and rows[a]["gate"] == "passed"
     assert rows[b]["channels"] == ["dev", "staging"]

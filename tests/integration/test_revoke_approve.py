@@ -9,23 +9,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from avatar_release.cli import cli
 from avatar_release.errors import Revoked
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
 from avatar_release.serving import Pod, start_pod
+from tests.helpers import cli
 from tests.unit.test_promote_policy import _gate
 from tests.unit.test_serving import _fake_build
 
 pytestmark = pytest.mark.slow
 
-
-def _cli(*args):
-    res = CliRunner().invoke(cli, [*args])
-    assert "Traceback" not in res.output, res.output
-    return res
 
 
 def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_copy, tmp_path, capsys):
@@ -33,10 +27,10 @@ def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_c
     reg, bid, r = LocalRegistry(root), result.build_id, ["--registry", str(root)]
     _, m = read_manifest(reg, bid)
     _gate(reg, bid, reg.resolve(bid).digest, m)
-    assert _cli("promote", bid, "--to", "staging", *r).exit_code == 0
+    assert cli("promote", bid, "--to", "staging", *r).exit_code == 0
     # The first-use identity holds both roles: promote signs the release approval with this
     # machine's release key (not its gate key) and says so.
-    done = _cli("promote", "staging", "--to", "prod", *r, "--json")
+    done = cli("promote", "staging", "--to", "prod", *r, "--json")
     doc = json.loads(done.stdout)
     assert done.exit_code == 0 and doc["approved_here"]["approver"] == "local-release"
     assert doc["approvals"] == [f"local-release ({doc['approved_here']['digest']})"]
@@ -44,9 +38,9 @@ def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_c
     pod = start_pod(reg, "prod")
     assert pod.check_channel() == "unchanged" and pod.health()["follow"]["revoked"] is None
 
-    refused = _cli("revoke", "prod", *r, "--json")
+    refused = cli("revoke", "prod", *r, "--json")
     assert refused.exit_code == 2 and "--reason" in refused.output  # a revocation says why
-    out = _cli("revoke", "prod", "--reason", "lip sync drifts after 30 s", *r, "--json")
+    out = cli("revoke", "prod", "--reason", "lip sync drifts after 30 s", *r, "--json")
     doc = json.loads(out.stdout)
     assert out.exit_code == 0 and doc["channels"] == ["dev", "staging", "prod"] and doc["next"] == "avatar-release rollback prod"
 
@@ -61,12 +55,12 @@ def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_c
     # Nothing loads it, nothing moves it.
     with pytest.raises(Revoked, match="lip sync drifts"):
         load("prod", reg)
-    rendered = _cli("render", "--channel", "prod", "--out", str(tmp_path / "o.mp4"), *r, "--json")
+    rendered = cli("render", "--channel", "prod", "--out", str(tmp_path / "o.mp4"), *r, "--json")
     assert rendered.exit_code == 1 and json.loads(rendered.stdout)["error"] == "Revoked"
     assert not (tmp_path / "o.mp4").exists()
-    again = _cli("promote", bid, "--to", "staging", *r)
+    again = cli("promote", bid, "--to", "staging", *r)
     assert again.exit_code == 1 and f"{bid} is revoked by" in again.output
-    listed = _cli("ls", *r)
+    listed = cli("ls", *r)
     assert "REVOKED" in listed.output and "lip sync drifts" in listed.output
 
     # A pod following prod from another build refuses to swap to the revoked one, by name.

@@ -12,20 +12,16 @@ from click.testing import CliRunner
 
 from avatar_release.cli import cli
 from avatar_release.errors import EnvironmentMismatch, IntegrityError, NotFoundError, RecompileError
-from avatar_release.records import Manifest, parse_record
+from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry
 from avatar_release.media import sample_audio, sample_image
+from tests.helpers import manifest_of
 
 pytestmark = pytest.mark.slow
 
 
 def _blob_path(root, digest):
     return root / "blobs" / "sha256" / digest.split(":")[1]
-
-
-def _manifest(reg, ref="dev"):
-    r = reg.resolve(ref)
-    return parse_record(Manifest, reg.get_manifest_bytes(r.digest), where=r.digest)
 
 
 def _sealed(data: dict) -> Manifest:
@@ -114,7 +110,7 @@ def test_corrupted_blob_is_refused_before_unpickling(registry_copy):
 
     root, _ = registry_copy
     reg = LocalRegistry(root, create=False)
-    m = _manifest(reg)
+    m = manifest_of(reg)
     p = _blob_path(root, m.executable("sr", "f8").blob.digest)
     data = bytearray(p.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -129,7 +125,7 @@ def test_truncated_zstd_frame_is_refused(registry_copy):
 
     root, _ = registry_copy
     reg = LocalRegistry(root, create=False)
-    m = _manifest(reg)
+    m = manifest_of(reg)
     e = m.executable("vae", "f8")
     good = _blob_path(root, e.blob.digest).read_bytes()
     cut = good[: len(good) // 2]
@@ -158,7 +154,7 @@ def test_environment_mismatch_lists_every_field(registry_copy, change, field):
 
     root, _ = registry_copy
     reg = LocalRegistry(root, create=False)
-    m = _manifest(reg)
+    m = manifest_of(reg)
     if "toolchain" in change:
         change = {"toolchain": {**m.toolchain.model_dump(), "jaxlib": "0.9.0"}}
     foreign = _republish(reg, m, **change)
@@ -234,7 +230,7 @@ def test_cli_refusals_have_distinct_exit_codes(registry_copy, tmp_path):
     r = CliRunner().invoke(cli, ["render", "--registry", str(root), "--channel", "prod", "--out", str(tmp_path / "a.mp4")])
     assert r.exit_code == 3 and "empty" in r.output
     reg = LocalRegistry(root, create=False)
-    m = _manifest(reg)
+    m = manifest_of(reg)
     p = _blob_path(root, m.weights.chunks[0].blob.digest)
     p.write_bytes(p.read_bytes()[:-10])
     r = CliRunner().invoke(cli, ["render", "--registry", str(root), "--out", str(tmp_path / "b.mp4")])

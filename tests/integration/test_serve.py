@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import signal
 import subprocess
@@ -14,9 +15,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from avatar_release.registry import LocalRegistry
+from tests.helpers import manifest_of
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +79,32 @@ def _stop(pod):
     return pod.log()
 
 
+def _check_deadline_misses(metrics: str, requests: list[dict], manifest) -> None:
+    """The pod's two accounts of chunks slower than their playback time agree, and fit the chunk
+    times it measured, whatever this machine's speed.
+
+    Each request line's ``misses`` is at most its ``chunks``, their sum is the deadline-miss counter,
+    and the chunk-time histogram brackets that count: a chunk slower than the longest playback time
+    (the largest bucket's frames / fps) surely missed; one no slower than a single frame's did not.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    counted = sum(s.value for s in families["avatar_serve_deadline_misses"].samples if s.name.endswith("_total"))
+    at_most = Counter()  # histogram edge (s) -> chunks that took at most that long, every bucket together
+    for s in families["avatar_serve_chunk_seconds"].samples:
+        if s.name.endswith("_bucket"):
+            at_most[float(s.labels["le"])] += s.value
+    chunks = at_most[math.inf]
+    assert chunks == sum(r.get("chunks", 0) for r in requests) >= 3
+    assert all(0 <= r.get("misses", 0) <= r.get("chunks", 0) for r in requests)
+    assert counted == sum(r.get("misses", 0) for r in requests)
+    fps, longest = manifest.program.fps, max(b.frames for b in manifest.buckets) / manifest.program.fps
+    surely = chunks - at_most[min(edge for edge in at_most if edge >= longest)]
+    possibly = chunks - max((at_most[edge] for edge in at_most if edge <= 1 / fps), default=0)
+    assert surely <= counted <= possibly, (surely, counted, possibly, sorted(at_most.items()))
+
+
 def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_registry, tmp_path):
     from avatar_release.media import encode_wav_bytes, ffmpeg_exe, probe_mp4
     from avatar_release.media import sample_audio
@@ -115,7 +146,8 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
     requests = [x for x in lines if x["event"] == "request"]
     assert [x["status"] for x in requests] == [200, 200, 400, 400, 400, 400]
-    assert requests[0]["chunks"] >= 1 and requests[0]["misses"] >= 0 and requests[0]["build"] == result.build_id
+    assert requests[0]["chunks"] == 2 and requests[0]["build"] == result.build_id  # 10 frames: 8 + 2
+    _check_deadline_misses(metrics, requests, manifest_of(LocalRegistry(root, create=False)))
 
 
 def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_sigterm(registry_copy, tmp_path):

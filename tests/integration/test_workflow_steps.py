@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import cli_json
+
 pytestmark = [pytest.mark.slow, pytest.mark.extra("compile", "tpu")]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,9 +171,8 @@ def workspace(tmp_path):
 
 
 def _cli(ws, env, *args) -> dict:
-    out = subprocess.run(["avatar-release", *args, "--json"], cwd=ws, env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return json.loads(out.stdout)
+    """`avatar-release ARGS --json` through the installed script, as the workflow's steps run it."""
+    return cli_json(ws, *args, env=env, program=("avatar-release",), timeout=None)
 
 
 def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollback(workspace, tmp_path):

@@ -4,16 +4,15 @@ of the compute floor and the hidden / exposed all-to-alls, always labelled a com
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import avatar_release.cli._analyze_cmds as analyze_cmds
 from avatar_release.cli import cli
-from avatar_release.records import Manifest, ScheduleRecord, parse_record
+from avatar_release.records import Manifest, ScheduleRecord
+from tests.helpers import stored_manifest
 
-DATA = Path(__file__).resolve().parent.parent / "data"
 PEAK, BW = 918e12, 1640e9  # manifests/targets/tpu-v6e-8.toml
 
 
@@ -22,11 +21,11 @@ def _schedule(hidden: int, exposed: int) -> ScheduleRecord:
                           hidden=hidden, exposed=exposed)
 
 
-def _manifest() -> Manifest:
+def _retargeted_manifest() -> Manifest:
     """The stored tiny manifest, retargeted: dit compute-bound (10 ms vs 2 ms), sr memory-bound
     (1 ms vs 10 ms) with 4 GB of its collectives exposed (10 ms at 400 GB/s), vae with no
     schedule recorded."""
-    m = parse_record(Manifest, (DATA / "build-manifest.v3.json").read_bytes(), where="test data")
+    m = stored_manifest(3)
     synthetic = {
         "dit": ({"flops": PEAK * 0.010 / 4, "bytes accessed": BW * 0.002 / 4}, 4.0, _schedule(6, 2)),
         "sr": ({"flops": PEAK * 0.001, "bytes accessed": BW * 0.010, "optimal_seconds": -1.0,
@@ -40,7 +39,7 @@ def _manifest() -> Manifest:
 
 @pytest.fixture
 def analyze(monkeypatch):
-    m = _manifest()
+    m = _retargeted_manifest()
     # Where the command looks them up (its module's header imports them).
     monkeypatch.setattr(analyze_cmds, "open_registry", lambda uri, create=False: object())
     monkeypatch.setattr(analyze_cmds, "read_manifest", lambda reg, ref: (None, m))

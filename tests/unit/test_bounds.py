@@ -8,24 +8,19 @@ import hashlib
 import json
 import pickle
 import tracemalloc
-from pathlib import Path
 
 import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from avatar_release._digest import is_digest
 from avatar_release.errors import IntegrityError, SchemaVersionError
 from avatar_release.records import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
-from avatar_release.records import Manifest, parse_record
+from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def _manifest(version: int = 3) -> Manifest:
-    return parse_record(Manifest, (DATA / f"build-manifest.v{version}.json").read_bytes(), where="stored")
+from tests.helpers import stored_manifest
 
 
 def _digest(data: bytes) -> str:
@@ -80,7 +75,7 @@ def _with_dit(m: Manifest, **changes) -> Manifest:
 
 
 def test_a_real_build_is_within_every_bound():
-    m = _manifest()
+    m = stored_manifest(3)
     check_bounds(m)
     from avatar_release.runtime._blobs import build_blobs, raw_of
 
@@ -89,7 +84,7 @@ def test_a_real_build_is_within_every_bound():
 
 
 def test_a_declared_ratio_beyond_the_bound_is_refused_with_the_numbers():
-    m = _manifest()
+    m = stored_manifest(3)
     dit = m.executable("dit", "f8")
     bomb = _with_dit(m, raw_size=dit.blob.size * (MAX_ZSTD_RATIO + 1))
     with pytest.raises(IntegrityError) as e:
@@ -101,7 +96,7 @@ def test_a_declared_ratio_beyond_the_bound_is_refused_with_the_numbers():
 
 
 def test_sizes_beyond_memory_are_refused_before_fetching():
-    m = _manifest()
+    m = stored_manifest(3)
     huge = _with_dit(m, blob=m.executable("dit", "f8").blob.model_copy(update={"size": 1 << 50}))
     with pytest.raises(IntegrityError, match="more than this .*memory"):
         check_bounds(huge)
@@ -112,7 +107,7 @@ def test_sizes_beyond_memory_are_refused_before_fetching():
 def test_memory_cap_is_the_smaller_of_the_host_and_the_targets_devices(monkeypatch):
     import os
 
-    m = _manifest()
+    m = stored_manifest(3)
     host, why = memory_cap(m)  # cpu-8 declares no device memory: the host
     assert host > 0 and ("physical memory" in why or "cgroup" in why)
     tpu = m.model_copy(update={"target": "tpu-v6e-8"})
@@ -127,11 +122,11 @@ def test_memory_cap_is_the_smaller_of_the_host_and_the_targets_devices(monkeypat
 # ------------------------------------------------------------------------------ identity
 def test_every_stored_manifest_since_v2_still_matches_its_identity():
     for version in (2, 3):
-        check_identity(_manifest(version))
+        check_identity(stored_manifest(version))
 
 
 def test_from_v3_the_identity_covers_the_schema_version():
-    m = _manifest(FINGERPRINT_CHECKED_SINCE)
+    m = stored_manifest(FINGERPRINT_CHECKED_SINCE)
     relabelled = m.model_copy(update={"schema_version": FINGERPRINT_CHECKED_SINCE - 1})
     assert manifest_identity(relabelled) != m.identity
     with pytest.raises(IntegrityError, match="hash to identity"):
@@ -198,7 +193,7 @@ def test_a_malformed_pickle_is_an_integrity_error_naming_the_executable(tiny_exe
 
 # ------------------------------------------------------------------------------ registry files
 def _registry_with_a_build() -> tuple[MemoryRegistry, str]:
-    m = _manifest()
+    m = stored_manifest(3)
     reg = MemoryRegistry()
     for ref in m.blobs():
         reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
@@ -229,17 +224,101 @@ def test_a_corrupt_registry_file_is_an_integrity_error_naming_it(key, data, call
         call(reg, build_id)
 
 
+# What each read looks at: a damaged file may change the reads of it, and no other.
+_READS = {"list_builds": {"builds/b"}, "list_channels": {"channels/dev.json"},
+          "history": {"history.jsonl", "channels/dev.json"}, "resolve": {"builds/b"}}
+
+
+def _reads(reg: MemoryRegistry, build_id: str) -> dict:
+    return {"list_builds": reg.list_builds, "list_channels": reg.list_channels, "history": reg.history,
+            "resolve": lambda: reg.resolve(build_id)}
+
+
+def _leaves(doc, path=()):
+    """(path, value) of every scalar in a JSON document."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _leaves(v, path + (k,))
+    else:
+        yield path, doc
+
+
+def _each_field_changed(original: bytes):
+    """The stored file with one field set to another of its own values, to null, 0 or "x": changes
+    that still parse, which random bytes almost never reach (history.jsonl: its one line)."""
+    doc = json.loads(original.splitlines()[0])
+    leaves = list(_leaves(doc))
+    values = list({json.dumps(v): v for v in [v for _, v in leaves] + [None, 0, "x"]}.values())
+    for path, old in leaves:
+        for value in values:
+            if value == old:
+                continue
+            changed = json.loads(json.dumps(doc))
+            node = changed
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = value
+            yield path, json.dumps(changed).encode() + (b"\n" if original.endswith(b"\n") else b"")
+
+
+def _check_read(name: str, got, reg: MemoryRegistry, build_id: str) -> None:
+    """What an accepted read of a damaged file must still be: records that read back as themselves,
+    build references that say what their file says, a channel under its own name."""
+    if name in ("list_channels", "history"):
+        kind = ChannelState if name == "list_channels" else HistoryEntry
+        for r in got:
+            assert type(r) is kind and parse_record(kind, r.to_json_bytes(), where="read back") == r
+        if name == "list_channels":
+            assert [c.channel for c in got] == ["dev"]
+        else:
+            assert [e.sequence for e in got] == sorted({e.sequence for e in got})
+    elif name == "list_builds":
+        for b in got:
+            stored = json.loads(reg._read(f"builds/{b.build_id}"))
+            assert (b.build_id, b.digest, b.published_at) == (stored["build_id"], stored["digest"],
+                                                                stored["published_at"]) and is_digest(b.digest)
+    else:
+        assert got.build_id == build_id and got.digest == json.loads(reg._read(f"builds/{build_id}"))["digest"]
+
+
+def _damaged_reads(key: str, raw: bytes) -> None:
+    """Write ``raw`` over ``key`` in a registry with one published build, then read everything: each
+    read refuses with the project's error or returns what the stored bytes say, the reads of other
+    files unchanged and the read of the damaged one well formed (``_check_read``)."""
+    reg, build_id = _registry_with_a_build()
+    where = key.replace("builds/b", f"builds/{build_id}")
+    before = {name: call() for name, call in _reads(reg, build_id).items()}
+    reg._write_atomic(where, raw.replace(b"{b}", build_id.encode()))
+    for name, call in _reads(reg, build_id).items():
+        try:
+            got = call()
+        except (IntegrityError, SchemaVersionError):
+            assert key in _READS[name], f"{name} refused, though it does not read the damaged {key}"
+            continue
+        if key in _READS[name]:
+            _check_read(name, got, reg, build_id)
+        else:
+            assert got == before[name], f"{name} changed when {key}, which it does not read, was damaged"
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=200) | st.builds(lambda d: json.dumps(d).encode(), st.dictionaries(
     st.sampled_from(["state", "entry", "build_id", "digest", "published_at"]),
     st.none() | st.integers() | st.text(max_size=8) | st.dictionaries(st.text(max_size=5), st.integers()))),
-    key=st.sampled_from(["channels/dev.json", "builds/b", "history.jsonl"]))
+    key=st.sampled_from(sorted(set().union(*_READS.values()))))
 def test_any_bytes_in_a_registry_file_are_read_or_refused_never_a_crash(data, key):
+    _damaged_reads(key, data)
+
+
+@pytest.mark.parametrize("key", sorted(set().union(*_READS.values())))
+def test_every_field_of_a_registry_file_changed_is_read_as_stored_or_refused(key):
     reg, build_id = _registry_with_a_build()
-    reg._write_atomic(key.replace("builds/b", f"builds/{build_id}"), data)
-    for call in (reg.list_builds, reg.list_channels, reg.history, lambda: reg.resolve(build_id)):
+    stored = reg._read(key.replace("builds/b", f"builds/{build_id}")).replace(build_id.encode(), b"{b}")
+    changes = list(_each_field_changed(stored))
+    assert len(changes) > 10
+    for path, raw in changes:
         try:
-            call()
-        except (IntegrityError, SchemaVersionError):
-            pass
+            _damaged_reads(key, raw)
+        except AssertionError as e:
+            raise AssertionError(f"{key} with {'.'.join(map(str, path))} changed: {e}") from None

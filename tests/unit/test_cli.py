@@ -6,31 +6,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from avatar_release.cli import cli
-from avatar_release.records import Manifest, parse_record
+from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry
-
-DATA = Path(__file__).resolve().parents[1] / "data"
+from tests.helpers import cli, stored_manifest
 
 
 def _store(tmp_path) -> tuple[Path, Manifest]:
     reg = LocalRegistry(tmp_path / "reg")
-    m = parse_record(Manifest, (DATA / "build-manifest.v2.json").read_bytes(), where="test data")
+    m = stored_manifest(2)
     for ref in m.blobs():
         reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")  # right names, wrong bytes
     reg.put_build(m.build_id, m.to_json_bytes())
     return tmp_path / "reg", m
 
 
-def _run(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
 def test_a_failing_verify_prints_one_json_document_with_the_evidence_and_exits_4(tmp_path):
     root, m = _store(tmp_path)
-    res = _run("verify", m.build_id, "--registry", str(root), "--json")
+    res = cli("verify", m.build_id, "--registry", str(root), "--json")
     assert res.exit_code == 4
     doc = json.loads(res.stdout)  # exactly one document: json.loads would fail on two
     assert doc["ok"] is False and doc["error"] == "IntegrityError" and doc["exit_code"] == 4
@@ -41,7 +33,7 @@ def test_a_failing_verify_prints_one_json_document_with_the_evidence_and_exits_4
 
 def test_without_json_the_report_comes_first_and_the_error_on_stderr(tmp_path):
     root, m = _store(tmp_path)
-    res = _run("verify", m.build_id, "--registry", str(root))
+    res = cli("verify", m.build_id, "--registry", str(root))
     assert res.exit_code == 4 and "FAIL" in res.stdout and res.stdout.lstrip().startswith(m.build_id)
     assert "error: build" in res.stderr
 
@@ -52,17 +44,17 @@ def test_ls_json_lists_builds_with_their_channels(tmp_path):
     from avatar_release.promote import publish_to_dev
 
     publish_to_dev(reg, reg.resolve(m.build_id), reason="test")
-    res = _run("ls", "--registry", str(root), "--json")
+    res = cli("ls", "--registry", str(root), "--json")
     doc = json.loads(res.stdout)
     assert res.exit_code == 0 and doc["builds"][0]["channels"] == ["dev"] and doc["problems"] == []
 
 
 def test_channels_come_from_one_list_and_unknown_ones_are_usage_errors():
-    res = CliRunner().invoke(cli, ["history", "canary"])
+    res = cli("history", "canary")
     assert res.exit_code == 2 and "'dev', 'staging', 'prod'" in res.output
 
 
 def test_registry_help_names_every_store():
-    res = _run("ls", "--help")
+    res = cli("ls", "--help")
     for scheme in ("file://", "oci://", "gar://", "memory://"):
         assert scheme in res.output

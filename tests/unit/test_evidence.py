@@ -17,6 +17,7 @@ from avatar_release.registry import MemoryRegistry
 from avatar_release.trust import generate_keypair, key_id, load_private_key
 from avatar_release.trust.attest import attest, verify_envelope
 from avatar_release.trust.policy import load_policy, local_identity
+from tests.helpers import manifest_of
 from tests.unit.test_promote_policy import _gate, _publish
 
 
@@ -130,18 +131,13 @@ def test_prod_needs_as_many_distinct_approvals_as_the_policy_says(reg, tmp_path)
     decide(reg, a, approve=True, reviewer=me.reviewer, note="", policy=policy)
     from avatar_release.promote.policy import check_promotion
 
-    staging = check_promotion(reg, reg.resolve(a), _manifest(reg, a), "staging")
+    staging = check_promotion(reg, reg.resolve(a), manifest_of(reg, a), "staging")
     assert staging.gate_status == "approved"
     from avatar_release.promote.policy import check_gate_evidence
 
     with pytest.raises(Refusal, match="'needs-review'"):
-        check_gate_evidence(reg, reg.resolve(a), _manifest(reg, a), what="prod", channel="prod", policy=policy)
+        check_gate_evidence(reg, reg.resolve(a), manifest_of(reg, a), what="prod", channel="prod", policy=policy)
 
-
-def _manifest(reg, ref):
-    from avatar_release.registry import read_manifest
-
-    return read_manifest(reg, ref)[1]
 
 
 def test_an_envelope_with_a_changed_predicate_fails_verification(stranger):

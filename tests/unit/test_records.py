@@ -124,14 +124,27 @@ def test_a_format_change_moves_the_version():
     folder = manifests_dir() / "schema"
     for name, text in render_schemas().items():
         stored = folder / name
-        if not stored.is_file():
-            continue  # a new version: the staleness test asks for it to be exported
+        assert stored.is_file(), (
+            f"manifests/schema/{name} is missing: the version this tool writes has no checked-in schema. A new "
+            "version: add its dated changelog line and a stored example under tests/data/, then export the schemas "
+            "(see test_checked_in_json_schemas_are_current)"
+        )
         assert _structure(json.loads(stored.read_text())) == _structure(json.loads(text)), (
             f"the format of {name} changed but its schema_version did not: bump the kind's version, add a dated "
             "changelog line in its module under avatar_release/records/, a stored example under tests/data/, "
             "and export the schemas"
         )
 
+
+
+@pytest.mark.parametrize("stem, cls", sorted(STORED_KINDS.items()))
+def test_every_released_version_keeps_its_stored_schema(stem, cls):
+    """Files of released versions stay as they were: none may go missing when a version moves on
+    (the version this tool writes: test_a_format_change_moves_the_version)."""
+    _, _, newest = readable_versions(cls)
+    folder = manifests_dir() / "schema"
+    missing = [f"{stem}.v{v}.json" for v in range(1, newest) if not (folder / f"{stem}.v{v}.json").is_file()]
+    assert not missing, f"manifests/schema/ lacks {missing}: restore them from the release that wrote them"
 
 def test_a_malformed_digest_in_a_channel_file_is_an_integrity_refusal_naming_the_file(tmp_path):
     """Not a crash (exit 70) where the digest is first used: exit 4, the file named, before any read."""

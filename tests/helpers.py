@@ -1,0 +1,61 @@
+"""What test files share: the CLI as a test drives it, and a build's manifest as the tool reads it.
+
+Imported as ``tests.helpers`` (pyproject's ``pythonpath = ["."]``), like ``tests.standin_build``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from avatar_release.errors import CRASH_EXIT_CODE
+from avatar_release.records import Manifest, parse_record
+from avatar_release.registry import Registry, read_manifest
+
+__all__ = ["DATA", "stored_manifest", "manifest_of", "cli", "cli_json"]
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def stored_manifest(version: int) -> Manifest:
+    """The checked-in example of build manifest ``version`` (tests/data/build-manifest.v<N>.json)."""
+    path = DATA / f"build-manifest.v{version}.json"
+    return parse_record(Manifest, path.read_bytes(), where=f"tests/data/{path.name}")
+
+
+def manifest_of(registry: Registry, ref: str = "dev") -> Manifest:
+    """The manifest ``ref`` (a channel, build id or digest) names, read as every command reads it."""
+    return read_manifest(registry, ref)[1]
+
+
+def cli(*args: str | Path) -> Result:
+    """`avatar-release ARGS` in this process (click's CliRunner), with stdout and stderr in ``output``.
+
+    A crash fails the test here: no test expects one, and a refusal it does expect has its own exit
+    code (``AvatarReleaseError.exit_code``), which the caller asserts.
+    """
+    from avatar_release.cli import cli as group  # the whole CLI (torch included): only for tests that drive it
+
+    res = CliRunner().invoke(group, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code != CRASH_EXIT_CODE and "Traceback" not in res.output, (
+        f"avatar-release {' '.join(map(str, args))} crashed:\n{res.output[-4000:]}")
+    return res
+
+
+def cli_json(cwd: Path, *args: str | Path, env: Mapping[str, str], rc: int = 0, timeout: float | None = 600,
+             program: Sequence[str] = (sys.executable, "-m", "avatar_release")) -> dict:
+    """`avatar-release ARGS --json` as its users run it: another process, in ``cwd``, with ``env``.
+
+    Asserts the exit code is ``rc`` (the output in the message when not) and returns the one JSON
+    document printed. ``program``: how the CLI is started (``("avatar-release",)``: the installed script).
+    """
+    proc = subprocess.run([*program, *map(str, args), "--json"], cwd=cwd, env=dict(env), capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == rc, (f"avatar-release {' '.join(map(str, args))}: exit {proc.returncode}, expected {rc}\n"
+                                   f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
