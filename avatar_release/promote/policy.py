@@ -26,6 +26,7 @@ can say exactly why, and a promotion records which gate result let it through.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 from ..errors import InputError, Refusal, SpecError
 from ..gates import (
@@ -33,7 +34,7 @@ from ..gates import (
 )
 from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
-from ..records import Manifest
+from ..records import ChannelState, Manifest
 from ..registry import CHANNELS, Registry, Resolved
 from ..specs import TargetSpec, load_target
 from ..trust.policy import TrustPolicy, load_policy
@@ -95,53 +96,72 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
     if not verdicts:
-        if rejected or shown is not None:
-            why = "; ".join(r.reason for r in rejected[-3:]) or "no attestation was stored with it"
-            raise Refusal(f"{what}: {resolved.build_id} has gate evidence, but none signed by a key the trust policy "
-                          f"{policy.path} accepts for target {manifest.target} ({why}). Unsigned or foreign evidence "
-                          f"never promotes; {fix} with a trusted gate key")
-        _refuse_compile_gate_only(registry, resolved, manifest, what, fix)
-        raise Refusal(f"{what}: {resolved.build_id} has never been gated; {fix} first")
+        _refuse_ungated(registry, resolved, manifest, policy, what, fix, bool(rejected) or shown is not None,
+                        "; ".join(r.reason for r in rejected[-3:]))
     prod = registry.get_channel("prod")
-    relevant = compared_with(verdicts, prod.digest) if prod is not None and prod.digest != resolved.digest else []
-    if not against_prod:
-        verdict = verdicts[-1]
-        if relevant and relevant[-1].result.status == "failed":
-            verdict = relevant[-1]  # a signed failure against prod now stands until a newer pass against it
-    elif prod is not None and prod.digest != resolved.digest:
-        if not relevant:
-            seen = "; ".join(sorted({describe_comparison(v) for v in verdicts}))
-            raise Refusal(f"{what}: prod holds {prod.build_id} now, and no signed gate result of {resolved.build_id} "
-                          f"compares with it (its results: {seen}). A comparison with nothing proves determinism only "
-                          f"and never promotes past a prod that exists; gate it against prod: "
-                          f"avatar-release gate {resolved.build_id}")
-        verdict = relevant[-1]
-    else:
-        verdict = verdicts[-1]
-    result, digest = verdict.result, verdict.digest
+    other_prod = prod if prod is not None and prod.digest != resolved.digest else None
+    verdict = _deciding(verdicts, other_prod, resolved, what, against_prod)
     _check_target_digest(verdict, target, what, fix)
-    status = verdict_status(registry, resolved.build_id, verdict, manifest, policy,
-                            approvals=policy.prod_approvals if channel == "prod" else 1,
+    approvals = policy.prod_approvals if channel == "prod" else 1
+    status = verdict_status(registry, resolved.build_id, verdict, manifest, policy, approvals=approvals,
                             rejected_unsigned=shown_status == "rejected")
     if status not in ("passed", "approved"):
-        why = ""
-        if status == "needs-review":
-            outcome = review_outcome(registry, resolved.build_id, result, digest, manifest.content_digest(), policy,
-                                     policy.prod_approvals if channel == "prod" else 1)
-            why = f" (signed review evidence that does not count: {outcome.why()})" if outcome.ignored else ""
-        extra = {"needs-review": f"{why}; answer its blind review (avatar-release review {resolved.build_id} --serve) "
-                                 "and approve it",
-                 "rejected": "; a rejected build is never promoted",
-                 "failed": f"; see the gate report, or {fix} again after fixing it"}.get(status, "")
-        against = f", {describe_comparison(verdict)}" if prod is not None and prod.digest != resolved.digest else ""
-        raise Refusal(f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} "
-                      f"({digest}{against}){extra}")
-    diff = diff_machines(Machine.of_build(manifest), Machine.of_environment(result.environment),
+        _refuse_status(registry, resolved, manifest, policy, verdict, status, approvals, other_prod, what, fix)
+    diff = diff_machines(Machine.of_build(manifest), Machine.of_environment(verdict.result.environment),
                          fields=GATE_MACHINE_FIELDS)
     if diff:
         raise Refusal(f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
                       f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware")
-    return Admitted(status, digest, verdict)
+    return Admitted(status, verdict.digest, verdict)
+
+
+def _refuse_ungated(registry: Registry, resolved: Resolved, manifest: Manifest, policy: TrustPolicy, what: str,
+                    fix: str, has_evidence: bool, why: str) -> NoReturn:
+    """No signed verdict counts: say whether there is foreign evidence, a compile gate only, or nothing."""
+    if has_evidence:
+        raise Refusal(f"{what}: {resolved.build_id} has gate evidence, but none signed by a key the trust policy "
+                      f"{policy.path} accepts for target {manifest.target} "
+                      f"({why or 'no attestation was stored with it'}). Unsigned or foreign evidence "
+                      f"never promotes; {fix} with a trusted gate key")
+    _refuse_compile_gate_only(registry, resolved, manifest, what, fix)
+    raise Refusal(f"{what}: {resolved.build_id} has never been gated; {fix} first")
+
+
+def _deciding(verdicts: list[SignedVerdict], other_prod: ChannelState | None, resolved: Resolved, what: str,
+              against_prod: bool) -> SignedVerdict:
+    """The verdict that decides (see :func:`check_gate_evidence` on ``against_prod``)."""
+    relevant = compared_with(verdicts, other_prod.digest) if other_prod is not None else []
+    if not against_prod:
+        if relevant and relevant[-1].result.status == "failed":
+            return relevant[-1]  # a signed failure against prod now stands until a newer pass against it
+        return verdicts[-1]
+    if other_prod is None:
+        return verdicts[-1]
+    if not relevant:
+        seen = "; ".join(sorted({describe_comparison(v) for v in verdicts}))
+        raise Refusal(f"{what}: prod holds {other_prod.build_id} now, and no signed gate result of {resolved.build_id} "
+                      f"compares with it (its results: {seen}). A comparison with nothing proves determinism only "
+                      f"and never promotes past a prod that exists; gate it against prod: "
+                      f"avatar-release gate {resolved.build_id}")
+    return relevant[-1]
+
+
+def _refuse_status(registry: Registry, resolved: Resolved, manifest: Manifest, policy: TrustPolicy,
+                   verdict: SignedVerdict, status: str, approvals: int, other_prod: ChannelState | None, what: str,
+                   fix: str) -> NoReturn:
+    """The deciding verdict does not let the build through: say why and what to do."""
+    why = ""
+    if status == "needs-review":
+        outcome = review_outcome(registry, resolved.build_id, verdict.result, verdict.digest,
+                                 manifest.content_digest(), policy, approvals)
+        why = f" (signed review evidence that does not count: {outcome.why()})" if outcome.ignored else ""
+    extra = {"needs-review": f"{why}; answer its blind review (avatar-release review {resolved.build_id} --serve) "
+                             "and approve it",
+             "rejected": "; a rejected build is never promoted",
+             "failed": f"; see the gate report, or {fix} again after fixing it"}.get(status, "")
+    against = f", {describe_comparison(verdict)}" if other_prod is not None else ""
+    raise Refusal(f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} "
+                  f"({verdict.digest}{against}){extra}")
 
 
 def _check_target_digest(verdict: SignedVerdict, target: TargetSpec, what: str, fix: str) -> None:
