@@ -89,8 +89,26 @@ def analyze_build_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None
     except SpecError:
         peak = bw = ici = None
     chunks = estimate_chunks(m, peak, bw, ici)
-    p = m.platform
-    gib = 2 ** 30
+    floors = _analytic_floors(m, chunks, peak, bw)
+    lines = _header_lines(m, peak, bw, ici)
+    for c in chunks:
+        lines += _chunk_lines(c, floors.get(c.bucket, {}))
+    lines += _evidence_lines(m)
+    payload = {"ok": True, "build_id": m.build_id, "target": m.target, "label": LABEL,
+               "rates": {"peak_flops_per_second": peak, "hbm_bytes_per_second": bw, "ici_bytes_per_second": ici},
+               "kernel_routes": {k: [r.model_dump() for r in v] for k, v in (m.kernel_routes or {}).items()},
+               "autotune": m.autotune.model_dump() if m.autotune else None,
+               "memory_fit": m.memory_fit.model_dump() if m.memory_fit else None,
+               "chunks": [{**c.to_json(), "analytic_floors": floors.get(c.bucket)} for c in chunks],
+               "executables": [{"key": e.key, "schedule": e.schedule.model_dump() if e.schedule else None,
+                                "kernels": [k.model_dump() for k in e.kernels], "cost": e.cost,
+                                "cost_loop_scale": e.cost_loop_scale, "memory": e.memory} for e in m.executables]}
+    _emit(as_json, payload, "\n".join(lines))
+
+
+def _header_lines(m: Manifest, peak: float | None, bw: float | None, ici: float | None) -> list[str]:
+    """What the build is, its memory fit per device, and the peaks the estimate charges against."""
+    p, gib = m.platform, 2 ** 30
     lines = [f"{m.build_id}: {m.pipeline} for {m.target} ({p.backend}: {p.device_kind} x {p.device_count})"]
     if m.memory_fit:
         f = m.memory_fit
@@ -104,18 +122,27 @@ def analyze_build_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None
         link = "NVLink" if p.backend == "gpu" else "interconnect"
         lines.append(f"  against {m.target}'s published peaks per device: {peak / 1e12:.1f} TFLOP/s, {bw / 1e9:.0f} GB/s "
                      f"memory" + (f", {ici / 1e9:.0f} GB/s arriving over {link}" if ici else ""))
-    floors = _analytic_floors(m, chunks, peak, bw)
-    for c in chunks:
-        verdict = "n/a" if c.ratio is None else (f"{c.ratio:.2f}x the deadline: "
-                                                 + ("meets it" if c.ratio <= 1 else "misses it"))
-        est = "n/a" if c.estimated_seconds is None else f"{c.estimated_seconds * 1e3:.1f} ms"
-        share = ("" if c.compute_share is None or c.compute_seconds is None else
-                 f"; compute floor {c.compute_seconds * 1e3:.1f} ms = {c.compute_share:.2f} of the estimate")
-        lines.append(f"  bucket {c.bucket} ({c.frames} frames, deadline {c.deadline_seconds * 1e3:.0f} ms): "
-                     f"estimated {est}, {verdict}{share}; all-to-alls {c.all_to_alls_hidden} hidden, "
-                     f"{c.all_to_alls_exposed} exposed")
-        for s in c.stages:
-            lines += _stage_lines(s, floors.get(c.bucket, {}).get(s.key.split("/")[0]))
+    return lines
+
+
+def _chunk_lines(c: ChunkEstimate, floors: dict[str, Any]) -> list[str]:
+    """One bucket's chunk against its deadline, then each of its stages."""
+    verdict = "n/a" if c.ratio is None else (f"{c.ratio:.2f}x the deadline: " + ("meets it" if c.ratio <= 1 else
+                                                                                "misses it"))
+    est = "n/a" if c.estimated_seconds is None else f"{c.estimated_seconds * 1e3:.1f} ms"
+    share = ("" if c.compute_share is None or c.compute_seconds is None else
+             f"; compute floor {c.compute_seconds * 1e3:.1f} ms = {c.compute_share:.2f} of the estimate")
+    lines = [f"  bucket {c.bucket} ({c.frames} frames, deadline {c.deadline_seconds * 1e3:.0f} ms): "
+             f"estimated {est}, {verdict}{share}; all-to-alls {c.all_to_alls_hidden} hidden, "
+             f"{c.all_to_alls_exposed} exposed"]
+    for s in c.stages:
+        lines += _stage_lines(s, floors.get(s.key.split("/")[0]))
+    return lines
+
+
+def _evidence_lines(m: Manifest) -> list[str]:
+    """The compiler's own evidence per executable: schedules, kernels, attention routes, autotuning."""
+    lines = []
     for e in m.executables:
         if e.schedule and e.schedule.all_to_alls:
             sc = e.schedule
@@ -133,19 +160,10 @@ def analyze_build_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None
         a = m.autotune
         per = ", ".join(f"{k}: {f.gemm_fusions} GEMM fusions, {f.block_fusions} block fusions, {f.cublas_calls} cuBLAS, "
                         f"{f.convolutions_at_run_time} convolutions at run time" for k, f in a.executables.items())
-        lines.append(f"autotuning: {'deviceless compile: nothing measured, default configs' if a.deviceless else 'compiled with the device'}"
-                     f"{'; first valid config taken (deterministic flags)' if a.select_first else ''}; "
+        how = 'deviceless compile: nothing measured, default configs' if a.deviceless else 'compiled with the device'
+        lines.append(f"autotuning: {how}{'; first valid config taken (deterministic flags)' if a.select_first else ''}; "
                      f"results loaded: {a.results or 'none'}; {per}")
-    payload = {"ok": True, "build_id": m.build_id, "target": m.target, "label": LABEL,
-               "rates": {"peak_flops_per_second": peak, "hbm_bytes_per_second": bw, "ici_bytes_per_second": ici},
-               "kernel_routes": {k: [r.model_dump() for r in v] for k, v in (m.kernel_routes or {}).items()},
-               "autotune": m.autotune.model_dump() if m.autotune else None,
-               "memory_fit": m.memory_fit.model_dump() if m.memory_fit else None,
-               "chunks": [{**c.to_json(), "analytic_floors": floors.get(c.bucket)} for c in chunks],
-               "executables": [{"key": e.key, "schedule": e.schedule.model_dump() if e.schedule else None,
-                                "kernels": [k.model_dump() for k in e.kernels], "cost": e.cost,
-                                "cost_loop_scale": e.cost_loop_scale, "memory": e.memory} for e in m.executables]}
-    _emit(as_json, payload, "\n".join(lines))
+    return lines
 
 
 def _stage_lines(s: StageEstimate, floor: dict[str, Any] | None) -> list[str]:
