@@ -13,7 +13,7 @@ __all__ = ["sha256_digest", "canonical_json", "is_digest", "hex_of", "DIGEST_RE"
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-def sha256_digest(data: bytes) -> str:
+def sha256_digest(data: bytes | bytearray | memoryview) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 

@@ -14,11 +14,16 @@ allows it), the live devices are used instead, so XLA autotunes on them.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import CompileError, EnvironmentMismatch
 from ..specs import TargetSpec, target_description
+
+if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set
+    import jax
+    from jax.sharding import Mesh
 
 __all__ = ["target_devices", "make_mesh", "GPU_PLUGIN_PLATFORM"]
 
@@ -90,7 +95,7 @@ def _live_gpus(target: TargetSpec, description: str) -> list | None:
     return list(live[: target.device_count])
 
 
-def make_mesh(devices: list, target: TargetSpec):
+def make_mesh(devices: list[jax.Device], target: TargetSpec) -> Mesh:
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import Mesh
 

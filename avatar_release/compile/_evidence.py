@@ -20,9 +20,10 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 from .._dtypes import itemsize
-from ..records import ArraySpec, KernelRecord, MemoryFit, ScheduleRecord
+from ..records import ArraySpec, ExecutableEntry, KernelRecord, MemoryFit, ScheduleRecord
 
 __all__ = ["kernels_in", "schedule_of", "memory_fit", "per_device_bytes", "host_callbacks", "COMPUTE_OPCODES"]
 
@@ -249,7 +250,7 @@ def per_device_bytes(spec: ArraySpec, mesh_size: int) -> int:
     return total // mesh_size if any(s is not None for s in spec.sharding) else total
 
 
-def memory_fit(entries, capacity: int, mesh_size: int, weight_sharding: str) -> MemoryFit:
+def memory_fit(entries: Sequence[ExecutableEntry], capacity: int, mesh_size: int, weight_sharding: str) -> MemoryFit:
     """Every stage's weights resident at once; the largest stage working set on top of them."""
     weights: dict[str, int] = {}
     for e in entries:  # buckets of a stage share its weights

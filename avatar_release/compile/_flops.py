@@ -11,13 +11,23 @@ Pallas kernels' own cost estimates are counted: the work a transformer's time is
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, Iterator, cast
+
+if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set
+    from jax.core import ShapedArray
+    from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn
 
 __all__ = ["loop_scale", "traced_flops"]
 
 
-def _dot_flops(eqn) -> float:
+def _shape(atom: Any) -> tuple[int, ...]:
+    # A dot's or a convolution's operands and results are arrays: jax types ``aval`` as the base class.
+    return cast("ShapedArray", atom.aval).shape
+
+
+def _dot_flops(eqn: JaxprEqn) -> float:
     (lc, rc), (lb, _rb) = eqn.params["dimension_numbers"]
-    lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+    lhs, rhs = _shape(eqn.invars[0]), _shape(eqn.invars[1])
     contract = math.prod(lhs[d] for d in lc)
     batch = math.prod(lhs[d] for d in lb)
     lfree = math.prod(s for d, s in enumerate(lhs) if d not in lc and d not in lb)
@@ -25,24 +35,24 @@ def _dot_flops(eqn) -> float:
     return 2.0 * batch * lfree * rfree * contract
 
 
-def _conv_flops(eqn) -> float:
-    out = eqn.outvars[0].aval.shape
-    rhs = eqn.invars[1].aval.shape  # kernel: out features x in features / groups x spatial...
+def _conv_flops(eqn: JaxprEqn) -> float:
+    out = _shape(eqn.outvars[0])
+    rhs = _shape(eqn.invars[1])  # kernel: out features x in features / groups x spatial...
     dn = eqn.params["dimension_numbers"]
     spec = dn.rhs_spec  # (out feature dim, in feature dim, spatial dims...)
     per_output = math.prod(rhs[d] for d in spec[1:])  # in features x window
     return 2.0 * math.prod(out) * per_output
 
 
-def _subjaxprs(eqn):
+def _subjaxprs(eqn: JaxprEqn) -> Iterator[Jaxpr]:
     for value in eqn.params.values():
         for v in value if isinstance(value, (tuple, list)) else (value,):
             inner = getattr(v, "jaxpr", v)
             if hasattr(inner, "eqns"):
-                yield inner
+                yield cast("Jaxpr", inner)  # a jaxpr: it has equations
 
 
-def traced_flops(jaxpr, *, count_trips: bool) -> float:
+def traced_flops(jaxpr: Jaxpr | ClosedJaxpr, *, count_trips: bool) -> float:
     """Flops of a (closed) jaxpr; shard_map bodies (per-device shapes) scaled to the whole mesh."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0.0
@@ -70,14 +80,14 @@ def traced_flops(jaxpr, *, count_trips: bool) -> float:
     return total
 
 
-def loop_scale(jaxpr) -> float:
+def loop_scale(jaxpr: Jaxpr | ClosedJaxpr) -> float:
     """flops with every scan counted ``length`` times / flops with each body counted once."""
     once = traced_flops(jaxpr, count_trips=False)
     full = traced_flops(jaxpr, count_trips=True)
     return full / once if once > 0 else 1.0
 
 
-def pallas_kernels(jaxpr) -> tuple[str, ...]:
+def pallas_kernels(jaxpr: Jaxpr | ClosedJaxpr) -> tuple[str, ...]:
     """Names of the Pallas kernels a traced program calls (their ``pallas_call`` name), sorted.
 
     How the compiler learns which kernels a pipeline used without knowing the pipeline: an
@@ -85,7 +95,7 @@ def pallas_kernels(jaxpr) -> tuple[str, ...]:
     """
     found: set[str] = set()
 
-    def walk(jx) -> None:
+    def walk(jx: Jaxpr | ClosedJaxpr) -> None:
         for eqn in getattr(jx, "jaxpr", jx).eqns:
             if eqn.primitive.name == "pallas_call":
                 name = eqn.params.get("name") or getattr(eqn.params.get("name_and_src_info"), "name", None)

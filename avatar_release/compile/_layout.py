@@ -12,16 +12,21 @@ once per chunk), the reference tokens reach any layout by a local slice.
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING, Iterator
 
 from ..pipeline import layout_hints
+
+if TYPE_CHECKING:  # only for annotations: torch and JAX load only while tracing
+    import torch
+    from jax.sharding import Mesh
 
 __all__ = ["pinned_layouts"]
 
 
 @contextlib.contextmanager
-def pinned_layouts(mesh):
+def pinned_layouts(mesh: Mesh) -> Iterator[None]:
     """While tracing for ``mesh``: layout hints pin shardings (a 1-device mesh: no-op)."""
-    def hint(x, layout: str):
+    def hint(x: torch.Tensor, layout: str) -> torch.Tensor:
         # Lazy (compile extra): torch and torchax load only while tracing a PyTorch stage.
         import jax
         from jax.sharding import NamedSharding, PartitionSpec

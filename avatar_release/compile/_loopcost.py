@@ -31,9 +31,12 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ._evidence import INSTR, HloText, collectives, hlo_array_bytes
+
+if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set
+    from jaxlib.xla_client import Client
 
 __all__ = ["RunCost", "run_cost", "PER_RUN_KEYS"]
 
@@ -220,7 +223,7 @@ def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset(),
     return total, n
 
 
-def run_cost(hlo_text: str, client=None, *, devices: int = 1,
+def run_cost(hlo_text: str, client: Client | None = None, *, devices: int = 1,
              kernel_estimates: Mapping[str, Mapping[str, float]] | None = None) -> RunCost:
     """Trip-weighted cost of a compiled module's HLO text (``compiled.as_text()``), and the bytes
     its collectives bring to each of ``devices`` devices (hidden or exposed by the schedule).
@@ -228,7 +231,8 @@ def run_cost(hlo_text: str, client=None, *, devices: int = 1,
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
     from jax._src.lib import xla_client
-    from jaxlib import _hlo
+    # jaxlib ships no stub for its private _hlo extension (the HLO text parser), only the module itself
+    from jaxlib import _hlo  # type: ignore[attr-defined]
 
     client = client or jax.devices("cpu")[0].client
     module = _Module(hlo_text)

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar, get_args, get_origin
 
 from ..errors import InputError
+
+if TYPE_CHECKING:  # typeshed's protocol of dataclass instances (what dataclasses.replace takes)
+    from _typeshed import DataclassInstance
+
+    _Config = TypeVar("_Config", bound=DataclassInstance)
 
 __all__ = ["apply_overrides", "override_keys", "parse_set_args"]
 
@@ -26,22 +31,27 @@ def parse_set_args(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _fields(obj) -> dict[str, tuple[Any, Any]]:
+def _fields(obj: DataclassInstance) -> dict[str, tuple[Any, Any]]:
     hints = typing.get_type_hints(type(obj))
     return {f.name: (hints.get(f.name, Any), getattr(obj, f.name)) for f in dataclasses.fields(obj)}
 
 
-def override_keys(config, prefix: str = "") -> list[str]:
+def _nested(value: object) -> TypeGuard[DataclassInstance]:
+    """A nested config (``dit``, ``sr``): a field holding a dataclass, read by ``_fields`` in turn."""
+    return dataclasses.is_dataclass(value)
+
+
+def override_keys(config: DataclassInstance, prefix: str = "") -> list[str]:
     keys = []
     for name, (_, value) in _fields(config).items():
-        if dataclasses.is_dataclass(value):
+        if _nested(value):
             keys += override_keys(value, prefix + name + ".")
         elif name != "name":
             keys.append(prefix + name)
     return keys
 
 
-def _coerce(key: str, text: str, hint, current) -> Any:
+def _coerce(key: str, text: str, hint: Any, current: Any) -> Any:
     origin = get_origin(hint)
     if origin is Literal:
         choices = get_args(hint)
@@ -76,14 +86,14 @@ def _coerce(key: str, text: str, hint, current) -> Any:
     raise InputError(f"--set {key}={text}: expected a {target.__name__} (current value {current!r})")
 
 
-def _apply_one(config, path: list[str], key: str, text: str):
+def _apply_one(config: _Config, path: list[str], key: str, text: str) -> _Config:
     fields = _fields(config)
     name = path[0]
     if name not in fields or name == "name":
         raise KeyError(key)
     hint, current = fields[name]
     if len(path) > 1:
-        if not dataclasses.is_dataclass(current):
+        if not _nested(current):
             raise KeyError(key)
         return dataclasses.replace(config, **{name: _apply_one(current, path[1:], key, text)})
     if dataclasses.is_dataclass(current):
@@ -91,7 +101,7 @@ def _apply_one(config, path: list[str], key: str, text: str):
     return dataclasses.replace(config, **{name: _coerce(key, text, hint, current)})
 
 
-def apply_overrides(config, overrides: dict[str, str]):
+def apply_overrides(config: _Config, overrides: dict[str, str]) -> tuple[_Config, dict[str, Any]]:
     """Return (new config, {key: typed value}) after applying and validating every override."""
     applied: dict[str, Any] = {}
     for key, text in sorted(overrides.items()):

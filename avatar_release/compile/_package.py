@@ -37,6 +37,7 @@ from ..records import (
     manifest_seal,
     utcnow,
 )
+from ..specs import TargetSpec
 from ._autotune import autotune_record
 from ._evidence import memory_fit
 from ._plan import ABSTRACT_WEIGHTS, BuildPlan
@@ -91,7 +92,7 @@ def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Call
     return Package(_manifest(plan, weights, entries, fit, _autotune(plan, compiled)), blobs, reports)
 
 
-def _weights_record(plan: BuildPlan, cctx, blobs: dict[str, bytes]) -> WeightsRecord:
+def _weights_record(plan: BuildPlan, cctx: zstandard.ZstdCompressor, blobs: dict[str, bytes]) -> WeightsRecord:
     """v5: the weights as tensor-aligned chunks, each compressed and digested on its own."""
     if plan.abstract:
         return _abstract_weights(plan)
@@ -156,7 +157,8 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
-def _does_not_fit(pipeline: str, tgt, fit, entries, replaced: list[str] | None = None) -> str:
+def _does_not_fit(pipeline: str, tgt: TargetSpec, fit: MemoryFit, entries: list[ExecutableEntry],
+                  replaced: list[str] | None = None) -> str:
     peak = next(e for e in entries if e.key == fit.peak_stage)
     m = peak.memory
     parts = ", ".join(f"{k.removesuffix('_size')} {_gib(v)}" for k, v in m.items() if v)

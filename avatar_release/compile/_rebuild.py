@@ -7,6 +7,10 @@ serialized bytes are not), so those, the weights digest and the identity are com
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import CompileError
+from ..records import Manifest
 
 from ..registry import Registry, read_manifest
 from ._build import compile_build
@@ -26,11 +30,12 @@ class RebuildReport:
                 "differences": self.differences}
 
 
-def rebuild(ref: str, registry: Registry, *, progress=lambda msg: None) -> RebuildReport:
+def rebuild(ref: str, registry: Registry, *, progress: Callable[[str], None] = lambda msg: None) -> RebuildReport:
     return rebuild_manifest(ref, registry, progress=progress)[0]
 
 
-def rebuild_manifest(ref: str, registry: Registry, *, progress=lambda msg: None):
+def rebuild_manifest(ref: str, registry: Registry, *,
+                     progress: Callable[[str], None] = lambda msg: None) -> tuple[RebuildReport, Manifest]:
     """(report, the rebuilt manifest): recompile without publishing, and compare."""
     _, m = read_manifest(registry, ref)
     source = m.weights.source
@@ -38,9 +43,11 @@ def rebuild_manifest(ref: str, registry: Registry, *, progress=lambda msg: None)
     overrides = {k: str(v) for k, v in m.overrides.items()}
     again = compile_build(m.pipeline, m.target, registry=registry, weights_path=weights_path,
                           overrides=overrides, publish=False, progress=progress).manifest
+    if again is None:  # compile_build always packages one; None here is a compiler fault, not a difference
+        raise CompileError(f"rebuild of {ref}: the compile returned no manifest to compare")
     diffs: list[dict] = []
 
-    def differ(what: str, a, b) -> None:
+    def differ(what: str, a: object, b: object) -> None:
         if a != b:
             diffs.append({"what": what, "published": a, "rebuilt": b})
 

@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..pipeline import block_runner, stationary_params
+
+if TYPE_CHECKING:  # only for annotations: torch and JAX load only while tracing
+    import jax
+    import torch
+    from jax.sharding import Mesh
 
 __all__ = ["scanned_blocks"]
 
 
-def _scan(blocks, x, *args, mesh=None):
+def _scan(blocks: Sequence[torch.nn.Module], x: torch.Tensor, *args: torch.Tensor,
+          mesh: Mesh | None = None) -> torch.Tensor:
     # Lazy (compile extra): torch and torchax load only while tracing a PyTorch stage.
     import jax
     import jax.numpy as jnp
@@ -47,7 +54,7 @@ def _scan(blocks, x, *args, mesh=None):
 
     stationary = stationary_params(first)
 
-    def body(h, params):
+    def body(h: jax.Array, params: dict[str, jax.Array]) -> tuple[jax.Array, None]:
         if mesh is not None and mesh.size > 1:  # FSDP: this layer's weights gathered whole, here
             whole = NamedSharding(mesh, PartitionSpec())
             params = {n: p if n in stationary else jax.lax.with_sharding_constraint(p, whole)
@@ -62,7 +69,7 @@ def _scan(blocks, x, *args, mesh=None):
 
 
 @contextlib.contextmanager
-def scanned_blocks(mesh=None):
+def scanned_blocks(mesh: Mesh | None = None) -> Iterator[None]:
     """While tracing: stacks that ask for it (``scan_layers``) run as one scanned block; on a
     ``mesh``, each block gathers its own weights whole (FSDP) before it runs."""
     with block_runner(functools.partial(_scan, mesh=mesh)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from .._digest import sha256_digest
 from .._dtypes import np_dtype
@@ -17,6 +17,12 @@ from ._flops import loop_scale, pallas_kernels
 from ._layout import pinned_layouts
 from ._loopcost import run_cost
 from ._scan import scanned_blocks
+
+if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.stages import Compiled
+    from jax.tree_util import PyTreeDef
 
 __all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage"]
 
@@ -65,18 +71,18 @@ class CompiledStage:
     compiled: Any = None  # the jax Compiled, for a caller that runs what it just built
 
 
-def _sharding(mesh, spec: list[str | None]):
+def _sharding(mesh: Mesh, spec: list[str | None]) -> NamedSharding:
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import NamedSharding, PartitionSpec
 
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
-def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
+def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False) -> LoweredStage:
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
-    def stage_fn(params, *inputs):
+    def stage_fn(params: dict[str, jax.Array], *inputs: jax.Array) -> tuple[Any, ...]:
         out = plan.jax_func(params, inputs)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
@@ -109,19 +115,21 @@ def lower_stage(plan: StagePlan, mesh, *, export: bool = False) -> LoweredStage:
                         pallas_kernels(traced.jaxpr))
 
 
-def _text_tree(tree) -> str:
+def _text_tree(tree: PyTreeDef) -> str:
     return str(tree)
 
 
-def _fingerprint(executable) -> str | None:
+def _fingerprint(executable: Compiled) -> str | None:
     try:
-        raw = executable.runtime_executable().fingerprint
+        runtime = executable.runtime_executable()
+        raw = None if runtime is None else runtime.fingerprint
     except Exception:  # noqa: BLE001 - not every backend reports one
         return None
     return raw.decode() if isinstance(raw, bytes) else (str(raw) if raw is not None else None)
 
 
-def _loaded_fingerprint(compiled, payload: bytes, in_tree, out_tree) -> str | None:
+def _loaded_fingerprint(compiled: Compiled, payload: bytes, in_tree: PyTreeDef,
+                        out_tree: PyTreeDef) -> str | None:
     """The fingerprint a loader will see: that of ``payload`` deserialized (never run).
 
     Not ``compiled``'s own: XLA:CPU rewrites the HLO's stack-frame metadata when it serializes,
@@ -132,9 +140,9 @@ def _loaded_fingerprint(compiled, payload: bytes, in_tree, out_tree) -> str | No
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import deserialize_and_load
 
-    if _fingerprint(compiled) is None:
-        return None
     runtime = compiled.runtime_executable()
+    if runtime is None or _fingerprint(compiled) is None:  # (a runtime executable is what has the fingerprint)
+        return None
     try:  # our own bytes, just produced in this process: jax's unrestricted loader is fine here
         loaded = deserialize_and_load(payload, in_tree, out_tree, backend=runtime.client,
                                       execution_devices=runtime.local_devices())
@@ -144,26 +152,13 @@ def _loaded_fingerprint(compiled, payload: bytes, in_tree, out_tree) -> str | No
 
 
 def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> CompiledStage:
+    """Compile, serialize, and gather the evidence the manifest entry records of this compile."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import serialize
 
     plan = ls.plan
     t0 = time.perf_counter()
-    try:
-        compiled = ls.lowered.compile(compiler_options=dict(compiler_options))
-    except Exception as e:  # noqa: BLE001
-        msg = str(e)
-        if "RESOURCE_EXHAUSTED" in msg and "memory" in msg.lower():
-            first = next((line for line in msg.splitlines() if "memory" in line.lower()), msg)[:400]
-            raise DoesNotFit(
-                f"stage {plan.stage}/{plan.bucket} does not fit the device: XLA refused it at compile ({first.strip()}). "
-                "Nothing was published. Options: a smaller bucket (fewer frames per chunk), the weights sharded "
-                "(fsdp), or the frame-aligned attention kernel (--set attention_kernel=blocksparse)"
-            ) from None
-        hint = ""
-        if "No such compile option" in msg:
-            hint = " — the flag profile names an option this XLA does not know; fix or remove it in manifests/flags/"
-        raise CompileError(f"stage {plan.stage}/{plan.bucket}: XLA compile failed: {msg[:500]}{hint}") from None
+    compiled = _xla_compile(ls, compiler_options)
     seconds = time.perf_counter() - t0
     payload, in_tree, out_tree = serialize(compiled)
     if ls.exported is not None:  # portable: ship the StableHLO; the pod compiles it
@@ -172,29 +167,11 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
     # A compile-only client (a TPU topology on a CPU host) reports no fingerprint, and its
     # serialized bytes are no substitute: two compiles of one program in one process differ
     # (measured). The scheduled HLO's digest (hlo_digest) is what reproducibility is checked on.
-    cost: dict[str, float] = {}
-    try:
-        ca = compiled.cost_analysis()
-        ca = ca[0] if isinstance(ca, (list, tuple)) else ca
-        cost = {k: float(v) for k, v in (ca or {}).items() if "{" not in k and isinstance(v, (int, float))}
-    except Exception:  # noqa: BLE001
-        pass
-    memory: dict[str, int] = {}
-    try:
-        ma = compiled.memory_analysis()
-        for name in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
-                     "alias_size_in_bytes", "generated_code_size_in_bytes"):
-            if hasattr(ma, name):
-                memory[name.removesuffix("_in_bytes")] = int(getattr(ma, name))
-    except Exception:  # noqa: BLE001
-        pass
+    cost = _xla_cost(compiled)
+    memory = _xla_memory(compiled)
     hlo = compiled.as_text() or ""
     if hlo:  # XLA counts each loop body once; add the per-run figures, every loop counted as it turns
-        try:
-            estimates = {r.program_kernel: r.estimate for r in plan.routes.values() if r.program_kernel and r.estimate}
-            cost.update(run_cost(hlo, devices=ls.devices, kernel_estimates=estimates).as_cost())
-        except Exception:  # noqa: BLE001 - evidence, not a condition of the build: cost.py falls back
-            pass
+        cost.update(_run_cost(ls, hlo))
 
     evidence = CompileEvidence(
         in_tree=_text_tree(in_tree),
@@ -212,3 +189,59 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         host_callbacks=host_callbacks(hlo),
     )
     return CompiledStage(plan=plan, payload=payload, evidence=evidence, compiled=compiled)
+
+
+def _xla_compile(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compiled:
+    """``ls.lowered`` compiled under ``compiler_options``; XLA's refusal as DoesNotFit or CompileError."""
+    plan = ls.plan
+    try:
+        return ls.lowered.compile(compiler_options=dict(compiler_options))
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        if "RESOURCE_EXHAUSTED" in msg and "memory" in msg.lower():
+            first = next((line for line in msg.splitlines() if "memory" in line.lower()), msg)[:400]
+            raise DoesNotFit(
+                f"stage {plan.stage}/{plan.bucket} does not fit the device: XLA refused it at compile ({first.strip()}). "
+                "Nothing was published. Options: a smaller bucket (fewer frames per chunk), the weights sharded "
+                "(fsdp), or the frame-aligned attention kernel (--set attention_kernel=blocksparse)"
+            ) from None
+        hint = ""
+        if "No such compile option" in msg:
+            hint = " — the flag profile names an option this XLA does not know; fix or remove it in manifests/flags/"
+        raise CompileError(f"stage {plan.stage}/{plan.bucket}: XLA compile failed: {msg[:500]}{hint}") from None
+
+
+def _xla_cost(compiled: Compiled) -> dict[str, float]:
+    """XLA's ``cost_analysis()`` (each loop body counted once), its plain numeric entries; {} if it has none."""
+    cost: dict[str, float] = {}
+    try:
+        ca = compiled.cost_analysis()
+        ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+        cost = {k: float(v) for k, v in (ca or {}).items() if "{" not in k and isinstance(v, (int, float))}
+    except Exception:  # noqa: BLE001
+        pass
+    return cost
+
+
+def _xla_memory(compiled: Compiled) -> dict[str, int]:
+    """XLA's ``memory_analysis()`` sizes, in bytes, by name without the ``_in_bytes`` suffix."""
+    memory: dict[str, int] = {}
+    try:
+        ma = compiled.memory_analysis()
+        for name in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
+                     "alias_size_in_bytes", "generated_code_size_in_bytes"):
+            if hasattr(ma, name):
+                memory[name.removesuffix("_in_bytes")] = int(getattr(ma, name))
+    except Exception:  # noqa: BLE001
+        pass
+    return memory
+
+
+def _run_cost(ls: LoweredStage, hlo: str) -> dict[str, float]:
+    """The per-run figures (every loop counted as it turns) of the compiled HLO; {} where they cannot be had."""
+    plan = ls.plan
+    try:
+        estimates = {r.program_kernel: r.estimate for r in plan.routes.values() if r.program_kernel and r.estimate}
+        return run_cost(hlo, devices=ls.devices, kernel_estimates=estimates).as_cost()
+    except Exception:  # noqa: BLE001 - evidence, not a condition of the build: cost.py falls back
+        return {}

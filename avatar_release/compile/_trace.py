@@ -9,14 +9,17 @@ parameter's name, shape and dtype: the values are arguments of the compiled exec
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..pipeline import JaxStage
+
+if TYPE_CHECKING:  # only for annotations: torch loads only while tracing a PyTorch stage
+    import torch
 
 __all__ = ["stage_function"]
 
 
-def stage_function(module) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Callable]:
+def stage_function(module: torch.nn.Module | JaxStage) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Callable]:
     """-> ({name: (shape, dtype)} for every parameter and buffer, jax_func(states, args)).
 
     ``jax_func`` has the calling convention of ``torchax.extract_jax``'s: a dict of JAX arrays
@@ -34,7 +37,7 @@ def stage_function(module) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Call
     shapes = {k: (tuple(v.shape), v.dtype) for k, v in {**jm.buffers, **jm.params}.items()}
     param_keys, buffer_keys = list(jm.params), list(jm.buffers)
 
-    def jax_func(states, args):
+    def jax_func(states: Mapping[str, Any], args: Sequence[Any]) -> Any:
         params = {k: states[k] for k in param_keys}
         buffers = {k: states[k] for k in buffer_keys}
         params, buffers, args = env.j2t_iso((params, buffers, tuple(args)))
@@ -48,7 +51,7 @@ def stage_function(module) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Call
 def _jax_stage_function(stage: JaxStage) -> tuple[dict[str, tuple[tuple[int, ...], Any]], Callable]:
     shapes = {k: (tuple(v.shape), v.dtype) for k, v in stage.params.items()}  # numpy or JAX arrays
 
-    def jax_func(states, args):
+    def jax_func(states: Mapping[str, Any], args: Sequence[Any]) -> Any:
         return stage.fn({k: states[k] for k in shapes}, *args)
 
     return shapes, jax_func

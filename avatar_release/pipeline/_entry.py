@@ -48,7 +48,8 @@ def project_source_digest(pipeline: Pipeline, spec: PipelineSpec, project: Proje
             dirs = [Path(d) for d in module.__path__]
             paths, base = sorted(p for d in dirs for p in d.rglob("*.py")), dirs[0].parent
         else:
-            paths = [Path(module.__file__)] if getattr(module, "__file__", None) else []
+            file = getattr(module, "__file__", None)
+            paths = [Path(file)] if file else []
             base = paths[0].parent if paths else Path(".")
         if not paths:
             raise ContractError(f"pipeline {spec.name}: source package {name!r} has no Python files to digest")

@@ -44,9 +44,9 @@ compiled for); ``avatar_release.machine`` describes the live machine as either a
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
-from pydantic import Field, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from ._base import BlobRef, Record, check_digest_fields
 
@@ -114,12 +114,12 @@ class Toolchain(Record):
     avatar_release: str
 
 
-def _omit_when_none(*names: str):
+def _omit_when_none(*names: str) -> Callable[[BaseModel, SerializerFunctionWrapHandler], dict[str, Any]]:
     """A serializer leaving out ``names`` while they are None: fields added to a record after
     it was first stored, so that an older record written again keeps its bytes (and every digest
     taken over them: content digest, identity)."""
 
-    def omit(self, handler):
+    def omit(self: BaseModel, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
         for name in names:
             if data.get(name, 0) is None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
 from ..errors import EnvironmentMismatch, InputError, IntegrityError, TrustError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
-from ..records import ExecutableEntry, Manifest, check_identity
+from ..records import ExecutableEntry, Manifest, StatementPayload, check_identity
 from ..registry import Registry, Resolved, open_registry, read_manifest
 from ..trust import key_id
 from ..trust.revocation import check_not_revoked
@@ -31,8 +31,11 @@ from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ._weights import place_weights, sharding_of, stream_weights
 
-if TYPE_CHECKING:  # only for annotations: cryptography loads when a key is used
+# only for annotations: cryptography loads when a key is used; JAX starts only after XLA_FLAGS are set
+if TYPE_CHECKING:
+    import jax
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from jax.sharding import Mesh
 
 __all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys", "devices_for", "place_weights"]
 
@@ -101,7 +104,7 @@ class LoadedBuild:
         return self.resolved.digest
 
 
-def devices_for(manifest: Manifest):
+def devices_for(manifest: Manifest) -> list[jax.Device]:
     """The devices a build runs on here: the first ``device_count`` of its backend's."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
@@ -110,7 +113,7 @@ def devices_for(manifest: Manifest):
     return jax.devices(p.backend)[: p.device_count]
 
 
-def _describe(devices) -> str:
+def _describe(devices: list[jax.Device]) -> str:
     kinds = sorted({d.device_kind for d in devices})
     return f"{devices[0].platform if devices else 'none'}: {'/'.join(kinds) or 'no devices'} x {len(devices)}"
 
@@ -126,16 +129,16 @@ def check_environment(manifest: Manifest) -> None:
         devices = devices_for(manifest)
     except RuntimeError as e:
         expected = f"{p.backend}: {p.device_kind} x {p.device_count}" + (f" ({p.topology})" if p.topology else "")
-        actual = _describe(jax.devices())
+        described = _describe(jax.devices())
         raise EnvironmentMismatch(
             f"build {manifest.build_id} was compiled for another machine; refusing to load:\n"
-            f"  platform: expected {expected!r}, actual {actual!r} (this machine has no {p.backend!r} backend: "
+            f"  platform: expected {expected!r}, actual {described!r} (this machine has no {p.backend!r} backend: "
             f"{str(e).splitlines()[0][:160]})\n"
             f"fix: run it on a host with {p.device_count} {p.device_kind} devices, or compile a build for this "
             "machine's target",
             {"backend": (p.backend, jax.default_backend()),
              "device_kind": (p.device_kind, "/".join(sorted({d.device_kind for d in jax.devices()}))),
-             "platform": (expected, actual)},
+             "platform": (expected, described)},
         ) from None
     actual = current_platform(devices, p.mesh_axes, p.mesh_shape, p.topology)
     if len(jax.devices()) != len(devices) and p.backend == "cpu":
@@ -191,14 +194,16 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     if chunked:  # v5: the chunks stream in parallel, each placed as its shards (runtime/_weights.py)
         t.weight_path = stream_weights(reg, manifest, loaded, mesh, workers=workers).to_json()
     else:
+        # pre-v5: one weights blob, which _require_weights saw in a build without chunks
+        assert weights_raw is not None, "a build without weight chunks has a weights blob"
         place_weights(manifest, loaded, _safetensors_tensors(manifest, weights_raw), mesh)
     t.weights = time.perf_counter() - t0
-    if accepted is not None and trust.state is not None:
+    if accepted is not None and trust is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
 
 
-def _resolve(reg, ref: str, t: LoadTimings):
+def _resolve(reg: Registry, ref: str, t: LoadTimings) -> tuple[Resolved, Manifest]:
     """Resolve ``ref`` once (everything after is fetched by digest) and check the manifest names itself."""
     t0 = time.perf_counter()
     resolved, manifest = read_manifest(reg, ref)
@@ -220,7 +225,8 @@ def _require_weights(manifest: Manifest) -> None:
         )
 
 
-def _decompress_all(manifest: Manifest, raw: dict[str, bytes], t: LoadTimings):
+def _decompress_all(manifest: Manifest, raw: dict[str, bytes],
+                    t: LoadTimings) -> tuple[bytearray | None, dict[str, bytearray]]:
     """(weights bytes, {executable key: payload}), each streamed within its declared size and digest."""
     t0 = time.perf_counter()
     w = manifest.weights
@@ -234,7 +240,8 @@ def _decompress_all(manifest: Manifest, raw: dict[str, bytes], t: LoadTimings):
     return weights_raw, payloads
 
 
-def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes], t: LoadTimings):
+def _deserialize_all(manifest: Manifest, payloads: dict[str, bytearray],
+                     t: LoadTimings) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
     """(mesh, loaded stages): every executable deserialized onto the build's devices, its
     fingerprint compared with the manifest's (the program the identity names, not another)."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
@@ -282,7 +289,7 @@ def revocation_keys(trust: TrustConfig | None) -> dict | None:
     return {key_id(trust.public_key): trust.public_key}
 
 
-def check_trusted(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifest):
+def check_trusted(reg: Registry, resolved: Resolved, trust: TrustConfig, manifest: Manifest) -> StatementPayload:
     """The channel's signed statement (and fresh timestamp) for this build, checked without JAX: a pod
     calls it before anything from the manifest acts on the process (flags, device count)."""
     if resolved.via != "channel":
@@ -294,7 +301,7 @@ def check_trusted(reg, resolved: Resolved, trust: TrustConfig, manifest: Manifes
                           max_age=trust.max_timestamp_age)
 
 
-def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):
+def _portable(payload: bytes | bytearray, entry: ExecutableEntry, manifest: Manifest) -> Callable[..., Any]:
     """A portable (jax-export) stage: StableHLO that XLA compiles on its first call."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
@@ -306,11 +313,13 @@ def _portable(payload: bytes, entry: ExecutableEntry, manifest: Manifest):
     return jax.jit(exported.call)
 
 
-def _safetensors_tensors(manifest: Manifest, weights_raw: bytes) -> dict[str, np.ndarray]:
+def _safetensors_tensors(manifest: Manifest, weights_raw: bytes | bytearray) -> dict[str, np.ndarray]:
     """A pre-v5 build's one safetensors blob, as read-only host tensors by name."""
     where = f"build {manifest.build_id} weights"
     try:
-        tensors = read_safetensors(weights_raw, where=where)
+        # cast: read_safetensors only slices and views its buffer (a bytearray reads the same); its
+        # parameter (runtime/_safetensors.py) is still typed bytes
+        tensors = read_safetensors(cast(bytes, weights_raw), where=where)
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a header of the wrong shape
         raise IntegrityError(f"{where}: safetensors header is malformed ({type(e).__name__}: {e})") from None
     for arr in tensors.values():  # views into the decompressed buffer: nothing may write through them

@@ -1,0 +1,91 @@
+"""zstd decompression of a blob as it is read: the stored bytes are never held whole.
+
+:func:`inflate` is the sink a store's ``stream_blob`` hands the stored bytes to, piece by piece:
+they go through one streaming zstd reader whose output is hashed and counted as it is written
+into a buffer of the declared (already bounded) raw size — or, to only check a blob
+(``verify``), into one reused step's worth of memory. It stops one byte past the declared size,
+so a frame that inflates to more is refused having produced raw_size + 1 bytes, whatever it
+claims. The store checks the stored bytes' size and sha256 after the sink returns; the caller
+uses the buffer only then.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from typing import IO, cast
+
+import zstandard
+
+from .._digest import StreamDigest
+from ..errors import IntegrityError
+
+__all__ = ["inflate", "inflater", "STEP"]
+
+STEP = 1 << 20  # raw bytes per step: memory beyond the raw buffer is one stored piece and one step
+
+
+class _Source(io.RawIOBase):
+    """The ``read(n)`` a zstd stream reader pulls from, over the pieces a store hands out."""
+
+    def __init__(self, pieces: Iterator[bytes]):
+        super().__init__()
+        self._pieces, self._held = pieces, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = -1 if n is None else n
+        while n < 0 or len(self._held) < n:
+            piece = next(self._pieces, None)
+            if piece is None:
+                break
+            self._held += piece
+        if n < 0:
+            out, self._held = self._held, b""
+        else:
+            out, self._held = self._held[:n], self._held[n:]
+        return out
+
+
+def inflate(pieces: Iterator[bytes], raw_size: int, raw_digest: str, *, where: str,
+            keep: bool = True) -> bytearray | None:
+    """The raw bytes of a zstd stream (``keep``), or None having only checked them: exactly
+    ``raw_size`` bytes hashing to ``raw_digest``, else IntegrityError naming ``where``."""
+    out = bytearray(raw_size) if keep else None
+    scratch = memoryview(bytearray(STEP)) if out is None else None
+    seen = StreamDigest()
+    try:
+        source = cast(IO[bytes], _Source(pieces))  # a readable raw stream: what the reader calls is read()
+        with zstandard.ZstdDecompressor().stream_reader(source, read_size=STEP, read_across_frames=True) as reader:
+            view = memoryview(out) if out is not None else None
+            while seen.size < raw_size:
+                step = min(STEP, raw_size - seen.size)
+                if view is not None:
+                    target = view[seen.size: seen.size + step]
+                else:
+                    assert scratch is not None  # one of the two is always made (keep or not)
+                    target = scratch[:step]
+                k = reader.readinto(target)
+                if not k:
+                    break
+                seen.update(target[:k])
+            over = reader.read(1)
+    except zstandard.ZstdError as e:
+        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated ({e})") from None
+    if over:
+        raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
+                             "(stopped one byte past it)")
+    if seen.size != raw_size:
+        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated: it decompresses to {seen.size} bytes, "
+                             f"the manifest says {raw_size}")
+    if seen.digest != raw_digest:
+        raise IntegrityError(f"{where}: decompressed bytes hash to {seen.digest}, the manifest says {raw_digest}")
+    return out
+
+
+def inflater(raw_size: int, raw_digest: str, *, where: str, keep: bool = True
+             ) -> Callable[[Iterator[bytes]], bytearray | None]:
+    """:func:`inflate` as a ``stream_blob`` sink."""
+    return lambda pieces: inflate(pieces, raw_size, raw_digest, where=where, keep=keep)
