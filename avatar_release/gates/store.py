@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zstandard
@@ -27,7 +27,7 @@ from ..records.stored import (
     GATE_RESULTS, GATE_SHARDS, REVIEWS, parse_results_index, parse_shard_record, render_results_index,
     render_shard_record, shard_record_build, shard_record_name,
 )
-from ..registry import Collectable, Registry
+from ..registry import Registry
 from ..trust.attest import ENVELOPE_MEDIA_TYPE, attest
 from ..trust.evidence import gate_signing_key, sign_and_store
 
@@ -149,11 +149,7 @@ def save_shard(registry: Registry, shard: GateShard, *, subject_digest: str,
 
 def shard_envelopes(registry: Registry, build_id: str) -> list[tuple[str, bytes]]:
     """(record name, signed envelope bytes) of every stored shard run of a build."""
-    # record_namespaces is a directory-like store's (Collectable); an OCI store has none, and
-    # fails here with AttributeError as it always has (not this typing's to change).
-    if _SHARDS not in cast(Collectable, registry).record_namespaces():
-        return []
-    out: list[tuple[str, bytes]] = []
+    out: list[tuple[str, bytes]] = []  # a namespace no store holds yet lists nothing, in every store
     for name in registry.list_records(_SHARDS):
         if shard_record_build(name) != build_id:
             continue

@@ -168,3 +168,15 @@ def test_a_shard_refuses_the_merges_options_as_one_json_document_on_stdout(tmp_p
     doc = json.loads(res.stdout)
     assert doc["error"] == "InputError" and "--baseline with --shard" in doc["message"]
     assert "error:" in res.stderr
+
+
+def test_shard_runs_are_listed_from_an_oci_store_too(tmp_path):
+    """``gate merge`` reads a build's shard runs through the registry protocol alone: an OCI store
+    (which has no record_namespaces) lists none before any shard was stored (it used to crash)."""
+    from avatar_release.gates.store import shard_envelopes
+    from avatar_release.registry import OciRegistry
+    from avatar_release.registry.oci import MemoryDistribution, RetryPolicy
+
+    reg = OciRegistry("oci+http://registry.test/t/shards", session=MemoryDistribution(),
+                      retry=RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001), lock_dir=tmp_path)
+    assert shard_envelopes(reg, "tiny-cpu-8-" + "a" * 12) == []
