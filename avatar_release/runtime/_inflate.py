@@ -12,15 +12,19 @@ uses the buffer only then.
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO, cast
 
 import zstandard
 
 from .._digest import StreamDigest
 from ..errors import IntegrityError
+from ..records import BlobRef
+from ..registry import Registry
 
-__all__ = ["inflate", "inflater", "STEP"]
+__all__ = ["inflate", "inflater", "fetch_inflated", "StreamTimes", "STEP"]
 
 STEP = 1 << 20  # raw bytes per step: memory beyond the raw buffer is one stored piece and one step
 
@@ -89,3 +93,64 @@ def inflater(raw_size: int, raw_digest: str, *, where: str, keep: bool = True
              ) -> Callable[[Iterator[bytes]], bytearray | None]:
     """:func:`inflate` as a ``stream_blob`` sink."""
     return lambda pieces: inflate(pieces, raw_size, raw_digest, where=where, keep=keep)
+
+
+@dataclass
+class StreamTimes:
+    """Where a streamed blob's seconds went: waiting on the store, the independent sha256 of the
+    stored bytes, and the rest (zstd and the hash of the raw bytes)."""
+
+    fetch: float = 0.0
+    verify: float = 0.0
+    decompress: float = 0.0
+
+    def add(self, other: StreamTimes) -> None:
+        self.fetch += other.fetch
+        self.verify += other.verify
+        self.decompress += other.decompress
+
+
+def fetch_inflated(registry: Registry, ref: BlobRef, raw: tuple[int, str] | None, *, where: str,
+                   keep: bool) -> tuple[bytearray | None, StreamTimes]:
+    """One blob streamed from the store through the hash, never held whole: with ``raw`` (declared
+    raw size and digest, already bounded) inflated and checked too, its raw bytes kept if ``keep``.
+
+    The stored bytes are hashed here as well as by the store (independent of its own check), and
+    the result is returned only once both and the raw check passed: nothing unverified leaves.
+    """
+    own, times, started = StreamDigest(), StreamTimes(), time.perf_counter()
+
+    def sink(pieces: Iterator[bytes]) -> bytearray | None:
+        def hashed() -> Iterator[bytes]:
+            while True:
+                t0 = time.perf_counter()
+                piece = next(pieces, None)
+                t1 = time.perf_counter()
+                times.fetch += t1 - t0
+                if piece is None:
+                    return
+                own.update(piece)
+                times.verify += time.perf_counter() - t1
+                yield piece
+
+        it = hashed()
+        try:
+            out = None if raw is None else inflate(it, raw[0], raw[1], where=where, keep=keep)
+        except IntegrityError:
+            for _ in it:  # bad raw bytes from bad stored bytes: the stored bytes' fault is the one to name
+                pass
+            if own.size != ref.size or own.digest != ref.digest:
+                what = (f"size {own.size} bytes, manifest says {ref.size}" if own.size != ref.size
+                        else f"content hashes to {own.digest}")
+                raise IntegrityError(f"{where}: blob {ref.digest}: {what}; the store is corrupted or was tampered "
+                                     "with — republish the build") from None
+            raise
+        for _ in it:  # what decompression left unread is hashed too
+            pass
+        return out
+
+    out = registry.stream_blob(ref.digest, ref.size, sink)
+    if own.digest != ref.digest:
+        raise IntegrityError(f"{where}: blob {ref.digest} does not match its digest")
+    times.decompress = max(0.0, time.perf_counter() - started - times.fetch - times.verify)
+    return out, times

@@ -26,6 +26,7 @@ from ..trust import key_id
 from ..trust.revocation import check_not_revoked
 from ..trust.statements import TIMESTAMP_VALIDITY, AcceptedState, verify_channel
 from ._blobs import check_bounds, decompress, fetch_verified
+from ._inflate import StreamTimes, fetch_inflated
 from ._guard import CompileGuard, tuned_at_first_run
 from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
@@ -187,8 +188,11 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     # verify every blob before decompressing or unpickling any of them.
     check_bounds(manifest)
     chunked = manifest.weights.chunks is not None
-    raw, t.fetch, t.verify = fetch_verified(reg, manifest, weights=not chunked)
-    weights_raw, payloads = _decompress_all(manifest, raw, t)
+    if chunked:  # v5+: each executable streamed from the store into its raw buffer, never held compressed
+        weights_raw, payloads = None, _stream_executables(reg, manifest, t)
+    else:
+        raw, t.fetch, t.verify = fetch_verified(reg, manifest)
+        weights_raw, payloads = _decompress_all(manifest, raw, t)
     mesh, loaded = _deserialize_all(manifest, payloads, t)
     t0 = time.perf_counter()
     if chunked:  # v5: the chunks stream in parallel, each placed as its shards (runtime/_weights.py)
@@ -223,6 +227,22 @@ def _require_weights(manifest: Manifest) -> None:
             f"build {manifest.build_id} was compiled from abstract shapes ({manifest.weights.source}): it carries "
             "no weights to serve; compile it with a checkpoint (--weights FILE) to make a servable build"
         )
+
+
+def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> dict[str, bytearray]:
+    """{executable key: payload}, each streamed through the store's and our own sha256 into a
+    buffer of its declared (bounded) raw size, checked against its raw digest; the seconds split
+    into waiting on the store (fetch), the stored bytes' hash (verify) and zstd (decompress)."""
+    payloads: dict[str, bytearray] = {}
+    spent = StreamTimes()
+    for e in manifest.executables:
+        out, times = fetch_inflated(reg, e.blob, (e.raw_size, e.raw_digest),
+                                    where=f"build {manifest.build_id}: executable {e.key}", keep=True)
+        assert out is not None  # keep=True: the raw bytes come back
+        payloads[e.key] = out
+        spent.add(times)
+    t.fetch, t.verify, t.decompress = spent.fetch, spent.verify, spent.decompress
+    return payloads
 
 
 def _decompress_all(manifest: Manifest, raw: dict[str, bytes],

@@ -9,16 +9,15 @@ run) and its fingerprint compared with the manifest's, where this machine can lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
 from ..machine import configure_for_manifest
-from .._digest import StreamDigest
-from ..records import BlobRef, ExecutableEntry, Manifest, check_identity
+from ..records import ExecutableEntry, Manifest, check_identity
 from ..registry import Registry, open_registry, read_manifest
 from ._blobs import BlobCheck, _bound_error, _gib, build_blobs, memory_cap, raw_of
-from ._inflate import inflate
+from ._inflate import fetch_inflated
 from ._load import check_environment, devices_for
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 
@@ -65,31 +64,6 @@ def _program_checker(manifest: Manifest) -> Callable[[ExecutableEntry, bytes | b
     return check
 
 
-def _streamed(registry: Registry, manifest: Manifest, what: str, ref: BlobRef, raw: tuple[int, str] | None, *,
-              keep: bool) -> bytearray | None:
-    """One blob streamed through the hash (stored bytes, and with ``raw`` the inflated ones too),
-    never held whole: only an executable to deserialize (``keep``) is kept, as its raw bytes."""
-    own = StreamDigest()  # independent of the store's own check, as the loader's
-
-    def sink(pieces: Iterator[bytes]) -> bytearray | None:
-        def hashed() -> Iterator[bytes]:
-            for piece in pieces:
-                own.update(piece)
-                yield piece
-
-        it = hashed()
-        out = None if raw is None else inflate(it, raw[0], raw[1], where=f"build {manifest.build_id}: {what}",
-                                                keep=keep)
-        for _ in it:  # what decompression left unread is hashed too
-            pass
-        return out
-
-    out = registry.stream_blob(ref.digest, ref.size, sink)
-    if own.digest != ref.digest:
-        raise IntegrityError(f"build {manifest.build_id}: {what}: blob {ref.digest} does not match its digest")
-    return out
-
-
 def check_blobs(registry: Registry, manifest: Manifest, *, only: set[str] | None = None, contents: bool = False,
                 programs: bool = False) -> list[BlobCheck]:
     """Check every blob (or those whose ``what`` is in ``only``) without stopping at the first failure.
@@ -116,8 +90,8 @@ def check_blobs(registry: Registry, manifest: Manifest, *, only: set[str] | None
                 if error:
                     raise IntegrityError(error)
             program = check_program is not None and not what.startswith("weights")
-            payload = _streamed(registry, manifest, what, ref, (raw_size, raw_digest) if contents else None,
-                                keep=program)
+            payload, _ = fetch_inflated(registry, ref, (raw_size, raw_digest) if contents else None,
+                                        where=f"build {manifest.build_id}: {what}", keep=program)
             if contents:
                 note = "raw bytes match"
                 if check_program is not None and payload is not None:
