@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from importlib import metadata
 from typing import Any, TypeVar
 
 import click
@@ -161,8 +163,32 @@ def signing_options(f: _F) -> _F:
                         help="Ed25519 private key: sign a statement for the move (pods with the public key need it).")(f)
 
 
+# What a bug report needs beside our own version: the compilers and runtimes a build depends on,
+# read from the installed distributions (nothing is imported, so --version stays instant).
+_TOOLCHAIN = ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "torch", "torchax")
+
+
+def versions_text() -> str:
+    """``avatar-release X`` and one line per toolchain package (``not installed`` when absent)."""
+    lines = [f"avatar-release {__version__}", f"python {platform.python_version()}"]
+    for dist in _TOOLCHAIN:
+        try:
+            lines.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            lines.append(f"{dist} not installed")
+    return "\n".join(lines)
+
+
+def _show_versions(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(versions_text())
+        ctx.exit()
+
+
 @click.group(cls=_Group)
-@click.version_option(__version__, prog_name="avatar-release")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_versions,
+              help="Show avatar-release's version and those of jax, jaxlib, libtpu, the CUDA plugin, torch and "
+                   "torchax, then exit.")
 def cli() -> None:
     """Compiled XLA programs as release artifacts: compile, gate, promote, render."""
 

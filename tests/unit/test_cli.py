@@ -58,3 +58,24 @@ def test_registry_help_names_every_store():
     res = cli("ls", "--help")
     for scheme in ("file://", "oci://", "gar://", "memory://"):
         assert scheme in res.output
+
+
+def test_version_names_the_toolchain_a_bug_report_needs():
+    """``--version`` is what a bug report starts with: ours, Python, and each compiler and runtime a
+    build depends on, with "not installed" for one that is absent; nothing is imported to say it."""
+    import platform
+    import subprocess
+    import sys
+    from importlib import metadata
+
+    from avatar_release import __version__
+
+    out = subprocess.run([sys.executable, "-m", "avatar_release", "--version"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:3] == [f"avatar-release {__version__}", f"python {platform.python_version()}",
+                         f"jax {metadata.version('jax')}"]
+    names = [line.split(" ", 1)[0] for line in lines]
+    assert names == ["avatar-release", "python", "jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "torch", "torchax"]
+    assert all(line.split(" ", 1)[1] for line in lines)  # a version, or "not installed"
