@@ -23,13 +23,13 @@ import os
 import time
 from dataclasses import dataclass
 
-import zstandard
 
-from .._digest import StreamDigest, sha256_digest
+from .._digest import sha256_digest
 from ..errors import AvatarReleaseError, IntegrityError
 from ..records import WEIGHT_CHUNK_BYTES, BlobRef, Manifest
 from ..registry import Registry
 from ..specs import load_target
+from ._inflate import inflate
 
 __all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "fetch_verified", "check_bounds", "memory_cap", "decompress",
            "MAX_ZSTD_RATIO"]
@@ -44,8 +44,6 @@ MAX_ZSTD_RATIO = 100
 # Below this many raw bytes the ratio is not applied: zstd's frame overhead dominates a tiny blob,
 # and a mebibyte is nothing to allocate.
 RATIO_EXEMPT_BYTES = 1 << 20
-# Decompression step: memory beyond the raw buffer is one chunk.
-DECOMPRESS_CHUNK = 1 << 20
 
 
 def weight_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
@@ -197,33 +195,12 @@ def fetch_verified(registry: Registry, manifest: Manifest, *, weights: bool = Tr
 
 
 def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> bytearray:
-    """The raw bytes of a zstd blob, exactly ``raw_size`` of them hashing to ``raw_digest``.
+    """The raw bytes of a zstd blob held in memory, exactly ``raw_size`` of them hashing to
+    ``raw_digest``: the streaming check of :func:`._inflate.inflate` over one piece.
 
     ``raw_size`` must already be bounded (``check_bounds``): it is allocated up front, and the
-    stream is read into it chunk by chunk, never past raw_size + 1 bytes.
+    stream is read into it a step at a time, never past raw_size + 1 bytes.
     """
-    out = bytearray(raw_size)
-    view = memoryview(out)
-    h = StreamDigest()  # h.size: the raw bytes produced so far
-    try:
-        with zstandard.ZstdDecompressor().stream_reader(data, read_size=DECOMPRESS_CHUNK,
-                                                        read_across_frames=True) as reader:
-            while h.size < raw_size:
-                k = reader.readinto(view[h.size: h.size + DECOMPRESS_CHUNK])
-                if not k:
-                    break
-                h.update(view[h.size: h.size + k])
-            over = reader.read(1)
-    except zstandard.ZstdError as e:
-        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated ({e})") from None
-    finally:
-        view.release()
-    if over:
-        raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
-                             "(stopped one byte past it)")
-    if h.size != raw_size:
-        raise IntegrityError(f"{where}: zstd frame is corrupt or truncated: it decompresses to {h.size} bytes, the "
-                             f"manifest says {raw_size}")
-    if not h.matches(raw_digest):
-        raise IntegrityError(f"{where}: decompressed bytes hash to {h.digest}, the manifest says {raw_digest}")
+    out = inflate(iter([data]), raw_size, raw_digest, where=where, keep=True)
+    assert out is not None  # keep=True: the raw bytes come back
     return out

@@ -30,27 +30,29 @@ STEP = 1 << 20  # raw bytes per step: memory beyond the raw buffer is one stored
 
 
 class _Source(io.RawIOBase):
-    """The ``read(n)`` a zstd stream reader pulls from, over the pieces a store hands out."""
+    """The ``read(n)`` a zstd stream reader pulls from, over the pieces a store hands out; each
+    read copies only what it returns (a whole blob given as one piece is not re-sliced)."""
 
     def __init__(self, pieces: Iterator[bytes]):
         super().__init__()
-        self._pieces, self._held = pieces, b""
+        self._pieces, self._piece, self._at = pieces, memoryview(b""), 0
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int | None = -1) -> bytes:
-        n = -1 if n is None else n
-        while n < 0 or len(self._held) < n:
-            piece = next(self._pieces, None)
-            if piece is None:
-                break
-            self._held += piece
-        if n < 0:
-            out, self._held = self._held, b""
-        else:
-            out, self._held = self._held[:n], self._held[n:]
-        return out
+        out = bytearray()
+        while n is None or n < 0 or len(out) < n:
+            if self._at >= len(self._piece):
+                piece = next(self._pieces, None)
+                if piece is None:
+                    break
+                self._piece, self._at = memoryview(piece), 0
+                continue
+            end = len(self._piece) if n is None or n < 0 else min(len(self._piece), self._at + n - len(out))
+            out += self._piece[self._at: end]
+            self._at = end
+        return bytes(out)
 
 
 def inflate(pieces: Iterator[bytes], raw_size: int, raw_digest: str, *, where: str,
