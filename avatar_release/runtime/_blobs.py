@@ -173,21 +173,15 @@ def _verify(manifest: Manifest, what: str, ref: BlobRef, data: bytes) -> bytes:
     return data
 
 
-def _fetch_one(registry: Registry, manifest: Manifest, what: str, ref: BlobRef) -> bytes:
-    return _verify(manifest, what, ref, registry.get_blob(ref.digest, ref.size))
-
-
-def fetch_verified(registry: Registry, manifest: Manifest, *, weights: bool = True
-                   ) -> tuple[dict[str, bytes], float, float]:
-    """Every blob's bytes by digest (``weights`` False: the executables only, for a loader that
-    streams the weight chunks), each verified; raises on the first that fails.
+def fetch_verified(registry: Registry, manifest: Manifest) -> tuple[dict[str, bytes], float, float]:
+    """Every blob's bytes by digest, each verified; raises on the first that fails. What a build
+    of manifest v1-v4 (one weights blob) loads by; later builds stream (``_inflate.fetch_inflated``).
 
     Returns (bytes by digest, seconds fetching, seconds re-hashing). Nothing is decompressed
     or unpickled until every blob has passed. Call ``check_bounds`` first.
     """
     t0 = time.perf_counter()
-    wanted = build_blobs(manifest) if weights else [(e.key, e.blob) for e in manifest.executables]
-    fetched = [(what, ref, registry.get_blob(ref.digest, ref.size)) for what, ref in wanted]
+    fetched = [(what, ref, registry.get_blob(ref.digest, ref.size)) for what, ref in build_blobs(manifest)]
     t1 = time.perf_counter()
     for what, ref, data in fetched:
         _verify(manifest, what, ref, data)
