@@ -17,7 +17,7 @@ from avatar_release.errors import CRASH_EXIT_CODE
 from avatar_release.records import Manifest, parse_record
 from avatar_release.registry import Registry, read_manifest
 
-__all__ = ["DATA", "stored_manifest", "manifest_of", "cli", "cli_json"]
+__all__ = ["DATA", "stored_manifest", "manifest_of", "put_stand_in_build", "cli", "cli_json"]
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -26,6 +26,14 @@ def stored_manifest(version: int) -> Manifest:
     """The checked-in example of build manifest ``version`` (tests/data/build-manifest.v<N>.json)."""
     path = DATA / f"build-manifest.v{version}.json"
     return parse_record(Manifest, path.read_bytes(), where=f"tests/data/{path.name}")
+
+
+def put_stand_in_build(reg: Registry, m: Manifest) -> str:
+    """Publish ``m`` with stand-in blob bytes (right names, wrong bytes: nothing loads them, and
+    verify fails on each); returns the build's digest."""
+    for ref in m.blobs():
+        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")  # type: ignore[attr-defined]
+    return reg.put_build(m.build_id, m.to_json_bytes())[0]
 
 
 def manifest_of(registry: Registry, ref: str = "dev") -> Manifest:

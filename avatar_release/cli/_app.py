@@ -24,7 +24,7 @@ from .. import __version__
 from ..errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
 from ..machine import configure_compile_env, configure_for_manifest, quiet_jax_import
 from ..records import CHANNELS, Manifest, check_identity
-from ..registry import Registry, Resolved, read_manifest
+from ..registry import Registry, Resolved, find_registry, read_manifest
 from ..runtime import TrustConfig, check_trusted
 from ..specs import load_target, use_project
 from ..trust.keys import load_public_key
@@ -104,11 +104,32 @@ def _remember_json(ctx: click.Context, param: click.Parameter, value: bool) -> b
     return value
 
 
-registry_option = click.option(
-    "--registry", "registry_uri", default=None, envvar="AVATAR_RELEASE_REGISTRY",
-    help="Registry: a directory (default ./.avatar-release), file://PATH, oci://HOST[:PORT]/REPO "
-         "(oci+http://, oci+https://), gar://projects/P/locations/L/repositories/R, or memory://NAME.",
-)
+_REGISTRY = "avatar_release.registry"  # ctx.meta key: the RegistryChoice this command resolved
+
+
+def _found_registry(create: bool) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A callback that turns ``--registry`` (or nothing) into the URI of the registry to use."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if ctx.resilient_parsing:  # completion, --help: look nothing up
+            return value
+        choice = find_registry(value, create=create)
+        ctx.meta[_REGISTRY] = choice
+        return choice.uri
+
+    return callback
+
+
+_REGISTRY_HELP = ("Registry: a directory, file://PATH, oci://HOST[:PORT]/REPO (oci+http://, oci+https://), "
+                  "gar://projects/P/locations/L/repositories/R, memory://NAME, or a name from avatar-release.toml. "
+                  "Default: $AVATAR_RELEASE_REGISTRY, then the config files' default, then the nearest "
+                  ".avatar-release/ upward (see `avatar-release registries`).")
+registry_option = click.option("--registry", "registry_uri", default=None, callback=_found_registry(False),
+                               metavar="URI|PATH|NAME", help=_REGISTRY_HELP)
+# For the commands that may start a registry: when none is found, ./.avatar-release is created.
+new_registry_option = click.option("--registry", "registry_uri", default=None, callback=_found_registry(True),
+                                   metavar="URI|PATH|NAME", help=_REGISTRY_HELP + " If none is found, "
+                                   "./.avatar-release is created.")
 
 
 def _use_project(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -13,7 +13,10 @@ from ..promote import publish_to_dev
 from ..promote.status import release_status
 from ..registry import open_registry, read_manifest
 from ..runtime import verify_build
-from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option
+from ._app import (
+    _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, new_registry_option,
+    project_option, registry_option,
+)
 
 
 # ---------------------------------------------------------------------------------- compile
@@ -26,7 +29,7 @@ from ._app import _emit, _finish, _next_step, _prepare_devices_for_target, _prog
 @click.option("--format", "executable_format", type=click.Choice(["xla-executable", "jax-export"]),
               default="xla-executable", show_default=True,
               help="jax-export ships portable StableHLO that compiles in the pod (the zero-recompile gate refuses it).")
-@registry_option
+@new_registry_option
 @project_option
 @json_option
 def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tuple[str, ...], serial: bool,

@@ -21,7 +21,7 @@ from ..registry import open_registry, read_manifest
 from ..runtime import check_environment
 from ._app import (
     _emit, _finish, _next_step, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option,
-    project_option, registry_option,
+    new_registry_option, project_option, registry_option,
 )
 from ._summary import append_step_summary, gate_summary
 
@@ -234,7 +234,7 @@ def gate_compile_cmd(ref: str, no_reproduce: bool, registry_uri: str | None, as_
 @click.option("--margin-db", default=0.25, show_default=True, type=float,
               help="Subtracted from the lowest measured PSNR.")
 @click.option("--out", default=None, help="Band file to write (default: manifests/bands/<pipeline>-<target>.json).")
-@registry_option
+@new_registry_option
 @project_option
 @json_option
 def gate_calibrate_cmd(pipeline: str, target: str, variants: tuple[str, ...], margin_db: float, out: str | None,

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from ..ops.copy import CopyReport, copy_build
-from ..registry import open_registry
-from ._app import _emit, _progress, channel_choice, cli, json_option, registry_option
+from ..errors import NotFoundError
+from ..registry import RegistryChoice, config_files, find_registry, load_config, open_registry
+from ._app import _emit, _finish, _progress, channel_choice, cli, json_option, registry_option
+
+
+def _destination(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    return value if ctx.resilient_parsing else find_registry(value, create=True).uri
 
 
 def _copy_human(r: CopyReport) -> str:
@@ -28,7 +36,8 @@ def _copy_human(r: CopyReport) -> str:
 
 @cli.command("copy")
 @click.argument("ref")
-@click.option("--to", "to_uri", required=True, help="Destination registry (same forms as --registry).")
+@click.option("--to", "to_uri", required=True, callback=_destination, metavar="URI|PATH|NAME",
+              help="Destination registry (same forms as --registry; a new directory is created).")
 @click.option("--channel", default=None, type=channel_choice,
               help="Also point this channel at the build in the destination (with its signed statement).")
 @registry_option
@@ -39,3 +48,53 @@ def copy_cmd(ref: str, to_uri: str, channel: str | None, registry_uri: str | Non
     report = copy_build(open_registry(registry_uri, create=False), open_registry(to_uri), ref, channel=channel,
                         progress=_progress())
     _emit(as_json, {"ok": True, **report.to_dict()}, _copy_human(report))
+
+
+_CONFIG_HELP = """Show which registry commands run here use, why, and the registries config files name.
+
+\b
+The registry is found as git finds a repository, first match wins:
+  1. --registry URI|PATH|NAME
+  2. $AVATAR_RELEASE_REGISTRY (the same forms)
+  3. `default` in the nearest avatar-release.toml (this directory or one above)
+  4. `default` in the user's config.toml ($AVATAR_RELEASE_CONFIG, else
+     $AVATAR_RELEASE_CONFIG_DIR, $XDG_CONFIG_HOME/avatar-release or ~/.config/avatar-release)
+  5. the nearest .avatar-release/ holding builds, upward from here
+
+\b
+A config file (paths are relative to the file):
+  default = "team"
+  [registries.local]
+  uri = ".avatar-release"
+  [registries.team]
+  uri = "oci+https://registry.example.com/avatar"
+  ca = "certs/team-ca.pem"
+
+Exit 3 when no registry is found (the places looked are listed), 2 for a malformed config file.
+"""
+
+
+@cli.command("registries", help=_CONFIG_HELP)
+@click.option("--registry", "registry_uri", default=None, metavar="URI|PATH|NAME",
+              help="Resolve this value instead of the default.")
+@json_option
+def registries_cmd(registry_uri: str | None, as_json: bool) -> None:
+    files = config_files(Path.cwd(), os.environ)
+    configs = [load_config(f) for f in files]
+    try:
+        choice: RegistryChoice | None = find_registry(registry_uri)
+        missing = None
+    except NotFoundError as e:
+        choice, missing = None, e
+    named = [{"name": n.name, "uri": n.uri, "file": str(c.path), "default": c.default == n.name}
+             for c in configs for n in c.registries.values()]
+    payload = {"current": choice.to_dict() if choice else None, "config_files": [str(f) for f in files],
+               "registries": named}
+    lines = [f"current: {choice.uri}\n  because: {choice.source}" if choice else "current: none found"]
+    lines.append("config files: " + (", ".join(str(f) for f in files) or "none"))
+    width = max((len(n["name"]) for n in named), default=4)
+    lines += [f"  {'*' if n['default'] else ' '} {n['name']:<{width}}  {n['uri']}  ({n['file']})" for n in named]
+    if missing is not None:
+        _finish(as_json, payload, "\n".join(lines), failure=missing)
+        return
+    _emit(as_json, {"ok": True, **payload}, "\n".join(lines))

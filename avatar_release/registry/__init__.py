@@ -6,6 +6,7 @@ import os
 
 from ..errors import InputError
 from ..records import Manifest, parse_record
+from ._discover import RegistryChoice, config_files, find_registry, load_config
 from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
@@ -29,6 +30,10 @@ __all__ = [
     "DEFAULT_REGISTRY",
     "read_manifest",
     "publish_to_dev",
+    "find_registry",
+    "RegistryChoice",
+    "config_files",
+    "load_config",
 ]
 
 DEFAULT_REGISTRY = ".avatar-release"

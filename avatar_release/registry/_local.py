@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .. import _atomic
-from ..errors import IntegrityError, RegistryError
+from ..errors import IntegrityError, NotFoundError, RegistryError
 from ._blobcheck import BLOB_CHUNK
 from ._kv import KVRegistry
 from ._lock import DEFAULT_LOCK_TIMEOUT, FileLock
@@ -51,7 +51,9 @@ class LocalRegistry(KVRegistry):
             with contextlib.suppress(OSError):
                 self.sweep()
         elif not (self.root / "builds").is_dir():
-            raise RegistryError(f"registry {self.root}: not found (no builds/ directory)")
+            raise NotFoundError(f"registry {self.root}: not found (no builds/ directory there); create one with "
+                                "`avatar-release compile --pipeline PIPELINE --target TARGET --registry PATH`, or name an "
+                                "existing one with --registry (see `avatar-release registries`)")
 
     def _path(self, key: str) -> Path:
         p = (self.root / key).resolve()

@@ -37,7 +37,7 @@ def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import (
-        Encoding, NoEncryption, PrivateFormat, PublicFormat,
+        Encoding, NoEncryption, PrivateFormat,
     )
 
     d = Path(directory)

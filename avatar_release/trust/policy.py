@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .. import _atomic
+from .._paths import config_dir
 from ..errors import InputError
 from .keys import (
     generate_keypair, key_id, load_private_key, load_public_key, refuse_loose_permissions, write_public_key,
@@ -47,15 +48,6 @@ if TYPE_CHECKING:
 __all__ = ["TrustPolicy", "LocalIdentity", "config_dir", "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
 
 POLICY_SCHEMA_VERSION = 1
-
-
-def config_dir() -> Path:
-    """``AVATAR_RELEASE_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/avatar-release``, else ``~/.config/avatar-release``."""
-    explicit = os.environ.get("AVATAR_RELEASE_CONFIG_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "avatar-release"
 
 
 @dataclass(frozen=True)

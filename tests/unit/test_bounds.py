@@ -20,7 +20,7 @@ from avatar_release.records import FINGERPRINT_CHECKED_SINCE, check_identity, ma
 from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
-from tests.helpers import stored_manifest
+from tests.helpers import put_stand_in_build, stored_manifest
 
 
 def _digest(data: bytes) -> str:
@@ -195,9 +195,7 @@ def test_a_malformed_pickle_is_an_integrity_error_naming_the_executable(tiny_exe
 def _registry_with_a_build() -> tuple[MemoryRegistry, str]:
     m = stored_manifest(3)
     reg = MemoryRegistry()
-    for ref in m.blobs():
-        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
-    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
+    digest = put_stand_in_build(reg, m)
     reg.move_channel("dev", reg.resolve(digest), expected_digest=None, action="publish", who="t", reason="")
     return reg, m.build_id
 

@@ -8,15 +8,13 @@ from pathlib import Path
 
 from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cli, stored_manifest
+from tests.helpers import cli, stored_manifest, put_stand_in_build
 
 
 def _store(tmp_path) -> tuple[Path, Manifest]:
     reg = LocalRegistry(tmp_path / "reg")
     m = stored_manifest(2)
-    for ref in m.blobs():
-        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")  # right names, wrong bytes
-    reg.put_build(m.build_id, m.to_json_bytes())
+    put_stand_in_build(reg, m)
     return tmp_path / "reg", m
 
 

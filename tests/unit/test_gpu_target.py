@@ -11,9 +11,6 @@ deterministic flags (jaxlib 0.10.2's CUDA plugin, 2026-12-02).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import json
-import os
 import re
 import shutil
 import tomllib

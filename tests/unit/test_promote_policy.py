@@ -16,14 +16,13 @@ from avatar_release.records import BlobRef, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
+from tests.helpers import put_stand_in_build
 
 
 def _publish(reg, suffix: str) -> tuple[str, str, Manifest]:
     m = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
     m = m.model_copy(update={"build_id": f"tiny-cpu-8-{suffix * 12}"})
-    for ref in m.blobs():  # stand-in blob bytes: only the policy is under test here, nothing loads them
-        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
-    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
+    digest = put_stand_in_build(reg, m)  # only the policy is under test here, nothing loads the blobs
     return m.build_id, digest, m
 
 

@@ -19,6 +19,7 @@ from avatar_release.trust.statements import (
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
+from tests.helpers import put_stand_in_build
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +157,7 @@ def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_pat
     # someone with write access puts back a's pointer and statement (both genuinely signed, unexpired)
     reg._write_atomic("channels/staging.json", old["channels/staging.json"])
     reg._write_atomic("records/statements/staging", old["records/statements/staging"])
-    with pytest.raises(TrustError, match=f"replayed statement: sequence .* but the timestamp .* says the newest"):
+    with pytest.raises(TrustError, match="replayed statement: sequence .* but the timestamp .* says the newest"):
         verify_channel(reg, "staging", pub, digest=da, state=AcceptedState(tmp_path / "restarted.json"))
     # ...and a's old timestamp too: it expired within a day, so it vouches for nothing
     reg._write_atomic("records/timestamps/staging", old["records/timestamps/staging"])
@@ -211,9 +212,7 @@ def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(ke
     reg = MemoryRegistry("flags-after-trust")
     data = Path(__file__).resolve().parents[1] / "data" / "build-manifest.v4.json"
     m = parse_record(Manifest, data.read_bytes(), where="stored v4")  # its identity holds
-    for ref in m.blobs():
-        reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")
-    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
+    digest = put_stand_in_build(reg, m)
     _gate(reg, m.build_id, digest, m)
     promote(reg, m.build_id, "staging")  # moved without a signing key: no statement
     monkeypatch.setenv("XLA_FLAGS", "--xla_untouched=1")
