@@ -21,12 +21,14 @@ from typing import Any, TypeVar
 import click
 
 from .. import __version__
+from .._suggest import did_you_mean
 from ..errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
 from ..machine import configure_compile_env, configure_for_manifest, quiet_jax_import
 from ..records import CHANNELS, Manifest, check_identity
 from ..registry import Registry, Resolved, find_registry, read_manifest
 from ..runtime import TrustConfig, check_trusted
 from ..specs import load_target, use_project
+from ._exit_codes import ExitCodesGroup
 from ..trust.keys import load_public_key
 from ..trust.statements import AcceptedState
 
@@ -72,10 +74,22 @@ def _next_step(command: str) -> str:
 
 
 _JSON = "avatar_release.json"  # ctx.meta key: the command asked for --json (shared by every context)
+_ARGS = "avatar_release.args"  # ctx.meta key: the arguments as typed
 
 
-class _Group(click.Group):
+class _Group(ExitCodesGroup):
     """Maps AvatarReleaseError subclasses to their exit codes; anything else is a crash."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGS] = tuple(args)  # what was typed: a usage error still answers --json
+        return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                         list[str]]:
+        if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+            hint = did_you_mean(args[0], self.list_commands(ctx))
+            raise click.UsageError(f"no command {args[0]!r}{hint}; see `avatar-release --help`", ctx)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -89,6 +103,14 @@ class _Group(click.Group):
                     payload["memory_fit"] = fit.model_dump()
                 click.echo(json.dumps(payload, indent=2, sort_keys=True))
             click.echo(f"error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except click.UsageError as e:
+            if not (ctx.meta.get(_JSON) or "--json" in ctx.meta.get(_ARGS, ())):
+                raise
+            payload = {"ok": False, "error": "UsageError", "message": e.format_message(), "exit_code": e.exit_code,
+                       "usage": e.ctx.get_usage() if e.ctx else None}
+            click.echo(json.dumps(payload, indent=2, sort_keys=True))
+            e.show()
             ctx.exit(e.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
@@ -145,7 +167,19 @@ project_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, expose_value=True,
                            is_eager=True, help="Print a machine-readable result (errors too) on stdout.")
-channel_choice = click.Choice(list(CHANNELS))
+class SuggestingChoice(click.Choice):
+    """``click.Choice`` whose refusal names the closest choice (``production`` -> did you mean 'prod')."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            choices = [str(c) for c in self.choices]
+            self.fail(f"{value!r} is not one of {', '.join(map(repr, choices))}{did_you_mean(str(value), choices)}",
+                      param, ctx)
+
+
+channel_choice = SuggestingChoice(list(CHANNELS))
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])  # a command function, options added

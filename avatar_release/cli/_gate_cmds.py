@@ -19,6 +19,7 @@ from ..machine import native_log_filter
 from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..runtime import check_environment
+from ._exit_codes import ExitCodesGroup
 from ._app import (
     _emit, _finish, _next_step, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option,
     new_registry_option, project_option, registry_option,
@@ -27,8 +28,17 @@ from ._summary import append_step_summary, gate_summary
 
 
 # ------------------------------------------------------------------------------------ gates
-class _GateGroup(click.Group):
+class _GateGroup(ExitCodesGroup):
     """``gate BUILD ...`` runs the gates; ``gate calibrate ...`` measures the band."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The common path first: ``gate REF`` is ``gate run REF``, so its options are shown here."""
+        run = self.commands["run"]
+        rows = [r for p in run.get_params(ctx) if isinstance(p, click.Option) and p.name != "help"
+                and (r := p.get_help_record(ctx)) is not None]
+        with formatter.section("Options of `gate REF` (the same as `gate run REF`)"):
+            formatter.write_dl(rows)
+        super().format_options(ctx, formatter)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
@@ -42,7 +52,7 @@ def gate_group() -> None:
     `gate merge BUILD`, or `gate calibrate`.
 
     Exit 0: passed. Exit 1: a gate said no. Exit 13: below the band, a blind review decides.
-    Other codes: the gate could not run (see the exit code table in the README).
+    Other codes: the gate could not run (listed at the end).
     """
 
 

@@ -9,16 +9,29 @@ from typing import Literal
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, NotFoundError
 from ..registry import open_registry
 from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
-from ._app import _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli, json_option, registry_option, trust_options
+from ._app import (
+    _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli, json_option, registry_option, trust_options,
+)
+
+
+def _one_ref(ref: str | None, **options: str | None) -> str | None:
+    """The one reference given, as REF or as one of the options (``--channel``, ``--build``)."""
+    given = {f"REF {ref!r}": ref} if ref else {}
+    given |= {f"--{k} {v!r}": v for k, v in options.items() if v}
+    if len(given) > 1:
+        raise InputError(f"give one build reference, not {len(given)}: {', '.join(given)}; e.g. "
+                         f"`avatar-release {click.get_current_context().info_name} dev`")
+    return next(iter(given.values()), None)
 
 
 # ---------------------------------------------------------------------------------- render
 @cli.command("render")
-@click.option("--channel", default=None, help="Render the build a channel points at (default: dev).")
-@click.option("--build", "build_ref", default=None, help="Render a build id or digest.")
+@click.argument("ref", required=False, metavar="[REF]")
+@click.option("--channel", default=None, help="Render the build a channel points at (same as REF).")
+@click.option("--build", "build_ref", default=None, help="Render a build id or digest (same as REF).")
 @click.option("--image", "image_path", default=None,
               help="Reference picture: JPEG, PNG or WebP (or a .npy uint8 array); default: the sample face.")
 @click.option("--audio", "audio_path", default=None,
@@ -36,17 +49,17 @@ from ._app import _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli
 @trust_options
 @registry_option
 @json_option
-def render_cmd(channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
+def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
                fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
                out_path: str, frames_dir: str | None, trust_key: str | None, trust_state: str, allow_stale: bool,
                max_timestamp_hours: float, registry_uri: str | None, as_json: bool) -> None:
-    """Load a build as a serving pod would and render a video with zero compiles."""
-    if channel and build_ref:
-        raise InputError("give --channel or --build, not both")
+    """Load build REF (a channel, build id or digest; default dev) as a serving pod would and render a
+    video with zero compiles."""
+    chosen = _one_ref(ref, channel=channel, build=build_ref) or "dev"
 
     trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
     summary = render_to_files(
-        ref=build_ref or channel or "dev", registry_uri=registry_uri, image_path=image_path,
+        ref=chosen, registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
         prepare=functools.partial(_prepare_devices_for_build, trust=trusted), t_process=_T0, trust=trusted, fit=fit,
         max_audio_seconds=max_audio_seconds, progress=_progress(),
@@ -64,7 +77,8 @@ def render_cmd(channel: str | None, build_ref: str | None, image_path: str | Non
 
 # ---------------------------------------------------------------------------------- serve
 @cli.command("serve")
-@click.option("--channel", default="prod", show_default=True, help="Channel (or build id / digest) to serve.")
+@click.argument("ref", required=False, metavar="[REF]")
+@click.option("--channel", default=None, help="Channel (or build id / digest) to serve (same as REF).")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="AVATAR_RELEASE_HOST",
               help="Address to bind (env AVATAR_RELEASE_HOST); 0.0.0.0 in a container.")
 @click.option("--port", default=8080, show_default=True, envvar="AVATAR_RELEASE_PORT",
@@ -93,14 +107,23 @@ def render_cmd(channel: str | None, build_ref: str | None, image_path: str | Non
               help="Seconds between channel checks with --follow.")
 @trust_options
 @registry_option
-def serve_cmd(channel: str, host: str, port: int, queue: int, max_body: int, max_seconds: float, request_timeout: float,
+def serve_cmd(ref: str | None, channel: str | None, host: str, port: int, queue: int, max_body: int, max_seconds: float, request_timeout: float,
               header_timeout: float, grace: float, probe_port: int | None, max_connections_per_client: int,
               follow: bool, poll: float, trust_key: str | None, trust_state: str, allow_stale: bool,
               max_timestamp_hours: float, registry_uri: str | None) -> None:
-    """Serve renders over HTTP (streamed fMP4); ready only after verify + load + one warm chunk with 0 compiles."""
+    """Serve REF (a channel, build id or digest; default prod) over HTTP (streamed fMP4); ready only after
+    verify + load + one warm chunk with 0 compiles."""
+    chosen = _one_ref(ref, channel=channel) or "prod"
     trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
-    pod = start_pod(open_registry(registry_uri, create=False), channel, trust=trusted,
-                    prepare=functools.partial(_prepare_devices_for_build, trust=trusted))
+    try:
+        pod = start_pod(open_registry(registry_uri, create=False), chosen, trust=trusted,
+                        prepare=functools.partial(_prepare_devices_for_build, trust=trusted))
+    except NotFoundError as e:
+        held = e.details.get("channels_holding") or {}
+        if e.details.get("empty_channel") == chosen and held:
+            raise NotFoundError(f"{e}; serve one of those with `avatar-release serve {next(iter(held))}`, or promote "
+                                f"a build to {chosen} first").with_details(**e.details) from None
+        raise
     if probe_port is None:
         probe_port = port + 1 if port else 0
     cfg = ServerConfig(host=host, port=port, grace=grace, follow=follow, poll=poll, header_timeout=header_timeout,

@@ -11,6 +11,7 @@ import dataclasses
 import typing
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar, get_args, get_origin
 
+from .._suggest import did_you_mean
 from ..errors import InputError
 
 if TYPE_CHECKING:  # typeshed's protocol of dataclass instances (what dataclasses.replace takes)
@@ -83,7 +84,9 @@ def _coerce(key: str, text: str, hint: Any, current: Any) -> Any:
     else:
         if target not in (bool, int, float, str):
             raise InputError(f"--set {key}: field of type {target.__name__} cannot be set from the command line")
-    raise InputError(f"--set {key}={text}: expected a {target.__name__} (current value {current!r})")
+    kind = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}.get(
+        target.__name__, f"a {target.__name__}")
+    raise InputError(f"--set {key}={text}: expected {kind} (current value {current!r})")
 
 
 def _apply_one(config: _Config, path: list[str], key: str, text: str) -> _Config:
@@ -108,8 +111,9 @@ def apply_overrides(config: _Config, overrides: dict[str, str]) -> tuple[_Config
         try:
             config = _apply_one(config, key.split("."), key, text)
         except KeyError:
-            known = ", ".join(override_keys(config))
-            raise InputError(f"--set {key}: unknown key; settable keys are: {known}") from None
+            keys = override_keys(config)
+            raise InputError(f"--set {key}: unknown key{did_you_mean(key, keys)}; settable keys are: "
+                             f"{', '.join(keys)}") from None
         except ValueError as e:  # the config's own constraints, checked as it is rebuilt
             raise InputError(f"--set {key}={text}: {e}") from None
         value = config

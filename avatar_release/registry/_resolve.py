@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._digest import is_digest
+from .._suggest import did_you_mean
 from ..errors import InputError, NotFoundError
 from ._protocol import CHANNELS, Resolved, check_name
 
@@ -42,7 +43,8 @@ def resolve_ref(ref: str, uri: str, look: Lookups) -> Resolved:
     if is_digest(ref):
         return look.by_digest(ref)
     if not plausible_name(ref):
-        raise NotFoundError(f"unknown build or channel {ref!r} in {uri}: not a valid name")
+        raise NotFoundError(f"unknown build or channel {ref!r} in {uri}: not a valid name (lowercase letters, "
+                            f"digits, '.', '_', '-'){did_you_mean(ref, [*CHANNELS, *look.latest()])}")
     at = look.channel(ref)
     if at is not None:
         return at
@@ -57,6 +59,12 @@ def resolve_ref(ref: str, uri: str, look: Lookups) -> Resolved:
     if len(ids) > 1:
         raise NotFoundError(f"build reference {ref!r} is ambiguous in {uri}: {', '.join(ids[:5])}")
     if ref in CHANNELS:
-        raise NotFoundError(f"channel {ref!r} is empty in {uri}: nothing has been promoted to it yet")
-    known = ", ".join(look.latest()[-5:]) or "none"
-    raise NotFoundError(f"unknown build or channel {ref!r} in {uri} (latest builds: {known}); see `avatar-release ls`")
+        held = {c: r.build_id for c in CHANNELS if c != ref and (r := look.channel(c)) is not None}
+        hint = (f"; channels that hold a build: {', '.join(f'{c} ({b})' for c, b in held.items())}" if held
+                else "; no channel holds a build yet")
+        raise NotFoundError(f"channel {ref!r} is empty in {uri}: nothing has been promoted to it yet{hint}"
+                            ).with_details(empty_channel=ref, channels_holding=held)
+    latest = look.latest()
+    known = ", ".join(latest[-5:]) or "none"
+    raise NotFoundError(f"unknown build or channel {ref!r} in {uri}{did_you_mean(ref, [*CHANNELS, *latest])} "
+                        f"(latest builds: {known}); see `avatar-release ls`")

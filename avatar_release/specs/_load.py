@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._digest import canonical_json, sha256_digest
+from .._suggest import did_you_mean
 from ..errors import SpecError
 from ._project import find_project
 
@@ -146,8 +147,9 @@ def list_specs(kind: str) -> list[str]:
 def _load(kind: str, label: str, name: str, cls: type[_S]) -> _S:
     path = manifests_dir() / kind / f"{name}.toml"
     if "/" in name or name.startswith(".") or not path.is_file():
-        known = ", ".join(list_specs(kind)) or "none"
-        raise SpecError(f"unknown {label} {name!r} (known: {known}); specs live in {path.parent}")
+        specs = list_specs(kind)
+        raise SpecError(f"unknown {label} {name!r}{did_you_mean(name, specs)} (known: {', '.join(specs) or 'none'}); "
+                        f"specs live in {path.parent}")
     try:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:

@@ -75,10 +75,10 @@ def test_an_override_changes_the_build_and_is_recorded(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--pipeline", "nope"], "unknown pipeline 'nope' (known: "),
+        (["--pipeline", "nope"], "unknown pipeline 'nope'"),
         (["--target", "tpu-v9"], "unknown target 'tpu-v9'"),
-        (["--set", "dit.nope=1"], "--set dit.nope: unknown key; settable keys are: "),
-        (["--set", "dit.steps=many"], "--set dit.steps=many: expected a int"),
+        (["--set", "dit.nope=1"], "--set dit.nope: unknown key"),
+        (["--set", "dit.steps=many"], "--set dit.steps=many: expected an integer"),
         (["--set", "residual_dtype=float8"], "residual_dtype must be one of ('float32', 'bfloat16'), got 'float8'"),
         (["--set", "novalue"], "expected KEY=VALUE"),
         (["--weights", "/nonexistent/w.safetensors"], "no such file"),

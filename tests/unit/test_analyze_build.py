@@ -45,7 +45,7 @@ def analyze(monkeypatch):
     monkeypatch.setattr(analyze_cmds, "read_manifest", lambda reg, ref: (None, m))
 
     def run(*extra):
-        res = CliRunner().invoke(cli, ["analyze", "build", "dev", *extra], catch_exceptions=False)
+        res = CliRunner().invoke(cli, ["analyze", "build", "dev", "--registry", "memory://analyze", *extra], catch_exceptions=False)
         assert res.exit_code == 0, res.output
         return res.output
 

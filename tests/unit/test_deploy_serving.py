@@ -27,8 +27,10 @@ def test_serving_manifests_are_valid_kubernetes(variant):
 
 
 @pytest.mark.parametrize("variant", sorted(FILES))
-def test_probes_args_and_grace_match_the_pod(variant):
+def test_probes_args_and_grace_match_the_pod(variant, monkeypatch):
     from avatar_release.cli import cli
+
+    monkeypatch.setenv("AVATAR_RELEASE_REGISTRY", "memory://pod")  # the manifest's env names the real one
     from avatar_release.serving import create_app
 
     dep = _docs(variant)["StatefulSet"]

@@ -44,11 +44,12 @@ def test_unknown_scheme_is_an_input_error():
         open_registry("ftp://example/repo")
 
 
-def test_missing_local_registry_is_reported(tmp_path):
-    from avatar_release.errors import RegistryError
+def test_missing_local_registry_is_reported_as_not_found_with_the_fix(tmp_path):
+    from avatar_release.errors import NotFoundError
 
-    with pytest.raises(RegistryError, match="not found"):
+    with pytest.raises(NotFoundError, match="not found") as err:
         open_registry(str(tmp_path / "absent"), create=False)
+    assert err.value.exit_code == 3 and "avatar-release compile" in str(err.value)
 
 
 def test_local_writes_leave_no_temp_files(tmp_path):

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "avatar_release"
 # Rooms every other room may use; they import only each other.
-LOWER = {"errors", "_digest", "_dtypes", "_atomic", "records", "machine", "registry", "specs"}
+LOWER = {"errors", "_digest", "_dtypes", "_atomic", "_paths", "_suggest", "records", "machine", "registry", "specs"}
 # The pipeline a toolchain releases reaches it through its entry point, never the other way round.
 PIPELINE_PACKAGES = {"model", "kernels"}
 

@@ -365,6 +365,7 @@ def test_serve_takes_host_and_port_from_the_environment(monkeypatch):
 
     monkeypatch.setenv("AVATAR_RELEASE_HOST", "0.0.0.0")
     monkeypatch.setenv("AVATAR_RELEASE_PORT", "9123")
+    monkeypatch.setenv("AVATAR_RELEASE_REGISTRY", "memory://pod")  # parsing --registry finds the registry
     ctx = cli.commands["serve"].make_context("serve", ["--queue", "2", "--max-body", "4096"])
     assert (ctx.params["host"], ctx.params["port"], ctx.params["queue"], ctx.params["max_body"]) == ("0.0.0.0", 9123, 2, 4096)
     ctx = cli.commands["serve"].make_context("serve", ["--port", "0"])  # a flag beats the environment
