@@ -37,6 +37,7 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "rebuild": (1, *_REGISTRY, 4, 5, 6),
     "inspect": _REGISTRY,
     "verify": (*_REGISTRY, 4),
+    "diff": (1, *_REGISTRY),
     "ls": _REGISTRY,
     "registries": (3,),
     "copy": (*_REGISTRY, 4),

@@ -125,13 +125,17 @@ def revoke_cmd(ref: str, reason: str, key_path: str | None, registry_uri: str | 
 def rollback_cmd(channel: str, to: str | None, reason: str, dry_run: bool, sign_key: str | None, valid_days: float,
                  registry_uri: str | None, as_json: bool) -> None:
     """Move CHANNEL back to an earlier build that passed its gates."""
+    reg = open_registry(registry_uri, create=False)
+    plan = plan_rollback(reg, channel, to=to)  # the same decision as the move, and which move it undoes
     if dry_run:
-        plan = plan_rollback(open_registry(registry_uri, create=False), channel, to=to)
         _emit(as_json, {"ok": True, **plan.to_json()}, plan.text())
         return
-    r = rollback(open_registry(registry_uri, create=False), channel, to=to, reason=reason,
-                 signing_key=_signing_key(sign_key), valid_days=valid_days)
-    _emit(as_json, {"ok": True, **r.to_json()}, _move_human(r, "rolled back"))
+    r = rollback(reg, channel, to=to, reason=reason, signing_key=_signing_key(sign_key), valid_days=valid_days)
+    u = plan.undoes
+    undid = (f"\n  undid #{u.sequence} ({u.action} {u.from_build} -> {u.to_build} by {u.who} at {u.when})"
+             if u is not None and r.changed else "")
+    _emit(as_json, {"ok": True, **r.to_json(), "undid": u.sequence if u is not None and r.changed else None},
+          _move_human(r, "rolled back") + undid)
 
 
 @cli.command("history")

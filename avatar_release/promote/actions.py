@@ -182,10 +182,10 @@ def rollback(registry: Registry, channel: str, *, to: str | None = None, reason:
     if to is None:
         if current is None:
             raise Refusal(f"rollback {channel}: the channel is empty, there is nothing to roll back")
-        previous = _previous_build(registry, channel, current.digest)
-        if previous is None:
-            raise Refusal(f"rollback {channel}: no earlier build in its history; name one with --to BUILD")
-        to = previous
+        undone = _undone_move(registry, channel, current.digest)
+        if undone is None or undone.from_digest is None:
+            raise _no_earlier(registry, channel, current.digest)
+        to = undone.from_digest
     resolved, manifest = read_manifest(registry, to)
     decision = check_rollback_target(registry, resolved, manifest, channel)
     return _move(registry, resolved, decision, current, "rollback", who, reason or f"rollback {channel}",
@@ -204,9 +204,25 @@ def _move(registry: Registry, resolved: Resolved, decision: Decision, current: C
                        signing_key, valid_days)
 
 
-def _previous_build(registry: Registry, channel: str, current_digest: str) -> str | None:
-    """The digest the channel pointed at before the move that brought it to its current build."""
-    for e in reversed(registry.history(channel)):
-        if e.to_digest == current_digest and e.from_digest and e.from_digest != current_digest:
-            return e.from_digest
+def _undone_move(registry: Registry, channel: str, current_digest: str) -> HistoryEntry | None:
+    """The move a plain ``rollback`` undoes: the newest promote (or publish) that brought the channel
+    to its current build from another one that was never itself rolled back from. A rollback is
+    never undone by the next rollback (that would re-deploy the build just rolled back: name it
+    with ``--to`` for that); a second rollback goes one step further back instead."""
+    history = registry.history(channel)
+    rolled_back = {e.from_digest for e in history if e.action == "rollback" and e.from_digest}
+    for e in reversed(history):
+        if e.to_digest == current_digest and e.action != "rollback" and e.from_digest \
+                and e.from_digest != current_digest and e.from_digest not in rolled_back:
+            return e
     return None
+
+
+def _no_earlier(registry: Registry, channel: str, current_digest: str) -> Refusal:
+    """Why a plain rollback has nowhere to go, naming the builds only ``--to`` may bring back."""
+    gone = [e.from_build for e in registry.history(channel) if e.action == "rollback" and e.from_build
+            and e.from_digest != current_digest]
+    hint = (f"; rolled back from before: {', '.join(dict.fromkeys(gone))} (bring one back with --to BUILD)"
+            if gone else "")
+    return Refusal(f"rollback {channel}: no earlier build in its history to go back to{hint}; name one with "
+                   "--to BUILD")

@@ -15,7 +15,7 @@ from ..errors import NeedsApproval, Refusal
 from ..records import CHANNELS, ChannelState, HistoryEntry
 from ..registry import Registry, read_manifest
 from ..trust.policy import load_policy
-from .actions import _local_approver_key, _previous_build
+from .actions import _local_approver_key, _no_earlier, _undone_move
 from .policy import Decision, check_gate_evidence, check_promotion, check_rollback_target
 
 __all__ = ["MovePlan", "plan_promotion", "plan_rollback"]
@@ -85,11 +85,13 @@ def plan_rollback(registry: Registry, channel: str, *, to: str | None = None) ->
     current = _current(registry, channel)
     if current is None:
         raise Refusal(f"rollback {channel}: the channel is empty, there is nothing to roll back")
+    undoes = _undone_move(registry, channel, current.digest)
     if to is None:
-        to = _previous_build(registry, channel, current.digest)
-        if to is None:
-            raise Refusal(f"rollback {channel}: no earlier build in its history; name one with --to BUILD")
+        if undoes is None or undoes.from_digest is None:
+            raise _no_earlier(registry, channel, current.digest)
+        to = undoes.from_digest
+    else:
+        undoes = None  # --to names the target: no one move is undone
     resolved, manifest = read_manifest(registry, to)
     decision = check_rollback_target(registry, resolved, manifest, channel)
-    undoes = next((e for e in reversed(registry.history(channel)) if e.to_digest == current.digest), None)
     return MovePlan("rollback", decision, current.build_id, undoes=undoes)

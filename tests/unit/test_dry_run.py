@@ -68,3 +68,27 @@ def test_the_cli_dry_runs_print_json_and_move_nothing(reg):
     assert reg.get_channel("staging") is None
     r = CliRunner().invoke(cli, ["rollback", "prod", "--dry-run", "--registry", str(reg.root), "--json"])
     assert r.exit_code == 1 and json.loads(r.stdout)["error"] == "Refusal"  # prod is empty: the real refusal
+
+
+def test_a_second_rollback_goes_further_back_never_to_the_build_just_rolled_back(reg):
+    from avatar_release.promote import rollback
+
+    a, da, m = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    c, dc, _ = _publish(reg, "c")
+    _gate(reg, a, da, m)
+    promote(reg, a, "staging")
+    promote(reg, a, "prod")
+    for new, digest, against in ((b, db, (a, da)), (c, dc, (b, db))):
+        _gate(reg, new, digest, m, against=against)
+        promote(reg, new, "staging")
+        promote(reg, new, "prod")
+    assert rollback(reg, "prod").decision.build_id == b  # undoes b -> c
+    plan = plan_rollback(reg, "prod")  # the next undoes a -> b, not the rollback (that would bring c back)
+    assert plan.decision.build_id == a and plan.undoes.to_build == b and plan.undoes.action == "promote"
+    assert rollback(reg, "prod").decision.build_id == a
+    with pytest.raises(Refusal) as err:  # a was the first: nothing earlier, and c, b only by name
+        rollback(reg, "prod")
+    assert "no earlier build" in str(err.value) and f"{c}, {b}" in str(err.value) and "--to BUILD" in str(err.value)
+    assert reg.get_channel("prod").build_id == a
+    assert rollback(reg, "prod", to=c).decision.build_id == c  # named, it may come back
