@@ -66,8 +66,8 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
     )
     human = (
         f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "
-        f"{summary['out']}\n  compiles {summary['compiles']}, deadline misses {summary['deadline_misses']}, "
-        f"cold start {summary['cold_start']['total']:.2f}s (first chunk {summary['cold_start']['first_chunk']:.2f}s)"
+        f"{summary['out']}\n  compiles {summary['compiles']}, cold start {summary['cold_start']['total']:.2f}s "
+        f"(first chunk {summary['cold_start']['first_chunk']:.2f}s)\n  {summary['pace']['summary']}"
     )
     if f := summary["inputs"]["image"].get("fit"):
         human += (f"\n  image {f['source_format']} {'x'.join(map(str, f['source_size']))} -> "

@@ -8,6 +8,7 @@ Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 from ._blobs import BlobCheck, build_blobs, fetch_verified
 from ._feed import ChunkAudio, feed_chunks
 from ._guard import COMPILE_EVENT, CompileGuard
+from ._pace import Pace, pace_of, realtime_factor
 from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, check_trusted, load, revocation_keys
 from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, stream
 from ._verify import check_blobs, verify_build
@@ -36,4 +37,7 @@ __all__ = [
     "CompileGuard",
     "COMPILE_EVENT",
     "verify_build",
+    "Pace",
+    "pace_of",
+    "realtime_factor",
 ]

@@ -26,7 +26,7 @@ from ..media import (
 )
 from ..records import ChunkProgram, Manifest
 from ..registry import Registry, Resolved, open_registry
-from ..runtime import Chunk, LoadedBuild, StreamReport, TrustConfig, load, stream
+from ..runtime import Chunk, LoadedBuild, StreamReport, TrustConfig, load, pace_of, stream
 
 __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
            "request_image"]
@@ -149,9 +149,11 @@ def render_to_files(
     length = f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
     progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {length} to {out_path}")
 
+    pace = pace_of(manifest)
+
     def say(c: Chunk) -> None:
         progress(f"chunk {c.index}: {c.frames.shape[0]} frames ({c.bucket}) in {c.seconds:.2f}s, "
-                 f"deadline {c.deadline:.2f}s{' MISSED' if c.missed else ''}, {c.compiles} compile(s)")
+                 f"deadline {c.deadline:.2f}s{' ' + pace.miss_label() if c.missed else ''}, {c.compiles} compile(s)")
 
     report, mp4 = render_build_to_files(build, image, audio.pieces, out_path=out_path, frames_dir=frames_dir,
                                         seed=seed, on_chunk=say)
@@ -161,6 +163,7 @@ def render_to_files(
         "out": str(Path(out_path).absolute()),
         "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
         **report.to_json(),
+        "pace": {**pace.to_json(report.chunks), "summary": pace.summary(report.chunks)},
         "compiles": build.guard.count,
         "cold_start": _cold_start(build, imports, report),
         "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},

@@ -29,7 +29,8 @@ class Metrics:
         self.chunk_seconds = Histogram("avatar_serve_chunk_seconds", "Render time of one chunk, by bucket", ["bucket"],
                                        buckets=_LATENCY, registry=r)
         self.deadline_misses = Counter("avatar_serve_deadline_misses", "Chunks slower than their playback time, by "
-                                       "bucket", ["bucket"], registry=r)
+                                       "bucket (on emulated devices, /healthz deadline.emulated, they only say the "
+                                       "host is slower than the target)", ["bucket"], registry=r)
         self.first_fragment = Histogram("avatar_serve_time_to_first_fragment_seconds", "Admission to the first video "
                                         "bytes sent", buckets=_LATENCY, registry=r)
         self.request_seconds = Histogram("avatar_serve_render_seconds", "Admission to the last byte of a video",

@@ -20,7 +20,7 @@ from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..records import Manifest
 from ..registry import Registry, Resolved, read_manifest
-from ..runtime import LoadedBuild, TrustConfig, load, revocation_keys, stream
+from ..runtime import LoadedBuild, TrustConfig, load, pace_of, revocation_keys, stream
 from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
 from ._errors import clean_message
@@ -76,12 +76,18 @@ class Pod:
     def ready(self) -> bool:
         return self.build.guard.count == 0 and not self.draining
 
+    def _deadline(self) -> dict[str, Any]:
+        """What a chunk's deadline means here (``emulated``: misses say the host is slower than the target)."""
+        pace = pace_of(self.build.manifest)
+        return {"target": pace.target, "where": pace.where, "emulated": pace.emulated}
+
     def health(self) -> dict[str, Any]:
         b, t = self.build, self.build.timings
         return {"ready": self.ready, "draining": self.draining, "channel": self.channel, "build_id": b.build_id,
                 "digest": b.digest, "compiles": b.guard.count, "requests": self.requests,
                 "load_seconds": round(t.total(), 4), "warm_chunk_seconds": round(self.warm_seconds, 4),
                 "fps": b.manifest.program.fps, "buckets": {x.name: x.frames for x in b.manifest.buckets},
+                "deadline": self._deadline(),
                 "follow": {"swaps": self.follow.swaps, "last_check": self.follow.last_check,
                            "last_result": self.follow.last_result, "refused_digest": self.follow.refused_digest,
                            "refused_reason": self.follow.refused_reason, "revoked": self.follow.revoked}}

@@ -191,6 +191,14 @@ def test_cli_render_writes_video_frames_and_summary(built_registry, tmp_path):
     chunks = [line.strip() for line in res.stderr.splitlines() if line.strip().startswith("chunk ")]
     assert [c.split(":")[0] for c in chunks] == ["chunk 0", "chunk 1"]
     assert all("deadline" in c and "0 compile(s)" in c for c in chunks)
+    # 8 virtual CPU devices: a chunk over its playback time says the host is slow, not that a deadline was missed
+    pace = summary["pace"]
+    assert pace["emulated"] is True and pace["misses_on_target"] == 0 and "8 emulated cpu devices" in pace["where"]
+    per_chunk = summary["per_chunk"]
+    media, spent = sum(c["deadline"] for c in per_chunk), sum(c["seconds"] for c in per_chunk)
+    assert pace["realtime_factor"] == pytest.approx(media / spent, rel=1e-2)
+    assert pace["chunks_over_deadline"] == sum(c["missed"] for c in per_chunk)
+    assert "MISSED" not in res.stderr
     probe = probe_mp4(out)
     assert probe.video_codec == "h264" and probe.audio_codec == "aac" and probe.frames == 10
     assert len(list(frames_dir.glob("*.png"))) == 10 and read_image(frames_dir / "frame_00000.png").shape == (48, 80, 3)

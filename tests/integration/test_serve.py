@@ -113,6 +113,8 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     pod, ready = _start(root, log_dir=tmp_path)
     try:
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == result.build_id
+        assert ready["deadline"] == {"target": "cpu-8", "emulated": True,
+                                     "where": f"8 emulated cpu devices on {os.cpu_count()} host cores"}
         base = f"http://127.0.0.1:{ready['port']}"
         assert _get(base, "/healthz")["ready"] is True and _get(base, "/readyz")["ready"] is True
         headers, data = _render(base, {"audio_wav_b64": base64.b64encode(encode_wav_bytes(sample_audio(0.4), 16000)).decode()})
@@ -147,6 +149,7 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     requests = [x for x in lines if x["event"] == "request"]
     assert [x["status"] for x in requests] == [200, 200, 400, 400, 400, 400]
     assert requests[0]["chunks"] == 2 and requests[0]["build"] == result.build_id  # 10 frames: 8 + 2
+    assert requests[0]["realtime_factor"] > 0 and requests[2]["realtime_factor"] is None  # a 400 rendered nothing
     _check_deadline_misses(metrics, requests, manifest_of(LocalRegistry(root, create=False)))
 
 

@@ -1,0 +1,85 @@
+"""What a chunk's deadline means on this host: the target's playback rate, met or not.
+
+Every chunk has to render in its playback time (frames / fps): that is the target's deadline,
+recorded with the build. Whether a miss is a fault depends on where the build runs. A build for
+several CPU devices (``cpu-8``) runs on virtual devices that XLA carves out of one host's cores
+(``--xla_force_host_platform_device_count``): there a chunk slower than playback only says this
+host is slower than real hardware, and it is labelled so. Anywhere else the loader has already
+checked that the devices are the build's own (backend, device kind and count), so a miss is a miss.
+The real-time factor (media seconds per rendered second) says how far off a host is either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..records import Manifest
+
+__all__ = ["Pace", "pace_of", "realtime_factor"]
+
+
+class _Timed(Protocol):
+    @property
+    def seconds(self) -> float: ...
+
+    @property
+    def deadline(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The deadline's meaning for one build on this host."""
+
+    target: str
+    backend: str
+    device_kind: str
+    devices: int
+    host_cores: int
+    emulated: bool  # virtual host devices: misses say "this host is slower than the target", not a fault
+
+    @property
+    def where(self) -> str:
+        if self.emulated:
+            return f"{self.devices} emulated {self.backend} devices on {self.host_cores} host cores"
+        return f"{self.devices} x {self.device_kind}"
+
+    def miss_label(self) -> str:
+        """How one chunk over its deadline is shown in progress lines."""
+        return "slower than playback (emulated host)" if self.emulated else "MISSED"
+
+    def summary(self, chunks: Sequence[_Timed]) -> str:
+        """One line for a render's or a request's report: the deadline, this host's pace, what misses mean."""
+        rtf = realtime_factor(chunks)
+        over = sum(c.seconds > c.deadline for c in chunks)
+        pace = f"{rtf:.2f}x real time" if rtf is not None else "no chunks"
+        head = f"deadline: each chunk in its playback time (the {self.target} target's); here {pace} on {self.where}"
+        if not over:
+            return f"{head}; every chunk in time"
+        if self.emulated:
+            return (f"{head}; {over} of {len(chunks)} chunks slower than playback: expected on emulated devices "
+                    "(this host is slower than the target), not a deadline miss")
+        return f"{head}; {over} of {len(chunks)} chunks MISSED their deadline on the build's own hardware"
+
+    def to_json(self, chunks: Sequence[_Timed]) -> dict[str, Any]:
+        over = sum(c.seconds > c.deadline for c in chunks)
+        return {"target": self.target, "where": self.where, "emulated": self.emulated,
+                "realtime_factor": realtime_factor(chunks), "chunks_over_deadline": over,
+                "misses_on_target": 0 if self.emulated else over}
+
+
+def pace_of(manifest: Manifest, host_cores: int | None = None) -> Pace:
+    """The build's deadline on this host (see the module's docstring for the rule)."""
+    p = manifest.platform
+    cores = host_cores if host_cores is not None else (os.cpu_count() or 1)
+    return Pace(target=manifest.target, backend=p.backend, device_kind=p.device_kind, devices=p.device_count,
+                host_cores=cores, emulated=p.backend == "cpu" and p.device_count > 1)
+
+
+def realtime_factor(chunks: Sequence[_Timed]) -> float | None:
+    """Media seconds per rendered second over ``chunks`` (1.0: exactly real time; None: nothing rendered)."""
+    rendered = sum(c.seconds for c in chunks)
+    media = sum(c.deadline for c in chunks)
+    return round(media / rendered, 4) if rendered > 0 else None
