@@ -15,7 +15,7 @@ from ..pipeline import CONTRACT_PAGE, AnalysisContext, load_entry
 from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..specs import load_flag_profile, load_pipeline, load_target
-from ._app import _emit, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option
+from ._app import _emit, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option, complete_ref
 
 
 @cli.group("analyze")
@@ -74,7 +74,7 @@ def analyze_pipeline_cmd(name: str, pipeline: str, target: str | None, options: 
 
 
 @analyze_group.command("build")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @registry_option
 @project_option
 @json_option

@@ -19,13 +19,14 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from .. import __version__
 from .._suggest import did_you_mean
 from ..errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
 from ..machine import configure_compile_env, configure_for_manifest, quiet_jax_import
 from ..records import CHANNELS, Manifest, check_identity
-from ..registry import Registry, Resolved, find_registry, read_manifest
+from ..registry import Registry, Resolved, find_registry, open_registry, read_manifest
 from ..runtime import TrustConfig, check_trusted
 from ..specs import load_target, use_project
 from ._exit_codes import ExitCodesGroup
@@ -167,6 +168,20 @@ project_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, expose_value=True,
                            is_eager=True, help="Print a machine-readable result (errors too) on stdout.")
+def complete_ref(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion for a build reference: the channels that hold a build, then build ids, from
+    the registry the command would use (nothing, never an error, when none is found)."""
+    try:
+        reg = open_registry(find_registry(ctx.params.get("registry_uri")).uri, create=False)
+        channels = [c.channel for c in reg.list_channels()]
+        builds = [b.build_id for b in reg.list_builds()]
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into a shell
+        return []
+    return [CompletionItem(n, help=h) for n, h in [*((c, "channel") for c in channels),
+                                                   *((b, "build") for b in reversed(builds))]
+            if n.startswith(incomplete)]
+
+
 class SuggestingChoice(click.Choice):
     """``click.Choice`` whose refusal names the closest choice (``production`` -> did you mean 'prod')."""
 

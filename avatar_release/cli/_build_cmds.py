@@ -10,12 +10,13 @@ from ..compile import compile_build, parse_set_args, rebuild
 from ..errors import IntegrityError, Refusal
 from ..machine import native_log_filter
 from ..promote import publish_to_dev
-from ..promote.status import release_status
+from ..promote.status import ReleaseStatus, release_status
 from ..registry import open_registry, read_manifest
 from ..runtime import verify_build
+from ._table import table
 from ._app import (
     _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, new_registry_option,
-    project_option, registry_option,
+    project_option, registry_option, complete_ref,
 )
 
 
@@ -62,7 +63,7 @@ def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tupl
 
 
 @cli.command("rebuild")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @registry_option
 @project_option
 @json_option
@@ -83,30 +84,62 @@ def rebuild_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
 
 
 # ---------------------------------------------------------------------------------- ls / inspect / verify
+_LS_OUTPUTS = ("table", "wide", "name", "json")
+
+
+def _ls_rows(st: ReleaseStatus, wide: bool) -> tuple[list[str], list[list[str]]]:
+    headers = ["BUILD", "CHANNELS", "GATE", "COMPARED WITH", "PUBLISHED"]
+    if wide:
+        headers += ["DIGEST", "COMPILE GATE"]
+    rows = []
+    for b in st.builds:
+        row = [b.build_id, ",".join(b.channels) or "-", "revoked" if b.revoked else b.gate, b.compared_with or "-",
+               b.published_at[:19].replace("T", " ")]
+        if wide:
+            row += [b.digest[:19], b.compile_gate or "-"]
+        rows.append(row)
+    return headers, rows
+
+
+def _verdict_lines(st: ReleaseStatus) -> str:
+    out = []
+    for b in st.builds:
+        for v in b.verdicts or []:
+            out.append(f"{b.build_id}  {v.created_at[:19]}  {v.status:<12} {v.compared_with:<44} {v.digest[:19]}"
+                       f"{'' if v.signed else '  (unsigned: never promotes)'}")
+    return "\n".join(out)
+
+
 @cli.command("ls")
 @click.option("--verdicts", is_flag=True,
               help="Also list every gate result of each build: status, what it compared with, when, and whether a "
                    "key the trust policy names signed it (only those promote).")
+@click.option("-o", "--output", "output", type=click.Choice(_LS_OUTPUTS), default="table", show_default=True,
+              help="table: one row per build under a header; wide: also its digest and compile gate; "
+                   "name: build ids only, one per line (for scripts); json: as --json.")
+@click.option("--no-headers", is_flag=True, help="Leave out the header row (table, wide).")
 @registry_option
 @json_option
-def ls_cmd(verdicts: bool, registry_uri: str | None, as_json: bool) -> None:
-    """List builds, their gate status and the channels that point at them."""
+def ls_cmd(verdicts: bool, output: str, no_headers: bool, registry_uri: str | None, as_json: bool) -> None:
+    """List builds, newest last: the channels on each, its gate status and what that verdict compared with."""
     st = release_status(open_registry(registry_uri, create=False), verdicts=verdicts)
-    human = "\n".join(
-        f"{b.build_id:<40} {b.digest[:19]}  {b.published_at[:19]}  {b.gate:<12} "
-        f"{('vs ' + b.compared_with) if b.compared_with else '':<28} "
-        f"{('compile:' + b.compile_gate) if b.compile_gate else '':<16} {' '.join(b.channels)}".rstrip()
-        + (f"\n    REVOKED: {b.revoked}" if b.revoked else "")
-        + "".join(f"\n    {v.created_at[:19]}  {v.status:<12} {v.compared_with:<44} {v.digest[:19]}"
-                  f"{'' if v.signed else '  (unsigned: never promotes)'}" for v in b.verdicts or [])
-        for b in st.builds
-    ) or "no builds"
+    if as_json or output == "json":
+        _emit(True, {"ok": True, **st.to_json()}, "")
+        return
+    if output == "name":
+        click.echo("\n".join(b.build_id for b in st.builds))
+        return
+    headers, rows = _ls_rows(st, wide=output == "wide")
+    human = table(headers, rows, header=not no_headers) if rows else "no builds"
+    human += "".join(f"\nREVOKED {b.build_id}: {b.revoked}" for b in st.builds if b.revoked)
+    if verdicts and (lines := _verdict_lines(st)):
+        human += "\n\nverdicts:\n" + lines
     human += "".join(f"\nwarning: {p}" for p in st.problems)
-    _emit(as_json, {"ok": True, **st.to_json()}, human)
+    click.echo(human)
 
 
 @cli.command("inspect")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @registry_option
 @json_option
 def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
@@ -143,7 +176,7 @@ def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
 
 
 @cli.command("verify")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @registry_option
 @json_option
 def verify_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:

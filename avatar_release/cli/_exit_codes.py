@@ -40,6 +40,7 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "diff": (1, *_REGISTRY),
     "ls": _REGISTRY,
     "registries": (3,),
+    "completion": (),
     "copy": (*_REGISTRY, 4),
     "gate": (1, *_LOADS, 6, 12, 13),
     "gate run": (1, *_LOADS, 12, 13),

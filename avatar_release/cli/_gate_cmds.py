@@ -22,7 +22,7 @@ from ..runtime import check_environment
 from ._exit_codes import ExitCodesGroup
 from ._app import (
     _emit, _finish, _next_step, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option,
-    new_registry_option, project_option, registry_option,
+    new_registry_option, project_option, registry_option, complete_ref,
 )
 from ._summary import append_step_summary, gate_summary
 
@@ -71,7 +71,7 @@ def _compare_options(f: _F) -> _F:
 
 
 @gate_group.command("run")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @_compare_options
 @click.option("--shard", default=None, metavar="K/N",
               help="Render only shard K (0..N-1, e.g. $JOB_COMPLETION_INDEX) of N and store signed partial evidence; "
@@ -138,7 +138,7 @@ def _gate_shard(registry_uri: str | None, ref: str, shard: str, twin: str | None
 
 
 @gate_group.command("merge")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @_compare_options
 @click.option("--run-id", default=None, envvar="AVATAR_RELEASE_GATE_RUN_ID",
               help="Merge the shards of this run (default: the run of the newest shard).")
@@ -211,7 +211,7 @@ def _require_build_hardware(manifest: Manifest) -> None:
 
 
 @gate_group.command("compile")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @click.option("--no-reproduce", is_flag=True, help="Skip the recompile (reproducible HLO and fingerprint).")
 @registry_option
 @json_option
@@ -267,7 +267,7 @@ def gate_calibrate_cmd(pipeline: str, target: str, variants: tuple[str, ...], ma
 
 
 @cli.command("review")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @click.option("--serve", is_flag=True, help="Serve the blind review page and record answers.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address for --serve to listen on.")
 @click.option("--port", default=0, type=int, help="Port for --serve (default: any free port).")

@@ -10,7 +10,7 @@ import click
 from ..ops.copy import CopyReport, copy_build
 from ..errors import NotFoundError
 from ..registry import RegistryChoice, config_files, find_registry, load_config, open_registry
-from ._app import _emit, _finish, _progress, channel_choice, cli, json_option, registry_option
+from ._app import _emit, _finish, _progress, channel_choice, cli, json_option, registry_option, complete_ref
 
 
 def _destination(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -35,7 +35,7 @@ def _copy_human(r: CopyReport) -> str:
 
 
 @cli.command("copy")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @click.option("--to", "to_uri", required=True, callback=_destination, metavar="URI|PATH|NAME",
               help="Destination registry (same forms as --registry; a new directory is created).")
 @click.option("--channel", default=None, type=channel_choice,

@@ -12,7 +12,7 @@ from ..promote.actions import approve, refresh_timestamp, revoke_build, sign_cha
 from ..promote.dry_run import plan_promotion, plan_rollback
 from ..registry import open_registry
 from ..trust.keys import generate_keypair, load_private_key
-from ._app import _emit, _next_step, channel_choice, cli, json_option, project_option, registry_option, signing_options
+from ._app import _emit, _next_step, channel_choice, cli, json_option, project_option, registry_option, signing_options, complete_ref
 from ._summary import append_step_summary, promote_summary
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def _move_human(r: MoveResult, verb: str) -> str:
 
 
 @cli.command("promote")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @click.option("--to", "channel", required=True, type=channel_choice)
 @click.option("--reason", default="", help="Recorded in the history.")
 @click.option("--dry-run", is_flag=True, help="Show the decision, its evidence and what would move; write nothing.")
@@ -67,7 +67,7 @@ def promote_cmd(ref: str, channel: str, reason: str, dry_run: bool, sign_key: st
 
 
 @cli.command("approve")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @click.option("--key", "key_path", default=None, envvar="AVATAR_RELEASE_APPROVER_KEY",
               help="The approver's Ed25519 private key (default: this machine's release key).")
 @click.option("--as", "approver", default=None, help="The approver's name in the trust policy (default: the key's).")
@@ -89,7 +89,7 @@ def approve_cmd(ref: str, key_path: str | None, approver: str | None, note: str,
 
 
 @cli.command("revoke")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_ref)
 @click.option("--reason", required=True, help="Why: shown to everyone the revocation refuses.")
 @click.option("--key", "key_path", default=None, envvar="AVATAR_RELEASE_REVOKE_KEY",
               help="An Ed25519 private key the trust policy names (default: this machine's release key). Pods "

@@ -129,3 +129,32 @@ def test_a_mistyped_set_key_or_spec_name_suggests_the_closest(tmp_path):
     assert res.exit_code == 2 and "did you mean 'tpu-v6e-8'" in res.stderr
     res = cli("compile", "--pipeline", "tinny", "--registry", str(tmp_path / "r"))
     assert res.exit_code == 2 and "did you mean 'tiny'" in res.stderr
+
+
+def test_ls_prints_a_table_with_a_header_and_other_outputs_on_request(tmp_path):
+    root_dir, build_id = _published(tmp_path)
+    lines = cli("ls", "--registry", root_dir).stdout.splitlines()
+    assert lines[0].split() == ["BUILD", "CHANNELS", "GATE", "COMPARED", "WITH", "PUBLISHED"]
+    assert lines[1].split()[:4] == [build_id, "dev", "ungated", "-"]
+    assert cli("ls", "--registry", root_dir, "--no-headers").stdout.splitlines()[0].startswith(build_id)
+    wide = cli("ls", "--registry", root_dir, "-o", "wide").stdout.splitlines()
+    assert "DIGEST" in wide[0] and "COMPILE GATE" in wide[0] and "sha256:" in wide[1]
+    assert cli("ls", "--registry", root_dir, "-o", "name").stdout.split() == [build_id]
+    doc = json.loads(cli("ls", "--registry", root_dir, "-o", "json").stdout)
+    assert [b["build_id"] for b in doc["builds"]] == [build_id]
+
+
+def _complete(args: list[str], incomplete: str) -> list[str]:
+    from click.shell_completion import BashComplete
+
+    return [c.value for c in BashComplete(root, {}, "avatar-release", "_X").get_completions(args, incomplete)]
+
+
+def test_shell_completion_offers_channels_and_build_ids_from_the_registry(tmp_path):
+    root_dir, build_id = _published(tmp_path)
+    assert _complete(["inspect", "--registry", root_dir], "") == ["dev", build_id]
+    assert _complete(["diff", "--registry", root_dir, "dev"], "tiny") == [build_id]
+    assert _complete(["promote", build_id, "--to"], "st") == ["staging"]
+    assert _complete(["inspect", "--registry", str(tmp_path / "none")], "") == []  # no registry: quietly nothing
+    script = cli("completion", "bash")
+    assert script.exit_code == 0 and "_AVATAR_RELEASE_COMPLETE=bash_complete" in script.stdout
