@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from ..registry import Registry, Resolved, find_registry, open_registry, read_ma
 from ..runtime import TrustConfig, check_trusted
 from ..specs import load_target, use_project
 from ._exit_codes import ExitCodesGroup
+from ._progress_view import ProgressView
 from ..trust.keys import load_public_key
 from ..trust.statements import AcceptedState
 
@@ -60,13 +62,13 @@ def _finish(as_json: bool, payload: dict[str, Any], human: str, failure: AvatarR
 
 
 def _progress() -> Callable[[str], None]:
-    """Progress lines, always on stderr (with ``--json`` too: stdout carries only the result, so a
-    pipeline step that runs for a minute still shows what it is doing)."""
-
-    def say(msg: str) -> None:
-        click.echo(f"  {msg}", err=True)
-
-    return say
+    """Progress on stderr (with ``--json`` too: stdout carries only the result, so a pipeline step
+    that runs for a minute still shows what it is doing): bars on a terminal, lines elsewhere."""
+    view = ProgressView(sys.stderr)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(view.close)
+    return view
 
 
 def _next_step(command: str) -> str:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .._progress import Tick
 from ..records import Manifest
 from ..registry import Registry, publish_to_dev
 from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build
@@ -118,6 +119,7 @@ def _trace(plan: BuildPlan, progress: Callable[[str], None]) -> list[LoweredStag
             ls = tracer.submit(lower_stage, sp, plan.mesh, export=plan.executable_format == "jax-export").result()
             progress(f"{sp.stage}/{sp.bucket}: traced {ls.trace_seconds:.2f}s, lowered {ls.lower_seconds:.2f}s")
             lowered.append(ls)
+            progress(Tick("trace", len(lowered), len(plan.stages), "stage"))
     return lowered
 
 
@@ -141,6 +143,7 @@ def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool
                 cs = fut.result()
                 done[id(futures[fut])] = cs
                 progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
+                progress(Tick("compile", len(done), len(lowered), "stage"))
             stages = [done[id(ls)] for ls in lowered]
     else:
         stages = []
@@ -148,6 +151,7 @@ def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool
             cs = compile_stage(ls, options)
             progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
             stages.append(cs)
+            progress(Tick("compile", len(stages), len(lowered), "stage"))
     return _Compiled(stages, time.perf_counter() - t_compile)
 
 
@@ -165,10 +169,14 @@ def _publish(registry: Registry, package: Package, progress: Callable[[str], Non
              + (f" ({kept} already stored)" if kept else ""))
     # Side by side: an OCI registry takes several uploads at once; each put is atomic on its own.
     blobs = list(package.blobs.values())
+    total, sent = sum(map(len, blobs)), 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(PUBLISH_WORKERS, len(blobs) or 1),
                                                thread_name_prefix="publish") as pool:
-        for fut in concurrent.futures.as_completed([pool.submit(registry.put_blob, b) for b in blobs]):
+        futures = {pool.submit(registry.put_blob, b): len(b) for b in blobs}
+        for fut in concurrent.futures.as_completed(futures):
             fut.result()
+            sent += futures[fut]
+            progress(Tick("upload", sent, total, "B"))
     return registry.put_build(build_id, package.manifest.to_json_bytes())
 
 

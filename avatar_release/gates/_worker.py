@@ -30,9 +30,14 @@ from .. import _atomic
 from ..errors import AvatarReleaseError, GateInfraError
 from ..machine import configure_for_manifest, environment_record
 from ..registry import open_registry, read_manifest
-from ..runtime import load, render
+from ..runtime import Chunk, load, render
 from .gateset import gate_request_inputs, gate_set
 from .metrics import frame_sha256
+
+
+def _say_chunk(request: str, chunk: Chunk) -> None:
+    """One line per rendered chunk on stdout, for the parent's progress (the result goes to run.json)."""
+    print(json.dumps({"event": "chunk", "request": request, "index": chunk.index}), flush=True)
 
 
 def render_gate_set(job: dict) -> dict:
@@ -61,7 +66,7 @@ def render_gate_set(job: dict) -> dict:
         if wanted is not None and req.name not in wanted:
             continue
         image, audio = gate_request_inputs(manifest, req)
-        out, report = render(build, image, audio, seed=req.seed)
+        out, report = render(build, image, audio, seed=req.seed, on_chunk=lambda c, r=req.name: _say_chunk(r, c))
         frames.append(out)
         hashes.append([frame_sha256(f) for f in out])
         chunks += [{"request": req.name, **c} for c in report.to_json()["per_chunk"]]

@@ -29,7 +29,7 @@ from ..records import Band, BandVariant, GateSetRecord, parse_record, utcnow
 from ..registry import Registry, read_manifest
 from ..specs import load_pipeline, manifests_dir
 from ._compare import per_frame_psnr
-from ._fresh import GateRun, fresh_run
+from ._fresh import GateRun, chunk_ticks, fresh_run
 from .gateset import gate_set
 from .metrics import max_abs_diff
 
@@ -138,8 +138,11 @@ def _reference_run(registry: Registry, ref: CompileResult, gs: GateSetRecord,
                    progress: Callable[[str], None]) -> GateRun:
     """The reference's gate-set run, rendered twice in fresh processes; Refusal if the two differ."""
     progress("rendering the gate set: reference, twice")
-    r1 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #1")
-    r2 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #2")
+    total = sum(len(r.buckets) for r in gs.requests)
+    r1 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #1",
+                   on_chunk=chunk_ticks(progress, "reference run 1 of 2", total))
+    r2 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #2",
+                   on_chunk=chunk_ticks(progress, "reference run 2 of 2", total))
     if r1.flat_hashes != r2.flat_hashes:
         raise Refusal(f"reference build {ref.build_id} is not deterministic (two fresh runs differ); "
                       "a band measured against it would be meaningless")
@@ -157,7 +160,8 @@ def _measure_variants(registry: Registry, ref: CompileResult, builds: list[tuple
         if b.digest == ref.digest:
             raise InputError(f"variant {v} compiled to the reference build itself; it changes nothing")
         progress(f"rendering the gate set: variant {v}")
-        run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}")
+        run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}",
+                        on_chunk=chunk_ticks(progress, f"variant {v}", sum(len(r.buckets) for r in gs.requests)))
         psnrs = per_frame_psnr(run.frames, reference.frames)
         diffs = [int(max_abs_diff(x, y)) for x, y in zip(run.frames, reference.frames)]
         finite = sorted(p for p in psnrs if not math.isinf(p))

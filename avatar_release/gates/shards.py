@@ -32,7 +32,7 @@ from ..records import GateSetRecord, GateShard, GateShardRun, Manifest, parse_re
 from ..registry import Registry, read_manifest
 from ..trust.attest import verify_envelope
 from ..trust.policy import load_policy
-from ._fresh import GateRun, fresh_run
+from ._fresh import GateRun, chunk_ticks, fresh_run
 from .run import GateOutcome
 from .steps import (
     GateInputs, ProcessRun, Progress, TwinRuns, check_inputs, check_run_environment, compare, never_promotes,
@@ -98,8 +98,10 @@ def _shard_run(registry: Registry, inputs: GateInputs, shard: tuple[int, int], n
     index, count = shard
     progress(f"shard {index}/{count} twin #{twin}: {len(names)} of {len(inputs.gate_set.requests)} requests "
              f"({', '.join(names)}) in a fresh process")
+    chunks = sum(len(r.buckets) for r in inputs.gate_set.requests if r.name in names)
     run = fresh_run(registry.uri, inputs.resolved.digest, inputs.gate_set.digest,
-                    label=_label(index, count, twin), requests=names)
+                    label=_label(index, count, twin), requests=names,
+                    on_chunk=chunk_ticks(progress, f"shard {index}/{count} twin #{twin}", chunks))
     check_run_environment(run, inputs)
     progress(f"shard {index}/{count} twin #{twin}: {run.frames.shape[0]} frames, {run.compiles} compile(s), "
              f"{run.wall_seconds:.1f}s")

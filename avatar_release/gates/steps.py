@@ -35,7 +35,7 @@ from ..registry import CHANNELS, Registry, Resolved, read_manifest
 from ..specs import load_target
 from ..trust.policy import load_policy
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
-from ._fresh import GateRun, fresh_run
+from ._fresh import GateRun, chunk_ticks, fresh_run
 from .band import load_band
 from .gateset import gate_set
 from .report import write_report
@@ -210,11 +210,15 @@ def check_run_environment(run: GateRun, inputs: GateInputs) -> GateRun:
 def twin_runs(registry: Registry, inputs: GateInputs, progress: Progress) -> TwinRuns:
     """Step 2: the gate set rendered twice, each in a fresh process that only loads and serves."""
     digest, gs = inputs.resolved.digest, inputs.gate_set
+    total = sum(len(r.buckets) for r in gs.requests)  # chunks per run: each request's planned buckets
     progress(f"twin run 1 of 2: {gs.frames} frames in a fresh process")
-    run_a = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #1"), inputs)
+    run_a = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #1",
+                                            on_chunk=chunk_ticks(progress, "twin run 1 of 2", total)), inputs)
     progress(f"twin run 2 of 2 ({run_a.wall_seconds:.1f}s for the first)")
-    run_b = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #2"), inputs)
+    run_b = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #2",
+                                            on_chunk=chunk_ticks(progress, "twin run 2 of 2", total)), inputs)
     return TwinRuns(run_a, run_b)
+
 
 
 # ------------------------------------------------------------------------ steps 3-4: verdicts

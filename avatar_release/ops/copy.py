@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._progress import Tick
 from .._digest import is_digest
 from ..errors import ConflictError, IntegrityError, NotFoundError
 from ..records import BlobRef, Manifest, parse_record
@@ -124,9 +125,8 @@ class _Copier:
             with self._mutex:
                 done[0] += 1
                 done[1] += ref.size
-                line = (f"copy {self.report.build_id}: {done[0]}/{len(refs)} blobs, "
-                        f"{_mib(done[1])}/{_mib(total)} MiB")
-            progress(line)
+                tick = Tick(f"copy {self.report.build_id} ({len(refs)} blobs)", done[1], total, "B")
+            progress(tick)
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(refs) or 1)),
                                 thread_name_prefix="avatar-release-copy") as pool:
@@ -234,10 +234,6 @@ def _copy_channel(src: Registry, dst: Registry, channel: str, manifest: Manifest
 
 STREAM_ABOVE = 64 << 20
 COPY_WORKERS = 4
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f}"
 
 
 def copy_build(src: Registry, dst: Registry, ref: str, *, channel: str | None = None,

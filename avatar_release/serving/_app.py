@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -44,7 +43,7 @@ from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._pod import Pod
 from ._probes import probe
 from ._render import RenderJob
-from ._request import Limits, RenderInputs, RenderRequest, decode_inputs, parse_request, read_body
+from ._request import REQUEST_ID, Limits, RenderInputs, RenderRequest, decode_inputs, parse_request, read_body
 from ._video import VideoStream, error_response
 
 __all__ = ["AppConfig", "create_app", "renders_busy"]
@@ -59,7 +58,6 @@ class AppConfig:
     retry_after: int = 5  # seconds, sent with 429 and 503
 
 
-_REQUEST_ID = re.compile(r"^[\w.-]{1,64}$")
 _INTERNAL = "internal error; the pod's log has the details"
 
 
@@ -207,7 +205,7 @@ class _Service:
     # ------------------------------------------------------------------------------ /render
     async def render(self, request: Request) -> Response | VideoStream:
         rid = request.headers.get("x-request-id", "")
-        line = {"id": rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex[:16], "build": self.pod.build.build_id}
+        line = {"id": rid if REQUEST_ID.match(rid) else uuid.uuid4().hex[:16], "build": self.pod.build.build_id}
         t0 = time.perf_counter()
         try:
             if self.pod.draining:

@@ -3,7 +3,8 @@
 The render port admits a bounded number of connections (past ``max_connections`` uvicorn answers
 503 to everything), and a slow client holds one until its header timeout. Kubernetes restarts a
 pod whose ``/livez`` fails, so the probes must not share that budget: ``ProbeServer`` answers
-``/livez`` and ``/readyz`` (the same answers as the app's routes: ``probe``) on a port of its own,
+``/livez`` and ``/readyz`` and their Open Inference Protocol names ``/v2/health/live`` and
+``/v2/health/ready`` (the same answers as the app's routes: ``probe``) on a port of its own,
 from an asyncio loop on its own thread. It reads one request line and its headers (8 KiB at most,
 within ``header_timeout``), answers, and closes. It serves at most ``per_client`` connections
 from one address and ``max_connections`` in all. A connection past either is held unread for
@@ -28,25 +29,42 @@ from typing import cast
 from ._errors import ServeError
 from ._pod import Pod
 
-__all__ = ["probe", "ProbeServer", "ClientCaps", "TARPIT_SECONDS", "MAX_TARPIT", "Tarpit"]
+__all__ = ["probe", "readiness", "PROBE_PATHS", "ProbeServer", "ClientCaps", "TARPIT_SECONDS", "MAX_TARPIT", "Tarpit"]
 
 TARPIT_SECONDS = 2.0
 MAX_TARPIT = 4096
 
 
+# What ``probe`` answers: the pod's own names and the Open Inference Protocol's (KServe v2), which
+# OIP clients and gateways probe; both pairs say the same thing.
+PROBE_PATHS = ("/livez", "/readyz", "/v2/health/live", "/v2/health/ready")
+
+
+def readiness(pod: Pod) -> tuple[int, dict[str, object]]:
+    """(status, body) of ``/readyz``: 200 when serving with 0 compiles and not draining, else 503
+    ``draining`` or ``not_ready``. Every readiness answer of the pod is this one, reshaped."""
+    if pod.draining:
+        e = ServeError("draining", "this pod is shutting down")
+    elif not pod.ready:
+        e = ServeError("not_ready", f"build {pod.build.build_id} compiled while serving")
+    else:
+        return 200, {"ready": True, "build_id": pod.build.build_id, "digest": pod.build.digest}
+    return e.status, e.to_json()
+
+
 def probe(pod: Pod, path: str) -> tuple[int, dict[str, object]]:
-    """(HTTP status, JSON body) of ``/livez`` or ``/readyz``; (404, ...) for anything else."""
-    if path == "/livez":
+    """(HTTP status, JSON body) of a path in ``PROBE_PATHS``; (404, ...) for anything else.
+
+    The OIP names answer the OIP bodies (``{"live": true}``, ``{"ready": <bool>}``) with the
+    statuses of ``/livez`` and ``/readyz``: a pod is never ready under one name and not the other."""
+    if path in ("/livez", "/v2/health/live"):
         return 200, {"live": True}
     if path == "/readyz":
-        if pod.draining:
-            e = ServeError("draining", "this pod is shutting down")
-        elif not pod.ready:
-            e = ServeError("not_ready", f"build {pod.build.build_id} compiled while serving")
-        else:
-            return 200, {"ready": True, "build_id": pod.build.build_id, "digest": pod.build.digest}
-        return e.status, e.to_json()
-    return 404, {"error": "not_found", "message": f"the probe port answers /livez and /readyz, not {path[:100]}"}
+        return readiness(pod)
+    if path == "/v2/health/ready":
+        status, _ = readiness(pod)
+        return status, {"ready": status == 200}
+    return 404, {"error": "not_found", "message": f"the probe port answers {', '.join(PROBE_PATHS)}, not {path[:100]}"}
 
 
 class ClientCaps:

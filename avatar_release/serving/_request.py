@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import AsyncIterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -35,7 +36,15 @@ from ._errors import ServeError
 if TYPE_CHECKING:
     from starlette.types import Message
 
-__all__ = ["Limits", "RenderRequest", "RenderInputs", "read_body", "parse_request", "decode_inputs"]
+__all__ = ["Limits", "RenderRequest", "RenderInputs", "FORM_FILES", "MEDIA_FIELDS", "REQUEST_ID", "read_body",
+           "parse_request", "decode_inputs"]
+
+# The multipart body's file parts; a JSON body sends the same media base64 in MEDIA_FIELDS, which a
+# multipart body may not use. The OpenAPI document (``_openapi``) reads both from here.
+FORM_FILES = ("image", "audio")
+MEDIA_FIELDS = ("image_b64", "audio_b64", "image_png_b64", "audio_wav_b64")
+# A client's X-Request-Id is kept (echoed, logged) when it matches; otherwise the pod makes one.
+REQUEST_ID = re.compile(r"^[\w.-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -58,11 +67,18 @@ class RenderRequest(BaseModel):
 
     seconds: float = Field(1.0, gt=0, description="length of the sample audio when no audio is sent")
     seed: int = Field(0, ge=0, lt=2**63, description="noise seed (builds with the seeded recipe)")
-    fit: Literal["cover", "contain", "exact"] = "cover"
-    image_b64: str | None = None
-    audio_b64: str | None = None
-    image_png_b64: str | None = None  # older key, read as image_b64
-    audio_wav_b64: str | None = None  # older key, read as audio_b64
+    fit: Literal["cover", "contain", "exact"] = Field(
+        "cover", description="how a picture of another shape meets the build's size: cropped (cover), padded "
+                             "(contain) or stretched (exact)")
+    image_b64: str | None = Field(None, description="the reference picture, base64; the sample picture when absent",
+                                  json_schema_extra={"contentEncoding": "base64"})
+    audio_b64: str | None = Field(None, description="the speech track, base64; sample audio of `seconds` when absent",
+                                  json_schema_extra={"contentEncoding": "base64"})
+    # older keys, read as image_b64 / audio_b64
+    image_png_b64: str | None = Field(None, description="older name of image_b64",
+                                      json_schema_extra={"contentEncoding": "base64", "deprecated": True})
+    audio_wav_b64: str | None = Field(None, description="older name of audio_b64",
+                                      json_schema_extra={"contentEncoding": "base64", "deprecated": True})
 
 
 @dataclass
@@ -167,7 +183,7 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits
     files: dict[str, bytes] = {}
     for key, value in form.multi_items():
         if hasattr(value, "read"):
-            if key not in ("image", "audio"):
+            if key not in FORM_FILES:
                 raise ServeError("invalid_request", f"file field {key!r}; this pod takes files 'image' and 'audio'")
             files[key] = await value.read()
         else:
@@ -187,7 +203,7 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits
         else:
             doc[key] = value
     req = _model(doc, strict=False)  # numbers came as text; NaN/Infinity still refused by the model
-    if req.image_b64 or req.audio_b64 or req.image_png_b64 or req.audio_wav_b64:
+    if any(getattr(req, key) for key in MEDIA_FIELDS):
         raise ServeError("invalid_request", "multipart requests send the media as files 'image' and 'audio'")
     return req, files.get("image"), files.get("audio")
 

@@ -104,6 +104,10 @@ def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, tmp_path):
     doc = json.loads(res.stdout)
     r = doc["result"]
     assert doc["status"] == "failed" and r["tier"] == 1 and any("weights" in x for x in r["tier_reasons"])
+    # Each twin run's chunks are reported as the fresh process renders them (stderr; stdout is the document).
+    chunks = len(r["gate_set"]["requests"]) and sum(len(q["buckets"]) for q in r["gate_set"]["requests"])
+    for twin in ("twin run 1 of 2", "twin run 2 of 2"):
+        assert f"  {twin}: 1/{chunks} chunk" in res.stderr and f"  {twin}: {chunks}/{chunks} chunks" in res.stderr
     gates = {g["name"]: g for g in r["gates"]}
     assert gates["zero-recompile"]["status"] == gates["twin-baseline"]["status"] == "passed"
     be = gates["bit-exact"]

@@ -198,7 +198,8 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
     r = copy_build(src, dst, build_id, progress=lines.append)
     n = len({b.digest for b in m.blobs()})
     assert n >= 3 and r.blobs_copied == n and peak[0] > 1  # uploads overlapped
-    assert len(lines) == n and lines[-1].startswith(f"copy {build_id}: {n}/{n} blobs, ")
+    assert len(lines) == n and lines[-1].startswith(f"copy {build_id} ({n} blobs): ")
+    assert lines[-1].finished and lines[-1].done == sum(b.size for b in {b.digest: b for b in m.blobs()}.values())
     assert dst.resolve(build_id).digest == r.destination_digest
 
     def refuse_one(method, url, headers, data):
