@@ -2,8 +2,9 @@
 
 ``start_pod`` verifies, loads and warms a build (ready only with 0 compiles); ``create_app``
 is the HTTP surface (``/render`` streams fragmented MP4; ``/livez``, ``/readyz``, ``/healthz``,
-``/metrics``); ``run_server`` runs it with SIGTERM draining and, with ``follow``, the channel
-followed in the background. Errors are JSON ``{"error": code, "message": ...}`` (``CODES``).
+``/metrics``; the Open Inference Protocol's ``/v2`` health and metadata; ``/openapi.json``);
+``run_server`` runs it with SIGTERM draining and, with ``follow``, the channel followed in the
+background. Errors are JSON ``{"error": code, "message": ...}`` (``CODES``).
 
 Beside the pod, ``render_to_files`` (``avatar-release render``) loads a build as a pod would and
 streams it into an MP4 (and PNG frames) on disk, one chunk held at a time.

@@ -5,13 +5,22 @@
     GET  /healthz  the detailed view (build, compiles, timings, follow state)
     GET  /metrics  Prometheus text
     POST /render   fragmented MP4 (H.264 + AAC), chunked, as chunks complete (``_video``)
+    GET  /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}, /v2/models/{name}/ready
+                   the Open Inference Protocol's (KServe v2) server and model metadata and health (``_oip``)
+    GET  /openapi.json  OpenAPI 3.1 of all of these, from the parser's own model and limits (``_openapi``)
 
 Admission: one render at a time on the host; up to ``queue`` more wait their turn; past that,
 429 with Retry-After. Media is decoded while waiting, so a queued request starts rendering the
 moment the accelerator frees up. The response starts once the first chunk is rendered and
 encoded: an error before that is a JSON error with its status; after it the stream is cut short
-(the client sees an incomplete chunked body) and the log line says why. Every answer of
-``/render`` is counted in ``avatar_serve_requests_total``, a wrong method (405) too.
+(the client sees an incomplete chunked body) and the log line says why.
+
+Every answer of ``/render``, the ``/v2`` routes and ``/openapi.json`` is counted in
+``avatar_serve_requests_total``, a wrong method (405) too, labelled with the route's template
+(``/v2/models/{name}``, never the name asked for); a path no route matches is not counted, so no
+client can grow the label set. ``/livez``, ``/readyz``, ``/healthz`` and ``/metrics`` are not
+counted (as before the OIP routes came); the OIP health routes are, under their own labels, so
+what a gateway's probing costs shows apart from the renders.
 
 ``create_app`` wires a `_Service` (the app's state, one method per route) into starlette. A
 render's place in the queue and then on the accelerator is one `_Turn` (``async with``): the
@@ -25,9 +34,10 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -40,6 +50,8 @@ from ..runtime import LoadedBuild
 from ._errors import ServeError, clean_message
 from ._log import log_event
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
+from ._oip import check_model, model_metadata, model_ready, server_metadata
+from ._openapi import openapi_document
 from ._pod import Pod
 from ._probes import probe
 from ._render import RenderJob
@@ -47,6 +59,8 @@ from ._request import REQUEST_ID, Limits, RenderInputs, RenderRequest, decode_in
 from ._video import VideoStream, error_response
 
 __all__ = ["AppConfig", "create_app", "renders_busy"]
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 @dataclass(frozen=True)
@@ -163,6 +177,7 @@ class _Service:
     def __init__(self, pod: Pod, cfg: AppConfig, on_startup: Callable[[], None] | None) -> None:
         self.pod, self.cfg, self.on_startup = pod, cfg, on_startup
         self._admission: _Admission | None = None
+        self.counted: frozenset[str] = frozenset({"/render"})  # route templates in requests_total (create_app)
 
     @property
     def admission(self) -> _Admission:
@@ -201,6 +216,51 @@ class _Service:
 
     async def metrics(self, request: Request) -> Response:
         return Response(self.pod.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    # ------------------------------------------------------------------------------ OIP, OpenAPI
+    async def v2_live(self, request: Request) -> Response:
+        return self._probe("/v2/health/live")
+
+    async def v2_ready(self, request: Request) -> Response:
+        return self._probe("/v2/health/ready")
+
+    async def v2_server(self, request: Request) -> Response:
+        return JSONResponse(server_metadata())
+
+    async def v2_model(self, request: Request) -> Response:
+        return self._for_model(request, lambda build: (200, model_metadata(self.pod, build, self.cfg.limits)))
+
+    async def v2_model_ready(self, request: Request) -> Response:
+        return self._for_model(request, lambda build: model_ready(self.pod, build))
+
+    def _for_model(self, request: Request, answer: Callable[[LoadedBuild], tuple[int, dict[str, Any]]]) -> Response:
+        """``answer(build)`` when the path names the model served; else 404 ``not_found``."""
+        try:
+            build = check_model(self.pod, request.path_params["name"])
+        except ServeError as exc:
+            return error_response(exc)
+        status, doc = answer(build)
+        return JSONResponse(doc, status_code=status)
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document(self.pod.build, self.cfg.limits))
+
+    def counting(self, handler: Handler) -> Handler:
+        """``handler`` with its every answer counted under its route's template (a bounded label)."""
+        async def endpoint(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except HTTPException:
+                raise  # counted by http_error
+            except Exception:
+                self._count(request, 500)  # then answered by internal_error
+                raise
+            self._count(request, response.status_code)
+            return response
+        return endpoint
+
+    def _count(self, request: Request, status: int) -> None:
+        self.pod.metrics.requests.labels(request.scope["route"].path, str(status)).inc()
 
     # ------------------------------------------------------------------------------ /render
     async def render(self, request: Request) -> Response | VideoStream:
@@ -263,8 +323,9 @@ class _Service:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
         msg = {404: f"no route {request.url.path[:100]}", 405: f"{request.method} not allowed here"}.get(
             exc.status_code, clean_message(exc.detail))
-        if request.url.path == "/render":  # every answer of the render route counts, GET /render too
-            self.pod.metrics.requests.labels("/render", str(exc.status_code)).inc()
+        route = request.scope.get("route")  # the route whose path matched (405), none when no route did (404)
+        if route is not None and route.path in self.counted:  # every answer of a counted route, GET /render too
+            self._count(request, exc.status_code)
         return JSONResponse({"error": code, "message": msg}, status_code=exc.status_code)
 
     async def internal_error(self, request: Request, exc: Exception) -> Response:
@@ -276,9 +337,15 @@ def create_app(pod: Pod, cfg: AppConfig = AppConfig(), *,
                on_startup: Callable[[], None] | None = None) -> Starlette:
     """The pod's HTTP surface; ``on_startup()`` runs once the app has started on its loop."""
     service = _Service(pod, cfg, on_startup)
+    counted: dict[str, Handler] = {  # /render counts its own answers (a stream's status is known at its end)
+        "/v2": service.v2_server, "/v2/health/live": service.v2_live, "/v2/health/ready": service.v2_ready,
+        "/v2/models/{name}": service.v2_model, "/v2/models/{name}/ready": service.v2_model_ready,
+        "/openapi.json": service.openapi}
+    service.counted = frozenset({"/render", *counted})
     app = Starlette(
         routes=[Route("/livez", service.livez), Route("/readyz", service.readyz), Route("/healthz", service.healthz),
-                Route("/metrics", service.metrics), Route("/render", service.render, methods=["POST"])],
+                Route("/metrics", service.metrics), Route("/render", service.render, methods=["POST"]),
+                *(Route(path, service.counting(handler)) for path, handler in counted.items())],
         # starlette types every handler as taking Exception; the one registered for HTTPException is only
         # ever called with one (starlette's own docs write it so)
         exception_handlers={HTTPException: service.http_error,  # type: ignore[dict-item]

@@ -59,16 +59,17 @@ def _inputs(build: LoadedBuild, limits: Limits) -> list[dict[str, Any]]:
     fits = list(get_args(RenderRequest.model_fields["fit"].annotation))
     return [
         {"name": "image", "datatype": "BYTES", "shape": [1], "parameters": {
-            "content_type": ACCEPTED_IMAGES, "optional": True, "absent": "the sample picture",
+            "accepts": ACCEPTED_IMAGES, "optional": True, "absent": "the sample picture",
             "decoded": {"name": p.image_input, "datatype": "UINT8", "shape": [p.height, p.width, 3]},
             "fit": fits, "fit_default": _default("fit"), "max_pixels": limits.max_image_pixels}},
         {"name": "audio", "datatype": "BYTES", "shape": [1], "parameters": {
-            "content_type": ACCEPTED_AUDIO, "optional": True, "absent": "sample audio of `seconds`",
+            "accepts": ACCEPTED_AUDIO, "optional": True, "absent": "sample audio of `seconds`",
             "decoded": {"name": p.audio_input, "datatype": "FP32", "shape": [-1], "sample_rate": p.sample_rate,
                         "samples_per_frame": p.samples_per_frame},
             "max_seconds": max_seconds(build, limits)}},
         {"name": "seed", "datatype": "INT64", "shape": [1], "parameters": {
-            "optional": True, "default": _default("seed"), "noise": p.noise_input, "noise_recipe": p.noise_recipe}},
+            "optional": True, "default": _default("seed"), "noise_input": p.noise_input,
+            "noise_recipe": p.noise_recipe}},
         {"name": "seconds", "datatype": "FP64", "shape": [1], "parameters": {
             "optional": True, "default": _default("seconds"), "max": max_seconds(build, limits),
             "used": "only when no audio is sent"}},

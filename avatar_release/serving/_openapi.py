@@ -171,7 +171,8 @@ def openapi_document(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
                             {"200": _json("ready", _ref("Readyz")), **_errors(["draining", "not_ready"])}),
             "/healthz": _get("healthz", "the detailed state", {"200": _json("state", _ref("Health"))}),
             "/metrics": _get("metrics", "Prometheus metrics (avatar_serve_*)", {"200": {
-                "description": "Prometheus text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}),
+                "description": "Prometheus text exposition",
+                "content": {"text/plain": {"schema": {"type": "string"}}}}}),
             "/openapi.json": _get("openapi", "this document", {"200": _json("OpenAPI 3.1", {"type": "object"})}),
             "/v2": _get("serverMetadata", "Open Inference Protocol server metadata",
                         {"200": _json("server", _ref("ServerMetadata"))}),

@@ -64,7 +64,8 @@ def probe(pod: Pod, path: str) -> tuple[int, dict[str, object]]:
     if path == "/v2/health/ready":
         status, _ = readiness(pod)
         return status, {"ready": status == 200}
-    return 404, {"error": "not_found", "message": f"the probe port answers {', '.join(PROBE_PATHS)}, not {path[:100]}"}
+    return 404, {"error": "not_found",
+                 "message": f"the probe port answers {', '.join(PROBE_PATHS)}, not {path[:100]}"}
 
 
 class ClientCaps:

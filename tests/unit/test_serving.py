@@ -28,7 +28,8 @@ FPS, SR, SPF, H, W = 25, 16000, 640, 48, 64
 
 def _fake_build(build_id="fake-1"):
     program = SimpleNamespace(fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
-    manifest = SimpleNamespace(program=program, pipeline="tiny", target="cpu-8",
+    platform = SimpleNamespace(backend="cpu", device_kind="cpu", device_count=8)
+    manifest = SimpleNamespace(program=program, pipeline="tiny", target="cpu-8", platform=platform,
                                buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)],
                                content_digest=lambda: "sha256:" + build_id.ljust(64, "1"))
     return SimpleNamespace(manifest=manifest, build_id=build_id, digest="sha256:" + build_id.ljust(64, "0"),
@@ -366,9 +367,9 @@ def test_serve_takes_host_and_port_from_the_environment(monkeypatch):
     monkeypatch.setenv("AVATAR_RELEASE_HOST", "0.0.0.0")
     monkeypatch.setenv("AVATAR_RELEASE_PORT", "9123")
     monkeypatch.setenv("AVATAR_RELEASE_REGISTRY", "memory://pod")  # parsing --registry finds the registry
-    ctx = cli.commands["serve"].make_context("serve", ["--queue", "2", "--max-body", "4096"])
+    ctx = cli.get_command(None, "serve").make_context("serve", ["--queue", "2", "--max-body", "4096"])
     assert (ctx.params["host"], ctx.params["port"], ctx.params["queue"], ctx.params["max_body"]) == ("0.0.0.0", 9123, 2, 4096)
-    ctx = cli.commands["serve"].make_context("serve", ["--port", "0"])  # a flag beats the environment
+    ctx = cli.get_command(None, "serve").make_context("serve", ["--port", "0"])  # a flag beats the environment
     assert ctx.params["port"] == 0 and ctx.params["follow"] is False and ctx.params["header_timeout"] == 10.0
 
 
