@@ -15,7 +15,9 @@ from ..pipeline import CONTRACT_PAGE, AnalysisContext, load_entry
 from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..specs import load_flag_profile, load_pipeline, load_target
-from ._app import _emit, _prepare_devices_for_target, _progress, cli, json_option, project_option, registry_option, complete_ref
+from ._app import _emit, _progress, cli, json_option
+from ._devices import prepare_devices_for_target
+from ._options import complete_ref, project_option, registry_option
 
 
 @cli.group("analyze")
@@ -35,7 +37,7 @@ def _run_analysis(name: str, pipeline: str, *, target: str | None = None, option
                         f"a pipeline adds its own through the contract's analyses ({CONTRACT_PAGE})")
     tgt = flags = None
     if analysis.needs_target:
-        _prepare_devices_for_target(target or "cpu-8")
+        prepare_devices_for_target(target or "cpu-8")
         tgt = load_target(target or "cpu-8")
         flags = load_flag_profile(tgt.flag_profile)
     else:

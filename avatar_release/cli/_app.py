@@ -8,34 +8,25 @@ point sets XLA_FLAGS explicitly from the target or the build's manifest, then ca
 
 from __future__ import annotations
 
+import importlib
 import json
-import os
 import platform
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from datetime import timedelta
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import Any
 
 import click
-from click.shell_completion import CompletionItem
 
 from .. import __version__
 from .._suggest import did_you_mean
-from ..errors import CRASH_EXIT_CODE, AvatarReleaseError, InputError
-from ..machine import configure_compile_env, configure_for_manifest, quiet_jax_import
-from ..records import CHANNELS, Manifest, check_identity
-from ..registry import Registry, Resolved, find_registry, open_registry, read_manifest
-from ..runtime import TrustConfig, check_trusted
-from ..specs import load_target, use_project
+from ..errors import CRASH_EXIT_CODE, AvatarReleaseError
 from ._exit_codes import ExitCodesGroup
 from ._progress_view import ProgressView
-from ..trust.keys import load_public_key
-from ..trust.statements import AcceptedState
 
-__all__ = ["main", "cli", "CHANNELS"]
+__all__ = ["main", "cli", "COMMANDS", "load_commands"]
 
 _T0 = time.perf_counter()
 
@@ -80,8 +71,75 @@ _JSON = "avatar_release.json"  # ctx.meta key: the command asked for --json (sha
 _ARGS = "avatar_release.args"  # ctx.meta key: the arguments as typed
 
 
+# Each command's module and the line `avatar-release --help` shows for it (its short help: the one
+# place it is written). A command's module is imported only when that command runs, completes or
+# shows its own help, so `--help`, a typo and a usage error load no room beneath the CLI.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("_analyze_cmds", "Static analyses: of a pipeline config (attention, schedule) or of a build."),
+    "approve": ("_release_cmds", "Sign a release approval of REF for prod (the second role)."),
+    "compile": ("_build_cmds", "Trace, AOT-compile and publish a build; points the dev channel at it."),
+    "completion": ("_completion_cmds", "Print the shell completion script (bash, zsh, fish)."),
+    "copy": ("_registry_cmds", "Mirror build REF with everything that belongs to it into another registry."),
+    "diff": ("_diff_cmds", "What differs between two builds: flags, toolchain, digests, executables, verdicts."),
+    "gate": ("_gate_cmds", "Gate a build against prod (or shard it, merge shards, calibrate the band)."),
+    "gc": ("_release_cmds", "Delete unreferenced blobs (never anything a channel or a rollback can reach)."),
+    "history": ("_release_cmds", "The append-only history of channel moves (all channels, or one)."),
+    "inspect": ("_build_cmds", "Show a build's manifest (REF: channel, build id or digest)."),
+    "keys": ("_release_cmds", "Ed25519 keys for signed promotions."),
+    "ls": ("_build_cmds", "List builds: their channels, gate status and what the verdict compared with."),
+    "promote": ("_release_cmds", "Move a channel to REF if the policy allows it (exit 1 with the reason if not)."),
+    "rebuild": ("_build_cmds", "Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."),
+    "registries": ("_registry_cmds", "Show which registry commands here use, why, and the names config files define."),
+    "render": ("_serve_cmds", "Render a video from REF as a serving pod would, with zero compiles."),
+    "review": ("_gate_cmds", "Blind review of a build below the band: serve the page, approve or reject."),
+    "revoke": ("_release_cmds", "Revoke REF for good: promotion, rollback and pods refuse it from now on."),
+    "rollback": ("_release_cmds", "Move CHANNEL back to an earlier build that passed its gates."),
+    "serve": ("_serve_cmds", "Serve REF over HTTP (streamed fMP4) after verify, load and a warm chunk."),
+    "verify": ("_build_cmds", "Re-hash every blob of a build; exit 4 naming each blob that fails."),
+}
+
+
+def _before_commands() -> None:
+    # Imported here, with the first command module: machine brings records (pydantic) with it,
+    # which `--help` and a mistyped command never need.
+    from ..machine import quiet_jax_import
+
+    quiet_jax_import()  # before any command starts JAX: the CUDA plugin's no-driver lines are dropped
+
+
+def load_commands() -> None:
+    """Import every command module (for what walks the whole CLI: docs, completion tests)."""
+    _before_commands()
+    for module in sorted({m for m, _ in COMMANDS.values()}):
+        importlib.import_module(f"{__package__}.{module}")
+
+
 class _Group(ExitCodesGroup):
-    """Maps AvatarReleaseError subclasses to their exit codes; anything else is a crash."""
+    """Maps AvatarReleaseError subclasses to their exit codes; anything else is a crash. Its
+    commands load on first use (``COMMANDS``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context | None, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            _before_commands()
+            # The module registers its commands on this group as it is imported.
+            importlib.import_module(f"{__package__}.{COMMANDS[cmd_name][0]}")
+        return self.commands.get(cmd_name)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        super().add_command(cmd, name)
+        listed = COMMANDS.get(name or cmd.name or "")
+        if listed is not None and cmd.short_help is None:
+            cmd.short_help = listed[1]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from ``COMMANDS``: nothing is imported to show it."""
+        rows = [(n, COMMANDS[n][1] if n in COMMANDS else (self.commands[n].get_short_help_str())) for n in
+                self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_ARGS] = tuple(args)  # what was typed: a usage error still answers --json
@@ -129,110 +187,8 @@ def _remember_json(ctx: click.Context, param: click.Parameter, value: bool) -> b
     return value
 
 
-_REGISTRY = "avatar_release.registry"  # ctx.meta key: the RegistryChoice this command resolved
-
-
-def _found_registry(create: bool) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
-    """A callback that turns ``--registry`` (or nothing) into the URI of the registry to use."""
-
-    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        if ctx.resilient_parsing:  # completion, --help: look nothing up
-            return value
-        choice = find_registry(value, create=create)
-        ctx.meta[_REGISTRY] = choice
-        return choice.uri
-
-    return callback
-
-
-_REGISTRY_HELP = ("Registry: a directory, file://PATH, oci://HOST[:PORT]/REPO (oci+http://, oci+https://), "
-                  "gar://projects/P/locations/L/repositories/R, memory://NAME, or a name from avatar-release.toml. "
-                  "Default: $AVATAR_RELEASE_REGISTRY, then the config files' default, then the nearest "
-                  ".avatar-release/ upward (see `avatar-release registries`).")
-registry_option = click.option("--registry", "registry_uri", default=None, callback=_found_registry(False),
-                               metavar="URI|PATH|NAME", help=_REGISTRY_HELP)
-# For the commands that may start a registry: when none is found, ./.avatar-release is created.
-new_registry_option = click.option("--registry", "registry_uri", default=None, callback=_found_registry(True),
-                                   metavar="URI|PATH|NAME", help=_REGISTRY_HELP + " If none is found, "
-                                   "./.avatar-release is created.")
-
-
-def _use_project(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value:
-        use_project(value)  # AVATAR_RELEASE_PROJECT for this process and every one it starts
-    return value
-
-
-project_option = click.option(
-    "--project", "project_dir", default=None, callback=_use_project, expose_value=False, metavar="DIR",
-    help="The project holding manifests/ and the pipeline's code (default: the nearest directory upward "
-         "from here that holds manifests/; or $AVATAR_RELEASE_PROJECT).",
-)
 json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, expose_value=True,
                            is_eager=True, help="Print a machine-readable result (errors too) on stdout.")
-def complete_ref(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    """Shell completion for a build reference: the channels that hold a build, then build ids, from
-    the registry the command would use (nothing, never an error, when none is found)."""
-    try:
-        reg = open_registry(find_registry(ctx.params.get("registry_uri")).uri, create=False)
-        channels = [c.channel for c in reg.list_channels()]
-        builds = [b.build_id for b in reg.list_builds()]
-    except Exception:  # noqa: BLE001 - completion must never print a traceback into a shell
-        return []
-    return [CompletionItem(n, help=h) for n, h in [*((c, "channel") for c in channels),
-                                                   *((b, "build") for b in reversed(builds))]
-            if n.startswith(incomplete)]
-
-
-class SuggestingChoice(click.Choice):
-    """``click.Choice`` whose refusal names the closest choice (``production`` -> did you mean 'prod')."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            return super().convert(value, param, ctx)
-        except click.BadParameter:
-            choices = [str(c) for c in self.choices]
-            self.fail(f"{value!r} is not one of {', '.join(map(repr, choices))}{did_you_mean(str(value), choices)}",
-                      param, ctx)
-
-
-channel_choice = SuggestingChoice(list(CHANNELS))
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])  # a command function, options added
-
-
-def trust_options(f: _F) -> _F:
-    f = click.option("--max-timestamp-age", "max_timestamp_hours", default=1.0, show_default=True, type=float,
-                     envvar="AVATAR_RELEASE_MAX_TIMESTAMP_AGE_HOURS", metavar="HOURS",
-                     help="Accept no signed timestamp signed longer ago than this, whatever its expiry: the replay "
-                          "window of a pod that remembers nothing (refresh timestamps well within it).")(f)
-    f = click.option("--allow-stale", is_flag=True, envvar="AVATAR_RELEASE_ALLOW_STALE",
-                     help="Accept a signed statement without a fresh signed timestamp (a restarted pod can then be "
-                          "fed an older, unexpired statement; only for promoters that cannot refresh timestamps).")(f)
-    f = click.option("--trust-state", default="~/.local/state/avatar-release/accepted.json", show_default=True,
-                     envvar="AVATAR_RELEASE_TRUST_STATE",
-                     help="Where this pod keeps the highest statement sequence it accepted (replay protection); "
-                          "put it on a volume that outlives the container.")(f)
-    return click.option("--trust-key", default=None, envvar="AVATAR_RELEASE_TRUST_KEY",
-                        help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
-
-
-def _trust(trust_key: str | None, trust_state: str, allow_stale: bool = False,
-           max_timestamp_hours: float = 1.0) -> TrustConfig | None:
-    if not trust_key:
-        return None
-    if not max_timestamp_hours > 0:
-        raise InputError(f"--max-timestamp-age {max_timestamp_hours}: expected a positive number of hours")
-    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)),
-                       require_fresh=not allow_stale, max_timestamp_age=timedelta(hours=max_timestamp_hours))
-
-
-def signing_options(f: _F) -> _F:
-    f = click.option("--valid-days", default=30.0, show_default=True, type=float,
-                     help="How long the signed statement stays valid.")(f)
-    return click.option("--sign-key", default=None, envvar="AVATAR_RELEASE_SIGNING_KEY",
-                        help="Ed25519 private key: sign a statement for the move (pods with the public key need it).")(f)
 
 
 # What a bug report needs beside our own version: the compilers and runtimes a build depends on,
@@ -265,26 +221,7 @@ def cli() -> None:
     """Compiled XLA programs as release artifacts: compile, gate, promote, render."""
 
 
-def _prepare_devices_for_target(target_name: str) -> None:
-    configure_compile_env(load_target(target_name))
-
-
-def _prepare_devices_for_build(registry: Registry, ref: str, trust: TrustConfig | None = None
-                               ) -> tuple[Resolved, Manifest]:
-    """Read the manifest (no JAX needed), check it, and only then apply what it asks of this process
-    (its device count and its flag profile's XLA flags): nothing from a manifest acts before its
-    identity and, with a trust key, the channel's signed statement for it are verified."""
-    resolved, manifest = read_manifest(registry, ref)
-    if trust is not None:
-        check_identity(manifest)
-        check_trusted(registry, resolved, trust, manifest)
-    configure_for_manifest(manifest)
-    return resolved, manifest
-
-
-
 def main(argv: list[str] | None = None) -> Any:
-    quiet_jax_import()  # before any command starts JAX: the CUDA plugin's no-driver lines are dropped
     return cli.main(args=argv, prog_name="avatar-release")
 
 

@@ -14,10 +14,9 @@ from ..promote.status import ReleaseStatus, release_status
 from ..registry import open_registry, read_manifest
 from ..runtime import verify_build
 from ._table import table
-from ._app import (
-    _emit, _finish, _next_step, _prepare_devices_for_target, _progress, cli, json_option, new_registry_option,
-    project_option, registry_option, complete_ref,
-)
+from ._app import _emit, _finish, _next_step, _progress, cli, json_option
+from ._devices import prepare_devices_for_target
+from ._options import complete_ref, new_registry_option, project_option, registry_option
 
 
 # ---------------------------------------------------------------------------------- compile
@@ -37,7 +36,7 @@ def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tupl
                 executable_format: str, registry_uri: str | None, as_json: bool) -> None:
     """Trace, AOT-compile and publish a build; points the dev channel at it."""
     overrides = parse_set_args(sets)
-    _prepare_devices_for_target(target)
+    prepare_devices_for_target(target)
     registry = open_registry(registry_uri)
 
     # The compiler's C++ log (glog on fd 2) becomes one readable line per distinct message.
@@ -71,7 +70,7 @@ def rebuild_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
     """Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."""
     reg = open_registry(registry_uri, create=False)
     _, m = read_manifest(reg, ref)
-    _prepare_devices_for_target(m.target)
+    prepare_devices_for_target(m.target)
 
     with native_log_filter():  # the recompile's C++ log, as readable lines
         report = rebuild(ref, reg, progress=_progress())

@@ -9,7 +9,8 @@ import click
 from ..errors import Refusal
 from ..promote.diff import SECTIONS, BuildDiff, diff_builds
 from ..registry import open_registry
-from ._app import _finish, cli, json_option, registry_option, complete_ref
+from ._app import _finish, cli, json_option
+from ._options import complete_ref, registry_option
 
 _WIDTH = 36  # a value wider than this is cut in the table (never in --json)
 

@@ -20,10 +20,9 @@ from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..runtime import check_environment
 from ._exit_codes import ExitCodesGroup
-from ._app import (
-    _emit, _finish, _next_step, _prepare_devices_for_build, _prepare_devices_for_target, _progress, cli, json_option,
-    new_registry_option, project_option, registry_option, complete_ref,
-)
+from ._app import _emit, _finish, _next_step, _progress, cli, json_option
+from ._devices import prepare_devices_for_build, prepare_devices_for_target
+from ._options import complete_ref, new_registry_option, project_option, registry_option
 from ._summary import append_step_summary, gate_summary
 
 
@@ -92,7 +91,7 @@ def gate_run_cmd(ref: str, baseline: str, report_dir: str | None, band_file: str
     if twin is not None:
         raise InputError("--twin splits a shard's twin runs over hosts: give --shard K/N too")
     registry = open_registry(registry_uri, create=False)
-    resolved, manifest = _prepare_devices_for_build(registry, ref)
+    resolved, manifest = prepare_devices_for_build(registry, ref)
     _require_build_hardware(manifest)
 
     outcome = run_gate(resolved.digest, registry, baseline=baseline,
@@ -122,7 +121,7 @@ def _gate_shard(registry_uri: str | None, ref: str, shard: str, twin: str | None
         raise InputError(f"{', '.join(given)} with --shard: a shard only renders; give them to "
                          "`avatar-release gate merge BUILD`, which decides")
     registry = open_registry(registry_uri, create=False)
-    resolved, manifest = _prepare_devices_for_build(registry, ref)
+    resolved, manifest = prepare_devices_for_build(registry, ref)
     _require_build_hardware(manifest)
     out = run_shard(resolved.digest, registry, shard=(k, n), twins=(int(twin),) if twin else (1, 2),
                     run_id=run_id, progress=_progress())
@@ -222,7 +221,7 @@ def gate_compile_cmd(ref: str, no_reproduce: bool, registry_uri: str | None, as_
     """
     registry = open_registry(registry_uri, create=False)
     _, manifest = read_manifest(registry, ref)
-    _prepare_devices_for_target(manifest.target)
+    prepare_devices_for_target(manifest.target)
 
     with native_log_filter() as xla_log:  # the recompile's C++ log, as readable lines
         outcome = run_compile_gate(registry, ref, reproduce=not no_reproduce, progress=_progress())
@@ -251,7 +250,7 @@ def gate_calibrate_cmd(pipeline: str, target: str, variants: tuple[str, ...], ma
                        registry_uri: str | None, as_json: bool) -> None:
     """Measure the similarity band that bf16 reassociation alone produces, and store it."""
     parsed = [parse_set_args([p for p in v.split(",") if p]) for v in variants] or None
-    _prepare_devices_for_target(target)
+    prepare_devices_for_target(target)
     registry = open_registry(registry_uri)
 
     with native_log_filter():  # the variants' compiles: C++ log as readable lines

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..ops.copy import CopyReport, copy_build
 from ..errors import NotFoundError
 from ..registry import RegistryChoice, config_files, find_registry, load_config, open_registry
-from ._app import _emit, _finish, _progress, channel_choice, cli, json_option, registry_option, complete_ref
+from ._app import _emit, _finish, _progress, cli, json_option
+from ._options import channel_choice, complete_ref, registry_option
 
 
 def _destination(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -86,8 +88,8 @@ def registries_cmd(registry_uri: str | None, as_json: bool) -> None:
         missing = None
     except NotFoundError as e:
         choice, missing = None, e
-    named = [{"name": n.name, "uri": n.uri, "file": str(c.path), "default": c.default == n.name}
-             for c in configs for n in c.registries.values()]
+    named: list[dict[str, Any]] = [{"name": n.name, "uri": n.uri, "file": str(c.path), "default": c.default == n.name}
+                                   for c in configs for n in c.registries.values()]
     payload = {"current": choice.to_dict() if choice else None, "config_files": [str(f) for f in files],
                "registries": named}
     lines = [f"current: {choice.uri}\n  because: {choice.source}" if choice else "current: none found"]

@@ -12,7 +12,8 @@ from ..promote.actions import approve, refresh_timestamp, revoke_build, sign_cha
 from ..promote.dry_run import plan_promotion, plan_rollback
 from ..registry import open_registry
 from ..trust.keys import generate_keypair, load_private_key
-from ._app import _emit, _next_step, channel_choice, cli, json_option, project_option, registry_option, signing_options, complete_ref
+from ._app import _emit, _next_step, cli, json_option
+from ._options import channel_choice, complete_ref, project_option, registry_option, signing_options
 from ._summary import append_step_summary, promote_summary
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ import click
 from ..errors import InputError, NotFoundError
 from ..registry import open_registry
 from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
-from ._app import (
-    _T0, _emit, _prepare_devices_for_build, _progress, _trust, cli, json_option, registry_option, trust_options, complete_ref,
-)
+from ._app import _T0, _emit, _progress, cli, json_option
+from ._devices import prepare_devices_for_build
+from ._options import complete_ref, registry_option, trust_config, trust_options
 
 
 def _one_ref(ref: str | None, **options: str | None) -> str | None:
@@ -57,11 +57,11 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
     video with zero compiles."""
     chosen = _one_ref(ref, channel=channel, build=build_ref) or "dev"
 
-    trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
+    trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours)
     summary = render_to_files(
         ref=chosen, registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
-        prepare=functools.partial(_prepare_devices_for_build, trust=trusted), t_process=_T0, trust=trusted, fit=fit,
+        prepare=functools.partial(prepare_devices_for_build, trust=trusted), t_process=_T0, trust=trusted, fit=fit,
         max_audio_seconds=max_audio_seconds, progress=_progress(),
     )
     human = (
@@ -114,10 +114,10 @@ def serve_cmd(ref: str | None, channel: str | None, host: str, port: int, queue:
     """Serve REF (a channel, build id or digest; default prod) over HTTP (streamed fMP4); ready only after
     verify + load + one warm chunk with 0 compiles."""
     chosen = _one_ref(ref, channel=channel) or "prod"
-    trusted = _trust(trust_key, trust_state, allow_stale, max_timestamp_hours)
+    trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours)
     try:
         pod = start_pod(open_registry(registry_uri, create=False), chosen, trust=trusted,
-                        prepare=functools.partial(_prepare_devices_for_build, trust=trusted))
+                        prepare=functools.partial(prepare_devices_for_build, trust=trusted))
     except NotFoundError as e:
         held = e.details.get("channels_holding") or {}
         if e.details.get("empty_channel") == chosen and held:

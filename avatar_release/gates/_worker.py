@@ -18,6 +18,7 @@ with the error as JSON on stdout.
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import sys
@@ -66,7 +67,7 @@ def render_gate_set(job: dict) -> dict:
         if wanted is not None and req.name not in wanted:
             continue
         image, audio = gate_request_inputs(manifest, req)
-        out, report = render(build, image, audio, seed=req.seed, on_chunk=lambda c, r=req.name: _say_chunk(r, c))
+        out, report = render(build, image, audio, seed=req.seed, on_chunk=functools.partial(_say_chunk, req.name))
         frames.append(out)
         hashes.append([frame_sha256(f) for f in out])
         chunks += [{"request": req.name, **c} for c in report.to_json()["per_chunk"]]

@@ -89,7 +89,38 @@ def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Com
     return out
 
 
+def test_every_command_is_listed_once_in_the_lazy_table_with_its_module():
+    from avatar_release.cli import COMMANDS, load_commands
+
+    load_commands()
+    assert sorted(root.commands) == sorted(COMMANDS)
+    for name, (module, short) in COMMANDS.items():
+        cmd = root.commands[name]
+        assert (cmd.callback.__module__ if cmd.callback else "").endswith(module) or isinstance(cmd, click.Group)
+        assert len(short) <= 90 and short.endswith(".") and "..." not in short  # one line in --help, never cut
+
+
+def test_the_top_level_help_and_a_mistyped_command_import_no_room(tmp_path):
+    import subprocess
+    import sys
+
+    probe = ("import sys, runpy; sys.argv = ['avatar-release'] + sys.argv[1:]\n"
+             "try:\n    runpy.run_module('avatar_release', run_name='__main__')\n"
+             "except SystemExit: pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('avatar_release.', 'jax', 'numpy', 'pydantic'))))")
+    for args in (["--help"], ["promot", "x"]):
+        out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=60).stdout.strip().splitlines()[-1]
+        loaded = set(eval(out))  # noqa: S307 - our own print of a list of module names
+        assert not {m for m in loaded if m.split(".")[0] in ("jax", "numpy", "pydantic")}, (args, loaded)
+        assert not {m for m in loaded if m.startswith(("avatar_release.registry", "avatar_release.records",
+                                                       "avatar_release.gates", "avatar_release.promote"))}, args
+
+
 def test_every_command_declares_its_exit_codes_and_every_code_has_a_meaning():
+    from avatar_release.cli import load_commands
+
+    load_commands()
     for path, _ in _commands(root):
         assert path in COMMAND_CODES or path.split(" ")[0] in COMMAND_CODES, f"{path}: no exit codes declared"
         assert set(codes_for(path)) <= set(EXIT_MEANINGS), path

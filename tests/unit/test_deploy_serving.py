@@ -53,7 +53,7 @@ def test_probes_args_and_grace_match_the_pod(variant, monkeypatch):
     assert env["AVATAR_RELEASE_TRUST_KEY"].startswith(mount["mountPath"] + "/")
     assert next(v for v in pod["volumes"] if v["name"] == "trust")["secret"]["secretName"]
     # the CLI accepts the arguments, and the grace period covers preStop + the drain
-    ctx = cli.commands["serve"].make_context("serve", list(c["args"]))
+    ctx = cli.get_command(None, "serve").make_context("serve", list(c["args"]))
     assert ctx.params["follow"] is True and ctx.params["channel"] == "prod"
     pre_stop = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
     assert pod["terminationGracePeriodSeconds"] > pre_stop + ctx.params["grace"]

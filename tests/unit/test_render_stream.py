@@ -142,7 +142,7 @@ def test_a_track_that_decodes_past_the_bound_stops_the_render_and_leaves_nothing
 def test_the_cli_bound_is_the_render_default():
     from avatar_release.cli import cli
 
-    opt = next(p for p in cli.commands["render"].params if p.name == "max_audio_seconds")
+    opt = next(p for p in cli.get_command(None, "render").params if p.name == "max_audio_seconds")
     assert opt.default == RENDER_MAX_AUDIO_SECONDS
 
 

@@ -161,9 +161,11 @@ def test_function_level_in_package_imports_are_few_and_each_says_why():
     """Each one names its reason (checked above); this pins where they are, so a new one is a visible change."""
     _, hidden = _check(PKG)
     # gates/band.py: the gate worker imports the gates package and must import neither the
-    # pipeline nor the compiler, so calibrate() imports them when it runs.
-    assert sorted({h.rsplit(":", 1)[0] for h in hidden}) == ["avatar_release/gates/band.py"], hidden
-    assert len(hidden) == 2, hidden
+    # pipeline nor the compiler, so calibrate() imports them when it runs. cli/_app.py: the
+    # machine room (and records under it) loads with the first command, not for --help.
+    assert sorted({h.rsplit(":", 1)[0] for h in hidden}) == ["avatar_release/cli/_app.py",
+                                                            "avatar_release/gates/band.py"], hidden
+    assert len(hidden) == 3, hidden
 
 
 def test_the_check_sees_each_kind_of_violation(tmp_path):

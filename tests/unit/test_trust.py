@@ -199,7 +199,7 @@ def test_trust_files_writable_by_group_or_others_are_refused_naming_the_chmod(tm
 def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(keys, monkeypatch):
     """A pod with a trust key: an unsigned channel move is refused before the manifest's XLA flags
     or device count touch the process."""
-    from avatar_release.cli._app import _prepare_devices_for_build
+    from avatar_release.cli._devices import prepare_devices_for_build
     from avatar_release.promote import promote
     from avatar_release.registry import MemoryRegistry
     from avatar_release.runtime import TrustConfig
@@ -217,7 +217,7 @@ def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(ke
     promote(reg, m.build_id, "staging")  # moved without a signing key: no statement
     monkeypatch.setenv("XLA_FLAGS", "--xla_untouched=1")
     with pytest.raises(TrustError, match="staging"):
-        _prepare_devices_for_build(reg, "staging", trust=TrustConfig(pub, None, require_fresh=False))
+        prepare_devices_for_build(reg, "staging", trust=TrustConfig(pub, None, require_fresh=False))
     assert os.environ["XLA_FLAGS"] == "--xla_untouched=1"
 
 
