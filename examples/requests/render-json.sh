@@ -5,9 +5,10 @@
 #
 # Environment (all optional): IMAGE, AUDIO (files to send; default examples/media/face.png and
 # speech.wav), FIT (cover|contain|exact, default cover), SEED (default 0), OUT (default
-# render-json.mp4). The fragmented MP4 is written to OUT as it streams in (it plays while it
-# arrives); then the pod's X-Build-Id and X-Compiles headers are printed (X-Compiles must be
-# 0). A refusal prints the pod's JSON error ({"error": CODE, "message": ...}) and exits 1.
+# render-json.mp4). The fragmented MP4 is written to OUT.part as it streams in (it plays while it
+# arrives) and renamed to OUT once complete; then the pod's X-Build-Id and X-Compiles headers are
+# printed (X-Compiles must be 0). A refusal prints the pod's JSON error ({"error": CODE,
+# "message": ...}) and exits 1.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 url="${1:-${POD_URL:-http://127.0.0.1:8080}}"
@@ -30,13 +31,14 @@ trap 'rm -rf "$work"' EXIT
 } > "$work/body.json"
 
 status="$(curl -sS -X POST "${url%/}/render" -H 'Content-Type: application/json' \
-    --data-binary @"$work/body.json" -D "$work/headers" -o "$out" -w '%{http_code}')"
+    --data-binary @"$work/body.json" -D "$work/headers" -o "$out.part" -w '%{http_code}')"
 if [ "$status" != 200 ]; then
     echo "render refused: HTTP $status" >&2
-    cat "$out" >&2; echo >&2
-    rm -f "$out"
+    cat "$out.part" >&2; echo >&2
+    rm -f "$out.part"
     exit 1
 fi
+mv "$out.part" "$out"
 header() { grep -i "^$1:" "$work/headers" | head -n 1 | cut -d: -f2- | tr -d ' \r'; }
 echo "wrote $out ($(wc -c < "$out" | tr -d ' ') bytes)"
 echo "X-Build-Id: $(header X-Build-Id)"

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """POST /render to a serving pod, as JSON (base64 fields) and as a multipart upload.
 
-Python's standard library only (urllib): copy this file anywhere and run it.
+Python's standard library only (urllib): copy this file anywhere (then name the media with --image
+and --audio) and run it.
 
     python3 examples/requests/render.py [POD_URL] [--mode json|multipart|both] [--image F] [--audio F]
                                         [--fit cover|contain|exact] [--seed N] [--out-dir DIR]
 
 POD_URL defaults to $POD_URL, else http://127.0.0.1:8080. Each answer, a fragmented MP4 (H.264 +
-AAC), is written to DIR/render-<mode>.mp4 a piece at a time as the pod streams it (memory does not
-grow with the video), and one line per request reports the pod's X-Build-Id and X-Compiles
-headers, the bytes received and the time to the first byte. A refusal is the pod's JSON error
-(``{"error": CODE, "message": ...}``), printed with its HTTP status; the exit status is then 1.
+AAC), is written a piece at a time as the pod streams it (memory does not grow with the video), to
+DIR/render-<mode>.mp4.part, renamed to DIR/render-<mode>.mp4 once complete; one line per request
+reports the pod's X-Build-Id and X-Compiles headers, the bytes received and the time to the first
+byte. A refusal is the pod's JSON error (``{"error": CODE, "message": ...}``), printed with its
+HTTP status; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -73,12 +75,14 @@ def send(request: urllib.request.Request, out: Path, timeout: float) -> bool:
         return False
     first_byte = None
     received = 0
-    with response, open(out, "wb") as sink:
-        while piece := response.read(PIECE):
+    part = out.with_name(out.name + ".part")  # renamed once whole: a cut stream never replaces a good file
+    with response, open(part, "wb") as sink:
+        while piece := response.read1(PIECE):  # what has arrived, up to PIECE: no waiting for a full piece
             if first_byte is None:
                 first_byte = time.monotonic() - started
             sink.write(piece)
             received += len(piece)
+    part.replace(out)
     headers = response.headers
     print(f"{out}: {received} bytes, first byte after {first_byte or 0.0:.2f} s, "
           f"X-Build-Id: {headers.get('X-Build-Id')}, X-Compiles: {headers.get('X-Compiles')}")
