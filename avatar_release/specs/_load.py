@@ -157,13 +157,30 @@ def _load(kind: str, label: str, name: str, cls: type[_S]) -> _S:
     try:
         spec = cls.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
+        errors = e.errors()
+        # A misspelled key is both an unknown key and a missing one: name the unknown one, with the fix.
+        err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
         loc = ".".join(str(p) for p in err["loc"])
-        raise SpecError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r})") from None
+        hint = ""
+        if err["type"] == "extra_forbidden" and err["loc"]:
+            allowed = _fields_at(cls, err["loc"][:-1])
+            hint = f"{did_you_mean(str(err['loc'][-1]), allowed)}; allowed here: {', '.join(sorted(allowed))}"
+        raise SpecError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r}){hint}") from None
     named = getattr(spec, "name", name)
     if named != name:
         raise SpecError(f"{path}: name = {named!r} but the file is named {name!r}; make them agree")
     return spec
+
+
+def _fields_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the (nested) model at ``loc`` inside ``cls`` (empty when it is not a model)."""
+    model: Any = cls
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        model = field.annotation if field is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+    return list(getattr(model, "model_fields", {}))
 
 
 def load_target(name: str) -> TargetSpec:

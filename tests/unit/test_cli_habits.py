@@ -189,3 +189,20 @@ def test_shell_completion_offers_channels_and_build_ids_from_the_registry(tmp_pa
     assert _complete(["inspect", "--registry", str(tmp_path / "none")], "") == []  # no registry: quietly nothing
     script = cli("completion", "bash")
     assert script.exit_code == 0 and "_AVATAR_RELEASE_COMPLETE=bash_complete" in script.stdout
+
+
+def test_a_mistyped_key_in_a_spec_file_names_the_closest_allowed_key(tmp_path, monkeypatch):
+    import shutil
+
+    from avatar_release.errors import SpecError
+    from avatar_release.specs import load_target
+
+    manifests = tmp_path / "manifests"
+    shutil.copytree(DATA.parent.parent / "manifests", manifests)
+    target = manifests / "targets" / "cpu-8.toml"
+    target.write_text(target.read_text().replace("device_count = 8", "device_cont = 8"))
+    monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(manifests))
+    with pytest.raises(SpecError) as err:
+        load_target("cpu-8")
+    assert "device_cont" in str(err.value) and "did you mean 'device_count'?" in str(err.value)
+    assert "allowed here:" in str(err.value) and str(target) in str(err.value)
