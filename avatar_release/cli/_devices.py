@@ -1,15 +1,28 @@
-"""Setting up this process's devices before JAX starts: from a target (compile, calibrate) or from
-a build's manifest once it is checked (render, serve, gate, rebuild)."""
+"""What a command that loads a build needs before JAX starts: this process's devices, set from a
+target (compile, calibrate) or from a build's manifest once it is checked (render, serve, gate,
+rebuild), and the trust a pod loads with (``--trust-key`` and its options)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import InputError
 from ..machine import configure_compile_env, configure_for_manifest
 from ..records import Manifest, check_identity
 from ..registry import Registry, Resolved, read_manifest
 from ..runtime import TrustConfig, check_trusted
 from ..specs import load_target
+from ..trust.keys import load_public_key
+from ..trust.statements import AcceptedState
 
-__all__ = ["prepare_devices_for_target", "prepare_devices_for_build"]
+__all__ = ["prepare_devices_for_target", "prepare_devices_for_build", "trust_options", "trust_config"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])  # a command function, options added
 
 
 def prepare_devices_for_target(target_name: str) -> None:
@@ -27,3 +40,29 @@ def prepare_devices_for_build(registry: Registry, ref: str, trust: TrustConfig |
         check_trusted(registry, resolved, trust, manifest)
     configure_for_manifest(manifest)
     return resolved, manifest
+
+
+def trust_options(f: _F) -> _F:
+    f = click.option("--max-timestamp-age", "max_timestamp_hours", default=1.0, show_default=True, type=float,
+                     envvar="AVATAR_RELEASE_MAX_TIMESTAMP_AGE_HOURS", metavar="HOURS",
+                     help="Accept no signed timestamp signed longer ago than this, whatever its expiry: the replay "
+                          "window of a pod that remembers nothing (refresh timestamps well within it).")(f)
+    f = click.option("--allow-stale", is_flag=True, envvar="AVATAR_RELEASE_ALLOW_STALE",
+                     help="Accept a signed statement without a fresh signed timestamp (a restarted pod can then be "
+                          "fed an older, unexpired statement; only for promoters that cannot refresh timestamps).")(f)
+    f = click.option("--trust-state", default="~/.local/state/avatar-release/accepted.json", show_default=True,
+                     envvar="AVATAR_RELEASE_TRUST_STATE",
+                     help="Where this pod keeps the highest statement sequence it accepted (replay protection); "
+                          "put it on a volume that outlives the container.")(f)
+    return click.option("--trust-key", default=None, envvar="AVATAR_RELEASE_TRUST_KEY",
+                        help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
+
+
+def trust_config(trust_key: str | None, trust_state: str, allow_stale: bool = False,
+           max_timestamp_hours: float = 1.0) -> TrustConfig | None:
+    if not trust_key:
+        return None
+    if not max_timestamp_hours > 0:
+        raise InputError(f"--max-timestamp-age {max_timestamp_hours}: expected a positive number of hours")
+    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)),
+                       require_fresh=not allow_stale, max_timestamp_age=timedelta(hours=max_timestamp_hours))

@@ -1,29 +1,23 @@
 """Options that commands share and what they resolve: which registry (found as git finds a
-repository), which project, which channel (with suggestions), trust and signing keys, and shell
+repository), which project, which channel (with suggestions), signing keys, and shell
 completion of build references. Command modules import these; the top-level group does not, so
 ``avatar-release --help`` loads none of the registry, records or trust rooms."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
 
 from .._suggest import did_you_mean
-from ..errors import InputError
 from ..records import CHANNELS
 from ..registry import find_registry, open_registry
-from ..runtime import TrustConfig
 from ..specs import use_project
-from ..trust.keys import load_public_key
-from ..trust.statements import AcceptedState
 
 __all__ = ["registry_option", "new_registry_option", "project_option", "channel_choice", "SuggestingChoice",
-           "trust_options", "trust_config", "signing_options", "complete_ref", "CHANNELS"]
+           "signing_options", "complete_ref", "CHANNELS"]
 
 _REGISTRY = "avatar_release.registry"  # ctx.meta key: the RegistryChoice this command resolved
 
@@ -94,32 +88,6 @@ channel_choice = SuggestingChoice(list(CHANNELS))
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])  # a command function, options added
-
-
-def trust_options(f: _F) -> _F:
-    f = click.option("--max-timestamp-age", "max_timestamp_hours", default=1.0, show_default=True, type=float,
-                     envvar="AVATAR_RELEASE_MAX_TIMESTAMP_AGE_HOURS", metavar="HOURS",
-                     help="Accept no signed timestamp signed longer ago than this, whatever its expiry: the replay "
-                          "window of a pod that remembers nothing (refresh timestamps well within it).")(f)
-    f = click.option("--allow-stale", is_flag=True, envvar="AVATAR_RELEASE_ALLOW_STALE",
-                     help="Accept a signed statement without a fresh signed timestamp (a restarted pod can then be "
-                          "fed an older, unexpired statement; only for promoters that cannot refresh timestamps).")(f)
-    f = click.option("--trust-state", default="~/.local/state/avatar-release/accepted.json", show_default=True,
-                     envvar="AVATAR_RELEASE_TRUST_STATE",
-                     help="Where this pod keeps the highest statement sequence it accepted (replay protection); "
-                          "put it on a volume that outlives the container.")(f)
-    return click.option("--trust-key", default=None, envvar="AVATAR_RELEASE_TRUST_KEY",
-                        help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
-
-
-def trust_config(trust_key: str | None, trust_state: str, allow_stale: bool = False,
-           max_timestamp_hours: float = 1.0) -> TrustConfig | None:
-    if not trust_key:
-        return None
-    if not max_timestamp_hours > 0:
-        raise InputError(f"--max-timestamp-age {max_timestamp_hours}: expected a positive number of hours")
-    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)),
-                       require_fresh=not allow_stale, max_timestamp_age=timedelta(hours=max_timestamp_hours))
 
 
 def signing_options(f: _F) -> _F:

@@ -13,8 +13,8 @@ from ..errors import InputError, NotFoundError
 from ..registry import open_registry
 from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
 from ._app import _T0, _emit, _progress, cli, json_option
-from ._devices import prepare_devices_for_build
-from ._options import complete_ref, registry_option, trust_config, trust_options
+from ._devices import prepare_devices_for_build, trust_config, trust_options
+from ._options import complete_ref, registry_option
 
 
 def _one_ref(ref: str | None, **options: str | None) -> str | None:
