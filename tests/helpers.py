@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner, Result
 
@@ -17,9 +18,10 @@ from avatar_release.errors import CRASH_EXIT_CODE
 from avatar_release.records import Manifest, parse_record
 from avatar_release.registry import Registry, read_manifest
 
-__all__ = ["DATA", "stored_manifest", "manifest_of", "put_stand_in_build", "cli", "cli_json"]
+__all__ = ["DATA", "BENCHMARKS", "stored_manifest", "manifest_of", "put_stand_in_build", "cli", "cli_json", "run_smoke"]
 
 DATA = Path(__file__).resolve().parent / "data"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def stored_manifest(version: int) -> Manifest:
@@ -67,3 +69,13 @@ def cli_json(cwd: Path, *args: str | Path, env: Mapping[str, str], rc: int = 0, 
     assert proc.returncode == rc, (f"avatar-release {' '.join(map(str, args))}: exit {proc.returncode}, expected {rc}\n"
                                    f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
+
+
+def run_smoke(script: str, *args: str | Path, out: Path, timeout: float = 600) -> Any:
+    """``python benchmarks/SCRIPT --smoke ARGS --out OUT`` in OUT's directory, as a user runs a
+    benchmark; returns the JSON it wrote. A failure shows the benchmark's own output."""
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), "--smoke", *map(str, args), "--out", str(out)],
+                          capture_output=True, text=True, cwd=out.parent, timeout=timeout)
+    assert proc.returncode == 0, (f"benchmarks/{script} --smoke: exit {proc.returncode}\n"
+                                  f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+    return json.loads(out.read_text())

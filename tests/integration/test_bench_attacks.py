@@ -3,24 +3,17 @@ plants two zstd bombs in copies of it and shows both refused before the loader a
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_refuses_both_bombs_below_a_normal_loads_memory(registry_copy, tmp_path):
     root, result = registry_copy
     out = tmp_path / "attacks.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_attacks.py"), "--smoke", "--registry", str(root),
-                    "--out", str(out)], check=True, cwd=tmp_path, timeout=600)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_attacks.py", "--registry", str(root), out=out, timeout=600)
     assert doc["build_id"] == result.build_id and doc["runs"] == 1
     bombs = doc["bombs"]
     assert "at most 100x allowed" in bombs["honest 16 GiB"]["refused"]

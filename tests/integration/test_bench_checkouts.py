@@ -3,23 +3,16 @@ release path through the CLI and writes its figures as JSON."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_compiles_and_renders_with_zero_compiles(tmp_path):
     out = tmp_path / "checkouts.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_checkouts.py"), "--smoke", "--out", str(out)],
-                   check=True, capture_output=True, text=True, cwd=tmp_path)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_checkouts.py", out=out)
     (row,) = doc["runs"]["after"]
     assert row["compiles"] == 0 and row["build_id"].startswith("tiny-cpu-8-")
     assert row["time_to_ready_seconds"] > 0 and row["steady_chunk_seconds"] > 0

@@ -3,19 +3,12 @@ typo, a usage error, no registry) in fresh processes, with the exit codes a user
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_smoke
 
 
 def test_smoke_mode_answers_help_typos_and_missing_registries_without_jax(tmp_path):
     out = tmp_path / "cli.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_cli.py"), "--smoke", "--out", str(out)],
-                   check=True, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    cases = json.loads(out.read_text())["cases"]
+    cases = run_smoke("bench_cli.py", out=out, timeout=300)["cases"]
     assert set(cases) == {"help", "command help", "mistyped command", "mistyped channel", "no registry"}
     for name, c in cases.items():
         assert c["exit_codes"] == [c["expected_exit_code"]] and not c["imports_jax"], (name, c)

@@ -3,23 +3,16 @@ layer for tpu-v6e-8 through libtpu, dense and flash, and writes XLA's estimates 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.extra("tpu")]  # two libtpu compiles
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.extra("tpu")]  # two libtpu compiles
 
 
 def test_smoke_mode_compiles_dense_and_flash_attention_for_tpu(tmp_path):
     out = tmp_path / "flash.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_flash.py"), "--smoke", "--out", str(out)],
-                   check=True, cwd=tmp_path, timeout=600)
-    (row,) = json.loads(out.read_text())
+    (row,) = run_smoke("bench_flash.py", out=out, timeout=600)
     assert row["pipeline"] == "tiny" and row["label"] == "compiler estimates, not measurements"
     assert row["heads_per_chip"] * 8 == row["heads"] and row["calls_per_chunk"] > 0
     for name in ("dense", "flash"):

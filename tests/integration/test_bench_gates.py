@@ -3,24 +3,17 @@ serving process would, gates the build (both twins, fresh processes) and writes 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_gates_the_build_and_times_it_against_a_plain_render(registry_copy, tmp_path):
     root, result = registry_copy
     out = tmp_path / "gates.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gates.py"), "--smoke", "--registry", str(root),
-                    "--out", str(out)], check=True, cwd=tmp_path, timeout=900)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_gates.py", "--registry", str(root), out=out, timeout=900)
     assert doc["build_id"] == result.build_id and doc["gate_alone_status"] == "passed"
     assert doc["gate_set"]["requests"] >= 1 and doc["gate_set"]["frames"] >= doc["gate_set"]["requests"]
     assert doc["plain_render_s"] > 0 and doc["gate_alone_s"] > 0

@@ -8,12 +8,12 @@ JIT path twice with one JAX cache; and the preflight names what would block the 
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_smoke
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,9 +49,7 @@ def test_the_preflight_names_each_blocker_of_the_h200_toolchain(monkeypatch):
 @pytest.mark.slow
 def test_smoke_mode_runs_every_step_for_cpu_8_and_the_served_build_never_compiles(tmp_path):
     out = tmp_path / "gpu-check.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--target", "cpu-8", "--smoke",
-                    "--out", str(out)], check=True, cwd=tmp_path, timeout=900)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("gpu_check.py", "--target", "cpu-8", out=out, timeout=900)
     assert doc["run_on_gpu"] is False and doc["preflight"]["blockers"] == []
     assert doc["compile"]["build_id"].startswith("tiny-cpu-8-")
     assert doc["gate"]["exit_code"] == 0 and doc["gate"]["result"]["status"] == "passed"

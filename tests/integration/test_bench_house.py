@@ -4,20 +4,12 @@ pipeline), a function over 60 or an unannotated public parameter fails here, nam
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_smoke
 
 
 def test_the_house_keeps_its_goals(tmp_path):
     out = tmp_path / "house.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_house.py"), "--smoke", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_house.py", out=out, timeout=120)
     f = doc["figures"]
     assert doc["goals"] == {"class_lines": 300, "module_lines": 500, "function_lines": 60, "unannotated_public": 0}
     assert f["read"]["modules"] > 100 and f["read"]["functions"] > 500 and f["params"] > 1000  # it read the tree

@@ -3,23 +3,16 @@ block-sparse, 128-tiled and bounded-softmax kernels and the Ulysses head groups 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow  # seven XLA compiles of interpret-mode Pallas kernels: ~10 s
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # seven XLA compiles of interpret-mode Pallas kernels: ~10 s
 
 
 def test_smoke_mode_times_every_kernel_and_the_head_groups_move_equal_bytes(tmp_path):
     out = tmp_path / "kernels.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_kernels.py"), "--smoke", "--out", str(out)],
-                   check=True, cwd=tmp_path, timeout=600)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_kernels.py", out=out, timeout=600)
     assert doc["sr"]["frames"] == 3 and doc["sr"]["heads"] == 2 and 0 < doc["live_fraction"] < 1
     assert all(s > 0 for s in doc["seconds"].values()) and set(doc["seconds"]) >= {"dense", "blocksparse", "tiled_128"}
     assert all(r["value"] > 0 for r in doc["ratios"].values())

@@ -4,21 +4,13 @@ in the slow lane, renders the track and two copies of it end to end through the 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_smoke
 
 
 def _smoke(tmp_path, *extra: str) -> dict:
-    out = tmp_path / "media.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_media.py"), "--smoke", *extra, "--out", str(out)],
-                   check=True, cwd=tmp_path, timeout=300)
-    return json.loads(out.read_text())
+    return run_smoke("bench_media.py", *extra, out=tmp_path / "media.json", timeout=300)
 
 
 def test_smoke_mode_decodes_pictures_and_speech_and_refuses_the_bomb(tmp_path):

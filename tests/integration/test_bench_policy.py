@@ -4,24 +4,17 @@ a pod's trust checks."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_promotes_to_prod_and_times_the_policy_and_the_pods_checks(registry_copy, tmp_path):
     root, result = registry_copy
     out = tmp_path / "policy.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_policy.py"), "--smoke", "--registry", str(root),
-                    "--out", str(out)], check=True, capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_policy.py", "--registry", str(root), out=out, timeout=600)
     assert doc["build_id"] == result.build_id
     for channel in ("staging", "prod"):
         row = doc["promote"][channel]

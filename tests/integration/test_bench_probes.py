@@ -4,24 +4,17 @@ listener of its own, a per-client cap: every probe answered)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_floods_a_real_pod_and_the_probe_port_answers_every_probe(registry_copy, tmp_path):
     root, _ = registry_copy
     out = tmp_path / "probes.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_probes.py"), "--smoke", "--registry", str(root),
-                    "--out", str(out)], check=True, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_probes.py", "--registry", str(root), out=out, timeout=300)
     own, shared = doc["own"], doc["shared"]
     assert own["probe_port"]["probes"] > 10 and own["probe_port"]["failures"] == 0
     assert own["render_port"]["failures"] == 0  # the per-client cap kept the flooder to its share

@@ -4,19 +4,12 @@ real OCI registry, timing each beside a plain file copy."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_smoke
 
 
 def test_smoke_mode_promotes_by_moving_pointers_and_times_push_and_pull(tmp_path):
     out = tmp_path / "promote.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_promote.py"), "--smoke", "--out", str(out)],
-                   check=True, cwd=tmp_path, timeout=300)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_promote.py", out=out, timeout=300)
     promotion = doc["promotion"]
     assert promotion["channels"] == {"staging": doc["build_id"], "prod": doc["build_id"]}
     # Pointers and signed records only (prod's release approval is a small attestation), never the build's bytes

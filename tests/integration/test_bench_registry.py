@@ -4,26 +4,18 @@ registry A -> registry B -> directory, byte-identical, the second copy a near no
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.helpers import run_smoke
 from tests.oci_server import registry_binary_or_skip
 
 pytestmark = pytest.mark.slow  # three registry servers, four child processes: 5 s idle, twice that on a busy host
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_smoke_mode_moves_a_blob_and_copies_a_build_byte_identical(tmp_path):
     registry_binary_or_skip()
     out = tmp_path / "registry.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_registry.py"), "--smoke", "--out", str(out)],
-                   check=True, cwd=tmp_path, timeout=600)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_registry.py", out=out, timeout=600)
     blob = doc["blob"]
     if isinstance(blob, str):  # skopeo absent: said so, not crashed
         assert blob.startswith("skipped")

@@ -4,24 +4,17 @@ the queue, hostile input, a --follow swap under load and flat memory."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_serves_refuses_and_swaps_without_a_failed_request(registry_copy, tmp_path):
     root, _ = registry_copy
     out = tmp_path / "serving.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_serving.py"), "--smoke", "--registry", str(root),
-                    "--out", str(out)], check=True, cwd=tmp_path, timeout=900)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_serving.py", "--registry", str(root), out=out, timeout=900)
     assert 0 < doc["ttff"]["ttff_s"] < doc["ttff"]["whole_s"] and 0 < doc["ttff"]["ratio"] < 1
     c = doc["concurrent"]
     assert (c["clients"], c["requests"], c["ok"], c["failed"]) == (2, 2, 2, 0)

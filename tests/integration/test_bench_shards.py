@@ -3,24 +3,17 @@ side by side (`gate BUILD --shard K/2`), merges them and writes the times."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_gates_in_two_shards_and_merges(registry_copy, tmp_path):
     root, result = registry_copy
     out = tmp_path / "shards.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_shards.py"), "--smoke", "--registry", str(root),
-                    "--out", str(out)], check=True, cwd=tmp_path, timeout=900)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_shards.py", "--registry", str(root), out=out, timeout=900)
     assert doc["build_id"] == result.build_id and doc["unsharded_s"] is None
     (n, row), = doc["sharded"].items()
     assert n == "2" and row["vs_unsharded"] is None

@@ -3,23 +3,16 @@ compile, serve, JIT and eager paths, each in a fresh process, and writes the rat
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow  # two compiles of tiny (the compile and JIT scenarios)
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # two compiles of tiny (the compile and JIT scenarios)
 
 
 def test_smoke_mode_runs_every_path_and_the_served_build_never_compiles(tmp_path):
     out = tmp_path / "spine.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_spine.py"), "--smoke", "--out", str(out)],
-                   check=True, cwd=tmp_path, timeout=900)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_spine.py", out=out, timeout=900)
     s = doc["scenarios"]
     assert set(s) == {"compile", "serve", "jit", "eager"} and doc["chunks"] == 1
     compiled = s["compile"]

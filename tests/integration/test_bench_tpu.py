@@ -4,23 +4,16 @@ build, and probes the Ulysses schedule for G = 1, 2."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.extra("tpu")]  # a libtpu compile of tiny: minutes on 2 cores
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.extra("tpu")]  # a libtpu compile of tiny: minutes on 2 cores
 
 
 def test_smoke_mode_compiles_tiny_for_tpu_and_probes_the_schedule(tmp_path):
     out = tmp_path / "tpu.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_tpu.py"), "--smoke", "--out", str(out)],
-                   check=True, cwd=tmp_path, timeout=900)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_tpu.py", out=out, timeout=900)
     (row,) = doc["compiles"]
     assert row["exit_code"] == 0 and row["build_id"].startswith("tiny-tpu-v6e-8-") and row["peak_rss_gib"] > 0
     assert row["memory_fit"]["fits"] and 0 < row["memory_fit"]["total_bytes"] < row["memory_fit"]["capacity_bytes"]

@@ -3,24 +3,17 @@ statement and times a pod's cold load with and without the trust key, in fresh p
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_times_the_signature_check_as_a_share_of_a_cold_load(registry_copy, tmp_path):
     root, result = registry_copy
     out = tmp_path / "trust.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_trust.py"), "--smoke", "--registry", str(root),
-                    "--out", str(out)], check=True, cwd=tmp_path, timeout=600)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_trust.py", "--registry", str(root), out=out, timeout=600)
     assert doc["build_id"] == result.build_id and doc["runs"] == 1
     assert 0 < doc["signature_s"] < doc["cold_load_s"]["with_key"] and doc["cold_load_s"]["without_key"] > 0
     assert doc["evidence_sign_s"] > 0 and doc["evidence_verify_s"] > 0

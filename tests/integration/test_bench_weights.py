@@ -4,23 +4,16 @@ anchors, and writes every figure the README quotes."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.helpers import run_smoke
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_loads_chunked_weights_beside_both_anchors(tmp_path):
     out = tmp_path / "weights.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_weights.py"), "--smoke", "--out", str(out)],
-                   check=True, capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    doc = json.loads(out.read_text())
+    doc = run_smoke("bench_weights.py", out=out, timeout=600)
     (row,) = doc["sizes"]
     assert row["raw_bytes"] == 16 << 20 and row["chunks"] >= 1
     ours = row["runs"]["ours"]
