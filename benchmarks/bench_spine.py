@@ -97,29 +97,10 @@ def scenario_serve(args) -> dict:
 
 def scenario_jit(args) -> dict:
     """The JIT path from model code: trace + lower + compile in-process, then run the same stream."""
-    import jax
-    import numpy as np
+    from _jit import jit_build  # benchmarks/_jit.py, beside this file
 
-    from avatar_release.compile import compile_build
-    from avatar_release.registry import MemoryRegistry
-    from avatar_release.runtime import LoadedBuild, LoadTimings
-    from avatar_release.runtime._guard import CompileGuard
-    from avatar_release.runtime._load import LoadedStage, devices_for, place_weights
-    from avatar_release.runtime._weights import sharding_of
-    from avatar_release.registry import Resolved
-
-    res = compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(), publish=False, keep_compiled=True)
-    m = res.manifest
-    devices = devices_for(m)
-    mesh = jax.sharding.Mesh(np.array(devices).reshape(m.platform.mesh_shape), tuple(m.platform.mesh_axes))
-    stages = {(e.stage, e.bucket): LoadedStage(e, res.compiled[e.key], [sharding_of(mesh, s) for s in e.inputs], {})
-              for e in m.executables}
-    from avatar_release._dtypes import np_dtype
-
-    host = {t.name: t.data.view(np_dtype(t.dtype)).reshape(t.shape) for t in res.weight_tensors}
-    place_weights(m, stages, host, mesh)
-    build = LoadedBuild(Resolved("jit", m.build_id, "", "jit"), m, "memory", mesh, stages, LoadTimings(),
-                        CompileGuard(strict=False))
+    build, _ = jit_build(args.pipeline, "cpu-8")
+    m = build.manifest
     image, audio = _inputs(m.program, args.chunks)
     first, rest = _time_chunks(build, image, audio)
     return {

@@ -123,28 +123,13 @@ def step_serve(args) -> dict:
 def step_jit(args) -> dict:
     """Trace, lower and compile from model code in this process (JAX's persistent cache on), then stream."""
     import jax
-    import numpy as np
 
     jax.config.update("jax_compilation_cache_dir", args.jax_cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    from avatar_release._dtypes import np_dtype
-    from avatar_release.compile import compile_build
-    from avatar_release.registry import MemoryRegistry, Resolved
-    from avatar_release.runtime import LoadedBuild, LoadTimings
-    from avatar_release.runtime._guard import CompileGuard
-    from avatar_release.runtime._load import LoadedStage, devices_for, place_weights
-    from avatar_release.runtime._weights import sharding_of
+    from _jit import jit_build  # benchmarks/_jit.py, beside this file
 
-    res = compile_build(args.pipeline, args.target, registry=MemoryRegistry(), publish=False, keep_compiled=True)
-    m = res.manifest
-    mesh = jax.sharding.Mesh(np.array(devices_for(m)).reshape(m.platform.mesh_shape), tuple(m.platform.mesh_axes))
-    stages = {(e.stage, e.bucket): LoadedStage(e, res.compiled[e.key], [sharding_of(mesh, s) for s in e.inputs], {})
-              for e in m.executables}
-    host = {t.name: t.data.view(np_dtype(t.dtype)).reshape(t.shape) for t in res.weight_tensors}
-    place_weights(m, stages, host, mesh)
-    build = LoadedBuild(Resolved("jit", m.build_id, "", "jit"), m, "memory", mesh, stages, LoadTimings(),
-                        CompileGuard(strict=False))
+    build, res = jit_build(args.pipeline, args.target)
     timed = _chunks(build, args.chunks)
     return {"compile_wall_s": res.compile_wall_seconds, **timed,
             "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - timed["steady_chunk_s"] * (timed["chunks"] - 1),

@@ -5,6 +5,7 @@
 Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 """
 
+from ._assemble import assemble
 from ._blobs import BlobCheck, build_blobs, fetch_verified
 from ._feed import ChunkAudio, feed_chunks
 from ._guard import COMPILE_EVENT, CompileGuard
@@ -15,6 +16,7 @@ from ._verify import check_blobs, verify_build
 
 __all__ = [
     "load",
+    "assemble",
     "LoadedBuild",
     "LoadTimings",
     "TrustConfig",
