@@ -226,4 +226,4 @@ def run_server(pod: Pod, cfg: ServerConfig,
         if previous_hup is not None:
             signal.signal(signal.SIGHUP, previous_hup)
         sock.close()
-        log_event("stopped", build=pod.build.build_id, requests=pod.requests)
+        log_event("stopped", build=pod.build.build_id, requests=pod.requests, deadline=pod.deadline_report())

@@ -45,6 +45,26 @@ def warm_up(build: LoadedBuild) -> float:
 
 
 @dataclass
+class PaceTotals:
+    """Every chunk this pod rendered, against its playback time (the real-time factor so far)."""
+
+    media_seconds: float = 0.0
+    render_seconds: float = 0.0
+    chunks: int = 0
+    over_deadline: int = 0
+
+    def add(self, seconds: float, deadline: float) -> None:
+        self.media_seconds += deadline
+        self.render_seconds += seconds
+        self.chunks += 1
+        self.over_deadline += seconds > deadline
+
+    @property
+    def realtime_factor(self) -> float | None:
+        return round(self.media_seconds / self.render_seconds, 4) if self.render_seconds > 0 else None
+
+
+@dataclass
 class FollowState:
     last_check: float | None = None
     last_result: str | None = None
@@ -71,15 +91,19 @@ class Pod:
         self.draining = False
         self.requests = 0
         self.follow = FollowState()
+        self.pace = PaceTotals()
 
     @property
     def ready(self) -> bool:
         return self.build.guard.count == 0 and not self.draining
 
-    def _deadline(self) -> dict[str, Any]:
-        """What a chunk's deadline means here (``emulated``: misses say the host is slower than the target)."""
-        pace = pace_of(self.build.manifest)
-        return {"target": pace.target, "where": pace.where, "emulated": pace.emulated}
+    def deadline_report(self) -> dict[str, Any]:
+        """What a chunk's deadline means here (``emulated``: misses say the host is slower than the
+        target) and how this pod has kept it so far (every request's chunks since it started)."""
+        pace, t = pace_of(self.build.manifest), self.pace
+        return {"target": pace.target, "where": pace.where, "emulated": pace.emulated, "chunks": t.chunks,
+                "realtime_factor": t.realtime_factor, "chunks_over_deadline": t.over_deadline,
+                "misses_on_target": 0 if pace.emulated else t.over_deadline}
 
     def health(self) -> dict[str, Any]:
         b, t = self.build, self.build.timings
@@ -87,7 +111,7 @@ class Pod:
                 "digest": b.digest, "compiles": b.guard.count, "requests": self.requests,
                 "load_seconds": round(t.total(), 4), "warm_chunk_seconds": round(self.warm_seconds, 4),
                 "fps": b.manifest.program.fps, "buckets": {x.name: x.frames for x in b.manifest.buckets},
-                "deadline": self._deadline(),
+                "deadline": self.deadline_report(),
                 "follow": {"swaps": self.follow.swaps, "last_check": self.follow.last_check,
                            "last_result": self.follow.last_result, "refused_digest": self.follow.refused_digest,
                            "refused_reason": self.follow.refused_reason, "revoked": self.follow.revoked}}

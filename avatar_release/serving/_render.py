@@ -106,6 +106,7 @@ class RenderJob:
         s.frames += int(chunk.frames.shape[0])
         s.render_seconds += chunk.seconds
         s.compiles += chunk.compiles
+        self.pod.pace.add(chunk.seconds, chunk.deadline)
         m.chunk_seconds.labels(chunk.bucket).observe(chunk.seconds)
         if chunk.compiles:
             m.compiles.inc(chunk.compiles)

@@ -113,8 +113,9 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     pod, ready = _start(root, log_dir=tmp_path)
     try:
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == result.build_id
-        assert ready["deadline"] == {"target": "cpu-8", "emulated": True,
-                                     "where": f"8 emulated cpu devices on {os.cpu_count()} host cores"}
+        assert ready["deadline"]["emulated"] is True and ready["deadline"]["target"] == "cpu-8"
+        assert ready["deadline"]["where"] == f"8 emulated cpu devices on {os.cpu_count()} host cores"
+        assert ready["deadline"]["chunks"] == 0  # the warm-up chunk is not a request's
         base = f"http://127.0.0.1:{ready['port']}"
         assert _get(base, "/healthz")["ready"] is True and _get(base, "/readyz")["ready"] is True
         headers, data = _render(base, {"audio_wav_b64": base64.b64encode(encode_wav_bytes(sample_audio(0.4), 16000)).decode()})
@@ -143,6 +144,8 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
                 "invalid_request", "duration_too_long")
         metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
         assert "avatar_serve_compiles_total 0.0" in metrics and f'build_id="{result.build_id}"' in metrics
+        paced = _get(base, "/healthz")["deadline"]  # every request's chunks so far, against playback
+        assert paced["chunks"] >= 3 and paced["realtime_factor"] > 0 and paced["misses_on_target"] == 0
     finally:
         log = _stop(pod)
     lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
@@ -150,6 +153,8 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     assert [x["status"] for x in requests] == [200, 200, 400, 400, 400, 400]
     assert requests[0]["chunks"] == 2 and requests[0]["build"] == result.build_id  # 10 frames: 8 + 2
     assert requests[0]["realtime_factor"] > 0 and requests[2]["realtime_factor"] is None  # a 400 rendered nothing
+    stopped = next(x for x in lines if x["event"] == "stopped")
+    assert stopped["deadline"]["chunks"] == sum(r.get("chunks", 0) for r in requests)
     _check_deadline_misses(metrics, requests, manifest_of(LocalRegistry(root, create=False)))
 
 
