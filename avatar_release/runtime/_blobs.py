@@ -23,6 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 
+import zstandard
 
 from .._digest import sha256_digest
 from ..errors import AvatarReleaseError, IntegrityError
@@ -188,13 +189,35 @@ def fetch_verified(registry: Registry, manifest: Manifest) -> tuple[dict[str, by
     return {ref.digest: data for _, ref, data in fetched}, t1 - t0, time.perf_counter() - t1
 
 
-def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> bytearray:
+def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> bytes | bytearray:
     """The raw bytes of a zstd blob held in memory, exactly ``raw_size`` of them hashing to
-    ``raw_digest``: the streaming check of :func:`._inflate.inflate` over one piece.
+    ``raw_digest``.
 
-    ``raw_size`` must already be bounded (``check_bounds``): it is allocated up front, and the
-    stream is read into it a step at a time, never past raw_size + 1 bytes.
+    ``raw_size`` must already be bounded (``check_bounds``). A frame whose header declares that
+    size (what ``compile`` writes) is inflated in one call into one allocation of it, about twice as
+    fast as stepping a stream reader: zstd allocates what the header says, which is the bounded size
+    here, and the digest proves the output whole. Any other frame (no size in its header, or another
+    size) goes through the streaming check of :func:`._inflate.inflate`, which refuses it having
+    produced at most raw_size + 1 bytes.
     """
+    try:
+        declared = zstandard.get_frame_parameters(data).content_size
+    except zstandard.ZstdError:
+        declared = None  # not even a frame header: the streaming check names the damage
+    if declared == raw_size:
+        try:
+            whole = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_size, allow_extra_data=False)
+        except zstandard.ZstdError as e:
+            if "unused data" in str(e):  # a further frame (or bytes) after the one that fills raw_size
+                raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
+                                     f"(the stored bytes go on past the frame: {e})") from None
+            raise IntegrityError(f"{where}: zstd frame is corrupt or truncated ({e})") from None
+        if len(whole) != raw_size:  # (a header that lies about its frame)
+            raise IntegrityError(f"{where}: zstd frame is corrupt or truncated: it decompresses to {len(whole)} "
+                                 f"bytes, the manifest says {raw_size}")
+        if (got := sha256_digest(whole)) != raw_digest:
+            raise IntegrityError(f"{where}: decompressed bytes hash to {got}, the manifest says {raw_digest}")
+        return whole
     out = inflate(iter([data]), raw_size, raw_digest, where=where, keep=True)
     assert out is not None  # keep=True: the raw bytes come back
     return out

@@ -188,6 +188,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     # verify every blob before decompressing or unpickling any of them.
     check_bounds(manifest)
     chunked = manifest.weights.chunks is not None
+    payloads: dict[str, bytes | bytearray]
     if chunked:  # v5+: each executable streamed from the store into its raw buffer, never held compressed
         weights_raw, payloads = None, _stream_executables(reg, manifest, t)
     else:
@@ -229,11 +230,11 @@ def _require_weights(manifest: Manifest) -> None:
         )
 
 
-def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> dict[str, bytearray]:
+def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> dict[str, bytes | bytearray]:
     """{executable key: payload}, each streamed through the store's and our own sha256 into a
     buffer of its declared (bounded) raw size, checked against its raw digest; the seconds split
     into waiting on the store (fetch), the stored bytes' hash (verify) and zstd (decompress)."""
-    payloads: dict[str, bytearray] = {}
+    payloads: dict[str, bytes | bytearray] = {}
     spent = StreamTimes()
     for e in manifest.executables:
         out, times = fetch_inflated(reg, e.blob, (e.raw_size, e.raw_digest),
@@ -246,7 +247,7 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
 
 
 def _decompress_all(manifest: Manifest, raw: dict[str, bytes],
-                    t: LoadTimings) -> tuple[bytearray | None, dict[str, bytearray]]:
+                    t: LoadTimings) -> tuple[bytes | bytearray | None, dict[str, bytes | bytearray]]:
     """(weights bytes, {executable key: payload}), each streamed within its declared size and digest."""
     t0 = time.perf_counter()
     w = manifest.weights
@@ -260,7 +261,7 @@ def _decompress_all(manifest: Manifest, raw: dict[str, bytes],
     return weights_raw, payloads
 
 
-def _deserialize_all(manifest: Manifest, payloads: dict[str, bytearray],
+def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes | bytearray],
                      t: LoadTimings) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
     """(mesh, loaded stages): every executable deserialized onto the build's devices, its
     fingerprint compared with the manifest's (the program the identity names, not another)."""

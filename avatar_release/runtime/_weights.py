@@ -128,7 +128,7 @@ class _Budget:
             self.cond.notify_all()
 
 
-def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytearray) -> dict[str, np.ndarray]:
+def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytes | bytearray) -> dict[str, np.ndarray]:
     where = f"build {manifest.build_id}: weights chunk {i}"
     out: dict[str, np.ndarray] = {}
     for t in chunk.tensors:

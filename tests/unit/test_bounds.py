@@ -34,6 +34,21 @@ def test_decompress_returns_exactly_the_declared_bytes():
     assert bytes(decompress(z, len(raw), _digest(raw), where="x")) == raw
 
 
+def test_a_frame_without_its_size_in_the_header_takes_the_streaming_check():
+    """compile writes the size into every frame (the one-call path); any other frame is stepped
+    through, and is held to the same declared size and digest."""
+    raw = bytes(range(256)) * 1000
+    plain = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
+    assert zstandard.get_frame_parameters(plain).content_size != len(raw)
+    assert bytes(decompress(plain, len(raw), _digest(raw), where="x")) == raw
+    bigger = zstandard.ZstdCompressor(write_content_size=False).compress(raw + b"!")
+    with pytest.raises(IntegrityError, match=f"decompresses to more than the {len(raw)} bytes"):
+        decompress(bigger, len(raw), _digest(raw), where="x")
+    lying = bytearray(zstandard.ZstdCompressor().compress(raw + b"!"))  # a header that says more than declared
+    with pytest.raises(IntegrityError, match=f"more than the {len(raw)} bytes"):
+        decompress(bytes(lying), len(raw), _digest(raw), where="x")
+
+
 @pytest.mark.parametrize("case, message", [
     ("longer", "decompresses to more than the 1000 bytes"),
     ("shorter", "decompresses to 500 bytes, the manifest says 1000"),
