@@ -9,7 +9,7 @@ from ._assemble import assemble
 from ._blobs import BlobCheck, build_blobs, fetch_verified
 from ._feed import ChunkAudio, feed_chunks
 from ._guard import COMPILE_EVENT, CompileGuard
-from ._pace import Pace, pace_of, realtime_factor
+from ._pace import Pace, PaceTally, pace_of
 from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, check_trusted, load, revocation_keys
 from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, stream
 from ._verify import check_blobs, verify_build
@@ -41,5 +41,5 @@ __all__ = [
     "verify_build",
     "Pace",
     "pace_of",
-    "realtime_factor",
+    "PaceTally",
 ]

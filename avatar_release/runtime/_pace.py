@@ -12,13 +12,13 @@ The real-time factor (media seconds per rendered second) says how far off a host
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..records import Manifest
 
-__all__ = ["Pace", "pace_of", "realtime_factor"]
+__all__ = ["Pace", "PaceTally", "pace_of"]
 
 
 class _Timed(Protocol):
@@ -27,6 +27,34 @@ class _Timed(Protocol):
 
     @property
     def deadline(self) -> float: ...
+
+
+@dataclass
+class PaceTally:
+    """Chunks against their playback time, summed as they come (a render, a request, a pod's life)."""
+
+    chunks: int = 0
+    media_seconds: float = 0.0  # the chunks' playback time (their deadlines)
+    render_seconds: float = 0.0
+    over_deadline: int = 0
+
+    def add(self, seconds: float, deadline: float) -> None:
+        self.chunks += 1
+        self.media_seconds += deadline
+        self.render_seconds += seconds
+        self.over_deadline += seconds > deadline
+
+    @classmethod
+    def of(cls, chunks: Iterable[_Timed]) -> PaceTally:
+        tally = cls()
+        for c in chunks:
+            tally.add(c.seconds, c.deadline)
+        return tally
+
+    @property
+    def realtime_factor(self) -> float | None:
+        """Media seconds per rendered second (1.0: exactly real time; None: nothing rendered)."""
+        return round(self.media_seconds / self.render_seconds, 4) if self.render_seconds > 0 else None
 
 
 @dataclass(frozen=True)
@@ -50,24 +78,22 @@ class Pace:
         """How one chunk over its deadline is shown in progress lines."""
         return "slower than playback (emulated host)" if self.emulated else "MISSED"
 
-    def summary(self, chunks: Sequence[_Timed]) -> str:
-        """One line for a render's or a request's report: the deadline, this host's pace, what misses mean."""
-        rtf = realtime_factor(chunks)
-        over = sum(c.seconds > c.deadline for c in chunks)
+    def summary(self, tally: PaceTally) -> str:
+        """One line for a render's report: the deadline, this host's pace, what chunks over it mean."""
+        rtf, over, n = tally.realtime_factor, tally.over_deadline, tally.chunks
         pace = f"{rtf:.2f}x real time" if rtf is not None else "no chunks"
         head = f"deadline: each chunk in its playback time (the {self.target} target's); here {pace} on {self.where}"
         if not over:
             return f"{head}; every chunk in time"
         if self.emulated:
-            return (f"{head}; {over} of {len(chunks)} chunks slower than playback: expected on emulated devices "
+            return (f"{head}; {over} of {n} chunks slower than playback: expected on emulated devices "
                     "(this host is slower than the target), not a deadline miss")
-        return f"{head}; {over} of {len(chunks)} chunks MISSED their deadline on the build's own hardware"
+        return f"{head}; {over} of {n} chunks MISSED their deadline on the build's own hardware"
 
-    def to_json(self, chunks: Sequence[_Timed]) -> dict[str, Any]:
-        over = sum(c.seconds > c.deadline for c in chunks)
-        return {"target": self.target, "where": self.where, "emulated": self.emulated,
-                "realtime_factor": realtime_factor(chunks), "chunks_over_deadline": over,
-                "misses_on_target": 0 if self.emulated else over}
+    def to_json(self, tally: PaceTally) -> dict[str, Any]:
+        return {"target": self.target, "where": self.where, "emulated": self.emulated, "chunks": tally.chunks,
+                "realtime_factor": tally.realtime_factor, "chunks_over_deadline": tally.over_deadline,
+                "misses_on_target": 0 if self.emulated else tally.over_deadline}
 
 
 def pace_of(manifest: Manifest, host_cores: int | None = None) -> Pace:
@@ -76,10 +102,3 @@ def pace_of(manifest: Manifest, host_cores: int | None = None) -> Pace:
     cores = host_cores if host_cores is not None else (os.cpu_count() or 1)
     return Pace(target=manifest.target, backend=p.backend, device_kind=p.device_kind, devices=p.device_count,
                 host_cores=cores, emulated=p.backend == "cpu" and p.device_count > 1)
-
-
-def realtime_factor(chunks: Sequence[_Timed]) -> float | None:
-    """Media seconds per rendered second over ``chunks`` (1.0: exactly real time; None: nothing rendered)."""
-    rendered = sum(c.seconds for c in chunks)
-    media = sum(c.deadline for c in chunks)
-    return round(media / rendered, 4) if rendered > 0 else None

@@ -26,7 +26,7 @@ from ..media import (
 )
 from ..records import ChunkProgram, Manifest
 from ..registry import Registry, Resolved, open_registry
-from ..runtime import Chunk, LoadedBuild, StreamReport, TrustConfig, load, pace_of, stream
+from ..runtime import Chunk, LoadedBuild, StreamReport, TrustConfig, load, PaceTally, pace_of, stream
 
 __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
            "request_image"]
@@ -163,7 +163,7 @@ def render_to_files(
         "out": str(Path(out_path).absolute()),
         "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
         **report.to_json(),
-        "pace": {**pace.to_json(report.chunks), "summary": pace.summary(report.chunks)},
+        "pace": {**pace.to_json(tally := PaceTally.of(report.chunks)), "summary": pace.summary(tally)},
         "compiles": build.guard.count,
         "cold_start": _cold_start(build, imports, report),
         "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},

@@ -20,7 +20,7 @@ from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..records import Manifest
 from ..registry import Registry, Resolved, read_manifest
-from ..runtime import LoadedBuild, TrustConfig, load, pace_of, revocation_keys, stream
+from ..runtime import LoadedBuild, TrustConfig, load, PaceTally, pace_of, revocation_keys, stream
 from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
 from ._errors import clean_message
@@ -42,26 +42,6 @@ def warm_up(build: LoadedBuild) -> float:
         raise RecompileError(f"warm-up of build {build.build_id} compiled {build.guard.count - before} time(s): "
                              "not ready", build.guard.events[before:])
     return time.perf_counter() - t0
-
-
-@dataclass
-class PaceTotals:
-    """Every chunk this pod rendered, against its playback time (the real-time factor so far)."""
-
-    media_seconds: float = 0.0
-    render_seconds: float = 0.0
-    chunks: int = 0
-    over_deadline: int = 0
-
-    def add(self, seconds: float, deadline: float) -> None:
-        self.media_seconds += deadline
-        self.render_seconds += seconds
-        self.chunks += 1
-        self.over_deadline += seconds > deadline
-
-    @property
-    def realtime_factor(self) -> float | None:
-        return round(self.media_seconds / self.render_seconds, 4) if self.render_seconds > 0 else None
 
 
 @dataclass
@@ -91,19 +71,16 @@ class Pod:
         self.draining = False
         self.requests = 0
         self.follow = FollowState()
-        self.pace = PaceTotals()
+        self.pace = PaceTally()  # every request's chunks against their playback time
 
     @property
     def ready(self) -> bool:
         return self.build.guard.count == 0 and not self.draining
 
     def deadline_report(self) -> dict[str, Any]:
-        """What a chunk's deadline means here (``emulated``: misses say the host is slower than the
-        target) and how this pod has kept it so far (every request's chunks since it started)."""
-        pace, t = pace_of(self.build.manifest), self.pace
-        return {"target": pace.target, "where": pace.where, "emulated": pace.emulated, "chunks": t.chunks,
-                "realtime_factor": t.realtime_factor, "chunks_over_deadline": t.over_deadline,
-                "misses_on_target": 0 if pace.emulated else t.over_deadline}
+        """What a chunk's deadline means here (``emulated``: chunks over it say the host is slower than
+        the target) and how this pod has kept it so far (every request's chunks since it started)."""
+        return pace_of(self.build.manifest).to_json(self.pace)
 
     def health(self) -> dict[str, Any]:
         b, t = self.build, self.build.timings

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..runtime import Chunk, LoadedBuild, plan_chunks, stream
+from ..runtime import Chunk, LoadedBuild, PaceTally, plan_chunks, stream
 from ._fmp4 import FragmentEncoder
 from ._pod import Pod
 from ._request import RenderInputs
@@ -22,12 +22,9 @@ __all__ = ["RenderJob", "JobStats"]
 
 @dataclass
 class JobStats:
-    chunks: int = 0
     frames: int = 0
-    misses: int = 0
     compiles: int = 0
-    render_seconds: float = 0.0
-    per_bucket: dict = field(default_factory=dict)
+    pace: PaceTally = field(default_factory=PaceTally)  # its chunks, their render time and those over deadline
 
 
 class RenderJob:
@@ -102,14 +99,12 @@ class RenderJob:
 
     def _account(self, chunk: Chunk) -> None:
         m, s = self.pod.metrics, self.stats
-        s.chunks += 1
         s.frames += int(chunk.frames.shape[0])
-        s.render_seconds += chunk.seconds
         s.compiles += chunk.compiles
+        s.pace.add(chunk.seconds, chunk.deadline)
         self.pod.pace.add(chunk.seconds, chunk.deadline)
         m.chunk_seconds.labels(chunk.bucket).observe(chunk.seconds)
         if chunk.compiles:
             m.compiles.inc(chunk.compiles)
         if chunk.missed:
-            s.misses += 1
             m.deadline_misses.labels(chunk.bucket).inc()

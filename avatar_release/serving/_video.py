@@ -117,15 +117,9 @@ class VideoStream:
         s = self.job.stats
         self.pod.metrics.requests.labels("/render", str(self.status)).inc()
         log_event("request", **self.line, status=self.status, **({"error": self.code} if self.code else {}),
-                  duration=round(time.perf_counter() - self.t0, 4), chunks=s.chunks, frames=s.frames,
-                  misses=s.misses, realtime_factor=self._realtime_factor(), compiles=s.compiles, bytes=self.sent,
+                  duration=round(time.perf_counter() - self.t0, 4), chunks=s.pace.chunks, frames=s.frames,
+                  misses=s.pace.over_deadline, realtime_factor=s.pace.realtime_factor, compiles=s.compiles, bytes=self.sent,
                   ttff=None if self.ttff is None else round(self.ttff, 4), streamed=self.started)
-
-    def _realtime_factor(self) -> float | None:
-        """Media seconds per rendered second of this request (below 1: slower than playback)."""
-        s = self.job.stats
-        fps = self.job.build.manifest.program.fps
-        return round(s.frames / fps / s.render_seconds, 4) if s.render_seconds > 0 else None
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
         b = self.job.build

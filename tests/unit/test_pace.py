@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from avatar_release.runtime import pace_of, realtime_factor
+from avatar_release.runtime import PaceTally, pace_of
 from tests.helpers import stored_manifest
 
 
@@ -28,10 +28,10 @@ def test_virtual_cpu_devices_are_emulated_and_their_overruns_are_not_misses():
     chunks = [_C(0.9, 0.32), _C(0.6, 0.32), _C(0.1, 0.32)]
     assert pace.emulated and pace.where == "8 emulated cpu devices on 2 host cores"
     assert pace.miss_label() == "slower than playback (emulated host)"
-    doc = pace.to_json(chunks)
+    doc = pace.to_json(PaceTally.of(chunks))
     assert doc["chunks_over_deadline"] == 2 and doc["misses_on_target"] == 0
     assert doc["realtime_factor"] == pytest.approx(0.96 / 1.6, rel=1e-3)
-    text = pace.summary(chunks)
+    text = pace.summary(PaceTally.of(chunks))
     assert "2 of 3 chunks slower than playback" in text and "not a deadline miss" in text and "0.60x real time" in text
 
 
@@ -39,9 +39,9 @@ def test_on_the_builds_own_accelerators_a_miss_is_a_miss():
     pace = pace_of(_manifest("tpu", 8, "TPU v6 lite"), host_cores=2)
     chunks = [_C(0.5, 0.32), _C(0.1, 0.32)]
     assert not pace.emulated and pace.miss_label() == "MISSED" and pace.where == "8 x TPU v6 lite"
-    assert pace.to_json(chunks)["misses_on_target"] == 1
-    assert "1 of 2 chunks MISSED their deadline on the build's own hardware" in pace.summary(chunks)
-    assert pace.summary([_C(0.1, 0.32)]).endswith("every chunk in time")
+    assert pace.to_json(PaceTally.of(chunks))["misses_on_target"] == 1
+    assert "1 of 2 chunks MISSED their deadline on the build's own hardware" in pace.summary(PaceTally.of(chunks))
+    assert pace.summary(PaceTally.of([_C(0.1, 0.32)])).endswith("every chunk in time")
 
 
 def test_one_cpu_device_is_the_host_itself_not_an_emulation():
@@ -49,5 +49,5 @@ def test_one_cpu_device_is_the_host_itself_not_an_emulation():
 
 
 def test_the_realtime_factor_is_media_seconds_per_rendered_second():
-    assert realtime_factor([_C(2.0, 1.0), _C(2.0, 1.0)]) == 0.5
-    assert realtime_factor([]) is None
+    assert PaceTally.of([_C(2.0, 1.0), _C(2.0, 1.0)]).realtime_factor == 0.5
+    assert PaceTally.of([]).realtime_factor is None
