@@ -73,16 +73,8 @@ def exit_codes_epilog(path: str) -> str:
 
 
 def _path(ctx: click.Context) -> str:
-    return " ".join(c.info_name or "" for c in [*_parents(ctx)][1:])
-
-
-def _parents(ctx: click.Context) -> list[click.Context]:
-    out: list[click.Context] = []
-    c: click.Context | None = ctx
-    while c is not None:
-        out.insert(0, c)
-        c = c.parent
-    return out
+    """``gate run`` from click's own ``avatar-release gate run``."""
+    return ctx.command_path.partition(" ")[2]
 
 
 def _write_codes(ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -19,8 +19,6 @@ from ..specs import use_project
 __all__ = ["registry_option", "new_registry_option", "project_option", "channel_choice", "SuggestingChoice",
            "signing_options", "complete_ref", "CHANNELS"]
 
-_REGISTRY = "avatar_release.registry"  # ctx.meta key: the RegistryChoice this command resolved
-
 
 def _found_registry(create: bool) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
     """A callback that turns ``--registry`` (or nothing) into the URI of the registry to use."""
@@ -28,9 +26,7 @@ def _found_registry(create: bool) -> Callable[[click.Context, click.Parameter, s
     def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         if ctx.resilient_parsing:  # completion, --help: look nothing up
             return value
-        choice = find_registry(value, create=create)
-        ctx.meta[_REGISTRY] = choice
-        return choice.uri
+        return find_registry(value, create=create).uri
 
     return callback
 

@@ -84,7 +84,7 @@ def registries_cmd(registry_uri: str | None, as_json: bool) -> None:
     files = config_files(Path.cwd(), os.environ)
     configs = [load_config(f) for f in files]
     try:
-        choice: RegistryChoice | None = find_registry(registry_uri)
+        choice: RegistryChoice | None = find_registry(registry_uri, configs=configs)
         missing = None
     except NotFoundError as e:
         choice, missing = None, e

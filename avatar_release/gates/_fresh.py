@@ -18,6 +18,7 @@ import numpy as np
 
 from .._progress import Tick
 from ..errors import GateInfraError
+from ..records import GateSetRecord
 
 __all__ = ["GateRun", "fresh_run", "chunk_ticks"]
 
@@ -42,8 +43,11 @@ class GateRun:
         return [h for req in self.frame_sha256 for h in req]
 
 
-def chunk_ticks(progress: Callable[[str], None], task: str, total: int) -> Callable[[int], None]:
-    """A fresh run's ``on_chunk`` that reports ``task: n/total chunks`` (a progress bar on a terminal)."""
+def chunk_ticks(progress: Callable[[str], None], task: str, gs: GateSetRecord,
+                requests: list[str] | None = None) -> Callable[[int], None]:
+    """A fresh run's ``on_chunk`` that reports ``task: n/total chunks`` (a progress bar on a terminal):
+    the total is every planned bucket of the gate set's requests (or of the named ones)."""
+    total = sum(len(r.buckets) for r in gs.requests if requests is None or r.name in requests)
     return lambda done: progress(Tick(task, done, total, "chunk"))
 
 
@@ -77,6 +81,14 @@ def fresh_run(registry_uri: str, digest: str, gate_set_digest: str, *, label: st
                    seconds=run["seconds"], wall_seconds=wall, host=run.get("host", ""))
 
 
+def _is_chunk_event(line: str) -> bool:
+    """The worker's one-line report of a rendered chunk (anything else on its stdout is not one)."""
+    try:
+        return json.loads(line).get("event") == "chunk"
+    except (ValueError, AttributeError):
+        return False
+
+
 def _run_worker(job: Path, env: dict[str, str], label: str,
                 on_chunk: Callable[[int], None] | None) -> tuple[int, str, str]:
     """Run the worker on ``job``: (exit status, its last stdout line, its stderr). Chunk events on
@@ -97,13 +109,12 @@ def _run_worker(job: Path, env: dict[str, str], label: str,
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
-                line = line.strip()
-                if line.startswith('{"event": "chunk"'):
+                if _is_chunk_event(line):
                     done += 1
                     if on_chunk is not None:
                         on_chunk(done)
-                elif line:
-                    last = line
+                elif line.strip():
+                    last = line.strip()
             returncode = proc.wait()
         finally:
             timer.cancel()

@@ -138,11 +138,10 @@ def _reference_run(registry: Registry, ref: CompileResult, gs: GateSetRecord,
                    progress: Callable[[str], None]) -> GateRun:
     """The reference's gate-set run, rendered twice in fresh processes; Refusal if the two differ."""
     progress("rendering the gate set: reference, twice")
-    total = sum(len(r.buckets) for r in gs.requests)
     r1 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #1",
-                   on_chunk=chunk_ticks(progress, "reference run 1 of 2", total))
+                   on_chunk=chunk_ticks(progress, "reference run 1 of 2", gs))
     r2 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #2",
-                   on_chunk=chunk_ticks(progress, "reference run 2 of 2", total))
+                   on_chunk=chunk_ticks(progress, "reference run 2 of 2", gs))
     if r1.flat_hashes != r2.flat_hashes:
         raise Refusal(f"reference build {ref.build_id} is not deterministic (two fresh runs differ); "
                       "a band measured against it would be meaningless")
@@ -161,7 +160,7 @@ def _measure_variants(registry: Registry, ref: CompileResult, builds: list[tuple
             raise InputError(f"variant {v} compiled to the reference build itself; it changes nothing")
         progress(f"rendering the gate set: variant {v}")
         run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}",
-                        on_chunk=chunk_ticks(progress, f"variant {v}", sum(len(r.buckets) for r in gs.requests)))
+                        on_chunk=chunk_ticks(progress, f"variant {v}", gs))
         psnrs = per_frame_psnr(run.frames, reference.frames)
         diffs = [int(max_abs_diff(x, y)) for x, y in zip(run.frames, reference.frames)]
         finite = sorted(p for p in psnrs if not math.isinf(p))

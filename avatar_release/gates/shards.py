@@ -98,10 +98,9 @@ def _shard_run(registry: Registry, inputs: GateInputs, shard: tuple[int, int], n
     index, count = shard
     progress(f"shard {index}/{count} twin #{twin}: {len(names)} of {len(inputs.gate_set.requests)} requests "
              f"({', '.join(names)}) in a fresh process")
-    chunks = sum(len(r.buckets) for r in inputs.gate_set.requests if r.name in names)
     run = fresh_run(registry.uri, inputs.resolved.digest, inputs.gate_set.digest,
                     label=_label(index, count, twin), requests=names,
-                    on_chunk=chunk_ticks(progress, f"shard {index}/{count} twin #{twin}", chunks))
+                    on_chunk=chunk_ticks(progress, f"shard {index}/{count} twin #{twin}", inputs.gate_set, names))
     check_run_environment(run, inputs)
     progress(f"shard {index}/{count} twin #{twin}: {run.frames.shape[0]} frames, {run.compiles} compile(s), "
              f"{run.wall_seconds:.1f}s")

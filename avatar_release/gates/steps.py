@@ -210,13 +210,12 @@ def check_run_environment(run: GateRun, inputs: GateInputs) -> GateRun:
 def twin_runs(registry: Registry, inputs: GateInputs, progress: Progress) -> TwinRuns:
     """Step 2: the gate set rendered twice, each in a fresh process that only loads and serves."""
     digest, gs = inputs.resolved.digest, inputs.gate_set
-    total = sum(len(r.buckets) for r in gs.requests)  # chunks per run: each request's planned buckets
     progress(f"twin run 1 of 2: {gs.frames} frames in a fresh process")
     run_a = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #1",
-                                            on_chunk=chunk_ticks(progress, "twin run 1 of 2", total)), inputs)
+                                            on_chunk=chunk_ticks(progress, "twin run 1 of 2", gs)), inputs)
     progress(f"twin run 2 of 2 ({run_a.wall_seconds:.1f}s for the first)")
     run_b = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #2",
-                                            on_chunk=chunk_ticks(progress, "twin run 2 of 2", total)), inputs)
+                                            on_chunk=chunk_ticks(progress, "twin run 2 of 2", gs)), inputs)
     return TwinRuns(run_a, run_b)
 
 

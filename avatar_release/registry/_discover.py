@@ -182,7 +182,8 @@ def _explicit(value: str, how: str, configs: list[RegistryConfig], *, create: bo
 
 
 def find_registry(explicit: str | None = None, *, create: bool = False, cwd: Path | None = None,
-                  environ: Mapping[str, str] | None = None) -> RegistryChoice:
+                  environ: Mapping[str, str] | None = None,
+                  configs: list[RegistryConfig] | None = None) -> RegistryChoice:
     """The registry to use (see the module's docstring for the order).
 
     With ``create`` (a command that may make a new local registry), nothing found means
@@ -190,8 +191,8 @@ def find_registry(explicit: str | None = None, *, create: bool = False, cwd: Pat
     """
     env = os.environ if environ is None else environ
     here = Path.cwd() if cwd is None else cwd
-    files = config_files(here, env)
-    configs = [load_config(p) for p in files]
+    if configs is None:  # (a caller that already read the config files passes them)
+        configs = [load_config(p) for p in config_files(here, env)]
     if explicit:
         return _explicit(explicit, "--registry", configs, create=create, cwd=here, looked=[])
     looked = ["--registry: not given"]
