@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -49,6 +50,79 @@ def _imports(path: Path) -> list[tuple[str, str, str | None]]:
 
 def test_the_benchmarks_are_found():
     assert len(SCRIPTS) >= 16, [p.name for p in SCRIPTS]
+
+
+def _bound_modules(tree: ast.Module) -> dict[str, str]:
+    """Names a program binds to one of our modules (``import x.y as z``, ``from x import y`` where y is a module)."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in OURS:
+                    bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] in OURS:
+            for a in node.names:
+                if importlib.util.find_spec(node.module) and _is_module(f"{node.module}.{a.name}"):
+                    bound[a.asname or a.name] = f"{node.module}.{a.name}"
+    return bound
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _attribute_uses(path: Path) -> list[tuple[str, str, list[str]]]:
+    """(where, module, [attr, ...]) for every ``mod.a.b`` read through a name bound to one of our modules."""
+    found = []
+    for where, tree in _programs(path):
+        bound = _bound_modules(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            chain, base = [], node
+            while isinstance(base, ast.Attribute):
+                chain.insert(0, base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                found.append((f"{where}:{node.lineno}", bound[base.id], chain))
+    return found
+
+
+def _missing_attribute(module: str, chain: list[str]) -> str | None:
+    """The first name in CHAIN that MODULE (then each submodule it leads to) does not hold; None when all resolve."""
+    obj = importlib.import_module(module)
+    dotted = module
+    for attr in chain:
+        if not hasattr(obj, attr):
+            if not _is_module(f"{dotted}.{attr}"):
+                return f"{dotted} has no {attr!r}"
+            obj = importlib.import_module(f"{dotted}.{attr}")
+        else:
+            obj = getattr(obj, attr)
+        if not isinstance(obj, type(importlib)):
+            return None  # past the modules: a class or a function's own attributes are the program's business
+        dotted = obj.__name__
+    return None
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_every_module_attribute_a_benchmark_reads_is_still_there(script):
+    """``runtime._load._devices_for`` renamed since: the import resolves, the read does not."""
+    missing = [f"{where}: {why}" for where, module, chain in _attribute_uses(script)
+               if (why := _missing_attribute(module, chain))]
+    assert not missing, "renamed or removed since the benchmark was written:\n" + "\n".join(missing)
+
+
+def test_the_attribute_check_finds_a_renamed_private_helper(tmp_path):
+    bench = tmp_path / "bench_x.py"
+    bench.write_text("from avatar_release import runtime\nimport avatar_release.runtime._load as load\n"
+                     "def f():\n    runtime._load._devices_for()\n    load.devices_for\n    runtime.assemble.__doc__\n")
+    found = {(".".join([m, *c]), _missing_attribute(m, c)) for _, m, c in _attribute_uses(bench)}
+    assert ("avatar_release.runtime._load._devices_for", "avatar_release.runtime._load has no '_devices_for'") in found
+    assert all(why is None for name, why in found if "_devices_for" not in name), found
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
