@@ -15,7 +15,10 @@ T = TypeVar("T")
 BLOB_CHUNK = 1 << 20  # what a streamed read hands its sink at a time
 
 
-def checked_blob(data: bytes, digest: str, size: int, where: str) -> bytes:
+B = TypeVar("B", bytes, memoryview)
+
+
+def checked_blob(data: B, digest: str, size: int, where: str) -> B:
     """``data`` if it is ``size`` bytes hashing to ``digest``; IntegrityError naming ``where`` otherwise.
 
     Backends read at most ``size`` + 1 bytes, so "more than size" is detected without reading

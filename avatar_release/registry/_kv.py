@@ -93,6 +93,11 @@ class KVRegistry(KVCollection, abc.ABC):
             raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
         return checked_blob(data, digest, size, self.uri)
 
+    def map_blob(self, digest: str, size: int) -> bytes | memoryview:
+        """:meth:`get_blob`'s bytes and checks, for a reader that only hashes or decompresses them; a
+        store that can map its file (the directory store) overrides this so nothing is copied."""
+        return self.get_blob(digest, size)
+
     # ---- builds ---------------------------------------------------------------------
     def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]:
         """Commit a build: manifest blob, then the build reference last (the commit marker).

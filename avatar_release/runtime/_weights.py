@@ -2,10 +2,15 @@
 
 Version-5 builds store weights as chunks (``records.WeightChunk``). They stream: worker threads
 each take one chunk through fetch (the store checks its size and sha256: the Registry protocol's
-``get_blob``, held to it by the conformance suite; one hash, not a second one here) -> bounded
-zstd decompression -> sha256 of the raw bytes -> placement, where every tensor is placed as its shards (each device
-receives only its slice, ``jax.make_array_from_callback``), and the chunk's host bytes are dropped
-once its tensors are placed. zstd and hashlib release the GIL, so the chunks really run side by
+``map_blob``, held to it by the conformance suite; one hash, not a second one here; the directory
+store maps the file rather than copying it) -> bounded zstd decompression into the worker's own
+raw buffer -> sha256 of the raw bytes -> placement, where every tensor is placed as its shards
+(each device receives only its slice, ``jax.make_array_from_callback``, which copies). The worker
+then reuses its buffer for its next chunk: one buffer of the largest chunk's size per worker
+(at most ``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in, where a fresh
+allocation per chunk paid its page faults every time. Should a backend ever keep the host bytes
+rather than copy them (a placed shard's buffer inside ours), that buffer is handed over and the
+worker takes a new one. zstd and hashlib release the GIL, so the chunks really run side by
 side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
 always runs). The integrity order holds per chunk: nothing is placed before its stored and raw
 digests match the manifest, and every chunk's declared size was bounded (``check_bounds``) before
@@ -22,15 +27,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
 from .._dtypes import dtype_name, np_dtype
 from ..errors import IntegrityError
-from ..records import ArraySpec, Manifest, WeightChunk
+from ..records import WEIGHT_CHUNK_BYTES, ArraySpec, Manifest, WeightChunk
 from ..registry import Registry
-from ._blobs import decompress
+from ._blobs import decompress_into
 
 if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set; _load imports this module
     import jax
@@ -59,6 +65,7 @@ class WeightStats:
     fetch: float = 0.0  # includes the store's own size and sha256 check of the stored bytes
     decompress: float = 0.0  # includes the raw bytes' sha256
     place: float = 0.0
+    buffers: int = 0  # raw buffers allocated: one per worker when every placement copied
 
     def to_json(self) -> dict[str, float]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -128,7 +135,7 @@ class _Budget:
             self.cond.notify_all()
 
 
-def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytes | bytearray) -> dict[str, np.ndarray]:
+def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
     where = f"build {manifest.build_id}: weights chunk {i}"
     out: dict[str, np.ndarray] = {}
     for t in chunk.tensors:
@@ -141,6 +148,17 @@ def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytes | 
         arr.flags.writeable = False  # a view into the chunk: nothing may write through it
         out[t.name] = arr
     return out
+
+
+def _aliases(arrays: Iterable[jax.Array], buf: bytearray) -> bool:
+    """Whether a placed shard's memory lies inside ``buf`` (a backend that kept the host bytes rather
+    than copying them); also True when a backend cannot say where its buffers are."""
+    start = np.frombuffer(buf, dtype=np.uint8).ctypes.data
+    end = start + len(buf)
+    try:
+        return any(start <= s.data.unsafe_buffer_pointer() < end for a in arrays for s in a.addressable_shards)
+    except Exception:  # noqa: BLE001 (no pointer on this backend: never reuse, the safe answer)
+        return True
 
 
 def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh: Mesh, *, workers: int | None = None,
@@ -162,6 +180,8 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
     gate = _Budget(budget)
     placed: Placed = {}
     lock = threading.Lock()  # the placed-arrays table and the step counters
+    reused = max((c.raw_size for c in chunks if c.raw_size <= WEIGHT_CHUNK_BYTES), default=0)
+    own = threading.local()  # each worker's raw buffer
 
     def one(i: int, chunk: WeightChunk) -> None:
         where = f"build {manifest.build_id}: weights chunk {i}"
@@ -169,12 +189,18 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
         gate.acquire(cost)
         try:
             t0 = time.perf_counter()
-            try:  # every store's get_blob checks size and sha256 (the Registry protocol; the conformance suite)
-                data = registry.get_blob(chunk.blob.digest, chunk.blob.size)
+            try:  # every store's map_blob checks size and sha256 (the Registry protocol; the conformance suite)
+                data = registry.map_blob(chunk.blob.digest, chunk.blob.size)
             except IntegrityError as e:  # say which chunk
                 raise IntegrityError(f"{where}: {e}") from None
             t1 = time.perf_counter()
-            raw = decompress(data, chunk.raw_size, chunk.raw_digest, where=where)
+            keep = chunk.raw_size <= reused
+            buf = getattr(own, "buf", None) if keep else None
+            if buf is None:
+                buf = bytearray(reused if keep else chunk.raw_size)
+                with lock:
+                    stats.buffers += 1
+            raw = decompress_into(data, memoryview(buf), chunk.raw_size, chunk.raw_digest, where=where)
             del data
             t2 = time.perf_counter()
             local: Placed = {}
@@ -182,6 +208,7 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
                 if name in wanted:
                     _place(manifest, name, arr, wanted[name], mesh, local)
             jax.block_until_ready(list(local.values()))
+            own.buf = buf if keep and not _aliases(local.values(), buf) else None
             t3 = time.perf_counter()
             with lock:
                 placed.update(local)

@@ -191,6 +191,31 @@ def test_a_tampered_blob_is_refused_on_read(backend):
         store.get_blob(longer, 7)
 
 
+def test_a_mapped_blob_reads_as_stored_and_is_checked_like_get_blob(backend):
+    """``map_blob`` (what the weight loader reads chunks by): the directory store maps blobs of a
+    mebibyte and more instead of copying them; every store answers with the bytes get_blob would, and
+    refuses what get_blob refuses."""
+    store = backend.store
+    big = bytes(range(256)) * (8 << 10)  # 2 MiB: mapped by the directory store
+    small = b"a small blob"
+    for data in (big, small):
+        digest = store.put_blob(data)
+        view = store.map_blob(digest, len(data))
+        assert bytes(view) == data and sha256_digest(view) == digest
+        del view
+    absent = sha256_digest(b"never stored either" * 100_000)
+    with pytest.raises(NotFoundError, match="not found"):
+        store.map_blob(absent, 1_900_000)
+    digest = store.put_blob(big)
+    with pytest.raises(IntegrityError, match=f"size {len(big)} bytes, manifest says {len(big) + 1}"):
+        store.map_blob(digest, len(big) + 1)
+    with pytest.raises(IntegrityError, match=f"size more than {len(big) - 1} bytes"):
+        store.map_blob(digest, len(big) - 1)
+    backend.tamper_blob(digest, big[:-1] + b"!")  # same size, other content
+    with pytest.raises(IntegrityError, match="content hashes to"):
+        store.map_blob(digest, len(big))
+
+
 def test_a_blob_streams_to_a_sink_and_is_checked_whole(backend):
     """``stream_blob``: the sink sees the bytes a piece at a time, and its result counts only for the
     right bytes — tampered, short or missing blobs are refused after the sink ran, never returned."""

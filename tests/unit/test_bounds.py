@@ -19,7 +19,7 @@ from avatar_release.errors import IntegrityError, SchemaVersionError
 from avatar_release.records import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
 from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
-from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
+from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, decompress_into, memory_cap
 from tests.helpers import put_stand_in_build, stored_manifest
 
 
@@ -28,10 +28,26 @@ def _digest(data: bytes) -> str:
 
 
 # ------------------------------------------------------------------------------ decompression
-def test_decompress_returns_exactly_the_declared_bytes():
+def _into(data: bytes, size: int, digest: str, *, where: str) -> bytes:
+    """decompress_into, as the weight loader calls it: into a reused buffer larger than the chunk."""
+    buf = bytearray(b"\xee" * (size + 64))
+    return bytes(decompress_into(data, memoryview(buf), size, digest, where=where))
+
+
+INFLATERS = pytest.mark.parametrize("inflate", [decompress, _into], ids=["decompress", "decompress_into"])
+
+
+@INFLATERS
+def test_decompress_returns_exactly_the_declared_bytes(inflate):
     raw = bytes(range(256)) * 1000
     z = zstandard.ZstdCompressor().compress(raw)
-    assert bytes(decompress(z, len(raw), _digest(raw), where="x")) == raw
+    assert bytes(inflate(z, len(raw), _digest(raw), where="x")) == raw
+
+
+def test_decompress_into_a_buffer_too_small_is_a_caller_error_not_an_overrun():
+    z = zstandard.ZstdCompressor().compress(b"a" * 1000)
+    with pytest.raises(ValueError, match="a buffer of 999 bytes cannot hold 1000"):
+        decompress_into(z, memoryview(bytearray(999)), 1000, _digest(b"a" * 1000), where="x")
 
 
 def test_a_frame_without_its_size_in_the_header_takes_the_streaming_check():
@@ -56,7 +72,8 @@ def test_a_frame_without_its_size_in_the_header_takes_the_streaming_check():
     ("junk", "zstd frame is corrupt or truncated"),
     ("trailing-frame", "decompresses to more than the 1000 bytes"),
 ])
-def test_decompress_refuses_what_the_manifest_does_not_say(case, message):
+@INFLATERS
+def test_decompress_refuses_what_the_manifest_does_not_say(case, message, inflate):
     raw = b"a" * 1000
     z = zstandard.ZstdCompressor().compress(raw)
     data, size, digest = {
@@ -67,16 +84,17 @@ def test_decompress_refuses_what_the_manifest_does_not_say(case, message):
         "trailing-frame": (z + z, 1000, _digest(raw)),  # a second frame is read, not ignored
     }[case]
     with pytest.raises(IntegrityError, match=message):
-        decompress(data, size, digest, where="blob x")
+        inflate(data, size, digest, where="blob x")
 
 
-def test_a_bomb_under_a_small_declared_size_allocates_only_that():
+@INFLATERS
+def test_a_bomb_under_a_small_declared_size_allocates_only_that(inflate):
     frame = zstandard.ZstdCompressor(level=19).compress(bytes(1 << 20))
     bomb = frame * 1024  # 1 GiB of zeros in a few dozen KB
     tracemalloc.start()
     try:
         with pytest.raises(IntegrityError, match="more than the 2097152 bytes"):
-            decompress(bomb, 2 << 20, _digest(bytes(2 << 20)), where="x")
+            inflate(bomb, 2 << 20, _digest(bytes(2 << 20)), where="x")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

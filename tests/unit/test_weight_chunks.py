@@ -119,3 +119,48 @@ def test_a_tensor_the_executable_needs_but_no_chunk_holds_is_refused_before_fetc
                                                         dtype="float32", sharding=["fsdp"]))
     with pytest.raises(IntegrityError, match=f"weights lack tensor '{tensors[-1].name}'"):
         stream_weights(reg, manifest, stages, _mesh())
+
+
+def test_a_worker_reuses_its_buffer_chunk_after_chunk_and_every_tensor_arrives_intact(tmp_path):
+    """Mapped chunks (the directory store, a mebibyte and more) inflated into one reused buffer per
+    worker: chunks of different sizes one after another, sharded and replicated tensors, and every
+    placed value is the stored one (a stale byte from the chunk before, or a device array that kept
+    the buffer and was overwritten by the next chunk, would show here)."""
+    from avatar_release.registry import LocalRegistry
+    from avatar_release.runtime._weights import stream_weights
+
+    rng = np.random.default_rng(1)
+    tensors = []
+    for i, rows in enumerate((512, 256, 512, 128)):  # 2, 1, 2 and 0.5 MiB of float32
+        a = rng.standard_normal((rows, 1024)).astype(np.float32)
+        tensors.append(HostTensor(f"dit.blocks.{i}.w", "float32", a.shape, a.reshape(-1).view(np.uint8)))
+    reg = LocalRegistry(tmp_path / "reg")
+    manifest, stages = _build(reg, tensors, max_bytes=2 << 20)
+    assert len(manifest.weights.chunks) == 4
+    params = stages[("dit", "f8")].entry.params
+    params[1] = params[1].model_copy(update={"sharding": [None, None]})  # every device holds this one whole
+    stats = stream_weights(reg, manifest, stages, _mesh(), workers=1)
+    assert stats.chunks == 4 and stats.workers == 1
+    assert stats.buffers == 1  # XLA:CPU copies what make_array_from_callback hands it: one buffer served all four
+    params = stages[("dit", "f8")].params
+    for t in tensors:
+        want = np.asarray(t.data).view(np.float32).reshape(t.shape)
+        arr = params[t.name.split(".", 1)[1]]
+        assert all(np.array_equal(np.asarray(s.data), want[s.index]) for s in arr.addressable_shards), t.name
+
+
+def test_a_placed_array_that_kept_the_host_bytes_is_seen_so_the_buffer_is_not_reused():
+    import jax
+
+    from avatar_release.runtime._weights import _aliases
+
+    buf = bytearray(np.arange(8 * 64, dtype=np.float32).tobytes())
+    host = np.frombuffer(buf, dtype=np.float32).reshape(8, 64)
+    copied = jax.make_array_from_callback(host.shape, jax.sharding.NamedSharding(_mesh(), jax.sharding.PartitionSpec("fsdp")),
+                                          lambda idx: host[idx])
+    one = jax.device_put(host, jax.devices("cpu")[0])  # XLA:CPU may alias an aligned host array here
+    jax.block_until_ready([copied, one])
+    np.frombuffer(buf, dtype=np.float32)[:] = -1.0  # what the next chunk would do to the buffer
+    kept = float(np.asarray(one)[0, 1]) == -1.0  # observed, independently of the pointers
+    assert float(np.asarray(copied)[0, 1]) == 1.0 and not _aliases([copied], buf)
+    assert _aliases([one], buf) == kept
