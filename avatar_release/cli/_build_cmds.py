@@ -176,11 +176,14 @@ def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
 
 @cli.command("verify")
 @click.argument("ref", shell_complete=complete_ref)
+@click.option("--no-programs", "no_programs", is_flag=True,
+              help="Skip deserializing each executable to compare its fingerprint: only the blobs' stored and raw "
+                   "digests, without starting JAX (flat memory whatever the build's size).")
 @registry_option
 @json_option
-def verify_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
+def verify_cmd(ref: str, no_programs: bool, registry_uri: str | None, as_json: bool) -> None:
     """Re-hash every blob of a build; exit 4 naming each blob that fails."""
-    report = verify_build(ref, registry_uri)
+    report = verify_build(ref, registry_uri, programs=not no_programs)
     human = "\n".join(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['what']:<16} {r['digest'][:19]}  {r.get('error', '')}"
                       for r in report["blobs"])
     bad = [r["what"] for r in report["blobs"] if not r["ok"]]

@@ -24,7 +24,12 @@ from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 __all__ = ["check_blobs", "verify_build"]
 
 
-def verify_build(ref: str, registry_uri: str | None = None) -> dict[str, Any]:
+def verify_build(ref: str, registry_uri: str | None = None, *, programs: bool = True) -> dict[str, Any]:
+    """Every blob's stored and raw size and sha256, and (``programs``) each executable deserialized,
+    never run, against its fingerprint. Without ``programs`` JAX never starts: the weights and
+    executables stream through the hash a piece at a time, so memory stays flat whatever the build's
+    size (about 60 MB for 1.24 GB of weights, measured 2026-12-02; with programs, JAX and the
+    programs XLA loads: 570 MB for that build, 390 MB for the default tiny)."""
     reg = open_registry(registry_uri, create=False)
     resolved, m = read_manifest(reg, ref)
     head: dict[str, Any]
@@ -36,8 +41,9 @@ def verify_build(ref: str, registry_uri: str | None = None) -> dict[str, Any]:
     except IntegrityError as e:
         head = {"what": "manifest", "digest": resolved.digest, "size": None, "ok": False, "error": str(e)}
     # A manifest that fails its own identity is not unpickled, here as in the loader.
-    rows = [head] + [c.to_json() for c in check_blobs(reg, m, contents=True, programs=head["ok"])]
-    return {"build_id": m.build_id, "digest": resolved.digest, "ok": all(r["ok"] for r in rows), "blobs": rows}
+    rows = [head] + [c.to_json() for c in check_blobs(reg, m, contents=True, programs=programs and head["ok"])]
+    return {"build_id": m.build_id, "digest": resolved.digest, "ok": all(r["ok"] for r in rows), "programs": programs,
+            "blobs": rows}
 
 
 # ---------------------------------------------------------------------------------------------- verify

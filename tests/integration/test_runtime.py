@@ -302,3 +302,32 @@ def test_executables_stream_from_the_store_and_are_never_held_compressed(registr
     assert exe_digests <= set(reg.streamed) and len(b.stages) == len(m.executables)
     t = b.timings
     assert t.fetch > 0 and t.verify > 0 and t.decompress > 0
+
+
+def test_verify_without_programs_never_starts_jax_and_still_names_a_damaged_blob(registry_copy):
+    """``verify --no-programs``: every blob's digests, in a process that never imports JAX (so its
+    memory is the store's pieces, not the runtime's), and a damaged executable still fails. (The
+    peak is read from VmHWM: ru_maxrss would carry the test process's own peak over the exec.)"""
+    root, _ = registry_copy
+    program = ("import json, sys\n"
+               "from avatar_release.cli import main\n"
+               "try:\n"
+               "    main(['verify', 'dev', '--no-programs', '--json', '--registry', sys.argv[1]])\n"
+               "except SystemExit as e:\n"
+               "    code = e.code\n"
+               "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+               "print(json.dumps({'code': code, 'jax': 'jax' in sys.modules, 'peak_mb': hwm // 1024}))\n")
+
+    def run() -> tuple[dict, dict]:
+        out = subprocess.run([sys.executable, "-c", program, str(root)], capture_output=True, text=True, timeout=300)
+        *report, tail = out.stdout.strip().splitlines()
+        return json.loads("\n".join(report)), json.loads(tail)
+
+    report, proc = run()
+    assert proc["code"] in (0, None) and report["ok"] and report["programs"] is False
+    assert not proc["jax"] and proc["peak_mb"] < 150, proc
+    exe = manifest_of(LocalRegistry(root, create=False)).executables[0]
+    p = _blob_path(root, exe.blob.digest)
+    p.write_bytes(p.read_bytes()[:-1] + bytes([p.read_bytes()[-1] ^ 1]))
+    report, proc = run()
+    assert proc["code"] == 4 and [r["what"] for r in report["blobs"] if not r["ok"]] == [exe.key]
