@@ -161,6 +161,37 @@ def _aliases(arrays: Iterable[jax.Array], buf: bytearray) -> bool:
         return True
 
 
+class _Buffers:
+    """One raw buffer per worker thread, reused chunk after chunk: the size of the largest chunk the
+    rule makes (a chunk larger than that, a single huge tensor, gets a buffer of its own, not kept)."""
+
+    def __init__(self, chunks: list[WeightChunk]) -> None:
+        self.size = max((c.raw_size for c in chunks if c.raw_size <= WEIGHT_CHUNK_BYTES), default=0)
+        self.made = 0
+        self._own = threading.local()
+        self._lock = threading.Lock()
+
+    def take(self, raw_size: int) -> bytearray:
+        buf = getattr(self._own, "buf", None) if raw_size <= self.size else None
+        if buf is None:
+            buf = bytearray(max(self.size, raw_size))
+            with self._lock:
+                self.made += 1
+        return buf
+
+    def give_back(self, buf: bytearray, placed: Iterable[jax.Array]) -> None:
+        """Keep ``buf`` for this worker's next chunk, unless a placed array kept the bytes in it."""
+        self._own.buf = buf if len(buf) == self.size and not _aliases(placed, buf) else None
+
+
+def _check_held(manifest: Manifest, chunks: list[WeightChunk], wanted: dict[str, list]) -> None:
+    held = {t.name for c in chunks for t in c.tensors}
+    missing = sorted(set(wanted) - held)
+    if missing:
+        raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {missing[0]!r}"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+
+
 def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh: Mesh, *, workers: int | None = None,
                    budget: int = DEFAULT_WEIGHT_BUDGET) -> WeightStats:
     """Fetch, verify, decompress and place every weight chunk of a v5 build, side by side."""
@@ -169,19 +200,13 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
 
     chunks = manifest.weights.chunks or []
     wanted = _wanted(manifest, stages)
-    held = {t.name for c in chunks for t in c.tensors}
-    missing = sorted(set(wanted) - held)
-    if missing:
-        raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {missing[0]!r}"
-                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    _check_held(manifest, chunks, wanted)
     stats = WeightStats(chunks=len(chunks), stored_bytes=sum(c.blob.size for c in chunks),
                         raw_bytes=sum(c.raw_size for c in chunks))
     stats.workers = max(1, min(workers or (os.cpu_count() or 1), len(chunks) or 1, 8))
-    gate = _Budget(budget)
+    gate, buffers = _Budget(budget), _Buffers(chunks)
     placed: Placed = {}
     lock = threading.Lock()  # the placed-arrays table and the step counters
-    reused = max((c.raw_size for c in chunks if c.raw_size <= WEIGHT_CHUNK_BYTES), default=0)
-    own = threading.local()  # each worker's raw buffer
 
     def one(i: int, chunk: WeightChunk) -> None:
         where = f"build {manifest.build_id}: weights chunk {i}"
@@ -194,12 +219,7 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
             except IntegrityError as e:  # say which chunk
                 raise IntegrityError(f"{where}: {e}") from None
             t1 = time.perf_counter()
-            keep = chunk.raw_size <= reused
-            buf = getattr(own, "buf", None) if keep else None
-            if buf is None:
-                buf = bytearray(reused if keep else chunk.raw_size)
-                with lock:
-                    stats.buffers += 1
+            buf = buffers.take(chunk.raw_size)
             raw = decompress_into(data, memoryview(buf), chunk.raw_size, chunk.raw_digest, where=where)
             del data
             t2 = time.perf_counter()
@@ -208,7 +228,7 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
                 if name in wanted:
                     _place(manifest, name, arr, wanted[name], mesh, local)
             jax.block_until_ready(list(local.values()))
-            own.buf = buf if keep and not _aliases(local.values(), buf) else None
+            buffers.give_back(buf, local.values())
             t3 = time.perf_counter()
             with lock:
                 placed.update(local)
@@ -223,4 +243,5 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
         for f in [pool.submit(one, i, c) for i, c in enumerate(chunks)]:
             f.result()  # the first failure is raised; the others finish or fail on their own
     stats.wall = time.perf_counter() - t0
+    stats.buffers = buffers.made
     return stats
