@@ -5,12 +5,12 @@ each take one chunk through fetch (the store checks its size and sha256: the Reg
 ``map_blob``, held to it by the conformance suite; one hash, not a second one here; the directory
 store maps the file rather than copying it) -> bounded zstd decompression into the worker's own
 raw buffer -> sha256 of the raw bytes -> placement, where every tensor is placed as its shards
-(each device receives only its slice, ``jax.make_array_from_callback``, which copies). The worker
-then reuses its buffer for its next chunk: one buffer of the largest chunk's size per worker
+(each device receives only its slice, ``jax.make_array_from_callback``). The worker then reuses its buffer for its next chunk: one buffer of the largest chunk's size per worker
 (at most ``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in, where a fresh
-allocation per chunk paid its page faults every time. Should a backend ever keep the host bytes
-rather than copy them (a placed shard's buffer inside ours), that buffer is handed over and the
-worker takes a new one. zstd and hashlib release the GIL, so the chunks really run side by
+allocation per chunk paid its page faults every time. When a backend keeps the host bytes rather
+than copying them (XLA:CPU aliases a slice that happens to be 64-byte aligned; seen by a placed
+shard's buffer lying inside ours), that buffer is handed over to the devices and the worker takes
+a new one. zstd and hashlib release the GIL, so the chunks really run side by
 side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
 always runs). The integrity order holds per chunk: nothing is placed before its stored and raw
 digests match the manifest, and every chunk's declared size was bounded (``check_bounds``) before
@@ -65,7 +65,8 @@ class WeightStats:
     fetch: float = 0.0  # includes the store's own size and sha256 check of the stored bytes
     decompress: float = 0.0  # includes the raw bytes' sha256
     place: float = 0.0
-    buffers: int = 0  # raw buffers allocated: one per worker when every placement copied
+    buffers: int = 0  # raw buffers allocated: one per worker, plus one for each handed to the devices
+    handed_over: int = 0  # chunks whose placed arrays kept the host bytes (XLA:CPU may alias an aligned slice)
 
     def to_json(self) -> dict[str, float]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -167,7 +168,7 @@ class _Buffers:
 
     def __init__(self, chunks: list[WeightChunk]) -> None:
         self.size = max((c.raw_size for c in chunks if c.raw_size <= WEIGHT_CHUNK_BYTES), default=0)
-        self.made = 0
+        self.made = self.handed_over = 0
         self._own = threading.local()
         self._lock = threading.Lock()
 
@@ -181,7 +182,11 @@ class _Buffers:
 
     def give_back(self, buf: bytearray, placed: Iterable[jax.Array]) -> None:
         """Keep ``buf`` for this worker's next chunk, unless a placed array kept the bytes in it."""
-        self._own.buf = buf if len(buf) == self.size and not _aliases(placed, buf) else None
+        kept = _aliases(placed, buf)
+        if kept:
+            with self._lock:
+                self.handed_over += 1
+        self._own.buf = buf if len(buf) == self.size and not kept else None
 
 
 def _check_held(manifest: Manifest, chunks: list[WeightChunk], wanted: dict[str, list]) -> None:
@@ -243,5 +248,5 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
         for f in [pool.submit(one, i, c) for i, c in enumerate(chunks)]:
             f.result()  # the first failure is raised; the others finish or fail on their own
     stats.wall = time.perf_counter() - t0
-    stats.buffers = buffers.made
+    stats.buffers, stats.handed_over = buffers.made, buffers.handed_over
     return stats

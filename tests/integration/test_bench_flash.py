@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import run_smoke
 
-pytestmark = [pytest.mark.slow, pytest.mark.extra("tpu")]  # two libtpu compiles
+pytestmark = [pytest.mark.extra("tpu")]  # two libtpu compiles of one attention layer: seconds, in the fast lane
 
 
 def test_smoke_mode_compiles_dense_and_flash_attention_for_tpu(tmp_path):

@@ -141,7 +141,10 @@ def test_a_worker_reuses_its_buffer_chunk_after_chunk_and_every_tensor_arrives_i
     params[1] = params[1].model_copy(update={"sharding": [None, None]})  # every device holds this one whole
     stats = stream_weights(reg, manifest, stages, _mesh(), workers=1)
     assert stats.chunks == 4 and stats.workers == 1
-    assert stats.buffers == 1  # XLA:CPU copies what make_array_from_callback hands it: one buffer served all four
+    # one buffer served every chunk but those whose bytes the devices kept (XLA:CPU aliases a host
+    # slice that happens to be 64-byte aligned instead of copying it): each of those got a new one
+    # (after the last chunk nothing more is allocated, so one worker made handed_over or one more)
+    assert stats.buffers - 1 <= stats.handed_over <= stats.buffers, stats
     params = stages[("dit", "f8")].params
     for t in tensors:
         want = np.asarray(t.data).view(np.float32).reshape(t.shape)
@@ -150,17 +153,29 @@ def test_a_worker_reuses_its_buffer_chunk_after_chunk_and_every_tensor_arrives_i
 
 
 def test_a_placed_array_that_kept_the_host_bytes_is_seen_so_the_buffer_is_not_reused():
+    """XLA:CPU aliases a host array that is 64-byte aligned instead of copying it (single-device
+    ``device_put`` and ``make_array_from_callback`` alike); the guard must say so exactly when it
+    happened, observed here by writing to the buffer afterwards, as the next chunk would."""
     import jax
+    from jax.sharding import NamedSharding, PartitionSpec
 
     from avatar_release.runtime._weights import _aliases
 
-    buf = bytearray(np.arange(8 * 64, dtype=np.float32).tobytes())
-    host = np.frombuffer(buf, dtype=np.float32).reshape(8, 64)
-    copied = jax.make_array_from_callback(host.shape, jax.sharding.NamedSharding(_mesh(), jax.sharding.PartitionSpec("fsdp")),
-                                          lambda idx: host[idx])
-    one = jax.device_put(host, jax.devices("cpu")[0])  # XLA:CPU may alias an aligned host array here
-    jax.block_until_ready([copied, one])
-    np.frombuffer(buf, dtype=np.float32)[:] = -1.0  # what the next chunk would do to the buffer
-    kept = float(np.asarray(one)[0, 1]) == -1.0  # observed, independently of the pointers
-    assert float(np.asarray(copied)[0, 1]) == 1.0 and not _aliases([copied], buf)
-    assert _aliases([one], buf) == kept
+    n = 8 * 64
+    outcomes = []
+    for misalign in (0, 16):
+        for how in ("one device", "sharded"):
+            buf = bytearray(n * 4 + 128)
+            at = (-np.frombuffer(buf, dtype=np.uint8).ctypes.data) % 64 + misalign
+            host = np.frombuffer(buf, dtype=np.float32, count=n, offset=at).reshape(8, 64)
+            host[:] = np.arange(n, dtype=np.float32).reshape(8, 64)
+            arr = (jax.device_put(host, jax.devices("cpu")[0]) if how == "one device" else
+                   jax.make_array_from_callback(host.shape, NamedSharding(_mesh(), PartitionSpec("fsdp")),
+                                                lambda idx, h=host: h[idx]))
+            jax.block_until_ready(arr)
+            np.frombuffer(buf, dtype=np.uint8)[:] = 0xFF  # what the next chunk would do to the buffer
+            kept = bool(np.isnan(np.asarray(arr)[0, 1]))  # observed, independently of the pointers
+            assert _aliases([arr], buf) == kept, (misalign, how, kept)
+            outcomes.append(kept)
+    assert outcomes[2:] == [False, False]  # a slice 16 bytes off alignment is always copied
+    assert any(outcomes[:2]), "XLA:CPU copied even aligned host arrays: the guard's other side went untested"
