@@ -5,13 +5,12 @@ each take one chunk through fetch (the store checks its size and sha256: the Reg
 ``map_blob``, held to it by the conformance suite; one hash, not a second one here; the directory
 store maps the file rather than copying it) -> bounded zstd decompression into the worker's own
 raw buffer -> sha256 of the raw bytes -> placement, where every tensor is placed as its shards
-(each device receives only its slice, ``jax.make_array_from_callback``). The worker then reuses its buffer for its next chunk: one buffer of the largest chunk's size per worker
-(at most ``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in, where a fresh
+(each device receives only its slice, ``jax.make_array_from_callback``). The worker then reuses
+its buffer for its next chunk: one buffer of the largest chunk's size per worker (at most ``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in, where a fresh
 allocation per chunk paid its page faults every time. When a backend keeps the host bytes rather
 than copying them (XLA:CPU aliases a slice that happens to be 64-byte aligned; seen by a placed
 shard's buffer lying inside ours), that buffer is handed over to the devices and the worker takes
-a new one. zstd and hashlib release the GIL, so the chunks really run side by
-side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
+a new one. zstd and hashlib release the GIL, so the chunks really run side by side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
 always runs). The integrity order holds per chunk: nothing is placed before its stored and raw
 digests match the manifest, and every chunk's declared size was bounded (``check_bounds``) before
 anything was fetched. Weights are plain bytes, never unpickled.
