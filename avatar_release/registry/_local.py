@@ -100,7 +100,9 @@ class LocalRegistry(KVRegistry):
     def map_blob(self, digest: str, size: int) -> bytes | memoryview:
         """The blob file mapped read-only (a view that unmaps when dropped), checked like ``get_blob``:
         exactly ``size`` bytes hashing to ``digest``. Blobs are written whole to ``tmp/`` and renamed into
-        place, never rewritten, so the mapped bytes cannot change under the reader."""
+        place, never rewritten, so the mapped bytes cannot change under the reader. (One who truncates a
+        blob file in place while it is mapped, which no avatar-release command does, makes the reader
+        fault rather than fail its check: that writer could as well delete the store.)"""
         if size < MAP_AT_LEAST:
             return self.get_blob(digest, size)
         try:
