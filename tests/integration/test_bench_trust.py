@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import run_smoke
 
-pytestmark: list = []  # seconds: in the fast lane, so a rename breaks the edit loop, not a README figure
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_mode_times_the_signature_check_as_a_share_of_a_cold_load(registry_copy, tmp_path):
