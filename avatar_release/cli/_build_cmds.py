@@ -189,4 +189,7 @@ def verify_cmd(ref: str, no_programs: bool, registry_uri: str | None, as_json: b
     bad = [r["what"] for r in report["blobs"] if not r["ok"]]
     failure = None if report["ok"] else IntegrityError(
         f"build {report['build_id']}: {len(bad)} blob(s) failed verification: {', '.join(bad)}")
+    if no_programs:
+        human += ("\n  (--no-programs: stored and raw digests only; no executable was deserialized to check "
+                  "its fingerprint)")
     _finish(as_json, report, f"{report['build_id']}:\n{human}", failure)

@@ -326,6 +326,8 @@ def test_verify_without_programs_never_starts_jax_and_still_names_a_damaged_blob
     report, proc = run()
     assert proc["code"] in (0, None) and report["ok"] and report["programs"] is False
     assert not proc["jax"] and proc["peak_mb"] < 150, proc
+    human = CliRunner().invoke(cli, ["verify", "dev", "--no-programs", "--registry", str(root)])
+    assert human.exit_code == 0 and "no executable was deserialized" in human.output
     exe = manifest_of(LocalRegistry(root, create=False)).executables[0]
     p = _blob_path(root, exe.blob.digest)
     p.write_bytes(p.read_bytes()[:-1] + bytes([p.read_bytes()[-1] ^ 1]))
