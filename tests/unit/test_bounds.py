@@ -19,7 +19,8 @@ from avatar_release.errors import IntegrityError, SchemaVersionError
 from avatar_release.records import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
 from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
-from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, decompress_into, memory_cap
+from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
+from avatar_release.runtime._inflate import inflate_into
 from tests.helpers import put_stand_in_build, stored_manifest
 
 
@@ -29,12 +30,12 @@ def _digest(data: bytes) -> str:
 
 # ------------------------------------------------------------------------------ decompression
 def _into(data: bytes, size: int, digest: str, *, where: str) -> bytes:
-    """decompress_into, as the weight loader calls it: into a reused buffer larger than the chunk."""
+    """inflate_into, as the weight loader calls it: into a reused buffer larger than the chunk."""
     buf = bytearray(b"\xee" * (size + 64))
-    return bytes(decompress_into(data, memoryview(buf), size, digest, where=where))
+    return bytes(inflate_into(data, memoryview(buf), size, digest, where=where))
 
 
-INFLATERS = pytest.mark.parametrize("inflate", [decompress, _into], ids=["decompress", "decompress_into"])
+INFLATERS = pytest.mark.parametrize("inflate", [decompress, _into], ids=["decompress", "inflate_into"])
 
 
 @INFLATERS
@@ -44,10 +45,10 @@ def test_decompress_returns_exactly_the_declared_bytes(inflate):
     assert bytes(inflate(z, len(raw), _digest(raw), where="x")) == raw
 
 
-def test_decompress_into_a_buffer_too_small_is_a_caller_error_not_an_overrun():
+def test_inflating_into_a_buffer_too_small_is_a_caller_error_not_an_overrun():
     z = zstandard.ZstdCompressor().compress(b"a" * 1000)
     with pytest.raises(ValueError, match="a buffer of 999 bytes cannot hold 1000"):
-        decompress_into(z, memoryview(bytearray(999)), 1000, _digest(b"a" * 1000), where="x")
+        inflate_into(z, memoryview(bytearray(999)), 1000, _digest(b"a" * 1000), where="x")
 
 
 def test_a_frame_without_its_size_in_the_header_takes_the_streaming_check():
