@@ -15,7 +15,7 @@ T = TypeVar("T")
 BLOB_CHUNK = 1 << 20  # what a streamed read hands its sink at a time
 
 
-B = TypeVar("B", bytes, memoryview)
+B = TypeVar("B", bound=bytes | memoryview)  # what a store read: bytes, or a mapped view
 
 
 def checked_blob(data: B, digest: str, size: int, where: str) -> B:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import _atomic
 from ..errors import IntegrityError, NotFoundError, RegistryError
-from ._blobcheck import BLOB_CHUNK, checked_blob
+from ._blobcheck import BLOB_CHUNK
 from ._kv import KVRegistry
 from ._lock import DEFAULT_LOCK_TIMEOUT, FileLock
 
@@ -97,29 +97,23 @@ class LocalRegistry(KVRegistry):
 
         return pieces()
 
-    def map_blob(self, digest: str, size: int) -> bytes | memoryview:
-        """The blob file mapped read-only (a view that unmaps when dropped), checked like ``get_blob``:
-        exactly ``size`` bytes hashing to ``digest``. Blobs are written whole to ``tmp/`` and renamed into
-        place, never rewritten, so the mapped bytes cannot change under the reader. (One who truncates a
-        blob file in place while it is mapped, which no avatar-release command does, makes the reader
-        fault rather than fail its check: that writer could as well delete the store.)"""
-        if size < MAP_AT_LEAST:
-            return self.get_blob(digest, size)
+    def _map(self, key: str, limit: int) -> bytes | memoryview | None:
+        """A blob file of ``MAP_AT_LEAST`` bytes or more mapped read-only (a view that unmaps when
+        dropped; ``map_blob`` checks its size and digest), a smaller one read. Blobs are written whole
+        to ``tmp/`` and renamed into place, never rewritten, so the mapped bytes cannot change under
+        the reader. (One who truncates a blob file in place while it is mapped, which no
+        avatar-release command does, makes the reader fault rather than fail its check: that writer
+        could as well delete the store.)"""
         try:
-            f = open(self._path(self._blob_key(digest)), "rb")
+            f = open(self._path(key), "rb")
         except FileNotFoundError:
-            raise NotFoundError(f"blob {digest} not found in registry {self.uri}") from None
+            return None
         except OSError as e:
-            raise RegistryError(f"registry {self.root}: cannot read blob {digest} ({e.strerror})") from None
+            raise RegistryError(f"registry {self.root}: cannot read {key} ({e.strerror})") from None
         with f:
-            if os.fstat(f.fileno()).st_size == 0:  # nothing to map: the size check names it
-                return checked_blob(b"", digest, size, self.uri)
-            view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        try:
-            return checked_blob(view, digest, size, self.uri)
-        except IntegrityError:
-            view.release()
-            raise
+            if os.fstat(f.fileno()).st_size < MAP_AT_LEAST:
+                return f.read(limit)
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
     def _tmp_dir(self) -> Path:
         """The staging area, refused when it is a symlink: writes would land wherever it points."""
