@@ -62,7 +62,7 @@ def _bound_modules(tree: ast.Module) -> dict[str, str]:
                     bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] in OURS:
             for a in node.names:
-                if importlib.util.find_spec(node.module) and _is_module(f"{node.module}.{a.name}"):
+                if _is_module(f"{node.module}.{a.name}"):
                     bound[a.asname or a.name] = f"{node.module}.{a.name}"
     return bound
 
@@ -134,12 +134,8 @@ def test_every_import_of_a_benchmark_names_what_the_package_holds_now(script):
         except ImportError as e:
             missing.append(f"{where}: import {module}: {e}")
             continue
-        if name is None or hasattr(mod, name):
-            continue
-        try:
-            importlib.import_module(f"{module}.{name}")  # a submodule, not an attribute
-        except ImportError:
-            missing.append(f"{where}: {module} has no {name!r}")
+        if name is not None and (why := _missing_attribute(mod.__name__, [name])):  # an attribute or a submodule
+            missing.append(f"{where}: {why}")
     assert not missing, "renamed or removed since the benchmark was written:\n" + "\n".join(missing)
 
 
