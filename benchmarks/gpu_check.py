@@ -17,6 +17,11 @@ Each step runs in a fresh process (imports, cold start and compiles are real):
              its deadline, compiles after load (goal 0)
   jit        the JIT path from model code (trace, lower, compile in the process, then the same
              stream), twice with one JAX persistent cache: the second is "JIT with a warm cache"
+  autotune   (GPU targets) ``avatar-release autotune BUILD``: XLA measures every config on the GPU,
+             the build is compiled again requiring all of them and published as a new build
+
+Each step runs under its own time limit (``STEP_TIMEOUT_S``), so one that hangs costs its share
+and the JSON still comes back with the others.
 
     python benchmarks/gpu_check.py --target gpu-h200-1 --out benchmarks/results/gpu-h200.json
     python benchmarks/gpu_check.py --target cpu-8 --smoke --out /tmp/gpu-check.json
@@ -148,7 +153,26 @@ def step_gate(args) -> dict:
     return {"exit_code": out.returncode, "wall_s": time.perf_counter() - t0, "result": doc}
 
 
-STEPS = {"preflight": step_preflight, "compile": step_compile, "serve": step_serve, "jit": step_jit, "gate": step_gate}
+def step_autotune(args) -> dict:
+    """``avatar-release autotune BUILD`` on the GPUs: measure, compile again requiring every config, publish."""
+    build_id = json.loads(Path(args.registry, "..", "compile.json").read_text())["build_id"]
+    saved = Path(args.registry, "..", "autotune-results.textproto")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "avatar_release", "autotune", build_id, "--save-results", str(saved),
+                          "--registry", args.registry, "--json"], capture_output=True, text=True, env=_env(args))
+    try:
+        doc = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        doc = {"stdout": out.stdout[-2000:], "stderr": out.stderr[-2000:]}
+    return {"exit_code": out.returncode, "wall_s": time.perf_counter() - t0, "result": doc,
+            "results_bytes": saved.stat().st_size if saved.exists() else None}
+
+
+STEPS = {"preflight": step_preflight, "compile": step_compile, "serve": step_serve, "jit": step_jit, "gate": step_gate,
+         "autotune": step_autotune}
+# Each step's own limit, so a step that hangs costs its share, not the whole run's JSON; together
+# under the 470 s gpu_check.sh gives the run.
+STEP_TIMEOUT_S = {"preflight": 30, "compile": 90, "gate": 120, "serve": 45, "jit": 60, "autotune": 60}  # 465 s in all
 
 
 def _env(args) -> dict:
@@ -164,7 +188,12 @@ def _run(name: str, args, **extra) -> dict:
     cmd = [sys.executable, __file__, "--step", name, "--target", args.target, "--pipeline", args.pipeline,
            "--chunks", str(args.chunks), "--registry", args.registry, "--jax-cache", args.jax_cache]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(args), cwd=ROOT)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=_env(args), cwd=ROOT,
+                             timeout=STEP_TIMEOUT_S[name] * (3 if args.target.startswith("cpu") else 1))
+    except subprocess.TimeoutExpired as e:
+        print(f"  {name:<9} timed out after {e.timeout:.0f}s", file=sys.stderr)
+        return {"failed": True, "timed_out_s": e.timeout, "stderr": (e.stderr or b"")[-3000:].decode(errors="replace")}
     wall = time.perf_counter() - t0
     print(f"  {name:<9} exit {out.returncode} in {wall:.1f}s", file=sys.stderr)
     if out.returncode != 0:
@@ -203,6 +232,8 @@ def main() -> None:
         doc["serve"] = _run("serve", args)
     doc["jit_cold_cache"] = _run("jit", args)
     doc["jit_warm_cache"] = _run("jit", args)
+    if not doc["compile"].get("failed") and not args.target.startswith("cpu"):  # autotuning is XLA:GPU's
+        doc["autotune"] = _run("autotune", args)
     serve, warm = doc.get("serve", {}), doc["jit_warm_cache"]
     if "time_to_first_chunk_s" in serve and "time_to_first_chunk_s" in warm:
         doc["ratios"] = {"time_to_first_chunk_artifact_over_jit_warm_cache":

@@ -4,7 +4,8 @@
 #
 #   compile tiny for gpu-h200-1 on that machine -> gate it (two fresh serving processes: zero
 #   compiles after load, bit-exact twins) -> time to ready from the artifact against the JIT path with
-#   a warm JAX cache -> the steady chunk against its deadline; JSON written for committing with its date.
+#   a warm JAX cache -> the steady chunk against its deadline -> `avatar-release autotune` (measure on the
+#   GPU, compile again requiring every config); JSON written for committing with its date.
 #
 # NOT YET RUN. Written on 2026-12-02 on a CPU-only host: no GPU was lent to that task. Its steps
 # ran there end to end for cpu-8 (`python3 benchmarks/gpu_check.py --target cpu-8 --smoke`), not
@@ -35,6 +36,7 @@ export AVATAR_RELEASE_CONFIG_DIR="${AVATAR_RELEASE_CONFIG_DIR:-$(mktemp -d)}"
 python3 --version
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: not found"
 
-# 470 s for the steps (tiny: compile, gate, serve, JIT twice), under the 8 minutes with the start-up.
+# 470 s for the steps (tiny: compile, gate, serve, JIT twice, autotune; each under its own limit
+# in gpu_check.py, so a hung step still leaves the JSON), under the 8 minutes with the start-up.
 timeout 470 python3 benchmarks/gpu_check.py --target gpu-h200-1 --pipeline tiny --out "$RESULT"
 echo "gpu check done in $(( $(date +%s) - START )) s: $RESULT (commit it with its date)"

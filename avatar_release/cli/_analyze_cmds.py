@@ -162,9 +162,13 @@ def _evidence_lines(m: Manifest) -> list[str]:
         a = m.autotune
         per = ", ".join(f"{k}: {f.gemm_fusions} GEMM fusions, {f.block_fusions} block fusions, {f.cublas_calls} cuBLAS, "
                         f"{f.convolutions_at_run_time} convolutions at run time" for k, f in a.executables.items())
-        how = 'deviceless compile: nothing measured, default configs' if a.deviceless else 'compiled with the device'
+        how = ("compiled with the device" if not a.deviceless else "deviceless compile: "
+               + ("configs from the loaded results" if a.results else "nothing measured, default configs"))
+        loaded = "none" if a.results is None else (
+            f"{a.results} ({a.results_entries} configs; "
+            + ("every config required)" if a.complete_required else "XLA's defaults where one is missing)"))
         lines.append(f"autotuning: {how}{'; first valid config taken (deterministic flags)' if a.select_first else ''}; "
-                     f"results loaded: {a.results or 'none'}; {per}")
+                     f"results loaded: {loaded}; {per}")
     return lines
 
 

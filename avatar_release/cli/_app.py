@@ -77,6 +77,8 @@ _ARGS = "avatar_release.args"  # ctx.meta key: the arguments as typed
 COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("_analyze_cmds", "Static analyses: of a pipeline config (attention, schedule) or of a build."),
     "approve": ("_release_cmds", "Sign a release approval of REF for prod (the second role)."),
+    "autotune": ("_tune_cmds",
+                 "Measure a GPU build's configs on its GPUs; publish it compiled with them as a new build."),
     "compile": ("_build_cmds", "Trace, AOT-compile and publish a build; points the dev channel at it."),
     "completion": ("_completion_cmds", "Print the shell completion script (bash, zsh, fish)."),
     "copy": ("_registry_cmds", "Mirror build REF with everything that belongs to it into another registry."),

@@ -35,6 +35,7 @@ _LOADS = (*_REGISTRY, 4, 5, 8)  # every command that loads a build as a pod does
 COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "compile": (3, 5, 6, 7, 11),
     "rebuild": (1, *_REGISTRY, 4, 5, 6),
+    "autotune": (*_REGISTRY, 4, 5, 6),
     "inspect": _REGISTRY,
     "verify": (*_REGISTRY, 4),
     "diff": (1, *_REGISTRY),

@@ -7,7 +7,9 @@ from ._build import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, CompileResult, co
 from ._devices import make_mesh, target_devices
 from ._evidence import schedule_of
 from ._overrides import apply_overrides, override_keys, parse_set_args
+from ._autotune_results import AutotuneResults, read_results
 from ._rebuild import RebuildReport, rebuild, rebuild_manifest
+from ._tune import AutotuneReport, autotune_build
 
 __all__ = [
     "CompileResult",
@@ -18,6 +20,10 @@ __all__ = [
     "rebuild",
     "rebuild_manifest",
     "RebuildReport",
+    "autotune_build",
+    "AutotuneReport",
+    "AutotuneResults",
+    "read_results",
     "make_mesh",
     "target_devices",
     "schedule_of",

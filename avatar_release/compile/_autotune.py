@@ -18,11 +18,43 @@ measurement.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
-from ..records import AutotuneFinding, AutotuneRecord
+from ..records import AutotuneFinding, AutotuneRecord, BlobRef
+from ._autotune_results import AutotuneResults
 
-__all__ = ["autotune_finding", "autotune_record", "AUTOTUNE_OPTIONS"]
+__all__ = ["autotune_finding", "autotune_record", "AUTOTUNE_OPTIONS", "AutotunePlan", "RESULTS_MEDIA_TYPE"]
+
+RESULTS_MEDIA_TYPE = "application/vnd.avatar-release.autotune-results.v1.textproto+zstd"
+# Options naming files on the compiling host: recorded by what they held (the results' digest), not the path.
+_PATH_OPTIONS = ("xla_gpu_load_autotune_results_from", "xla_gpu_dump_autotune_results_to",
+                 "xla_gpu_per_fusion_autotune_cache_dir")
+
+
+@dataclass(frozen=True)
+class AutotunePlan:
+    """What a compile does about autotuning beyond its flag profile (``avatar-release autotune``).
+
+    ``results``: load these (written to ``results_file`` for XLA) and, with ``require_complete``,
+    refuse to compile any instruction they lack a config for. ``dump_to``: write what XLA chose while
+    compiling there (on the build's GPUs that is what it measured)."""
+
+    results: AutotuneResults | None = None
+    require_complete: bool = True
+    results_file: Path | None = None
+    dump_to: Path | None = None
+
+    def compiler_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.results is not None:
+            assert self.results_file is not None, "results are handed to XLA as a file"
+            options["xla_gpu_load_autotune_results_from"] = str(self.results_file)
+            options["xla_gpu_require_complete_aot_autotune_results"] = self.require_complete
+        if self.dump_to is not None:
+            options["xla_gpu_dump_autotune_results_to"] = str(self.dump_to)
+        return options
 
 # Compiler options that decide what XLA:GPU autotunes; recorded as the flag profile sets them.
 AUTOTUNE_OPTIONS = (
@@ -67,13 +99,19 @@ def autotune_finding(hlo: str) -> AutotuneFinding:
                            block_fusions=blocks)
 
 
-def autotune_record(hlos: Mapping[str, str], options: Mapping[str, Any], *, deviceless: bool) -> AutotuneRecord:
-    """The build's record: ``hlos`` by executable key, ``options`` the compile's (the flag profile's)."""
+def autotune_record(hlos: Mapping[str, str], options: Mapping[str, Any], *, deviceless: bool,
+                    results: AutotuneResults | None = None, results_blob: BlobRef | None = None) -> AutotuneRecord:
+    """The build's record: ``hlos`` by executable key, ``options`` the compile's (the flag profile's,
+    and any an :class:`AutotunePlan` added), ``results`` the autotune results it loaded."""
     findings = {key: autotune_finding(text) for key, text in hlos.items()}
-    settings = {k: options[k] for k in AUTOTUNE_OPTIONS if k in options}
-    results = options.get("xla_gpu_load_autotune_results_from") or None
+    settings = {k: options[k] for k in AUTOTUNE_OPTIONS if k in options and k not in _PATH_OPTIONS}
     select_first = bool(options.get("xla_gpu_deterministic_ops") or options.get("xla_gpu_exclude_nondeterministic_ops")
                         or options.get("xla_gpu_autotune_level") == 0)
-    return AutotuneRecord(deviceless=deviceless, select_first=select_first, results=results, settings=settings,
-                          executables=findings,
-                          convolutions_at_run_time=sum(f.convolutions_at_run_time for f in findings.values()))
+    loaded: dict[str, Any] = {}
+    if results is not None:
+        loaded = {"results": results.digest, "results_blob": results_blob, "results_size": len(results.text),
+                  "results_entries": results.entries,
+                  "complete_required": bool(options.get("xla_gpu_require_complete_aot_autotune_results"))}
+    return AutotuneRecord(deviceless=deviceless, select_first=select_first, settings=settings, executables=findings,
+                          convolutions_at_run_time=sum(f.convolutions_at_run_time for f in findings.values()),
+                          **loaded)

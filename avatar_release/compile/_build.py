@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from .._progress import Tick
+from ..errors import InputError
 from ..records import Manifest
 from ..registry import Registry, publish_to_dev
+from ._autotune import AutotunePlan
 from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build
 from ._plan import BuildPlan, plan_build
 from ._stage import CompiledStage, LoweredStage, compile_stage, lower_stage
@@ -67,6 +71,8 @@ def compile_build(
     keep_compiled: bool = False,
     executable_format: str = "xla-executable",
     move_dev: bool = True,
+    autotune: AutotunePlan | None = None,
+    expect_source: str | None = None,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> CompileResult:
     """Compile every stage x bucket of ``pipeline`` for ``target`` and publish one build.
@@ -74,15 +80,20 @@ def compile_build(
     ``executable_format="jax-export"`` ships portable StableHLO instead of executables: the
     serving pod then compiles on first use, which the zero-recompile gate refuses.
     ``move_dev`` (with ``publish``) then points the dev channel at the build
-    (``registry.publish_to_dev``).
+    (``registry.publish_to_dev``). ``autotune`` loads autotune results or writes what XLA chose
+    (GPU targets; ``avatar-release autotune``). ``expect_source``: refuse, before tracing, a pipeline
+    whose source digest is not this one (recompiling a published build from this checkout).
     """
     t_start = time.perf_counter()
     plan = plan_build(pipeline, target, weights_path=weights_path, overrides=overrides or {},
                       executable_format=executable_format, progress=progress)
+    _check_source(plan, expect_source)
     lowered = _trace(plan, progress)
-    compiled = _compile(lowered, plan, side_by_side=concurrent_compile and plan.target.concurrent_compile,
-                        progress=progress)
-    package = package_build(plan, compiled.stages, progress)
+    with tempfile.TemporaryDirectory(prefix="avatar-release-autotune-") as scratch:
+        autotune = _results_on_disk(autotune, Path(scratch))
+        compiled = _compile(lowered, plan, side_by_side=concurrent_compile and plan.target.concurrent_compile,
+                            autotune=autotune, progress=progress)
+    package = package_build(plan, compiled.stages, progress, autotune=autotune)
     manifest = package.manifest
     result = CompileResult(
         build_id=manifest.build_id,
@@ -108,6 +119,13 @@ def compile_build(
     return result
 
 
+def _check_source(plan: BuildPlan, expected: str | None) -> None:
+    if expected is not None and plan.source_digest != expected:
+        raise InputError(f"pipeline {plan.spec.name}: this checkout's source is {plan.source_digest}, the build's is "
+                         f"{expected}: recompiling a build needs the source it was built from (check out the "
+                         "commit it was compiled at)")
+
+
 def _trace(plan: BuildPlan, progress: Callable[[str], None]) -> list[LoweredStage]:
     """Step 2: trace and lower every stage x bucket, one at a time."""
     lowered: list[LoweredStage] = []
@@ -129,15 +147,34 @@ class _Compiled:
     wall_seconds: float  # wall time of the whole compile step (stages overlap when concurrent)
 
 
-def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool,
+def _results_on_disk(autotune: AutotunePlan | None, scratch: Path) -> AutotunePlan | None:
+    """The plan with its results written where XLA reads them (a .textproto file: text form)."""
+    if autotune is None or autotune.results is None:
+        return autotune
+    path = scratch / "autotune-results.textproto"
+    path.write_bytes(autotune.results.text)
+    return dataclasses.replace(autotune, results_file=path)
+
+
+def _stage_options(plan: BuildPlan, autotune: AutotunePlan | None, ls: LoweredStage) -> dict[str, Any]:
+    """The flag profile's compiler options, and what an autotune plan adds (its dump: one file a stage)."""
+    options = dict(plan.flags.compiler_options)
+    if autotune is not None:
+        options.update(autotune.compiler_options())
+        if autotune.dump_to is not None:
+            name = f"{ls.plan.stage}-{ls.plan.bucket}.textproto"
+            options["xla_gpu_dump_autotune_results_to"] = str(autotune.dump_to / name)
+    return options
+
+
+def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool, autotune: AutotunePlan | None,
              progress: Callable[[str], None]) -> _Compiled:
     """Step 3: compile every lowered stage under the target's flag profile."""
     t_compile = time.perf_counter()
-    options = dict(plan.flags.compiler_options)
     if side_by_side and len(lowered) > 1:
         # XLA compiles release the GIL: the stages compile side by side.
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(lowered)) as pool:
-            futures = {pool.submit(compile_stage, ls, options): ls for ls in lowered}
+            futures = {pool.submit(compile_stage, ls, _stage_options(plan, autotune, ls)): ls for ls in lowered}
             done: dict[int, CompiledStage] = {}
             for fut in concurrent.futures.as_completed(futures):
                 cs = fut.result()
@@ -148,7 +185,7 @@ def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool
     else:
         stages = []
         for ls in lowered:
-            cs = compile_stage(ls, options)
+            cs = compile_stage(ls, _stage_options(plan, autotune, ls))
             progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
             stages.append(cs)
             progress(Tick("compile", len(stages), len(lowered), "stage"))

@@ -14,6 +14,7 @@ allows it), the live devices are used instead, so XLA autotunes on them.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,8 +26,10 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
     import jax
     from jax.sharding import Mesh
 
-__all__ = ["target_devices", "make_mesh", "GPU_PLUGIN_PLATFORM"]
+__all__ = ["target_devices", "make_mesh", "measuring_gpus", "GPU_PLUGIN_PLATFORM"]
 
+# Where the NVIDIA kernel driver lists the GPUs it drives (one directory each).
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/gpus")
 # The PJRT plugin that describes GPU topologies: NVIDIA's (jax-cuda12-plugin). ROCm is not a target.
 GPU_PLUGIN_PLATFORM = "cuda"
 _INSTALL = {
@@ -79,6 +82,32 @@ def target_devices(target: TargetSpec) -> list:
             f"the target declares {target.device_count}"
         )
     return devices
+
+
+def measuring_gpus(target: TargetSpec) -> list:
+    """The target's own GPUs in this process, for XLA to measure configs on; EnvironmentMismatch
+    naming what this process has instead (autotuning measures nothing on a description)."""
+    text = target_description(target).text
+    named = re.search(r'device_description_str: "([^"]*)"', text)
+    want = f"{target.device_count} x {named.group(1) if named else 'the description device'}"
+    if not NVIDIA_DRIVER.is_dir():  # asked before JAX starts: no plugin traceback for a host without GPUs
+        have = f"this host has no NVIDIA driver ({NVIDIA_DRIVER} is absent)"
+    else:
+        # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+        import jax
+
+        live = _live_gpus(target, text)
+        if live is not None:
+            return live
+        try:
+            gpus = jax.devices("gpu")
+            have = f"this process has {len(gpus)} x " + ", ".join(sorted({d.device_kind for d in gpus}))
+        except RuntimeError as e:
+            have = f"JAX starts no GPU backend here ({str(e)[:200]})"
+    raise EnvironmentMismatch(
+        f"target {target.name}: autotuning measures on the build's own GPUs, {want}; {have}. "
+        "Run `avatar-release autotune` on such a host, or pass --results FILE with results recorded there",
+        {"gpus": (want, have)})
 
 
 def _live_gpus(target: TargetSpec, description: str) -> list | None:

@@ -38,7 +38,7 @@ from ..records import (
     utcnow,
 )
 from ..specs import TargetSpec
-from ._autotune import autotune_record
+from ._autotune import RESULTS_MEDIA_TYPE, AutotunePlan, autotune_record
 from ._evidence import memory_fit
 from ._plan import ABSTRACT_WEIGHTS, BuildPlan
 from ._stage import CompiledStage
@@ -74,7 +74,8 @@ class Package:
     reports: list[ExecutableReport]  # one per executable, in stage x bucket order
 
 
-def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Callable[[str], None]) -> Package:
+def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Callable[[str], None], *,
+                  autotune: AutotunePlan | None = None) -> Package:
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     blobs: dict[str, bytes] = {}
     weights = _weights_record(plan, cctx, blobs)
@@ -89,7 +90,8 @@ def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Call
                              round(ev.trace_seconds, 3), round(ev.lower_seconds, 3), round(ev.compile_seconds, 3))
         )
     fit = _check_fit(plan, entries, progress)
-    return Package(_manifest(plan, weights, entries, fit, _autotune(plan, compiled)), blobs, reports)
+    tuned = _autotune(plan, compiled, autotune, cctx, blobs)
+    return Package(_manifest(plan, weights, entries, fit, tuned), blobs, reports)
 
 
 def _weights_record(plan: BuildPlan, cctx: zstandard.ZstdCompressor, blobs: dict[str, bytes]) -> WeightsRecord:
@@ -198,7 +200,7 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
         jax=tools.jax, jaxlib=tools.jaxlib,
         platform=plan.platform.model_dump(mode="json"),
         executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in entries],
-        noise=NOISE_RECIPES[spec.noise],
+        noise=NOISE_RECIPES[spec.noise], autotune_results=autotune.results if autotune else None,
     )
     manifest = Manifest(
         build_id=build_id_for(spec.name, tgt.name, identity),
@@ -230,13 +232,21 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
     return manifest.model_copy(update={"seal": manifest_seal(manifest)})
 
 
-def _autotune(plan: BuildPlan, compiled: list[CompiledStage]) -> AutotuneRecord | None:
-    """GPU builds: what XLA:GPU chose without measuring (compile/_autotune.py); None elsewhere."""
+def _autotune(plan: BuildPlan, compiled: list[CompiledStage], autotune: AutotunePlan | None,
+              cctx: zstandard.ZstdCompressor, blobs: dict[str, bytes]) -> AutotuneRecord | None:
+    """GPU builds: what XLA:GPU chose without measuring (compile/_autotune.py), and the autotune
+    results the compile loaded, kept as a blob; None elsewhere."""
     if plan.target.platform != "gpu" or plan.executable_format != "xla-executable":
         return None
     hlos = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled.as_text() or "" for cs in compiled}
-    return autotune_record(hlos, plan.flags.compiler_options,
-                           deviceless=plan.platform.platform_version.startswith("topology:"))
+    options = {**plan.flags.compiler_options, **(autotune.compiler_options() if autotune else {})}
+    results, ref = autotune.results if autotune else None, None
+    if results is not None:
+        z = cctx.compress(results.text)
+        blobs[sha256_digest(z)] = z
+        ref = BlobRef(digest=sha256_digest(z), size=len(z), media_type=RESULTS_MEDIA_TYPE)
+    return autotune_record(hlos, options, deviceless=plan.platform.platform_version.startswith("topology:"),
+                           results=results, results_blob=ref)
 
 
 def _kernel_routes(plan: BuildPlan) -> dict[str, list[KernelRouteRecord]] | None:

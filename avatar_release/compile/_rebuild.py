@@ -7,15 +7,45 @@ serialized bytes are not), so those, the weights digest and the identity are com
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from ..errors import CompileError
+import zstandard
+
+from .._digest import sha256_digest
+from ..errors import CompileError, IntegrityError
 from ..records import Manifest
-
 from ..registry import Registry, read_manifest
+from ._autotune import AutotunePlan
+from ._autotune_results import MAX_RESULTS_BYTES, read_results
 from ._build import compile_build
 
-__all__ = ["RebuildReport", "rebuild", "rebuild_manifest"]
+__all__ = ["RebuildReport", "rebuild", "rebuild_manifest", "build_inputs", "kept_autotune"]
+
+
+def build_inputs(m: Manifest) -> dict[str, Any]:
+    """What compiling ``m`` again takes: its pipeline, target, weights source and overrides."""
+    source = m.weights.source
+    return {"pipeline": m.pipeline, "target": m.target, "overrides": {k: str(v) for k, v in m.overrides.items()},
+            "weights_path": None if source.startswith(("init:", "abstract")) else source}
+
+
+def kept_autotune(registry: Registry, m: Manifest) -> AutotunePlan | None:
+    """The autotune results ``m`` was compiled with (v7), read back from its blob; None without."""
+    tuned = m.autotune
+    if tuned is None or tuned.results_blob is None or tuned.results is None:
+        return None
+    where = f"build {m.build_id}: autotune results"
+    ref = tuned.results_blob
+    stored = registry.get_blob(ref.digest, ref.size)  # the store checks the size and sha256
+    try:
+        text = zstandard.ZstdDecompressor().decompress(stored, max_output_size=MAX_RESULTS_BYTES)
+    except zstandard.ZstdError as e:
+        raise IntegrityError(f"{where}: blob {ref.digest} is not a zstd frame of at most {MAX_RESULTS_BYTES} "
+                             f"bytes ({e})") from None
+    if sha256_digest(text) != tuned.results:
+        raise IntegrityError(f"{where}: blob {ref.digest} holds results hashing to {sha256_digest(text)}, "
+                             f"the identity covers {tuned.results}")
+    return AutotunePlan(results=read_results(text, where=where), require_complete=bool(tuned.complete_required))
 
 
 @dataclass
@@ -38,11 +68,8 @@ def rebuild_manifest(ref: str, registry: Registry, *,
                      progress: Callable[[str], None] = lambda msg: None) -> tuple[RebuildReport, Manifest]:
     """(report, the rebuilt manifest): recompile without publishing, and compare."""
     _, m = read_manifest(registry, ref)
-    source = m.weights.source
-    weights_path = None if source.startswith(("init:", "abstract")) else source
-    overrides = {k: str(v) for k, v in m.overrides.items()}
-    again = compile_build(m.pipeline, m.target, registry=registry, weights_path=weights_path,
-                          overrides=overrides, publish=False, progress=progress).manifest
+    again = compile_build(**build_inputs(m), registry=registry, autotune=kept_autotune(registry, m), publish=False,
+                          progress=progress).manifest
     if again is None:  # compile_build always packages one; None here is a compiler fault, not a difference
         raise CompileError(f"rebuild of {ref}: the compile returned no manifest to compare")
     diffs: list[dict] = []

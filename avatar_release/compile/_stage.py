@@ -208,6 +208,10 @@ def _xla_compile(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compiled
         hint = ""
         if "No such compile option" in msg:
             hint = " — the flag profile names an option this XLA does not know; fix or remove it in manifests/flags/"
+        elif "autotune_cache_hit_required" in msg or "Failed to get configs for" in msg:
+            hint = (" — the autotune results lack a config for this program (measured for other programs, another "
+                    "GPU or another XLA?): measure them again on the build's GPUs (avatar-release autotune BUILD "
+                    "there), or accept XLA's defaults for what is missing (--allow-incomplete)")
         raise CompileError(f"stage {plan.stage}/{plan.bucket}: XLA compile failed: {msg[:500]}{hint}") from None
 
 

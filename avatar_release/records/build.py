@@ -38,6 +38,14 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     stored JSON when unset (``_omit_when_none``), so a v5 manifest read and written again keeps its
     bytes, its content digest (what signatures bind) and its identity.
 
+  * 7 (2026-12-02): autotuned GPU builds (``avatar-release autotune``). ``autotune.results`` is now
+    the ``sha256:`` digest of the autotune results (XLA's ``AutotuneResults`` text) the compile
+    loaded, which the identity covers (it was a path and no profile ever set it);
+    ``autotune.results_blob`` keeps those results in the build (zstd), ``results_size`` and
+    ``results_entries`` describe them, and ``complete_required`` says whether XLA was told to refuse
+    any instruction they lack (``xla_gpu_require_complete_aot_autotune_results``). Left out when
+    unset, so a v6 manifest keeps its bytes and identity.
+
 ``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
 compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
 """
@@ -77,7 +85,7 @@ __all__ = [
     "Manifest",
 ]
 
-BUILD_SCHEMA_VERSION = 6
+BUILD_SCHEMA_VERSION = 7
 # v5's chunk rule: tensors in name order, packed greedily into chunks of at most this many raw
 # bytes (a larger tensor is a chunk of its own), each tensor starting on a 64-byte boundary.
 WEIGHT_CHUNK_BYTES = 64 << 20
@@ -271,14 +279,21 @@ class AutotuneRecord(Record):
     """What a GPU build's autotuning rests on (v6). Without the device XLA measures nothing: every
     GEMM and block-level fusion keeps the default config and every cuDNN convolution is left to run
     time. With ``select_first`` (the deterministic flags) XLA takes the first valid config even with a
-    device. ``results`` names the autotune results the compile loaded (None: none)."""
+    device. ``results`` is the digest of the autotune results the compile loaded (None: none; v7,
+    ``avatar-release autotune``), kept in the build as ``results_blob``."""
 
     deviceless: bool
     select_first: bool
-    results: str | None = None
+    results: str | None = None  # v7: "sha256:<hex>" of the results text; the identity covers it
     settings: dict[str, Any] = {}  # the flag profile's options that decide autotuning, as compiled
     executables: dict[str, AutotuneFinding] = {}  # by executable key
     convolutions_at_run_time: int = 0  # over every executable: what a pod would choose at start
+    results_blob: BlobRef | None = None  # v7: the results text, zstd
+    results_size: int | None = None  # v7: its raw bytes
+    results_entries: int | None = None  # v7: how many configs it holds
+    complete_required: bool | None = None  # v7: XLA refused to compile anything the results lacked
+
+    _omit = _omit_when_none("results_blob", "results_size", "results_entries", "complete_required")
 
 
 class ScheduleRecord(Record):
@@ -427,4 +442,5 @@ class Manifest(Record):
         raise KeyError(f"{stage}/{bucket}")
 
     def blobs(self) -> list[BlobRef]:
-        return self.weights.chunk_blobs() + [e.blob for e in self.executables]
+        kept = [self.autotune.results_blob] if self.autotune and self.autotune.results_blob else []
+        return self.weights.chunk_blobs() + [e.blob for e in self.executables] + kept

@@ -63,9 +63,11 @@ FINGERPRINT_CHECKED_SINCE = 3
 def identity_digest(*, pipeline: str, entry: str, config: dict[str, Any], overrides: dict[str, Any], source: str,
                     weights: str, target: str, flags: dict[str, Any] | str, jax: str, jaxlib: str,
                     platform: dict[str, Any], executables: Iterable[tuple[str, str, str, str | None]], noise: str,
-                    schema_version: int = BUILD_SCHEMA_VERSION) -> str:
+                    schema_version: int = BUILD_SCHEMA_VERSION, autotune_results: str | None = None) -> str:
     """The identity digest over these fields (``executables``: key, format, scheduled-HLO digest,
-    fingerprint of each); ``flags`` is what :func:`identity_flags` gives for the schema version."""
+    fingerprint of each); ``flags`` is what :func:`identity_flags` gives for the schema version;
+    ``autotune_results`` the digest of the autotune results the compile loaded (v7), covered only
+    when there are any, so every identity before them stays what it was."""
     fields: dict[str, Any] = {
         "pipeline": pipeline, "entry": entry, "config": config, "overrides": overrides, "source": source,
         "weights": weights, "target": target, "flags": flags, "jax": jax, "jaxlib": jaxlib, "platform": platform,
@@ -73,6 +75,8 @@ def identity_digest(*, pipeline: str, entry: str, config: dict[str, Any], overri
     }
     if schema_version >= FINGERPRINT_CHECKED_SINCE:  # older identities stay what they were
         fields["schema_version"] = schema_version
+    if autotune_results is not None:
+        fields["autotune_results"] = autotune_results
     return sha256_digest(canonical_json(fields))
 
 
@@ -94,6 +98,7 @@ def manifest_identity(m: Manifest) -> str:
         jaxlib=m.toolchain.jaxlib, platform=m.platform.model_dump(mode="json"),
         executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in m.executables],
         noise=m.program.noise_recipe, schema_version=m.schema_version,
+        autotune_results=m.autotune.results if m.autotune else None,
     )
 
 

@@ -55,9 +55,15 @@ def weight_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
     return [("weights", w.blob)] if w.blob is not None else []
 
 
+AUTOTUNE_RESULTS = "autotune results"  # the ``what`` of a v7 build's autotune results blob
+
+
 def build_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
-    """(what, blob) for every blob a build is made of: the weights, then each executable."""
-    return weight_blobs(manifest) + [(e.key, e.blob) for e in manifest.executables]
+    """(what, blob) for every blob a build is made of: the weights, each executable, then (v7) the
+    autotune results its executables were compiled with."""
+    tuned = manifest.autotune
+    kept = [(AUTOTUNE_RESULTS, tuned.results_blob)] if tuned is not None and tuned.results_blob is not None else []
+    return weight_blobs(manifest) + [(e.key, e.blob) for e in manifest.executables] + kept
 
 
 def raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
@@ -69,6 +75,10 @@ def raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
         assert chunks is not None  # weight_blobs names chunks only for a chunked (v5) build
         c = chunks[int(what.rsplit(" ", 1)[1])]
         return c.raw_size, c.raw_digest
+    if what == AUTOTUNE_RESULTS:
+        tuned = manifest.autotune
+        assert tuned is not None and tuned.results is not None  # build_blobs names it only then
+        return tuned.results_size or 0, tuned.results
     e = next(e for e in manifest.executables if e.key == what)
     return e.raw_size, e.raw_digest
 

@@ -95,7 +95,7 @@ def check_blobs(registry: Registry, manifest: Manifest, *, only: set[str] | None
                     error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
                 if error:
                     raise IntegrityError(error)
-            program = check_program is not None and not what.startswith("weights")
+            program = check_program is not None and any(e.key == what for e in manifest.executables)
             payload, _ = fetch_inflated(registry, ref, (raw_size, raw_digest) if contents else None,
                                         where=f"build {manifest.build_id}: {what}", keep=program)
             if contents:

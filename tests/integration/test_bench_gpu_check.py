@@ -46,6 +46,22 @@ def test_the_preflight_names_each_blocker_of_the_h200_toolchain(monkeypatch):
     assert out["plugins"]["jax-cuda13-plugin"] == "0.11.2"
 
 
+def test_each_step_has_a_limit_inside_the_runs_and_a_hung_step_leaves_a_record_not_a_lost_run(monkeypatch):
+    mod = _module(monkeypatch)
+    assert set(mod.STEP_TIMEOUT_S) == set(mod.STEPS) and "autotune" in mod.STEPS
+    # preflight, compile, gate, serve, jit twice, autotune: inside the script's `timeout 470`
+    limits = mod.STEP_TIMEOUT_S
+    assert sum(limits[s] for s in ("preflight", "compile", "gate", "serve", "jit", "jit", "autotune")) < 470
+
+    def hangs(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"], stderr=b"still measuring")
+
+    monkeypatch.setattr(mod.subprocess, "run", hangs)
+    args = type("A", (), {"target": "gpu-h200-1", "pipeline": "tiny", "chunks": 2, "registry": "r", "jax_cache": "c"})
+    out = mod._run("autotune", args)
+    assert out == {"failed": True, "timed_out_s": limits["autotune"], "stderr": "still measuring"}
+
+
 @pytest.mark.slow
 def test_smoke_mode_runs_every_step_for_cpu_8_and_the_served_build_never_compiles(tmp_path):
     out = tmp_path / "gpu-check.json"

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from avatar_release.cli import cli
+from avatar_release.records import BUILD_SCHEMA_VERSION
 from avatar_release.registry import LocalRegistry
 from avatar_release.specs import load_target, manifests_dir, target_description
 
@@ -45,7 +46,7 @@ def test_a_gpu_build_is_compiled_for_the_pinned_description_on_a_host_without_gp
     assert jax.default_backend() == "cpu"  # no GPU here
     assert LocalRegistry(root, create=False).resolve("dev").build_id == result.build_id
     m = result.manifest
-    assert m.schema_version == 6 and result.build_id.startswith("tiny-gpu-h100-8-")
+    assert m.schema_version == BUILD_SCHEMA_VERSION and result.build_id.startswith("tiny-gpu-h100-8-")
     p = m.platform
     assert (p.backend, p.device_kind, p.device_count, p.topology) == ("gpu", "NVIDIA H100 80GB HBM3", 8, "1x1x8")
     assert p.platform_version == "topology:1x1x8"  # a compile-only client: no live version to record
@@ -111,6 +112,67 @@ def test_the_compile_gate_passes_and_analyze_shows_the_h100_roofline_labelled_an
     assert "against gpu-h100-8's published peaks per device: 989.4 TFLOP/s, 3350 GB/s memory, 450 GB/s arriving " \
            "over NVLink" in text
     assert "route sr: attention (frame-window mask): blocksparse requested, xla compiled" in text
+
+
+def test_autotune_measures_only_on_the_builds_own_gpus_and_says_so(gpu_build):
+    root, result = gpu_build
+    before = len(LocalRegistry(root, create=False).list_builds())
+    res = _cli("autotune", result.build_id, "--registry", root, "--json")
+    assert res.exit_code == 5, res.output
+    out = json.loads(res.stdout)
+    assert out["error"] == "EnvironmentMismatch"
+    assert "measures on the build's own GPUs, 8 x NVIDIA H100 80GB HBM3; this host has no NVIDIA driver" in out["message"]
+    assert "--results FILE" in out["message"]
+    assert len(LocalRegistry(root, create=False).list_builds()) == before  # nothing compiled, nothing published
+
+
+def test_results_lacking_a_config_fail_the_compile_and_publish_nothing(gpu_build, tmp_path):
+    root, result = gpu_build
+    empty = tmp_path / "empty.textproto"
+    empty.write_text("version: 3\n")
+    before = len(LocalRegistry(root, create=False).list_builds())
+    res = _cli("autotune", result.build_id, "--results", empty, "--registry", root, "--json")
+    assert res.exit_code == 6, res.output
+    out = json.loads(res.stdout)
+    assert out["error"] == "CompileError" and "Failed to get configs for" in out["message"]  # XLA's own refusal
+    assert "the autotune results lack a config for this program" in out["message"]
+    assert "--allow-incomplete" in out["message"]
+    assert len(LocalRegistry(root, create=False).list_builds()) == before
+
+
+def test_a_tuned_build_is_a_new_build_that_keeps_its_results_verifies_and_rebuilds(gpu_build, tmp_path):
+    """No GPU here, so the results given are empty and XLA keeps its defaults (--allow-incomplete):
+    the same programs, but another build, because the identity covers the results."""
+    from avatar_release.registry import read_manifest
+
+    root, result = gpu_build
+    empty, saved = tmp_path / "empty.textproto", tmp_path / "saved.textproto"
+    empty.write_text("# nothing measured\nversion: 3\n")
+    res = _cli("autotune", result.build_id, "--results", empty, "--allow-incomplete", "--save-results", saved,
+               "--registry", root, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["build_id"] == result.build_id and out["tuned_id"] != result.build_id and out["created"]
+    assert out["measured_on"] is None and out["results_entries"] == 0 and out["complete_required"] is False
+    assert out["convolutions_at_run_time"] == {"before": 10, "after": 10}  # defaults: still chosen at first run
+    assert saved.read_bytes() == b"version: 3\n"  # the canonical text the build keeps
+    reg = LocalRegistry(root, create=False)
+    _, tuned = read_manifest(reg, out["tuned_id"])
+    a = tuned.autotune
+    assert tuned.schema_version == 7 and a.results == out["results"] and a.results_size == len(b"version: 3\n")
+    assert a.settings["xla_gpu_require_complete_aot_autotune_results"] is False
+    assert [e.hlo_digest for e in tuned.executables] == [e.hlo_digest for e in result.manifest.executables]
+    assert tuned.identity != result.manifest.identity
+    assert reg.resolve("dev").build_id == result.build_id  # dev left alone
+    res = _cli("verify", out["tuned_id"], "--registry", root, "--json")
+    assert res.exit_code == 0, res.output
+    rows = {r["what"]: r for r in json.loads(res.stdout)["blobs"]}
+    assert rows["autotune results"]["ok"] and rows["autotune results"]["note"] == "raw bytes match"
+    res = _cli("rebuild", out["tuned_id"], "--registry", root, "--json")
+    assert res.exit_code == 0, res.output  # the results come back from the build's blob
+    assert json.loads(res.stdout)["identical"] is True
+    text = _cli("analyze", "build", out["tuned_id"], "--registry", root).output
+    assert f"results loaded: {a.results} (0 configs; XLA's defaults where one is missing)" in text
 
 
 def test_this_cpu_host_refuses_to_serve_the_gpu_build_with_both_machines(gpu_build):

@@ -212,3 +212,15 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
     with pytest.raises(Exception, match="quota"):
         copy_build(src, broken, build_id, workers=4)
     assert broken.list_builds() == []  # the build reference is written only after every blob landed
+
+
+def test_a_tuned_gpu_build_is_copied_with_its_autotune_results(tmp_path):
+    """v7: the results a build was compiled with are a blob of it, copied like its executables."""
+    src = LocalRegistry(tmp_path / "src")
+    build_id, _, m = publish(src, version=7)
+    assert m.autotune is not None and m.autotune.results_blob is not None
+    dst = MemoryRegistry("mirror")
+    r = copy_build(src, dst, build_id)
+    ref = m.autotune.results_blob
+    assert r.blobs_copied == len({b.digest for b in m.blobs()})
+    assert dst.get_blob(ref.digest, ref.size) == src.get_blob(ref.digest, ref.size)
