@@ -175,6 +175,18 @@ def test_a_tuned_build_is_a_new_build_that_keeps_its_results_verifies_and_rebuil
     assert f"results loaded: {a.results} (0 configs; XLA's defaults where one is missing)" in text
 
 
+def test_recompiling_a_build_from_another_source_is_refused_before_tracing(tmp_path):
+    """What `autotune` relies on: the configs it measured or was given belong to the build's programs."""
+    from avatar_release.compile import compile_build
+    from avatar_release.errors import InputError
+
+    reg = LocalRegistry(tmp_path / "reg")
+    other = "sha256:" + "0" * 64
+    with pytest.raises(InputError, match=f"the build's is {other}: recompiling a build needs the source it was built"):
+        compile_build("tiny", "gpu-h100-8", registry=reg, expect_source=other)
+    assert reg.list_builds() == []
+
+
 def test_this_cpu_host_refuses_to_serve_the_gpu_build_with_both_machines(gpu_build):
     root, result = gpu_build
     res = _cli("render", "--channel", "dev", "--registry", root, "--out", root.parent / "out.mp4", "--json")
