@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from ..compile import autotune_build, read_results
-from ..errors import InputError
 from ..machine import native_log_filter
 from ..registry import open_registry, read_manifest
 from ._app import _emit, _next_step, _progress, cli, json_option
@@ -18,7 +17,8 @@ from ._options import complete_ref, project_option, registry_option
 
 @cli.command("autotune")
 @click.argument("ref", shell_complete=complete_ref)
-@click.option("--results", "results_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--results", "results_path", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Autotune results recorded on the build's GPUs (XLA's text form, e.g. an earlier run's "
                    "--save-results): compile with them here instead of measuring.")
 @click.option("--save-results", "save_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
@@ -42,8 +42,6 @@ def autotune_cmd(ref: str, results_path: Path | None, save_path: Path | None, al
     _, m = read_manifest(reg, ref)
     results = None
     if results_path is not None:
-        if not results_path.is_file():
-            raise InputError(f"--results {results_path}: no such file")
         results = read_results(results_path.read_bytes(), where=f"--results {results_path}")
     else:
         # Measuring needs the GPUs themselves: leave JAX free to start its CUDA backend.

@@ -38,8 +38,8 @@ class AutotunePlan:
     """What a compile does about autotuning beyond its flag profile (``avatar-release autotune``).
 
     ``results``: load these (written to ``results_file`` for XLA) and, with ``require_complete``,
-    refuse to compile any instruction they lack a config for. ``dump_to``: write what XLA chose while
-    compiling there (on the build's GPUs that is what it measured)."""
+    refuse to compile any instruction they lack a config for. ``dump_to``: a directory where XLA
+    writes what it chose while compiling, one file a stage (on the build's GPUs: what it measured)."""
 
     results: AutotuneResults | None = None
     require_complete: bool = True
@@ -52,9 +52,7 @@ class AutotunePlan:
             assert self.results_file is not None, "results are handed to XLA as a file"
             options["xla_gpu_load_autotune_results_from"] = str(self.results_file)
             options["xla_gpu_require_complete_aot_autotune_results"] = self.require_complete
-        if self.dump_to is not None:
-            options["xla_gpu_dump_autotune_results_to"] = str(self.dump_to)
-        return options
+        return options  # a dump is one file a stage: the compile names it (compile._build._stage_options)
 
 # Compiler options that decide what XLA:GPU autotunes; recorded as the flag profile sets them.
 AUTOTUNE_OPTIONS = (

@@ -88,8 +88,7 @@ def measuring_gpus(target: TargetSpec) -> list:
     """The target's own GPUs in this process, for XLA to measure configs on; EnvironmentMismatch
     naming what this process has instead (autotuning measures nothing on a description)."""
     text = target_description(target).text
-    named = re.search(r'device_description_str: "([^"]*)"', text)
-    want = f"{target.device_count} x {named.group(1) if named else 'the description device'}"
+    want = f"{target.device_count} x {_described_kind(text) or 'the description device'}"
     if not NVIDIA_DRIVER.is_dir():  # asked before JAX starts: no plugin traceback for a host without GPUs
         have = f"this host has no NVIDIA driver ({NVIDIA_DRIVER} is absent)"
     else:
@@ -114,14 +113,20 @@ def _live_gpus(target: TargetSpec, description: str) -> list | None:
     """This process's GPUs when they are the target's (the description's device, enough of them), else None."""
     import jax
 
-    named = re.search(r'device_description_str: "([^"]*)"', description)
+    kind = _described_kind(description)
     try:
         live = jax.devices("gpu")
     except RuntimeError:  # no GPU backend in this process (JAX_PLATFORMS=cpu, no plugin, no device)
         return None
-    if named is None or len(live) < target.device_count or {d.device_kind for d in live} != {named.group(1)}:
+    if kind is None or len(live) < target.device_count or {d.device_kind for d in live} != {kind}:
         return None
     return list(live[: target.device_count])
+
+
+def _described_kind(description: str) -> str | None:
+    """The device kind a GPU target description names (what a live device of it reports)."""
+    named = re.search(r'device_description_str: "([^"]*)"', description)
+    return named.group(1) if named else None
 
 
 def make_mesh(devices: list[jax.Device], target: TargetSpec) -> Mesh:
