@@ -9,12 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import zstandard
-
-from .._digest import sha256_digest
 from ..errors import CompileError, IntegrityError
 from ..records import Manifest
 from ..registry import Registry, read_manifest
+from ..runtime import decompress
 from ._autotune import AutotunePlan
 from ._autotune_results import MAX_RESULTS_BYTES, read_results
 from ._build import compile_build
@@ -35,16 +33,11 @@ def kept_autotune(registry: Registry, m: Manifest) -> AutotunePlan | None:
     if tuned is None or tuned.results_blob is None or tuned.results is None:
         return None
     where = f"build {m.build_id}: autotune results"
-    ref = tuned.results_blob
-    stored = registry.get_blob(ref.digest, ref.size)  # the store checks the size and sha256
-    try:
-        text = zstandard.ZstdDecompressor().decompress(stored, max_output_size=MAX_RESULTS_BYTES)
-    except zstandard.ZstdError as e:
-        raise IntegrityError(f"{where}: blob {ref.digest} is not a zstd frame of at most {MAX_RESULTS_BYTES} "
-                             f"bytes ({e})") from None
-    if sha256_digest(text) != tuned.results:
-        raise IntegrityError(f"{where}: blob {ref.digest} holds results hashing to {sha256_digest(text)}, "
-                             f"the identity covers {tuned.results}")
+    ref, size = tuned.results_blob, tuned.results_size or 0
+    if size > MAX_RESULTS_BYTES:  # the bound decompress needs, before anything is fetched
+        raise IntegrityError(f"{where}: declares {size} raw bytes, more than the {MAX_RESULTS_BYTES} allowed")
+    # The store checks the stored size and sha256; decompress, the raw size and the digest the identity covers.
+    text = bytes(decompress(registry.get_blob(ref.digest, ref.size), size, tuned.results, where=where))
     return AutotunePlan(results=read_results(text, where=where), require_complete=bool(tuned.complete_required))
 
 

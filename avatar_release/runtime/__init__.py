@@ -6,7 +6,7 @@ Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 """
 
 from ._assemble import assemble
-from ._blobs import BlobCheck, build_blobs, fetch_verified
+from ._blobs import BlobCheck, build_blobs, decompress, fetch_verified
 from ._feed import ChunkAudio, feed_chunks
 from ._guard import COMPILE_EVENT, CompileGuard
 from ._pace import Pace, PaceTally, pace_of
@@ -27,6 +27,7 @@ __all__ = [
     "build_blobs",
     "check_blobs",
     "fetch_verified",
+    "decompress",
     "stream",
     "render",
     "Chunk",
