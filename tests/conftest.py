@@ -2,7 +2,8 @@
 
 Two lanes (see README, "Two commands"):
 
-* ``python3 -m pytest -q``: everything.
+* ``python3 -m pytest -n 2 --dist loadfile -q``: everything, on both cores (pytest-xdist); a file's
+  tests stay on one worker, so its module-scoped builds are made once.
 * ``python3 -m pytest -m "not slow" -n 2 -q``: the edit loop on both cores (pytest-xdist), about a minute on 2.
 
 A test is ``slow`` when it compiles a pipeline, runs fresh-process gate workers, or is otherwise
