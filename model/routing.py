@@ -26,9 +26,11 @@ definition of that op is overridden:
   build that sets only this lever changes the DiT's program and nothing else.
 
 Pallas kernels run in interpret mode on CPU targets and compile through Mosaic on TPU. On a GPU
-target only the DiT's flash attention has a Pallas kernel that lowers: JAX's own, for Triton
-(``kernels.flash_gpu``); the SR kernels (scalar-prefetch grids, VMEM scratch) and the fused
-pre-attention are written for Mosaic, so there the calls keep XLA's attention and unfused ops.
+target two attention kernels lower for Triton: the DiT's flash attention (JAX's own,
+``kernels.flash_gpu``) and the SR's block-sparse attention (``kernels.window_gpu``: the frame
+window computed from each program's position, where the Mosaic kernel prefetches a table); the
+bounded-softmax kernel and the fused pre-attention are written for Mosaic only, so there those
+calls keep XLA's attention and unfused ops.
 Every call site declares what it asked for and what it got (``declare``: the toolchain's
 ``TargetContext.declare_route``, recorded in the build's manifest as ``kernel_routes``).
 """
@@ -88,19 +90,22 @@ class AttentionRoute:
     def for_platform(self) -> tuple["AttentionRoute", dict[str, str]]:
         """The route this platform can compile, and why a requested kernel was replaced (by what
         it was asked for). On a GPU the Mosaic-only kernels give way to XLA's ops; the DiT's flash
-        attention stays (JAX's Triton kernel, decided per call: ``_body``)."""
+        attention (JAX's Triton kernel) and the SR's block-sparse attention (``kernels.window_gpu``)
+        stay, each decided per call (``_body``)."""
         if self.platform != "gpu":
             return self, {}
         why = {}
-        if self.kernel != "xla":
+        kernel = self.kernel
+        if self.kernel == "bounded":
             why["attention (frame-window mask)"] = (
-                f"kernels/{'blocksparse' if self.kernel == 'blocksparse' else 'bounded_softmax'}.py is written for "
-                "Mosaic (a scalar-prefetch grid, VMEM scratch): Pallas' Triton backend has no scalar prefetch, so "
-                "XLA's masked attention runs instead (the logits of each head written to HBM)")
+                "kernels/bounded_softmax.py is written for Mosaic (a scalar-prefetch grid, VMEM scratch) and has "
+                "no Triton form, so XLA's masked attention runs instead (the logits of each head written to HBM); "
+                "attention_kernel = \"blocksparse\" has one (kernels/window_gpu.py)")
+            kernel = "xla"
         if self.fused_preattn:
             why["pre-attention"] = ("kernels/preattn.py is written for Mosaic (VMEM scratch, TPU compiler "
                                     "parameters): the same chain runs as XLA ops (kernels.preattn.preattn_reference)")
-        return dataclasses.replace(self, kernel="xla"), why
+        return dataclasses.replace(self, kernel=kernel), why
 
     @classmethod
     def from_config(cls, config, platform: str = "cpu", kernel_flags: dict | None = None) -> "AttentionRoute":
@@ -150,6 +155,16 @@ def _body(route: AttentionRoute, seq_len: int, masked: bool, declare: Declare):
                            "the attention kernels only know the SR frame-window mask")
     frames, window = seq_len // t, route.sr_window
     mask = ulysses.FrameWindow(frames, t, window)
+    if route.kernel == "blocksparse" and route.platform == "gpu":
+        def window_gpu(q, k, v, m):  # per device, inside the Ulysses chain: (heads here, S, head_dim)
+            from kernels.window_gpu import NAME, estimate, window_attention_gpu
+
+            declare("attention (frame-window mask)", requested="blocksparse", used="pallas-triton", program_kernel=NAME,
+                    estimate=estimate(heads=q.shape[0], head_dim=q.shape[2], frames=frames, tokens_per_frame=t,
+                                      window=window, itemsize=q.dtype.itemsize))
+            return window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=t, window=window)
+
+        return window_gpu, mask
     if route.kernel == "blocksparse":
         from kernels.blocksparse import blocksparse_attention
 
@@ -185,6 +200,8 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None,
         name = "attention (frame-window mask)"
         if name in replaced:
             declare(name, requested=requested.kernel, used="xla", reason=replaced[name])
+        elif route.kernel == "blocksparse" and route.platform == "gpu":
+            pass  # the Triton kernel declares itself, with its cost, per device call (_body)
         else:
             declare(name, requested=route.kernel, used="xla" if route.kernel == "xla" else route.lowered_as())
 

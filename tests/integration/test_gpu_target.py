@@ -19,8 +19,8 @@ from avatar_release.specs import load_target, manifests_dir, target_description
 
 pytestmark = [pytest.mark.slow, pytest.mark.extra("gpu")]
 
-# Every attention lever on: the DiT's flash attention has a Triton kernel; the SR's block-sparse
-# kernel and the fused pre-attention are Mosaic-only and must be routed around, and say so.
+# Every attention lever on: the DiT's flash attention and the SR's block-sparse attention have
+# Triton kernels; the fused pre-attention is Mosaic-only and must be routed around, and say so.
 LEVERS = {"dit.attention": "flash", "attention_kernel": "blocksparse", "fused_preattn": "true"}
 
 
@@ -69,16 +69,19 @@ def test_each_kernel_route_is_recorded_with_what_was_asked_what_runs_and_why(gpu
     assert (dit.requested, dit.used, dit.program_kernel) == ("flash", "pallas-triton", "mha_forward")
     assert dit.estimate["flops"] > 0 and dit.estimate["bytes accessed"] > 0
     sr = routes[("sr", "attention (frame-window mask)")]
-    assert (sr.requested, sr.used) == ("blocksparse", "xla") and "scalar prefetch" in sr.reason
+    assert (sr.requested, sr.used, sr.program_kernel) == ("blocksparse", "pallas-triton", "sr_window_attention")
+    assert sr.estimate["flops"] > 0 and sr.reason == ""
     pre = [r for (stage, kernel), r in routes.items() if kernel == "pre-attention"]
     assert pre and all(r.used == "xla" and "Mosaic" in r.reason for r in pre)
     kernels = {(e.stage, k.name): k for e in m.executables for k in e.kernels}
     mha = kernels[("dit", "mha_forward")]
     assert mha.backend == "triton" and mha.count and mha.flags["num_warps"] in (4, 8)
+    window = kernels[("sr", "sr_window_attention")]
+    assert window.backend == "triton" and window.count
     assert not any(k.backend == "mosaic" for k in kernels.values())
-    # the declared estimate is in the DiT's per-run flops: at least the kernel's own, every call site
-    dit_entry = m.executable("dit", "f8")
-    assert dit_entry.cost["flops per run"] >= mha.count * dit.estimate["flops"]
+    # each declared estimate is in its stage's per-run flops: at least the kernel's own, every call site
+    assert m.executable("dit", "f8").cost["flops per run"] >= mha.count * dit.estimate["flops"]
+    assert m.executable("sr", "f8").cost["flops per run"] >= window.count * sr.estimate["flops"]
 
 
 def test_what_the_deviceless_compile_left_unautotuned_is_in_the_manifest(gpu_build):
@@ -107,11 +110,11 @@ def test_the_compile_gate_passes_and_analyze_shows_the_h100_roofline_labelled_an
     (chunk,) = a["chunks"]
     assert chunk["deadline_seconds"] == 8 / 25 and chunk["estimated_seconds"] > 0
     assert {s["key"] for s in chunk["stages"]} == {"dit/f8", "sr/f8", "vae/f8"}
-    assert a["autotune"]["deviceless"] and a["kernel_routes"]["sr"][0]["used"] == "xla"
+    assert a["autotune"]["deviceless"] and a["kernel_routes"]["sr"][0]["used"] == "pallas-triton"
     text = _cli("analyze", "build", result.build_id, "--registry", root).output
     assert "against gpu-h100-8's published peaks per device: 989.4 TFLOP/s, 3350 GB/s memory, 450 GB/s arriving " \
            "over NVLink" in text
-    assert "route sr: attention (frame-window mask): blocksparse requested, xla compiled" in text
+    assert "route sr: attention (frame-window mask): blocksparse requested, pallas-triton compiled" in text
 
 
 def test_autotune_measures_only_on_the_builds_own_gpus_and_says_so(gpu_build):

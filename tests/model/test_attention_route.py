@@ -61,13 +61,18 @@ def test_the_sr_has_its_own_head_groups_and_the_dit_keeps_the_pipelines():
         _route("avatar-720p", **{"sr.ulysses_groups": "2"})  # 24 heads do not make 2 groups of 8
 
 
-def test_on_a_gpu_the_mosaic_only_kernels_give_way_to_xla_with_the_reason_and_flash_stays():
+def test_on_a_gpu_the_mosaic_only_kernels_give_way_to_xla_with_the_reason_and_the_triton_ones_stay():
     config, _ = apply_overrides(get_config("tiny"), {"dit.attention": "flash", "attention_kernel": "blocksparse",
                                                      "fused_preattn": "true"})
     gpu, replaced = AttentionRoute.from_config(config, platform="gpu").for_platform()
-    assert gpu.kernel == "xla" and gpu.dit_kernel == "flash" and gpu.fused_preattn  # the override stays: its reference
-    assert set(replaced) == {"attention (frame-window mask)", "pre-attention"}
-    assert "scalar prefetch" in replaced["attention (frame-window mask)"] and "Mosaic" in replaced["pre-attention"]
+    # flash and block-sparse have Triton forms; the fused pre-attention runs as its reference
+    assert gpu.kernel == "blocksparse" and gpu.dit_kernel == "flash" and gpu.fused_preattn
+    assert set(replaced) == {"pre-attention"} and "Mosaic" in replaced["pre-attention"]
+    bounded, _ = apply_overrides(get_config("tiny"), {"attention_kernel": "bounded"})
+    gpu, replaced = AttentionRoute.from_config(bounded, platform="gpu").for_platform()
+    assert gpu.kernel == "xla" and set(replaced) == {"attention (frame-window mask)"}
+    assert "no Triton form" in replaced["attention (frame-window mask)"]
+    assert "kernels/window_gpu.py" in replaced["attention (frame-window mask)"]  # the way to a kernel
     for platform in ("cpu", "tpu"):  # there every kernel compiles (interpreter or Mosaic): nothing replaced
         same, none = AttentionRoute.from_config(config, platform=platform).for_platform()
         assert none == {} and same.kernel == "blocksparse"
