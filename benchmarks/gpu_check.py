@@ -19,6 +19,9 @@ Each step runs in a fresh process (imports, cold start and compiles are real):
              stream), twice with one JAX persistent cache: the second is "JIT with a warm cache"
   autotune   (GPU targets) ``avatar-release autotune BUILD``: XLA measures every config on the GPU,
              the build is compiled again requiring all of them and published as a new build
+  kernels    the model's two Triton kernels (kernels/window_gpu.py, kernels/flash_gpu.py) run on the
+             GPU against XLA's dense attention: largest error, and each one's time beside XLA's at
+             one shape (the Pallas interpreter at a small shape elsewhere: errors only)
 
 Each step runs under its own time limit (``STEP_TIMEOUT_S``), so one that hangs costs its share
 and the JSON still comes back with the others.
@@ -168,11 +171,61 @@ def step_autotune(args) -> dict:
             "results_bytes": saved.stat().st_size if saved.exists() else None}
 
 
+def _best_ms(fn, *args, reps: int = 5) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*args))  # compile and first run
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def step_kernels(args) -> dict:
+    """The Triton kernels on this machine's device beside XLA's dense attention (bf16 in, float32 reference)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from kernels.blocksparse import frame_reference, reference_attention
+    from kernels.flash_gpu import flash_attention_gpu
+    from kernels.window_gpu import window_attention_gpu
+
+    gpu = not args.target.startswith("cpu")
+    # On the GPU: an SR-like call (17 frames of 368 tokens, window 2, head_dim 128) and a 4,096-token
+    # DiT-like one; elsewhere the Pallas interpreter at a small shape (its times mean nothing).
+    frames, tokens, window, heads, hd, dense = (17, 368, 2, 2, 128, 4096) if gpu else (5, 48, 1, 1, 16, 256)
+    keys = jax.random.split(jax.random.PRNGKey(0), 6)
+    q, k, v = (jax.random.normal(kk, (heads, frames * tokens, hd), jnp.bfloat16) for kk in keys[:3])
+    dq, dk, dv = (jax.random.normal(kk, (heads, dense, hd), jnp.bfloat16) for kk in keys[3:])
+    window_fn = jax.jit(lambda q, k, v: window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=tokens,
+                                                             window=window, interpret=not gpu))
+    window_ref = jax.jit(lambda q, k, v: frame_reference(q, k, v, frames=frames, tokens_per_frame=tokens,
+                                                         window=window))
+    flash_fn = jax.jit(lambda q, k, v: flash_attention_gpu(q, k, v, interpret=not gpu))
+    flash_ref = jax.jit(lambda q, k, v: reference_attention(q, k, v, None))
+
+    def err(a, b) -> float:
+        return float(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)).max())
+
+    out = {"device": jax.devices()[0].device_kind, "interpreted": not gpu,
+           "window": {"shape": [heads, frames * tokens, hd], "frames": frames, "tokens_per_frame": tokens,
+                      "window": window, "max_abs_err": err(window_fn(q, k, v), window_ref(q, k, v))},
+           "flash": {"shape": [heads, dense, hd], "max_abs_err": err(flash_fn(dq, dk, dv), flash_ref(dq, dk, dv))}}
+    if gpu:  # the reference is float32 at HIGHEST precision with (S, S) logits: XLA's masked attention
+        out["window"].update(kernel_ms=_best_ms(window_fn, q, k, v), xla_reference_ms=_best_ms(window_ref, q, k, v))
+        out["flash"].update(kernel_ms=_best_ms(flash_fn, dq, dk, dv), xla_reference_ms=_best_ms(flash_ref, dq, dk, dv))
+    return out
+
+
 STEPS = {"preflight": step_preflight, "compile": step_compile, "serve": step_serve, "jit": step_jit, "gate": step_gate,
-         "autotune": step_autotune}
+         "autotune": step_autotune, "kernels": step_kernels}
 # Each step's own limit, so a step that hangs costs its share, not the whole run's JSON; together
 # under the 470 s gpu_check.sh gives the run.
-STEP_TIMEOUT_S = {"preflight": 30, "compile": 90, "gate": 120, "serve": 45, "jit": 60, "autotune": 60}  # 465 s in all
+STEP_TIMEOUT_S = {"preflight": 30, "compile": 90, "gate": 110, "serve": 45, "jit": 50, "autotune": 60,
+                  "kernels": 30}  # 465 s in all (jit runs twice)
 
 
 def _env(args) -> dict:
@@ -234,6 +287,7 @@ def main() -> None:
     doc["jit_warm_cache"] = _run("jit", args)
     if not doc["compile"].get("failed") and not args.target.startswith("cpu"):  # autotuning is XLA:GPU's
         doc["autotune"] = _run("autotune", args)
+    doc["kernels"] = _run("kernels", args)
     serve, warm = doc.get("serve", {}), doc["jit_warm_cache"]
     if "time_to_first_chunk_s" in serve and "time_to_first_chunk_s" in warm:
         doc["ratios"] = {"time_to_first_chunk_artifact_over_jit_warm_cache":

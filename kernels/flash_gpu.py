@@ -46,10 +46,12 @@ def gpu_blocks(seq: int) -> int | None:
     return next((b for b in BLOCKS if b <= seq and seq % b == 0), None)
 
 
-def flash_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: float | None = None) -> jax.Array:
+def flash_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: float | None = None,
+                        interpret: bool = False) -> jax.Array:
     """Dense softmax attention through JAX's Triton flash kernel. q, k, v: (heads, S, head_dim) of one
     dtype; ``scale`` defaults to 1/sqrt(head_dim) (F.scaled_dot_product_attention's). Returns
-    (heads, S, head_dim) in q's dtype. Raises ValueError when no block divides S (``gpu_blocks``)."""
+    (heads, S, head_dim) in q's dtype. Raises ValueError when no block divides S (``gpu_blocks``).
+    ``interpret`` runs the kernel through the Pallas interpreter (any backend)."""
     from jax.experimental.pallas.ops.gpu import attention as gpu_attention
 
     if q.ndim != 3 or k.shape != q.shape or v.shape != q.shape:
@@ -64,7 +66,7 @@ def flash_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: floa
         return x.transpose(1, 0, 2)[None]
 
     out = gpu_attention.mha(to_kernel(q), to_kernel(k), to_kernel(v), segment_ids=None, sm_scale=scale,
-                            block_sizes=gpu_attention.BlockSizes(block_q=block, block_k=block))
+                            block_sizes=gpu_attention.BlockSizes(block_q=block, block_k=block), interpret=interpret)
     return out[0].transpose(1, 0, 2)
 
 

@@ -48,10 +48,10 @@ def test_the_preflight_names_each_blocker_of_the_h200_toolchain(monkeypatch):
 
 def test_each_step_has_a_limit_inside_the_runs_and_a_hung_step_leaves_a_record_not_a_lost_run(monkeypatch):
     mod = _module(monkeypatch)
-    assert set(mod.STEP_TIMEOUT_S) == set(mod.STEPS) and "autotune" in mod.STEPS
-    # preflight, compile, gate, serve, jit twice, autotune: inside the script's `timeout 470`
+    assert set(mod.STEP_TIMEOUT_S) == set(mod.STEPS) and {"autotune", "kernels"} <= set(mod.STEPS)
+    # preflight, compile, gate, serve, jit twice, autotune, kernels: inside the script's `timeout 470`
     limits = mod.STEP_TIMEOUT_S
-    assert sum(limits[s] for s in ("preflight", "compile", "gate", "serve", "jit", "jit", "autotune")) < 470
+    assert sum(limits[s] for s in ("preflight", "compile", "gate", "serve", "jit", "jit", "autotune", "kernels")) < 470
 
     def hangs(cmd, **kw):
         raise subprocess.TimeoutExpired(cmd, kw["timeout"], stderr=b"still measuring")
@@ -71,5 +71,8 @@ def test_smoke_mode_runs_every_step_for_cpu_8_and_the_served_build_never_compile
     assert doc["gate"]["exit_code"] == 0 and doc["gate"]["result"]["status"] == "passed"
     assert doc["serve"]["compiles_after_load"] == 0 and doc["serve"]["chunks"] == 2
     assert doc["jit_warm_cache"]["cache_entries"] > 0
+    kernels = doc["kernels"]  # both Triton kernels, through the Pallas interpreter here
+    assert kernels["interpreted"] and kernels["window"]["max_abs_err"] < 2e-2 and kernels["flash"]["max_abs_err"] < 2e-2
+    assert "kernel_ms" not in kernels["window"]  # no time is claimed for the interpreter
     assert set(doc["ratios"]) == {"time_to_first_chunk_artifact_over_jit_warm_cache", "steady_chunk_over_deadline",
                                   "compiles_after_load"}
