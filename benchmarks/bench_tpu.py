@@ -23,47 +23,17 @@ schedule for G = 1, 2 only. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 GIB = 2**30
 
+from _builds import add_evidence, compile_row  # noqa: E402 (benchmarks/_builds.py, beside this file)
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
-
-
-def _compile(pipeline: str, target: str, sets: list[str], registry: Path) -> dict:
-    cmd = [sys.executable, "-m", "avatar_release", "compile", "--pipeline", pipeline, "--target", target,
-           "--registry", str(registry), "--json"]
-    for s in sets:
-        cmd += ["--set", s]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - t0
-    doc = json.loads(out) if out.strip() else {}
-    row = {"pipeline": pipeline, "target": target, "set": sets, "wall_seconds": round(wall, 1),
-           "exit_code": proc.returncode}
-    row["peak_rss_gib"] = round(usage.ru_maxrss * 1024 / GIB, 2)
-    if proc.returncode != 0:
-        row["refused"] = doc.get("message", "")[:600]
-        if doc.get("memory_fit"):
-            row["memory_fit"] = doc["memory_fit"]
-        return row
-    row["build_id"] = doc["build_id"]
-    row["xla_log"] = doc.get("xla_log", [])  # compiler warnings (e.g. SPMD rematerialization); none expected
-    row["compile_wall_seconds"] = doc["compile_wall_seconds"]
-    row["compile_seconds"] = {e["key"]: e["compile_seconds"] for e in doc["executables"]}
-    return row
 
 
 # The stand-in shapes, the dense DiT attention and the sharded decoder before issue 20
@@ -95,21 +65,6 @@ def _stage_rows(rows: list[dict]) -> None:
                   f"{st['bytes_accessed'] / 1e9:>8.0f}")
 
 
-def _evidence(row: dict, registry: Path) -> None:
-    from avatar_release.analysis import estimate_chunks
-    from avatar_release.registry import LocalRegistry, read_manifest
-    from avatar_release.specs import load_target
-
-    _, m = read_manifest(LocalRegistry(registry, create=False), row["build_id"])
-    t = load_target(m.target)
-    row["memory_fit"] = m.memory_fit.model_dump() if m.memory_fit else None
-    row["chunks"] = [c.to_json() for c in estimate_chunks(m, t.peak_flops_per_second, t.hbm_bytes_per_second,
-                                                          t.ici_bytes_per_second)]
-    row["schedule"] = {e.key: e.schedule.model_dump() for e in m.executables if e.schedule}
-    row["kernels"] = {e.key: [k.model_dump() for k in e.kernels] for e in m.executables if e.kernels}
-    row["weights"] = {"materialized": m.weights.materialized, "bytes": m.weights.raw_size}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny only: skip the production shapes")
@@ -138,9 +93,9 @@ def main() -> None:
         for pipeline, target, sets in runs:
             reg = Path(tmp) / f"reg-{len(rows)}"
             print(f"compiling {pipeline} for {target} {' '.join(sets)} ...", flush=True)
-            row = _compile(pipeline, target, sets, reg)
+            row = compile_row(pipeline, target, sets, reg)
             if row["exit_code"] == 0:
-                _evidence(row, reg)
+                add_evidence(row, reg)
             rows.append(row)
 
     from avatar_release.machine import configure_compile_env
