@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from avatar_release.cli import cli
 from avatar_release.records import BUILD_SCHEMA_VERSION
-from avatar_release.registry import LocalRegistry
+from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.specs import load_target, manifests_dir, target_description
 
 pytestmark = [pytest.mark.slow, pytest.mark.extra("gpu")]
@@ -146,7 +146,6 @@ def test_results_lacking_a_config_fail_the_compile_and_publish_nothing(gpu_build
 def test_a_tuned_build_is_a_new_build_that_keeps_its_results_verifies_and_rebuilds(gpu_build, tmp_path):
     """No GPU here, so the results given are empty and XLA keeps its defaults (--allow-incomplete):
     the same programs, but another build, because the identity covers the results."""
-    from avatar_release.registry import read_manifest
 
     root, result = gpu_build
     empty, saved = tmp_path / "empty.textproto", tmp_path / "saved.textproto"
@@ -223,3 +222,28 @@ def test_tiny_compiles_for_one_h200(tmp_path):
     assert m.platform.target_config == target_description(load_target("gpu-h200-1")).digest
     assert m.memory_fit and m.memory_fit.capacity_bytes == 151397597184
     assert all(e.schedule is not None and e.schedule.all_to_alls == 0 for e in m.executables)  # one device
+
+
+def test_production_shapes_stream_on_eight_h100s_by_the_estimate_because_both_attentions_are_kernels(tmp_path):
+    """avatar-720p with the spec defaults (flash DiT, block-sparse SR) in a fresh process: both
+    attentions compile as Triton kernels, the chunk's estimate is under its deadline, and the SR's
+    working set is far from the 51.6 GiB XLA's masked attention needs (README, GPU section)."""
+    import subprocess
+    import sys
+
+    reg = tmp_path / "reg"
+    proc = subprocess.run([sys.executable, "-m", "avatar_release", "compile", "--pipeline", "avatar-720p", "--target",
+                           "gpu-h100-8", "--registry", str(reg), "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    build_id = json.loads(proc.stdout)["build_id"]
+    res = _cli("analyze", "build", build_id, "--registry", reg, "--json")
+    assert res.exit_code == 0, res.output
+    a = json.loads(res.stdout)
+    assert [r["used"] for r in a["kernel_routes"]["sr"]] == ["pallas-triton"]
+    assert "pallas-triton" in [r["used"] for r in a["kernel_routes"]["dit"]]
+    (chunk,) = a["chunks"]
+    assert chunk["estimated_seconds"] < 0.75 * chunk["deadline_seconds"]  # 307.6 of 640 ms on 2026-12-04
+    sr = next(s for s in chunk["stages"] if s["key"] == "sr/f16")
+    assert sr["seconds"] < 0.1  # XLA's masked attention: 867.7 ms
+    _, m = read_manifest(LocalRegistry(reg, create=False), build_id)
+    assert m.memory_fit.fits and m.memory_fit.total_bytes < 16 * 2**30
