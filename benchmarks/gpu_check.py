@@ -216,6 +216,11 @@ def step_kernels(args) -> dict:
            "flash": {"shape": [heads, dense, hd], "max_abs_err": err(flash_fn(dq, dk, dv), flash_ref(dq, dk, dv))}}
     if gpu:  # the reference is float32 at HIGHEST precision with (S, S) logits: XLA's masked attention
         out["window"].update(kernel_ms=_best_ms(window_fn, q, k, v), xla_reference_ms=_best_ms(window_ref, q, k, v))
+        # the block size is a first choice (64): what 32 and 128 would give, for the next build
+        out["window"]["kernel_ms_by_block"] = {
+            b: _best_ms(jax.jit(lambda q, k, v, b=b: window_attention_gpu(
+                q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=b)), q, k, v)
+            for b in (32, 64, 128)}
         out["flash"].update(kernel_ms=_best_ms(flash_fn, dq, dk, dv), xla_reference_ms=_best_ms(flash_ref, dq, dk, dv))
     return out
 
