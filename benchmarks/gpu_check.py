@@ -67,10 +67,15 @@ def step_preflight(args) -> dict:
     if not found["python"].startswith(PINS["python"] + "."):
         blockers.append(f"python {found['python']}: pyproject.toml requires >=3.11,<3.12 (pip refuses to install; "
                         "this check runs from the checkout on PYTHONPATH instead)")
+    from avatar_release.runtime._unpickle import ALLOWED_BY_JAX
+
     for dist in ("jax", "jaxlib"):
         if found[dist] != PINS[dist]:
-            blockers.append(f"{dist} {found[dist]}: the toolchain pins {PINS[dist]} (the restricted unpickler's class "
-                            "list, the target descriptions' proto and the flag names are checked against it)")
+            minor = ".".join(str(found[dist]).split(".")[:2])
+            pickles = (f"the restricted unpickler has a class list recorded for jax {minor}" if minor in ALLOWED_BY_JAX
+                       else f"the restricted unpickler has no class list for jax {minor} and refuses every executable")
+            blockers.append(f"{dist} {found[dist]}: the toolchain pins {PINS[dist]} ({pickles}; the target "
+                            "descriptions' proto and the flag names are checked against the pin only)")
     if found["torchax"] is None:
         blockers.append("torchax is not installed: the bundled pipeline is traced through it (compile and jit fail)")
     devices = {}

@@ -2,10 +2,12 @@
 
 The first layer is the digest (and, with a trust key, the signature) checked before any byte
 is unpickled. This one limits what the pickle stream may construct to the classes jax's own
-executable serialization uses (``ALLOWED``). Anything else (``os.system``, ``builtins.eval``,
-a gadget class) is refused before it is looked up. ``tests/integration/test_trust_loading.py``
-records the classes a real executable needs and fails if they ever change, so a jax upgrade that
-needs a new class fails loudly instead of silently widening this list.
+executable serialization uses, recorded per jax minor version (``ALLOWED_BY_JAX``; the running
+jax's list: ``allowed_classes``). Anything else (``os.system``, ``builtins.eval``, a gadget class)
+is refused before it is looked up, and so is every class under a jax whose list was never
+recorded. ``tests/integration/test_trust_loading.py`` records the classes a real executable needs
+under the installed jax and fails if they ever change, so a jax upgrade that needs a new class
+fails loudly instead of silently widening the list.
 
 Any other failure while unpickling or loading (a malformed stream, an unknown device id, a
 pytree that does not match the recorded one, an executable XLA cannot read) is an
@@ -33,11 +35,11 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
     from jax.tree_util import PyTreeDef
     from jaxlib.xla_client import Client
 
-__all__ = ["ALLOWED", "deserialize_and_load", "classes_in", "tree_from_text", "loaded_fingerprint",
-           "check_fingerprint"]
+__all__ = ["ALLOWED", "ALLOWED_BY_JAX", "allowed_classes", "deserialize_and_load", "classes_in", "tree_from_text",
+           "loaded_fingerprint", "check_fingerprint"]
 
 # (module, name) pairs a jax 0.10.2 executable pickle refers to, recorded by the test above.
-ALLOWED: frozenset[tuple[str, str]] = frozenset({
+_JAX_0_10: frozenset[tuple[str, str]] = frozenset({
     ("jax", "P"),
     ("jax._src.core", "ManualAxisType"),
     ("jax._src.core", "MemorySpace"),
@@ -58,15 +60,44 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("numpy", "ndarray"),
     ("numpy._core.multiarray", "_reconstruct"),
 })
+# jax 0.11 pickles one more: the layout of an argument left to the compiler is the singleton
+# AUTO marker. Recorded 2026-12-04 with jax/jaxlib 0.11.2 (CPU, Python 3.12.1) on a jitted,
+# FSDP-sharded bf16 program (the classes of the 0.10 list, every one, plus this); the H200 check
+# (benchmarks/gpu_check.sh) is where a whole build meets it.
+ALLOWED_BY_JAX: dict[str, frozenset[tuple[str, str]]] = {
+    "0.10": _JAX_0_10,
+    "0.11": _JAX_0_10 | {("jax._src.layout", "AutoLayoutSingleton")},
+}
+ALLOWED = _JAX_0_10  # the pinned jax's (pyproject.toml: jax==0.10.2)
+
+
+def allowed_classes(jax_version: str | None = None) -> frozenset[tuple[str, str]]:
+    """The allow-list for ``jax_version`` (default: the running jax's), by minor version. A jax whose
+    list was never recorded is refused: its pickles may need classes nobody has looked at."""
+    if jax_version is None:
+        # Lazy (heavy): called only where JAX has started (the unpickler's own module imports it).
+        import jax
+
+        jax_version = jax.__version__
+    minor = ".".join(jax_version.split(".")[:2])
+    if minor not in ALLOWED_BY_JAX:
+        raise IntegrityError(
+            f"jax {jax_version}: no allow-list of the classes an executable pickle may name is recorded for jax "
+            f"{minor} (recorded: {', '.join(sorted(ALLOWED_BY_JAX))}); refusing to unpickle. Record one: run "
+            "tests/integration/test_trust_loading.py under that jax and add its classes to ALLOWED_BY_JAX "
+            "(avatar_release/runtime/_unpickle.py)")
+    return ALLOWED_BY_JAX[minor]
 
 
 def _unpickler_class() -> type[_JaxPjrtUnpickler]:
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.experimental.serialize_executable import _JaxPjrtUnpickler
 
+    allowed = allowed_classes()
+
     class Restricted(_JaxPjrtUnpickler):
         def find_class(self, module: str, name: str) -> Any:
-            if (module, name) not in ALLOWED:
+            if (module, name) not in allowed:
                 raise IntegrityError(
                     f"executable pickle refers to {module}.{name}, which is not on the allow-list of classes "
                     "an XLA executable needs; refusing to load it (a tampered or foreign payload)"

@@ -12,7 +12,7 @@ from avatar_release._digest import sha256_digest
 from avatar_release.errors import IntegrityError, TrustError
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import TrustConfig, load
-from avatar_release.runtime._unpickle import ALLOWED, classes_in
+from avatar_release.runtime._unpickle import ALLOWED, allowed_classes, classes_in
 from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
 from avatar_release.trust.statements import AcceptedState
 
@@ -62,7 +62,9 @@ def test_the_allow_list_is_exactly_what_an_executable_needs(built_registry):
         raw = zstandard.ZstdDecompressor().decompress(reg.get_blob(e.blob.digest, e.blob.size),
                                                       max_output_size=e.raw_size)
         seen |= classes_in(raw, backend=jax.devices()[0].client, execution_devices=jax.devices())
-    assert seen == ALLOWED, f"new: {sorted(seen - ALLOWED)}, gone: {sorted(ALLOWED - seen)}"
+    want = allowed_classes()  # the installed jax's list (CI: the pinned 0.10.2, whose list is ALLOWED)
+    assert seen == want, f"new: {sorted(seen - want)}, gone: {sorted(want - seen)}"
+    assert jax.__version__ != "0.10.2" or want == ALLOWED
 
 
 def test_a_planted_pickle_with_matching_digests_never_runs(registry_copy, tmp_path):
