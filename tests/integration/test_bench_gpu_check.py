@@ -42,6 +42,7 @@ def test_the_preflight_names_each_blocker_of_the_h200_toolchain(monkeypatch):
     text = "\n".join(out["blockers"])
     assert "python 3.12.7: pyproject.toml requires >=3.11,<3.12" in text
     assert "jax 0.11.2: the toolchain pins 0.10.2" in text and "jaxlib 0.11.2" in text
+    assert "class list recorded for jax 0.11" in text  # the unpickler would take its executables
     assert "torchax is not installed" in text
     assert out["plugins"]["jax-cuda13-plugin"] == "0.11.2"
 
