@@ -57,25 +57,24 @@ def _pow2_at_least(n: int, floor: int = 16) -> int:
 
 
 def key_runs(qb, *, block: int, frames: int, tokens_per_frame: int, window: int, n_blocks: int):
-    """(first run end, second run start, second run end), in key blocks, for query block ``qb`` (a
-    traced int32 inside the kernel, where ``lax`` arithmetic lowers for Triton, or a Python int):
-    frame 0's blocks are [0, end0); the window's are [start1, end1), starting no earlier than end0."""
+    """(first run end, second run start, second run end), in key blocks, for query block ``qb``:
+    frame 0's blocks are [0, end0); the window's are [start1, end1), starting no earlier than end0.
+    One formula for a traced int32 inside the kernel (``lax``/``jnp`` arithmetic, which lowers for
+    Triton; every value is non-negative, so ``lax.div``'s truncation is floor division) and for a
+    Python int (the cost count, the tests)."""
+    static = isinstance(qb, int)
+    div = (lambda a, b: a // b) if static else lax.div
+    maximum, minimum = (max, min) if static else (jnp.maximum, jnp.minimum)
+    pick = (lambda c, a, b: a if c else b) if static else jnp.where
     t = tokens_per_frame
     end0 = -(-t // block)
-    if isinstance(qb, int):
-        first_row, last_row = qb * block, min(qb * block + block - 1, frames * t - 1)
-        last_frame = last_row // t
-        hi_frame = min(last_frame + window, frames - 1) if last_frame else 0  # frame 0 sees only itself
-        lo, hi = max(first_row // t - window, 0) * t, (hi_frame + 1) * t
-        start1 = max(lo // block, end0)
-        return end0, start1, max(start1, min(-(-hi // block), n_blocks))
-    first_row = qb * block  # non-negative: lax.div truncates, which is floor division here
-    last_row = jnp.minimum(first_row + (block - 1), frames * t - 1)
-    lo = jnp.maximum(lax.div(first_row, t) - window, 0) * t
-    last_frame = lax.div(last_row, t)
-    hi = (jnp.where(last_frame > 0, jnp.minimum(last_frame + window, frames - 1), 0) + 1) * t
-    start1 = jnp.maximum(lax.div(lo, block), end0)
-    return end0, start1, jnp.maximum(start1, jnp.minimum(lax.div(hi + (block - 1), block), n_blocks))
+    first_row = qb * block
+    last_row = minimum(first_row + (block - 1), frames * t - 1)
+    lo = maximum(div(first_row, t) - window, 0) * t
+    last_frame = div(last_row, t)
+    hi = (pick(last_frame > 0, minimum(last_frame + window, frames - 1), 0) + 1) * t  # frame 0 sees only itself
+    start1 = maximum(div(lo, block), end0)
+    return end0, start1, maximum(start1, minimum(div(hi + (block - 1), block), n_blocks))
 
 
 def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale: float, block: int, frames: int, tokens_per_frame: int,
