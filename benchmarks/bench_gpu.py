@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _builds import GIB, add_evidence, compile_row  # noqa: E402 (benchmarks/_builds.py, beside this file)
+from _builds import GIB, compile_rows  # noqa: E402 (benchmarks/_builds.py, beside this file)
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 TARGET = "gpu-h100-8"
@@ -50,13 +49,12 @@ def _print(rows: list[dict]) -> None:
         fit = r.get("memory_fit") or {}
         gib = f"{fit['total_bytes'] / GIB:.1f}" if fit else "-"
         c = (r.get("chunks") or [{}])[0]
+        head = f"{r['pipeline']:<13} {' '.join(r['set']) or '(spec defaults)':<58} {r['wall_seconds']:>7.1f} {gib:>8}"
         if r["exit_code"] or not c:
-            print(f"{r['pipeline']:<13} {' '.join(r['set']) or '(spec defaults)':<58} {r['wall_seconds']:>7.1f} "
-                  f"{gib:>8}  refused: {r.get('refused', '')[:120]}")
+            print(f"{head}  refused: {r.get('refused', '')[:120]}")
             continue
         stages = ", ".join(f"{s['key'].split('/')[0]} {s['seconds'] * 1e3:.1f}" for s in c["stages"])
-        print(f"{r['pipeline']:<13} {' '.join(r['set']) or '(spec defaults)':<58} {r['wall_seconds']:>7.1f} "
-              f"{gib:>8} {c['estimated_seconds'] * 1e3:>8.1f} {c['deadline_seconds'] * 1e3:>9.0f} {c['ratio']:>6.2f}  "
+        print(f"{head} {c['estimated_seconds'] * 1e3:>8.1f} {c['deadline_seconds'] * 1e3:>9.0f} {c['ratio']:>6.2f}  "
               f"{stages}")
 
 
@@ -67,15 +65,7 @@ def main() -> None:
     ap.add_argument("--out", help="write the JSON here (default benchmarks/results/gpu.json; --smoke: nowhere)")
     args = ap.parse_args()
     os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for pipeline, sets in _runs(args):
-            reg = Path(tmp) / f"reg-{len(rows)}"
-            print(f"compiling {pipeline} for {TARGET} {' '.join(sets)} ...", flush=True)
-            row = compile_row(pipeline, TARGET, sets, reg)
-            if row["exit_code"] == 0:
-                add_evidence(row, reg)
-            rows.append(row)
+    rows = compile_rows([(pipeline, TARGET, sets) for pipeline, sets in _runs(args)])
     _print(rows)
     doc = {"label": f"compile-only evidence for {TARGET} on a CPU-only host; times per chunk are compiler "
                     "estimates, not measurements", "smoke": args.smoke, "host_cpus": os.cpu_count(), "compiles": rows}

@@ -25,14 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-GIB = 2**30
 
-from _builds import add_evidence, compile_row  # noqa: E402 (benchmarks/_builds.py, beside this file)
+from _builds import GIB, compile_rows  # noqa: E402 (benchmarks/_builds.py, beside this file)
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 
@@ -88,15 +86,7 @@ def main() -> None:
             runs.append((pipeline, "tpu-v6e-8", []))
         if args.replicated:
             runs.append(("avatar-720p", "tpu-v6e-8-replicated", []))
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for pipeline, target, sets in runs:
-            reg = Path(tmp) / f"reg-{len(rows)}"
-            print(f"compiling {pipeline} for {target} {' '.join(sets)} ...", flush=True)
-            row = compile_row(pipeline, target, sets, reg)
-            if row["exit_code"] == 0:
-                add_evidence(row, reg)
-            rows.append(row)
+    rows = compile_rows(runs)
 
     from avatar_release.machine import configure_compile_env
     from avatar_release.specs import load_target
