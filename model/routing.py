@@ -84,8 +84,9 @@ class AttentionRoute:
         return (self.sr_groups or self.groups) if masked else self.groups
 
     def lowered_as(self) -> str:
-        """How a Pallas kernel of this route is compiled: Mosaic on TPU, the interpreter elsewhere."""
-        return "pallas-mosaic" if self.platform == "tpu" else "pallas-interpret"
+        """How a Pallas kernel of this route is compiled: Mosaic on TPU, Triton on GPU (the kernels
+        that have a Triton form; ``for_platform`` routes the others away), the interpreter elsewhere."""
+        return {"tpu": "pallas-mosaic", "gpu": "pallas-triton"}.get(self.platform, "pallas-interpret")
 
     def for_platform(self) -> tuple["AttentionRoute", dict[str, str]]:
         """The route this platform can compile, and why a requested kernel was replaced (by what
@@ -200,9 +201,7 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None,
         name = "attention (frame-window mask)"
         if name in replaced:
             declare(name, requested=requested.kernel, used="xla", reason=replaced[name])
-        elif route.kernel == "blocksparse" and route.platform == "gpu":
-            pass  # the Triton kernel declares itself, with its cost, per device call (_body)
-        else:
+        else:  # a Triton kernel declares itself again, with its cost, per device call (_body)
             declare(name, requested=route.kernel, used="xla" if route.kernel == "xla" else route.lowered_as())
 
     def constrain(t):

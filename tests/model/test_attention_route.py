@@ -78,6 +78,7 @@ def test_on_a_gpu_the_mosaic_only_kernels_give_way_to_xla_with_the_reason_and_th
         assert none == {} and same.kernel == "blocksparse"
     assert AttentionRoute(platform="tpu").lowered_as() == "pallas-mosaic"
     assert AttentionRoute(platform="cpu").lowered_as() == "pallas-interpret"
+    assert AttentionRoute(platform="gpu").lowered_as() == "pallas-triton"
 
 
 def test_the_triton_flash_kernel_takes_power_of_two_blocks_dividing_the_dit_sequence():
