@@ -67,13 +67,17 @@ def step_preflight(args) -> dict:
     if not found["python"].startswith(PINS["python"] + "."):
         blockers.append(f"python {found['python']}: pyproject.toml requires >=3.11,<3.12 (pip refuses to install; "
                         "this check runs from the checkout on PYTHONPATH instead)")
-    from avatar_release.runtime._unpickle import ALLOWED_BY_JAX
+    from avatar_release.errors import IntegrityError
+    from avatar_release.runtime._unpickle import allowed_classes
 
     for dist in ("jax", "jaxlib"):
         if found[dist] != PINS[dist]:
             minor = ".".join(str(found[dist]).split(".")[:2])
-            pickles = (f"the restricted unpickler has a class list recorded for jax {minor}" if minor in ALLOWED_BY_JAX
-                       else f"the restricted unpickler has no class list for jax {minor} and refuses every executable")
+            try:  # the loader's own lookup, by the jax found here
+                allowed_classes(str(found[dist]))
+                pickles = f"the restricted unpickler has a class list recorded for jax {minor}"
+            except IntegrityError:
+                pickles = f"the restricted unpickler has no class list for jax {minor} and refuses every executable"
             blockers.append(f"{dist} {found[dist]}: the toolchain pins {PINS[dist]} ({pickles}; the target "
                             "descriptions' proto and the flag names are checked against the pin only)")
     if found["torchax"] is None:
@@ -196,7 +200,7 @@ def step_kernels(args) -> dict:
 
     from kernels.blocksparse import frame_reference, reference_attention
     from kernels.flash_gpu import flash_attention_gpu
-    from kernels.window_gpu import window_attention_gpu
+    from kernels.window_gpu import BLOCK, window_attention_gpu
 
     gpu = not args.target.startswith("cpu")
     # On the GPU: an SR-like call (17 frames of 368 tokens, window 2, head_dim 128) and a 4,096-token
@@ -205,8 +209,12 @@ def step_kernels(args) -> dict:
     keys = jax.random.split(jax.random.PRNGKey(0), 6)
     q, k, v = (jax.random.normal(kk, (heads, frames * tokens, hd), jnp.bfloat16) for kk in keys[:3])
     dq, dk, dv = (jax.random.normal(kk, (heads, dense, hd), jnp.bfloat16) for kk in keys[3:])
-    window_fn = jax.jit(lambda q, k, v: window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                             window=window, interpret=not gpu))
+    def window_at(block: int):
+        return jax.jit(lambda q, k, v: window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=tokens,
+                                                            window=window, block=block, interpret=not gpu))
+
+    by_block = {b: window_at(b) for b in ((32, BLOCK, 128) if gpu else (BLOCK,))}
+    window_fn = by_block[BLOCK]
     window_ref = jax.jit(lambda q, k, v: frame_reference(q, k, v, frames=frames, tokens_per_frame=tokens,
                                                          window=window))
     flash_fn = jax.jit(lambda q, k, v: flash_attention_gpu(q, k, v, interpret=not gpu))
@@ -220,12 +228,9 @@ def step_kernels(args) -> dict:
                       "window": window, "max_abs_err": err(window_fn(q, k, v), window_ref(q, k, v))},
            "flash": {"shape": [heads, dense, hd], "max_abs_err": err(flash_fn(dq, dk, dv), flash_ref(dq, dk, dv))}}
     if gpu:  # the reference is float32 at HIGHEST precision with (S, S) logits: XLA's masked attention
-        out["window"].update(kernel_ms=_best_ms(window_fn, q, k, v), xla_reference_ms=_best_ms(window_ref, q, k, v))
-        # the block size is a first choice (64): what 32 and 128 would give, for the next build
-        out["window"]["kernel_ms_by_block"] = {
-            b: _best_ms(jax.jit(lambda q, k, v, b=b: window_attention_gpu(
-                q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=b)), q, k, v)
-            for b in (32, 64, 128)}
+        # the block size is a first choice (BLOCK): what 32 and 128 would give, for the next build
+        ms = {b: _best_ms(fn, q, k, v) for b, fn in by_block.items()}
+        out["window"].update(kernel_ms=ms[BLOCK], kernel_ms_by_block=ms, xla_reference_ms=_best_ms(window_ref, q, k, v))
         out["flash"].update(kernel_ms=_best_ms(flash_fn, dq, dk, dv), xla_reference_ms=_best_ms(flash_ref, dq, dk, dv))
     return out
 
