@@ -14,27 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
-
-
-def _time(fn, *args, repeat: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))  # compile + warm
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+from _timing import median_seconds  # noqa: E402 (benchmarks/_timing.py, beside this file)
 
 
 def main() -> None:
@@ -77,7 +64,7 @@ def main() -> None:
 
     dense = jax.jit(lambda q, k, v: frame_reference(q, k, v, **geom))
     sparse = jax.jit(lambda q, k, v: blocksparse_attention(q, k, v, **geom))
-    t_dense, t_sparse = _time(dense, q, k, v, repeat=args.repeat), _time(sparse, q, k, v, repeat=args.repeat)
+    t_dense, t_sparse = median_seconds(dense, q, k, v, repeat=args.repeat), median_seconds(sparse, q, k, v, repeat=args.repeat)
     rows.append(("dense masked / aligned block-sparse (time)", t_dense / t_sparse, f">= {0.8 / live:.2f}"))
 
     aligned = masks.default_block(t)
@@ -86,7 +73,7 @@ def main() -> None:
     from kernels.blocksparse_tiled import tiled_blocksparse_attention
 
     tiled_fn = jax.jit(lambda q, k, v: tiled_blocksparse_attention(q, k, v, **geom))
-    t_tiled = _time(tiled_fn, q, k, v, repeat=args.repeat)
+    t_tiled = median_seconds(tiled_fn, q, k, v, repeat=args.repeat)
     rows.append(("128-tiled / aligned block-sparse (time)", t_tiled / t_sparse, ">= 1.08"))
     rows.append(("128-tiled / aligned: token pairs visited", work, ""))
 
@@ -95,7 +82,7 @@ def main() -> None:
     bounded = jax.jit(lambda q, k, v: bounded_softmax_attention(q, k, v, **geom))
     online = jax.jit(lambda q, k, v: bounded_softmax_attention(q, k, v, eligible=jnp.zeros((heads,), bool), **geom))
     err = float(jnp.max(jnp.abs(bounded(*f32) - frame_reference(*f32, **geom))))
-    t_b, t_o = _time(bounded, q, k, v, repeat=args.repeat), _time(online, q, k, v, repeat=args.repeat)
+    t_b, t_o = median_seconds(bounded, q, k, v, repeat=args.repeat), median_seconds(online, q, k, v, repeat=args.repeat)
     rows.append(("bounded / online softmax (CPU time)", t_b / t_o, "<= 1.05"))
 
     groups = []
@@ -110,7 +97,7 @@ def main() -> None:
         ops = hlo_all_to_alls(fn.lower(qg, kg, vg).compile().as_text())
         groups.append({"G": g, "all_to_alls": len(ops), "bytes": sum(o.bytes for o in ops),
                        "analytic_bytes": alltoall_bytes(gh, s, hd, jnp.bfloat16, 8, g).total,
-                       "seconds": _time(fn, qg, kg, vg, repeat=args.repeat)})
+                       "seconds": median_seconds(fn, qg, kg, vg, repeat=args.repeat)})
     for g in groups[1:]:
         rows.append((f"G={g['G']} / G=1 wall time ({gh} heads)", g["seconds"] / groups[0]["seconds"], "<= 1.10"))
 

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the package and the bundled pipeline from this checkout (no install needed)
 
 from _out import write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+from _timing import median_seconds  # noqa: E402 (benchmarks/_timing.py, beside this file)
 
 T_PROCESS = time.perf_counter()
 PINS = {"python": "3.11", "jax": "0.10.2", "jaxlib": "0.10.2", "torch": "2.13.0", "torchax": "0.0.14.dev20261026"}
@@ -180,18 +181,6 @@ def step_autotune(args) -> dict:
             "results_bytes": saved.stat().st_size if saved.exists() else None}
 
 
-def _best_ms(fn, *args, reps: int = 5) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))  # compile and first run
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
-
-
 def step_kernels(args) -> dict:
     """The Triton kernels on this machine's device beside XLA's dense attention (bf16 in, float32 reference)."""
     import jax
@@ -229,9 +218,11 @@ def step_kernels(args) -> dict:
            "flash": {"shape": [heads, dense, hd], "max_abs_err": err(flash_fn(dq, dk, dv), flash_ref(dq, dk, dv))}}
     if gpu:  # the reference is float32 at HIGHEST precision with (S, S) logits: XLA's masked attention
         # the block size is a first choice (BLOCK): what 32 and 128 would give, for the next build
-        ms = {b: _best_ms(fn, q, k, v) for b, fn in by_block.items()}
-        out["window"].update(kernel_ms=ms[BLOCK], kernel_ms_by_block=ms, xla_reference_ms=_best_ms(window_ref, q, k, v))
-        out["flash"].update(kernel_ms=_best_ms(flash_fn, dq, dk, dv), xla_reference_ms=_best_ms(flash_ref, dq, dk, dv))
+        ms = {b: median_seconds(fn, q, k, v) * 1e3 for b, fn in by_block.items()}
+        out["window"].update(kernel_ms=ms[BLOCK], kernel_ms_by_block=ms,
+                             xla_reference_ms=median_seconds(window_ref, q, k, v) * 1e3)
+        out["flash"].update(kernel_ms=median_seconds(flash_fn, dq, dk, dv) * 1e3,
+                            xla_reference_ms=median_seconds(flash_ref, dq, dk, dv) * 1e3)
     return out
 
 
