@@ -61,6 +61,7 @@ from .identity import (
     FINGERPRINT_CHECKED_SINCE, build_id_for, check_identity, identity_digest, identity_flags, manifest_identity,
     manifest_seal,
 )
+from .move import MOVE_MEDIA_TYPE, MOVE_SCHEMA_VERSION, MoveRecord
 from .review import REVIEW_SCHEMA_VERSION, ReviewAnswer, ReviewDecision, ReviewRecord
 from .statement import (
     SIGNED_STATEMENT_SCHEMA_VERSION, STATEMENT_SCHEMA_VERSION, TIMESTAMP_SCHEMA_VERSION, SignedStatement,
@@ -83,6 +84,7 @@ __all__ = [
     "RESULT_MEDIA_TYPE", "Band", "BandVariant", "BaselineRef", "CompileCheck", "CompileGateResult", "GateEvidence",
     "GateRequestRecord", "GateResult", "GateSetRecord", "GATE_SHARD_SCHEMA_VERSION", "SHARD_MEDIA_TYPE",
     "GateShard", "GateShardRun",
+    "MOVE_SCHEMA_VERSION", "MOVE_MEDIA_TYPE", "MoveRecord",
     "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
     "STATEMENT_SCHEMA_VERSION", "SIGNED_STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement",
     "StatementPayload", "TimestampPayload",
@@ -95,6 +97,7 @@ STORED_KINDS: dict[str, type[Record]] = {
     "build-manifest": Manifest,
     "channel-state": ChannelState,
     "history-entry": HistoryEntry,
+    "move": MoveRecord,
     "gate-result": GateResult,
     "review": ReviewRecord,
     "band": Band,

@@ -29,7 +29,7 @@ from ._base import BlobRef, parse_record
 from .gate import GateResult
 
 __all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "GATE_SHARDS", "COMPILE_GATES", "REVIEWS",
-           "STATEMENTS", "ATTESTATIONS", "TIMESTAMPS", "parse_results_index", "render_results_index",
+           "STATEMENTS", "ATTESTATIONS", "TIMESTAMPS", "RELEASE_STATE", "parse_results_index", "render_results_index",
            "parse_attestations_index", "render_attestations_index", "shard_record_name", "shard_record_build",
            "parse_shard_record", "render_shard_record", "ShardRecord", "Attachment", "DSSE_ENVELOPE",
            "PROMOTION_STATEMENT"]
@@ -85,7 +85,7 @@ def _no_attachments(raw: bytes, name: str) -> list[Attachment]:
 @dataclass(frozen=True)
 class StoredNamespace:
     name: str
-    keyed_by: Literal["build", "channel"]
+    keyed_by: Literal["build", "channel", "registry"]
     what: str
     roots: Callable[[bytes, str, Fetch], list[BlobRef]]  # (stored bytes, record name, fetch) -> blobs
     # record name -> the build it belongs to (keyed_by "build"); most namespaces name records by it
@@ -228,5 +228,29 @@ TIMESTAMPS = StoredNamespace("timestamps", "channel", "the short-lived signed ne
 ATTESTATIONS = StoredNamespace("attestations", "build", "signed evidence about a build (DSSE envelopes)",
                                _attestation_roots, attachments=_attestation_attachments)
 
+
+
+def _release_state_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
+    """A channel's or the revocations' metadata keeps alive the move records and evidence its
+    targets name (older versions stay, so every move of a chain is named by some file)."""
+    try:
+        targets = json.loads(raw)["signed"].get("targets") or {}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+    out = []
+    for target in targets.values() if isinstance(targets, dict) else ():
+        custom = target.get("custom") if isinstance(target, dict) else None
+        for r in [custom.get("move"), *(custom.get("evidence") or [])] if isinstance(custom, dict) else ():
+            try:
+                out.append(BlobRef(**r))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+RELEASE_STATE = StoredNamespace("release-state", "registry", "the signed release state: TUF metadata of every role",
+                                _release_state_roots)
+
 STORED_NAMESPACES: dict[str, StoredNamespace] = {ns.name: ns for ns in (GATE_RESULTS, GATE_SHARDS, COMPILE_GATES,
-                                                                        REVIEWS, STATEMENTS, ATTESTATIONS, TIMESTAMPS)}
+                                                                        REVIEWS, STATEMENTS, ATTESTATIONS, TIMESTAMPS,
+                                                                        RELEASE_STATE)}

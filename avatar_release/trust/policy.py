@@ -15,6 +15,21 @@ read from the registry.
     roles = 2                    # prod needs gate evidence AND an approval by another key (1: gate alone)
     [timestamps]
     validity_hours = 1           # how long a signed timestamp vouches (pods cap it too: --max-timestamp-age)
+    [gate_inputs]                # the project files that may decide a verdict that promotes, by digest
+    bands = ["sha256:..."]       # band files a verdict judged by the band may have used ([]: bit-exact only)
+    levers = ["sha256:..."]      # lever lists (manifests/levers.toml) that may have sent it to the band
+    [gate_inputs.targets]        # target -> its spec digest (or a list of them)
+    "tpu-v6e-8" = "sha256:..."
+
+``[gate_inputs]`` pins what the project could otherwise change under a verdict: a band with a
+lower floor, a lever list that lets the band judge more, a redefined target. Each gate result
+names the digests of the band, target spec and lever list it was decided by (inside the signed
+evidence); staging, prod and rollbacks refuse a verdict decided by any other. A key left out pins
+nothing of its kind; the band and lever list count only where the band judged (a bit-exact
+verdict holds whatever they say), the target spec for every verdict, and a target missing from
+``targets`` promotes nothing. ``avatar-release gate inputs`` prints the section for the files in
+force. Without the section (the first-use policy below, or an older one) the project's files in
+force decide, as before: on one laptop the project and the policy have the same owner.
 
 Where it is read from, in order: ``--trust-policy`` / ``AVATAR_RELEASE_TRUST_POLICY``; else the
 user's own ``<config>/trust.toml``. On first use (no such file) a machine gets its own gate key,
@@ -36,6 +51,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .. import _atomic
+from .._digest import is_digest
 from .._paths import config_dir
 from ..errors import InputError
 from .keys import (
@@ -45,7 +61,8 @@ from .keys import (
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["TrustPolicy", "LocalIdentity", "config_dir", "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
+__all__ = ["TrustPolicy", "StateSection", "GateInputPins", "UnpinnedInput", "LocalIdentity", "config_dir",
+           "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
 
 POLICY_SCHEMA_VERSION = 1
 
@@ -147,6 +164,65 @@ def _toml_key(s: str) -> str:
 
 
 @dataclass(frozen=True)
+class StateSection:
+    """``[state]``: the keys of the signed release state's roles (``trust.state_roles`` fills what
+    is left out: root = the release approvers; online and channels = the gate keys and approvers).
+
+        [state]
+        root = ["root-a", "root-b"]   # sign root.json and the top-level targets (keep them offline)
+        root_threshold = 2
+        online = ["ci-state"]         # sign snapshot and timestamp on every move and refresh
+        timestamp_minutes = 60        # how long a timestamp vouches: a frozen registry is noticed after it
+        [state.channels]              # who may sign each channel's metadata (a move into it)
+        prod = ["ana", "ci-gate"]
+    """
+
+    root: tuple[str, ...] = ()
+    root_threshold: int = 1
+    online: tuple[str, ...] = ()
+    channels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    timestamp_minutes: float = 60.0
+
+
+_STATE_FIELDS = {"root", "root_threshold", "online", "timestamp_minutes", "channels"}
+
+
+def _state_section(p: Path, doc: dict, keys: dict[str, Ed25519PublicKey]) -> StateSection:
+    """The ``[state]`` section, every name checked against ``[keys]``."""
+    unknown = set(doc) - _STATE_FIELDS
+    if unknown:
+        raise InputError(f"trust policy {p}: [state] has unknown field(s) {sorted(unknown)}; expected "
+                         f"{', '.join(sorted(_STATE_FIELDS))}")
+
+    def names(where: str, value: object) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise InputError(f"trust policy {p}: {where} must be a list of key names, got {value!r}")
+        missing = [n for n in value if n not in keys]
+        if missing:
+            raise InputError(f"trust policy {p}: {where} names {missing}, which [keys] does not define")
+        return tuple(value)
+
+    root = names("state.root", doc.get("root", []))
+    threshold = doc.get("root_threshold", 1)
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or not 1 <= threshold <= max(len(root), 1):
+        raise InputError(f"trust policy {p}: state.root_threshold must be an integer from 1 to the number of root "
+                         f"keys ({len(root) or 1}), got {threshold!r}")
+    channels = doc.get("channels", {})
+    if not isinstance(channels, dict):
+        raise InputError(f"trust policy {p}: [state.channels] must map a channel to key names")
+    bad = sorted(set(channels) - {"dev", "staging", "prod"})
+    if bad:
+        raise InputError(f"trust policy {p}: [state.channels] names {bad}; expected dev, staging or prod")
+    minutes = doc.get("timestamp_minutes", 60)
+    if not isinstance(minutes, (int, float)) or isinstance(minutes, bool) or not 1 <= minutes <= 7 * 24 * 60:
+        raise InputError(f"trust policy {p}: state.timestamp_minutes must be a number of minutes in [1, 10080], "
+                         f"got {minutes!r}")
+    return StateSection(root=root, root_threshold=threshold, online=names("state.online", doc.get("online", [])),
+                        channels={c: names(f"state.channels.{c}", v) for c, v in channels.items()},
+                        timestamp_minutes=float(minutes))
+
+
+@dataclass(frozen=True)
 class TrustPolicy:
     path: Path
     keys: dict[str, Ed25519PublicKey]  # name -> public key
@@ -157,6 +233,9 @@ class TrustPolicy:
     timestamp_hours: float = 1.0  # [timestamps] validity_hours: how long a signed timestamp vouches
     approvers: list[str] = field(default_factory=list)  # [release] approvers: who approves releases to prod
     roles: int = 2  # [release] roles: 2 = prod needs a release approval by a key other than the gate's
+    state: StateSection = field(default_factory=lambda: StateSection())  # [state]: who signs the release state
+    # [gate_inputs]: the band, target specs and lever lists that may decide a verdict that promotes
+    gate_inputs: GateInputPins = field(default_factory=lambda: GateInputPins())
 
     def gate_keys(self, target: str) -> dict[str, Ed25519PublicKey]:
         """{key id: public key} allowed to sign gate evidence for ``target``."""
@@ -205,10 +284,10 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
     if doc.get("schema_version") != POLICY_SCHEMA_VERSION:
         raise InputError(f"trust policy {p}: schema_version {doc.get('schema_version')!r}, this avatar-release "
                          f"reads {POLICY_SCHEMA_VERSION}")
-    unknown = set(doc) - {"schema_version", "keys", "gate", "review", "release", "timestamps"}
+    unknown = set(doc) - {"schema_version", "keys", "gate", "review", "release", "timestamps", "state", "gate_inputs"}
     if unknown:
         raise InputError(f"trust policy {p}: unknown section(s) {sorted(unknown)}; expected keys, gate, review, "
-                         "release, timestamps")
+                         "release, timestamps, gate_inputs")
     keys: dict[str, Ed25519PublicKey] = {}
     for name, rel in (doc.get("keys") or {}).items():
         kp = Path(rel) if os.path.isabs(rel) else p.parent / rel
@@ -236,4 +315,96 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
                          f"got {hours!r}")
     return TrustPolicy(path=p, keys=keys, gate=gate, reviewers=reviewers, prod_approvals=approvals,
                        key_names={key_id(k): n for n, k in keys.items()}, timestamp_hours=float(hours),
-                       approvers=approvers, roles=roles)
+                       approvers=approvers, roles=roles, state=_state_section(p, doc.get("state") or {}, keys),
+                       gate_inputs=_gate_inputs_section(p, doc.get("gate_inputs")))
+
+
+# --------------------------------------------------------------------------- [gate_inputs]
+@dataclass(frozen=True)
+class UnpinnedInput:
+    """A project file that decided a verdict and that ``[gate_inputs]`` does not allow."""
+
+    kind: str  # "band", "target spec" or "lever list"
+    key: str  # where the policy pins it: 'bands', 'targets."tpu-v6e-8"', 'levers'
+    found: str | None  # the digest the signed evidence names; None: it names none (an older gate result)
+    allowed: tuple[str, ...]  # what [gate_inputs] allows there (empty: nothing)
+
+    def describe(self) -> str:
+        found = self.found or "no digest (a gate result written before results named it)"
+        allowed = ", ".join(self.allowed) if self.allowed else "none"
+        return f"{self.kind} {found}, where [gate_inputs] {self.key} allows {allowed}"
+
+
+@dataclass(frozen=True)
+class GateInputPins:
+    """``[gate_inputs]``: by digest, the project files that may decide a verdict that promotes.
+
+    A band, a target spec and a lever list are files in the project, which whoever can change the
+    project can change: a band with a lower floor passes what the measured one sends to review, a
+    lever list that declares more lets the band judge what had to be bit-exact, a redefined target
+    is vouched for by the keys of its name. The gate names each in its signed result; these say
+    which ones count. None: not pinned (the file in force decides, as before this section).
+    """
+
+    bands: tuple[str, ...] | None = None  # band file digests (GateResult.band_digest)
+    targets: dict[str, tuple[str, ...]] | None = None  # target -> spec digests (GateResult.target_spec_digest)
+    levers: tuple[str, ...] | None = None  # levers.toml digests (GateResult.levers_digest)
+
+    @property
+    def pinned(self) -> bool:
+        return (self.bands, self.targets, self.levers) != (None, None, None)
+
+    def unpinned(self, *, target: str, target_spec: str | None, band: str | None,
+                 levers: str | None, band_judged: bool) -> list[UnpinnedInput]:
+        """What a verdict was decided by that this section does not allow (empty: nothing).
+
+        The target spec counts for every verdict (it decides which keys vouch); the band and the
+        lever list only where the band judged (tier 2 and not bit-exact): a bit-exact verdict holds
+        whatever they say, so re-measuring a band never holds back a bit-exact release."""
+        out = []
+        if self.targets is not None:
+            allowed = self.targets.get(target, ())
+            if target_spec is None or target_spec not in allowed:
+                out.append(UnpinnedInput("target spec", f"targets.{_toml_key(target)}", target_spec, allowed))
+        if band_judged:
+            for kind, key, found, allowed_or_none in (("band", "bands", band, self.bands),
+                                                      ("lever list", "levers", levers, self.levers)):
+                if allowed_or_none is not None and (found is None or found not in allowed_or_none):
+                    out.append(UnpinnedInput(kind, key, found, allowed_or_none))
+        return out
+
+
+_GATE_INPUT_FIELDS = ("bands", "targets", "levers")
+
+
+def _gate_inputs_section(p: Path, doc: object) -> GateInputPins:
+    """The ``[gate_inputs]`` section, every digest checked; absent: nothing pinned. A key left out
+    pins nothing of its kind; an empty list allows none (``bands = []``: only bit-exact verdicts)."""
+    if doc is None:
+        return GateInputPins()
+    if not isinstance(doc, dict):
+        raise InputError(f"trust policy {p}: gate_inputs must be a table ([gate_inputs]), got {doc!r}")
+    unknown = set(doc) - set(_GATE_INPUT_FIELDS)
+    if unknown:
+        raise InputError(f"trust policy {p}: [gate_inputs] has unknown field(s) {sorted(unknown)}; expected "
+                         f"{', '.join(_GATE_INPUT_FIELDS)} (a misspelt one would pin nothing)")
+
+    def digests(where: str, value: object, one_allowed: bool = False) -> tuple[str, ...]:
+        if one_allowed and isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(d, str) and is_digest(d) for d in value):
+            what = "a digest or a list of digests" if one_allowed else "a list of digests"
+            raise InputError(f"trust policy {p}: {where} must be {what} ('sha256:' + 64 lowercase hex, as "
+                             f"`avatar-release gate inputs` prints them), got {value!r}")
+        return tuple(value)
+
+    targets = doc.get("targets")
+    if targets is not None and not isinstance(targets, dict):
+        raise InputError(f"trust policy {p}: gate_inputs.targets must map a target name to its spec digest, "
+                         f"got {targets!r}")
+    return GateInputPins(
+        bands=digests("gate_inputs.bands", doc["bands"]) if "bands" in doc else None,
+        targets=None if targets is None else {t: digests(f"gate_inputs.targets.{_toml_key(t)}", d, one_allowed=True)
+                                              for t, d in targets.items()},
+        levers=digests("gate_inputs.levers", doc["levers"]) if "levers" in doc else None,
+    )
