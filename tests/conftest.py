@@ -34,6 +34,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # local trust policy there, never in the user's home.
 os.environ.setdefault("AVATAR_RELEASE_CONFIG_DIR", __import__("tempfile").mkdtemp(prefix="avatar-release-config-"))
 os.environ.setdefault("AVATAR_RELEASE_REVIEWER", "ana")
+# ... and its own state directory (the signed release state each registry showed this machine),
+# replaced for every test below: registries copied between tests are the same registry to it.
+os.environ.setdefault("AVATAR_RELEASE_STATE_DIR", __import__("tempfile").mkdtemp(prefix="avatar-release-state-"))
 for _var in ("AVATAR_RELEASE_TRUST_POLICY", "AVATAR_RELEASE_GATE_KEY"):
     os.environ.pop(_var, None)  # a developer's own policy must not decide what the tests see
 
@@ -52,6 +55,13 @@ COMPILING_FIXTURES = frozenset({
     "gpu_build",  # tests/integration/test_gpu_target.py: tiny for gpu-h100-8 through the CUDA plugin
     "window_programs",  # tests/kernels/test_ulysses.py: four Ulysses programs over 8 devices
 })
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory, monkeypatch):
+    """Each test starts with a machine that has seen no registry's signed state (a test that
+    rolls a registry back, or copies one the session built, is not refused for another's)."""
+    monkeypatch.setenv("AVATAR_RELEASE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
 
 # An unmarked test slower than this (setup + call + teardown) is reported at the end of the run.
 FAST_LANE_LIMIT_S = 5.0

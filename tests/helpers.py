@@ -18,7 +18,8 @@ from avatar_release.errors import CRASH_EXIT_CODE
 from avatar_release.records import Manifest, parse_record
 from avatar_release.registry import Registry, read_manifest
 
-__all__ = ["DATA", "BENCHMARKS", "stored_manifest", "manifest_of", "put_stand_in_build", "cli", "cli_json", "run_smoke"]
+__all__ = ["DATA", "BENCHMARKS", "stored_manifest", "manifest_of", "put_stand_in_build", "with_release_state",
+           "signed_holder", "cli", "cli_json", "run_smoke"]
 
 DATA = Path(__file__).resolve().parent / "data"
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -36,6 +37,25 @@ def put_stand_in_build(reg: Registry, m: Manifest) -> str:
     for ref in m.blobs():
         reg._write_atomic(reg._blob_key(ref.digest), b"stand-in")  # type: ignore[attr-defined]
     return reg.put_build(m.build_id, m.to_json_bytes())[0]
+
+
+def with_release_state(reg: Registry) -> Registry:
+    """``reg`` with a signed release state from the trust policy in force (what `registry init` does)."""
+    from avatar_release.trust.policy import load_policy
+    from avatar_release.trust.state_write import init_state
+
+    init_state(reg, load_policy())
+    return reg
+
+
+def signed_holder(reg: Registry, channel: str) -> str | None:
+    """The build ``channel`` holds as the signed release state names it (what every decision reads),
+    verified from the trust policy in force; None when the channel is empty."""
+    from avatar_release.trust.policy import load_policy
+    from avatar_release.trust.state_read import load_state
+
+    holder = load_state(reg, load_policy()).holder(channel)
+    return holder.build_id if holder else None
 
 
 def manifest_of(registry: Registry, ref: str = "dev") -> Manifest:

@@ -15,9 +15,10 @@ from ..errors import InputError
 from ..machine import configure_compile_env, configure_for_manifest
 from ..records import Manifest, check_identity
 from ..registry import Registry, Resolved, read_manifest
-from ..runtime import TrustConfig, check_trusted
+from ..runtime import TrustConfig, check_trusted, resolve_channel
 from ..specs import load_target
 from ..trust.keys import load_public_key
+from ..trust.state_pod import load_pinned_root
 from ..trust.statements import AcceptedState
 
 __all__ = ["prepare_devices_for_target", "prepare_devices_for_build", "trust_options", "trust_config"]
@@ -34,8 +35,12 @@ def prepare_devices_for_build(registry: Registry, ref: str, trust: TrustConfig |
     """Read the manifest (no JAX needed), check it, and only then apply what it asks of this process
     (its device count and its flag profile's XLA flags): nothing from a manifest acts before its
     identity and, with a trust key, the channel's signed statement for it are verified."""
-    resolved, manifest = read_manifest(registry, ref)
-    if trust is not None:
+    if trust is not None and trust.root is not None:
+        resolved, manifest, _ = resolve_channel(registry, ref, trust)  # from the signed release state only
+        check_identity(manifest)
+    else:
+        resolved, manifest = read_manifest(registry, ref)
+    if trust is not None and trust.root is None:
         check_identity(manifest)
         check_trusted(registry, resolved, trust, manifest)
     configure_for_manifest(manifest)
@@ -43,6 +48,14 @@ def prepare_devices_for_build(registry: Registry, ref: str, trust: TrustConfig |
 
 
 def trust_options(f: _F) -> _F:
+    f = click.option("--serve-expired", is_flag=True, envvar="AVATAR_RELEASE_SERVE_EXPIRED",
+                     help="With --trust-root: while the signed release state is expired (nobody refreshed its "
+                          "timestamp, or the registry is frozen) keep answering requests with the build loaded; "
+                          "the pod is not ready either way. Default: refuse them (503).")(f)
+    f = click.option("--trust-root", default=None, envvar="AVATAR_RELEASE_TRUST_ROOT", metavar="FILE",
+                     help="The registry's root metadata (avatar-release registry root --out FILE): serve only what "
+                          "the signed release state names, verified from this root (TUF); what it has trusted is "
+                          "kept under AVATAR_RELEASE_STATE_DIR.")(f)
     f = click.option("--max-timestamp-age", "max_timestamp_hours", default=1.0, show_default=True, type=float,
                      envvar="AVATAR_RELEASE_MAX_TIMESTAMP_AGE_HOURS", metavar="HOURS",
                      help="Accept no signed timestamp signed longer ago than this, whatever its expiry: the replay "
@@ -59,7 +72,10 @@ def trust_options(f: _F) -> _F:
 
 
 def trust_config(trust_key: str | None, trust_state: str, allow_stale: bool = False,
-           max_timestamp_hours: float = 1.0) -> TrustConfig | None:
+                 max_timestamp_hours: float = 1.0, trust_root: str | None = None,
+                 serve_expired: bool = False) -> TrustConfig | None:
+    if trust_root:
+        return TrustConfig(root=load_pinned_root(trust_root), serve_expired=serve_expired)
     if not trust_key:
         return None
     if not max_timestamp_hours > 0:

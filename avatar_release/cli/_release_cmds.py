@@ -10,8 +10,12 @@ from ..ops import collect_garbage
 from ..promote import MoveResult, promote, rollback
 from ..promote.actions import approve, refresh_timestamp, revoke_build, sign_channel
 from ..promote.dry_run import plan_promotion, plan_rollback
+from ..promote.signed import SignedChannels
+from ..records import CHANNELS
 from ..registry import open_registry
 from ..trust.keys import generate_keypair, load_private_key
+from ..trust.policy import load_policy
+from ..trust.state_read import load_state
 from ._app import _emit, _next_step, cli, json_option
 from ._options import channel_choice, complete_ref, project_option, registry_option, signing_options
 from ._summary import append_step_summary, promote_summary
@@ -144,8 +148,11 @@ def rollback_cmd(channel: str, to: str | None, reason: str, dry_run: bool, sign_
 @registry_option
 @json_option
 def history_cmd(channel: str | None, registry_uri: str | None, as_json: bool) -> None:
-    """The append-only history of channel moves (all channels, or one)."""
-    entries = open_registry(registry_uri, create=False).history(channel)
+    """The history of channel moves (all channels, or one), as the signed release state records it."""
+    reg = open_registry(registry_uri, create=False)
+    signed = SignedChannels(reg, load_state(reg, load_policy()))
+    entries = sorted((e for ch in ([channel] if channel else CHANNELS) for e in signed.history(ch)),
+                     key=lambda e: e.when)
     human = "\n".join(
         f"#{e.sequence:<4} {e.when[:19]}  {e.channel:<8} {e.action:<8} {(e.from_build or '-'):<26} -> "
         f"{e.to_build:<26} {e.who}  {e.reason}" for e in entries) or "no history"

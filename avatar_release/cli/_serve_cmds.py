@@ -52,12 +52,13 @@ def _one_ref(ref: str | None, **options: str | None) -> str | None:
 def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
                fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
                out_path: str, frames_dir: str | None, trust_key: str | None, trust_state: str, allow_stale: bool,
-               max_timestamp_hours: float, registry_uri: str | None, as_json: bool) -> None:
+               max_timestamp_hours: float, trust_root: str | None, serve_expired: bool, registry_uri: str | None,
+               as_json: bool) -> None:
     """Load build REF (a channel, build id or digest; default dev) as a serving pod would and render a
     video with zero compiles."""
     chosen = _one_ref(ref, channel=channel, build=build_ref) or "dev"
 
-    trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours)
+    trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours, trust_root, serve_expired)
     summary = render_to_files(
         ref=chosen, registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
@@ -110,11 +111,12 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
 def serve_cmd(ref: str | None, channel: str | None, host: str, port: int, queue: int, max_body: int, max_seconds: float, request_timeout: float,
               header_timeout: float, grace: float, probe_port: int | None, max_connections_per_client: int,
               follow: bool, poll: float, trust_key: str | None, trust_state: str, allow_stale: bool,
-              max_timestamp_hours: float, registry_uri: str | None) -> None:
+              max_timestamp_hours: float, trust_root: str | None, serve_expired: bool,
+              registry_uri: str | None) -> None:
     """Serve REF (a channel, build id or digest; default prod) over HTTP (streamed fMP4); ready only after
     verify + load + one warm chunk with 0 compiles."""
     chosen = _one_ref(ref, channel=channel) or "prod"
-    trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours)
+    trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours, trust_root, serve_expired)
     try:
         pod = start_pod(open_registry(registry_uri, create=False), chosen, trust=trusted,
                         prepare=functools.partial(prepare_devices_for_build, trust=trusted))

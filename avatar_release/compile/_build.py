@@ -2,7 +2,7 @@
 -> one immutable, content-addressed build in a registry.
 
 ``compile_build`` reads as its steps: plan (_plan.py) -> trace -> compile -> package
-(_package.py) -> publish; with ``move_dev``, dev then points at the build (``registry.publish_to_dev``:
+(_package.py) -> publish; with ``move_dev``, dev then points at the build (``trust.state_moves.publish_to_dev``, signed:
 dev takes any compiled build, so no promotion policy is involved).
 """
 
@@ -19,7 +19,8 @@ from typing import Any, Callable
 from .._progress import Tick
 from ..errors import InputError
 from ..records import Manifest
-from ..registry import Registry, publish_to_dev
+from ..registry import Registry, read_manifest
+from ..trust.state_moves import publish_to_dev
 from ._autotune import AutotunePlan
 from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build
 from ._plan import BuildPlan, plan_build
@@ -80,7 +81,7 @@ def compile_build(
     ``executable_format="jax-export"`` ships portable StableHLO instead of executables: the
     serving pod then compiles on first use, which the zero-recompile gate refuses.
     ``move_dev`` (with ``publish``) then points the dev channel at the build
-    (``registry.publish_to_dev``). ``autotune`` loads autotune results or writes what XLA chose
+    (``trust.state_moves.publish_to_dev``). ``autotune`` loads autotune results or writes what XLA chose
     (GPU targets; ``avatar-release autotune``). ``expect_source``: refuse, before tracing, a pipeline
     whose source digest is not this one (recompiling a published build from this checkout).
     """
@@ -218,4 +219,5 @@ def _publish(registry: Registry, package: Package, progress: Callable[[str], Non
 
 
 def _move_dev(registry: Registry, digest: str, *, reason: str) -> None:
-    publish_to_dev(registry, registry.resolve(digest), reason=reason)
+    resolved, manifest = read_manifest(registry, digest)
+    publish_to_dev(registry, resolved, manifest, reason=reason)

@@ -1,13 +1,16 @@
-"""Promote and roll back: a policy decision, then one compare-and-swap of the channel pointer.
+"""Promote and roll back: a policy decision on the signed release state, then one signed move.
 
-Nothing is uploaded or rewritten: a promotion moves a pointer and appends one history entry.
-The channel's position is read once, the policy decides against that, and the move only
-succeeds if the channel is still where it was read (otherwise ConflictError, nothing changed).
-Repeating a promotion is a no-op.
+The signed state is read once (``trust.state_read``: verified from the policy's root, never older
+than this machine saw; missing is exit 4), the policy decides against it, and the move is signed
+into it (``trust.state_write``): a new version of the channel's metadata naming the build, the
+evidence that let it in and the move before it, committed by a compare-and-swap of the timestamp
+(a concurrent promoter: ConflictError, nothing changed). The registry's plain pointer and history
+are then written as a mirror for ``ls`` and unsigned pods. Repeating a promotion is a no-op.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -15,16 +18,21 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..errors import NeedsApproval, Refusal
 from ..machine import who
 from ..records import CHANNELS, ChannelState, HistoryEntry, SignedStatement
-from ..registry import Registry, Resolved, publish_to_dev, read_manifest
+from ..records import BlobRef, Manifest, MoveRecord
+from ..registry import Registry, Resolved, read_manifest
 from ..trust import key_id
 from ..trust.policy import TrustPolicy, load_policy, local_identity
 from ..trust.revocation import Revocation, revoke
+from ..trust.state_moves import open_state, publish_to_dev as _publish_signed, signed_move
+from ..trust.state_read import ReleaseState
+from ..trust.state_write import record_revocation
 from ..trust.statements import (
     PromotionStatement, SignedTimestamp, publish_statement, publish_timestamp, read_statement, sign, sign_timestamp,
     signed_digest,
 )
 from .approvals import Approval, sign_approval
 from .policy import Decision, check_gate_evidence, check_promotion, check_rollback_target
+from .signed import SignedChannels, evidence_ref
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -47,6 +55,8 @@ class MoveResult:
     # promotion re-uses one signed before 2026-12-01)
     statement: PromotionStatement | SignedStatement | None = None
     approved_here: Approval | None = None  # prod: the approval this machine's release key signed for it
+    move: MoveRecord | None = None  # the signed move (None: the channel already named the build)
+    sequence: int | None = None  # the signed state's snapshot version after the move
 
     @property
     def changed(self) -> bool:
@@ -59,6 +69,7 @@ class MoveResult:
                 "approvals": list(self.decision.approvals),
                 "approved_here": self.approved_here.to_json() if self.approved_here else None,
                 "entry": self.entry.model_dump(mode="json") if self.entry else None,
+                "move": self.move.model_dump(mode="json") if self.move else None, "sequence": self.sequence,
                 "statement": self.statement.model_dump(mode="json") if self.statement else None}
 
 
@@ -113,30 +124,47 @@ def _maybe_sign(registry: Registry, result: MoveResult, signing_key: Ed25519Priv
     return result
 
 
+def publish_to_dev(registry: Registry, resolved: Resolved, *, reason: str, who: str | None = None):
+    """Point dev at a just-published build, signed (``trust.state_moves.publish_to_dev``)."""
+    _, manifest = read_manifest(registry, resolved.digest)
+    return _publish_signed(registry, resolved, manifest, reason=reason, who=who)
+
+
 def promote(registry: Registry, ref: str, channel: str, *, reason: str = "", who: str | None = None,
             signing_key: Ed25519PrivateKey | None = None, valid_days: float = 30.0) -> MoveResult:
     """Move ``channel`` to ``ref`` if the policy allows it. Going to prod without a release
     approval that counts, this machine's own release key signs one when the trust policy names it
     an approver (the first-use identity on one laptop holds both roles); otherwise NeedsApproval."""
-    resolved, manifest = read_manifest(registry, ref)
-    current = registry.get_channel(channel) if channel in CHANNELS else None
     policy = load_policy()
-    approved_here = None
+    given = (signing_key,) if signing_key is not None else ()
+    channels = SignedChannels(registry, open_state(registry, policy, given=given))
+    resolved, manifest = channels.resolve(ref)
+    decision, approved_here = _decide_with_local_approval(
+        registry, resolved, manifest, policy, channels,
+        lambda: check_promotion(registry, resolved, manifest, channel, policy, channels=channels), against_prod=True)
+    result = _move(registry, policy, channels, resolved, manifest, decision, "promote", who,
+                   reason or f"promote to {channel}", signing_key, valid_days)
+    result.approved_here = approved_here
+    return result
+
+
+def _decide_with_local_approval(registry: Registry, resolved: Resolved, manifest: Manifest, policy: TrustPolicy,
+                                channels: SignedChannels, decide: Callable[[], Decision], *, against_prod: bool
+                                ) -> tuple[Decision, Approval | None]:
+    """``decide()``; when prod needs a release approval and this machine's release key is an approver's,
+    sign one of the verdict that decides (``against_prod``: as a promotion, else as a rollback) and
+    decide again (the first-use identity holds both roles)."""
     try:
-        decision = check_promotion(registry, resolved, manifest, channel, policy)
+        return decide(), None
     except NeedsApproval:
         key = _local_approver_key(policy)
         if key is None:
             raise
         admitted = check_gate_evidence(registry, resolved, manifest, what=f"approve {resolved.build_id}",
-                                       channel="prod", policy=policy)
-        approved_here = sign_approval(registry, resolved.build_id, manifest, admitted.verdict, policy, key,
-                                      note="signed by promote with this machine's release key")
-        decision = check_promotion(registry, resolved, manifest, channel, policy)
-    result = _move(registry, resolved, decision, current, "promote", who, reason or f"promote to {channel}",
-                   signing_key, valid_days)
-    result.approved_here = approved_here
-    return result
+                                       channel="prod", policy=policy, channels=channels, against_prod=against_prod)
+        approved = sign_approval(registry, resolved.build_id, manifest, admitted.verdict, policy, key,
+                                 note="signed by promote with this machine's release key")
+        return decide(), approved
 
 
 def _local_approver_key(policy: TrustPolicy) -> Ed25519PrivateKey | None:
@@ -152,10 +180,11 @@ def approve(registry: Registry, ref: str, *, private_key: Ed25519PrivateKey | No
             note: str = "") -> Approval:
     """Sign a release approval of the gate result that lets ``ref`` into prod now (with this
     machine's release key unless ``private_key`` is given)."""
-    resolved, manifest = read_manifest(registry, ref)
     policy = load_policy()
+    channels = SignedChannels(registry, open_state(registry, policy))
+    resolved, manifest = channels.resolve(ref)
     admitted = check_gate_evidence(registry, resolved, manifest, what=f"approve {resolved.build_id} for prod",
-                                   channel="prod", policy=policy)
+                                   channel="prod", policy=policy, channels=channels)
     key = private_key or local_identity().release_key()
     return sign_approval(registry, resolved.build_id, manifest, admitted.verdict, policy, key, approver=approver,
                          note=note)
@@ -166,63 +195,92 @@ def revoke_build(registry: Registry, ref: str, *, reason: str, private_key: Ed25
     """Sign a revocation of ``ref`` (with this machine's release key unless ``private_key`` is given).
     The key must be one the trust policy names, or promotion would not count it: refused before
     anything is stored."""
-    resolved, manifest = read_manifest(registry, ref)
     policy = load_policy()
     key = private_key or local_identity().release_key()
+    state = open_state(registry, policy, given=(key,))
+    resolved, manifest = SignedChannels(registry, state).resolve(ref)
     kid = key_id(key.public_key())
     if kid not in policy.revoker_keys():
         raise Refusal(f"revoke {resolved.build_id}: key {kid} is not named by the trust policy {policy.path}, so "
                       "promotion would not count its revocation; sign with a key the policy names (--key)")
-    return revoke(registry, resolved.build_id, manifest.content_digest(), key, reason=reason, by=actor())
+    done = revoke(registry, resolved.build_id, manifest.content_digest(), key, reason=reason, by=actor())
+    # The signed state lists it too: a revocation removed from the attestation index still counts.
+    envelope = next(r for r in reversed(_refs(registry, resolved.build_id)) if r.digest == done.envelope_digest)
+    record_revocation(registry, policy, state, build_id=resolved.build_id, manifest_digest=manifest.content_digest(),
+                      envelope=envelope, reason=done.reason, by=done.by, at=done.at, given=(key,))
+    return done
+
+
+def _refs(registry: Registry, build_id: str) -> list[BlobRef]:
+    from ..trust.evidence import attestation_refs
+
+    return attestation_refs(registry, build_id)
 
 
 def rollback(registry: Registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,
              signing_key: Ed25519PrivateKey | None = None, valid_days: float = 30.0) -> MoveResult:
-    current = registry.get_channel(channel) if channel in CHANNELS else None
-    if to is None:
-        if current is None:
+    """A promotion back to a build the channel's signed history held: the same evidence and (prod)
+    release approval as a promotion (``promote.policy.check_rollback_target``)."""
+    policy = load_policy()
+    given = (signing_key,) if signing_key is not None else ()
+    channels = SignedChannels(registry, open_state(registry, policy, given=given))
+    if channel in CHANNELS and to is None:
+        holder = channels.state.holder(channel)
+        if holder is None:
             raise Refusal(f"rollback {channel}: the channel is empty, there is nothing to roll back")
-        undone = _undone_move(registry, channel, current.digest)
-        if undone is None or undone.from_digest is None:
-            raise _no_earlier(registry, channel, current.digest)
-        to = undone.from_digest
-    resolved, manifest = read_manifest(registry, to)
-    decision = check_rollback_target(registry, resolved, manifest, channel)
-    return _move(registry, resolved, decision, current, "rollback", who, reason or f"rollback {channel}",
-                 signing_key, valid_days)
+        undone = _undone_move(channels.moves(channel), holder.manifest_digest)
+        if undone is None or undone.from_build is None:
+            raise _no_earlier(channels.moves(channel), holder.manifest_digest, channel)
+        to = undone.from_build
+    assert to is not None
+    resolved, manifest = channels.resolve(to)
+
+    decision, approved_here = _decide_with_local_approval(
+        registry, resolved, manifest, policy, channels,
+        lambda: check_rollback_target(registry, resolved, manifest, channel, policy, channels=channels),
+        against_prod=False)
+    result = _move(registry, policy, channels, resolved, manifest, decision, "rollback", who,
+                   reason or f"rollback {channel}", signing_key, valid_days)
+    result.approved_here = approved_here
+    return result
 
 
-def _move(registry: Registry, resolved: Resolved, decision: Decision, current: ChannelState | None,
-          action: Literal["promote", "rollback"], who: str | None, reason: str,
+def _move(registry: Registry, policy: TrustPolicy, channels: SignedChannels, resolved: Resolved, manifest: Manifest,
+          decision: Decision, action: Literal["promote", "rollback"], who: str | None, reason: str,
           signing_key: Ed25519PrivateKey | None, valid_days: float) -> MoveResult:
-    """The one compare-and-swap: against where the channel was when the policy decided."""
-    entry = registry.move_channel(
-        decision.channel, resolved, expected_digest=current.digest if current else None, action=action,
-        who=who or actor(), reason=reason, gate_result_digest=decision.gate_result_digest,
-    )
-    return _maybe_sign(registry, MoveResult(decision, entry, current.build_id if current else None),
-                       signing_key, valid_days)
+    """The one signed move, against the state the policy decided on; then the mirror."""
+    state: ReleaseState = channels.state
+    before = state.holder(decision.channel)
+    evidence: list[BlobRef] = []
+    if decision.gate_result_digest is not None and decision.channel != "dev":
+        evidence.append(evidence_ref(registry, resolved.build_id, decision.gate_result_digest))
+        evidence += [evidence_ref(registry, resolved.build_id, d) for d in decision.approval_digests]
+    state, move, entry = signed_move(
+        registry, policy, state, decision.channel, resolved, manifest, action=action, who=who or actor(),
+        reason=reason, gate_result_digest=decision.gate_result_digest, evidence=evidence,
+        given=(signing_key,) if signing_key is not None else ())
+    result = MoveResult(decision, entry, before.build_id if before else None, move=move, sequence=state.sequence)
+    return _maybe_sign(registry, result, signing_key, valid_days)
 
 
-def _undone_move(registry: Registry, channel: str, current_digest: str) -> HistoryEntry | None:
+def _undone_move(history: list[MoveRecord], current: str) -> MoveRecord | None:
     """The move a plain ``rollback`` undoes: the newest promote (or publish) that brought the channel
     to its current build from another one that was never itself rolled back from. A rollback is
     never undone by the next rollback (that would re-deploy the build just rolled back: name it
     with ``--to`` for that); a second rollback goes one step further back instead."""
-    history = registry.history(channel)
-    rolled_back = {e.from_digest for e in history if e.action == "rollback" and e.from_digest}
-    for e in reversed(history):
-        if e.to_digest == current_digest and e.action != "rollback" and e.from_digest \
-                and e.from_digest != current_digest and e.from_digest not in rolled_back:
-            return e
+    rolled_back = {m.from_manifest_digest for m in history if m.action == "rollback" and m.from_manifest_digest}
+    for m in reversed(history):
+        if m.manifest_digest == current and m.action != "rollback" and m.from_manifest_digest \
+                and m.from_manifest_digest != current and m.from_manifest_digest not in rolled_back:
+            return m
     return None
 
 
-def _no_earlier(registry: Registry, channel: str, current_digest: str) -> Refusal:
+def _no_earlier(history: list[MoveRecord], current: str, channel: str) -> Refusal:
     """Why a plain rollback has nowhere to go, naming the builds only ``--to`` may bring back."""
-    gone = [e.from_build for e in registry.history(channel) if e.action == "rollback" and e.from_build
-            and e.from_digest != current_digest]
+    gone = [m.from_build for m in history if m.action == "rollback" and m.from_build
+            and m.from_manifest_digest != current]
     hint = (f"; rolled back from before: {', '.join(dict.fromkeys(gone))} (bring one back with --to BUILD)"
             if gone else "")
-    return Refusal(f"rollback {channel}: no earlier build in its history to go back to{hint}; name one with "
+    return Refusal(f"rollback {channel}: no earlier build in its signed history to go back to{hint}; name one with "
                    "--to BUILD")

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NeedsApproval, Refusal
-from ..records import CHANNELS, ChannelState, HistoryEntry
-from ..registry import Registry, read_manifest
-from ..trust.policy import load_policy
+from ..records import CHANNELS, HistoryEntry
+from ..registry import Registry
+from ..trust.policy import TrustPolicy, load_policy
+from ..trust.state_read import load_state
 from .actions import _local_approver_key, _no_earlier, _undone_move
 from .policy import Decision, check_gate_evidence, check_promotion, check_rollback_target
+from .signed import SignedChannels
 
 __all__ = ["MovePlan", "plan_promotion", "plan_rollback"]
 
@@ -60,38 +62,53 @@ class MovePlan:
         return "\n".join(lines)
 
 
-def _current(registry: Registry, channel: str) -> ChannelState | None:
-    return registry.get_channel(channel) if channel in CHANNELS else None
+def _channels(registry: Registry) -> tuple[SignedChannels, TrustPolicy]:
+    policy = load_policy()
+    return SignedChannels(registry, load_state(registry, policy)), policy
 
 
 def plan_promotion(registry: Registry, ref: str, channel: str) -> MovePlan:
-    resolved, manifest = read_manifest(registry, ref)
-    current = _current(registry, channel)
-    policy = load_policy()
+    channels, policy = _channels(registry)
+    resolved, manifest = channels.resolve(ref)
+    holder = channels.state.holder(channel) if channel in CHANNELS else None
     try:
-        decision = check_promotion(registry, resolved, manifest, channel, policy)
+        decision = check_promotion(registry, resolved, manifest, channel, policy, channels=channels)
         signs = False
     except NeedsApproval:
         if _local_approver_key(policy) is None:
             raise
         admitted = check_gate_evidence(registry, resolved, manifest, what=f"promote {resolved.build_id} to {channel}",
-                                       channel=channel, policy=policy)
+                                       channel=channel, policy=policy, channels=channels)
         decision = Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest)
         signs = True
-    return MovePlan("promote", decision, current.build_id if current else None, signs_approval=signs)
+    return MovePlan("promote", decision, holder.build_id if holder else None, signs_approval=signs)
 
 
 def plan_rollback(registry: Registry, channel: str, *, to: str | None = None) -> MovePlan:
-    current = _current(registry, channel)
-    if current is None:
+    channels, policy = _channels(registry)
+    holder = channels.state.holder(channel) if channel in CHANNELS else None
+    if holder is None:
         raise Refusal(f"rollback {channel}: the channel is empty, there is nothing to roll back")
-    undoes = _undone_move(registry, channel, current.digest)
+    history = channels.moves(channel)
+    undone = _undone_move(history, holder.manifest_digest)
     if to is None:
-        if undoes is None or undoes.from_digest is None:
-            raise _no_earlier(registry, channel, current.digest)
-        to = undoes.from_digest
+        if undone is None or undone.from_build is None:
+            raise _no_earlier(history, holder.manifest_digest, channel)
+        to = undone.from_build
     else:
-        undoes = None  # --to names the target: no one move is undone
-    resolved, manifest = read_manifest(registry, to)
-    decision = check_rollback_target(registry, resolved, manifest, channel)
-    return MovePlan("rollback", decision, current.build_id, undoes=undoes)
+        undone = None  # --to names the target: no one move is undone
+    resolved, manifest = channels.resolve(to)
+    try:
+        decision = check_rollback_target(registry, resolved, manifest, channel, policy, channels=channels)
+        signs = False
+    except NeedsApproval:
+        if _local_approver_key(policy) is None:
+            raise
+        admitted = check_gate_evidence(registry, resolved, manifest, what=f"roll {channel} back to {resolved.build_id}",
+                                       channel=channel, policy=policy, channels=channels, against_prod=False)
+        decision = Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest)
+        signs = True
+    undoes = None
+    if undone is not None:
+        undoes = next(e for e in channels.history(channel) if e.sequence == undone.version)
+    return MovePlan("rollback", decision, holder.build_id, signs_approval=signs, undoes=undoes)

@@ -11,13 +11,18 @@
              ``prod_approvals`` distinct reviewers; and (``[release] roles = 2``, the default) a
              signed release approval of that very gate result by an approver the policy names,
              with a key other than the one that signed the gate evidence (``promote.approvals``)
-    rollback to a build whose latest signed gate result passed and that was in that channel before;
-             a signed failing verdict against the build in prod now blocks it until a newer pass
+    rollback a promotion to a build the channel's *signed* history held before: the same evidence and
+             (prod) release approval; the newest signed verdict of any comparison decides, but a
+             signed failing verdict against the build in prod now blocks it until a newer pass
     never    a build with a signed revocation (``avatar-release revoke``), into any channel
+
+Which build each channel holds, and what it held before, come from the signed release state only
+(``promote.signed.SignedChannels``): never from the registry's plain pointers or history.
 
 Before any key is chosen, the manifest's platform is checked against the spec of the target it
 names (a relabelled build gets no key's trust), and a gate result that names its target spec's
-digest must name the spec in force.
+digest must name the spec in force. Where the trust policy has ``[gate_inputs]``, the band, target
+spec and lever list a verdict names must be ones it pins (``trust.policy.GateInputPins``).
 
 A decision carries its evidence (the gate result digest, the statuses it read), so a refusal
 can say exactly why, and a promotion records which gate result let it through.
@@ -30,7 +35,8 @@ from typing import NoReturn
 
 from ..errors import InputError, Refusal, SpecError
 from ..gates import (
-    SignedVerdict, compared_with, describe_comparison, effective_status, review_outcome, signed_verdicts, verdict_status,
+    SignedVerdict, compared_with, describe_comparison, effective_status, review_outcome, signed_verdicts,
+    unpinned_inputs, verdict_status,
 )
 from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
@@ -40,6 +46,7 @@ from ..specs import TargetSpec, load_target
 from ..trust.policy import TrustPolicy, load_policy
 from ..trust.revocation import check_not_revoked
 from .approvals import check_release_roles
+from .signed import SignedChannels
 
 __all__ = ["Decision", "Admitted", "check_promotion", "check_rollback_target", "check_gate_evidence"]
 
@@ -52,6 +59,7 @@ class Decision:
     gate_status: str  # what effective_status said ("ungated" for dev promotions of ungated builds)
     gate_result_digest: str | None
     approvals: tuple[str, ...] = ()  # prod: the release approvals that counted ("name (digest)")
+    approval_digests: tuple[str, ...] = ()  # ... and their predicates' digests (the envelopes a move names)
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ GATE_MACHINE_FIELDS = ("backend", "device_kind", "device_count", "jaxlib", "cpu_
 
 
 def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manifest, *, what: str,
-                        channel: str = "staging", policy: TrustPolicy | None = None,
+                        channels: SignedChannels, channel: str = "staging", policy: TrustPolicy | None = None,
                         against_prod: bool = True) -> Admitted:
     """The deciding signed verdict when the build's *signed* gate evidence lets it through.
 
@@ -92,16 +100,18 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     policy = policy or load_policy()
     fix = f"run `avatar-release gate {resolved.build_id}`"
     target = _check_target_scope(manifest, what)
+    channels.check_not_revoked(resolved.build_id, what)
     check_not_revoked(registry, resolved.build_id, manifest.content_digest(), policy.revoker_keys(), what=what)
     verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
     if not verdicts:
         _refuse_ungated(registry, resolved, manifest, policy, what, fix, bool(rejected) or shown is not None,
                         "; ".join(r.reason for r in rejected[-3:]))
-    prod = registry.get_channel("prod")
+    prod = channels.get_channel("prod")
     other_prod = prod if prod is not None and prod.digest != resolved.digest else None
     verdict = _deciding(verdicts, other_prod, resolved, what, against_prod)
     _check_target_digest(verdict, target, what, fix)
+    _check_gate_inputs(verdict, policy, what, fix)
     approvals = policy.prod_approvals if channel == "prod" else 1
     status = verdict_status(registry, resolved.build_id, verdict, manifest, policy, approvals=approvals,
                             rejected_unsigned=shown_status == "rejected")
@@ -172,6 +182,19 @@ def _check_target_digest(verdict: SignedVerdict, target: TargetSpec, what: str, 
                       f"{named}, but the spec in force is {target.digest()} (the target was redefined since); {fix}")
 
 
+def _check_gate_inputs(verdict: SignedVerdict, policy: TrustPolicy, what: str, fix: str) -> None:
+    """The band, target spec and lever list that decided the verdict must be ones the trust policy's
+    ``[gate_inputs]`` pins: project files can otherwise lower a verdict."""
+    unpinned = unpinned_inputs(verdict.result, policy)
+    if unpinned:
+        raise Refusal(
+            f"{what}: the gate result {verdict.digest} was decided by project files the trust policy {policy.path} "
+            f"does not pin: {'; '.join(u.describe() for u in unpinned)}. Only pinned files decide a verdict that "
+            f"promotes; {fix} with the pinned files in place (`avatar-release gate inputs` prints the digests of "
+            "the files in force), or, if these files are to be trusted, add their digests to [gate_inputs] in "
+            "the trust policy")
+
+
 # The backends a target spec's platform names (jax calls the CUDA backend "cuda" or "gpu").
 _BACKENDS = {"cpu": ("cpu",), "tpu": ("tpu",), "gpu": ("gpu", "cuda")}
 
@@ -210,21 +233,24 @@ def _refuse_compile_gate_only(registry: Registry, resolved: Resolved, manifest: 
 
 
 def check_promotion(registry: Registry, resolved: Resolved, manifest: Manifest, channel: str,
-                    policy: TrustPolicy | None = None) -> Decision:
+                    policy: TrustPolicy | None = None, *, channels: SignedChannels) -> Decision:
     _check_channel(channel)
     what = f"promote {resolved.build_id} to {channel}"
     if channel == "dev":
         status, _, digest = effective_status(registry, resolved.build_id)
         if status == "rejected":
             raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")
+        channels.check_not_revoked(resolved.build_id, what)
         check_not_revoked(registry, resolved.build_id, manifest.content_digest(),
                           (policy or load_policy()).revoker_keys(), what=what)
         return Decision(channel, resolved.build_id, resolved.digest, status, digest)
     policy = policy or load_policy()
-    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy)
+    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy,
+                                   channels=channels)
     approvals: tuple[str, ...] = ()
+    counted: list = []
     if channel == "prod":
-        staging = registry.get_channel("staging")
+        staging = channels.get_channel("staging")
         if staging is None or staging.digest != resolved.digest:
             now = staging.build_id if staging else "empty"
             raise Refusal(f"{what}: only the build in staging may go to prod (staging is {now}); "
@@ -232,14 +258,32 @@ def check_promotion(registry: Registry, resolved: Resolved, manifest: Manifest, 
         counted = check_release_roles(registry, resolved.build_id, manifest, admitted.verdict, policy, what=what)
         approvals = tuple(a.describe() for a in counted)
     return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest,
-                    approvals)
+                    approvals, tuple(a.digest for a in counted))
 
 
-def check_rollback_target(registry: Registry, resolved: Resolved, manifest: Manifest, channel: str) -> Decision:
+def check_rollback_target(registry: Registry, resolved: Resolved, manifest: Manifest, channel: str,
+                          policy: TrustPolicy | None = None, *, channels: SignedChannels) -> Decision:
+    """A rollback is a promotion to a build the channel held before (its signed history says so):
+    the same evidence, approvals and revocation checks, except that the build need not be in
+    staging, and the newest verdict of any comparison decides unless a verdict against prod now failed."""
     _check_channel(channel)
     what = f"roll {channel} back to {resolved.build_id}"
-    been_there = any(e.to_digest == resolved.digest for e in registry.history(channel))
+    policy = policy or load_policy()
+    been_there = any(m.manifest_digest == manifest.content_digest() for m in channels.moves(channel))
     if not been_there:
-        raise Refusal(f"{what}: {resolved.build_id} was never in {channel}; that is a promotion, not a rollback")
-    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, against_prod=False)
-    return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest)
+        raise Refusal(f"{what}: {resolved.build_id} was never in {channel} (by its signed history); that is a "
+                      "promotion, not a rollback")
+    if channel == "dev":
+        channels.check_not_revoked(resolved.build_id, what)
+        check_not_revoked(registry, resolved.build_id, manifest.content_digest(), policy.revoker_keys(), what=what)
+        status, _, digest = effective_status(registry, resolved.build_id)
+        if status == "rejected":
+            raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")
+        return Decision(channel, resolved.build_id, resolved.digest, status, digest)
+    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy,
+                                   against_prod=False, channels=channels)
+    counted = []
+    if channel == "prod":
+        counted = check_release_roles(registry, resolved.build_id, manifest, admitted.verdict, policy, what=what)
+    return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest,
+                    tuple(a.describe() for a in counted), tuple(a.digest for a in counted))

@@ -10,7 +10,9 @@ from ._blobs import BlobCheck, build_blobs, decompress, fetch_verified
 from ._feed import ChunkAudio, feed_chunks
 from ._guard import COMPILE_EVENT, CompileGuard
 from ._pace import Pace, PaceTally, pace_of
-from ._load import LoadedBuild, LoadTimings, TrustConfig, check_environment, check_trusted, load, revocation_keys
+from ._load import (
+    LoadedBuild, LoadTimings, TrustConfig, check_environment, check_trusted, load, resolve_channel, revocation_keys,
+)
 from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, stream
 from ._verify import check_blobs, verify_build
 
@@ -20,6 +22,7 @@ __all__ = [
     "LoadedBuild",
     "LoadTimings",
     "TrustConfig",
+    "resolve_channel",
     "check_environment",
     "check_trusted",
     "revocation_keys",

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from ..errors import EnvironmentMismatch, InputError, IntegrityError, TrustError
+from ..errors import EnvironmentMismatch, InputError, IntegrityError, Revoked, TrustError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ..records import ExecutableEntry, Manifest, StatementPayload, check_identity
-from ..registry import Registry, Resolved, open_registry, read_manifest
+from ..registry import CHANNELS, Registry, Resolved, open_registry, read_manifest
 from ..trust import key_id
 from ..trust.revocation import check_not_revoked
+from ..trust.state_pod import PinnedRoot, VerifiedChannel, verify_channel_state
 from ..trust.statements import TIMESTAMP_VALIDITY, AcceptedState, verify_channel
 from ._blobs import check_bounds, decompress, fetch_verified
 from ._inflate import StreamTimes, fetch_inflated
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from jax.sharding import Mesh
 
-__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys", "devices_for", "place_weights"]
+__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys",
+           "resolve_channel", "devices_for", "place_weights"]
 
 
 @dataclass
@@ -62,9 +64,11 @@ class LoadTimings:
 
 @dataclass(frozen=True)
 class TrustConfig:
-    """What a pod trusts: an Ed25519 public key, and where it keeps the highest sequence it accepted."""
+    """What a pod trusts. ``root``: the signed release state's root metadata it pins (TUF, every
+    decision from signed state: ``trust.state_pod``). Else, the older way: an Ed25519 public key that
+    signs channel statements, and where the pod keeps the highest sequence it accepted."""
 
-    public_key: Ed25519PublicKey
+    public_key: Ed25519PublicKey | None = None
     state: AcceptedState | None = None  # None: no memory across restarts
     # Require an unexpired signed timestamp naming the statement (refuses replays to a pod that
     # remembers nothing); off only for registries whose promoter cannot refresh timestamps.
@@ -72,6 +76,11 @@ class TrustConfig:
     # The oldest signed timestamp this pod accepts, whatever expiry its signer chose: the replay
     # window of a pod without trust state.
     max_timestamp_age: timedelta = TIMESTAMP_VALIDITY
+    root: PinnedRoot | None = None
+    # With ``root``: keep answering requests with the build loaded when the signed state expires
+    # (the pod is not ready either way, so a load balancer stops sending; this says what a request
+    # that still arrives gets). False: refused with 503 until a fresh timestamp is seen.
+    serve_expired: bool = False
 
 
 @dataclass
@@ -173,9 +182,15 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     """
     reg = registry if registry is not None and not isinstance(registry, str) else open_registry(registry, create=False)
     t = LoadTimings()
-    resolved, manifest = _resolve(reg, ref, t)
-    accepted = None
-    if trust is not None:
+    accepted: StatementPayload | VerifiedChannel | None = None
+    if trust is not None and trust.root is not None:
+        t0 = time.perf_counter()
+        resolved, manifest, accepted = resolve_channel(reg, ref, trust)
+        check_identity(manifest)
+        t.signature = time.perf_counter() - t0
+    else:
+        resolved, manifest = _resolve(reg, ref, t)
+    if trust is not None and trust.root is None:
         t0 = time.perf_counter()
         accepted = check_trusted(reg, resolved, trust, manifest)
         t.signature = time.perf_counter() - t0
@@ -203,7 +218,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
         assert weights_raw is not None, "a build without weight chunks has a weights blob"
         place_weights(manifest, loaded, _safetensors_tensors(manifest, weights_raw), mesh)
     t.weights = time.perf_counter() - t0
-    if accepted is not None and trust is not None and trust.state is not None:
+    if isinstance(accepted, StatementPayload) and trust is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
 
@@ -303,16 +318,51 @@ def _tuned_at_first_run(manifest: Manifest, entry: ExecutableEntry, exe: Any) ->
 
 
 def revocation_keys(trust: TrustConfig | None) -> dict | None:
-    """Whose revocations a pod counts: its trust key's; with no trust key, any that parses (it
-    verifies nothing signed, and a revocation can only hold a build back)."""
-    if trust is None:
+    """Whose revocations (from the build's attestations) a pod counts: its statement key's; with a
+    pinned root, the revoked role's keys; with neither, any that parses (it verifies nothing signed,
+    and a revocation can only hold a build back)."""
+    if trust is None or trust.public_key is None:
         return None
     return {key_id(trust.public_key): trust.public_key}
 
 
-def check_trusted(reg: Registry, resolved: Resolved, trust: TrustConfig, manifest: Manifest) -> StatementPayload:
+def resolve_channel(reg: Registry, ref: str, trust: TrustConfig | None) -> tuple[Resolved, Manifest, VerifiedChannel | None]:
+    """``ref`` read once. With a pinned root and a channel name, from the signed release state only:
+    the build it names (TrustError / StateExpired / Revoked when that state says no), whose manifest
+    must be the very one it signs. Anything else: the registry's own resolution."""
+    if trust is None or trust.root is None:
+        resolved, manifest = read_manifest(reg, ref)
+        return resolved, manifest, None
+    if ref not in CHANNELS:
+        raise TrustError(f"{ref!r} is not a channel; with a trust root a pod serves channels (dev, staging, prod), "
+                         "whose builds the signed release state names")
+    verified = verify_channel_state(reg, ref, trust.root)
+    if verified.revoked is not None:
+        r = verified.revoked
+        raise Revoked(f"load {ref}: {verified.build_id} is revoked in the signed release state by {r.get('by', '?')} "
+                      f"at {r.get('at', '?')}: {r.get('reason', '')}. A revoked build never loads again")
+    resolved, manifest = read_manifest(reg, verified.build_id)
+    if manifest.content_digest() != verified.manifest_digest:
+        raise TrustError(f"channel {ref}: the signed state names {verified.build_id} with manifest "
+                         f"{verified.manifest_digest}, but the registry's {verified.build_id} is "
+                         f"{manifest.content_digest()}: the build was replaced under its id")
+    return Resolved(ref, resolved.build_id, resolved.digest, "channel"), manifest, verified
+
+
+def check_trusted(reg: Registry, resolved: Resolved, trust: TrustConfig, manifest: Manifest
+                  ) -> StatementPayload | VerifiedChannel:
     """The channel's signed statement (and fresh timestamp) for this build, checked without JAX: a pod
-    calls it before anything from the manifest acts on the process (flags, device count)."""
+    calls it before anything from the manifest acts on the process (flags, device count). With a
+    pinned root: the signed release state must name this very manifest."""
+    if trust.root is not None:
+        _, manifest_now, verified = resolve_channel(reg, resolved.ref, trust)
+        if manifest_now.content_digest() != manifest.content_digest():
+            raise TrustError(f"channel {resolved.ref}: the signed release state names {manifest_now.build_id}, not "
+                             f"{manifest.build_id}; the channel pointer was moved without signed metadata")
+        assert verified is not None
+        return verified
+    if trust.public_key is None:
+        raise TrustError("a trust config with neither a root nor a key trusts nothing")
     if resolved.via != "channel":
         raise TrustError(f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
                          "(dev, staging, prod), which carry signed statements")

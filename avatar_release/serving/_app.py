@@ -271,6 +271,9 @@ class _Service:
             if self.pod.draining:
                 raise ServeError("draining", "this pod is shutting down; retry on another",
                                  headers={"Retry-After": str(self.cfg.retry_after)})
+            if self.pod.refuses_stale:
+                raise ServeError("trust_expired", f"the signed release state is not fresh ({self.pod.follow.stale}); "
+                                 "retry on another pod", headers={"Retry-After": str(self.cfg.retry_after)})
             req, image, audio = await self._read(request)
             job = await self._admit(req, image, audio, line)
         except ServeError as exc:

@@ -27,6 +27,7 @@ CODES: dict[str, int] = {
     "queue_timeout": 503,
     "draining": 503,
     "not_ready": 503,
+    "trust_expired": 503,
     "render_timeout": 504,
     "render_failed": 500,
     "internal": 500,

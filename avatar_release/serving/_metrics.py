@@ -41,6 +41,9 @@ class Metrics:
                              registry=r)
         self.revoked = Gauge("avatar_serve_build_revoked", "1 while the build served carries a signed revocation "
                              "(the pod keeps serving it until its channel moves; alert on it)", registry=r)
+        self.trust_fresh = Gauge("avatar_serve_trust_fresh", "1 while the signed release state this pod follows "
+                                 "is unexpired (with --trust-root; 0: nobody refreshed its timestamp, or the "
+                                 "registry is frozen: the pod is not ready)", registry=r)
         self.disconnects = Counter("avatar_serve_client_disconnects", "Renders stopped because the client left",
                                    registry=r)
         self.compiles.inc(0)

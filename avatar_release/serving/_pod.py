@@ -19,8 +19,9 @@ from typing import Any
 from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..records import Manifest
-from ..registry import Registry, Resolved, read_manifest
-from ..runtime import LoadedBuild, TrustConfig, load, PaceTally, pace_of, revocation_keys, stream
+from ..registry import Registry, Resolved
+from ..runtime import LoadedBuild, TrustConfig, load, PaceTally, pace_of, resolve_channel, revocation_keys, stream
+from ..trust.state_pod import StateExpired
 from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
 from ._errors import clean_message
@@ -55,6 +56,8 @@ class FollowState:
     scanned: tuple[str, tuple[str, ...]] | None = None
     swaps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    stale: str | None = None  # with a trust root: why the signed state is not fresh now (not ready)
+    verified: dict[str, Any] | None = None  # with a trust root: the signed state's word at the last check
 
 
 class Pod:
@@ -72,10 +75,18 @@ class Pod:
         self.requests = 0
         self.follow = FollowState()
         self.pace = PaceTally()  # every request's chunks against their playback time
+        if trust is not None and trust.root is not None:
+            self.metrics.trust_fresh.set(1)
 
     @property
     def ready(self) -> bool:
-        return self.build.guard.count == 0 and not self.draining
+        return self.build.guard.count == 0 and not self.draining and self.follow.stale is None
+
+    @property
+    def refuses_stale(self) -> bool:
+        """Whether requests are refused now: the signed state is not fresh and the trust config does
+        not say to serve on (``--serve-expired``)."""
+        return self.follow.stale is not None and not (self.trust is not None and self.trust.serve_expired)
 
     def deadline_report(self) -> dict[str, Any]:
         """What a chunk's deadline means here (``emulated``: chunks over it say the host is slower than
@@ -91,7 +102,8 @@ class Pod:
                 "deadline": self.deadline_report(),
                 "follow": {"swaps": self.follow.swaps, "last_check": self.follow.last_check,
                            "last_result": self.follow.last_result, "refused_digest": self.follow.refused_digest,
-                           "refused_reason": self.follow.refused_reason, "revoked": self.follow.revoked}}
+                           "refused_reason": self.follow.refused_reason, "revoked": self.follow.revoked,
+                           "stale": self.follow.stale, "signed": self.follow.verified}}
 
     # ---------------------------------------------------------------------------- following
     def check_channel(self, *, retry_refused: bool = False) -> str:
@@ -100,7 +112,23 @@ class Pod:
         A refused digest is not tried again on every poll (it would reload a bad build forever);
         ``retry_refused`` (SIGHUP: the operator says the registry was fixed) tries it again."""
         self.follow.last_check = time.time()
-        resolved, _ = read_manifest(self.registry, self.channel)
+        try:
+            resolved, _, verified = resolve_channel(self.registry, self.channel, self._root_trust())
+        except StateExpired as exc:  # nobody re-signed the timestamp, or the registry is frozen: not ready
+            self.follow.stale = clean_message(str(exc))
+            self.metrics.trust_fresh.set(0)
+            log_event("trust_expired", channel=self.channel, serving=self.build.build_id, reason=self.follow.stale)
+            return self._result("stale")
+        if verified is not None:
+            if self.follow.stale is not None:
+                log_event("trust_fresh", channel=self.channel, serving=self.build.build_id)
+            self.follow.stale = None
+            self.follow.verified = verified.to_json()
+            self.metrics.trust_fresh.set(1)
+            if verified.revoked is not None and resolved.digest == self.build.digest:
+                self._flag_revoked(f"revoked by {verified.revoked.get('by', '?')} at {verified.revoked.get('at', '?')} "
+                                   f"(signed release state): {verified.revoked.get('reason', '')}")
+                return self._result("unchanged")
         if resolved.digest == self.build.digest:
             self._check_served_revoked()
             return self._result("unchanged")
@@ -141,10 +169,18 @@ class Pod:
         self.follow.scanned = seen
         found = revocations(self.registry, b.build_id, b.manifest.content_digest(), revocation_keys(self.trust))
         if found:
-            self.follow.revoked = found[0].describe()
-            self.metrics.revoked.set(1)
-            log_event("serving_revoked", channel=self.channel, build=b.build_id, digest=b.digest,
-                      reason=self.follow.revoked)
+            self._flag_revoked(found[0].describe())
+
+    def _flag_revoked(self, why: str) -> None:
+        if self.follow.revoked is not None:
+            return
+        b = self.build
+        self.follow.revoked = why
+        self.metrics.revoked.set(1)
+        log_event("serving_revoked", channel=self.channel, build=b.build_id, digest=b.digest, reason=why)
+
+    def _root_trust(self) -> TrustConfig | None:
+        return self.trust if self.trust is not None and self.trust.root is not None else None
 
     def _result(self, what: str) -> str:
         self.follow.last_result = what
@@ -185,8 +221,8 @@ def follow_wait(poll_seconds: float, rng: random.Random) -> float:
 
 
 def _load(registry: Registry, ref: str, resolved: Resolved, trust: TrustConfig | None) -> LoadedBuild:
-    # With a trust key the channel is loaded by name (its signed statement is checked);
-    # without, the digest resolved here is what every fetch uses.
+    # With a trust key or root the channel is loaded by name (its signed statement, or the signed
+    # release state, is checked); without, the digest resolved here is what every fetch uses.
     return load(ref if trust else resolved.digest, registry, strict=True, trust=trust)
 
 
@@ -199,7 +235,7 @@ def start_pod(registry: Registry, ref: str, *, trust: TrustConfig | None = None,
               metrics: Metrics | None = None) -> Pod:
     """A pod ready to serve ``ref``: devices prepared for the build, verified (and its signed
     statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles."""
-    resolved, _ = prepare(registry, ref) if prepare else read_manifest(registry, ref)
+    resolved, _ = prepare(registry, ref) if prepare else resolve_channel(registry, ref, trust)[:2]
     build = _load(registry, ref, resolved, trust)
     warm = warm_up(build)
     return Pod(registry, ref, build, trust=trust, warm_seconds=warm, metrics=metrics)

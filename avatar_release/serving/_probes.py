@@ -45,6 +45,8 @@ def readiness(pod: Pod) -> tuple[int, dict[str, object]]:
     ``draining`` or ``not_ready``. Every readiness answer of the pod is this one, reshaped."""
     if pod.draining:
         e = ServeError("draining", "this pod is shutting down")
+    elif pod.follow.stale is not None:
+        e = ServeError("trust_expired", f"the signed release state is not fresh: {pod.follow.stale}")
     elif not pod.ready:
         e = ServeError("not_ready", f"build {pod.build.build_id} compiled while serving")
     else:

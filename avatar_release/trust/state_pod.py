@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._digest import canonical_json, sha256_digest
 from .._paths import state_dir
-from ..errors import IntegrityError, NotFoundError, Revoked, TrustError
+from ..errors import IntegrityError, NotFoundError, TrustError
 from ..records import BlobRef
 from ..registry import Registry
 from .attest import PREDICATE_TYPES, open_envelope, verify_envelope
@@ -88,11 +88,12 @@ class VerifiedChannel:
     sequence: int  # the snapshot's version: registry-wide, increasing with every move
     expires: str  # when the timestamp that vouched for it expires (UTC)
     evidence: tuple[str, ...]  # what prod's evidence check accepted ("gate-result by KEY", ...)
+    revoked: dict[str, Any] | None = None  # the signed revocation of the build, if there is one
 
     def to_json(self) -> dict[str, Any]:
         return {"channel": self.channel, "build_id": self.build_id, "manifest_digest": self.manifest_digest,
                 "version": self.version, "sequence": self.sequence, "expires": self.expires,
-                "evidence": list(self.evidence)}
+                "evidence": list(self.evidence), "revoked": self.revoked}
 
 
 def _updater(registry: Registry, root: PinnedRoot) -> Any:
@@ -109,8 +110,9 @@ def _trusted(root: PinnedRoot, role: str) -> Metadata:
 
 
 def verify_channel_state(registry: Registry, channel: str, root: PinnedRoot) -> VerifiedChannel:
-    """The build ``channel`` names in the signed state, checked as the module says; TrustError (exit 4),
-    StateExpired, StateMissing, Revoked (exit 1) or NotFoundError (an empty channel)."""
+    """The build ``channel`` names in the signed state, checked as the module says (its signed
+    revocation, if any, is returned: the caller refuses to load it or flags the build it serves);
+    TrustError (exit 4), StateExpired, StateMissing or NotFoundError (an empty channel)."""
     from tuf.api import exceptions as tx
 
     where = f"channel {channel} of {registry.uri}"
@@ -138,10 +140,8 @@ def verify_channel_state(registry: Registry, channel: str, root: PinnedRoot) -> 
     channel_md = _trusted(root, channel)
     holder = holder_of(channel_md, channel)
     assert holder is not None  # the target was found in this very metadata
-    revoked = revocation_of(_trusted(root, "revoked"), holder.build_id) if _revocations_listed(up) else None
-    if revoked is not None:
-        raise Revoked(f"{where}: {holder.build_id} is revoked in the signed state by {revoked.get('by', '?')} at "
-                      f"{revoked.get('at', '?')}: {revoked.get('reason', '')}. A revoked build never loads again")
+    up.get_targetinfo("revoked/-")  # loads the revoked role through the client (verified, versions checked)
+    revoked = revocation_of(_trusted(root, "revoked"), holder.build_id)
     targets = _trusted(root, "targets")
     evidence: tuple[str, ...] = ()
     if channel == "prod":
@@ -151,13 +151,7 @@ def verify_channel_state(registry: Registry, channel: str, root: PinnedRoot) -> 
     ts = _trusted(root, "timestamp")
     snap = _trusted(root, "snapshot")
     return VerifiedChannel(channel, holder.build_id, holder.manifest_digest, holder.version, snap.signed.version,
-                           _iso(ts.signed.expires), evidence)
-
-
-def _revocations_listed(up: Any) -> bool:
-    """Load the revoked role through the client (verified, versions checked); True once it is trusted."""
-    up.get_targetinfo("revoked/-")
-    return True
+                           _iso(ts.signed.expires), evidence, revoked)
 
 
 def _iso(dt: datetime) -> str:

@@ -231,6 +231,12 @@ def load_state(registry: Registry, policy: TrustPolicy, *, remember: bool = True
         name = versioned_name(role, m.version)
         data = _read(registry, name, f"{role} at the version the snapshot names")
         total += len(data)
+        if m.hashes or m.length:
+            try:
+                m.verify_length_and_hashes(data)
+            except Exception:  # noqa: BLE001 - LengthOrHashMismatchError
+                raise TrustError(f"release state: {name} is not the file the snapshot signs (length or hash differ): "
+                                 "a file mixed in from another copy or registry") from None
         md = _parse(data, name)
         _verify(delegator, delegator_role or role, md, name)
         if md.signed.version != m.version:

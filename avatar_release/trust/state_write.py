@@ -107,9 +107,10 @@ class _Commit:
         from tuf.api.metadata import MetaFile, Snapshot, Timestamp
 
         meta = dict(self.base.snapshot.signed.meta) if self.base else {}
-        for role, (version, _) in self.files.items():
-            if role != "root":
-                meta[f"{role}.json"] = MetaFile(version=version)
+        for role, (version, data) in self.files.items():
+            if role != "root":  # version, length and hash: a same-numbered file from elsewhere is refused
+                meta[f"{role}.json"] = MetaFile(version=version, length=len(data),
+                                                hashes={"sha256": hashlib.sha256(data).hexdigest()})
         base_snap = self.base.snapshot.signed.version if self.base else 0
         snap = Snapshot(version=self.next_version("snapshot", base_snap), expires=_expires(LONG_LIVED), meta=meta)
         self.put("snapshot", self.sign("snapshot", snap, self.roles.online))
