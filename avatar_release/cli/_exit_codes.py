@@ -48,6 +48,7 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "gate merge": (1, *_REGISTRY, 4, 12, 13),
     "gate calibrate": (*_REGISTRY, 5, 6, 8, 12),
     "gate compile": (1, *_REGISTRY, 4, 6),
+    "gate inputs": (4,),  # reads the project and the trust policy, no registry
     "promote": (1, *_REGISTRY, 4, 13),
     "rollback": (1, *_REGISTRY, 4),
     "approve": (1, *_REGISTRY, 4),

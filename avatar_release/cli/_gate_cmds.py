@@ -1,4 +1,4 @@
-"""Gates and reviews: gate run (whole or one shard) / merge / compile / calibrate, review."""
+"""Gates and reviews: gate run (whole or one shard) / merge / compile / calibrate / inputs, review."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from ..compile import parse_set_args
 from ..errors import EnvironmentMismatch, InputError, NeedsReview, Refusal
 from ..gates import GateOutcome, calibrate, merge_shards, parse_shard, run_gate, run_shard
 from ..gates.compile_gate import run_compile_gate
+from ..gates.inputs import gate_input_files, gate_inputs_toml
 from ..gates.review import decide, review_status, serve_review
 from ..machine import native_log_filter
 from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..runtime import check_environment
+from ..trust.policy import load_policy
 from ._exit_codes import ExitCodesGroup
 from ._app import _emit, _finish, _next_step, _progress, cli, json_option
 from ._devices import prepare_devices_for_build, prepare_devices_for_target
@@ -48,7 +50,7 @@ class _GateGroup(ExitCodesGroup):
 @cli.group("gate", cls=_GateGroup)
 def gate_group() -> None:
     """Gate a build: `gate BUILD [--baseline prod|BUILD|none]`, `gate BUILD --shard K/N` then
-    `gate merge BUILD`, or `gate calibrate`.
+    `gate merge BUILD`, `gate calibrate`, or `gate inputs` (the digests a trust policy pins).
 
     Exit 0: passed. Exit 1: a gate said no. Exit 13: below the band, a blind review decides.
     Other codes: the gate could not run (listed at the end).
@@ -262,7 +264,27 @@ def gate_calibrate_cmd(pipeline: str, target: str, variants: tuple[str, ...], ma
                      for v in b.variants)
     _emit(as_json, {"ok": True, "path": str(res.path), "digest": res.digest, "band": b.model_dump(mode="json")},
           f"band for {pipeline} on {target}: PSNR >= {b.psnr_floor_db} dB, max abs diff <= "
-          f"{b.max_abs_diff_ceiling}\n{rows}\n  written to {res.path}")
+          f"{b.max_abs_diff_ceiling}\n{rows}\n  written to {res.path}\n  digest {res.digest}: a trust policy that pins "
+          "its bands ([gate_inputs]) must list it before a verdict judged by it promotes (`avatar-release gate inputs`)")
+
+
+@gate_group.command("inputs")
+@click.option("--band", "bands", multiple=True, metavar="FILE",
+              help="Also list this band file (repeatable; default: manifests/bands/*.json).")
+@project_option
+@json_option
+def gate_inputs_cmd(bands: tuple[str, ...], as_json: bool) -> None:
+    """Print the digests of the bands, target specs and lever list in force, as a trust policy's
+    [gate_inputs] section: pinned there, only these decide a verdict that promotes.
+
+    Each line says whether the trust policy in force allows that file now; digests it allows that no
+    file here has (an earlier band, kept for rollbacks) are kept in the section.
+    """
+    policy = load_policy()
+    files = gate_input_files(bands)
+    text = gate_inputs_toml(files, policy.gate_inputs, str(policy.path))
+    _emit(as_json, {"ok": True, "policy": str(policy.path), "pinned": policy.gate_inputs.pinned,
+                    "files": [f.to_json(policy.gate_inputs) for f in files], "toml": text}, text.rstrip("\n"))
 
 
 @cli.command("review")

@@ -38,7 +38,8 @@ class GateOutcome:
     report: Path | None
     review_page: Path | None
     # Why this verdict cannot promote, said when the gate runs (None: it may): a comparison with
-    # nothing while prod holds another build proves determinism only.
+    # nothing while prod holds another build proves determinism only; a band, target spec or lever
+    # list the trust policy does not pin ([gate_inputs]) decides nothing.
     never_promotes: str | None = None
 
     @property
@@ -62,4 +63,5 @@ def run_gate(
     comparison = compare(registry, inputs, twins)
     stored = store_result(registry, inputs, twins, comparison, t_start, progress)
     report, review_path = write_reports(report_dir, stored, twins, comparison)
-    return GateOutcome(stored.result, stored.digest, report, review_path, never_promotes(registry, inputs))
+    never = never_promotes(registry, inputs, stored.result)
+    return GateOutcome(stored.result, stored.digest, report, review_path, never)

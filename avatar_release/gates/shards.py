@@ -125,7 +125,8 @@ def merge_shards(ref: str, registry: Registry, *, baseline: str = "prod", report
     comparison = compare(registry, inputs, twins)
     stored = store_result(registry, inputs, twins, comparison, t_start, progress)
     report, review_path = write_reports(report_dir, stored, twins, comparison)
-    return GateOutcome(stored.result, stored.digest, report, review_path, never_promotes(registry, inputs))
+    never = never_promotes(registry, inputs, stored.result)
+    return GateOutcome(stored.result, stored.digest, report, review_path, never)
 
 
 def _signed_shards(registry: Registry, manifest: Manifest, run_id: str | None) -> list[tuple[GateShard, str]]:

@@ -41,8 +41,8 @@ from .gateset import gate_set
 from .report import write_report
 from .review import new_review, review_page
 from .store import get_frames, latest_result, load_review, put_frames, save_result, save_review
-from .tier import decide_tier
-from .verdicts import signed_verdicts, verdict_status
+from .tier import decide_tier, read_levers
+from .verdicts import signed_verdicts, unpinned_inputs, verdict_status
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,6 +87,7 @@ class GateInputs:
     tier_reasons: list[str] = field(default_factory=list)
     band: Band | None = None  # tier 2 only
     band_used: BandUsed | None = None  # the band's provenance, as the result records it
+    levers_digest: str | None = None  # the levers.toml that decided the tier (None without a baseline)
 
 
 def check_inputs(registry: Registry, ref: str, baseline: str, band_file: str | Path | None,
@@ -111,7 +112,8 @@ def check_inputs(registry: Registry, ref: str, baseline: str, band_file: str | P
     base_ref, base_manifest, base_result = _resolve_baseline(registry, baseline, resolved.digest, env, gs.digest)
     inputs = GateInputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None)
     if base_manifest is not None:
-        decision = decide_tier(manifest, base_manifest)
+        levers, inputs.levers_digest, _ = read_levers()
+        decision = decide_tier(manifest, base_manifest, levers)
         inputs.tier, inputs.tier_reasons = decision.tier, decision.reasons
         if decision.tier == 2:
             band, band_digest, band_path = load_band(manifest.pipeline, manifest.target, band_file)
@@ -334,6 +336,8 @@ def store_result(registry: Registry, inputs: GateInputs, twins: TwinRuns, compar
     result = GateResult(
         status=comparison.status, build_id=manifest.build_id, build_digest=inputs.resolved.digest,
         pipeline=manifest.pipeline, target=manifest.target, target_spec_digest=_target_spec_digest(manifest.target),
+        band_digest=inputs.band_used.digest if inputs.band_used is not None else None,
+        levers_digest=inputs.levers_digest,
         baseline=inputs.baseline, tier=inputs.tier, tier_reasons=inputs.tier_reasons, band=band,
         environment=inputs.env, tool=tool_versions(), gate_set=inputs.gate_set, gates=comparison.gates,
         frame_sha256=run_a.frame_sha256, frames_blob=put_frames(registry, run_a.frames),
@@ -377,11 +381,26 @@ def write_reports(report_dir: str | Path | None, stored: StoredResult, twins: Tw
     return report, review_path
 
 
-def never_promotes(registry: Registry, inputs: GateInputs) -> str | None:
+def never_promotes(registry: Registry, inputs: GateInputs, result: GateResult | None = None) -> str | None:
     """Why this verdict cannot promote, said when the gate runs (None: it may): a comparison with
-    nothing while prod holds another build proves determinism only."""
+    nothing while prod holds another build proves determinism only; a verdict decided by a band,
+    target spec or lever list the trust policy's ``[gate_inputs]`` does not pin never counts."""
     prod = registry.get_channel("prod")
-    if inputs.baseline is not None or prod is None or prod.digest == inputs.resolved.digest:
+    if inputs.baseline is None and prod is not None and prod.digest != inputs.resolved.digest:
+        return (f"compared with nothing while prod holds {prod.build_id}: this verdict proves determinism only and "
+                f"never promotes; to promote, gate against prod: avatar-release gate {inputs.resolved.build_id}")
+    return None if result is None else _unpinned_note(result)
+
+
+def _unpinned_note(result: GateResult) -> str | None:
+    try:
+        policy = load_policy()
+    except InputError:
+        return None  # advice only: promotion reads the policy again and says what is wrong with it
+    unpinned = unpinned_inputs(result, policy)
+    if not unpinned:
         return None
-    return (f"compared with nothing while prod holds {prod.build_id}: this verdict proves determinism only and "
-            f"never promotes; to promote, gate against prod: avatar-release gate {inputs.resolved.build_id}")
+    return (f"decided by project files the trust policy {policy.path} does not pin "
+            f"({'; '.join(u.describe() for u in unpinned)}): this verdict never promotes; gate with the pinned "
+            "files in place (`avatar-release gate inputs` prints the digests in force), or pin these in the "
+            "policy's [gate_inputs]")

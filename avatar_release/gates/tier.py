@@ -5,7 +5,8 @@ difference from the baseline is a declared lever that changes reduction order or
 config overrides by key, as the pipeline declares them (its contract's ``levers``, recorded in
 each build's manifest: an override counts only where the candidate *and* the baseline declare it
 with the same effect), compiler options by name and the jax/jaxlib versions, as the project's
-``manifests/levers.toml`` declares them. The decision and its reasons go into the gate result.
+``manifests/levers.toml`` declares them. The decision and its reasons go into the gate result,
+with the digest of that levers.toml (``GateResult.levers_digest``: a trust policy may pin it).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._digest import sha256_digest
 from ..errors import SpecError
 from ..records import Manifest
 from ..specs import manifests_dir
 
-__all__ = ["TierDecision", "decide_tier", "load_levers"]
+__all__ = ["TierDecision", "decide_tier", "load_levers", "read_levers", "levers_path"]
 
 
 @dataclass(frozen=True)
@@ -28,16 +30,27 @@ class TierDecision:
 
 
 def load_levers(path: Path | None = None) -> dict:
-    path = path or manifests_dir() / "levers.toml"
+    return read_levers(path)[0]
+
+
+def levers_path() -> Path:
+    return manifests_dir() / "levers.toml"
+
+
+def read_levers(path: Path | None = None) -> tuple[dict, str, Path]:
+    """(the lever list, the digest of its bytes, its path): read once, so the digest a gate result
+    names is of the very bytes that decided its tier."""
+    path = path or levers_path()
     if not path.is_file():
         raise SpecError(f"{path}: missing; it declares which levers may be judged by the similarity band")
+    data = path.read_bytes()
     try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
+        doc = tomllib.loads(data.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SpecError(f"{path}: not valid TOML ({e})") from None
     if doc.get("schema_version") != 1:
         raise SpecError(f"{path}: schema_version {doc.get('schema_version')!r}, this tool reads 1")
-    return doc
+    return doc, sha256_digest(data), path
 
 
 def _declared_overrides(candidate: Manifest, baseline: Manifest, levers: dict) -> dict:

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from ..records import GateResult, Manifest
 from ..registry import Registry
 from ..trust.evidence import Rejected, verified
-from ..trust.policy import TrustPolicy
+from ..trust.policy import TrustPolicy, UnpinnedInput
 from .review_evidence import review_outcome
 
-__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "verdict_status"]
+__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "verdict_status",
+           "unpinned_inputs"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,13 @@ def verdict_status(registry: Registry, build_id: str, verdict: SignedVerdict, ma
         return review_outcome(registry, build_id, verdict.result, verdict.digest, manifest.content_digest(), policy,
                               approvals).status
     return verdict.result.status
+
+
+def unpinned_inputs(result: GateResult, policy: TrustPolicy) -> list[UnpinnedInput]:
+    """The project files ``result`` was decided by that the policy's ``[gate_inputs]`` does not allow:
+    its target spec, and where the band judged (not skipped: tier 2, not bit-exact) the band and the
+    lever list that sent it there."""
+    band_gate = result.gate("similarity-band")
+    return policy.gate_inputs.unpinned(
+        target=result.target, target_spec=result.target_spec_digest, band=result.band_judged_by(),
+        levers=result.levers_digest, band_judged=band_gate is not None and band_gate.status != "skipped")

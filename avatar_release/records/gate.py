@@ -4,6 +4,11 @@ Changelogs (each kind versioned on its own):
   * ``avatar-release/gate-result`` (``GATE_RESULT_SCHEMA_VERSION``): 1 (2026-11-29) first version;
     optional ``target_spec_digest`` added 2026-12-01 (the digest of the target spec the gate ran
     under; absent in older results, which the policy still reads).
+    2 (2026-12-05): ``band_digest`` (the band file a tier-2 verdict was judged against, the same
+    digest as ``band.digest``) and ``levers_digest`` (the ``manifests/levers.toml`` that decided the
+    tier, whenever a baseline was compared): with ``target_spec_digest``, every project file that
+    decided the verdict, named inside the signed evidence so a trust policy's ``[gate_inputs]`` can
+    pin them. Version-1 results are still read (both absent: None).
   * ``avatar-release/band`` (``BAND_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/compile-gate`` (``COMPILE_GATE_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/gate-shard`` (``GATE_SHARD_SCHEMA_VERSION``): 1 (2026-12-02) first version: the
@@ -55,7 +60,7 @@ __all__ = [
     "GateShard",
 ]
 
-GATE_RESULT_SCHEMA_VERSION = 1
+GATE_RESULT_SCHEMA_VERSION = 2
 BAND_SCHEMA_VERSION = 1
 COMPILE_GATE_SCHEMA_VERSION = 1
 GATE_SHARD_SCHEMA_VERSION = 1
@@ -209,6 +214,8 @@ class GateResult(Record):
     pipeline: str
     target: str
     target_spec_digest: str | None = None  # the target spec in force at the gate (TargetSpec.digest())
+    band_digest: str | None = None  # v2: the band file judged by (tier 2; None: no band decided)
+    levers_digest: str | None = None  # v2: the levers.toml that decided the tier (None: no baseline)
     baseline: BaselineRef | None
     tier: Literal[1, 2] | None  # None without a baseline
     tier_reasons: list[str] = []
@@ -222,6 +229,8 @@ class GateResult(Record):
     seconds: dict[str, float] = {}
     created_at: str
     created_by: str
+
+    _digests = check_digest_fields("target_spec_digest", "band_digest", "levers_digest")
 
     def gate(self, name: str) -> GateEvidence | None:
         return next((g for g in self.gates if g.name == name), None)
@@ -239,6 +248,14 @@ class GateResult(Record):
             return BandUsed.model_validate(self.band)
         except ValidationError as e:
             raise _invalid("gate result band", e) from None
+
+    def band_judged_by(self) -> str | None:
+        """The digest of the band this verdict was judged against: ``band_digest``, or in a version-1
+        result the one inside ``band``; None without a band (tier 1, or no baseline)."""
+        if self.band_digest is not None:
+            return self.band_digest
+        used = self.band_used()
+        return used.digest if used is not None else None
 
 
 class BandVariant(Record):

@@ -1,0 +1,110 @@
+"""Project files cannot lower a verdict (issue 39 item 5), through the CLI on real builds.
+
+A policy author pins the band, target specs and lever list in force (`gate inputs`, pasted into an
+explicit trust policy). A project that redefines cpu-8, or lowers the band's floor so that a build
+below the measured band passes, gets a signed verdict from the gate, which says at once that it
+never promotes; promotion refuses it, naming the digest the evidence names and the pinned one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from avatar_release._digest import sha256_digest
+from avatar_release.specs import load_target
+from avatar_release.trust.policy import local_identity
+from tests.helpers import cli
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _project(tmp_path: Path, name: str) -> Path:
+    """A copy of the repository's manifests/, for a project to change."""
+    man = tmp_path / name / "manifests"
+    shutil.copytree(REPO / "manifests", man)
+    return man
+
+
+def _pinned_policy(tmp_path: Path, monkeypatch) -> Path:
+    """An explicit policy trusting this machine's keys, with what `gate inputs` prints pasted in."""
+    me = local_identity()
+    path = tmp_path / "trust.toml"
+    path.write_text(
+        f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\n'
+        f'ana = "{me.reviewer_key_path.with_suffix(".pub")}"\nrelease = "{me.release_key_path.with_suffix(".pub")}"\n'
+        '[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["ana"]\n[release]\napprovers = ["release"]\n\n')
+    monkeypatch.setenv("AVATAR_RELEASE_TRUST_POLICY", str(path))
+    res = cli("gate", "inputs")
+    assert res.exit_code == 0, res.output
+    path.write_text(path.read_text() + res.output)
+    return path
+
+
+def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_copy, tmp_path, monkeypatch):
+    root, first = registry_copy
+    reg, a = str(root), first.build_id
+    policy = _pinned_policy(tmp_path, monkeypatch)
+    pinned_spec = load_target("cpu-8").digest()
+    pinned_band = sha256_digest((REPO / "manifests" / "bands" / "tiny-cpu-8.json").read_bytes())
+    assert f'"cpu-8" = "{pinned_spec}"' in policy.read_text() and f'"{pinned_band}",' in policy.read_text()
+
+    # A project that redefines cpu-8: the gate runs under it and names its spec; the spec in force agrees.
+    redefined = _project(tmp_path, "redefined")
+    spec = redefined / "targets" / "cpu-8.toml"
+    spec.write_text(spec.read_text() + "peak_flops_per_second = 1e15\n")
+    monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(redefined))
+    other_spec = load_target("cpu-8").digest()
+    res = cli("gate", a, "--baseline", "none", "--registry", reg, "--report", tmp_path / "r1", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "passed" and doc["result"]["target_spec_digest"] == other_spec != pinned_spec
+    assert not doc["promotable"] and f"target spec {other_spec}, where [gate_inputs] targets.cpu-8 allows " \
+                                     f"{pinned_spec}" in doc["never_promotes"]
+    res = cli("promote", a, "--to", "staging", "--registry", reg)
+    assert res.exit_code == 1, res.output
+    flat = " ".join(res.output.split())
+    assert f"does not pin: target spec {other_spec}, where [gate_inputs] targets.cpu-8 allows {pinned_spec}" in flat
+    assert f"run `avatar-release gate {a}` with the pinned files in place" in flat
+
+    # Under the pinned project the same build gates and promotes all the way.
+    monkeypatch.delenv("AVATAR_RELEASE_MANIFESTS")
+    assert cli("gate", a, "--baseline", "none", "--registry", reg, "--report", tmp_path / "r2").exit_code == 0
+    for channel in ("staging", "prod"):
+        res = cli("promote", a, "--to", channel, "--registry", reg)
+        assert res.exit_code == 0, res.output
+
+    # A bf16 residual stream falls below the measured band (tests/integration/test_gates.py); a project
+    # whose band has a floor of 0 dB lets it pass, signed.
+    res = cli("compile", "--set", "residual_dtype=bfloat16", "--registry", reg, "--json")
+    assert res.exit_code == 0, res.output
+    b = json.loads(res.stdout)["build_id"]
+    lowered = _project(tmp_path, "lowered")
+    band_file = lowered / "bands" / "tiny-cpu-8.json"
+    band = json.loads(band_file.read_text())
+    band_file.write_text(json.dumps({**band, "psnr_floor_db": 0.0, "max_abs_diff_ceiling": 255}))
+    lowered_band = sha256_digest(band_file.read_bytes())
+    monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(lowered))
+    res = cli("gate", b, "--registry", reg, "--report", tmp_path / "r3", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    r = doc["result"]
+    assert doc["status"] == "passed" and r["tier"] == 2
+    assert {g["name"]: g["status"] for g in r["gates"]}["similarity-band"] == "passed"
+    assert r["schema_version"] == 2 and r["band_digest"] == r["band"]["digest"] == lowered_band
+    assert r["levers_digest"] == sha256_digest((lowered / "levers.toml").read_bytes())
+    assert r["target_spec_digest"] == pinned_spec
+    assert f"band {lowered_band}, where [gate_inputs] bands allows {pinned_band}" in doc["never_promotes"]
+    res = cli("promote", b, "--to", "staging", "--registry", reg)
+    assert res.exit_code == 1, res.output
+    flat = " ".join(res.output.split())
+    assert f"trust policy {policy} does not pin: band {lowered_band}, where [gate_inputs] bands allows " \
+           f"{pinned_band}" in flat
+    assert "`avatar-release gate inputs` prints the digests of the files in force" in flat
+    res = cli("history", "staging", "--registry", reg, "--json")
+    assert [e["to_build"] for e in json.loads(res.stdout)["entries"]] == [a]  # staging never moved to b
