@@ -105,6 +105,10 @@ def main() -> None:
             from tests.unit.test_copy import publish  # a stored manifest, every blob reference real bytes
 
             ref = publish(reg, version=5)[0]
+            from avatar_release.trust.policy import load_policy
+            from avatar_release.trust.state_write import init_state
+
+            init_state(reg, load_policy())  # what `avatar-release registry init` does
         elif not args.registry:
             _compiled(reg)
         build, _ = read_manifest(reg, ref)

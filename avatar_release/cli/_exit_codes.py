@@ -53,7 +53,8 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "rollback": (1, *_REGISTRY, 4),
     "approve": (1, *_REGISTRY, 4),
     "revoke": (*_REGISTRY, 4),
-    "history": _REGISTRY,
+    "history": (*_REGISTRY, 4),
+    "registry": (1, *_REGISTRY, 4),  # init/upgrade refuse a registry that has state (1); signed-state checks (4)
     "gc": _REGISTRY,
     "render": (*_LOADS, 9),
     "serve": _LOADS,

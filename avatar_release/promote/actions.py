@@ -21,6 +21,7 @@ from ..records import CHANNELS, ChannelState, HistoryEntry, SignedStatement
 from ..records import BlobRef, Manifest, MoveRecord
 from ..registry import Registry, Resolved, read_manifest
 from ..trust import key_id
+from ..trust.evidence import attestation_refs
 from ..trust.policy import TrustPolicy, load_policy, local_identity
 from ..trust.revocation import Revocation, revoke
 from ..trust.state_moves import open_state, publish_to_dev as _publish_signed, signed_move
@@ -205,16 +206,11 @@ def revoke_build(registry: Registry, ref: str, *, reason: str, private_key: Ed25
                       "promotion would not count its revocation; sign with a key the policy names (--key)")
     done = revoke(registry, resolved.build_id, manifest.content_digest(), key, reason=reason, by=actor())
     # The signed state lists it too: a revocation removed from the attestation index still counts.
-    envelope = next(r for r in reversed(_refs(registry, resolved.build_id)) if r.digest == done.envelope_digest)
+    envelope = next(r for r in reversed(attestation_refs(registry, resolved.build_id)) if r.digest == done.envelope_digest)
     record_revocation(registry, policy, state, build_id=resolved.build_id, manifest_digest=manifest.content_digest(),
                       envelope=envelope, reason=done.reason, by=done.by, at=done.at, given=(key,))
     return done
 
-
-def _refs(registry: Registry, build_id: str) -> list[BlobRef]:
-    from ..trust.evidence import attestation_refs
-
-    return attestation_refs(registry, build_id)
 
 
 def rollback(registry: Registry, channel: str, *, to: str | None = None, reason: str = "", who: str | None = None,

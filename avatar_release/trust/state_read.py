@@ -128,15 +128,6 @@ def seen_path(registry_id: str) -> Path:
     return state_dir() / "release-state" / f"{registry_id.removeprefix('sha256:')[:32]}.json"
 
 
-def _read(registry: Registry, name: str, what: str) -> bytes:
-    data = registry.get_record(NAMESPACE, name)
-    if data is None:
-        raise TrustError(f"release state: {name} ({what}) is missing from the registry; the signed state was "
-                         "damaged or partly deleted: restore the release-state records from a copy "
-                         "(avatar-release copy) or a backup")
-    return data
-
-
 def _parse(data: bytes, name: str) -> Metadata:
     from tuf.api.metadata import Metadata
 
@@ -168,6 +159,85 @@ def _missing(registry: Registry) -> StateMissing:
                         "of your trust policy: avatar-release registry init")
 
 
+class _Reader:
+    """One verification of a registry's state: each file read once, its bytes counted."""
+
+    def __init__(self, registry: Registry, seen: dict[str, int]):
+        self.registry, self.seen, self.total = registry, seen, 0
+
+    def read(self, name: str, what: str, *, required: bool = True) -> bytes | None:
+        data = self.registry.get_record(NAMESPACE, name)
+        if data is None and required:
+            raise TrustError(f"release state: {name} ({what}) is missing from the registry; the signed state was "
+                             "damaged or partly deleted: restore the release-state records from a copy "
+                             "(avatar-release copy) or a backup")
+        self.total += len(data or b"")
+        return data
+
+    def root_chain(self, first: bytes) -> Metadata:
+        """The newest root, each version signed by its own keys and the previous version's."""
+        root = _parse(first, "1.root.json")
+        _verify(root.signed, "root", root, "1.root.json")
+        version = 1
+        while (data := self.read(versioned_name("root", version + 1), "root", required=False)) is not None:
+            name = versioned_name("root", version + 1)
+            new = _parse(data, name)
+            _verify(root.signed, "root", new, name)
+            _verify(new.signed, "root", new, name)
+            if new.signed.version != version + 1:
+                raise TrustError(f"release state: {name} says it is version {new.signed.version}")
+            root, version = new, version + 1
+        _check_not_older("root", version, self.seen)
+        return root
+
+    def timestamp(self, root: Metadata) -> Metadata:
+        ts = _parse(self.read("timestamp.json", "timestamp") or b"", "timestamp.json")
+        _verify(root.signed, "timestamp", ts, "timestamp.json")
+        newest = list_versions(self.registry)
+        if newest.get("timestamp", 0) > ts.signed.version:
+            raise TrustError(f"release state: timestamp.json is version {ts.signed.version}, but the registry holds "
+                             f"timestamp version {newest['timestamp']}: the timestamp was rolled back; restore the "
+                             "newest (or, if you hold the online key, avatar-release registry refresh signs a newer one)")
+        _check_not_older("timestamp", ts.signed.version, self.seen)
+        return ts
+
+    def snapshot(self, root: Metadata, ts: Metadata) -> Metadata:
+        meta = ts.signed.snapshot_meta
+        name = versioned_name("snapshot", meta.version)
+        data = self.read(name, "the snapshot the timestamp names") or b""
+        try:
+            meta.verify_length_and_hashes(data)
+        except Exception:  # noqa: BLE001 - LengthOrHashMismatchError
+            raise TrustError(f"release state: {name} is not the snapshot the timestamp signs (length or hash differ)") \
+                from None
+        snap = _parse(data, name)
+        _verify(root.signed, "snapshot", snap, name)
+        if snap.signed.version != meta.version:
+            raise TrustError(f"release state: {name} says it is version {snap.signed.version}")
+        _check_not_older("snapshot", snap.signed.version, self.seen)
+        return snap
+
+    def role(self, snap: Metadata, role: str, delegator: Any) -> Metadata:
+        """A targets role at exactly the version, length and hash the snapshot names."""
+        m = snap.signed.meta.get(f"{role}.json")
+        if m is None:
+            raise TrustError(f"release state: the snapshot names no {role} metadata")
+        name = versioned_name(role, m.version)
+        data = self.read(name, f"{role} at the version the snapshot names") or b""
+        if m.hashes or m.length:
+            try:
+                m.verify_length_and_hashes(data)
+            except Exception:  # noqa: BLE001 - LengthOrHashMismatchError
+                raise TrustError(f"release state: {name} is not the file the snapshot signs (length or hash differ): "
+                                 "a file mixed in from another copy or registry") from None
+        md = _parse(data, name)
+        _verify(delegator, role, md, name)
+        if md.signed.version != m.version:
+            raise TrustError(f"release state: {name} says it is version {md.signed.version}: a mixed state")
+        _check_not_older(role, m.version, self.seen)
+        return md
+
+
 def load_state(registry: Registry, policy: TrustPolicy, *, remember: bool = True, pin_root: bool = True
                ) -> ReleaseState:
     """The verified signed state (see the module's note), or TrustError / StateMissing (exit 4).
@@ -176,77 +246,16 @@ def load_state(registry: Registry, policy: TrustPolicy, *, remember: bool = True
     if first is None:
         raise _missing(registry)
     registry_id = "sha256:" + hashlib.sha256(first).hexdigest()
-    seen = _load_seen(registry_id)
-    total = len(first)
-    root = _parse(first, "1.root.json")
-    _verify(root.signed, "root", root, "1.root.json")
-    version = 1
-    while True:
-        name = versioned_name("root", version + 1)
-        data = registry.get_record(NAMESPACE, name)
-        if data is None:
-            break
-        total += len(data)
-        new = _parse(data, name)
-        _verify(root.signed, "root", new, name)
-        _verify(new.signed, "root", new, name)
-        if new.signed.version != version + 1:
-            raise TrustError(f"release state: {name} says it is version {new.signed.version}")
-        root, version = new, version + 1
-    _check_not_older("root", version, seen)
+    r = _Reader(registry, _load_seen(registry_id))
+    r.total = len(first)
+    root = r.root_chain(first)
     if pin_root:
         _check_root_keys(root, policy, registry)
-
-    ts_data = _read(registry, "timestamp.json", "timestamp")
-    total += len(ts_data)
-    ts = _parse(ts_data, "timestamp.json")
-    _verify(root.signed, "timestamp", ts, "timestamp.json")
-    newest = list_versions(registry)
-    if newest.get("timestamp", 0) > ts.signed.version:
-        raise TrustError(f"release state: timestamp.json is version {ts.signed.version}, but the registry holds "
-                         f"timestamp version {newest['timestamp']}: the timestamp was rolled back; restore the newest "
-                         "(or, if you hold the online key, avatar-release registry refresh signs a newer one)")
-    _check_not_older("timestamp", ts.signed.version, seen)
-
-    meta = ts.signed.snapshot_meta
-    snap_name = versioned_name("snapshot", meta.version)
-    snap_data = _read(registry, snap_name, "the snapshot the timestamp names")
-    total += len(snap_data)
-    try:
-        meta.verify_length_and_hashes(snap_data)
-    except Exception:  # noqa: BLE001 - LengthOrHashMismatchError
-        raise TrustError(f"release state: {snap_name} is not the snapshot the timestamp signs (length or hash differ)") \
-            from None
-    snap = _parse(snap_data, snap_name)
-    _verify(root.signed, "snapshot", snap, snap_name)
-    if snap.signed.version != meta.version:
-        raise TrustError(f"release state: {snap_name} says it is version {snap.signed.version}")
-    _check_not_older("snapshot", snap.signed.version, seen)
-
-    def role_file(role: str, delegator: Any, delegator_role: str | None = None) -> Metadata:
-        nonlocal total
-        m = snap.signed.meta.get(f"{role}.json")
-        if m is None:
-            raise TrustError(f"release state: the snapshot names no {role} metadata")
-        name = versioned_name(role, m.version)
-        data = _read(registry, name, f"{role} at the version the snapshot names")
-        total += len(data)
-        if m.hashes or m.length:
-            try:
-                m.verify_length_and_hashes(data)
-            except Exception:  # noqa: BLE001 - LengthOrHashMismatchError
-                raise TrustError(f"release state: {name} is not the file the snapshot signs (length or hash differ): "
-                                 "a file mixed in from another copy or registry") from None
-        md = _parse(data, name)
-        _verify(delegator, delegator_role or role, md, name)
-        if md.signed.version != m.version:
-            raise TrustError(f"release state: {name} says it is version {md.signed.version}: a mixed state")
-        _check_not_older(role, m.version, seen)
-        return md
-
-    targets = role_file("targets", root.signed)
-    roles = {r: role_file(r, targets.signed) for r in (*CHANNEL_ROLES, "revoked")}
-    state = ReleaseState(registry_id, root, ts, snap, targets, roles, total)
+    ts = r.timestamp(root)
+    snap = r.snapshot(root, ts)
+    targets = r.role(snap, "targets", root.signed)
+    roles = {name: r.role(snap, name, targets.signed) for name in (*CHANNEL_ROLES, "revoked")}
+    state = ReleaseState(registry_id, root, ts, snap, targets, roles, r.total)
     if remember:
         _remember(registry_id, state)
     return state

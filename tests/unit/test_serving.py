@@ -342,7 +342,7 @@ def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(m
     old, new = _fake_build("fake-old"), _fake_build("fake-new")
     pod = Pod(MemoryRegistry("follow"), "prod", old)
     channel = SimpleNamespace(digest=old.digest)
-    monkeypatch.setattr(_pod, "read_manifest", lambda reg, ref: (channel, None))
+    monkeypatch.setattr(_pod, "resolve_channel", lambda reg, ref, trust: (channel, None, None))
     loads = []
     monkeypatch.setattr(_pod, "_load", lambda reg, ref, resolved, trust: loads.append(resolved.digest) or new)
 
