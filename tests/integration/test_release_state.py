@@ -213,3 +213,43 @@ def test_no_single_key_makes_a_pod_run_an_ungated_build(registry_copy, tmp_path)
                            given=[ident.gate_key()])
     with pytest.raises(TrustError, match="no release approval"):
         verify_channel_state(reg, "prod", load_pinned_root(pinned))
+
+
+def test_an_unsigned_registry_is_upgraded_once_and_root_keys_rotate_without_re_pinning_pods(
+        registry_copy, tmp_path, monkeypatch):
+    from avatar_release._paths import config_dir
+
+    root, result = registry_copy
+    reg, a, b, r = _released(root, result)
+    shutil.rmtree(root / "records" / NAMESPACE)  # a registry from before the signed state
+    assert cli("promote", b, "--to", "prod", *r).exit_code == 4
+    up = cli("registry", "upgrade", *r, "--json")
+    assert up.exit_code == 0, up.output
+    doc = json.loads(up.stdout)
+    assert doc["channels"]["prod"]["build_id"] == a and doc["channels"]["staging"]["build_id"] == b
+    assert [e["to_build"] for e in json.loads(cli("history", "prod", *r, "--json").stdout)["entries"]] == [a]
+    assert cli("registry", "upgrade", *r).exit_code == 1  # once
+    pinned = tmp_path / "root.json"
+    assert cli("registry", "root", "--out", pinned, *r).exit_code == 0
+
+    # New root keys: the policy names them; the registry's root still names the old ones.
+    assert cli("keys", "generate", "--out", tmp_path / "k", "--name", "root2").exit_code == 0
+    text = (config_dir() / "trust.toml").read_text().replace('"keys/', f'"{config_dir()}/keys/')
+    text = text.replace("[keys]\n", f'[keys]\nroot2 = "{tmp_path / "k" / "root2.pub"}"\n', 1) + '\n[state]\nroot = ["root2"]\n'
+    policy = tmp_path / "trust.toml"
+    policy.write_text(text)
+    policy.chmod(0o600)
+    monkeypatch.setenv("AVATAR_RELEASE_TRUST_POLICY", str(policy))
+    refused = cli("registry", "status", *r, "--json")
+    assert refused.exit_code == 4 and "registry rotate" in json.loads(refused.stdout)["message"]
+    assert cli("registry", "rotate", *r).exit_code == 2  # the old root keys must vouch: --old-root-key
+    rotated = cli("registry", "rotate", "--old-root-key", local_identity().release_key_path,
+                  "--sign-key", tmp_path / "k" / "root2.key", *r, "--json")
+    assert rotated.exit_code == 0, rotated.output
+    assert json.loads(rotated.stdout)["root_version"] == 2
+    assert cli("registry", "status", *r).exit_code == 0
+    assert cli("promote", b, "--to", "prod", *r).exit_code == 0  # moves need no root key
+    # A pod pinned to root v1 follows the chain of roots to v2 and sees the move.
+    assert verify_channel_state(reg, "prod", load_pinned_root(pinned)).build_id == b
+    monkeypatch.delenv("AVATAR_RELEASE_TRUST_POLICY")  # the old policy no longer names this registry's root
+    assert cli("registry", "status", *r).exit_code == 4
