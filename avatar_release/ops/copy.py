@@ -12,9 +12,18 @@ records; the channel last):
 3. the build's records in every namespace declared in :data:`~avatar_release.records.stored.STORED_NAMESPACES`
    keyed by build (gate results, gate shards, compile gates, reviews, attestations), byte for
    byte, with the blobs each roots (gate results, frames, envelopes) copied first;
-4. with ``channel``: the destination channel moved to the build (compare-and-swap against what
-   it was when the copy started), then the channel's signed statement and timestamp, when the
-   source's channel points at this very build (otherwise they sign another build, and are left).
+4. with ``channel``: a signed move of the destination's channel to the build, in the
+   destination's signed release state (``trust.state_moves.signed_move``, action "promote",
+   reason "copied from SOURCE"; a new, empty destination is initialised first, one with channels
+   but no signed state is refused: ``registry upgrade``), then its plain pointer as a mirror.
+   When the source's signed state names this very build in that channel, the move carries the
+   evidence the source's move carried (its gate result and release approval envelopes, present
+   in the destination by then: copied with the build's attestations, or by digest) and the
+   channel's signed statement and timestamp are copied (otherwise they sign another build, and
+   are left).
+
+A channel name as ``ref`` is read from the source's signed release state when it has one (the
+build it names must be the very manifest it signs), else from its plain pointer.
 
 Blobs move side by side (``workers`` threads, 4 by default: fetching, hashing and pushing wait on
 the network or release the GIL), each verified on its own, with a line of progress per blob on
@@ -55,7 +64,11 @@ from .._digest import is_digest
 from ..errors import ConflictError, IntegrityError, NotFoundError
 from ..records import BlobRef, Manifest, parse_record
 from ..records.stored import STATEMENTS, STORED_NAMESPACES, TIMESTAMPS
-from ..registry import OciRegistry, Registry
+from ..promote.signed import SignedChannels
+from ..registry import CHANNELS, OciRegistry, Registry, Resolved
+from ..trust.policy import TrustPolicy, load_policy
+from ..trust.state_moves import open_state, signed_move
+from ..trust.state_read import ReleaseState, load_state, state_exists
 from ..trust.statements import parse_statement
 
 __all__ = ["CopyReport", "copy_build"]
@@ -210,15 +223,24 @@ def _statement_digest(raw: bytes) -> str | None:
 
 
 def _copy_channel(src: Registry, dst: Registry, channel: str, manifest: Manifest, who: str,
-                  copier: _Copier, report: CopyReport) -> None:
+                  copier: _Copier, report: CopyReport, policy: TrustPolicy, src_state: ReleaseState | None) -> None:
     report.channel = channel
-    current = dst.get_channel(channel)
-    target = dst.resolve(report.destination_digest)
-    entry = dst.move_channel(channel, target, expected_digest=current.digest if current else None,
-                             action="promote", who=who, reason=f"copied from {src.uri}")
-    report.channel_moved = entry is not None
-    at_src = src.get_channel(channel)
-    if at_src is None or at_src.build_id != manifest.build_id:
+    if src_state is not None:
+        held = src_state.holder(channel)
+        here = held is not None and held.manifest_digest == manifest.content_digest()
+    else:  # a source not yet signed: its plain pointer is all there is
+        held, at_src = None, src.get_channel(channel)
+        here = at_src is not None and at_src.build_id == manifest.build_id
+    evidence = held.evidence if held is not None and here else ()
+    for ref in evidence:  # attestation envelopes: copied with the build's records; any its index lost, by digest
+        copier.blob(ref)
+    state = open_state(dst, policy, init_if_new=True)
+    _, move, _ = signed_move(dst, policy, state, channel, dst.resolve(report.destination_digest), manifest,
+                             action="promote", who=who, reason=f"copied from {src.uri}",
+                             gate_result_digest=held.gate_result_digest if held is not None and here else None,
+                             evidence=evidence)
+    report.channel_moved = move is not None
+    if not here:
         return  # the source's signature is for another build
     raw = src.get_record(STATEMENTS.name, channel)
     if raw is None:
@@ -232,21 +254,34 @@ def _copy_channel(src: Registry, dst: Registry, channel: str, manifest: Manifest
     report.statement_copied = True
 
 
+def _resolve(src: Registry, ref: str, src_state: ReleaseState | None) -> Resolved:
+    """``ref`` in the source: a channel as its signed state names it (when it has one)."""
+    if src_state is not None and ref in CHANNELS:
+        return SignedChannels(src, src_state).resolve(ref)[0]
+    return src.resolve(ref)
+
+
 STREAM_ABOVE = 64 << 20
 COPY_WORKERS = 4
 
 
 def copy_build(src: Registry, dst: Registry, ref: str, *, channel: str | None = None,
                who: str = "avatar-release copy", stream_above: int = STREAM_ABOVE, workers: int = COPY_WORKERS,
-               progress: Callable[[str], None] = lambda line: None) -> CopyReport:
+               progress: Callable[[str], None] = lambda line: None, policy: TrustPolicy | None = None) -> CopyReport:
     """Copy the build ``ref`` names (channel, build id, digest) from ``src`` into ``dst``; see the module.
 
     Between two OCI registries, blobs of ``stream_above`` bytes or more go through a temporary file
     (streamed, verified pull; chunked, resumable push), so memory does not grow with them; other
-    blobs are held in memory, ``workers`` at a time (a weight chunk is at most 64 MiB).
+    blobs are held in memory, ``workers`` at a time (a weight chunk is at most 64 MiB). ``policy``
+    (default: the trust policy in force) verifies the source's signed state and signs the
+    destination's channel move; only a copy with ``channel`` or of a channel name needs it.
     """
     t0 = time.perf_counter()
-    resolved = src.resolve(ref)
+    src_state = None
+    if channel is not None or ref in CHANNELS:  # read first: an unverifiable source copies nothing
+        policy = policy or load_policy()
+        src_state = load_state(src, policy) if state_exists(src) else None
+    resolved = _resolve(src, ref, src_state)
     manifest_bytes = src.get_manifest_bytes(resolved.digest)
     manifest = parse_record(Manifest, manifest_bytes, where=f"{src.uri} manifest {resolved.digest}")
     if manifest.build_id != resolved.build_id:
@@ -262,6 +297,6 @@ def copy_build(src: Registry, dst: Registry, ref: str, *, channel: str | None = 
             raise NotFoundError(f"{src.uri}: record {namespace}/{name} vanished during the copy; retry")
         copier.record(namespace, name, raw)
     if channel is not None:
-        _copy_channel(src, dst, channel, manifest, who, copier, report)
+        _copy_channel(src, dst, channel, manifest, who, copier, report, policy or load_policy(), src_state)
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

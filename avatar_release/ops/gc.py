@@ -2,7 +2,11 @@
 
 Kept, always:
   * every build a channel points at, and every build staging or prod ever pointed at
-    (rollback targets);
+    (rollback targets): as the signed release state names them (its moves, verified from the
+    trust policy's root) and as the plain pointers and history say (a mirror that someone
+    edited can make gc keep more, never delete a build a decision can reach);
+  * the signed release state (namespace ``release-state``, never pruned) and the blobs its
+    metadata names: every move record and the evidence each move carried;
   * with ``prune_builds=False`` (the default), every published build;
   * for each kept build: its manifest, executables and weights, and the roots of every side
     record keyed by it (each namespace declares its own in ``records.stored``: gate results
@@ -27,7 +31,9 @@ from typing import Any, Protocol
 from ..errors import InputError
 from ..records import BlobRef, Manifest, parse_record
 from ..records.stored import STORED_NAMESPACES
-from ..registry import BuildRef, Collectable, Registry
+from ..registry import CHANNELS, BuildRef, Collectable, Registry
+from ..trust.policy import load_policy
+from ..trust.state_read import load_state, moves, state_exists
 
 __all__ = ["GcReport", "collect_garbage"]
 
@@ -104,9 +110,28 @@ def _partition_builds(reg: Registry, prune_builds: bool) -> tuple[list[BuildRef]
             protected.add(e.to_digest)
             if e.from_digest:
                 protected.add(e.from_digest)
+    signed = _signed_builds(reg) if prune_builds else set()
     builds = reg.list_builds()
-    keep = [b for b in builds if not prune_builds or b.digest in protected]
+    keep = [b for b in builds if not prune_builds or b.digest in protected or b.build_id in signed]
     return keep, [b for b in builds if b not in keep]
+
+
+def _signed_builds(reg: Registry) -> set[str]:
+    """Build ids the signed release state names: each channel's, and every build staging and prod
+    held or left (rollback targets, read along their signed chains of moves)."""
+    if not state_exists(reg):
+        return set()
+    state = load_state(reg, load_policy())  # an unverifiable state: refused (exit 4) before anything is deleted
+    out: set[str] = set()
+    for channel in CHANNELS:
+        holder = state.holder(channel)
+        if holder is None:
+            continue
+        out.add(holder.build_id)
+        if channel in _ROLLBACK_CHANNELS:
+            for m in moves(reg, holder):
+                out.update(b for b in (m.build_id, m.from_build) if b)
+    return out
 
 
 def _reachable(reg: _CollectableRegistry, keep: list[BuildRef], report: GcReport) -> set[str]:

@@ -1,5 +1,6 @@
 """A channel move, end to end: signed into the release state, then mirrored to the registry's
-plain channel pointer and history (what ``ls`` shows and what a pod without a pinned root follows).
+plain channel pointer and history (what a pod without a pinned root follows; ``ls`` flags a pointer
+that disagrees with the signed state).
 
 The mirror is never read by a decision: promote, rollback, revoke and pods with a trust root
 read the signed state only (``trust.state_read``, ``trust.state_pod``). A mirror that someone

@@ -11,7 +11,10 @@ from avatar_release.errors import TrustError
 from avatar_release.ops import copy_build
 from avatar_release.registry import LocalRegistry, OciRegistry
 from avatar_release.registry.oci import RetryPolicy
+from avatar_release.trust.policy import load_policy
+from avatar_release.trust.state_read import load_state
 from avatar_release.trust.statements import verify_channel
+from tests.helpers import with_release_state
 from tests.unit.test_copy import gate, publish, records_of
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
@@ -21,7 +24,7 @@ def test_local_to_oci_to_local_keeps_bytes_ids_and_signatures(oci_server, tmp_pa
     from avatar_release.promote import promote
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
 
-    src = LocalRegistry(tmp_path / "src")
+    src = with_release_state(LocalRegistry(tmp_path / "src"))
     build_id, digest, m = publish(src)
     gate(src, build_id, digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")
@@ -43,6 +46,11 @@ def test_local_to_oci_to_local_keeps_bytes_ids_and_signatures(oci_server, tmp_pa
     assert home.destination_digest == digest  # the same digest as where it started
     assert records_of(back, build_id) == records_of(oci, build_id) == records_of(src, build_id)
     verify_channel(back, "staging", load_public_key(pub), digest=digest)
+    # each copy's channel is a signed move there, carrying the evidence the source's move carried
+    held = [load_state(reg, load_policy()).holder("staging") for reg in (src, oci, back)]
+    assert {(h.build_id, h.manifest_digest) for h in held} == {(build_id, m.content_digest())}
+    assert held[0].evidence and held[0].evidence == held[1].evidence == held[2].evidence
+    assert all(back.has_blob(e.digest) and oci.has_blob(e.digest) for e in held[0].evidence)
     requests_home = oci.transport.requests - requests_there
     before = oci.transport.requests
     again = copy_build(src, oci, "staging", channel="staging")
@@ -87,7 +95,8 @@ def test_a_trusting_pod_loads_from_a_directory_copy_of_a_build_signed_in_oci(reg
     from avatar_release.trust.statements import AcceptedState
 
     root, result = registry_copy
-    oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    oci = with_release_state(OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST,
+                                         lock_dir=tmp_path / "locks"))
     published = copy_build(LocalRegistry(root), oci, result.build_id)  # the build only: nothing signed yet
     _, m = read_manifest(oci, result.build_id)
     gate(oci, result.build_id, published.destination_digest, m)
@@ -113,7 +122,7 @@ def test_oci_to_oci_keeps_the_digest_so_oci_signed_statements_verify(oci_server,
     def oci():
         return OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
 
-    a = oci()
+    a = with_release_state(oci())
     build_id, digest, m = publish(a)
     gate(a, build_id, digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")
@@ -133,7 +142,8 @@ def test_a_statement_signed_in_oci_verifies_in_a_directory_copy_and_in_another_r
     from avatar_release.records.stored import STATEMENTS, TIMESTAMPS
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
 
-    oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    oci = with_release_state(OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST,
+                                         lock_dir=tmp_path / "locks"))
     build_id, oci_digest, m = publish(oci)
     gate(oci, build_id, oci_digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")

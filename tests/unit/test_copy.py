@@ -16,7 +16,10 @@ from avatar_release.records import Manifest, parse_record
 from avatar_release.records.stored import STORED_NAMESPACES
 from avatar_release.registry import LocalRegistry, MemoryRegistry
 from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+from avatar_release.trust.policy import load_policy
+from avatar_release.trust.state_read import load_state, moves
 from avatar_release.trust.statements import verify_channel
+from tests.helpers import signed_holder, with_release_state
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -68,7 +71,7 @@ def gate(reg, build_id, digest, m) -> str:
 @pytest.fixture
 def released(tmp_path):
     """A directory store with a gated build promoted to staging with a signed statement."""
-    src = LocalRegistry(tmp_path / "src")
+    src = with_release_state(LocalRegistry(tmp_path / "src"))
     build_id, digest, m = publish(src)
     gate(src, build_id, digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")
@@ -99,6 +102,46 @@ def test_copy_carries_blobs_manifest_records_and_the_signed_channel(released, tm
     assert r.channel_moved and r.statement_copied and not r.statement_binds_store_digest
     p = verify_channel(dst, "staging", pub, digest=dst.resolve("staging").digest, content_digest=m.content_digest())
     assert p.build_id == build_id
+    # the destination's channel moved as a signed move, carrying the evidence the source's move carried
+    at_src, at_dst = (load_state(reg, load_policy()).holder("staging") for reg in (src, dst))
+    assert (at_dst.build_id, at_dst.manifest_digest) == (build_id, m.content_digest()) and at_src.evidence
+    assert at_dst.evidence == at_src.evidence and at_dst.gate_result_digest == at_src.gate_result_digest
+    assert all(dst.get_blob(e.digest, e.size) == src.get_blob(e.digest, e.size) for e in at_dst.evidence)
+    (move,) = moves(dst, at_dst)
+    assert (move.action, move.reason, move.build_id) == ("promote", f"copied from {src.uri}", build_id)
+    assert dst.get_channel("staging").build_id == build_id  # and the plain pointer mirrors it
+
+
+def test_a_copy_to_a_channel_the_source_holds_another_build_in_carries_no_evidence(released):
+    src, build_id, m, _ = released
+    other, digest, mo = publish(src, "b")
+    gate(src, other, digest, mo)
+    dst = MemoryRegistry("mirror")
+    r = copy_build(src, dst, other, channel="staging")  # staging at the source holds build_id, not other
+    held = load_state(dst, load_policy()).holder("staging")
+    assert r.channel_moved and not r.statement_copied and held.build_id == other
+    assert held.evidence == () and held.gate_result_digest is None  # the source vouched for another build
+
+
+def test_a_destination_with_channels_but_no_signed_state_is_refused(released):
+    from avatar_release.trust.state_read import StateMissing
+
+    src, build_id, m, _ = released
+    dst = MemoryRegistry("old")
+    copy_build(src, dst, build_id)
+    dst.move_channel("dev", dst.resolve(build_id), expected_digest=None, action="publish", who="old", reason="")
+    with pytest.raises(StateMissing, match="registry upgrade"):
+        copy_build(src, dst, build_id, channel="staging")
+    assert dst.get_channel("staging") is None
+
+
+def test_a_channel_ref_is_read_from_the_sources_signed_state(released):
+    src, build_id, m, _ = released
+    other, _, _ = publish(src, "b")
+    src.move_channel("staging", src.resolve(other), expected_digest=src.get_channel("staging").digest,
+                     action="promote", who="mallory", reason="")  # the plain pointer, moved without keys
+    r = copy_build(src, MemoryRegistry("mirror"), "staging")
+    assert r.build_id == build_id == signed_holder(src, "staging")
 
 
 def test_a_second_copy_changes_nothing_and_a_killed_one_resumes(released, monkeypatch):

@@ -13,17 +13,21 @@ from avatar_release.promote import promote
 from avatar_release.promote.dry_run import plan_promotion, plan_rollback
 from avatar_release.registry import LocalRegistry
 from avatar_release.trust.evidence import attestation_refs
+from tests.helpers import signed_holder, with_release_state
 from tests.unit.test_promote_policy import _gate, _publish
 
 
 def _state(reg, *builds):
-    return ([c.model_dump() for c in reg.list_channels()], len(reg.history()),
+    """What a move would change: the signed release state's files (and where it puts each channel),
+    the plain pointers and history it mirrors to, and each build's evidence."""
+    return (sorted(reg.list_records("release-state")), [signed_holder(reg, c) for c in ("dev", "staging", "prod")],
+            [c.model_dump() for c in reg.list_channels()], len(reg.history()),
             [len(attestation_refs(reg, b)) for b in builds])
 
 
 @pytest.fixture
 def reg(tmp_path):
-    return LocalRegistry(tmp_path / "reg")
+    return with_release_state(LocalRegistry(tmp_path / "reg"))
 
 
 def test_a_dry_run_decides_as_the_real_move_and_writes_nothing(reg):
@@ -65,7 +69,7 @@ def test_the_cli_dry_runs_print_json_and_move_nothing(reg):
     r = CliRunner().invoke(cli, ["promote", a, "--to", "staging", "--dry-run", "--registry", str(reg.root), "--json"])
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and doc["dry_run"] and doc["would_change"] and doc["to"] == a and doc["from"] is None
-    assert reg.get_channel("staging") is None
+    assert signed_holder(reg, "staging") is None and reg.get_channel("staging") is None
     r = CliRunner().invoke(cli, ["rollback", "prod", "--dry-run", "--registry", str(reg.root), "--json"])
     assert r.exit_code == 1 and json.loads(r.stdout)["error"] == "Refusal"  # prod is empty: the real refusal
 
@@ -90,5 +94,6 @@ def test_a_second_rollback_goes_further_back_never_to_the_build_just_rolled_back
     with pytest.raises(Refusal) as err:  # a was the first: nothing earlier, and c, b only by name
         rollback(reg, "prod")
     assert "no earlier build" in str(err.value) and f"{c}, {b}" in str(err.value) and "--to BUILD" in str(err.value)
-    assert reg.get_channel("prod").build_id == a
+    assert signed_holder(reg, "prod") == a
     assert rollback(reg, "prod", to=c).decision.build_id == c  # named, it may come back
+    assert signed_holder(reg, "prod") == c

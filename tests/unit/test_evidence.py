@@ -17,13 +17,13 @@ from avatar_release.registry import MemoryRegistry
 from avatar_release.trust import generate_keypair, key_id, load_private_key
 from avatar_release.trust.attest import attest, verify_envelope
 from avatar_release.trust.policy import load_policy, local_identity
-from tests.helpers import manifest_of
+from tests.helpers import manifest_of, with_release_state
 from tests.unit.test_promote_policy import _gate, _publish
 
 
 @pytest.fixture
 def reg():
-    return MemoryRegistry("evidence")
+    return with_release_state(MemoryRegistry("evidence"))
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_unsigned_legacy_results_are_listed_but_never_promote(reg):
     a, da, m = _publish(reg, "a")
     _gate(reg, a, da, m)
     result, _ = latest_result(reg, a)
-    reg2 = MemoryRegistry("legacy")
+    reg2 = with_release_state(MemoryRegistry("legacy"))
     a2, _, _ = _publish(reg2, "a")
     _store_unsigned(reg2, result)  # what a gate before signed evidence stored
     assert effective_status(reg2, a2)[0] == "passed"
@@ -130,13 +130,17 @@ def test_prod_needs_as_many_distinct_approvals_as_the_policy_says(reg, tmp_path)
     policy = load_policy(policy_file)
     decide(reg, a, approve=True, reviewer=me.reviewer, note="", policy=policy)
     from avatar_release.promote.policy import check_promotion
+    from avatar_release.promote.signed import SignedChannels
+    from avatar_release.trust.state_read import load_state
 
-    staging = check_promotion(reg, reg.resolve(a), manifest_of(reg, a), "staging")
+    channels = SignedChannels(reg, load_state(reg, load_policy()))  # the state the first-use policy signed
+    staging = check_promotion(reg, reg.resolve(a), manifest_of(reg, a), "staging", channels=channels)
     assert staging.gate_status == "approved"
     from avatar_release.promote.policy import check_gate_evidence
 
     with pytest.raises(Refusal, match="'needs-review'"):
-        check_gate_evidence(reg, reg.resolve(a), manifest_of(reg, a), what="prod", channel="prod", policy=policy)
+        check_gate_evidence(reg, reg.resolve(a), manifest_of(reg, a), what="prod", channel="prod", policy=policy,
+                            channels=channels)
 
 
 

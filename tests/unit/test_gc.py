@@ -7,15 +7,18 @@ import pytest
 
 from avatar_release.errors import InputError
 from avatar_release.ops import collect_garbage
-from avatar_release.promote import promote
+from avatar_release.promote import promote, rollback
 from avatar_release.records.stored import ATTESTATIONS, COMPILE_GATES, GATE_RESULTS, REVIEWS, STORED_NAMESPACES
 from avatar_release.registry import MemoryRegistry, OciRegistry
+from avatar_release.trust.policy import load_policy
+from avatar_release.trust.state_read import load_state, moves
+from tests.helpers import with_release_state
 from tests.unit.test_promote_policy import _gate, _publish
 
 
 @pytest.fixture
 def reg():
-    reg = MemoryRegistry("gc")
+    reg = with_release_state(MemoryRegistry("gc"))
     a, da, ma = _publish(reg, "a")
     _gate(reg, a, da, ma)
     promote(reg, a, "staging")
@@ -68,8 +71,40 @@ def test_dry_run_deletes_nothing(reg):
 
 
 def test_every_declared_namespace_is_keyed_and_rooted():
-    assert {"gate-results", "compile-gates", "reviews", "statements", "attestations"} <= set(STORED_NAMESPACES)
-    assert all(ns.keyed_by in ("build", "channel") for ns in STORED_NAMESPACES.values())
+    assert {"gate-results", "compile-gates", "reviews", "statements", "attestations",
+            "release-state"} <= set(STORED_NAMESPACES)
+    assert all(ns.keyed_by in ("build", "channel", "registry") for ns in STORED_NAMESPACES.values())
+    assert STORED_NAMESPACES["release-state"].keyed_by == "registry"  # one per registry: never pruned with a build
+
+
+def test_the_signed_state_and_the_moves_and_evidence_it_names_survive(reg):
+    reg, a, b = reg
+    records = {n: reg.get_record("release-state", n) for n in reg.list_records("release-state")}
+    staging = load_state(reg, load_policy()).holder("staging")
+    assert staging.build_id == a and staging.evidence  # the move carried a's signed gate result
+    report = collect_garbage(reg, prune_builds=True, min_age_s=0)
+    assert report.deleted_blobs > 0 and not [r for r in report.pruned_records if r.startswith("release-state/")]
+    assert {n: reg.get_record("release-state", n) for n in reg.list_records("release-state")} == records
+    blobs = set(reg.list_blob_digests())
+    assert staging.move.digest in blobs and {e.digest for e in staging.evidence} <= blobs
+    assert [m.build_id for m in moves(reg, load_state(reg, load_policy()).holder("staging"))] == [a]
+
+
+def test_a_build_the_signed_history_holds_is_kept_when_the_plain_history_was_wiped(reg):
+    """The plain pointers and history are a mirror anyone with write access can edit: gc must not
+    delete a rollback target the signed state still names."""
+    reg, a, b = reg
+    later = []
+    for suffix in ("c", "d"):  # staging: a -> c -> d
+        x, dx, mx = _publish(reg, suffix)
+        _gate(reg, x, dx, mx)
+        promote(reg, x, "staging")
+        later.append(x)
+    c, d = later
+    reg._write_atomic("history.jsonl", b"")  # a's time in staging, gone from the mirror
+    report = collect_garbage(reg, prune_builds=True, min_age_s=0)
+    assert report.pruned_builds == [b] and sorted(report.kept_builds) == sorted([a, c, d])
+    assert rollback(reg, "staging", to=a).decision.build_id == a
 
 
 def test_a_store_that_cannot_delete_is_refused():

@@ -4,7 +4,11 @@ against prod stands, and evidence vouches only for the target spec it names."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from tests.helpers import with_release_state
 
 from avatar_release.errors import InputError, NeedsApproval, Refusal, Revoked
 from avatar_release.gates.review import decide, new_review, record_answer
@@ -17,11 +21,18 @@ from avatar_release.trust import generate_keypair, key_id, load_private_key
 from avatar_release.trust.evidence import sign_and_store
 from avatar_release.trust.policy import load_policy, local_identity
 from avatar_release.trust.revocation import revocations
+from avatar_release.trust.state_roles import STATE_KEYS_ENV
 from tests.unit.test_promote_policy import _gate, _publish
 
 
 @pytest.fixture
 def reg():
+    return with_release_state(MemoryRegistry("roles"))
+
+
+@pytest.fixture
+def bare():
+    """A registry to initialise after a test writes its own trust policy (the root keys come from it)."""
     return MemoryRegistry("roles")
 
 
@@ -32,7 +43,9 @@ def rm(tmp_path):
     return load_private_key(priv), pub, kid
 
 
-def _policy(tmp_path, monkeypatch, *, approvers: str, roles: int = 2, extra_keys: str = "") -> None:
+def _policy(tmp_path, monkeypatch, *, approvers: str, roles: int = 2, extra_keys: str = "",
+            state_keys: tuple = ()) -> None:
+    """Write and use a trust policy; ``state_keys``: private keys it names that this process holds."""
     me = local_identity()
     text = (f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\n'
             f'ana = "{me.reviewer_key_path.with_suffix(".pub")}"\n{extra_keys}'
@@ -41,6 +54,8 @@ def _policy(tmp_path, monkeypatch, *, approvers: str, roles: int = 2, extra_keys
     path = tmp_path / "trust.toml"
     path.write_text(text)
     monkeypatch.setenv("AVATAR_RELEASE_TRUST_POLICY", str(path))
+    if state_keys:
+        monkeypatch.setenv(STATE_KEYS_ENV, os.pathsep.join(str(k) for k in state_keys))
 
 
 def _in_staging(reg, suffix="a"):
@@ -50,9 +65,11 @@ def _in_staging(reg, suffix="a"):
     return a, da, m
 
 
-def test_the_gate_key_alone_never_reaches_prod_and_a_second_key_does(reg, rm, tmp_path, monkeypatch):
+def test_the_gate_key_alone_never_reaches_prod_and_a_second_key_does(bare, rm, tmp_path, monkeypatch):
     key, pub, kid = rm
-    _policy(tmp_path, monkeypatch, approvers='"rm"', extra_keys=f'rm = "{pub}"\n')
+    # rm is the policy's only approver, so the release state's root: the test holds it to initialise
+    _policy(tmp_path, monkeypatch, approvers='"rm"', extra_keys=f'rm = "{pub}"\n', state_keys=(pub.with_suffix(".key"),))
+    reg = with_release_state(bare)
     a, da, m = _in_staging(reg)
     with pytest.raises(NeedsApproval, match=rf"prod needs a release approval .* \(rm\).*avatar-release approve {a}"):
         promote(reg, a, "prod")
@@ -69,8 +86,9 @@ def test_the_gate_key_alone_never_reaches_prod_and_a_second_key_does(reg, rm, tm
     assert r.changed and r.decision.approvals == (f"rm ({second.digest})",) and r.approved_here is None
 
 
-def test_a_policy_that_makes_the_gate_key_its_approver_still_needs_two_keys(reg, tmp_path, monkeypatch):
+def test_a_policy_that_makes_the_gate_key_its_approver_still_needs_two_keys(bare, tmp_path, monkeypatch):
     _policy(tmp_path, monkeypatch, approvers='"gate"')
+    reg = with_release_state(bare)
     a, da, m = _in_staging(reg)
     gate_key = local_identity().gate_key()
     with pytest.raises(Refusal, match="signed the gate result .* must come from another key"):
@@ -83,8 +101,9 @@ def test_a_policy_that_makes_the_gate_key_its_approver_still_needs_two_keys(reg,
         promote(reg, a, "prod")
 
 
-def test_roles_1_lets_gate_evidence_alone_reach_prod_and_no_approver_is_a_clear_refusal(reg, tmp_path, monkeypatch):
+def test_roles_1_lets_gate_evidence_alone_reach_prod_and_no_approver_is_a_clear_refusal(bare, tmp_path, monkeypatch):
     _policy(tmp_path, monkeypatch, approvers="", roles=1)
+    reg = with_release_state(bare)  # no approvers: the gate key is the root (and stays it below)
     a, _, _ = _in_staging(reg)
     assert promote(reg, a, "prod").changed
     _policy(tmp_path, monkeypatch, approvers="", roles=2)

@@ -1,16 +1,18 @@
-"""What `ls` shows: every build with its gate status and channels, and a channel whose pointer
-disagrees with its history (replayed or moved behind avatar-release's back) flagged."""
+"""What `ls` shows: every build with its gate status and the channels the signed release state puts
+it in, and a channel whose plain pointer disagrees with the signed state (replayed or moved behind
+avatar-release's back) flagged."""
 
 from __future__ import annotations
 
 from avatar_release.promote import promote
 from avatar_release.promote.status import release_status
 from avatar_release.registry import MemoryRegistry
+from tests.helpers import with_release_state
 from tests.unit.test_promote_policy import _gate, _publish
 
 
 def test_builds_carry_gate_status_and_channels():
-    reg = MemoryRegistry("status")
+    reg = with_release_state(MemoryRegistry("status"))
     a, da, ma = _publish(reg, "a")
     b, db, _ = _publish(reg, "b")
     _gate(reg, a, da, ma)
@@ -26,7 +28,7 @@ def test_builds_carry_gate_status_and_channels():
 
 
 def test_a_replayed_channel_pointer_is_flagged():
-    reg = MemoryRegistry("replay")
+    reg = with_release_state(MemoryRegistry("replay"))
     a, da, ma = _publish(reg, "a")
     b, db, mb = _publish(reg, "b")
     _gate(reg, a, da, ma)
@@ -38,5 +40,21 @@ def test_a_replayed_channel_pointer_is_flagged():
     st = release_status(reg)
     assert reg.get_channel("staging").build_id == a
     (problem,) = st.problems
-    assert f"points at {a}" in problem and f"history says {b}" in problem
-    assert st.to_json()["channel_checks"][0]["consistent"] is False
+    assert f"points at {a}" in problem and f"the signed release state names {b}" in problem
+    (check,) = st.to_json()["channel_checks"]
+    assert check["consistent"] is False and check["against"] == "signed release state"
+    rows = {r.build_id: r for r in st.builds}  # ls shows where the signed state (what decides) puts each build
+    assert (rows[a].channels, rows[b].channels) == ([], ["staging"]) and st.to_json()["channels"] == {"staging": b}
+
+
+def test_a_pointer_in_a_registry_not_yet_signed_is_checked_against_its_history():
+    reg = MemoryRegistry("unsigned")  # before `registry upgrade`: ls still reads it
+    a, da, ma = _publish(reg, "a")
+    b, db, _ = _publish(reg, "b")
+    reg.move_channel("staging", reg.resolve(a), expected_digest=None, action="promote", who="t", reason="")
+    st = release_status(reg)
+    assert st.problems == [] and {r.build_id: r.channels for r in st.builds} == {a: ["staging"], b: []}
+    reg._write_atomic("channels/staging.json", reg._read("channels/staging.json").replace(a.encode(), b.encode())
+                      .replace(da.encode(), db.encode()))
+    (problem,) = release_status(reg).problems
+    assert f"points at {b}" in problem and f"history says {a}" in problem
