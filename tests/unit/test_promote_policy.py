@@ -16,7 +16,7 @@ from avatar_release.records import BlobRef, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-from tests.helpers import put_stand_in_build
+from tests.helpers import put_stand_in_build, with_release_state
 
 
 def _publish(reg, suffix: str) -> tuple[str, str, Manifest]:
@@ -64,7 +64,7 @@ def _clock() -> str:
 
 @pytest.fixture
 def reg():
-    return MemoryRegistry("policy")
+    return with_release_state(MemoryRegistry("policy"))
 
 
 def test_staging_needs_a_passing_gate_result_for_this_build(reg):
@@ -191,7 +191,7 @@ def test_two_concurrent_promotions_exactly_one_wins(reg, monkeypatch):
         t.join()
     errors = [o for o in outcomes.values() if isinstance(o, ConflictError)]
     wins = [o for o in outcomes.values() if not isinstance(o, ConflictError)]
-    assert len(errors) == 1 and len(wins) == 1 and "moved while this promote was being decided" in str(errors[0])
+    assert len(errors) == 1 and len(wins) == 1 and "another promoter" in str(errors[0])
     assert reg.get_channel("staging").build_id == wins[0].decision.build_id
     assert len(reg.history("staging")) == 1
 
