@@ -125,7 +125,8 @@ def _maybe_sign(registry: Registry, result: MoveResult, signing_key: Ed25519Priv
     return result
 
 
-def publish_to_dev(registry: Registry, resolved: Resolved, *, reason: str, who: str | None = None):
+def publish_to_dev(registry: Registry, resolved: Resolved, *, reason: str, who: str | None = None
+                   ) -> HistoryEntry | None:
     """Point dev at a just-published build, signed (``trust.state_moves.publish_to_dev``)."""
     _, manifest = read_manifest(registry, resolved.digest)
     return _publish_signed(registry, resolved, manifest, reason=reason, who=who)

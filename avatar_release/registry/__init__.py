@@ -11,7 +11,6 @@ from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
 from ._protocol import CHANNELS, BuildRef, Collectable, Registry, Resolved, check_name
-from ._publish import publish_to_dev
 from .oci import OciRegistry
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "default_registry_uri",
     "DEFAULT_REGISTRY",
     "read_manifest",
-    "publish_to_dev",
     "find_registry",
     "RegistryChoice",
     "config_files",

@@ -57,7 +57,7 @@ def mirror_move(registry: Registry, channel: str, resolved: Resolved, move: Move
         current = registry.get_channel(channel)
         try:
             return registry.move_channel(channel, resolved, expected_digest=current.digest if current else None,
-                                         action=action, who=move.who, reason=move.reason,  # type: ignore[arg-type]
+                                         action=action, who=move.who, reason=move.reason,
                                          gate_result_digest=move.gate_result_digest)
         except ConflictError:
             continue  # another writer touched the mirror; the signed move stands: write it again

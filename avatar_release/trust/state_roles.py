@@ -113,9 +113,9 @@ def held_keys(policy: TrustPolicy, given: Iterable[Ed25519PrivateKey] = ()) -> d
         if path:
             add(load_private_key(path))
     ident = local_identity()
-    for path in (ident.release_key_path, ident.gate_key_path, ident.reviewer_key_path):
-        if path.is_file():
-            add(load_private_key(path))
+    for own in (ident.release_key_path, ident.gate_key_path, ident.reviewer_key_path):
+        if own.is_file():
+            add(load_private_key(own))
     return found
 
 

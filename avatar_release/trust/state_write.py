@@ -65,9 +65,9 @@ def _root(roles: StateRoles, version: int, registry_nonce: str) -> Any:
 
 
 def _targets(roles: StateRoles, version: int) -> Any:
-    from tuf.api.metadata import DelegatedRole, Delegations, Targets
+    from tuf.api.metadata import DelegatedRole, Delegations, Key, Targets
 
-    keys = {}
+    keys: dict[str, Key] = {}
     delegated = {}
     for rk in roles.delegated():
         tks = [tuf_key(pub) for pub in rk.keys.values()]
@@ -204,7 +204,7 @@ def record_move(registry: Registry, policy: TrustPolicy, state: ReleaseState, ch
     c = _Commit(registry, roles, held, f"{action} {build_id} into {channel}", state)
     prev: Holder | None = state.holder(channel)
     version = c.next_version(channel, state.roles[channel].signed.version)
-    rec = MoveRecord(channel=channel, action=action, version=version, build_id=build_id,  # type: ignore[arg-type]
+    rec = MoveRecord(channel=channel, action=action, version=version, build_id=build_id,
                      manifest_digest=manifest_digest, from_build=prev.build_id if prev else None,
                      from_manifest_digest=prev.manifest_digest if prev else None, who=who, when=utcnow(),
                      reason=reason, gate_result_digest=gate_result_digest, evidence=list(evidence),
