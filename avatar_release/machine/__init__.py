@@ -21,6 +21,7 @@ from ._host import (
     who,
 )
 from ._native_log import NativeNote, native_log_filter
+from ._process import MAX_DEVICES, MAX_HOST_DEVICES, PROCESS_FLAGS, check_process_fields
 
 __all__ = [
     "quiet_jax_import",
@@ -28,4 +29,5 @@ __all__ = [
     "backend_initialized", "configure_compile_env", "configure_for_manifest", "configure_host_devices",
     "current_platform", "environment_record", "host_cpu_features", "missing_env_flags", "toolchain", "who",
     "NativeNote", "native_log_filter",
+    "check_process_fields", "MAX_DEVICES", "MAX_HOST_DEVICES", "PROCESS_FLAGS",
 ]

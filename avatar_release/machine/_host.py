@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._digest import canonical_json, sha256_digest
-from ..errors import EnvironmentMismatch
+from ..errors import EnvironmentMismatch, InputError
 from ..records import EnvironmentRecord, Manifest, Platform, Toolchain, check_identity
+from ._process import MAX_HOST_DEVICES, check_process_fields
 from ._quiet import quiet_jax_import
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ def backend_initialized() -> bool:
 
 def configure_host_devices(count: int) -> None:
     """Ask XLA:CPU for ``count`` virtual devices. Must run before the backend starts."""
+    if not 1 <= count <= MAX_HOST_DEVICES:  # a manifest's count is refused before (check_process_fields)
+        raise InputError(f"{count} host devices asked for: expected 1 to {MAX_HOST_DEVICES} "
+                         "(avatar_release.machine.MAX_HOST_DEVICES)")
     quiet_jax_import()
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_COUNT_FLAG)]
     wanted = flags + [f"{_COUNT_FLAG}={count}"]
@@ -101,9 +105,12 @@ def configure_for_manifest(manifest: Manifest) -> None:
     """Before JAX starts: the build's device count (CPU) and its flag profile's process flags.
 
     The manifest's identity is checked first: process flags are applied only from a manifest
-    whose fields (the flag profile included) hash to the build id it carries.
+    whose fields (the flag profile included) hash to the build id it carries; then its device
+    count, mesh and flags against their bounds and the known flags (``check_process_fields``):
+    XLA aborts on what it cannot take, and an identity can be recomputed by whoever forged it.
     """
     check_identity(manifest)
+    check_process_fields(manifest)
     quiet_jax_import()
     if manifest.platform.backend == "cpu":
         if not backend_initialized():  # a CPU build runs on CPU: do not start other plugins

@@ -93,19 +93,6 @@ class KVRegistry(KVCollection, abc.ABC):
             raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
         return checked_blob(data, digest, size, self.uri)
 
-    def map_blob(self, digest: str, size: int) -> bytes | memoryview:
-        """:meth:`get_blob`'s bytes and checks, for a reader that only hashes or decompresses them
-        (``_map``: the directory store maps its file, so nothing is copied)."""
-        data = self._map(self._blob_key(digest), limit=size + 1)
-        if data is None:
-            raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
-        return checked_blob(data, digest, size, self.uri)
-
-    def _map(self, key: str, limit: int) -> bytes | memoryview | None:
-        """The bytes at ``key`` (at most ``limit``) for a reader that only reads them, or None when
-        absent; a store that can map a file overrides this."""
-        return self._read(key, limit=limit)
-
     # ---- builds ---------------------------------------------------------------------
     def put_build(self, build_id: str, manifest_bytes: bytes) -> tuple[str, bool]:
         """Commit a build: manifest blob, then the build reference last (the commit marker).

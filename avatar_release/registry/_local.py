@@ -17,7 +17,6 @@ so kill -9 at any instant leaves the old or the new state, never a torn file.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import time
 from collections.abc import Iterator
@@ -29,12 +28,7 @@ from ._blobcheck import BLOB_CHUNK
 from ._kv import KVRegistry
 from ._lock import DEFAULT_LOCK_TIMEOUT, FileLock
 
-__all__ = ["LocalRegistry", "MAP_AT_LEAST"]
-
-# Blobs this large are mapped, not read, by ``map_blob``: reading a 64 MiB weight chunk from the page
-# cache copies it (25 ms here) and its hash and decompression then run over the copy; mapped, both
-# read the page cache itself (measured 2026-12-02, 2 cores: 0.135 s a chunk hashed and inflated, 0.170 s read first).
-MAP_AT_LEAST = 1 << 20
+__all__ = ["LocalRegistry"]
 
 
 class LocalRegistry(KVRegistry):
@@ -96,24 +90,6 @@ class LocalRegistry(KVRegistry):
                     yield piece
 
         return pieces()
-
-    def _map(self, key: str, limit: int) -> bytes | memoryview | None:
-        """A blob file of ``MAP_AT_LEAST`` bytes or more mapped read-only (a view that unmaps when
-        dropped; ``map_blob`` checks its size and digest), a smaller one read. Blobs are written whole
-        to ``tmp/`` and renamed into place, never rewritten, so the mapped bytes cannot change under
-        the reader. (One who truncates a blob file in place while it is mapped, which no
-        avatar-release command does, makes the reader fault rather than fail its check: that writer
-        could as well delete the store.)"""
-        try:
-            f = open(self._path(key), "rb")
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise RegistryError(f"registry {self.root}: cannot read {key} ({e.strerror})") from None
-        with f:
-            if os.fstat(f.fileno()).st_size < MAP_AT_LEAST:
-                return f.read(limit)
-            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
     def _tmp_dir(self) -> Path:
         """The staging area, refused when it is a symlink: writes would land wherever it points."""

@@ -3,7 +3,9 @@ compile gate share (``verify`` and the compile gate through ``check_blobs``, in 
 
 In order, each step before the next allocates anything:
 
-1. Bounds (``check_bounds``), from the manifest alone: every blob's declared raw size is at most
+1. Bounds (``check_bounds``), from the manifest alone: the fields that configure the process (device
+   count, mesh, process flags: ``machine.check_process_fields``, which the entry points also run
+   before JAX starts) within their bounds and lists; every blob's declared raw size is at most
    ``MAX_ZSTD_RATIO`` times its stored size, and the build's stored + raw bytes fit the memory
    of this host and of the target's devices (``memory_cap``). A zstd bomb, or a manifest that
    lies about ``raw_size``, is refused with the numbers before a byte is fetched.
@@ -27,6 +29,7 @@ import zstandard
 
 from .._digest import sha256_digest
 from ..errors import AvatarReleaseError, IntegrityError
+from ..machine import check_process_fields
 from ..records import WEIGHT_CHUNK_BYTES, BlobRef, Manifest
 from ..registry import Registry
 from ..specs import load_target
@@ -161,7 +164,9 @@ def _bound_error(manifest: Manifest, what: str, ref: BlobRef, raw_size: int) -> 
 
 
 def check_bounds(manifest: Manifest, cap: tuple[int, str] | None = None) -> None:
-    """Refuse a build whose declared sizes could exhaust memory, before anything is fetched."""
+    """Refuse a build whose process fields are out of bounds or whose declared sizes could exhaust
+    memory, before anything is fetched."""
+    check_process_fields(manifest)
     cap_bytes, why = memory_cap(manifest) if cap is None else cap
     total = 0
     for what, ref in build_blobs(manifest):

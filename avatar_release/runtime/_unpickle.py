@@ -14,6 +14,15 @@ pytree that does not match the recorded one, an executable XLA cannot read) is a
 IntegrityError naming the executable: the bytes already matched their digests, so a payload
 that does not deserialize is a tampered or foreign one, never a crash.
 
+Before the real unpickler runs, the stream is read once with stand-ins for every class (nothing
+is constructed, nothing reaches XLA) to list the devices the program was compiled for: XLA
+CHECK-fails, aborting the process, when an executable is loaded onto another number of devices
+than it was compiled for (``xla_sharding.cc``: "sharding's tile count and device count does not
+match"), which a manifest asking for another device count than its programs' would bring about.
+Those devices must be exactly the ones it is to load on, or it is refused by name. (This reads the
+devices from jax's side of the pickle, which a forger writes too; XLA's own copy inside the
+serialized executable is not parsed here.)
+
 The third layer, ``check_fingerprint``: once loaded (never run), the backend's fingerprint of
 the executable must be the one the manifest records, which the build identity covers
 (``avatar_release.records.identity``): a program swapped in under an unchanged build id is refused.
@@ -22,6 +31,7 @@ the executable must be the one the manifest records, which the build identity co
 from __future__ import annotations
 
 import io
+import pickle
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -97,14 +107,72 @@ def _unpickler_class() -> type[_JaxPjrtUnpickler]:
 
     class Restricted(_JaxPjrtUnpickler):
         def find_class(self, module: str, name: str) -> Any:
-            if (module, name) not in allowed:
-                raise IntegrityError(
-                    f"executable pickle refers to {module}.{name}, which is not on the allow-list of classes "
-                    "an XLA executable needs; refusing to load it (a tampered or foreign payload)"
-                )
+            _refuse_class(module, name, allowed)
             return super().find_class(module, name)
 
     return Restricted
+
+
+def _refuse_class(module: str, name: str, allowed: frozenset[tuple[str, str]]) -> None:
+    if (module, name) not in allowed:
+        raise IntegrityError(
+            f"executable pickle refers to {module}.{name}, which is not on the allow-list of classes "
+            "an XLA executable needs; refusing to load it (a tampered or foreign payload)"
+        )
+
+
+class _StandIn:
+    """What the device scan builds in place of every object the stream makes: accepts anything."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+class _DeviceScan(pickle.Unpickler):
+    """Reads an executable pickle with stand-ins for every (allow-listed) class and for the
+    executable itself, recording the persistent ids: which devices it names, whether it holds one."""
+
+    def __init__(self, payload: bytes | bytearray, allowed: frozenset[tuple[str, str]]) -> None:
+        super().__init__(io.BytesIO(payload))
+        self.allowed, self.executables = allowed, 0
+        self.devices: set[int] = set()
+
+    def find_class(self, module: str, name: str) -> Any:
+        _refuse_class(module, name, self.allowed)
+        return _StandIn
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "device" and isinstance(pid[1], int):
+            self.devices.add(pid[1])
+        elif isinstance(pid, tuple) and pid[:1] == ("exec",):
+            self.executables += 1
+        return _StandIn()
+
+
+def _check_devices(payload: bytes | bytearray, execution_devices: Sequence[jax.Device]) -> None:
+    """Refuse an executable pickle naming other devices than ``execution_devices`` (before XLA sees it)."""
+    scan = _DeviceScan(payload, allowed_classes())
+    scan.load()
+    if not scan.executables:
+        return  # no program in it: the real unpickler says what it is instead
+    here = {d.id for d in execution_devices}
+    if scan.devices != here:
+        raise IntegrityError(
+            f"the program was compiled for {len(scan.devices)} device(s) (ids {sorted(scan.devices)[:16]}), and "
+            f"the manifest's platform.device_count asks to load it on {len(here)} (ids {sorted(here)[:16]}); "
+            "refused before XLA sees it (a forged or mismatched manifest)")
 
 
 def deserialize_and_load(payload: bytes | bytearray, in_tree: PyTreeDef, out_tree: PyTreeDef, *, backend: Client,
@@ -117,6 +185,7 @@ def deserialize_and_load(payload: bytes | bytearray, in_tree: PyTreeDef, out_tre
     import jax
 
     try:
+        _check_devices(payload, execution_devices)
         loaded = _unpickler_class()(io.BytesIO(payload), backend, execution_devices).load()
     except IntegrityError as e:
         raise IntegrityError(f"{what}: {e}") from None

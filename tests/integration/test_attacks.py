@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import zstandard
 
@@ -293,3 +294,143 @@ def test_a_torn_history_line_from_a_crash_is_still_tolerated(registry_copy):
     assert lines[-3] == last[: len(last) // 2] and lines[-2] == last.rstrip(b"\n")  # closed, then re-appended
     res = cli("history", "--registry", str(root))
     assert res.exit_code == 0 and "staging" in res.output
+
+
+# ------------------------------------------------------------------------------ what a manifest asks of the process
+def _cli_process(*args, root) -> subprocess.CompletedProcess:
+    """`avatar-release ARGS --registry ROOT` in another process: a signal (XLA's abort, a fault)
+    shows as a negative return code, where CliRunner would take the test process down with it."""
+    return subprocess.run([sys.executable, "-m", "avatar_release", *map(str, args), "--registry", str(root)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=600)
+
+
+def _refused(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4, f"exit {proc.returncode}, expected 4 (negative: a signal)\n{output[-3000:]}"
+    assert "Traceback" not in output and all(n in output for n in needles), output[-3000:]
+
+
+def _with_platform(reg: LocalRegistry, root, build_id: str, **changes) -> Manifest:
+    _, m = read_manifest(reg, build_id)
+    return _republish(reg, root, m.model_copy(update={"platform": m.platform.model_copy(update=changes)}))
+
+
+def test_a_manifest_asking_for_2048_devices_is_refused_before_xla_sees_it(registry_copy, tmp_path):
+    """XLA:CPU was asked for 2048 host devices, then for 2048-device programs: SIGABRT, before."""
+    root, a = registry_copy
+    forged = _with_platform(LocalRegistry(root), root, a.build_id, device_count=2048, mesh_shape=[2048])
+    why = ("platform.device_count", "2048", "expected 1 to 512")
+    _refused(_cli_process("verify", forged.build_id, root=root), *why)
+    out = tmp_path / "out.mp4"
+    _refused(_cli_process("render", "--build", forged.build_id, "--out", out, "--seconds", "0.3", root=root), *why)
+    assert not out.exists()
+
+
+def test_a_manifest_whose_programs_were_compiled_for_other_devices_is_refused(registry_copy, tmp_path):
+    """16 devices is within every bound, but the programs were compiled for 8: XLA CHECK-fails
+    loading an executable onto another number of devices (SIGABRT, before)."""
+    root, a = registry_copy
+    forged = _with_platform(LocalRegistry(root), root, a.build_id, device_count=16, mesh_shape=[16])
+    why = ("compiled for 8 device(s)", "asks to load it on 16")
+    _refused(_cli_process("render", "--build", forged.build_id, "--out", tmp_path / "out.mp4", "--seconds", "0.3",
+                          root=root), "executable dit/f8", *why)
+    _refused(_cli_process("verify", forged.build_id, root=root), "dit/f8", "sr/f8", "vae/f8", *why)
+    # ... and a mesh that does not multiply out to the device count, before anything starts
+    odd = _with_platform(LocalRegistry(root), root, a.build_id, mesh_shape=[4])
+    _refused(_cli_process("verify", odd.build_id, root=root), "platform.mesh_shape", "[4]", "product")
+
+
+@pytest.mark.parametrize("flag, why", [
+    ("--xla_no_such_flag=1", "'xla_no_such_flag' is not an XLA flag a flag profile may set"),  # XLA: fatal, before
+    ("--xla_dump_to={dump}", "'xla_dump_to' is not an XLA flag"),  # the loader would write there
+    ("--xla_cpu_enable_fast_math=false --xla_dump_to={dump}", "no spaces"),  # one entry, two flags in XLA_FLAGS
+    ("--xla_cpu_enable_fast_math=maybe", "takes true or false"),
+])
+def test_an_unknown_xla_flag_in_a_manifest_is_refused_before_xla_sees_it(registry_copy, tmp_path, flag, why):
+    root, a = registry_copy
+    reg = LocalRegistry(root)
+    _, m = read_manifest(reg, a.build_id)
+    flag = flag.format(dump=tmp_path / "dump")
+    forged = _republish(reg, root, m.model_copy(update={"flags": m.flags.model_copy(update={"env_flags": [flag]})}))
+    out = tmp_path / "out.mp4"
+    _refused(_cli_process("render", "--build", forged.build_id, "--out", out, "--seconds", "0.3", root=root),
+             "flags.env_flags[0]", why)
+    _refused(_cli_process("verify", forged.build_id, root=root), "flags.env_flags[0]", why)
+    assert not out.exists() and not (tmp_path / "dump").exists()  # nothing rendered, nothing dumped
+
+
+# ------------------------------------------------------------------------------ a chunk truncated while it loads
+# `render`, with the file of weights chunk 0 cut in half in place at the moment its bytes start to
+# be decompressed (the first zstd reader opened once the weight path started). A loader that mapped
+# the file (as it did for chunks of a mebibyte and more) then reads past the file's new end: SIGBUS.
+_TRUNCATING_RENDER = r"""
+import os, sys
+import zstandard
+import avatar_release.runtime._load as load_module
+
+path, size = sys.argv[1], int(sys.argv[2])
+weights_started = []
+stream_weights = load_module.stream_weights
+
+def started(*args, **kwargs):
+    weights_started.append(True)
+    return stream_weights(*args, **kwargs)
+
+load_module.stream_weights = started
+Decompressor = zstandard.ZstdDecompressor
+
+class Truncating:
+    def __init__(self, *args, **kwargs):
+        self._d = Decompressor(*args, **kwargs)
+
+    def stream_reader(self, *args, **kwargs):
+        if weights_started and os.path.getsize(path) == size:
+            os.truncate(path, size // 2)
+            print("truncated", path, file=sys.stderr)
+        return self._d.stream_reader(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._d, name)
+
+zstandard.ZstdDecompressor = Truncating
+from avatar_release.cli import main
+main(sys.argv[3:])
+"""
+
+
+def _with_a_large_weight_chunk(reg: LocalRegistry, root, build_id: str) -> Manifest:
+    """The build with a weight chunk of more than a mebibyte stored (the tiny build's is 0.5 MiB):
+    its tensors and 1.5 MiB of incompressible bytes nothing reads, packed as compile packs them."""
+    from avatar_release.compile._package import WEIGHTS_ZSTD_LEVEL
+    from avatar_release.compile._weights import HostTensor, chunk_table_digest, pack_chunks
+
+    _, m = read_manifest(reg, build_id)
+    (chunk,) = m.weights.chunks
+    raw = zstandard.ZstdDecompressor().decompress(reg.get_blob(chunk.blob.digest, chunk.blob.size),
+                                                  max_output_size=chunk.raw_size)
+    flat = np.frombuffer(raw, np.uint8)
+    tensors = [HostTensor(t.name, t.dtype, tuple(t.shape), flat[t.offset: t.offset + t.nbytes]) for t in chunk.tensors]
+    tensors.append(HostTensor("zz.unused", "uint8", (3 << 19,), np.random.default_rng(0).integers(0, 256, 3 << 19, np.uint8)))
+    chunks, blobs = pack_chunks(tensors, level=WEIGHTS_ZSTD_LEVEL)
+    assert len(chunks) == 1 and chunks[0].blob.size > 1 << 20
+    for z in blobs.values():
+        reg.put_blob(z)
+    weights = m.weights.model_copy(update={"chunks": chunks, "raw_size": chunks[0].raw_size, "tensors": len(tensors),
+                                           "raw_digest": chunk_table_digest(chunks)})
+    return _republish(reg, root, m.model_copy(update={"weights": weights}))
+
+
+def test_a_weight_chunk_truncated_while_it_loads_is_refused_not_a_signal(registry_copy, tmp_path):
+    root, a = registry_copy
+    reg = LocalRegistry(root)
+    big = _with_a_large_weight_chunk(reg, root, a.build_id)
+    load(big.build_id, reg)  # whole, the build loads
+    (chunk,) = big.weights.chunks
+    path = _blob_path(root, chunk.blob.digest)
+    out = tmp_path / "out.mp4"
+    proc = subprocess.run([sys.executable, "-c", _TRUNCATING_RENDER, str(path), str(chunk.blob.size), "render",
+                           "--build", big.build_id, "--registry", str(root), "--out", str(out), "--seconds", "0.3"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=600)
+    assert "truncated" in proc.stderr and path.stat().st_size == chunk.blob.size // 2  # cut while loading
+    _refused(proc, "weights chunk 0", f"size {chunk.blob.size // 2} bytes, manifest says {chunk.blob.size}")
+    assert not out.exists()

@@ -19,6 +19,7 @@ from avatar_release.errors import IntegrityError, SchemaVersionError
 from avatar_release.records import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
 from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
+from avatar_release.registry._blobcheck import BLOB_CHUNK
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
 from avatar_release.runtime._inflate import inflate_into
 from tests.helpers import put_stand_in_build, stored_manifest
@@ -30,9 +31,11 @@ def _digest(data: bytes) -> str:
 
 # ------------------------------------------------------------------------------ decompression
 def _into(data: bytes, size: int, digest: str, *, where: str) -> bytes:
-    """inflate_into, as the weight loader calls it: into a reused buffer larger than the chunk."""
+    """inflate_into, as the weight loader calls it: the stored bytes in the store's pieces, into a
+    reused buffer larger than the chunk."""
     buf = bytearray(b"\xee" * (size + 64))
-    return bytes(inflate_into(data, memoryview(buf), size, digest, where=where))
+    pieces = iter([data[i: i + BLOB_CHUNK] for i in range(0, len(data), BLOB_CHUNK)])
+    return bytes(inflate_into(pieces, memoryview(buf), size, digest, where=where))
 
 
 INFLATERS = pytest.mark.parametrize("inflate", [decompress, _into], ids=["decompress", "inflate_into"])
@@ -48,7 +51,7 @@ def test_decompress_returns_exactly_the_declared_bytes(inflate):
 def test_inflating_into_a_buffer_too_small_is_a_caller_error_not_an_overrun():
     z = zstandard.ZstdCompressor().compress(b"a" * 1000)
     with pytest.raises(ValueError, match="a buffer of 999 bytes cannot hold 1000"):
-        inflate_into(z, memoryview(bytearray(999)), 1000, _digest(b"a" * 1000), where="x")
+        inflate_into(iter([z]), memoryview(bytearray(999)), 1000, _digest(b"a" * 1000), where="x")
 
 
 def test_a_frame_without_its_size_in_the_header_takes_the_streaming_check():

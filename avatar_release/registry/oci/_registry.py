@@ -193,9 +193,6 @@ class OciRegistry:
     def stream_blob(self, digest: str, size: int, sink: Callable[[Iterator[bytes]], T]) -> T:
         return self.blobs.stream(digest, size, sink)
 
-    def map_blob(self, digest: str, size: int) -> bytes | memoryview:
-        return self.blobs.get(digest, size)  # a body arrives over the wire: there is no file to map
-
     def pull_blob_to(self, digest: str, size: int, dest: str | os.PathLike) -> Path:
         return self.blobs.pull_to(digest, size, dest)
 
