@@ -132,10 +132,12 @@ def _trace(plan: BuildPlan, progress: Callable[[str], None]) -> list[LoweredStag
     lowered: list[LoweredStage] = []
     # Tracing runs Python (torchax dispatch), so it is serial. It runs in a worker thread
     # on purpose: XLA records the Python call stack in the program's debug locations, and
-    # a fixed stack keeps the HLO (and so the build identity) independent of the caller.
+    # a fixed stack keeps the HLO (and so the build identity) independent of the caller, and
+    # lower_stage names its files relative to the project or an import root (compile/_locations.py).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as tracer:
         for sp in plan.stages:
-            ls = tracer.submit(lower_stage, sp, plan.mesh, export=plan.executable_format == "jax-export").result()
+            ls = tracer.submit(lower_stage, sp, plan.mesh, export=plan.executable_format == "jax-export",
+                               project_root=plan.project.root).result()
             progress(f"{sp.stage}/{sp.bucket}: traced {ls.trace_seconds:.2f}s, lowered {ls.lower_seconds:.2f}s")
             lowered.append(ls)
             progress(Tick("trace", len(lowered), len(plan.stages), "stage"))

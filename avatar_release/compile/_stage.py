@@ -4,6 +4,7 @@ serialize. Returns the blob and the evidence the manifest records."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
@@ -15,6 +16,7 @@ from ..records import ArraySpec, CompileEvidence
 from ._evidence import host_callbacks, kernels_in, schedule_of
 from ._flops import loop_scale, pallas_kernels
 from ._layout import pinned_layouts
+from ._locations import portable_locations
 from ._loopcost import run_cost
 from ._scan import scanned_blocks
 
@@ -78,7 +80,11 @@ def _sharding(mesh: Mesh, spec: list[str | None]) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
-def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False) -> LoweredStage:
+def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False,
+                project_root: str | os.PathLike | None = None) -> LoweredStage:
+    """Trace and lower ``plan`` (and export it, with ``export``) with portable source locations:
+    file names relative to ``project_root`` or an import root (_locations.py), so the program, and
+    the build id, are the same from any folder, user and machine."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
@@ -97,16 +103,17 @@ def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False) -> Lowered
     out_shardings = tuple(_sharding(mesh, s.sharding) for s in plan.outputs)
     jitted = jax.jit(stage_fn, out_shardings=out_shardings)
     try:
-        t0 = time.perf_counter()
-        with plan.trace_context(), scanned_blocks(mesh), pinned_layouts(mesh):
-            traced = jitted.trace(p_abstract, *i_abstract)
-        t1 = time.perf_counter()
-        lowered = traced.lower()
-        t2 = time.perf_counter()
-        exported = None
-        if export:
+        with portable_locations(project_root):
+            t0 = time.perf_counter()
             with plan.trace_context(), scanned_blocks(mesh), pinned_layouts(mesh):
-                exported = jax.export.export(jitted)(p_abstract, *i_abstract)
+                traced = jitted.trace(p_abstract, *i_abstract)
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            t2 = time.perf_counter()
+            exported = None
+            if export:
+                with plan.trace_context(), scanned_blocks(mesh), pinned_layouts(mesh):
+                    exported = jax.export.export(jitted)(p_abstract, *i_abstract)
     except Exception as e:  # noqa: BLE001
         raise CompileError(
             f"stage {plan.stage}/{plan.bucket}: tracing or lowering failed: {type(e).__name__}: {str(e)[:500]}"
