@@ -227,12 +227,17 @@ def bench_copy(tmp: Path, exe: str, *, smoke: bool) -> dict:
     from avatar_release.promote import promote
     from avatar_release.registry import LocalRegistry, OciRegistry, read_manifest
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
+    from avatar_release.trust.policy import load_policy
+    from avatar_release.trust.state_read import state_exists
+    from avatar_release.trust.state_write import init_state
     from avatar_release.trust.statements import verify_channel
     from tests.oci_server import OciServer
     from tests.unit.test_copy import gate, records_of  # a stored, signed, passing gate result; every record
 
     src = LocalRegistry(tmp / "src")
     build_id = _stand_in(src) if smoke else _compiled(src)
+    if not state_exists(src):  # a stand-in build: the registry's signed state, as `registry init` makes it
+        init_state(src, load_policy())
     resolved, m = read_manifest(src, build_id)
     gate(src, build_id, resolved.digest, m)
     priv, pub, _ = generate_keypair(tmp / "keys")

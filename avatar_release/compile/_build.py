@@ -20,7 +20,9 @@ from .._progress import Tick
 from ..errors import InputError
 from ..records import Manifest
 from ..registry import Registry, read_manifest
-from ..trust.state_moves import publish_to_dev
+from ..trust.policy import load_policy
+from ..trust.state_moves import open_state, publish_to_dev
+from ..trust.state_read import state_exists
 from ._autotune import AutotunePlan
 from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build
 from ._plan import BuildPlan, plan_build
@@ -112,6 +114,8 @@ def compile_build(
         result.weight_tensors = plan.weight_tensors
     if publish:
         result.digest, result.created = _publish(registry, package, progress)
+        if not state_exists(registry) and not registry.list_channels() and not registry.history():
+            open_state(registry, load_policy(), init_if_new=True)  # a new registry: its signed state starts here
         if move_dev:
             _move_dev(registry, result.digest, reason=f"compile {plan.spec.name} for {plan.target.name}")
     else:

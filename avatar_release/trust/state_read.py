@@ -266,10 +266,10 @@ def _check_root_keys(root: Metadata, policy: TrustPolicy, registry: Registry) ->
     want = {tuf_key(k).keyid for k in state_roles(policy).root.keys.values()}
     have = set(root.signed.roles["root"].keyids)
     if want != have:
-        raise TrustError(f"release state of {registry.uri}: its root (v{root.signed.version}) is signed for other root "
-                         f"keys than the trust policy {policy.path} names. If you rotated the root keys, sign a new "
-                         "root with the old ones first (avatar-release registry rotate); otherwise this is not the "
-                         "registry your policy trusts")
+        raise TrustError(f"release state of {registry.uri}: its root (v{root.signed.version}) names other root keys "
+                         f"than the trust policy {policy.path}. Use the trust policy this registry was initialised "
+                         "with (AVATAR_RELEASE_TRUST_POLICY=FILE: your team's, usually in its repository); if you "
+                         "rotated the root keys, sign a new root with the old ones (avatar-release registry rotate)")
 
 
 def _load_seen(registry_id: str) -> dict[str, int]:

@@ -74,6 +74,11 @@ def test_a_newcomer_outside_the_project_gets_exit_codes_and_fixes_at_every_step(
     sections = {r["section"] for r in doc["differences"]}
     assert {"build", "executables"} <= sections and not doc["identical"]
 
+    # promote --dry-run under the newcomer's own first-use policy: this registry's signed state is
+    # rooted in the team's keys, so it is not trusted (exit 4), and the message says which policy to use.
+    doc = cli_json(home, "promote", "dev", "--to", "staging", "--dry-run", env=env, rc=4)
+    assert doc["error"] == "TrustError" and "AVATAR_RELEASE_TRUST_POLICY" in doc["message"]
+    env["AVATAR_RELEASE_TRUST_POLICY"] = str(Path(os.environ["AVATAR_RELEASE_CONFIG_DIR"]) / "trust.toml")  # the team's
     # promote --dry-run: the real decision with its fix, nothing written.
     doc = cli_json(home, "promote", "dev", "--to", "staging", "--dry-run", env=env, rc=1)
     assert doc["error"] == "Refusal" and "--project DIR" in doc["message"]  # the target spec is the project's

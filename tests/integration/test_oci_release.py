@@ -12,9 +12,11 @@ import pytest
 from avatar_release.errors import Refusal, TrustError
 from avatar_release.gates import run_gate
 from avatar_release.promote import promote
+from avatar_release.trust.state_pod import PinnedRoot
 from avatar_release.registry import LocalRegistry, open_registry, read_manifest
 from avatar_release.runtime import TrustConfig, load
 from avatar_release.trust import AcceptedState, generate_keypair, load_private_key, load_public_key
+from tests.helpers import with_release_state
 
 
 def _skopeo_tags(uri: str) -> set[str]:
@@ -37,6 +39,7 @@ def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, 
     for blob in manifest.blobs():  # publish the compiled build to the server
         reg.put_blob(local.get_blob(blob.digest, blob.size))
     digest, _ = reg.put_build(manifest.build_id, local.get_manifest_bytes(resolved.digest))
+    with_release_state(reg)  # `avatar-release registry init`: the signed state lives on the server too
     promote(reg, digest, "dev")
 
     with pytest.raises(Refusal, match="never been gated"):
@@ -61,6 +64,11 @@ def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, 
     build = load("prod", reg, trust=TrustConfig(load_public_key(pub), state))
     assert build.digest == digest and build.guard.count == 0
     assert state.highest("prod")["sequence"] == r.statement.payload.sequence
+    # A pod pinning the registry's root reads the signed state from the server (TUF's client workflow
+    # over the OCI backend), with prod's gate evidence and release approval fetched by digest.
+    pinned = PinnedRoot(reg.get_record("release-state", "1.root.json"), "root.json")
+    build = load("prod", reg, trust=TrustConfig(root=pinned))
+    assert build.digest == digest and build.guard.count == 0
 
     # A new reader sees the history; the staging statement never passes for prod.
     fresh = open_registry(uri)

@@ -48,9 +48,9 @@ def test_probes_args_and_grace_match_the_pod(variant, monkeypatch):
     assert {c[p]["httpGet"]["port"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == {"probes"}
     service = _docs(variant)["Service"]
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
-    # the trust key is read from the mounted Secret
+    # the registry's root (what the pod pins) is read from the mounted Secret
     mount = next(m for m in c["volumeMounts"] if m["name"] == "trust")
-    assert env["AVATAR_RELEASE_TRUST_KEY"].startswith(mount["mountPath"] + "/")
+    assert env["AVATAR_RELEASE_TRUST_ROOT"].startswith(mount["mountPath"] + "/")
     assert next(v for v in pod["volumes"] if v["name"] == "trust")["secret"]["secretName"]
     # the CLI accepts the arguments, and the grace period covers preStop + the drain
     ctx = cli.get_command(None, "serve").make_context("serve", list(c["args"]))
@@ -58,9 +58,9 @@ def test_probes_args_and_grace_match_the_pod(variant, monkeypatch):
     pre_stop = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
     assert pod["terminationGracePeriodSeconds"] > pre_stop + ctx.params["grace"]
     assert dep["spec"]["updateStrategy"]["type"] == "RollingUpdate" and dep["spec"]["serviceName"]
-    # the trust state (highest statement accepted per channel) persists across restarts: it lives on
-    # the pod's own claim, never an emptyDir, so a restarted pod still refuses a replayed statement
-    state = next(m for m in c["volumeMounts"] if env["AVATAR_RELEASE_TRUST_STATE"].startswith(m["mountPath"] + "/"))
+    # what the pod trusted (the signed state's metadata) persists across restarts: it lives on the
+    # pod's own claim, never an emptyDir, so a restarted pod still refuses metadata older than it saw
+    state = next(m for m in c["volumeMounts"] if env["AVATAR_RELEASE_STATE_DIR"] == m["mountPath"])
     assert state["name"] not in {v["name"] for v in pod["volumes"]}
     (claim,) = dep["spec"]["volumeClaimTemplates"]
     assert claim["metadata"]["name"] == state["name"] and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
