@@ -25,7 +25,7 @@ from ..trust.evidence import attestation_refs
 from ..trust.policy import TrustPolicy, load_policy, local_identity
 from ..trust.revocation import Revocation, revoke
 from ..trust.state_moves import open_state, publish_to_dev as _publish_signed, signed_move
-from ..trust.state_read import ReleaseState
+from ..trust.state_read import ReleaseState, load_state
 from ..trust.state_write import record_revocation
 from ..trust.statements import (
     PromotionStatement, SignedTimestamp, publish_statement, publish_timestamp, read_statement, sign, sign_timestamp,
@@ -141,9 +141,9 @@ def promote(registry: Registry, ref: str, channel: str, *, reason: str = "", who
     given = (signing_key,) if signing_key is not None else ()
     channels = SignedChannels(registry, open_state(registry, policy, given=given))
     resolved, manifest = channels.resolve(ref)
-    decision, approved_here = _decide_with_local_approval(
+    decision, approved_here, channels = _decide_with_local_approval(
         registry, resolved, manifest, policy, channels,
-        lambda: check_promotion(registry, resolved, manifest, channel, policy, channels=channels), against_prod=True)
+        lambda ch: check_promotion(registry, resolved, manifest, channel, policy, channels=ch), against_prod=True)
     result = _move(registry, policy, channels, resolved, manifest, decision, "promote", who,
                    reason or f"promote to {channel}", signing_key, valid_days)
     result.approved_here = approved_here
@@ -151,13 +151,14 @@ def promote(registry: Registry, ref: str, channel: str, *, reason: str = "", who
 
 
 def _decide_with_local_approval(registry: Registry, resolved: Resolved, manifest: Manifest, policy: TrustPolicy,
-                                channels: SignedChannels, decide: Callable[[], Decision], *, against_prod: bool
-                                ) -> tuple[Decision, Approval | None]:
-    """``decide()``; when prod needs a release approval and this machine's release key is an approver's,
-    sign one of the verdict that decides (``against_prod``: as a promotion, else as a rollback) and
-    decide again (the first-use identity holds both roles)."""
+                                channels: SignedChannels, decide: Callable[[SignedChannels], Decision], *,
+                                against_prod: bool) -> tuple[Decision, Approval | None, SignedChannels]:
+    """``decide(channels)``; when prod needs a release approval and this machine's release key is an
+    approver's, sign one of the verdict that decides (``against_prod``: as a promotion, else as a
+    rollback) and decide again on the state as it is after that (the approval is listed in it): the
+    first-use identity holds both roles. Returns the state the decision was made on, for the move."""
     try:
-        return decide(), None
+        return decide(channels), None, channels
     except NeedsApproval:
         key = _local_approver_key(policy)
         if key is None:
@@ -166,7 +167,8 @@ def _decide_with_local_approval(registry: Registry, resolved: Resolved, manifest
                                        channel="prod", policy=policy, channels=channels, against_prod=against_prod)
         approved = sign_approval(registry, resolved.build_id, manifest, admitted.verdict, policy, key,
                                  note="signed by promote with this machine's release key")
-        return decide(), approved
+        channels = SignedChannels(registry, load_state(registry, policy))
+        return decide(channels), approved, channels
 
 
 def _local_approver_key(policy: TrustPolicy) -> Ed25519PrivateKey | None:
@@ -208,6 +210,7 @@ def revoke_build(registry: Registry, ref: str, *, reason: str, private_key: Ed25
     done = revoke(registry, resolved.build_id, manifest.content_digest(), key, reason=reason, by=actor())
     # The signed state lists it too: a revocation removed from the attestation index still counts.
     envelope = next(r for r in reversed(attestation_refs(registry, resolved.build_id)) if r.digest == done.envelope_digest)
+    state = load_state(registry, policy)  # as it is now: storing the revocation listed it as evidence
     record_revocation(registry, policy, state, build_id=resolved.build_id, manifest_digest=manifest.content_digest(),
                       envelope=envelope, reason=done.reason, by=done.by, at=done.at, given=(key,))
     return done
@@ -232,9 +235,9 @@ def rollback(registry: Registry, channel: str, *, to: str | None = None, reason:
     assert to is not None
     resolved, manifest = channels.resolve(to)
 
-    decision, approved_here = _decide_with_local_approval(
+    decision, approved_here, channels = _decide_with_local_approval(
         registry, resolved, manifest, policy, channels,
-        lambda: check_rollback_target(registry, resolved, manifest, channel, policy, channels=channels),
+        lambda ch: check_rollback_target(registry, resolved, manifest, channel, policy, channels=ch),
         against_prod=False)
     result = _move(registry, policy, channels, resolved, manifest, decision, "rollback", who,
                    reason or f"rollback {channel}", signing_key, valid_days)

@@ -30,7 +30,7 @@ from ..registry import Registry
 from .keys import key_id
 from .policy import TrustPolicy
 from .state_files import NAMESPACE, list_versions, public_key_of, tuf_key, versioned_name
-from .state_roles import CHANNEL_ROLES, state_roles
+from .state_roles import CHANNEL_ROLES, LISTED_ROLES, state_roles
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -101,7 +101,7 @@ class ReleaseState:
     timestamp: Metadata
     snapshot: Metadata
     targets: Metadata
-    roles: dict[str, Metadata]  # dev, staging, prod, revoked
+    roles: dict[str, Metadata]  # dev, staging, prod, revoked, evidence
     bytes_read: int = 0
     names: dict[str, str] = field(default_factory=dict)  # role -> the file read
 
@@ -110,6 +110,17 @@ class ReleaseState:
 
     def revocation(self, build_id: str) -> dict[str, Any] | None:
         return revocation_of(self.roles["revoked"], build_id)
+
+    def evidence(self, build_id: str) -> list[BlobRef]:
+        """Every envelope about ``build_id`` the evidence role lists, in the order they were listed."""
+        prefix = f"evidence/{build_id}/"
+        out = []
+        for path, target in self.roles["evidence"].signed.targets.items():
+            if path.startswith(prefix):
+                c = target.custom if isinstance(target.custom, dict) else {}
+                out.append((int(c.get("n", 0)), BlobRef(digest="sha256:" + target.hashes["sha256"],
+                                                         size=target.length, media_type=str(c.get("media_type", "")))))
+        return [ref for _, ref in sorted(out, key=lambda x: x[0])]
 
     def keys(self, role: str) -> tuple[dict[str, Ed25519PublicKey], int]:
         return delegated_keys(self.targets, role)
@@ -254,7 +265,7 @@ def load_state(registry: Registry, policy: TrustPolicy, *, remember: bool = True
     ts = r.timestamp(root)
     snap = r.snapshot(root, ts)
     targets = r.role(snap, "targets", root.signed)
-    roles = {name: r.role(snap, name, targets.signed) for name in (*CHANNEL_ROLES, "revoked")}
+    roles = {name: r.role(snap, name, targets.signed) for name in (*CHANNEL_ROLES, *LISTED_ROLES)}
     state = ReleaseState(registry_id, root, ts, snap, targets, roles, r.total)
     if remember:
         _remember(registry_id, state)

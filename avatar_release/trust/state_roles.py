@@ -9,6 +9,9 @@ The roles (TUF's, https://theupdateframework.github.io/specification/latest/):
                 which build the channel names, its evidence, its previous move
                                                            [state.channels], else gate keys + approvers
     revoked     the builds that never move or load again   every key the policy names
+    evidence    every signed envelope stored about a build (gate results, approvals, reviews), by
+                digest: one hidden from a build's attestation index still counts
+                                                           every key the policy names
     snapshot    the version of every role's metadata       [state] online, else gate keys + approvers
     timestamp   the snapshot's digest, short-lived         the same online keys
     gate, approver
@@ -34,11 +37,13 @@ from .policy import TrustPolicy, local_identity
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["RoleKeys", "StateRoles", "state_roles", "held_keys", "signers_for", "STATE_KEYS_ENV", "CHANNEL_ROLES", "TOP_ROLES"]
+__all__ = ["RoleKeys", "StateRoles", "state_roles", "held_keys", "signers_for", "STATE_KEYS_ENV", "CHANNEL_ROLES", "TOP_ROLES",
+           "LISTED_ROLES"]
 
 STATE_KEYS_ENV = "AVATAR_RELEASE_STATE_KEYS"
 CHANNEL_ROLES = ("dev", "staging", "prod")
 TOP_ROLES = ("root", "targets", "snapshot", "timestamp")
+LISTED_ROLES = ("revoked", "evidence")  # lists any key the policy names may add to
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class StateRoles:
     online: RoleKeys  # snapshot and timestamp
     channels: dict[str, RoleKeys]
     revoked: RoleKeys
+    evidence: RoleKeys
     gate: RoleKeys
     approver: RoleKeys
     timestamp_minutes: float
@@ -67,7 +73,11 @@ class StateRoles:
 
     def delegated(self) -> list[RoleKeys]:
         """The roles the top-level targets delegates, in order."""
-        return [*(self.channels[c] for c in CHANNEL_ROLES), self.revoked, self.gate, self.approver]
+        return [*(self.channels[c] for c in CHANNEL_ROLES), self.revoked, self.evidence, self.gate, self.approver]
+
+    def of(self, role: str) -> RoleKeys:
+        """A role with metadata of its own below targets: a channel, revoked or evidence."""
+        return self.channels.get(role) or {"revoked": self.revoked, "evidence": self.evidence}[role]
 
 
 def _role(policy: TrustPolicy, role: str, names: Iterable[str], threshold: int = 1) -> RoleKeys:
@@ -89,6 +99,7 @@ def state_roles(policy: TrustPolicy) -> StateRoles:
         online=_role(policy, "online", s.online or movers),
         channels=channels,
         revoked=_role(policy, "revoked", policy.keys),
+        evidence=_role(policy, "evidence", policy.keys),
         gate=_role(policy, "gate", gate_names),
         approver=_role(policy, "approver", policy.approvers),
         timestamp_minutes=s.timestamp_minutes,

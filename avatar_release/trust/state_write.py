@@ -19,19 +19,20 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError, Refusal, TrustError
+from ..errors import ConflictError, InputError, Refusal, TrustError
 from ..records import MOVE_MEDIA_TYPE, BlobRef, MoveRecord, utcnow
 from ..registry import Registry
 from .policy import TrustPolicy
 from .state_files import PROD_ROLES_FIELD, list_versions, put_new, swap_timestamp, to_bytes, tuf_key, tuf_signer, versioned_name
 from .state_read import Holder, ReleaseState, load_state, state_exists
-from .state_roles import CHANNEL_ROLES, RoleKeys, StateRoles, held_keys, signers_for, state_roles
+from .state_roles import CHANNEL_ROLES, LISTED_ROLES, RoleKeys, StateRoles, held_keys, signers_for, state_roles
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from tuf.api.metadata import Metadata, Targets
 
-__all__ = ["init_state", "upgrade_state", "record_move", "record_revocation", "refresh_state", "rotate_state",
+__all__ = ["init_state", "upgrade_state", "record_move", "record_revocation", "record_evidence", "refresh_state",
+           "rotate_state",
            "LONG_LIVED", "HistoryItem"]
 
 LONG_LIVED = timedelta(days=365)  # root, targets, channel roles, snapshot (each re-signed when it changes)
@@ -148,9 +149,8 @@ def init_state(registry: Registry, policy: TrustPolicy, *, given: Sequence[Ed255
     root = c.sign("root", _root(roles, 1, secrets.token_hex(16)), roles.root)
     c.put("root", root)
     c.put("targets", c.sign("targets", _targets(roles, 1), roles.root))
-    for role in (*CHANNEL_ROLES, "revoked"):
-        rk = roles.channels.get(role) or roles.revoked
-        c.put(role, c.sign(role, _empty(1), rk))
+    for role in (*CHANNEL_ROLES, *LISTED_ROLES):
+        c.put(role, c.sign(role, _empty(1), roles.of(role)))
     c.finish(timestamp_minutes=roles.timestamp_minutes)
     return load_state(registry, policy)
 
@@ -276,10 +276,42 @@ def rotate_state(registry: Registry, policy: TrustPolicy, old_root: Sequence[Ed2
     c.put("root", md)
     c.put("targets", c.sign("targets", _targets(roles, c.next_version("targets", state.targets.signed.version)),
                             roles.root))
-    for role in (*CHANNEL_ROLES, "revoked"):
+    for role in (*CHANNEL_ROLES, *LISTED_ROLES):
         old_md = state.roles[role].signed
         t = _empty(c.next_version(role, old_md.version))
         t.targets = dict(old_md.targets)
-        c.put(role, c.sign(role, t, roles.channels.get(role) or roles.revoked))
+        c.put(role, c.sign(role, t, roles.of(role)))
     c.finish(timestamp_minutes=roles.timestamp_minutes)
     return load_state(registry, policy)
+
+
+def record_evidence(registry: Registry, policy: TrustPolicy, *, build_id: str, envelope: BlobRef, kind: str,
+                    given: Sequence[Ed25519PrivateKey] = (), attempts: int = 5) -> ReleaseState:
+    """List a stored envelope in the evidence role (once), so that removing it from the build's
+    attestation index hides nothing. Retried against a concurrent writer (a gate's result is worth
+    more than the race)."""
+    from tuf.api.metadata import TargetFile
+
+    path = f"evidence/{build_id}/{envelope.digest.removeprefix('sha256:')}"
+    for attempt in range(attempts):
+        state = load_state(registry, policy)
+        old = state.roles["evidence"].signed
+        if path in old.targets:
+            return state
+        roles, held = _policy_roles(policy, given)
+        c = _Commit(registry, roles, held, f"list {kind} evidence of {build_id}", state)
+        t = _empty(c.next_version("evidence", old.version))
+        t.targets = dict(old.targets)
+        t.targets[path] = TargetFile(length=envelope.size, hashes={"sha256": envelope.digest.removeprefix("sha256:")},
+                                     path=path, unrecognized_fields={"custom": {
+                                         "build_id": build_id, "kind": kind, "media_type": envelope.media_type,
+                                         "n": len(old.targets)}})
+        try:
+            c.put("evidence", c.sign("evidence", t, roles.evidence))
+            c.finish(timestamp_minutes=roles.timestamp_minutes)
+        except ConflictError:
+            if attempt == attempts - 1:
+                raise
+            continue
+        return load_state(registry, policy)
+    raise ConflictError(f"release state: could not list evidence of {build_id} after {attempts} tries")

@@ -208,6 +208,7 @@ def test_no_single_key_makes_a_pod_run_an_ungated_build(registry_copy, tmp_path)
 
     _gate(reg, c, dc, mc)
     gate_env = attestation_refs(reg, c)[-1]
+    state = load_state(reg, policy)  # storing the gate result listed it in the state's evidence role
     state, _ = record_move(reg, policy, state, "prod", action="promote", build_id=c, manifest_digest=mc.content_digest(),
                            manifest_size=1, who="mallory", reason="", gate_result_digest=None, evidence=(gate_env,),
                            given=[ident.gate_key()])
@@ -253,3 +254,18 @@ def test_an_unsigned_registry_is_upgraded_once_and_root_keys_rotate_without_re_p
     assert verify_channel_state(reg, "prod", load_pinned_root(pinned)).build_id == b
     monkeypatch.delenv("AVATAR_RELEASE_TRUST_POLICY")  # the old policy no longer names this registry's root
     assert cli("registry", "status", *r).exit_code == 4
+
+
+def test_a_failed_re_gate_hidden_from_the_index_still_blocks_the_rollback(registry_copy):
+    root, result = registry_copy
+    reg, a, b, r = _released(root, result)
+    assert cli("promote", b, "--to", "prod", *r).exit_code == 0  # prod: a -> b
+    _gate(reg, a, reg.resolve(a).digest, read_manifest(reg, a)[1], status="failed",
+          against=(b, reg.resolve(b).digest))  # a re-gated against the prod it would replace: failed
+    index = root / "records" / "attestations" / a
+    doc = json.loads(index.read_text())
+    doc["envelopes"] = doc["envelopes"][:-1]  # the attacker hides the failing verdict
+    index.write_text(json.dumps(doc))
+    out = cli("rollback", "prod", *r)
+    assert out.exit_code == 1 and f"latest signed gate result of {a} is 'failed'" in out.output
+    assert _signed(reg, "prod") == b
