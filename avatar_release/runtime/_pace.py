@@ -74,6 +74,11 @@ class Pace:
             return f"{self.devices} emulated {self.backend} devices on {self.host_cores} host cores"
         return f"{self.devices} x {self.device_kind}"
 
+    def misses(self, tally: PaceTally) -> int:
+        """The chunks of ``tally`` that missed their deadline: those over their playback time on the
+        build's own hardware; none on emulated devices (there they only say the host is slower)."""
+        return 0 if self.emulated else tally.over_deadline
+
     def miss_label(self) -> str:
         """How one chunk over its deadline is shown in progress lines."""
         return "slower than playback (emulated host)" if self.emulated else "MISSED"
@@ -93,7 +98,7 @@ class Pace:
     def to_json(self, tally: PaceTally) -> dict[str, Any]:
         return {"target": self.target, "where": self.where, "emulated": self.emulated, "chunks": tally.chunks,
                 "realtime_factor": tally.realtime_factor, "chunks_over_deadline": tally.over_deadline,
-                "misses_on_target": 0 if self.emulated else tally.over_deadline}
+                "misses_on_target": self.misses(tally)}
 
 
 def pace_of(manifest: Manifest, host_cores: int | None = None) -> Pace:

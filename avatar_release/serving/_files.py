@@ -163,7 +163,8 @@ def render_to_files(
         "out": str(Path(out_path).absolute()),
         "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
         **report.to_json(),
-        "pace": {**pace.to_json(tally := PaceTally.of(report.chunks)), "summary": pace.summary(tally)},
+        "deadline_misses": pace.misses(tally := PaceTally.of(report.chunks)),  # as /healthz and /metrics count them
+        "pace": {**pace.to_json(tally), "summary": pace.summary(tally)},
         "compiles": build.guard.count,
         "cold_start": _cold_start(build, imports, report),
         "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},

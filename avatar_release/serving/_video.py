@@ -118,7 +118,8 @@ class VideoStream:
         self.pod.metrics.requests.labels("/render", str(self.status)).inc()
         log_event("request", **self.line, status=self.status, **({"error": self.code} if self.code else {}),
                   duration=round(time.perf_counter() - self.t0, 4), chunks=s.pace.chunks, frames=s.frames,
-                  misses=s.pace.over_deadline, realtime_factor=s.pace.realtime_factor, compiles=s.compiles, bytes=self.sent,
+                  misses=self.job.pace.misses(s.pace), over_playback=s.pace.over_deadline,
+                  realtime_factor=s.pace.realtime_factor, compiles=s.compiles, bytes=self.sent,
                   ttff=None if self.ttff is None else round(self.ttff, 4), streamed=self.started)
 
     def _headers(self) -> list[tuple[bytes, bytes]]:

@@ -51,3 +51,10 @@ def test_one_cpu_device_is_the_host_itself_not_an_emulation():
 def test_the_realtime_factor_is_media_seconds_per_rendered_second():
     assert PaceTally.of([_C(2.0, 1.0), _C(2.0, 1.0)]).realtime_factor == 0.5
     assert PaceTally.of([]).realtime_factor is None
+
+
+def test_a_deadline_miss_is_counted_only_on_the_builds_own_hardware():
+    """/metrics, /healthz, the request log and the render summary all count misses with Pace.misses."""
+    chunks = PaceTally.of([_C(0.5, 0.32), _C(0.4, 0.32), _C(0.1, 0.32)])
+    assert pace_of(_manifest("cpu", 8, "cpu"), host_cores=2).misses(chunks) == 0
+    assert pace_of(_manifest("tpu", 8, "TPU v6 lite"), host_cores=2).misses(chunks) == 2

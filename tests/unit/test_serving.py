@@ -480,3 +480,34 @@ def test_a_fleet_following_a_channel_does_not_poll_in_lockstep():
     assert max(waits) - min(waits) > 10  # spread, not one value
     rng = random.Random(7)
     assert len({round(follow_wait(30.0, rng), 6) for _ in range(5)}) == 5  # drawn afresh per check
+
+
+def _metric_total(text: str, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return sum(s.value for s in families[name].samples if s.name.endswith("_total"))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "tpu"])
+def test_metrics_healthz_and_request_log_agree_on_what_a_deadline_miss_is(serve, capsys, backend):
+    """Chunks over their playback time on emulated CPU devices are not deadline misses (as /healthz
+    and the render summary say): /metrics counts them apart; on the target's hardware they are."""
+    port, pod, fake = serve(delay=0.4)  # every chunk (at most 8 frames: 0.32s of playback) is over
+    pod.build.manifest.platform.backend = backend
+    r, _ = _post(port, json.dumps({"seconds": 0.5}).encode())
+    assert r.status == 200
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/healthz")
+    paced = json.loads(c.getresponse().read())["deadline"]
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    chunks = paced["chunks"]
+    assert chunks >= 1 and paced["chunks_over_deadline"] == chunks
+    assert paced["misses_on_target"] == (0 if backend == "cpu" else chunks)
+    assert _metric_total(text, "avatar_serve_deadline_misses") == paced["misses_on_target"]
+    assert _metric_total(text, "avatar_serve_chunks_over_playback") == chunks
+    assert "on the build's own hardware" in text  # the help text says what counts
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    line = next(x for x in lines if x.get("event") == "request")
+    assert line["misses"] == paced["misses_on_target"] and line["over_playback"] == chunks
