@@ -8,7 +8,12 @@ The command line draws ticks as bars on a terminal and prints them as throttled 
 
 from __future__ import annotations
 
-__all__ = ["Tick"]
+__all__ = ["Tick", "counted"]
+
+
+def counted(n: int, noun: str) -> str:
+    """``n noun`` with the noun in the plural unless ``n`` is 1: "1 frame", "2 frames", "0 compiles"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class Tick(str):

@@ -9,6 +9,7 @@ from typing import Literal
 
 import click
 
+from .._progress import counted
 from ..errors import InputError, NotFoundError
 from ..registry import open_registry
 from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
@@ -66,7 +67,8 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
         max_audio_seconds=max_audio_seconds, progress=_progress(),
     )
     human = (
-        f"rendered {summary['frames']} frames in {summary['chunks']} chunks from {summary['build_id']} -> "
+        f"rendered {counted(summary['frames'], 'frame')} in {counted(summary['chunks'], 'chunk')} from "
+        f"{summary['build_id']} -> "
         f"{summary['out']}\n  compiles {summary['compiles']}, cold start {summary['cold_start']['total']:.2f}s "
         f"(first chunk {summary['cold_start']['first_chunk']:.2f}s)\n  {summary['pace']['summary']}"
     )

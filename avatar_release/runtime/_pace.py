@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .._progress import counted
 from ..records import Manifest
 
 __all__ = ["Pace", "PaceTally", "pace_of"]
@@ -82,6 +83,14 @@ class Pace:
     def miss_label(self) -> str:
         """How one chunk over its deadline is shown in progress lines."""
         return "slower than playback (emulated host)" if self.emulated else "MISSED"
+
+    def chunk_line(self, index: int, *, frames: int, bucket: str, seconds: float, deadline: float,
+                   compiles: int) -> str:
+        """One chunk's progress line: its frames, its render time against its deadline, its compiles."""
+        kept = (f"over its {deadline:.2f}s deadline: {self.miss_label()}" if seconds > deadline
+                else f"deadline {deadline:.2f}s met")
+        return (f"chunk {index}: {counted(frames, 'frame')} ({bucket}) in {seconds:.2f}s, {kept}, "
+                f"{counted(compiles, 'compile')}")
 
     def summary(self, tally: PaceTally) -> str:
         """One line for a render's report: the deadline, this host's pace, what chunks over it mean."""

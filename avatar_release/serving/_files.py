@@ -152,8 +152,8 @@ def render_to_files(
     pace = pace_of(manifest)
 
     def say(c: Chunk) -> None:
-        progress(f"chunk {c.index}: {c.frames.shape[0]} frames ({c.bucket}) in {c.seconds:.2f}s, "
-                 f"deadline {c.deadline:.2f}s{' ' + pace.miss_label() if c.missed else ''}, {c.compiles} compile(s)")
+        progress(pace.chunk_line(c.index, frames=int(c.frames.shape[0]), bucket=c.bucket, seconds=c.seconds,
+                                 deadline=c.deadline, compiles=c.compiles))
 
     report, mp4 = render_build_to_files(build, image, audio.pieces, out_path=out_path, frames_dir=frames_dir,
                                         seed=seed, on_chunk=say)

@@ -58,3 +58,15 @@ def test_a_deadline_miss_is_counted_only_on_the_builds_own_hardware():
     chunks = PaceTally.of([_C(0.5, 0.32), _C(0.4, 0.32), _C(0.1, 0.32)])
     assert pace_of(_manifest("cpu", 8, "cpu"), host_cores=2).misses(chunks) == 0
     assert pace_of(_manifest("tpu", 8, "TPU v6 lite"), host_cores=2).misses(chunks) == 2
+
+
+def test_a_chunks_progress_line_reads_correctly():
+    """One frame is "1 frame"; a chunk over its deadline says it against the deadline, not after it."""
+    emulated = pace_of(_manifest("cpu", 8, "cpu"), host_cores=2)
+    line = emulated.chunk_line(3, frames=1, bucket="f8", seconds=0.5, deadline=0.32, compiles=0)
+    assert line == "chunk 3: 1 frame (f8) in 0.50s, over its 0.32s deadline: slower than playback (emulated host), 0 compiles"
+    target = pace_of(_manifest("tpu", 8, "TPU v6 lite"), host_cores=2)
+    assert target.chunk_line(0, frames=8, bucket="f8", seconds=0.1, deadline=0.32, compiles=1) == \
+        "chunk 0: 8 frames (f8) in 0.10s, deadline 0.32s met, 1 compile"
+    assert "over its 0.32s deadline: MISSED" in target.chunk_line(1, frames=8, bucket="f8", seconds=0.5, deadline=0.32,
+                                                                   compiles=0)
