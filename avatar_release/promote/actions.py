@@ -280,7 +280,6 @@ def _no_earlier(history: list[MoveRecord], current: str, channel: str) -> Refusa
     """Why a plain rollback has nowhere to go, naming the builds only ``--to`` may bring back."""
     gone = [m.from_build for m in history if m.action == "rollback" and m.from_build
             and m.from_manifest_digest != current]
-    hint = (f"; rolled back from before: {', '.join(dict.fromkeys(gone))} (bring one back with --to BUILD)"
-            if gone else "")
-    return Refusal(f"rollback {channel}: no earlier build in its signed history to go back to{hint}; name one with "
-                   "--to BUILD")
+    names = (f" (rolled back from before: {', '.join(dict.fromkeys(gone))})" if gone else "")
+    return Refusal(f"rollback {channel}: no earlier build in its signed history to go back to; name one with "
+                   f"--to BUILD{names}")

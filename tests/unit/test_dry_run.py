@@ -94,6 +94,9 @@ def test_a_second_rollback_goes_further_back_never_to_the_build_just_rolled_back
     with pytest.raises(Refusal) as err:  # a was the first: nothing earlier, and c, b only by name
         rollback(reg, "prod")
     assert "no earlier build" in str(err.value) and f"{c}, {b}" in str(err.value) and "--to BUILD" in str(err.value)
+    assert str(err.value).count("--to BUILD") == 1, str(err.value)  # the hint once, not twice
+    r = CliRunner().invoke(cli, ["rollback", "prod", "--registry", str(reg.root)])
+    assert r.exit_code == 1 and r.output.count("--to BUILD") == 1, r.output
     assert signed_holder(reg, "prod") == a
     assert rollback(reg, "prod", to=c).decision.build_id == c  # named, it may come back
     assert signed_holder(reg, "prod") == c
