@@ -17,7 +17,7 @@ from ..registry import open_registry, read_manifest
 from ..specs import load_flag_profile, load_pipeline, load_target
 from ._app import _emit, _progress, cli, json_option
 from ._devices import prepare_devices_for_target
-from ._options import complete_ref, project_option, registry_option
+from ._options import complete_ref, nonempty_ref, project_option, registry_option
 
 
 @cli.group("analyze")
@@ -76,7 +76,7 @@ def analyze_pipeline_cmd(name: str, pipeline: str, target: str | None, options: 
 
 
 @analyze_group.command("build")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @registry_option
 @project_option
 @json_option

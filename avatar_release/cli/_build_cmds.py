@@ -16,7 +16,7 @@ from ..runtime import verify_build
 from ._table import table
 from ._app import _emit, _finish, _next_step, _progress, cli, json_option
 from ._devices import prepare_devices_for_target
-from ._options import complete_ref, new_registry_option, project_option, registry_option
+from ._options import complete_ref, nonempty_ref, new_registry_option, project_option, registry_option
 
 
 # ---------------------------------------------------------------------------------- compile
@@ -62,7 +62,7 @@ def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tupl
 
 
 @cli.command("rebuild")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @registry_option
 @project_option
 @json_option
@@ -138,7 +138,7 @@ def ls_cmd(verdicts: bool, output: str, no_headers: bool, registry_uri: str | No
 
 
 @cli.command("inspect")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @registry_option
 @json_option
 def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
@@ -175,7 +175,7 @@ def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
 
 
 @cli.command("verify")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--no-programs", "no_programs", is_flag=True,
               help="Skip deserializing each executable to compare its fingerprint: only the blobs' stored and raw "
                    "digests, without starting JAX (flat memory whatever the build's size).")

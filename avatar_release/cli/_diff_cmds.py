@@ -10,7 +10,7 @@ from ..errors import Refusal
 from ..promote.diff import SECTIONS, BuildDiff, diff_builds
 from ..registry import open_registry
 from ._app import _finish, cli, json_option
-from ._options import complete_ref, registry_option
+from ._options import complete_ref, nonempty_ref, registry_option
 
 _WIDTH = 36  # a value wider than this is cut in the table (never in --json)
 
@@ -54,8 +54,8 @@ def diff_table(d: BuildDiff, sections: tuple[str, ...]) -> str:
 
 
 @cli.command("diff")
-@click.argument("a", metavar="A", shell_complete=complete_ref)
-@click.argument("b", metavar="B", shell_complete=complete_ref)
+@click.argument("a", metavar="A", shell_complete=complete_ref, callback=nonempty_ref)
+@click.argument("b", metavar="B", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
               help="Show only these sections (repeatable; default: all).")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when the builds differ in more than bookkeeping (as git diff "

@@ -24,7 +24,7 @@ from ..trust.policy import load_policy
 from ._exit_codes import ExitCodesGroup
 from ._app import _emit, _finish, _next_step, _progress, cli, json_option
 from ._devices import prepare_devices_for_build, prepare_devices_for_target
-from ._options import complete_ref, new_registry_option, project_option, registry_option
+from ._options import complete_ref, nonempty_ref, new_registry_option, project_option, registry_option
 from ._summary import append_step_summary, gate_summary
 
 
@@ -42,7 +42,10 @@ class _GateGroup(ExitCodesGroup):
         super().format_options(ctx, formatter)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+        # `gate REF ...` and `gate --registry R REF` (options first, as with `gate run`) both mean `gate run`;
+        # `gate --help` and `gate OPTIONS SUBCOMMAND ...` are left to the group.
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names \
+                and not any(a in self.commands for a in args):
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
@@ -72,7 +75,7 @@ def _compare_options(f: _F) -> _F:
 
 
 @gate_group.command("run")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @_compare_options
 @click.option("--shard", default=None, metavar="K/N",
               help="Render only shard K (0..N-1, e.g. $JOB_COMPLETION_INDEX) of N and store signed partial evidence; "
@@ -139,7 +142,7 @@ def _gate_shard(registry_uri: str | None, ref: str, shard: str, twin: str | None
 
 
 @gate_group.command("merge")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @_compare_options
 @click.option("--run-id", default=None, envvar="AVATAR_RELEASE_GATE_RUN_ID",
               help="Merge the shards of this run (default: the run of the newest shard).")
@@ -212,7 +215,7 @@ def _require_build_hardware(manifest: Manifest) -> None:
 
 
 @gate_group.command("compile")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--no-reproduce", is_flag=True, help="Skip the recompile (reproducible HLO and fingerprint).")
 @registry_option
 @json_option
@@ -288,7 +291,7 @@ def gate_inputs_cmd(bands: tuple[str, ...], as_json: bool) -> None:
 
 
 @cli.command("review")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--serve", is_flag=True, help="Serve the blind review page and record answers.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address for --serve to listen on.")
 @click.option("--port", default=0, type=int, help="Port for --serve (default: any free port).")

@@ -54,6 +54,15 @@ project_option = click.option(
     help="The project holding manifests/ and the pipeline's code (default: the nearest directory upward "
          "from here that holds manifests/; or $AVATAR_RELEASE_PROJECT).",
 )
+def nonempty_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A build reference given as "" (an unset shell variable) is a usage error naming the argument,
+    not a lookup of nothing or an option parsed as the reference."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{param.human_readable_name} is empty: give a build id, a digest or a channel "
+                                 "(`avatar-release ls` lists them)", ctx=ctx, param=param)
+    return value
+
+
 def complete_ref(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Shell completion for a build reference: the channels that hold a build, then build ids, from
     the registry the command would use (nothing, never an error, when none is found)."""

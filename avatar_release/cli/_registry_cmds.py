@@ -12,7 +12,7 @@ from ..ops.copy import CopyReport, copy_build
 from ..errors import NotFoundError
 from ..registry import RegistryChoice, config_files, find_registry, load_config, open_registry
 from ._app import _emit, _finish, _progress, cli, json_option
-from ._options import channel_choice, complete_ref, registry_option
+from ._options import channel_choice, complete_ref, nonempty_ref, registry_option
 
 
 def _destination(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -37,7 +37,7 @@ def _copy_human(r: CopyReport) -> str:
 
 
 @cli.command("copy")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--to", "to_uri", required=True, callback=_destination, metavar="URI|PATH|NAME",
               help="Destination registry (same forms as --registry; a new directory is created).")
 @click.option("--channel", default=None, type=channel_choice,

@@ -17,7 +17,7 @@ from ..trust.keys import generate_keypair, load_private_key
 from ..trust.policy import load_policy
 from ..trust.state_read import load_state
 from ._app import _emit, _next_step, cli, json_option
-from ._options import channel_choice, complete_ref, project_option, registry_option, signing_options
+from ._options import channel_choice, complete_ref, nonempty_ref, project_option, registry_option, signing_options
 from ._summary import append_step_summary, promote_summary
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def _move_human(r: MoveResult, verb: str) -> str:
 
 
 @cli.command("promote")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--to", "channel", required=True, type=channel_choice)
 @click.option("--reason", default="", help="Recorded in the history.")
 @click.option("--dry-run", is_flag=True, help="Show the decision, its evidence and what would move; write nothing.")
@@ -72,7 +72,7 @@ def promote_cmd(ref: str, channel: str, reason: str, dry_run: bool, sign_key: st
 
 
 @cli.command("approve")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--key", "key_path", default=None, envvar="AVATAR_RELEASE_APPROVER_KEY",
               help="The approver's Ed25519 private key (default: this machine's release key).")
 @click.option("--as", "approver", default=None, help="The approver's name in the trust policy (default: the key's).")
@@ -94,7 +94,7 @@ def approve_cmd(ref: str, key_path: str | None, approver: str | None, note: str,
 
 
 @cli.command("revoke")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--reason", required=True, help="Why: shown to everyone the revocation refuses.")
 @click.option("--key", "key_path", default=None, envvar="AVATAR_RELEASE_REVOKE_KEY",
               help="An Ed25519 private key the trust policy names (default: this machine's release key). Pods "

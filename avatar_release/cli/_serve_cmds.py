@@ -15,7 +15,7 @@ from ..registry import open_registry
 from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
 from ._app import _T0, _emit, _progress, cli, json_option
 from ._devices import prepare_devices_for_build, trust_config, trust_options
-from ._options import complete_ref, registry_option
+from ._options import complete_ref, nonempty_ref, registry_option
 
 
 def _one_ref(ref: str | None, **options: str | None) -> str | None:
@@ -30,7 +30,7 @@ def _one_ref(ref: str | None, **options: str | None) -> str | None:
 
 # ---------------------------------------------------------------------------------- render
 @cli.command("render")
-@click.argument("ref", required=False, metavar="[REF]", shell_complete=complete_ref)
+@click.argument("ref", required=False, metavar="[REF]", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--channel", default=None, help="Render the build a channel points at (same as REF).")
 @click.option("--build", "build_ref", default=None, help="Render a build id or digest (same as REF).")
 @click.option("--image", "image_path", default=None,
@@ -80,7 +80,7 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
 
 # ---------------------------------------------------------------------------------- serve
 @cli.command("serve")
-@click.argument("ref", required=False, metavar="[REF]", shell_complete=complete_ref)
+@click.argument("ref", required=False, metavar="[REF]", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--channel", default=None, help="Channel (or build id / digest) to serve (same as REF).")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="AVATAR_RELEASE_HOST",
               help="Address to bind (env AVATAR_RELEASE_HOST); 0.0.0.0 in a container.")

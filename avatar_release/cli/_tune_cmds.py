@@ -12,11 +12,11 @@ from ..machine import native_log_filter
 from ..registry import open_registry, read_manifest
 from ._app import _emit, _next_step, _progress, cli, json_option
 from ._devices import prepare_devices_for_target
-from ._options import complete_ref, project_option, registry_option
+from ._options import complete_ref, nonempty_ref, project_option, registry_option
 
 
 @cli.command("autotune")
-@click.argument("ref", shell_complete=complete_ref)
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--results", "results_path", default=None,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Autotune results recorded on the build's GPUs (XLA's text form, e.g. an earlier run's "

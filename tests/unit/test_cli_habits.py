@@ -206,3 +206,18 @@ def test_a_mistyped_key_in_a_spec_file_names_the_closest_allowed_key(tmp_path, m
         load_target("cpu-8")
     assert "device_cont" in str(err.value) and "did you mean 'device_count'?" in str(err.value)
     assert "allowed here:" in str(err.value) and str(target) in str(err.value)
+
+
+@pytest.mark.parametrize("args", [["gate", ""], ["gate", "", "--registry", "REG"], ["gate", "--registry", "REG", ""],
+                                  ["gate", "run", "  "], ["inspect", ""], ["verify", "", "--registry", "REG"]])
+def test_an_empty_ref_is_a_usage_error_naming_ref(tmp_path, args):
+    root_dir, _ = _published(tmp_path)
+    res = cli(*[root_dir if a == "REG" else a for a in args])
+    assert res.exit_code == 2, res.output
+    assert "REF" in res.stderr and "empty" in res.stderr and "No such option" not in res.stderr, res.stderr
+
+
+def test_gate_takes_its_options_before_ref(tmp_path):
+    root_dir, build_id = _published(tmp_path)
+    res = cli("gate", "--registry", root_dir, "--baseline", "none", build_id + "x")
+    assert res.exit_code == 3 and "No such option" not in res.stderr, res.stderr  # REF reached `gate run`
