@@ -181,6 +181,15 @@ def _explicit(value: str, how: str, configs: list[RegistryConfig], *, create: bo
     ).with_details(looked=looked + [f"{how}: {value}"])
 
 
+def _compile_here(here: Path, env: Mapping[str, str]) -> str:
+    """The compile that makes a registry in ``here``: it needs a project (manifests/), so outside
+    one (none upward, no $AVATAR_RELEASE_PROJECT) the command names ``--project DIR``."""
+    if env.get("AVATAR_RELEASE_PROJECT") or any((d / "manifests").is_dir() for d in _upward(here)):
+        return "`avatar-release compile --pipeline PIPELINE --target TARGET`"
+    return ("`avatar-release compile --project DIR --pipeline PIPELINE --target TARGET` (DIR: the project, the "
+            "directory holding manifests/; none is here or above)")
+
+
 def find_registry(explicit: str | None = None, *, create: bool = False, cwd: Path | None = None,
                   environ: Mapping[str, str] | None = None,
                   configs: list[RegistryConfig] | None = None) -> RegistryChoice:
@@ -216,7 +225,7 @@ def find_registry(explicit: str | None = None, *, create: bool = False, cwd: Pat
                               found=False)
     raise NotFoundError(
         "no registry found. Looked at:\n" + "".join(f"  - {w}\n" for w in looked)
-        + "  fix: create one here with `avatar-release compile --pipeline PIPELINE --target TARGET`, pass "
+        + f"  fix: create one here with {_compile_here(here, env)}, pass "
         f"--registry PATH|URI|NAME, set ${ENV_REGISTRY}, or name a default in {PROJECT_CONFIG} "
         "(see `avatar-release registries --help`)"
     ).with_details(looked=looked)

@@ -149,3 +149,18 @@ def test_a_named_registry_path_that_does_not_exist_is_exit_3_with_the_fix(tmp_pa
     monkeypatch.chdir(tmp_path)
     res = cli("ls", "--registry", str(tmp_path / "nope"))
     assert res.exit_code == 3 and "avatar-release compile" in res.stderr
+
+
+def test_the_fix_for_no_registry_names_a_project_where_none_is_found(tmp_path):
+    """`compile` needs a project: outside one the suggested command says --project DIR; inside, not."""
+    with pytest.raises(NotFoundError) as err:
+        find_registry(cwd=tmp_path, environ=_env(tmp_path))
+    assert "avatar-release compile --project DIR --pipeline PIPELINE --target TARGET" in str(err.value)
+    assert "manifests/" in str(err.value)
+    (tmp_path / "proj" / "manifests").mkdir(parents=True)
+    with pytest.raises(NotFoundError) as err:
+        find_registry(cwd=tmp_path / "proj", environ=_env(tmp_path))
+    assert "create one here with `avatar-release compile --pipeline PIPELINE --target TARGET`" in str(err.value)
+    with pytest.raises(NotFoundError) as err:  # $AVATAR_RELEASE_PROJECT names one: no --project needed
+        find_registry(cwd=tmp_path, environ=_env(tmp_path, AVATAR_RELEASE_PROJECT=str(tmp_path / "proj")))
+    assert "--project DIR" not in str(err.value)
