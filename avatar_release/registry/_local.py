@@ -52,9 +52,9 @@ class LocalRegistry(KVRegistry):
                 self.sweep()
         elif not (self.root / "builds").is_dir():
             raise NotFoundError(f"registry {self.root}: not found (no builds/ directory there); create one with "
-                                "`avatar-release compile --pipeline PIPELINE --target TARGET --registry PATH` (inside a project, the "
-                                "directory holding manifests/, or with --project DIR), or name an "
-                                "existing one with --registry (see `avatar-release registries`)")
+                                "`avatar-release compile --pipeline PIPELINE --target TARGET --registry PATH` "
+                                "(inside a project, the directory holding manifests/, or with --project DIR), or "
+                                "name an existing one with --registry (see `avatar-release registries`)")
 
     def _path(self, key: str) -> Path:
         p = (self.root / key).resolve()
