@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 
 from .._dtypes import dtype_name
-from ..errors import ContractError, InputError, SpecError
+from ..errors import AvatarReleaseError, ContractError, InputError, SpecError
 from ..machine import configure_compile_env, current_platform
 from ..pipeline import (
     CONTRACT_PAGE,
@@ -26,8 +26,12 @@ from ..pipeline import (
     Pipeline,
     StageSignature,
     TargetContext,
+    author_error,
+    calling,
+    defined_at,
     load_entry,
     project_source_digest,
+    returned,
     signature_of,
     weight_layout_of,
 )
@@ -97,18 +101,21 @@ def plan_build(
 
     progress(f"loading pipeline {spec.entry} ({spec.config}) from {project.root}")
     pipe = load_entry(spec, project)
+    where, root = f"pipeline spec {spec.name}", project.root
     try:
-        config = pipe.config(spec.config)
+        config = pipe.config(spec.config, root)
     except SpecError as e:
         raise SpecError(f"pipeline spec {spec.name}: {e}") from None
-    config, applied = apply_overrides(config, overrides)
-    program = pipe.chunk_program(config)
+    with calling(where, f"configs[{spec.config!r}] (its __post_init__ or validate, with the overrides)", root):
+        config, applied = apply_overrides(config, overrides)
+    with calling(where, "chunk_program(config)", root):
+        program = returned(pipe.chunk_program(config), where, "chunk_program(config)")
     if not isinstance(program, ChunkProgramSpec):
         raise ContractError(f"pipeline spec {spec.name}: chunk_program(config) must return a ChunkProgramSpec, got "
                             f"{type(program).__name__}. The pipeline contract: {CONTRACT_PAGE}")
-    signatures = {b.name: signature_of(pipe, config, b.frames, f"pipeline spec {spec.name}") for b in spec.buckets}
-    for sigs in signatures.values():
-        _check_program(spec.name, pipe, program, sigs)
+    signatures = {b.name: signature_of(pipe, config, b.frames, where, root) for b in spec.buckets}
+    for b in spec.buckets:
+        _check_program(spec.name, pipe, program, signatures[b.name], b.name, b.frames)
 
     if tgt.platform != "cpu":
         configure_compile_env(tgt)  # CPU device counts are the entry point's job (before JAX starts)
@@ -118,48 +125,86 @@ def plan_build(
     if tgt.platform == "gpu":  # the description compiled for: in the identity, through the platform
         platform = platform.model_copy(update={"target_config": target_description(tgt).digest})
 
-    tree, weights_label = _load_tree(pipe, spec, config, weights_path)
-    stage_objs = {s: pipe.stage(tree, s) for s in pipe.stages}
+    tree, weights_label = _load_tree(pipe, spec, config, weights_path, root)
+    stage_objs = {s: _stage_object(pipe, tree, s, where, root) for s in pipe.stages}
     host = None if weights_label == ABSTRACT_WEIGHTS else _host_tensors(stage_objs)
     n_tensors = 0 if host is None else len(host)
     context = functools.partial(TargetContext, name=tgt.name, platform=tgt.platform, mesh=mesh,
                                 axis=tgt.mesh_axes[0], kernel_flags=dict(flags.kernel_flags))
-    stages = _stage_plans(pipe, config, stage_objs, spec, signatures, tgt, context)
+    stages = _stage_plans(pipe, config, stage_objs, spec, signatures, tgt, context, root)
     return BuildPlan(spec=spec, target=tgt, flags=flags, executable_format=executable_format, platform=platform,
                      mesh=mesh, pipeline=pipe, project=project, source_digest=project_source_digest(pipe, spec, project),
                      config=config, overrides=applied, program=program, tree=tree, weights_label=weights_label,
                      weight_tensors=host, weights_tensors=n_tensors, stages=stages)
 
 
-def _check_program(name: str, pipe: Pipeline, program: ChunkProgramSpec, sigs: dict[str, StageSignature]) -> None:
-    """Every name the chunk program wires exists where it must: refused here, not in a serving pod."""
+def _check_program(name: str, pipe: Pipeline, program: ChunkProgramSpec, sigs: dict[str, StageSignature],
+                   bucket: str = "", frames: int | None = None) -> None:
+    """Every name the chunk program wires exists where it must, and the photo and the delivered video
+    are declared as the runtime feeds and reads them: refused here, not in a serving pod."""
     inputs = {t.name for s in sigs.values() for t in s.inputs}
     outputs = {t.name for s in sigs.values() for t in s.outputs}
+    declared = {t.name: t for s in sigs.values() for t in (*s.inputs, *s.outputs)}
+    expected = {program.image: ((program.height, program.width, 3), "the photo"),
+                program.deliver: ((frames, program.height, program.width, 3), "the delivered video")}
+    owner = {t.name: f" (stage {stage} {kind})" for stage, sig in sigs.items()
+             for kind, ts in (("input", sig.inputs), ("output", sig.outputs)) for t in ts}
+    shape_wrong = [f"{what} {n!r}{owner[n]} is declared {tuple(declared[n].shape)} {declared[n].dtype}, expected "
+                   f"{shape} uint8 (chunk_program's height {program.height} x width {program.width} x 3 channels"
+                   + (f", {frames} frames" if n == program.deliver else "") + ")"
+                   for n, (shape, what) in expected.items()
+                   if n in declared and frames is not None
+                   and (tuple(declared[n].shape) != shape or declared[n].dtype != "uint8")]
     wrong = [f"{what} {n!r} is no stage's input" for what, n in
              (("image", program.image), ("audio", program.audio), ("noise", program.noise)) if n not in inputs]
     wrong += [f"carry {k!r} is no stage's input" for k in program.carry if k not in inputs]
     wrong += [f"carry {k!r} -> {v!r}: {v!r} is no stage's output" for k, v in program.carry.items() if v not in outputs]
     if program.deliver not in outputs:
         wrong.append(f"deliver {program.deliver!r} is no stage's output")
+    wrong += shape_wrong
     if wrong:
-        raise ContractError(f"pipeline spec {name}: chunk_program does not match the stage signatures: "
+        raise ContractError(f"pipeline spec {name}{f', bucket {bucket}' if bucket else ''}: chunk_program does "
+                            f"not match the stage signatures: "
                             f"{'; '.join(wrong)}. The pipeline contract: {CONTRACT_PAGE}")
 
 
-def _load_tree(pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: str | None) -> tuple[Any, str]:
+def _load_tree(pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: str | None,
+               root: Path | None = None) -> tuple[Any, str]:
+    where = f"pipeline spec {spec.name}"
     if spec.weights.source == "abstract" and weights_path is None:
         # Shapes only: the module tree lives on the meta device and no value is ever computed.
         import torch  # the compile extra's; a pipeline's create() builds torch modules
 
-        with torch.device("meta"):
-            return pipe.create(config), ABSTRACT_WEIGHTS
+        with torch.device("meta"), calling(where, "create(config)", root):
+            return returned(pipe.create(config), where, "create(config)"), ABSTRACT_WEIGHTS
     source = weights_path or (None if spec.weights.source == "init" else spec.weights.source)
+    if source is None:
+        member = f"init_weights(config, {spec.weights.seed})"
+        with calling(where, member, root):
+            return returned(pipe.init_weights(config, spec.weights.seed), where, member), f"init:seed={spec.weights.seed}"
     try:
-        if source is None:
-            return pipe.init_weights(config, spec.weights.seed), f"init:seed={spec.weights.seed}"
-        return pipe.load_weights(config, source), str(Path(source).absolute())
+        tree = pipe.load_weights(config, source)
     except (ValueError, OSError) as e:  # the contract: load_weights raises ValueError when they do not fit
         raise InputError(str(e)) from None
+    except AvatarReleaseError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the pipeline's code raised: its author's to fix
+        raise author_error(e, where, "load_weights(config, path)", root) from e
+    return returned(tree, where, "load_weights(config, path)"), str(Path(source).absolute())
+
+
+def _stage_object(pipe: Pipeline, tree: Any, stage: str, where: str, root: Path | None) -> Any:
+    """``pipe.stage(tree, stage)``, checked: a torch module or a JaxStage."""
+    member = f"stage(tree, {stage!r})"
+    with calling(where, member, root):
+        obj = returned(pipe.stage(tree, stage), where, member)
+    if not isinstance(obj, JaxStage):
+        import torch  # the compile extra's: a stage that is no JaxStage is a torch module
+
+        if not isinstance(obj, torch.nn.Module):
+            raise ContractError(f"{where}: {member} must return a torch.nn.Module or a JaxStage, got "
+                                f"{type(obj).__name__}. The pipeline contract: {CONTRACT_PAGE}")
+    return obj
 
 
 def _host_tensors(stage_objs: dict[str, Any]) -> list[HostTensor]:
@@ -183,8 +228,9 @@ def _host_tensors(stage_objs: dict[str, Any]) -> list[HostTensor]:
 
 def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: PipelineSpec,
                  signatures: dict[str, dict[str, StageSignature]], tgt: TargetSpec,
-                 context: Callable[..., TargetContext]) -> list[StagePlan]:
+                 context: Callable[..., TargetContext], root: Path | None = None) -> list[StagePlan]:
     axis, size = tgt.mesh_axes[0], tgt.mesh_shape[0]
+    where, signature_at = f"pipeline spec {spec.name}", defined_at(pipe.signature, root)
     plans = []
     for stage in pipe.stages:
         obj = stage_objs[stage]
@@ -206,7 +252,8 @@ def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: 
         routes: dict[str, Any] = {}  # what the pipeline declares while tracing the stage (every bucket)
 
         def trace(stage: str = stage, routes: dict[str, Any] = routes) -> ContextManager[Any]:
-            return pipe.trace_context(config, context(stage=stage, routes=routes))
+            return returned(pipe.trace_context(config, context(stage=stage, routes=routes)), where,
+                            "trace_context(config, target)")
 
         for b in spec.buckets:
             sig = signatures[b.name][stage]
@@ -222,6 +269,8 @@ def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: 
                          for t in sig.outputs],
                 trace_context=trace,
                 routes=routes,
+                where=where,
+                signature_at=signature_at,
             ))
     return plans
 

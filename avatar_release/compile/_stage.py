@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from .._digest import sha256_digest
-from .._dtypes import np_dtype
-from ..errors import CompileError, DoesNotFit
+from .._dtypes import dtype_name, np_dtype
+from ..errors import AvatarReleaseError, CompileError, ContractError, DoesNotFit
+from ..pipeline import CONTRACT_PAGE, author_error, author_frame
 from ..records import ArraySpec, CompileEvidence
 from ._evidence import host_callbacks, kernels_in, schedule_of
 from ._flops import loop_scale, pallas_kernels
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
     from jax.stages import Compiled
     from jax.tree_util import PyTreeDef
 
-__all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage"]
+__all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage", "check_outputs"]
 
 
 def fsdp_spec(shape: tuple[int, ...], axis: str, size: int) -> list[str | None]:
@@ -51,6 +52,9 @@ class StagePlan:
     # The kernel routes the pipeline declares in that context (pipeline.KernelRoute by kernel name),
     # shared by the stage's buckets; the manifest's kernel_routes.
     routes: dict[str, Any] = field(default_factory=dict)
+    # For messages: whose stage it is ("pipeline spec NAME") and where its signature is declared (file:line).
+    where: str = ""
+    signature_at: str = ""
 
 
 @dataclass
@@ -90,7 +94,9 @@ def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False,
 
     def stage_fn(params: dict[str, jax.Array], *inputs: jax.Array) -> tuple[Any, ...]:
         out = plan.jax_func(params, inputs)
-        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        check_outputs(plan, out)  # here, before the out_shardings meet them: the declared shapes are refused first
+        return out
 
     p_abstract = {
         key: jax.ShapeDtypeStruct(tuple(s.shape), np_dtype(s.dtype), sharding=_sharding(mesh, s.sharding))
@@ -114,12 +120,46 @@ def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False,
             if export:
                 with plan.trace_context(), scanned_blocks(mesh), pinned_layouts(mesh):
                     exported = jax.export.export(jitted)(p_abstract, *i_abstract)
+    except AvatarReleaseError:
+        raise
     except Exception as e:  # noqa: BLE001
+        if author_frame(e, project_root) is not None:  # raised in the pipeline's code: its author's to fix
+            raise author_error(e, plan.where or "pipeline", f"stage(tree, {plan.stage!r}) (bucket {plan.bucket}), "
+                               "while traced,", project_root) from e
         raise CompileError(
             f"stage {plan.stage}/{plan.bucket}: tracing or lowering failed: {type(e).__name__}: {str(e)[:500]}"
         ) from e
     return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr), mesh.size,
                         pallas_kernels(traced.jaxpr))
+
+
+def check_outputs(plan: StagePlan, outputs: tuple[Any, ...]) -> None:
+    """ContractError (exit 2) unless the traced outputs are the declared ones: their number, and each
+    one's shape and dtype. A wrong declaration would otherwise compile and be recorded as the build's."""
+    declared = plan.outputs
+    signature = "signature" + (f" ({plan.signature_at})" if plan.signature_at else "")
+    where = f"{plan.where + ': ' if plan.where else ''}{signature}: stage {plan.stage}, bucket {plan.bucket}"
+    page = f"Fix the signature or the stage. The pipeline contract: {CONTRACT_PAGE}"
+    if len(outputs) != len(declared):
+        traced = ", ".join(_aval(o) for o in outputs)
+        raise ContractError(f"{where}: declares {len(declared)} outputs ({', '.join(s.name for s in declared)}), "
+                            f"the traced program returns {len(outputs)} ({traced}). {page}")
+    wrong = [f"output {s.name!r} is declared {_spec(s.shape, s.dtype)}, traced {_aval(o)}"
+             for s, o in zip(declared, outputs)
+             if _aval(o) != _spec(s.shape, s.dtype)]
+    if wrong:
+        raise ContractError(f"{where}: {'; '.join(wrong)}. {page}")
+
+
+def _spec(shape: Any, dtype: Any) -> str:
+    return f"{tuple(int(d) for d in shape)} {dtype_name(dtype)}"
+
+
+def _aval(x: Any) -> str:
+    """A traced output as ``(shape) dtype``; what it is when it is not an array."""
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return _spec(x.shape, x.dtype)
+    return f"a {type(x).__name__}, not an array"
 
 
 def _text_tree(tree: PyTreeDef) -> str:

@@ -6,6 +6,7 @@ A pipeline spec (``manifests/pipelines/NAME.toml``) names an ``entry``; the entr
 mesh; eager PyTorch ignores them. Importing this package imports neither torch nor jax.
 """
 
+from ._author import author_error, author_frame, calling, defined_at, returned
 from ._contract import (
     CONTRACT_PAGE,
     LEVER_EFFECTS,
@@ -53,6 +54,11 @@ __all__ = [
     "ContractError",
     "check_pipeline",
     "signature_of",
+    "calling",
+    "returned",
+    "author_error",
+    "author_frame",
+    "defined_at",
     "load_entry",
     "project_source_digest",
     "replicated",

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Sequence
 
 from ..errors import ContractError, SpecError
 from ..specs import FlagProfile, PipelineSpec, TargetSpec
+from ._author import CONTRACT_PAGE, calling, returned
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -28,7 +31,6 @@ __all__ = ["CONTRACT_PAGE", "ContractError", "TensorSpec", "StageSignature", "Ch
            "LEVER_EFFECTS", "GateRequests", "TargetContext", "KernelRoute", "AnalysisContext", "Analysis", "JaxStage", "Pipeline",
            "check_pipeline", "signature_of"]
 
-CONTRACT_PAGE = "docs/pipeline-contract.md"
 LEVER_EFFECTS = ("reassociation", "precision")
 
 
@@ -193,11 +195,13 @@ class Pipeline:
     analyses: Mapping[str, Analysis] = field(default_factory=dict)
     source_packages: tuple[str, ...] = ()  # top-level packages of the project whose source the build digests
 
-    def config(self, name: str) -> Any:
-        """The named config; ContractError listing the known names otherwise."""
+    def config(self, name: str, root: str | os.PathLike | None = None) -> Any:
+        """The named config; SpecError listing the known names otherwise, ContractError naming the
+        innermost frame under ``root`` (the project) when the pipeline's function raises."""
         if name not in self.configs:
             raise SpecError(f"pipeline {self.name}: no config named {name!r} (known: {', '.join(self.configs)})")
-        config = self.configs[name]()
+        with calling(f"pipeline {self.name}", f"configs[{name!r}]", root):
+            config = returned(self.configs[name](), f"pipeline {self.name}", f"configs[{name!r}]")
         if not dataclasses.is_dataclass(config) or isinstance(config, type):
             raise ContractError(f"pipeline {self.name}: configs[{name!r}]() returned {type(config).__name__}, "
                                 f"not a dataclass instance; see {CONTRACT_PAGE} (configs)")
@@ -233,19 +237,23 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_pipeline(obj: Any, where: str) -> Pipeline:
+def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) -> Pipeline:
     """``obj`` as a checked Pipeline, or ContractError naming the first missing or wrong member.
 
     ``obj`` is a Pipeline, any object with the same members, or a function of no arguments that
-    returns one (called once here).
+    returns one (called once here; what it raises names its innermost frame under ``root``).
     """
     if not isinstance(obj, Pipeline) and callable(obj) and not hasattr(obj, "stages"):
         try:
-            obj = obj()
+            inspect.signature(obj).bind()
         except TypeError as e:
             raise ContractError(f"{where}: names a callable that cannot be called with no arguments ({e}); an "
                                 f"entry names a Pipeline, or a function of no arguments returning one. "
                                 f"The pipeline contract: {CONTRACT_PAGE}") from None
+        except ValueError:  # no signature to read (a builtin): calling it tells
+            pass
+        with calling(where, "the entry function", root):
+            obj = returned(obj(), where, getattr(obj, "__qualname__", "the entry function"))
     members: dict[str, Any] = {}
     for member, expected in _REQUIRED:
         value = getattr(obj, member, _MISSING)
@@ -288,9 +296,11 @@ def check_pipeline(obj: Any, where: str) -> Pipeline:
     return obj if isinstance(obj, Pipeline) else Pipeline(**members)
 
 
-def signature_of(pipeline: Pipeline, config: Any, frames: int, where: str) -> dict[str, StageSignature]:
+def signature_of(pipeline: Pipeline, config: Any, frames: int, where: str,
+                 root: str | os.PathLike | None = None) -> dict[str, StageSignature]:
     """``pipeline.signature(config, frames)``, checked: one StageSignature of TensorSpecs per stage."""
-    sigs = pipeline.signature(config, frames)
+    with calling(where, f"signature(config, {frames})", root):
+        sigs = returned(pipeline.signature(config, frames), where, f"signature(config, {frames})")
     if not isinstance(sigs, Mapping) or set(sigs) != set(pipeline.stages):
         got = sorted(sigs) if isinstance(sigs, Mapping) else type(sigs).__name__
         raise ContractError(f"{where}: signature(config, {frames}) must map every stage {list(pipeline.stages)} to a "

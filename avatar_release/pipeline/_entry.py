@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .._digest import StreamDigest
 from ..specs import PipelineSpec, Project, find_project
+from ._author import author_error
 from ._contract import CONTRACT_PAGE, ContractError, Pipeline, check_pipeline
 
 __all__ = ["load_entry", "project_source_digest"]
@@ -25,13 +26,15 @@ def load_entry(spec: PipelineSpec, project: Project | None = None) -> Pipeline:
     except ImportError as e:
         raise ContractError(f"{where}: cannot be imported from project {project.root} (found {project.found_by}): "
                             f"{e}. Pass --project DIR for the project that holds this pipeline's code") from None
+    except Exception as e:  # noqa: BLE001 - the module's own code raised while it was imported
+        raise author_error(e, where, f"importing {module_name}", project.root) from e
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ContractError(f"{where}: module {module_name} ({getattr(module, '__file__', '?')}) has no "
                                 f"attribute {attr!r}. The pipeline contract: {CONTRACT_PAGE}")
         obj = getattr(obj, part)
-    return check_pipeline(obj, where)
+    return check_pipeline(obj, where, project.root)
 
 
 def project_source_digest(pipeline: Pipeline, spec: PipelineSpec, project: Project | None = None) -> str:
