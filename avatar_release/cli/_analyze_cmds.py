@@ -14,7 +14,7 @@ from ..machine import configure_host_devices, native_log_filter
 from ..pipeline import CONTRACT_PAGE, AnalysisContext, load_entry
 from ..records import Manifest
 from ..registry import open_registry, read_manifest
-from ..specs import load_flag_profile, load_pipeline, load_target
+from ..specs import find_project, load_flag_profile, load_pipeline, load_target
 from ._app import _emit, _progress, cli, json_option
 from ._devices import prepare_devices_for_target
 from ._options import complete_ref, nonempty_ref, project_option, registry_option
@@ -42,7 +42,8 @@ def _run_analysis(name: str, pipeline: str, *, target: str | None = None, option
         flags = load_flag_profile(tgt.flag_profile)
     else:
         configure_host_devices(8)
-    ctx = AnalysisContext(pipeline=pipe, spec=spec, config=pipe.config(spec.config), target=tgt, flags=flags,
+    config = pipe.config(spec.config, find_project().root)  # its errors name their line in the project
+    ctx = AnalysisContext(pipeline=pipe, spec=spec, config=config, target=tgt, flags=flags,
                           options=dict(options or {}), progress=_progress())
     with native_log_filter():  # libtpu's and XLA's C++ log, as readable lines
         result = analysis.run(ctx)

@@ -181,7 +181,8 @@ def _load_tree(pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: st
     if source is None:
         member = f"init_weights(config, {spec.weights.seed})"
         with calling(where, member, root):
-            return returned(pipe.init_weights(config, spec.weights.seed), where, member), f"init:seed={spec.weights.seed}"
+            tree = returned(pipe.init_weights(config, spec.weights.seed), where, member)
+        return tree, f"init:seed={spec.weights.seed}"
     try:
         tree = pipe.load_weights(config, source)
     except (ValueError, OSError) as e:  # the contract: load_weights raises ValueError when they do not fit

@@ -318,10 +318,14 @@ def signature_of(pipeline: Pipeline, config: Any, frames: int, where: str,
 def _tensors(items: Sequence[Any], where: str, stage: str) -> tuple[TensorSpec, ...]:
     out = []
     for t in items:
-        if isinstance(t, TensorSpec):
-            out.append(TensorSpec(t.name, tuple(int(d) for d in t.shape), str(t.dtype)))
-        elif isinstance(t, (tuple, list)) and len(t) == 3:
-            out.append(TensorSpec(str(t[0]), tuple(int(d) for d in t[1]), str(t[2])))
+        name, shape, dtype = (t.name, t.shape, t.dtype) if isinstance(t, TensorSpec) else (
+            t if isinstance(t, (tuple, list)) and len(t) == 3 else (None, None, None))
+        if name is not None:
+            try:
+                out.append(TensorSpec(str(name), tuple(int(d) for d in shape), str(dtype)))
+            except (TypeError, ValueError):
+                raise ContractError(f"{where}: stage {stage}: {str(name)!r}'s shape must be a tuple of ints, got "
+                                    f"{_short(shape)}. The pipeline contract: {CONTRACT_PAGE}") from None
         else:
             raise ContractError(f"{where}: stage {stage}: a signature entry must be a TensorSpec or a "
                                 f"(name, shape, dtype) tuple, got {_short(t)}. The pipeline contract: {CONTRACT_PAGE}")

@@ -99,7 +99,8 @@ def test_a_tensor_made_outside_the_traced_device_names_its_line(tmp_path, projec
     line = _edit(project / "puppet" / "model.py", MOTION_FORWARD,
                  MOTION_FORWARD + "        pose = pose + torch.full((pose.shape[0],), 0.5)\n") + 1
     message = _refused(tmp_path)
-    assert message.startswith("pipeline spec puppet-tiny: stage(tree, 'motion') (bucket f8), while traced, raised "), message
+    assert message.startswith("pipeline spec puppet-tiny: stage(tree, 'motion') (bucket f8), while traced, "
+                              "raised "), message
     assert f"at puppet/model.py:{line} (in forward)" in message, message
 
 

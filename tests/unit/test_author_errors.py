@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import jax
 import numpy as np
@@ -20,7 +20,7 @@ from jax.sharding import Mesh
 
 from avatar_release.compile._stage import StagePlan, check_outputs, lower_stage
 from avatar_release.errors import CompileError, ContractError
-from avatar_release.pipeline import author_frame, check_pipeline, defined_at
+from avatar_release.pipeline import StageSignature, author_frame, check_pipeline, defined_at, signature_of
 from avatar_release.records import ArraySpec
 
 MODEL = '''
@@ -167,3 +167,11 @@ def test_a_trace_failure_outside_the_project_stays_a_compile_error(mesh, tmp_pat
 
     with pytest.raises(CompileError, match="tracing or lowering failed: ValueError: not the author's"):
         lower_stage(_plan(outside, [2, 4]), mesh, project_root=tmp_path / "proj")
+
+
+def test_a_signature_shape_that_is_not_ints_is_refused_naming_the_tensor():
+    sig = StageSignature(inputs=(("x", (2, "four"), "float32"),), outputs=())
+    pipe = SimpleNamespace(stages=("toy",), signature=lambda config, frames: {"toy": sig})
+    with pytest.raises(ContractError, match=r"^spec x: stage toy: 'x''s shape must be a tuple of ints, "
+                                            r"got \(2, 'four'\)"):
+        signature_of(pipe, None, 2, "spec x")
