@@ -188,7 +188,9 @@ def verify_cmd(ref: str, no_programs: bool, registry_uri: str | None, as_json: b
                       for r in report["blobs"])
     bad = [r["what"] for r in report["blobs"] if not r["ok"]]
     failure = None if report["ok"] else IntegrityError(
-        f"build {report['build_id']}: {len(bad)} blob(s) failed verification: {', '.join(bad)}")
+        f"build {report['build_id']}: {len(bad)} blob(s) failed verification: {', '.join(bad)}; fix: "
+        f"`avatar-release repair {report['build_id']} --from REGISTRY` re-puts them from a registry holding the "
+        "same build (`compile` and `copy` skip a build already published)")
     if no_programs:
         human += ("\n  (--no-programs: stored and raw digests only; no executable was deserialized to check "
                   "its fingerprint)")

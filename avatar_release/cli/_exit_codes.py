@@ -43,6 +43,7 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "registries": (3,),
     "completion": (),
     "copy": (*_REGISTRY, 4),
+    "repair": (*_REGISTRY, 4),
     "gate": (1, *_LOADS, 6, 12, 13),
     "gate run": (1, *_LOADS, 12, 13),
     "gate merge": (1, *_REGISTRY, 4, 12, 13),

@@ -1,4 +1,5 @@
-"""Commands between registries: copy (mirror a build with everything that belongs to it)."""
+"""Commands between registries: copy (mirror a build with everything that belongs to it), repair
+(good bytes for a build's damaged blobs from a registry that holds the same build)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import click
 
 from ..ops.copy import CopyReport, copy_build
+from ..ops.repair import repair_build
 from ..errors import NotFoundError
 from ..registry import RegistryChoice, config_files, find_registry, load_config, open_registry
 from ._app import _emit, _finish, _progress, cli, json_option
@@ -50,6 +52,23 @@ def copy_cmd(ref: str, to_uri: str, channel: str | None, registry_uri: str | Non
     report = copy_build(open_registry(registry_uri, create=False), open_registry(to_uri), ref, channel=channel,
                         progress=_progress())
     _emit(as_json, {"ok": True, **report.to_dict()}, _copy_human(report))
+
+
+@cli.command("repair")
+@click.argument("ref", shell_complete=complete_ref, callback=nonempty_ref)
+@click.option("--from", "from_uri", required=True, metavar="URI|PATH|NAME",
+              help="A registry holding the same build with good bytes (same forms as --registry).")
+@registry_option
+@json_option
+def repair_cmd(ref: str, from_uri: str, registry_uri: str | None, as_json: bool) -> None:
+    """Re-put every blob of build REF in --registry whose stored bytes fail verification, taking
+    them from --from (verified there by digest first); blobs that pass, the build and its records
+    are left as they are. Then `avatar-release verify REF` passes."""
+    source = open_registry(find_registry(from_uri).uri, create=False)
+    report = repair_build(open_registry(registry_uri, create=False), source, ref, progress=_progress())
+    human = (f"{report.build_id}: {len(report.repaired)} of {report.checked} blobs repaired from {report.source}"
+             + "".join(f"\n  {r['digest'][:19]}  was: {r['was']}" for r in report.repaired))
+    _emit(as_json, {"ok": True, **report.to_dict()}, human)
 
 
 _CONFIG_HELP = """Show which registry commands run here use, why, and the registries config files name.

@@ -28,13 +28,15 @@ def checked_blob(data: B, digest: str, size: int, where: str) -> B:
         got = f"more than {size}" if len(data) > size else str(len(data))
         raise IntegrityError(
             f"blob {digest} in {where}: size {got} bytes, manifest says {size}; "
-            "the store is corrupted or was tampered with — republish the build"
+            "the store is corrupted or was tampered with — repair it from a registry holding the same "
+            "build: `avatar-release repair BUILD --from REGISTRY`"
         )
     actual = sha256_digest(data)
     if actual != digest:
         raise IntegrityError(
             f"blob {digest} in {where}: content hashes to {actual}; "
-            "the store is corrupted or was tampered with — republish the build"
+            "the store is corrupted or was tampered with — repair it from a registry holding the same "
+            "build: `avatar-release repair BUILD --from REGISTRY`"
         )
     return data
 
@@ -66,8 +68,10 @@ def checked_stream(pieces: Iterable[bytes], digest: str, size: int, where: str,
     if seen.size != size:
         got = f"more than {size}" if seen.size > size else str(seen.size)
         raise IntegrityError(f"blob {digest} in {where}: size {got} bytes, manifest says {size}; "
-                             "the store is corrupted or was tampered with — republish the build")
+                             "the store is corrupted or was tampered with — repair it from a registry holding "
+                             "the same build: `avatar-release repair BUILD --from REGISTRY`")
     if seen.digest != digest:
         raise IntegrityError(f"blob {digest} in {where}: content hashes to {seen.digest}; "
-                             "the store is corrupted or was tampered with — republish the build")
+                             "the store is corrupted or was tampered with — repair it from a registry holding "
+                             "the same build: `avatar-release repair BUILD --from REGISTRY`")
     return result

@@ -174,7 +174,8 @@ def fetch_inflated(registry: Registry, ref: BlobRef, raw: tuple[int, str] | None
                 what = (f"size {own.size} bytes, manifest says {ref.size}" if own.size != ref.size
                         else f"content hashes to {own.digest}")
                 raise IntegrityError(f"{where}: blob {ref.digest}: {what}; the store is corrupted or was tampered "
-                                     "with — republish the build") from None
+                                     "with — repair it from a registry holding the same build: "
+                                     "`avatar-release repair BUILD --from REGISTRY`") from None
             raise
         for _ in it:  # what decompression left unread is hashed too
             pass

@@ -135,7 +135,8 @@ class Blobs:
                 what = f"size {'more than ' + str(size) if n > size else n} bytes, manifest says {size}" \
                     if n != size else f"content hashes to {seen.digest}"
                 raise IntegrityError(f"blob {digest} in {self.uri}: {what}; the store is corrupted or was tampered "
-                                     "with — republish the build")
+                                     "with — repair it from a registry holding the same build: "
+                                     "`avatar-release repair BUILD --from REGISTRY`")
         return dest
 
     def push_from(self, path: str | os.PathLike, *, chunk_size: int = 16 << 20, resumes: int = 3) -> str:
