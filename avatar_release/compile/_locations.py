@@ -16,7 +16,7 @@ While a stage is traced and lowered:
   folder on ``sys.path``), never site-packages', nor the toolchain's own, wherever they are
   installed;
 * every file name is relative to the deepest root it lies under: the project or a ``sys.path``
-  folder (``/home/ann/proj/puppet/model.py`` becomes ``puppet/model.py``); an absolute name under
+  folder (``/home/ann/proj/avatars/model.py`` becomes ``avatars/model.py``); an absolute name under
   none of them keeps only its base name. Line numbers stay: they move only with the source;
 * the traceback options are pinned to jax's defaults, so a ``JAX_TRACEBACK_IN_LOCATIONS_LIMIT``
   or ``JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS`` in one machine's environment cannot change the
