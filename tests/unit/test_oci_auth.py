@@ -108,6 +108,35 @@ def test_credentials_go_to_the_registry_host_only():
     assert sent == [("reg.example", None), ("reg.example", creds.basic()), ("blobs.elsewhere.example", None)]
 
 
+def test_a_request_sent_before_another_answered_the_challenge_is_sent_again_with_the_login():
+    """Parallel blobs of a copy (issue 42 item 5.5): two requests go out before the registry's Basic
+    challenge is answered; the one whose 401 arrives second is not 'wrong user name or password'."""
+    creds = Credentials("ana", "pw", "test")
+    order: list[str] = []
+
+    def answer(method, url, headers):
+        if "Authorization" not in headers:
+            if url.endswith("/first") and not order:
+                order.append("first sent")
+                assert t.call("check blob", "HEAD", f"{loc.base}/blobs/second").status == 200  # meanwhile
+            return 401, {"WWW-Authenticate": 'Basic realm="r"'}, b""
+        return (200, {}, b"") if headers["Authorization"] == creds.basic() else (401, {}, b"")
+
+    loc = OciLocation("https", "reg.example", "team/avatar")
+    session = Script(answer)
+    t = Transport(loc, session=session, retry=FAST)
+    t.auth = LoginAuth(loc.host, t.fetch_token, creds)
+    assert t.call("check blob", "HEAD", f"{loc.base}/blobs/first").status == 200
+    sent = [(u.rsplit("/", 1)[1], h.get("Authorization")) for _, u, h in session.sent]
+    assert sent == [("first", None), ("second", None), ("second", creds.basic()), ("first", creds.basic())]
+    # the same credentials refused are still refused, once, and said so
+    wrong = Transport(loc, session=Script(answer), retry=FAST)
+    wrong.auth = LoginAuth(loc.host, wrong.fetch_token, Credentials("ana", "not-pw", "test"))
+    with pytest.raises(RegistryError, match="wrong user name or password"):
+        wrong.call("check blob", "HEAD", f"{loc.base}/blobs/other")
+    assert len(wrong._session.sent) == 2
+
+
 def test_credentials_never_go_to_a_plain_http_token_realm_on_another_host():
     def answer(method, url, headers):
         return 401, {"WWW-Authenticate": 'Bearer realm="http://auth.example/token",service="s"'}, b""

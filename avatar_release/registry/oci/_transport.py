@@ -4,7 +4,9 @@
   to tag reads that race with tag writes) are retried with jittered exponential backoff; after
   the last attempt a :class:`RegistryError` names the host, the operation and the last status.
 * A 401 is handed to the auth strategy (:mod:`._auth`) once per request; if it can answer the
-  challenge, the request is sent again at once. A 401 after that, or a 403, is a RegistryError
+  challenge, the request is sent again at once. A 401 to a request that went out before another
+  one (a parallel blob of a copy) had the strategy answer the challenge is sent again with what
+  the strategy gives now, not taken as refused credentials. A 401 after that, or a 403, is a RegistryError
   with the strategy's explanation (which credentials, refused how). Never retried blindly.
 * A TLS failure (an untrusted certificate, a missing CA file) is a RegistryError that says
   which CA was used and how to give another; it is not retried.
@@ -61,6 +63,7 @@ class Reply:
     headers: Mapping[str, str]
     body: bytes
     url: str
+    sent_auth: str | None = None  # the Authorization header the request carried (None: none)
 
 
 class HttpResponse(Protocol):
@@ -197,7 +200,8 @@ class Transport:
             if reply.status in RETRY_STATUS:
                 last = f"HTTP {reply.status}" + (f" ({registry_errors(reply.body)})" if reply.body else "")
                 continue
-            if reply.status == 401 and not reauthed and self.auth.challenged(reply, scope):
+            if reply.status == 401 and not reauthed and (self._stale_auth(url, reply, scope)
+                                                          or self.auth.challenged(reply, scope)):
                 reauthed, attempt = True, attempt - 1  # answering a challenge is not a failed attempt
                 continue
             if reply.status in (401, 403):
@@ -210,6 +214,16 @@ class Transport:
             f"{self.where()}: {op} failed after {self.retry.attempts} attempt(s), last: {last}; "
             f"check that {self.location.root} is up and reachable from here, then retry"
         )
+
+    def _stale_auth(self, url: str, reply: Reply, scope: str) -> bool:
+        """Whether a 401 answers other credentials than the strategy gives now: the request went out
+        while another request (in another thread) was answering the registry's first challenge, so
+        it carried none (or an older token). Sent again with the current ones, as its own first try;
+        only a 401 to what the strategy gives now is refused credentials."""
+        if urlsplit(url).netloc != self.location.host:
+            return False
+        now = self.auth.headers(scope).get("Authorization")
+        return now is not None and now != reply.sent_auth
 
     def _tls_error(self, op: str, e: Exception) -> RegistryError:
         verify = self.location.verify()
@@ -234,10 +248,12 @@ class Transport:
             ok = 200 <= resp.status_code < 300
             if ok and sink is not None and method != "HEAD":
                 sink(iter_bounded(resp, limit))
-                return Reply(resp.status_code, resp.headers, b"", str(getattr(resp, "url", url)))
+                return Reply(resp.status_code, resp.headers, b"", str(getattr(resp, "url", url)),
+                             hdrs.get("Authorization"))
             bound = limit if ok else ERROR_BODY
             body = b"" if method == "HEAD" else read_bounded(resp, bound)
-            return Reply(resp.status_code, resp.headers, body, str(getattr(resp, "url", url)))
+            return Reply(resp.status_code, resp.headers, body, str(getattr(resp, "url", url)),
+                         hdrs.get("Authorization"))
         finally:
             resp.close()
 
