@@ -8,12 +8,13 @@ policy names as an approver, the plan says that the real promotion would sign th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NeedsApproval, Refusal
-from ..records import CHANNELS, HistoryEntry
-from ..registry import Registry
+from ..records import CHANNELS, HistoryEntry, Manifest
+from ..registry import Registry, Resolved
 from ..trust.policy import TrustPolicy, load_policy
 from ..trust.state_read import load_state
 from .actions import _local_approver_key, _no_earlier, _undone_move
@@ -67,20 +68,29 @@ def _channels(registry: Registry) -> tuple[SignedChannels, TrustPolicy]:
     return SignedChannels(registry, load_state(registry, policy)), policy
 
 
+def _decided(decide: Callable[[], Decision], registry: Registry, resolved: Resolved, manifest: Manifest,
+             channel: str, policy: TrustPolicy, channels: SignedChannels, *, what: str, against_prod: bool
+             ) -> tuple[Decision, bool]:
+    """The decision; where only a release approval is missing and this machine would sign it, the
+    decision the real move makes after signing (and True)."""
+    try:
+        return decide(), False
+    except NeedsApproval:
+        if _local_approver_key(policy) is None:
+            raise
+        admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy,
+                                       channels=channels, against_prod=against_prod)
+        return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest), True
+
+
 def plan_promotion(registry: Registry, ref: str, channel: str) -> MovePlan:
     channels, policy = _channels(registry)
     resolved, manifest = channels.resolve(ref)
     holder = channels.state.holder(channel) if channel in CHANNELS else None
-    try:
-        decision = check_promotion(registry, resolved, manifest, channel, policy, channels=channels)
-        signs = False
-    except NeedsApproval:
-        if _local_approver_key(policy) is None:
-            raise
-        admitted = check_gate_evidence(registry, resolved, manifest, what=f"promote {resolved.build_id} to {channel}",
-                                       channel=channel, policy=policy, channels=channels)
-        decision = Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest)
-        signs = True
+    decision, signs = _decided(
+        lambda: check_promotion(registry, resolved, manifest, channel, policy, channels=channels),
+        registry, resolved, manifest, channel, policy, channels, what=f"promote {resolved.build_id} to {channel}",
+        against_prod=True)
     return MovePlan("promote", decision, holder.build_id if holder else None, signs_approval=signs)
 
 
@@ -98,16 +108,10 @@ def plan_rollback(registry: Registry, channel: str, *, to: str | None = None) ->
     else:
         undone = None  # --to names the target: no one move is undone
     resolved, manifest = channels.resolve(to)
-    try:
-        decision = check_rollback_target(registry, resolved, manifest, channel, policy, channels=channels)
-        signs = False
-    except NeedsApproval:
-        if _local_approver_key(policy) is None:
-            raise
-        admitted = check_gate_evidence(registry, resolved, manifest, what=f"roll {channel} back to {resolved.build_id}",
-                                       channel=channel, policy=policy, channels=channels, against_prod=False)
-        decision = Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest)
-        signs = True
+    decision, signs = _decided(
+        lambda: check_rollback_target(registry, resolved, manifest, channel, policy, channels=channels),
+        registry, resolved, manifest, channel, policy, channels, what=f"roll {channel} back to {resolved.build_id}",
+        against_prod=False)
     undoes = None
     if undone is not None:
         undoes = next(e for e in channels.history(channel) if e.sequence == undone.version)
