@@ -18,7 +18,7 @@ import dataclasses
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Sequence
+from typing import Any, Callable, cast, ContextManager, Mapping, Sequence, TYPE_CHECKING
 
 from ..errors import ContractError, SpecError
 from ..specs import FlagProfile, PipelineSpec, TargetSpec
@@ -322,7 +322,7 @@ def _tensors(items: Sequence[Any], where: str, stage: str) -> tuple[TensorSpec, 
             t if isinstance(t, (tuple, list)) and len(t) == 3 else (None, None, None))
         if name is not None:
             try:
-                out.append(TensorSpec(str(name), tuple(int(d) for d in shape), str(dtype)))
+                out.append(TensorSpec(str(name), tuple(int(d) for d in cast(Any, shape)), str(dtype)))
             except (TypeError, ValueError):
                 raise ContractError(f"{where}: stage {stage}: {str(name)!r}'s shape must be a tuple of ints, got "
                                     f"{_short(shape)}. The pipeline contract: {CONTRACT_PAGE}") from None
