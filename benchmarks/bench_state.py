@@ -2,7 +2,8 @@
 
 * promote: what a promotion adds for the signed state: verify the state from its root
   (``load_state``) and sign one move into it (``record_move``: move record, channel metadata,
-  snapshot, timestamp), in a directory registry (goal: under 1 s with 1,000 moves in history);
+  snapshot, timestamp), in a directory registry (goal: under 1 s with 1,000 moves in history,
+  each prod move's gate result and approval listed in the evidence role as they were stored);
 * rollback's read: the channel's whole signed history, walked back along the move chain;
 * a pod's poll: ``verify_channel_state`` through tuf.ngclient from a pinned root, with the
   pod's trusted metadata already on disk (goal: under 50 ms), and the bytes that poll reads
@@ -75,7 +76,7 @@ def _evidence(reg, build_id: str, digest: str) -> list:
 def _build(root: Path, moves: int):
     from avatar_release.registry import LocalRegistry
     from avatar_release.trust.policy import load_policy
-    from avatar_release.trust.state_write import init_state, record_move
+    from avatar_release.trust.state_write import init_state, record_evidence, record_move
 
     reg = LocalRegistry(root)
     policy = load_policy()
@@ -83,10 +84,12 @@ def _build(root: Path, moves: int):
     for i in range(moves):
         channel = ("dev", "staging", "prod")[i % 3]
         digest = f"sha256:{i:064x}"
+        evidence = _evidence(reg, f"b-{i}", digest) if channel == "prod" else []
+        for ref, kind in zip(evidence, ("gate-result", "release-approval")):  # listed as they are stored
+            state = record_evidence(reg, policy, build_id=f"b-{i}", envelope=ref, kind=kind)
         state, _ = record_move(reg, policy, state, channel, action="promote", build_id=f"b-{i}",
                                manifest_digest=digest, manifest_size=1000, who="bench", reason="",
-                               gate_result_digest=None,
-                               evidence=_evidence(reg, f"b-{i}", digest) if channel == "prod" else ())
+                               gate_result_digest=None, evidence=evidence)
     return reg
 
 
