@@ -2,11 +2,14 @@
 
 * ``cli.md``: the CLI reference, rendered from the click commands by ``gen_cli_reference.py`` on
   every build, so the site can never describe options or exit codes the commands no longer have.
+* ``specs.md``: the spec formats (pipeline, target, flags, levers, band), rendered from the
+  pydantic models by ``gen_spec_reference.py``: fields, defaults and the JSON Schema that
+  ``avatar-release specs schema`` prints.
 * ``local-oci-registry.md``: the walkthrough in ``examples/`` (it lives beside the examples it
   drives), its links into docs/ made links between pages.
 
-Both are added to the site's files in memory: nothing is written into docs/, and a ``docs/cli.md``
-left by running the generator by hand is replaced by a fresh rendering.
+All are added to the site's files in memory: nothing is written into docs/, and a ``docs/cli.md``
+(or ``docs/specs.md``) left by running a generator by hand is replaced by a fresh rendering.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def _cli_reference() -> str:
-    spec = importlib.util.spec_from_file_location("gen_cli_reference", HERE / "gen_cli_reference.py")
+def _render(script: str) -> str:
+    """The page a generator script beside this file renders (its ``render()``)."""
+    spec = importlib.util.spec_from_file_location(script, HERE / f"{script}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -37,7 +41,8 @@ def _walkthrough() -> str:
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     generated = [
-        File.generated(config, "cli.md", content=_cli_reference()),
+        File.generated(config, "cli.md", content=_render("gen_cli_reference")),
+        File.generated(config, "specs.md", content=_render("gen_spec_reference")),
         File.generated(config, "local-oci-registry.md", content=_walkthrough()),
     ]
     for page in generated:

@@ -98,6 +98,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "review": ("_gate_cmds", "Blind review of a build below the band: serve the page, approve or reject."),
     "revoke": ("_release_cmds", "Revoke REF for good: promotion, rollback and pods refuse it from now on."),
     "rollback": ("_release_cmds", "Move CHANNEL back to an earlier build that passed its gates."),
+    "specs": ("_specs_cmds", "JSON Schema of the project's spec files: pipeline, target, flags, levers, band."),
     "serve": ("_serve_cmds", "Serve REF over HTTP (streamed fMP4) after verify, load and a warm chunk."),
     "verify": ("_build_cmds", "Re-hash every blob of a build; exit 4 naming each blob that fails."),
 }

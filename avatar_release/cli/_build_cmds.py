@@ -13,6 +13,7 @@ from ..promote import publish_to_dev
 from ..promote.status import ReleaseStatus, release_status
 from ..registry import open_registry, read_manifest
 from ..runtime import verify_build
+from ..specs import levers_warning, manifests_dir
 from ._table import table
 from ._app import _emit, _finish, _next_step, _progress, cli, json_option
 from ._devices import prepare_devices_for_target
@@ -36,6 +37,11 @@ def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tupl
                 executable_format: str, registry_uri: str | None, as_json: bool) -> None:
     """Trace, AOT-compile and publish a build; points the dev channel at it."""
     overrides = parse_set_args(sets)
+    # Before the compile, not at the first gate against prod: a missing lever list is a warning, a
+    # malformed one an error (exit 2), so a long compile never ends in a gate that cannot run.
+    levers = levers_warning(manifests_dir() / "levers.toml")
+    if levers:
+        click.echo(f"warning: {levers}", err=True)
     prepare_devices_for_target(target)
     registry = open_registry(registry_uri)
 
@@ -56,7 +62,8 @@ def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tupl
     state = "published" if result.created else "already published (identical build)"
     # A first build has nothing in prod to compare with: its gate runs on its own.
     nxt = f"avatar-release gate {result.build_id}" + (" --baseline none" if registry.get_channel("prod") is None else "")
-    _emit(as_json, {"ok": True, **result.to_json(), "xla_log": [n.to_json() for n in xla_log], "next": nxt},
+    _emit(as_json, {"ok": True, **result.to_json(), "xla_log": [n.to_json() for n in xla_log], "next": nxt,
+                    "warnings": [levers] if levers else []},
           f"{state}: {result.build_id}\n  digest {result.digest}\n{rows}\n"
           f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)\n{_next_step(nxt)}")
 

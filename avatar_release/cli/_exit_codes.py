@@ -42,6 +42,7 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "ls": _REGISTRY,
     "registries": (3,),
     "completion": (),
+    "specs": (),  # reads no project and no registry: only the models
     "copy": (*_REGISTRY, 4),
     "repair": (*_REGISTRY, 4),
     "gate": (1, *_LOADS, 6, 12, 13),

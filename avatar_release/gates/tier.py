@@ -18,7 +18,7 @@ from pathlib import Path
 from .._digest import sha256_digest
 from ..errors import SpecError
 from ..records import Manifest
-from ..specs import manifests_dir
+from ..specs import SPECS_PAGE, manifests_dir
 
 __all__ = ["TierDecision", "decide_tier", "load_levers", "read_levers", "levers_path"]
 
@@ -42,7 +42,9 @@ def read_levers(path: Path | None = None) -> tuple[dict, str, Path]:
     names is of the very bytes that decided its tier."""
     path = path or levers_path()
     if not path.is_file():
-        raise SpecError(f"{path}: missing; it declares which levers may be judged by the similarity band")
+        raise SpecError(f"{path}: missing; it declares which levers may be judged by the similarity band. With none "
+                        f"to declare, write one line, schema_version = 1 (`avatar-release specs schema levers`; "
+                        f"{SPECS_PAGE} > levers)")
     data = path.read_bytes()
     try:
         doc = tomllib.loads(data.decode())

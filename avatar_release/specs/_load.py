@@ -10,12 +10,12 @@ import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._digest import canonical_json, sha256_digest
-from .._suggest import did_you_mean
+from .._suggest import closest, did_you_mean
 from ..errors import SpecError
 from ._project import find_project
 
@@ -32,27 +32,34 @@ __all__ = [
     "load_flag_profile",
     "load_pipeline",
     "list_specs",
+    "describe_validation_error",
+    "SPECS_PAGE",
 ]
 
 SPEC_SCHEMA_VERSION = 1
+# Where a spec error sends the user: a page of the docs site (not a path: docs/ is not in their project).
+SPECS_PAGE = "docs site: Reference > Spec formats"
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    schema_version: int = Field(SPEC_SCHEMA_VERSION, ge=1, le=SPEC_SCHEMA_VERSION)
+    schema_version: int = Field(SPEC_SCHEMA_VERSION, ge=1, le=SPEC_SCHEMA_VERSION,
+                                description="the format's version; this avatar-release reads 1")
 
 
 _S = TypeVar("_S", bound=_Spec)
 
 
 class TargetSpec(_Spec):
-    name: str
-    platform: str  # "cpu" | "tpu" | "gpu"
-    device_count: int = Field(gt=0)
-    mesh_axes: list[str]
-    mesh_shape: list[int]
-    flag_profile: str
-    topology: str | None = None
+    """manifests/targets/<name>.toml: the devices a build is compiled for and the mesh it runs on."""
+
+    name: str = Field(description="the file's name without .toml")
+    platform: str = Field(description='"cpu", "tpu" or "gpu"')  # "cpu" | "tpu" | "gpu"
+    device_count: int = Field(gt=0, description="devices one build runs on (the product of mesh_shape)")
+    mesh_axes: list[str] = Field(description='names of the mesh axes, e.g. ["data"]')
+    mesh_shape: list[int] = Field(description="devices along each axis, in mesh_axes' order")
+    flag_profile: str = Field(description="a flag profile under manifests/flags/, by name")
+    topology: str | None = Field(None, description='TPU/GPU topology, e.g. "2x4" or "1x1x8" (GPU: required)')
     # Device memory per device (bytes). When set, a build whose per-device working set does
     # not fit (XLA's memory_analysis) is refused at compile.
     hbm_bytes_per_device: int | None = Field(None, gt=0)
@@ -93,38 +100,48 @@ _ADDED_WHEN_SET = ("target_config", "target_config_sha256")
 
 
 class FlagProfile(_Spec):
-    name: str
-    version: int
-    platform: str
-    compiler_options: dict[str, Any] = {}
-    env_flags: list[str] = []
-    kernel_flags: dict[str, Any] = {}
+    """manifests/flags/<name>.toml: the compiler options and flags a target's builds compile with."""
+
+    name: str = Field(description="the file's name without .toml")
+    version: int = Field(description="bump it with every change (recorded in each build)")
+    platform: str = Field(description='"cpu", "tpu" or "gpu": the platform the flags are for')
+    compiler_options: dict[str, Any] = Field({}, description="XLA compiler options by name")
+    env_flags: list[str] = Field([], description="XLA_FLAGS entries, e.g. --xla_cpu_enable_fast_math=false")
+    kernel_flags: dict[str, Any] = Field({}, description="flags the pipeline's kernels read")
 
     def digest(self) -> str:
         return sha256_digest(canonical_json(self.model_dump(mode="json")))
 
 
 class BucketSpec(_Spec):
-    name: str
-    frames: int = Field(gt=0)
+    """One [[buckets]] table of a pipeline: a chunk shape compiled ahead of time."""
+
+    name: str = Field(description='the bucket\'s name, e.g. "f8" (unique in the pipeline)')
+    frames: int = Field(gt=0, description="frames per chunk of this shape")
 
 
 class WeightsSpec(_Spec):
+    """The [weights] table of a pipeline: where the build's weights come from."""
+
     # "init" (deterministic random from seed), "abstract" (shapes only: compile-only builds whose
     # weights are never materialised, e.g. production shapes), or a safetensors path.
-    source: str = "init"
-    seed: int = 0
+    source: str = Field("init", description='"init" (random from seed), "abstract" (shapes only, compile-only '
+                                            'builds) or a .safetensors path')
+    seed: int = Field(0, description='the seed of "init" weights')
 
 
 class PipelineSpec(_Spec):
-    name: str
-    entry: str  # "package.module:Class"
-    config: str  # model config name
-    buckets: list[BucketSpec]
-    weights: WeightsSpec = WeightsSpec()
+    """manifests/pipelines/<name>.toml: the model a build compiles, through its entry, and its shapes."""
+
+    name: str = Field(description="the file's name without .toml")
+    entry: str = Field(description='the pipeline\'s entry, "package.module:attribute", imported from the project')
+    config: str = Field(description="a model config the entry's configs mapping names")
+    buckets: list[BucketSpec] = Field(description="[[buckets]] tables, one per chunk shape (at least one)")
+    weights: WeightsSpec = Field(WeightsSpec(), description="the [weights] table")
     # "seeded": chunk noise from (request seed, chunk index); "entropy": fresh noise per request.
-    noise: Literal["seeded", "entropy"] = "seeded"
-    description: str = ""
+    noise: Literal["seeded", "entropy"] = Field(
+        "seeded", description='"seeded": chunk noise from (request seed, chunk index); "entropy": fresh per request')
+    description: str = Field("", description="free text about the pipeline")
 
 
 def manifests_dir() -> Path:
@@ -157,30 +174,86 @@ def _load(kind: str, label: str, name: str, cls: type[_S]) -> _S:
     try:
         spec = cls.model_validate(raw)
     except ValidationError as e:
-        errors = e.errors()
-        # A misspelled key is both an unknown key and a missing one: name the unknown one, with the fix.
-        err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
-        loc = ".".join(str(p) for p in err["loc"])
-        hint = ""
-        if err["type"] == "extra_forbidden" and err["loc"]:
-            allowed = _fields_at(cls, err["loc"][:-1])
-            hint = f"{did_you_mean(str(err['loc'][-1]), allowed)}; allowed here: {', '.join(sorted(allowed))}"
-        raise SpecError(f"{path}: {loc}: {err['msg']} (got {err.get('input')!r}){hint}") from None
+        raise SpecError(f"{path}: {describe_validation_error(cls, e)}") from None
     named = getattr(spec, "name", name)
     if named != name:
         raise SpecError(f"{path}: name = {named!r} but the file is named {name!r}; make them agree")
     return spec
 
 
-def _fields_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """The field names of the (nested) model at ``loc`` inside ``cls`` (empty when it is not a model)."""
+def _model_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The (nested) model at ``loc`` inside ``cls``: list items and dict values count as their model
+    (``buckets.0`` is a BucketSpec); None when ``loc`` is not a model."""
     model: Any = cls
     for part in loc:
-        field = getattr(model, "model_fields", {}).get(part)
-        model = field.annotation if field is not None else None
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return []
-    return list(getattr(model, "model_fields", {}))
+        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue  # an index or a key inside a list/dict field: the item's model is already in hand
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        model = _item_model(field.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _item_model(annotation: Any) -> Any:
+    """``BucketSpec`` from ``list[BucketSpec]``, ``dict[str, LeverEntry]`` or ``LeverEntry | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in reversed(get_args(annotation)):
+        found = _item_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _fields_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the (nested) model at ``loc`` inside ``cls`` (empty when it is not a model)."""
+    model = _model_at(cls, loc)
+    return list(model.model_fields) if model is not None else []
+
+
+def _section(cls: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """What the section at ``loc`` takes: "required a, b; optional c" (empty when not a model)."""
+    model = _model_at(cls, loc)
+    if model is None:
+        return ""
+    fields = model.model_fields
+    required = [n for n, f in fields.items() if f.is_required()]
+    optional = [n for n, f in fields.items() if not f.is_required()]
+    where = ".".join(str(p) for p in loc) or "the top level"
+    return (f"{where} ({model.__name__}) takes required: {', '.join(required) or 'none'}; "
+            f"optional: {', '.join(optional) or 'none'}")
+
+
+def describe_validation_error(cls: type[BaseModel], e: ValidationError) -> str:
+    """Every problem pydantic found, in one message: each missing field with every field its section
+    takes (so a new file is right after one round trip), a misspelled key with the closest allowed one,
+    then a pointer to the docs site's reference page."""
+    errors = e.errors()
+    missing: dict[tuple[int | str, ...], list[str]] = {}
+    suggested: set[tuple[int | str, ...]] = set()  # a missing field a misspelled key already points at
+    lines: list[str] = []
+    # A misspelled key is both an unknown key and a missing one: the unknown one leads, with the fix.
+    for err in sorted(errors, key=lambda x: x["type"] != "extra_forbidden"):
+        loc = tuple(err["loc"])
+        if err["type"] == "missing":
+            if loc in suggested:
+                continue
+            missing.setdefault(loc[:-1], []).append(str(loc[-1]))
+            continue
+        where = ".".join(str(p) for p in loc)
+        hint = ""
+        if err["type"] == "extra_forbidden" and loc:
+            allowed = _fields_at(cls, loc[:-1])
+            hint = f"{did_you_mean(str(loc[-1]), allowed)}; allowed here: {', '.join(sorted(allowed))}"
+            suggested |= {(*loc[:-1], near) for near in closest(str(loc[-1]), allowed, n=1)}
+        lines.append(f"{where}: {err['msg']} (got {err.get('input')!r}){hint}")
+    for parent, names in missing.items():
+        prefix = ".".join(str(p) for p in (*parent, "")) if parent else ""
+        section = _section(cls, parent)
+        lines.append(f"missing required field{'s' if len(names) > 1 else ''} "
+                     f"{', '.join(prefix + n for n in names)}" + (f"; {section}" if section else ""))
+    return "\n  ".join(lines) + f"\n  (`avatar-release specs schema` prints every field; {SPECS_PAGE})"
 
 
 def load_target(name: str) -> TargetSpec:
@@ -232,7 +305,9 @@ def load_flag_profile(name: str) -> FlagProfile:
 def load_pipeline(name: str) -> PipelineSpec:
     p = _load("pipelines", "pipeline", name, PipelineSpec)
     if not p.buckets:
-        raise SpecError(f"pipeline {name}: declares no shape buckets")
+        raise SpecError(f"pipeline {name}: declares no shape buckets; add one [[buckets]] table per chunk shape, "
+                        f"each with name (str) and frames (int > 0), e.g. [[buckets]] name = \"f8\" frames = 8 "
+                        f"({SPECS_PAGE})")
     names = [b.name for b in p.buckets]
     if len(set(names)) != len(names):
         raise SpecError(f"pipeline {name}: duplicate bucket names {names}")

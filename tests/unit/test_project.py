@@ -79,7 +79,8 @@ def test_the_entry_is_imported_from_the_project_and_checked(tmp_path, monkeypatc
     monkeypatch.chdir(root)
     monkeypatch.setattr(sys, "path", list(sys.path))
     spec = load_pipeline("mine")
-    with pytest.raises(ContractError, match=r"member 'configs' must be a mapping.*docs/pipeline-contract.md"):
+    with pytest.raises(ContractError,
+                       match=r"member 'configs' must be a mapping.*docs site: Design > The pipeline contract"):
         load_entry(spec)
     assert str(root.resolve()) in sys.path  # the project's packages were importable from its root
 
