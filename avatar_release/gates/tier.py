@@ -18,7 +18,7 @@ from pathlib import Path
 from .._digest import sha256_digest
 from ..errors import SpecError
 from ..records import Manifest
-from ..specs import SPECS_PAGE, manifests_dir
+from ..specs import SPECS_PAGE, manifests_dir, validate_levers
 
 __all__ = ["TierDecision", "decide_tier", "load_levers", "read_levers", "levers_path"]
 
@@ -52,6 +52,7 @@ def read_levers(path: Path | None = None) -> tuple[dict, str, Path]:
         raise SpecError(f"{path}: not valid TOML ({e})") from None
     if doc.get("schema_version") != 1:
         raise SpecError(f"{path}: schema_version {doc.get('schema_version')!r}, this tool reads 1")
+    validate_levers(doc, path)  # the fields compile checked (`avatar-release specs schema levers`)
     return doc, sha256_digest(data), path
 
 

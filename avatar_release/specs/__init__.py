@@ -17,7 +17,16 @@ from ._load import (
     manifests_dir,
     target_description,
 )
-from ._schema import SPEC_KINDS, LeverEntry, LeversSpec, SpecKind, levers_warning, load_levers_spec, spec_schema
+from ._schema import (
+    SPEC_KINDS,
+    LeverEntry,
+    LeversSpec,
+    SpecKind,
+    levers_warning,
+    load_levers_spec,
+    spec_schema,
+    validate_levers,
+)
 from ._project import MANIFESTS_ENV, PROJECT_ENV, Project, find_project, use_project
 
 __all__ = [
@@ -30,6 +39,7 @@ __all__ = [
     "LeverEntry",
     "load_levers_spec",
     "levers_warning",
+    "validate_levers",
     "TargetSpec",
     "TargetDescription",
     "target_description",

@@ -22,7 +22,7 @@ from ._load import (SPEC_SCHEMA_VERSION, SPECS_PAGE, FlagProfile, PipelineSpec, 
                     describe_validation_error)
 
 __all__ = ["SpecKind", "SPEC_KINDS", "LeverEntry", "LeversSpec", "spec_schema", "load_levers_spec",
-           "levers_warning", "fields_of"]
+           "validate_levers", "levers_warning", "fields_of"]
 
 
 
@@ -90,8 +90,13 @@ def load_levers_spec(path: Path) -> LeversSpec | None:
         raw = tomllib.loads(path.read_text())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SpecError(f"{path}: not valid TOML ({e})") from None
+    return validate_levers(raw, path)
+
+
+def validate_levers(doc: dict[str, Any], path: Path) -> LeversSpec:
+    """A parsed levers.toml checked against its model (compile and the gate check the same way)."""
     try:
-        return LeversSpec.model_validate(raw)
+        return LeversSpec.model_validate(doc)
     except ValidationError as e:
         raise SpecError(f"{path}: {describe_validation_error(LeversSpec, e)}") from None
 

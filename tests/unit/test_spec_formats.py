@@ -114,6 +114,10 @@ def test_a_missing_levers_file_is_a_warning_at_compile_and_a_bad_one_an_error(ma
         levers_warning(levers)
     res = cli("compile", "--target", "no-such-target", "--registry", str(tmp_path / "r"))
     assert res.exit_code == 2 and "levers.toml: options.xla_cpu_enable_fast_math.effect" in res.stderr
+    from avatar_release.gates.tier import read_levers  # the gate refuses what compile refused, the same way
+
+    with pytest.raises(SpecError, match=r"options\.xla_cpu_enable_fast_math\.effect: Input should be"):
+        read_levers(levers)
 
 
 def _nav_titles(nav: list, trail: tuple[str, ...] = ()) -> set[str]:
