@@ -62,29 +62,35 @@ class TargetSpec(_Spec):
     topology: str | None = Field(None, description='TPU/GPU topology, e.g. "2x4" or "1x1x8" (GPU: required)')
     # Device memory per device (bytes). When set, a build whose per-device working set does
     # not fit (XLA's memory_analysis) is refused at compile.
-    hbm_bytes_per_device: int | None = Field(None, gt=0)
+    hbm_bytes_per_device: int | None = Field(None, gt=0, description="device memory per device; set: a build "
+                                             "that does not fit is refused at compile")
     # Published peak rates of one device, for the compiler-estimate roofline in `analyze`.
-    peak_flops_per_second: float | None = Field(None, gt=0)
-    hbm_bytes_per_second: float | None = Field(None, gt=0)
+    peak_flops_per_second: float | None = Field(None, gt=0, description="one device's published peak (analyze)")
+    hbm_bytes_per_second: float | None = Field(None, gt=0, description="one device's memory bandwidth (analyze)")
     # Bytes per second that can arrive at one device over the interconnect: what a collective
     # the schedule leaves exposed costs in the estimate (its wire time, nothing computed beside).
-    ici_bytes_per_second: float | None = Field(None, gt=0)
+    ici_bytes_per_second: float | None = Field(None, gt=0, description="interconnect bytes/s into one device "
+                                               "(analyze: exposed collectives)")
     # "fsdp": weights sharded over the mesh axis by their first dimension (the default);
     # "replicated": every device holds every weight (exists to measure what FSDP buys).
-    weight_sharding: Literal["fsdp", "replicated"] = "fsdp"
+    weight_sharding: Literal["fsdp", "replicated"] = Field(
+        "fsdp", description='"fsdp": weights sharded by their first dimension; "replicated": on every device')
     # Compile a build's stages side by side in one process (threads). False where the compiler
     # is not safe doing so (see the target's own comment); serial is the fallback, not an error.
-    concurrent_compile: bool = True
+    concurrent_compile: bool = Field(True, description="compile stages side by side (false: one at a time)")
     # Environment defaults for compiling through a topology description on a host without the
     # devices (libtpu reads them at start-up instead of querying cloud metadata). Set only when
     # the variable is unset, before JAX starts.
-    compile_env: dict[str, str] = {}
+    compile_env: dict[str, str] = Field({}, description="environment defaults for compiling without the devices "
+                                                      "(set only when unset)")
     # GPU targets: the target description XLA compiles for without the device (a
     # stream_executor.GpuTargetConfigProto in text form: a file under manifests/, e.g.
     # "gpu/h100_sxm.txtpb"), pinned by the sha256 of its bytes. load_target refuses a spec whose
     # file is missing or differs; the digest is part of this spec's digest and of the build identity.
-    target_config: str | None = None
-    target_config_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    target_config: str | None = Field(None, description='GPU: the target description under manifests/, e.g. '
+                                                     '"gpu/h100_sxm.txtpb" (a GpuTargetConfigProto in text form)')
+    target_config_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                             description="GPU: the sha256 of target_config's bytes")
 
     def digest(self) -> str:
         """What gate evidence names: the spec as declared (a redefined target is another digest)."""
@@ -285,7 +291,8 @@ def target_description(t: TargetSpec) -> TargetDescription:
     if not t.target_config or not t.target_config_sha256 or not t.topology:
         raise SpecError(f"{where}: a GPU target names its target description and its sha256 "
                         "(target_config = \"gpu/<device>.txtpb\", target_config_sha256 = \"<hex>\") and a topology "
-                        "(\"<slices>x<hosts>x<devices per host>\", e.g. \"1x1x8\"); see manifests/gpu/PROVENANCE.md")
+                        "(\"<slices>x<hosts>x<devices per host>\", e.g. \"1x1x8\"); "
+                        f"`avatar-release specs schema target`, {SPECS_PAGE} > target")
     root = manifests_dir().resolve()
     path = (root / t.target_config).resolve()
     if root not in path.parents or not path.is_file():
