@@ -14,18 +14,7 @@ import subprocess
 import tempfile
 import time
 
-import pytest
-
-__all__ = ["Browser", "chromium_or_skip"]
-
-
-def chromium_or_skip() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if exe is None:
-        if os.environ.get("AVATAR_RELEASE_REQUIRE_BROWSER"):
-            pytest.fail("Chromium is required here (AVATAR_RELEASE_REQUIRE_BROWSER) but not installed")
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium)")
-    return exe
+__all__ = ["Browser"]
 
 
 def _above(fd: int, low: int) -> int:

@@ -13,10 +13,11 @@ test that compiles by itself carries ``@pytest.mark.slow`` (or its module a ``py
 the end of a run, unmarked tests that took longer than ``FAST_LANE_LIMIT_S`` are listed.
 
 Optional extras: ``@pytest.mark.extra("gar")`` skips a test when the extra's modules are not
-installed, or fails it where the extra's ``AVATAR_RELEASE_REQUIRE_*`` variable demands it.
+installed, or fails it where the extra's ``AVATAR_RELEASE_REQUIRE_*`` variable demands it; that
+decision, for extras and external binaries alike, is ``tests/tools.py``'s (its table says which
+switch covers which tool).
 """
 
-import importlib.util
 import os
 import sys
 
@@ -44,6 +45,9 @@ import pytest  # noqa: E402
 
 # Shared fixture: the real OCI registry server (started only by the tests that ask for it).
 from tests.oci_server import oci_server  # noqa: E402,F401
+# need_extra answers the extra marker below; the hook lists a skip for a missing tool at the test
+# that asked for it (a hook counts where pytest finds it: in this module's names).
+from tests.tools import need_extra, pytest_runtest_makereport  # noqa: E402,F401
 
 # Fixtures that compile a pipeline (or a batch of programs); a test using one, directly or
 # through another fixture, is slow.
@@ -66,23 +70,6 @@ def _own_state_dir(tmp_path_factory, monkeypatch):
 # An unmarked test slower than this (setup + call + teardown) is reported at the end of the run.
 FAST_LANE_LIMIT_S = 5.0
 
-# extra name -> (modules it provides, environment variable that makes its absence a failure)
-EXTRAS = {
-    "compile": (("torch",), None),  # what the marked tests import of it
-    "gar": (("google.auth",), None),  # ditto (without artifactregistry_v1, tags are listed over OCI)
-    "tpu": (("libtpu",), "AVATAR_RELEASE_REQUIRE_TPU_COMPILER"),
-    # the CUDA plugin (its PJRT library compiles for a GPU target description; no GPU needed)
-    "gpu": (("jax_plugins.xla_cuda12", "jax_cuda12_plugin"), "AVATAR_RELEASE_REQUIRE_GPU_COMPILER"),
-}
-
-
-def _missing(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is None
-    except (ImportError, ValueError):  # a parent package absent, or blocked in sys.modules
-        return True
-
-
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -93,14 +80,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("extra"):
         for name in mark.args:
-            modules, required_by = EXTRAS[name]
-            absent = [m for m in modules if _missing(m)]
-            if not absent:
-                continue
-            why = f"needs the [{name}] extra ({', '.join(absent)} not installed: pip install -e '.[{name}]')"
-            if required_by and os.environ.get(required_by):
-                pytest.fail(f"{why} and {required_by} is set")
-            pytest.skip(why)
+            need_extra(name)
 
 
 _unmarked_seconds: dict[str, float] = {}

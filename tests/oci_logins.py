@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import ssl
 import subprocess
 import threading
@@ -28,7 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.oci_server import OciServer, registry_binary_or_skip
+from tests.oci_server import OciServer
+from tests.tools import binary, module
 
 __all__ = ["USERS", "TokenIssuer", "auths", "basic_uri", "pki", "logins", "basic_server", "token_setup"]
 
@@ -43,8 +43,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> dict[str, Path]:
     """A CA, a certificate for 127.0.0.1 signed by it, and an unrelated CA."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
+    binary("openssl")
     d = tmp_path_factory.mktemp("pki")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     for name in ("ca", "other-ca"):
@@ -82,9 +81,8 @@ def auths(host: str, user: str, password: str) -> dict:
 # ---- htpasswd over TLS ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def basic_server(pki, tmp_path_factory):
-    import bcrypt
-
-    exe = registry_binary_or_skip()
+    bcrypt = module("bcrypt")
+    exe = binary("docker-registry")
     root = tmp_path_factory.mktemp("oci-basic-tls")
     (root / "htpasswd").write_text("".join(
         f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=4)).decode()}\n" for u, p in USERS.items()))
@@ -199,7 +197,7 @@ class TokenIssuer:
 @pytest.fixture(scope="module")
 def token_setup(pki, tmp_path_factory):
     """(registry over plain HTTP on loopback with token auth, the issuer over HTTPS with the test CA)."""
-    exe = registry_binary_or_skip()
+    exe = binary("docker-registry")
     root = tmp_path_factory.mktemp("oci-token")
     issuer = TokenIssuer(root, pki)
     auth = (f"  token:\n    realm: {issuer.realm}\n    service: {issuer.service}\n    issuer: {issuer.issuer}\n"

@@ -5,14 +5,12 @@ directory, deletes enabled, an HTTP secret) and is up once ``GET /v2/`` answers 
 be stopped and started again on the same port and storage, to play an outage.
 
 Without the binary the tests skip, unless ``AVATAR_RELEASE_REQUIRE_REGISTRY`` is set, where
-a missing registry fails them (CI that must run them).
+a missing registry fails them (CI that must run them): :func:`tests.tools.binary` decides.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
 import socket
 import ssl
 import subprocess
@@ -23,21 +21,9 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["OciServer", "registry_binary_or_skip", "oci_server"]
+from tests.tools import binary
 
-_CANDIDATES = ("docker-registry", "registry")
-
-
-def registry_binary_or_skip() -> str:
-    """The distribution binary, or skip (fail under AVATAR_RELEASE_REQUIRE_REGISTRY)."""
-    for name in _CANDIDATES:
-        exe = shutil.which(name)
-        if exe:
-            return exe
-    if os.environ.get("AVATAR_RELEASE_REQUIRE_REGISTRY"):
-        pytest.fail("an OCI registry is required here (AVATAR_RELEASE_REQUIRE_REGISTRY) but docker-registry is "
-                    "not installed (Debian: apt-get install docker-registry)")
-    pytest.skip("no OCI registry binary on this machine (Debian: apt-get install docker-registry)")
+__all__ = ["OciServer", "oci_server"]
 
 
 def _free_port() -> int:
@@ -127,7 +113,7 @@ class OciServer:
 @pytest.fixture(scope="module")
 def oci_server(tmp_path_factory):
     """A registry shared by one test module; tests use their own repositories in it."""
-    exe = registry_binary_or_skip()
+    exe = binary("docker-registry")
     server = OciServer(exe, tmp_path_factory.mktemp("oci-registry")).start()
     try:
         yield server

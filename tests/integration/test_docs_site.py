@@ -13,7 +13,6 @@ fails.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import py_compile
 import re
@@ -24,10 +23,10 @@ import sys
 from pathlib import Path
 
 import click
-import pytest
 from click.testing import CliRunner
 
 from avatar_release.cli import cli
+from tests.tools import need_extra
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = ROOT / "examples" / "requests"
@@ -35,18 +34,6 @@ MEDIA = ROOT / "examples" / "media"
 # Pages whose ```bash blocks a reader copies: each `avatar-release ...` in them must parse.
 COMMAND_PAGES = [ROOT / "examples" / "local-oci-registry.md", ROOT / "examples" / "README.md",
                  *sorted((ROOT / "docs").glob("*.md"))]
-
-
-def _mkdocs_or_skip() -> None:
-    try:
-        if importlib.util.find_spec("mkdocs") is not None:
-            return
-    except (ImportError, ValueError):  # blocked in sys.modules
-        pass
-    why = "mkdocs is not installed (pip install -e '.[docs]')"
-    if os.environ.get("AVATAR_RELEASE_REQUIRE_DOCS"):
-        pytest.fail(f"{why}, and AVATAR_RELEASE_REQUIRE_DOCS is set")
-    pytest.skip(why)
 
 
 def _commands() -> list[tuple[tuple[str, ...], click.Command]]:
@@ -75,7 +62,7 @@ def _section(page: str, anchor: str) -> str:
 
 
 def test_the_site_builds_strict_and_its_cli_page_covers_every_command(tmp_path):
-    _mkdocs_or_skip()
+    need_extra("docs")
     site = tmp_path / "site"
     run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)

@@ -25,7 +25,8 @@ from avatar_release.records.gate import (
 )
 from avatar_release.registry import LocalRegistry, read_manifest
 
-from tests.browser import Browser, chromium_or_skip
+from tests.browser import Browser
+from tests.tools import binary
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, tmp_path):
 
 
 def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(gated, tmp_path):
-    exe = chromium_or_skip()
+    exe = binary("chromium")
     cand = compile_build("tiny", "cpu-8", registry=gated.reg, overrides={"residual_dtype": "bfloat16"},
                          move_dev=False)
     out = run_gate(cand.build_id, gated.reg, baseline=gated.ref, band_file=gated.band_file,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 import uuid
 
@@ -14,6 +13,7 @@ import pytest
 from avatar_release.registry import OciRegistry
 from avatar_release.registry.oci import RetryPolicy
 from tests.unit.test_copy import publish
+from tests.tools import binary, module
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 
@@ -27,7 +27,7 @@ def published(oci_server, tmp_path):
 
 
 def test_oras_pull_materializes_a_build_as_named_files(published, tmp_path):
-    oras = pytest.importorskip("oras.client")
+    oras = module("oras.client")
     reg, build_id, digest, m = published
     client = oras.OrasClient(hostname=reg.location.host, insecure=True)
     out = tmp_path / "pulled"
@@ -41,7 +41,7 @@ def test_oras_pull_materializes_a_build_as_named_files(published, tmp_path):
 
 
 def test_oras_pull_writes_each_weight_chunk_as_a_file_named_by_what_it_holds(oci_server, tmp_path):
-    oras = pytest.importorskip("oras.client")
+    oras = module("oras.client")
     reg = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
     build_id, digest, m = publish(reg, version=5)
     reg.move_channel("dev", reg.resolve(build_id), expected_digest=None, action="publish", who="t", reason="r")
@@ -56,8 +56,7 @@ def test_oras_pull_writes_each_weight_chunk_as_a_file_named_by_what_it_holds(oci
 
 
 def test_skopeo_inspect_raw_shows_artifact_type_annotations_and_titles(published):
-    if shutil.which("skopeo") is None:
-        pytest.skip("skopeo is not installed")
+    binary("skopeo")
     reg, build_id, digest, m = published
     raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
                           f"docker://{reg.location.host}/{reg.location.repo}:dev"],

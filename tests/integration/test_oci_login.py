@@ -22,6 +22,7 @@ from avatar_release.errors import RegistryError
 from avatar_release.registry import OciRegistry
 from avatar_release.registry.oci import RetryPolicy
 from tests.oci_logins import USERS, auths, basic_uri
+from tests.tools import binary_if_present, module
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 
@@ -43,7 +44,7 @@ def test_basic_auth_over_tls_with_a_docker_login_and_a_ca_in_the_uri(basic_serve
     digest = roundtrip(reg)
     assert digest.startswith("sha256:")
     # skopeo, given the same CA and login, sees the same artifact
-    if shutil.which("skopeo"):
+    if binary_if_present("skopeo"):
         certs = tmp_path / "certs"
         certs.mkdir()
         shutil.copy(pki["ca"], certs / "ca.crt")
@@ -228,7 +229,7 @@ def test_anonymous_token_is_refused_with_a_login_hint(token_reg):
 
 def test_oras_with_basic_auth_over_tls_pulls_a_build_published_here(basic_server, pki, logins, tmp_path):
     """A standard client, logged in the same way, reads what avatar-release wrote."""
-    oras = pytest.importorskip("oras.client")
+    oras = module("oras.client")
     logins(auths(basic_server.host, "ana", USERS["ana"]))
     reg = OciRegistry(basic_uri(basic_server, pki["ca"]), retry=FAST, lock_dir=tmp_path)
     digest = roundtrip(reg)

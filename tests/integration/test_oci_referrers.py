@@ -5,7 +5,6 @@ The referrers API itself is exercised in tests/unit/test_oci_referrers.py."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import uuid
 
@@ -22,6 +21,7 @@ from avatar_release.trust.keys import generate_keypair, key_id, load_private_key
 from avatar_release.trust.policy import local_identity
 from tests.helpers import with_release_state
 from tests.unit.test_copy import gate, publish
+from tests.tools import binary, module
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 DSSE = "application/vnd.dsse.envelope.v1+json"
@@ -31,8 +31,7 @@ PREDICATE = "io.avatar-release.predicate-type"
 
 
 def skopeo_raw(reg: OciRegistry, ref: str) -> bytes:
-    if shutil.which("skopeo") is None:
-        pytest.skip("skopeo is not installed")
+    binary("skopeo")
     sep = "@" if ref.startswith("sha256:") else ":"
     return subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
                            f"docker://{reg.location.host}/{reg.location.repo}{sep}{ref}"],
@@ -81,7 +80,7 @@ def test_skopeo_sees_the_evidence_and_the_statement_listed_under_the_builds_refe
 
 
 def test_oras_pulls_an_attached_envelope_that_verifies_under_the_gate_key(attested, tmp_path):
-    oras = pytest.importorskip("oras.client")
+    oras = module("oras.client")
     reg, build_id, digest, m = attested
     (ref,) = reg.referrers(build_id, artifact_type=DSSE)
     client = oras.OrasClient(hostname=reg.location.host, insecure=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 import threading
 import uuid
@@ -25,7 +24,8 @@ from avatar_release._digest import sha256_digest
 from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
 from avatar_release.registry import OciRegistry, Registry, open_registry
 from avatar_release.registry.oci import LAYOUT_1, MemoryResponse, RetryPolicy, TagLayout, parse_oci_uri
-from tests.oci_server import OciServer, registry_binary_or_skip
+from tests.oci_server import OciServer
+from tests.tools import binary
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 
@@ -89,9 +89,7 @@ def publish(reg, build_id: str, payloads=(b"exe",), **fields) -> tuple[str, dict
 
 
 def skopeo(*args: str) -> bytes:
-    exe = shutil.which("skopeo")
-    if exe is None:
-        pytest.skip("skopeo is not installed (Debian: apt-get install skopeo)")
+    exe = binary("skopeo")
     proc = subprocess.run([exe, *args], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
     return proc.stdout
@@ -303,7 +301,7 @@ def test_an_unreachable_registry_is_a_registry_error(tmp_path):
 
 
 def test_server_stopped_mid_publish_leaves_nothing_half_published(tmp_path):
-    server = OciServer(registry_binary_or_skip(), tmp_path / "srv").start()
+    server = OciServer(binary("docker-registry"), tmp_path / "srv").start()
     try:
         uri = server.uri("avatar")
         reg = OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks")

@@ -4,7 +4,6 @@ signed promotions through the policy, a pod that verifies the signature, skopeo'
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -17,12 +16,11 @@ from avatar_release.registry import LocalRegistry, open_registry, read_manifest
 from avatar_release.runtime import TrustConfig, load
 from avatar_release.trust import AcceptedState, generate_keypair, load_private_key, load_public_key
 from tests.helpers import with_release_state
+from tests.tools import binary
 
 
 def _skopeo_tags(uri: str) -> set[str]:
-    exe = shutil.which("skopeo")
-    if exe is None:
-        pytest.skip("skopeo not installed")
+    exe = binary("skopeo")
     ref = "docker://" + uri.removeprefix("oci://")
     out = subprocess.run([exe, "list-tags", "--tls-verify=false", ref], capture_output=True, check=True)
     return set(json.loads(out.stdout)["Tags"])
@@ -47,7 +45,7 @@ def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, 
     outcome = run_gate(manifest.build_id, reg, baseline="none")  # the workers pull from the server
     assert outcome.result.status == "passed" and outcome.result.build_digest == digest
     # The gate result and its frames are layers of the record's artifact: server GC keeps them.
-    raw = subprocess.run([shutil.which("skopeo") or "skopeo", "inspect", "--raw", "--tls-verify=false",
+    raw = subprocess.run([binary("skopeo"), "inspect", "--raw", "--tls-verify=false",
                           "docker://" + uri.removeprefix("oci://") + f":_avr.r.gate-results.N.{manifest.build_id}"],
                          capture_output=True, check=True).stdout
     layers = {layer["digest"] for layer in json.loads(raw)["layers"]}

@@ -31,24 +31,17 @@ import pytest
 import yaml
 
 from tests.integration.installs import REPO, build_base_tar, build_wheel_venv, elf_files
+from tests.tools import binary
 
 pytestmark = pytest.mark.slow
 
 PORT = 18080
 
 
-def _podman_or_skip() -> str:
-    missing = [t for t in ("podman", "runc", "catatonit") if not shutil.which(t)]
-    if missing:
-        if os.environ.get("AVATAR_RELEASE_REQUIRE_PODMAN"):
-            pytest.fail(f"AVATAR_RELEASE_REQUIRE_PODMAN is set but {', '.join(missing)} not found")
-        pytest.skip(f"needs {', '.join(missing)} (apt-get install podman runc catatonit)")
-    return shutil.which("podman")
-
-
 @pytest.fixture(scope="module")
 def podman_env(tmp_path_factory):
-    _podman_or_skip()
+    for tool in ("podman", "runc", "catatonit"):
+        binary(tool)
     d = tmp_path_factory.mktemp("podman")
     conf = d / "containers.conf"
     conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]\n'

@@ -4,7 +4,6 @@ compile gate, and every refusal that keeps a hardware-absent build from serving 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,23 +17,17 @@ from click.testing import CliRunner
 from avatar_release.cli import cli
 from avatar_release.errors import DoesNotFit, EnvironmentMismatch
 from avatar_release.registry import LocalRegistry
+from tests.tools import need_extra
 
 pytestmark = pytest.mark.slow
 
 LLO = "XLA_TPU_FORCE_LP_LLO_SCHEDULER"
 
 
-def _require_libtpu() -> None:
-    if importlib.util.find_spec("libtpu") is None:
-        if os.environ.get("AVATAR_RELEASE_REQUIRE_TPU_COMPILER"):
-            pytest.fail("libtpu is not installed (pip install -e '.[tpu]') and AVATAR_RELEASE_REQUIRE_TPU_COMPILER is set")
-        pytest.skip("libtpu not installed: pip install -e '.[tpu]'")
-
-
 @pytest.fixture(scope="module")
 def tpu_build(tmp_path_factory):
     """tiny for tpu-v6e-8, every attention kernel routed to Pallas, published to dev."""
-    _require_libtpu()
+    need_extra("tpu")
     from avatar_release.compile import compile_build
 
     root = tmp_path_factory.mktemp("tpu") / "reg"
@@ -156,7 +149,7 @@ def test_analyze_build_gives_a_labelled_estimate_against_the_deadline(tpu_build)
 
 
 def test_head_groups_hide_all_to_alls_behind_compute_in_the_tpu_schedule():
-    _require_libtpu()
+    need_extra("tpu")
     from model.schedule import probe_schedule
 
     probes = {p.groups: p for p in probe_schedule("tiny", "tpu-v6e-8", (1, 2, 4))}
@@ -192,7 +185,7 @@ def test_a_build_that_does_not_fit_its_device_is_refused_with_the_numbers(tmp_pa
 def test_production_shapes_compile_for_tpu_from_abstract_shapes(tmp_path):
     """avatar-720p (18.5B parameters: 37 GB of bf16 if materialised, more than this machine's RAM)
     compiles in a fresh process that never holds them, and fits 32 GiB per chip only because of FSDP."""
-    _require_libtpu()
+    need_extra("tpu")
     import resource
 
     reg = tmp_path / "reg"

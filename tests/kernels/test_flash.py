@@ -3,8 +3,6 @@ and lowered through Mosaic for the tpu-v6e-8 target."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -96,11 +94,7 @@ def test_the_flop_count_of_a_build_counts_the_kernel_inside_shard_map():
     assert flash == dense == 4 * heads * seq * seq * d
 
 
-def _libtpu() -> bool:
-    return importlib.util.find_spec("libtpu") is not None
-
-
-@pytest.mark.skipif(not _libtpu(), reason="libtpu not installed: pip install -e '.[tpu]'")
+@pytest.mark.extra("tpu")
 @pytest.mark.parametrize("heads,seq,head_dim", [(8, 480, 8), (40, 1280, 128)])  # tiny's DiT; 720p's heads
 def test_lowers_through_mosaic_for_the_tpu_target_with_its_flags(heads, seq, head_dim):
     """Compiled for v6e:2x4 on this host: one Mosaic call per device program, carrying the flag

@@ -24,6 +24,7 @@ from kernels.ulysses import (
     ulysses_attention,
     ulysses_attention_ungrouped,
 )
+from tests.tools import module
 
 HEADS, SEQ, HEAD_DIM, P = 32, 240, 16, 8  # heads / G must be a multiple of P for G up to 4
 FRAMES, TOKENS, WINDOW = 8, 30, 1  # 8 frames x 30 tokens = 240, frame 0 the reference
@@ -131,7 +132,7 @@ def test_custom_attention_fn_sees_full_sequence(mesh, qkv):
 
 
 def test_frame_window_matches_model():
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
     from model.sr import frame_window_mask as torch_frame_window_mask
 
     expected = torch_frame_window_mask(FRAMES, TOKENS, WINDOW, torch.device("cpu")).numpy()

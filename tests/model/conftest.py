@@ -1,7 +1,7 @@
 """Shared tiny-pipeline fixtures: built once per session, since an eager chunk costs ~2 s on 2 cores.
 
 torch (the ``[compile]`` extra) is imported only by the fixtures that need it, so the config
-tests run without it; the modules that import torch skip themselves with ``importorskip``.
+tests run without it; the modules that import torch skip themselves through ``tests.tools.module``.
 """
 
 import numpy as np
@@ -9,6 +9,7 @@ import pytest
 
 from model.config import get_config
 from model.noise import chunk_noise
+from tests.tools import module
 
 SEED = 1234
 
@@ -20,7 +21,7 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def tiny_pipeline(tiny):
-    pytest.importorskip("torch")
+    module("torch")
     from model.weights import init_pipeline
 
     return init_pipeline(tiny, SEED)
@@ -64,7 +65,7 @@ def tiny_chunk_inputs(tiny, tiny_image):
 @pytest.fixture(scope="session")
 def tiny_eager_stages(tiny_pipeline, tiny_chunk_inputs):
     """Eager outputs of each stage for chunk 0: dict stage -> tuple of numpy arrays."""
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
     image, audio, prev, noise = (torch.from_numpy(a) for a in tiny_chunk_inputs)
     with torch.no_grad():
         latents, last = tiny_pipeline.dit(image, audio, prev, noise)

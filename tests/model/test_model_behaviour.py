@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")  # the [compile] extra
+from tests.tools import module
+
+torch = module("torch")  # the [compile] extra
 
 from model.chunks import audio_chunks, num_chunks, num_frames  # noqa: E402
 from model.dit import log_mel  # noqa: E402

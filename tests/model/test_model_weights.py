@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the [compile] extra
-pytest.importorskip("safetensors")
+from tests.tools import module
+
+torch = module("torch")  # the [compile] extra
+module("safetensors")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 

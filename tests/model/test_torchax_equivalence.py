@@ -21,7 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torchax = pytest.importorskip("torchax")  # the [compile] extra (torch + torchax)
+from tests.tools import module
+
+torchax = module("torchax")  # the [compile] extra (torch + torchax)
 
 from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
 

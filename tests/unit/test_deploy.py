@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from avatar_release.gates import parse_shard
+from tests.tools import binary, module
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "deploy" / "gate-shards.job.yaml"
@@ -28,7 +28,7 @@ def _job() -> dict:
 
 
 def test_the_gate_shards_job_is_a_valid_kubernetes_indexed_job():
-    kv = pytest.importorskip("kubernetes_validate")
+    kv = module("kubernetes_validate")
     job = _job()
     kv.validate(job, K8S_VERSION, strict=True)
     broken = copy.deepcopy(job)
@@ -54,7 +54,7 @@ def test_each_index_of_the_job_runs_a_shard_the_cli_accepts_on_a_v6e_8_slice():
 
 
 def test_the_example_workflow_is_a_valid_github_workflow():
-    exe = shutil.which("check-jsonschema") or pytest.skip("check-jsonschema is not installed (the [test] extra)")
+    exe = binary("check-jsonschema")
     out = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.tools import module
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.31.0"
 FILES = {"tpu": ROOT / "deploy" / "serving.tpu.yaml", "cpu": ROOT / "deploy" / "serving.cpu.yaml"}
@@ -19,7 +21,7 @@ def _docs(variant: str) -> dict[str, dict]:
 
 @pytest.mark.parametrize("variant", sorted(FILES))
 def test_serving_manifests_are_valid_kubernetes(variant):
-    kv = pytest.importorskip("kubernetes_validate")
+    kv = module("kubernetes_validate")
     docs = _docs(variant)
     assert set(docs) == {"StatefulSet", "Service", "PodDisruptionBudget"}
     for doc in docs.values():

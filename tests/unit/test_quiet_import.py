@@ -4,7 +4,6 @@ command's output carries none of it, and everything else written meanwhile still
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -26,7 +25,7 @@ def test_only_the_plugin_lines_are_dropped_and_the_rest_keeps_its_order():
     assert keep(lines) == [b"first\n", lines[3], NOISE[0], b"a line of our own after absl's notice\n"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax_cuda12_plugin") is None, reason="the CUDA plugin ([gpu]) is not installed")
+@pytest.mark.extra("gpu")  # the CUDA plugin
 def test_a_process_that_starts_jax_shows_none_of_the_plugin_lines():
     code = ("import sys\nfrom avatar_release.machine import configure_host_devices\nconfigure_host_devices(2)\n"
             "print('before', file=sys.stderr, flush=True)\nimport jax\nprint(len(jax.devices()))\n"

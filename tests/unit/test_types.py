@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import module
+
 pytestmark = pytest.mark.slow  # mypy reads the package and jax, numpy, starlette ...: half a minute or more
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +50,7 @@ def test_the_module_patterns_are_read_as_mypy_reads_them():
 
 
 def test_mypy_finds_no_error_in_the_fully_annotated_rooms():
-    pytest.importorskip("mypy", reason="mypy comes with the [test] extra")
+    module("mypy")
     rooms = _typed_rooms()
     assert _covered("avatar_release.trust.policy", rooms) and _covered("avatar_release.compile._stage", rooms), \
         "every room is held to full annotations (pyproject.toml: module = [\"avatar_release\", \"avatar_release.*\"])"
