@@ -189,6 +189,8 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
     env = {**base_env, "AVATAR_RELEASE_REGISTRY": str(registry), "AVATAR_RELEASE_ACTOR": "earlier-release",
            "AVATAR_RELEASE_TRUST_POLICY": str(ws / "examples" / "trust.toml"),
            "AVATAR_RELEASE_GATE_KEY": str(keys / "ci-gate-cpu.key")}
+    # the release manager initialises the registry's signed state once (the workflow's header says so)
+    _cli(ws, env, "registry", "init", "--sign-key", str(keys / "release.key"))
     old = _cli(ws, env, "compile", "--pipeline", "tiny", "--target", "cpu-8", "--set", "matmul_k_split=2")["build_id"]
     assert _cli(ws, env, "gate", old, "--baseline", "none")["status"] == "passed"
     _cli(ws, env, "promote", old, "--to", "staging")

@@ -20,7 +20,7 @@ from kernels.preattn import (
     unpack_qkv,
 )
 from kernels.ulysses import FrameWindow, frame_window_mask, reference_attention, ulysses_attention_packed
-from tests.tools import module
+from tests import tools
 
 
 def _params(rng: np.random.Generator, dim: int, heads: int, bias: bool = True) -> PreAttnParams:
@@ -90,7 +90,7 @@ def test_packing_layout():
 @pytest.mark.slow  # seconds on 2 cores
 def test_reference_matches_torch_selfattention(monkeypatch):
     """q, k, v as model.attention.SelfAttention.forward hands them to `attention` (eager torch)."""
-    torch = module("torch")
+    torch = tools.module("torch")
     import model.attention as mattn
 
     dim, heads, (frames, rows, cols) = 128, 8, (2, 4, 6)
