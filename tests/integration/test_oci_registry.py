@@ -23,7 +23,8 @@ import requests
 from avatar_release._digest import sha256_digest
 from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
 from avatar_release.registry import OciRegistry, Registry, open_registry
-from avatar_release.registry.oci import LAYOUT_1, MemoryResponse, RetryPolicy, TagLayout, parse_oci_uri
+from avatar_release.registry.oci import LAYOUT_1, RetryPolicy, TagLayout, parse_oci_uri
+from tests.oci_memory import MemoryResponse
 from tests.oci_server import OciServer
 from tests.tools import binary
 

@@ -43,7 +43,8 @@ from avatar_release.records.stored import (
 )
 from avatar_release.records import BlobRef
 from avatar_release.registry import LocalRegistry, MemoryRegistry, OciRegistry, Registry
-from avatar_release.registry.oci import MemoryDistribution, RetryPolicy
+from avatar_release.registry.oci import RetryPolicy
+from tests.oci_memory import MemoryDistribution
 from tests.oci_logins import USERS, auths, basic_uri
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)

@@ -218,7 +218,8 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
     import time
 
     from avatar_release.registry import OciRegistry
-    from avatar_release.registry.oci import MemoryDistribution, MemoryResponse, RetryPolicy
+    from avatar_release.registry.oci import RetryPolicy
+    from tests.oci_memory import MemoryDistribution, MemoryResponse
 
     src = LocalRegistry(tmp_path / "src")
     build_id, _, m = publish(src, version=5)

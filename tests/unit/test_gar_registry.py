@@ -21,7 +21,8 @@ from avatar_release._digest import sha256_digest
 from avatar_release.errors import InputError, RegistryError
 from avatar_release.registry import GarRegistry, Registry, open_registry
 from avatar_release.registry._gar import parse_gar_uri
-from avatar_release.registry.oci import MemoryDistribution, MemoryResponse, RetryPolicy
+from avatar_release.registry.oci import RetryPolicy
+from tests.oci_memory import MemoryDistribution, MemoryResponse
 
 URI = "gar://projects/my-proj/locations/us-central1/repositories/releases"
 BASE = "https://us-central1-docker.pkg.dev/v2/my-proj/releases/avatar-release"

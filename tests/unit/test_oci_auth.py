@@ -11,8 +11,6 @@ from avatar_release.errors import InputError, RegistryError
 from avatar_release.registry.oci import (
     Credentials,
     LoginAuth,
-    MemoryDistribution,
-    MemoryResponse,
     OciLocation,
     RetryPolicy,
     Transport,
@@ -20,6 +18,7 @@ from avatar_release.registry.oci import (
     parse_challenge,
     parse_oci_uri,
 )
+from tests.oci_memory import MemoryDistribution, MemoryResponse
 
 FAST = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002)
 

@@ -12,7 +12,8 @@ import pytest
 from avatar_release._digest import sha256_digest
 from avatar_release.errors import IntegrityError
 from avatar_release.registry import OciRegistry
-from avatar_release.registry.oci import MemoryDistribution, MemoryResponse, RetryPolicy
+from avatar_release.registry.oci import RetryPolicy
+from tests.oci_memory import MemoryDistribution, MemoryResponse
 
 FAST = RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001)
 

@@ -16,7 +16,8 @@ from avatar_release.errors import InputError, IntegrityError, NotFoundError
 from avatar_release.records import BlobRef
 from avatar_release.records.stored import STORED_NAMESPACES, render_shard_record, shard_record_name
 from avatar_release.registry import OciRegistry
-from avatar_release.registry.oci import MemoryDistribution, RetryPolicy
+from avatar_release.registry.oci import RetryPolicy
+from tests.oci_memory import MemoryDistribution
 from avatar_release.trust.evidence import attestation_refs, sign_and_store
 from avatar_release.trust.policy import local_identity
 from tests.unit.test_copy import gate, publish

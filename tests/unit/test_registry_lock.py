@@ -14,7 +14,8 @@ import pytest
 
 from avatar_release.errors import ConflictError, RegistryError
 from avatar_release.registry import LocalRegistry, OciRegistry
-from avatar_release.registry.oci import MemoryDistribution, RetryPolicy
+from avatar_release.registry.oci import RetryPolicy
+from tests.oci_memory import MemoryDistribution
 
 FAST = RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001)
 

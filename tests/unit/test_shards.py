@@ -175,7 +175,8 @@ def test_shard_runs_are_listed_from_an_oci_store_too(tmp_path):
     (which has no record_namespaces) lists none before any shard was stored (it used to crash)."""
     from avatar_release.gates.store import shard_envelopes
     from avatar_release.registry import OciRegistry
-    from avatar_release.registry.oci import MemoryDistribution, RetryPolicy
+    from avatar_release.registry.oci import RetryPolicy
+    from tests.oci_memory import MemoryDistribution
 
     reg = OciRegistry("oci+http://registry.test/t/shards", session=MemoryDistribution(),
                       retry=RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001), lock_dir=tmp_path)

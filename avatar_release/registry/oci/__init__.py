@@ -1,5 +1,5 @@
-"""The OCI distribution client: location, transport, login, artifact encoding, registry mapping,
-and a distribution registry in memory to test against (:class:`MemoryDistribution`).
+"""The OCI distribution client: location, transport, login, artifact encoding, registry mapping
+(the tests run it against a distribution registry held in memory, ``tests/oci_memory.py``).
 
 ``oci://HOST[:PORT]/REPO[?ca=PATH]`` opens :class:`OciRegistry`; Google Artifact Registry is the
 same client with a Google access-token strategy (:mod:`.._gar`).
@@ -18,7 +18,6 @@ from ._auth import (
 )
 from ._layout import LAYOUT_1, LAYOUT_2, TagLayout, TagNames
 from ._location import CA_ENV, OciLocation, parse_oci_uri
-from ._memory import MemoryDistribution, MemoryResponse
 from ._registry import OciRegistry, Referrer, default_lock_dir
 from ._transport import HttpResponse, HttpSession, Reply, RetryPolicy, Transport
 
@@ -41,8 +40,6 @@ __all__ = [
     "auth_files",
     "parse_challenge",
     "default_lock_dir",
-    "MemoryDistribution",
-    "MemoryResponse",
     "HttpSession",
     "HttpResponse",
     "TagLayout",

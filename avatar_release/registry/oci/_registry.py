@@ -5,8 +5,8 @@ The rooms it composes: where the repository is, :mod:`._location`; HTTP, retries
 tags (current, then older layouts), :mod:`._layout`; the plain distribution client,
 :mod:`._manifests` (tags, manifests) and :mod:`._blobs`; builds, :mod:`._builds`; history and the
 channel compare-and-swap, :mod:`._journal` over :mod:`.._cas`; side records, :mod:`._records`;
-referrers, :mod:`._referrers`; the writer lock, :mod:`.._lock`. Tests and unit work run all of it
-against an in-memory distribution server (:mod:`._memory`) instead of the network.
+referrers, :mod:`._referrers`; the writer lock, :mod:`.._lock`. The tests run all of it against a
+distribution server held in memory (``tests/oci_memory.py``) instead of the network.
 
 How the registry protocol maps onto one OCI repository
 ------------------------------------------------------
@@ -149,7 +149,7 @@ class OciRegistry:
         tag_lister: Callable[[], list[str] | None] | None = None,
         layout: TagLayout = CURRENT,
     ):
-        """``session``: a requests-compatible HTTP session (:class:`._memory.MemoryDistribution`
+        """``session``: a requests-compatible HTTP session (the tests' ``MemoryDistribution``
         serves one in memory); ``auth`` replaces the login the container tools would use
         (:class:`LoginAuth` over the login files); ``credentials`` gives that login its user and
         password directly; ``tag_lister`` lists tags another way (Artifact Registry's API), None

@@ -79,7 +79,7 @@ class HttpResponse(Protocol):
 
 class HttpSession(Protocol):
     """What the transport sends requests through: a ``requests.Session``, or
-    :class:`._memory.MemoryDistribution`, a distribution registry held in memory."""
+    the tests' ``MemoryDistribution``, a distribution registry held in memory."""
 
     def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> HttpResponse: ...
 

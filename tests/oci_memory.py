@@ -1,8 +1,8 @@
 """A distribution registry held in memory, behind the HTTP session the transport talks to.
 
-As httpx ships a mock transport, this package ships a registry to test against without a
-network: ``OciRegistry("oci+http://registry.test/team/app", session=MemoryDistribution())``
-runs every line of the OCI client — tags, manifests, blobs (whole, chunked and resumed),
+As httpx ships a mock transport, the tests keep a registry to run against without a network
+(here, not in the wheel: only tests use it).
+``OciRegistry("oci+http://registry.test/team/app", session=MemoryDistribution())`` runs every line of the OCI client — tags, manifests, blobs (whole, chunked and resumed),
 pagination, referrers with or without the API — against a server that answers as CNCF
 distribution does (status codes, ``Docker-Content-Digest``, ``Range``, ``Link``, error codes).
 Blobs are shared between the repositories of one server, as distribution keeps them.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..._digest import is_digest, sha256_digest
+from avatar_release._digest import is_digest, sha256_digest
 
 __all__ = ["MemoryDistribution", "MemoryResponse", "Before"]
 
@@ -29,7 +29,7 @@ _INDEX = "application/vnd.oci.image.index.v1+json"
 
 
 class MemoryResponse:
-    """An HTTP answer in memory (the :class:`._transport.HttpResponse` surface)."""
+    """An HTTP answer in memory (the :class:`avatar_release.registry.oci.HttpResponse` surface)."""
 
     def __init__(self, status_code: int, headers: Mapping[str, str] | None = None, body: bytes = b"",
                  url: str = ""):
