@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from .._paths import state_dir
 from ..errors import InputError
 from ..machine import configure_compile_env, configure_for_manifest
 from ..records import Manifest, check_identity
@@ -63,15 +64,15 @@ def trust_options(f: _F) -> _F:
     f = click.option("--allow-stale", is_flag=True, envvar="AVATAR_RELEASE_ALLOW_STALE",
                      help="Accept a signed statement without a fresh signed timestamp (a restarted pod can then be "
                           "fed an older, unexpired statement; only for promoters that cannot refresh timestamps).")(f)
-    f = click.option("--trust-state", default="~/.local/state/avatar-release/accepted.json", show_default=True,
-                     envvar="AVATAR_RELEASE_TRUST_STATE",
+    f = click.option("--trust-state", default=None, show_default="accepted.json in the state directory "
+                     "($AVATAR_RELEASE_STATE_DIR, else ~/.local/state/avatar-release)", envvar="AVATAR_RELEASE_TRUST_STATE",
                      help="Where this pod keeps the highest statement sequence it accepted (replay protection); "
                           "put it on a volume that outlives the container.")(f)
     return click.option("--trust-key", default=None, envvar="AVATAR_RELEASE_TRUST_KEY",
                         help="Ed25519 public key: serve only channels with a valid signed statement.")(f)
 
 
-def trust_config(trust_key: str | None, trust_state: str, allow_stale: bool = False,
+def trust_config(trust_key: str | None, trust_state: str | None, allow_stale: bool = False,
                  max_timestamp_hours: float = 1.0, trust_root: str | None = None,
                  serve_expired: bool = False) -> TrustConfig | None:
     if trust_root:
@@ -80,5 +81,5 @@ def trust_config(trust_key: str | None, trust_state: str, allow_stale: bool = Fa
         return None
     if not max_timestamp_hours > 0:
         raise InputError(f"--max-timestamp-age {max_timestamp_hours}: expected a positive number of hours")
-    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state)),
+    return TrustConfig(load_public_key(trust_key), AcceptedState(os.path.expanduser(trust_state) if trust_state else state_dir() / "accepted.json"),
                        require_fresh=not allow_stale, max_timestamp_age=timedelta(hours=max_timestamp_hours))

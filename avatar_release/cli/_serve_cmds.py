@@ -52,7 +52,7 @@ def _one_ref(ref: str | None, **options: str | None) -> str | None:
 @json_option
 def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
                fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
-               out_path: str, frames_dir: str | None, trust_key: str | None, trust_state: str, allow_stale: bool,
+               out_path: str, frames_dir: str | None, trust_key: str | None, trust_state: str | None, allow_stale: bool,
                max_timestamp_hours: float, trust_root: str | None, serve_expired: bool, registry_uri: str | None,
                as_json: bool) -> None:
     """Load build REF (a channel, build id or digest; default dev) as a serving pod would and render a
@@ -112,7 +112,7 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
 @registry_option
 def serve_cmd(ref: str | None, channel: str | None, host: str, port: int, queue: int, max_body: int, max_seconds: float, request_timeout: float,
               header_timeout: float, grace: float, probe_port: int | None, max_connections_per_client: int,
-              follow: bool, poll: float, trust_key: str | None, trust_state: str, allow_stale: bool,
+              follow: bool, poll: float, trust_key: str | None, trust_state: str | None, allow_stale: bool,
               max_timestamp_hours: float, trust_root: str | None, serve_expired: bool,
               registry_uri: str | None) -> None:
     """Serve REF (a channel, build id or digest; default prod) over HTTP (streamed fMP4); ready only after
