@@ -87,7 +87,7 @@ class SpecError(InputError):
 
 
 class ContractError(SpecError):
-    """A pipeline's entry does not satisfy the pipeline contract (docs/pipeline-contract.md)."""
+    """A pipeline's entry does not satisfy the pipeline contract (docs/reference/pipeline-contract.md)."""
 
 
 class Refusal(AvatarReleaseError):

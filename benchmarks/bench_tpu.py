@@ -8,7 +8,7 @@ all-to-alls per Ulysses head-group count.
 Production shapes are compiled twice, side by side: "before" (the stand-in shapes, dense DiT
 attention and sharded decoder this project had until issue 20, reproduced with --set overrides:
 DiT 32 blocks x 8 steps, SR 32 blocks, 1080p SR x2, `dit.attention=xla`, `vae.weights=sharded`,
-`vae.norm_stats=grouped`) and "after" (the spec defaults derived in docs/production-shapes.md). Per pipeline and stage: estimated time per
+`vae.norm_stats=grouped`) and "after" (the spec defaults derived in docs/concepts/production-shapes.md). Per pipeline and stage: estimated time per
 chunk / deadline, compute-floor share, bound, HBM fraction, hidden/exposed all-to-alls, compile
 wall time and peak RSS.
 

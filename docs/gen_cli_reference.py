@@ -7,7 +7,7 @@ command that shows extra rows, as ``gate`` shows ``gate run``'s options, shows t
 Nothing is typed by hand, so the page cannot drift from the commands: the docs site makes it on
 every build (``docs/hooks.py``), and this script writes it for reading without a site:
 
-    python3 docs/gen_cli_reference.py              # writes docs/cli.md
+    python3 docs/gen_cli_reference.py              # writes docs/reference/cli.md
     python3 docs/gen_cli_reference.py --out -      # prints it
 
 The page depends on the commands only: contexts get a fixed terminal width, commands come in
@@ -220,8 +220,8 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write the CLI reference page from the click commands.")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "cli.md"),
-                        help="where to write it ('-': stdout); default docs/cli.md")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "reference" / "cli.md"),
+                        help="where to write it ('-': stdout); default docs/reference/cli.md")
     args = parser.parse_args(argv)
     page = render()
     if args.out == "-":

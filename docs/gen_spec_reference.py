@@ -6,7 +6,7 @@ what it means), then the JSON Schema that ``avatar-release specs schema KIND`` p
 typed by hand, so the page cannot drift from the models: the docs site makes it on every build
 (``docs/hooks.py``), and this script writes it for reading without a site:
 
-    python3 docs/gen_spec_reference.py              # writes docs/specs.md
+    python3 docs/gen_spec_reference.py              # writes docs/reference/specs.md
     python3 docs/gen_spec_reference.py --out -      # prints it
 """
 
@@ -97,7 +97,7 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "specs.md"), help="file to write, or - for stdout")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "reference" / "specs.md"), help="file to write, or - for stdout")
     args = parser.parse_args(argv)
     text = render()
     if args.out == "-":

@@ -315,7 +315,7 @@ _CONFIGS = {
         ),
         # Production shapes, used only as abstract shapes (18.5B parameters, 37.0 GB of bf16:
         # 17.1B DiT + 1.4B SR), derived from the write-up's constraints and the v6e-8's published
-        # peaks in docs/production-shapes.md (model/shapes.py computes the floors): the
+        # peaks in docs/concepts/production-shapes.md (model/shapes.py computes the floors): the
         # DiT samples in 4 steps, each re-reading every weight on every chip; the SR, run once
         # over 4x the DiT's tokens, is the shallow one.
         # SR grid 92x160 (736 rows cropped to 720), patch 2 -> 46x80 = 3680 tokens/frame

@@ -1,7 +1,7 @@
 """The bundled talking-head pipeline as the toolchain sees it: the entry ``manifests/pipelines/*.toml`` name.
 
 Everything the toolchain knows about this model comes through ``pipeline`` below and the
-contract it satisfies (``avatar_release.pipeline``, docs/pipeline-contract.md): its configs, its
+contract it satisfies (``avatar_release.pipeline``, docs/reference/pipeline-contract.md): its configs, its
 three stages and their signatures, how a chunk flows, its weights, the kernels it routes its
 attention to on each target, the levers the similarity band may judge, and its own analyses.
 

@@ -1,7 +1,7 @@
 """Production shapes on paper: parameters, tokens, and each stage's time floor per chunk.
 
 Analytic, from the config alone (no compile, no torch): the numbers behind
-``docs/production-shapes.md``. For one chunk of F frames and each stage (DiT, SR, VAE):
+``docs/concepts/production-shapes.md``. For one chunk of F frames and each stage (DiT, SR, VAE):
 
 * **flops**: the matmul and convolution work of the whole mesh (2 flops per multiply-add), the
   sampler's steps included, attention counted over the live part of its mask only (a kernel that

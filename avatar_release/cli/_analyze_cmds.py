@@ -196,7 +196,7 @@ def _stage_lines(s: StageEstimate, floor: dict[str, Any] | None) -> list[str]:
     out = [f"    {s.key:<10} {roof}; all-to-alls: {a2a}",
            f"    {'':<10} XLA optimal_seconds: {xla}; {s.flops:.3g} flops, {s.bytes_accessed:.3g} bytes{scale}"]
     if floor:  # per chip, like XLA's figures above
-        out.append(f"    {'':<10} analytic floor (docs site: Design > Production shapes): "
+        out.append(f"    {'':<10} analytic floor (docs site: Concepts > Production shapes): "
                    f"{floor['flops_per_chip']:.3g} flops, "
                    f"{floor['bytes_per_chip']:.3g} bytes per chip -> {floor['floor_seconds'] * 1e3:.3g} ms "
                    f"({floor['bound']}-bound)")

@@ -12,7 +12,7 @@ per-layer gather, inside the loop, while the activations stay sharded by frame. 
 the partitioner kept the weights split over output features and moved the activations instead:
 windowed einsums over every token of the chunk on every chip, and the MLP's whole hidden layer
 gathered to each (on avatar-720p's DiT, 1.77 TB of HBM traffic per chip per chunk by XLA's own
-count, against 0.84 TB with the gather here; see docs/production-shapes.md).
+count, against 0.84 TB with the gather here; see docs/concepts/production-shapes.md).
 """
 
 from __future__ import annotations

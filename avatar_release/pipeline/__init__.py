@@ -1,4 +1,4 @@
-"""The pipeline contract: how any project's model reaches the toolchain (docs/pipeline-contract.md).
+"""The pipeline contract: how any project's model reaches the toolchain (docs/reference/pipeline-contract.md).
 
 A pipeline spec (``manifests/pipelines/NAME.toml``) names an ``entry``; the entry is a ``Pipeline``
 (or a function returning one). Model code may also use the hints here (``replicated``,

@@ -20,7 +20,7 @@ from ..errors import AvatarReleaseError, ContractError
 __all__ = ["CONTRACT_PAGE", "author_frame", "author_error", "calling", "returned", "defined_at"]
 
 # A page of the docs site, not a path: the repository's docs/ is not in the project a user is writing.
-CONTRACT_PAGE = "docs site: Design > The pipeline contract"
+CONTRACT_PAGE = "docs site: Reference > The pipeline contract"
 _PACKAGE_FOLDERS = ("site-packages", "dist-packages")  # what pip, venv, conda and Debian install into
 _TOOLCHAIN = Path(__file__).resolve().parents[1]  # avatar_release/: never the author's frame
 

@@ -1,6 +1,6 @@
 """The pipeline contract: what a pipeline spec's ``entry`` names, and what the toolchain reads of it.
 
-A pipeline is any project's model, reached only through this contract (docs/pipeline-contract.md
+A pipeline is any project's model, reached only through this contract (docs/reference/pipeline-contract.md
 lists every member, its type and what the toolchain does with it). The toolchain never imports a
 pipeline's packages by name: ``compile`` imports the spec's entry from the project, checks it with
 ``check_pipeline`` and from then on uses only the members below.

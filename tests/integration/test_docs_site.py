@@ -33,7 +33,7 @@ REQUESTS = ROOT / "examples" / "requests"
 MEDIA = ROOT / "examples" / "media"
 # Pages whose ```bash blocks a reader copies: each `avatar-release ...` in them must parse.
 COMMAND_PAGES = [ROOT / "examples" / "local-oci-registry.md", ROOT / "examples" / "README.md",
-                 *sorted((ROOT / "docs").glob("*.md"))]
+                 *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _commands() -> list[tuple[tuple[str, ...], click.Command]]:
@@ -69,12 +69,13 @@ def test_the_site_builds_strict_and_its_cli_page_covers_every_command(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "WARNING" not in run.stderr, run.stderr
 
-    for page in ("registries", "serving", "examples", "local-oci-registry", "cli", "architecture",
-                 "pipeline-contract", "production-shapes"):
+    for page in ("getting-started", "how-to/registries", "how-to/local-oci-registry", "reference/http-api",
+                 "reference/examples", "reference/cli", "reference/specs", "reference/pipeline-contract",
+                 "concepts/architecture", "concepts/release-guarantee", "concepts/production-shapes"):
         assert (site / page / "index.html").is_file(), page
     assert not list(site.rglob("*.py")), "the hook scripts under docs/ must not be published"
 
-    html = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    html = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     commands = _commands()
     top_level = [path[0] for path, _ in commands if len(path) == 1]
     assert {"compile", "gate", "promote", "serve", "registries", "copy"} <= set(top_level)

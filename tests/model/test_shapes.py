@@ -1,4 +1,4 @@
-"""model.shapes: the numbers behind docs/production-shapes.md, checked against the models
+"""model.shapes: the numbers behind docs/concepts/production-shapes.md, checked against the models
 themselves and held to the write-up's constraints."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_flops_follow_the_shapes_by_hand_on_tiny():
 
 @pytest.mark.parametrize("pipeline", ["avatar-720p", "avatar-1080p"])
 def test_production_shapes_keep_the_write_ups_constraints_and_can_meet_the_deadline(pipeline):
-    """The claims of docs/production-shapes.md, per shape bucket at the v6e-8's published peaks."""
+    """The claims of docs/concepts/production-shapes.md, per shape bucket at the v6e-8's published peaks."""
     for r in report_for_pipeline(pipeline, "tpu-v6e-8"):
         assert sum(r.params.values()) > 18e9  # "more than 18B parameters"
         assert r.transformer_bf16_bytes > 36e9  # "more than 36 GB of bf16 weights"
@@ -71,6 +71,6 @@ def test_gathers_bring_in_the_other_chips_shards_once_per_pass():
 
 
 def test_720p_meets_its_deadline_even_counting_the_weight_gathers():
-    """docs/production-shapes.md section 5; 1080p in 8-frame chunks does not (section 6)."""
+    """docs/concepts/production-shapes.md section 5; 1080p in 8-frame chunks does not (section 6)."""
     (r,) = report_for_pipeline("avatar-720p")
     assert r.floor_with_gathers_seconds <= 0.6 * r.deadline_seconds

@@ -80,7 +80,7 @@ def test_the_entry_is_imported_from_the_project_and_checked(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "path", list(sys.path))
     spec = load_pipeline("mine")
     with pytest.raises(ContractError,
-                       match=r"member 'configs' must be a mapping.*docs site: Design > The pipeline contract"):
+                       match=r"member 'configs' must be a mapping.*docs site: Reference > The pipeline contract"):
         load_entry(spec)
     assert str(root.resolve()) in sys.path  # the project's packages were importable from its root
 

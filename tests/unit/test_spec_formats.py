@@ -61,7 +61,7 @@ def test_the_spec_formats_page_is_rendered_from_the_models():
             assert f"| `{field}` |" in page, (kind, field)
     assert "| `frames` | int | **required** |" in page  # a bucket's fields, in their own table
     nav = json.dumps(yaml.safe_load((ROOT / "mkdocs.yml").read_text().split("\nhooks:")[0] + "\n" + _nav_block()))
-    assert '"Spec formats": "specs.md"' in nav
+    assert '"Spec formats": "reference/specs.md"' in nav
 
 
 def _nav_block() -> str:
