@@ -18,6 +18,7 @@ from ._evidence import host_callbacks, kernels_in, schedule_of
 from ._flops import loop_scale, pallas_kernels
 from ._layout import pinned_layouts
 from ._locations import portable_locations
+from ._outputs import match_outputs
 from ._loopcost import run_cost
 from ._scan import scanned_blocks
 
@@ -93,8 +94,8 @@ def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False,
     import jax
 
     def stage_fn(params: dict[str, jax.Array], *inputs: jax.Array) -> tuple[Any, ...]:
-        out = plan.jax_func(params, inputs)
-        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        # A tuple in declared order, whatever container the stage returned (_outputs.py).
+        out = match_outputs(plan.jax_func(params, inputs), [s.name for s in plan.outputs], _where(plan), _PAGE)
         check_outputs(plan, out)  # here, before the out_shardings meet them: the declared shapes are refused first
         return out
 
@@ -137,9 +138,7 @@ def check_outputs(plan: StagePlan, outputs: tuple[Any, ...]) -> None:
     """ContractError (exit 2) unless the traced outputs are the declared ones: their number, and each
     one's shape and dtype. A wrong declaration would otherwise compile and be recorded as the build's."""
     declared = plan.outputs
-    signature = "signature" + (f" ({plan.signature_at})" if plan.signature_at else "")
-    where = f"{plan.where + ': ' if plan.where else ''}{signature}: stage {plan.stage}, bucket {plan.bucket}"
-    page = f"Fix the signature or the stage. The pipeline contract: {CONTRACT_PAGE}"
+    where, page = _where(plan), _PAGE
     if len(outputs) != len(declared):
         traced = ", ".join(_aval(o) for o in outputs)
         raise ContractError(f"{where}: declares {len(declared)} outputs ({', '.join(s.name for s in declared)}), "
@@ -149,6 +148,15 @@ def check_outputs(plan: StagePlan, outputs: tuple[Any, ...]) -> None:
              if _aval(o) != _spec(s.shape, s.dtype)]
     if wrong:
         raise ContractError(f"{where}: {'; '.join(wrong)}. {page}")
+
+
+_PAGE = f"Fix the signature or the stage. The pipeline contract: {CONTRACT_PAGE}"
+
+
+def _where(plan: StagePlan) -> str:
+    """Whose signature, where it is declared, and the stage x bucket: how a mismatch is introduced."""
+    signature = "signature" + (f" ({plan.signature_at})" if plan.signature_at else "")
+    return f"{plan.where + ': ' if plan.where else ''}{signature}: stage {plan.stage}, bucket {plan.bucket}"
 
 
 def _spec(shape: Any, dtype: Any) -> str:

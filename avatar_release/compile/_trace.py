@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..pipeline import JaxStage
+from ._outputs import unpack
 
 if TYPE_CHECKING:  # only for annotations: torch loads only while tracing a PyTorch stage
     import torch
@@ -24,7 +25,8 @@ def stage_function(module: torch.nn.Module | JaxStage) -> tuple[dict[str, tuple[
 
     ``jax_func`` has the calling convention of ``torchax.extract_jax``'s: a dict of JAX arrays
     keyed by those names, and a tuple of positional JAX inputs. ``module`` is a torch module
-    (traced through torchax) or a contract ``JaxStage`` (called as it is).
+    (traced through torchax; what it returns, opened one level as a ``_outputs.Returned``) or a
+    contract ``JaxStage`` (called as it is).
     """
     if isinstance(module, JaxStage):
         return _jax_stage_function(module)
@@ -43,7 +45,9 @@ def stage_function(module: torch.nn.Module | JaxStage) -> tuple[dict[str, tuple[
         params, buffers, args = env.j2t_iso((params, buffers, tuple(args)))
         with env:
             out = jm.functional_call("forward", params, buffers, *args)
-        return env.t2j_iso(out)
+        # Opened here, before torch leaves become JAX arrays: torch's pytree does not see into a
+        # dataclass (a diffusers output class), so t2j_iso would leave its tensors behind.
+        return unpack(out).map(env.t2j_iso)
 
     return shapes, jax_func
 
