@@ -18,9 +18,9 @@ runtime see the same program whatever the stage returned.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .._dtypes import dtype_name
 from ..errors import ContractError
@@ -50,8 +50,9 @@ def unpack(value: Any) -> Returned:
     if isinstance(value, Mapping):  # before dataclasses: a ModelOutput is both; its items are its set fields
         items = [(str(k), v) for k, v in value.items() if v is not None]
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)
-                 if getattr(value, f.name) is not None]
+        items = [
+            (f.name, getattr(value, f.name)) for f in dataclasses.fields(value) if getattr(value, f.name) is not None
+        ]
     elif isinstance(value, (tuple, list)):
         return Returned(kind, None, tuple(value))
     else:
@@ -71,11 +72,17 @@ def match_outputs(returned: Any, declared: Sequence[str], where: str, page: str)
     extra = [n for n in r.names if n not in declared]
     if missing or extra:
         said = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + (
-            [f"not declared {', '.join(map(repr, extra))}"] if extra else [])
-        rule = ("one declared output takes a container of exactly one array, under any name" if len(declared) == 1
-                else "a mapping's or dataclass's entries are matched to the declared outputs by name")
-        raise ContractError(f"{where}: declares outputs ({', '.join(declared)}), the stage returned "
-                            f"{describe(r)}: {'; '.join(said)} ({rule}). {page}")
+            [f"not declared {', '.join(map(repr, extra))}"] if extra else []
+        )
+        rule = (
+            "one declared output takes a container of exactly one array, under any name"
+            if len(declared) == 1
+            else "a mapping's or dataclass's entries are matched to the declared outputs by name"
+        )
+        raise ContractError(
+            f"{where}: declares outputs ({', '.join(declared)}), the stage returned "
+            f"{describe(r)}: {'; '.join(said)} ({rule}). {page}"
+        )
     by_name = dict(zip(r.names, r.values))
     return tuple(by_name[n] for n in declared)
 

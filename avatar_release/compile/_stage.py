@@ -18,8 +18,8 @@ from ._evidence import host_callbacks, kernels_in, schedule_of
 from ._flops import loop_scale, pallas_kernels
 from ._layout import pinned_layouts
 from ._locations import portable_locations
-from ._outputs import match_outputs
 from ._loopcost import run_cost
+from ._outputs import match_outputs
 from ._scan import scanned_blocks
 
 if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set

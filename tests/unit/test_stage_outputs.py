@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh
@@ -64,15 +63,21 @@ def test_an_output_class_is_a_dict_of_its_set_fields():
     assert unpack(UNetOutput(sample=A)).kind == "UNetOutput"
 
 
-@pytest.mark.parametrize("returned", [A, (A,), [A], {"anything": A}, UNetOutput(sample=A), Plain(last=A, poses=None)],
-                         ids=["bare", "tuple", "list", "dict", "output-class", "dataclass"])
+@pytest.mark.parametrize(
+    "returned",
+    [A, (A,), [A], {"anything": A}, UNetOutput(sample=A), Plain(last=A, poses=None)],
+    ids=["bare", "tuple", "list", "dict", "output-class", "dataclass"],
+)
 def test_one_declared_output_takes_one_array_in_any_container_under_any_name(returned):
     (out,) = match_outputs(returned, ["latents"], WHERE, PAGE)
     assert out is A
 
 
-@pytest.mark.parametrize("returned", [{"last": B, "poses": A}, EncoderOutput(hidden=A, pooled=B), Plain(last=B, poses=A)],
-                         ids=["dict", "output-class", "dataclass"])
+@pytest.mark.parametrize(
+    "returned",
+    [{"last": B, "poses": A}, EncoderOutput(hidden=A, pooled=B), Plain(last=B, poses=A)],
+    ids=["dict", "output-class", "dataclass"],
+)
 def test_several_declared_outputs_are_matched_by_name_in_declared_order(returned):
     names = ["hidden", "pooled"] if isinstance(returned, EncoderOutput) else ["poses", "last"]
     first, second = match_outputs(returned, names, WHERE, PAGE)
@@ -89,15 +94,22 @@ def test_a_missing_or_undeclared_name_is_refused_naming_both_sides():
     assert str(info.value) == (
         "pipeline spec toy: signature: stage s, bucket f2: declares outputs (hidden, mask), the stage returned "
         "EncoderOutput {pooled: (3,) float32, hidden: (2, 4) float32}: missing 'mask'; not declared 'pooled' "
-        "(a mapping's or dataclass's entries are matched to the declared outputs by name). Fix it.")
+        "(a mapping's or dataclass's entries are matched to the declared outputs by name). Fix it."
+    )
     assert info.value.exit_code == 2
-    with pytest.raises(ContractError, match=re.escape("declares outputs (y), the stage returned dict {a: (2, 4) "
-                                                      "float32, b: (3,) float32}: missing 'y'; not declared 'a', 'b' "
-                                                      "(one declared output takes a container of exactly one array")):
+    with pytest.raises(
+        ContractError,
+        match=re.escape(
+            "declares outputs (y), the stage returned dict {a: (2, 4) "
+            "float32, b: (3,) float32}: missing 'y'; not declared 'a', 'b' "
+            "(one declared output takes a container of exactly one array"
+        ),
+    ):
         match_outputs({"a": A, "b": B}, ["y"], WHERE, PAGE)
 
 
 # ---- through the real trace -> lower -> compile steps -------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def mesh() -> Mesh:
@@ -106,11 +118,15 @@ def mesh() -> Mesh:
 
 def _plan(fn: Any, outputs: list[tuple[str, list[int]]]) -> StagePlan:
     return StagePlan(
-        stage="toy", bucket="f2", jax_func=fn,
-        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])], param_keys=["w"],
+        stage="toy",
+        bucket="f2",
+        jax_func=fn,
+        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])],
+        param_keys=["w"],
         inputs=[ArraySpec(name="x", shape=[2, 4], dtype="float32", sharding=[None, None])],
         outputs=[ArraySpec(name=n, shape=s, dtype="float32", sharding=[None] * len(s)) for n, s in outputs],
-        where="pipeline spec toy-tiny", signature_at="toy/release.py:7",
+        where="pipeline spec toy-tiny",
+        signature_at="toy/release.py:7",
     )
 
 
@@ -167,9 +183,13 @@ def test_a_mismatch_is_refused_while_tracing_naming_the_stage_and_bucket(mesh):
         (x,) = args
         return {"y": x, "extra": x}
 
-    with pytest.raises(ContractError, match=re.escape(
+    with pytest.raises(
+        ContractError,
+        match=re.escape(
             "pipeline spec toy-tiny: signature (toy/release.py:7): stage toy, bucket f2: declares outputs (y), the "
-            "stage returned dict {y: (2, 4) float32, extra: (2, 4) float32}: not declared 'extra'")):
+            "stage returned dict {y: (2, 4) float32, extra: (2, 4) float32}: not declared 'extra'"
+        ),
+    ):
         lower_stage(_plan(stage, [("y", [2, 4])]), mesh)
 
 
@@ -178,6 +198,7 @@ def test_a_non_array_entry_is_named_as_such(mesh):
         (x,) = args
         return {"y": x, "scale": 2.0}
 
-    with pytest.raises(ContractError, match=re.escape("output 'scale' is declared (1,) float32, traced a float, "
-                                                      "not an array")):
+    with pytest.raises(
+        ContractError, match=re.escape("output 'scale' is declared (1,) float32, traced a float, not an array")
+    ):
         lower_stage(_plan(stage, [("y", [2, 4]), ("scale", [1])]), mesh)
