@@ -23,11 +23,13 @@ A config file::
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field, field_validator
+
+from .._config_files import ConfigModel, parse_model, read_toml
 from .._paths import config_dir
 from .._suggest import did_you_mean
 from ..errors import InputError, NotFoundError
@@ -40,8 +42,6 @@ DEFAULT_DIR = ".avatar-release"
 ENV_REGISTRY = "AVATAR_RELEASE_REGISTRY"
 ENV_CONFIG = "AVATAR_RELEASE_CONFIG"
 _SCHEMES = ("oci://", "oci+http://", "oci+https://", "gar://", "memory://", "file://")
-_ENTRY_KEYS = ("uri", "ca")
-_TOP_KEYS = ("default", "registries")
 
 
 @dataclass(frozen=True)
@@ -81,21 +81,30 @@ def _is_uri(value: str) -> bool:
     return "://" in value
 
 
-def _entry_uri(name: str, table: object, path: Path) -> str:
+class RegistryEntry(ConfigModel):
+    """One ``[registries.NAME]`` table as written."""
+
+    uri: str = Field(description="a path (relative to the file), oci://HOST/REPO, oci+https://..., gar://...")
+    ca: str | None = Field(None, description="the CA bundle for HTTPS, relative to the file (oci:// only)")
+
+    @field_validator("uri")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not v:
+            raise ValueError("expected a non-empty string (a path, oci://HOST/REPO, gar://...)")
+        return v
+
+
+class RegistryConfigFile(ConfigModel):
+    """A registry config file as written (``avatar-release.toml`` or the user's ``config.toml``)."""
+
+    default: str | None = Field(None, description="the name of a [registries.NAME] table")
+    registries: dict[str, RegistryEntry] = Field({}, description="[registries.NAME] tables")
+
+
+def _entry_uri(name: str, entry: RegistryEntry, path: Path) -> str:
     where = f"{path}: [registries.{name}]"
-    if not isinstance(table, dict):
-        raise InputError(f"{where}: expected a table with uri = \"...\", got {type(table).__name__}")
-    unknown = sorted(set(table) - set(_ENTRY_KEYS))
-    if unknown:
-        raise InputError(f"{where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], _ENTRY_KEYS)}; "
-                         f"allowed: {', '.join(_ENTRY_KEYS)}")
-    uri, ca = table.get("uri"), table.get("ca")
-    if not isinstance(uri, str) or not uri:
-        raise InputError(f"{where}: uri: expected a non-empty string (a path, oci://HOST/REPO, gar://...), "
-                         f"got {uri!r}")
-    if ca is not None and not isinstance(ca, str):
-        raise InputError(f"{where}: ca: expected a path to a CA bundle, got {ca!r}")
-    base = path.parent
+    uri, ca, base = entry.uri, entry.ca, path.parent
     if uri.startswith("file://"):
         uri = "file://" + str((base / uri.removeprefix("file://")).absolute())
     elif not _is_uri(uri):
@@ -111,28 +120,14 @@ def _entry_uri(name: str, table: object, path: Path) -> str:
 
 def load_config(path: Path) -> RegistryConfig:
     """Parse one config file; a malformed one is an InputError naming the file, key and fix."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the config file ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: not valid TOML ({e}); see `avatar-release registries --help` for the format") from None
-    unknown = sorted(set(data) - set(_TOP_KEYS))
-    if unknown:
-        raise InputError(f"{path}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], _TOP_KEYS)}; "
-                         f"allowed: {', '.join(_TOP_KEYS)}")
-    tables = data.get("registries", {})
-    if not isinstance(tables, dict):
-        raise InputError(f"{path}: registries: expected tables [registries.NAME], got {type(tables).__name__}")
-    named = {n: NamedRegistry(n, _entry_uri(n, t, path), path) for n, t in tables.items()}
-    default = data.get("default")
-    if default is not None:
-        if not isinstance(default, str) or not default:
-            raise InputError(f"{path}: default: expected the name of a [registries.NAME] table, got {default!r}")
-        if default not in named:
-            raise InputError(f"{path}: default = {default!r} names no [registries.{default}] table"
-                             f"{did_you_mean(default, named)}; defined: {', '.join(sorted(named)) or 'none'}")
-    return RegistryConfig(path, default, named)
+    fix = "see `avatar-release registries --help` for the format"
+    doc = read_toml(path, what="registry config", error=InputError, footer=fix)
+    data = parse_model(RegistryConfigFile, doc, where=f"registry config {path}", error=InputError, footer=fix)
+    named = {n: NamedRegistry(n, _entry_uri(n, t, path), path) for n, t in data.registries.items()}
+    if data.default is not None and data.default not in named:
+        raise InputError(f"{path}: default = {data.default!r} names no [registries.{data.default}] table"
+                         f"{did_you_mean(data.default, named)}; defined: {', '.join(sorted(named)) or 'none'}")
+    return RegistryConfig(path, data.default, named)
 
 
 def _user_config(environ: Mapping[str, str]) -> Path:

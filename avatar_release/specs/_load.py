@@ -10,12 +10,13 @@ import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._digest import canonical_json, sha256_digest
-from .._suggest import closest, did_you_mean
+from .._config_files import describe_validation_error as describe_problems
+from .._suggest import did_you_mean
 from ..errors import SpecError
 from ._project import find_project
 
@@ -187,79 +188,10 @@ def _load(kind: str, label: str, name: str, cls: type[_S]) -> _S:
     return spec
 
 
-def _model_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The (nested) model at ``loc`` inside ``cls``: list items and dict values count as their model
-    (``buckets.0`` is a BucketSpec); None when ``loc`` is not a model."""
-    model: Any = cls
-    for part in loc:
-        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
-            continue  # an index or a key inside a list/dict field: the item's model is already in hand
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        model = _item_model(field.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _item_model(annotation: Any) -> Any:
-    """``BucketSpec`` from ``list[BucketSpec]``, ``dict[str, LeverEntry]`` or ``LeverEntry | None``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in reversed(get_args(annotation)):
-        found = _item_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _fields_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """The field names of the (nested) model at ``loc`` inside ``cls`` (empty when it is not a model)."""
-    model = _model_at(cls, loc)
-    return list(model.model_fields) if model is not None else []
-
-
-def _section(cls: type[BaseModel], loc: tuple[int | str, ...]) -> str:
-    """What the section at ``loc`` takes: "required a, b; optional c" (empty when not a model)."""
-    model = _model_at(cls, loc)
-    if model is None:
-        return ""
-    fields = model.model_fields
-    required = [n for n, f in fields.items() if f.is_required()]
-    optional = [n for n, f in fields.items() if not f.is_required()]
-    where = ".".join(str(p) for p in loc) or "the top level"
-    return (f"{where} ({model.__name__}) takes required: {', '.join(required) or 'none'}; "
-            f"optional: {', '.join(optional) or 'none'}")
-
-
 def describe_validation_error(cls: type[BaseModel], e: ValidationError) -> str:
-    """Every problem pydantic found, in one message: each missing field with every field its section
-    takes (so a new file is right after one round trip), a misspelled key with the closest allowed one,
-    then a pointer to the docs site's reference page."""
-    errors = e.errors()
-    missing: dict[tuple[int | str, ...], list[str]] = {}
-    suggested: set[tuple[int | str, ...]] = set()  # a missing field a misspelled key already points at
-    lines: list[str] = []
-    # A misspelled key is both an unknown key and a missing one: the unknown one leads, with the fix.
-    for err in sorted(errors, key=lambda x: x["type"] != "extra_forbidden"):
-        loc = tuple(err["loc"])
-        if err["type"] == "missing":
-            if loc in suggested:
-                continue
-            missing.setdefault(loc[:-1], []).append(str(loc[-1]))
-            continue
-        where = ".".join(str(p) for p in loc)
-        hint = ""
-        if err["type"] == "extra_forbidden" and loc:
-            allowed = _fields_at(cls, loc[:-1])
-            hint = f"{did_you_mean(str(loc[-1]), allowed)}; allowed here: {', '.join(sorted(allowed))}"
-            suggested |= {(*loc[:-1], near) for near in closest(str(loc[-1]), allowed, n=1)}
-        lines.append(f"{where}: {err['msg']} (got {err.get('input')!r}){hint}")
-    for parent, names in missing.items():
-        prefix = ".".join(str(p) for p in (*parent, "")) if parent else ""
-        section = _section(cls, parent)
-        lines.append(f"missing required field{'s' if len(names) > 1 else ''} "
-                     f"{', '.join(prefix + n for n in names)}" + (f"; {section}" if section else ""))
-    return "\n  ".join(lines) + f"\n  (`avatar-release specs schema` prints every field; {SPECS_PAGE})"
+    """Every problem pydantic found, in one message (``avatar_release._config_files``), then a
+    pointer to the docs site's reference page."""
+    return describe_problems(cls, e, f"`avatar-release specs schema` prints every field; {SPECS_PAGE}")
 
 
 def load_target(name: str) -> TargetSpec:

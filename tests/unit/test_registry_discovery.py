@@ -94,9 +94,13 @@ def test_paths_in_a_config_file_are_relative_to_the_file_and_ca_joins_the_uri(tm
 
 @pytest.mark.parametrize("text, expected", [
     ('default = "tem"\n[registries.team]\nuri = "/x"\n', "did you mean 'team'"),
-    ('[registries.team]\nurl = "/x"\n', "did you mean 'uri'"),
+    ('[registries.team]\nurl = "/x"\n', "registries.team.url: unknown key (got '/x'); did you mean 'uri'?"),
+    ('[registries.team]\nca = "ca.pem"\n', "missing required field registries.team.uri; registries.team "
+                                           "(RegistryEntry) takes required: uri; optional: ca"),
     ('registry = "x"\n', "did you mean 'registries'"),
-    ('[registries.team]\nuri = ""\n', "uri: expected a non-empty string"),
+    ('[registries.team]\nuri = ""\n', "registries.team.uri: expected a non-empty string"),
+    ('[registries.team]\nuri = 3\n', "registries.team.uri: Input should be a valid string (got 3)"),
+    ('[registries]\nteam = "x"\n', "registries.team: Input should be a valid dictionary"),
     ('[registries.team]\nuri = "/x"\nca = "ca.pem"\n', "ca applies to oci:// registries only"),
     ("default = \n", "not valid TOML"),
 ])
