@@ -82,11 +82,10 @@ def test_an_untrusted_certificate_is_a_clear_tls_error_not_a_retry_storm(basic_s
     logins(auths(basic_server.host, "ana", USERS["ana"]))
     for ca, says in ((None, "the system CAs"), (pki["other_ca"], f"the CA file {pki['other_ca']}")):
         reg = OciRegistry(basic_uri(basic_server, ca), retry=FAST, lock_dir=tmp_path)
-        t0 = time.monotonic()
         with pytest.raises(RegistryError, match="TLS verification") as err:
             reg.list_builds()
         assert says in str(err.value) and "AVATAR_RELEASE_REGISTRY_CA" in str(err.value)
-        assert reg.transport.requests == 1 and time.monotonic() - t0 < 2
+        assert reg.transport.requests == 1  # one request, no retries
     missing = tmp_path / "no-such-ca.pem"
     with pytest.raises(RegistryError, match=f"the CA file {missing} .* does not exist"):
         OciRegistry(basic_uri(basic_server, missing), retry=FAST, lock_dir=tmp_path).list_builds()

@@ -7,7 +7,6 @@ import hashlib
 import io
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -276,11 +275,11 @@ def test_a_large_jpeg_is_decoded_small_and_still_fitted_the_same_way(tmp_path):
 
 
 def test_a_60000x60000_header_is_refused_at_once(tmp_path):
+    # Only the header is there: had the reader gone past it to decode, it would have failed on the
+    # missing pixel data with another error, not refused the size the header declares.
     path = _write(tmp_path, "bomb.png", png_header_only(60000, 60000))
-    t0 = time.perf_counter()
     with pytest.raises(InputError) as exc:
         media.read_image(path, height=48, width=80)
-    assert time.perf_counter() - t0 < 1.0
     msg = str(exc.value)
     assert str(path) in msg and "3600.0 MP" in msg and "50 MP" in msg
 

