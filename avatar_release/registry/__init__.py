@@ -10,12 +10,13 @@ from ._discover import RegistryChoice, config_files, find_registry, load_config
 from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
-from ._protocol import CHANNELS, BuildRef, Collectable, Registry, Resolved, check_name
+from ._protocol import CHANNELS, BuildRef, Collectable, NodeBlobs, Registry, Resolved, check_name
 from .oci import OciRegistry
 
 __all__ = [
     "Registry",
     "Collectable",
+    "NodeBlobs",
     "Resolved",
     "BuildRef",
     "LocalRegistry",

@@ -80,6 +80,26 @@ class KVRegistry(KVCollection, abc.ABC):
             raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
         return checked_stream(pieces, digest, size, self.uri, sink)
 
+    def read_blob_into(self, digest: str, size: int, out: memoryview) -> None:
+        """The blob's ``size`` bytes copied into ``out``, unhashed (``NodeBlobs``: the caller checks
+        them against the digest its signed manifest names); IntegrityError when the size differs."""
+        pieces = self._read_pieces(self._blob_key(digest), limit=size + 1)
+        if pieces is None:
+            raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
+        got = 0
+        for piece in pieces:
+            take = max(0, min(len(piece), size - got))
+            out[got: got + take] = piece[:take]
+            got += len(piece)
+        self._check_size(digest, size, got)
+
+    def _check_size(self, digest: str, size: int, got: int) -> None:
+        if got != size:
+            raise IntegrityError(f"blob {digest} in {self.uri}: size {f'more than {size}' if got > size else got} "
+                                 f"bytes, manifest says {size}; the store is corrupted or was tampered with — repair "
+                                 "it from a registry holding the same build: `avatar-release repair BUILD --from "
+                                 "REGISTRY`")
+
     def _read_pieces(self, key: str, limit: int) -> Iterator[bytes] | None:
         """The bytes at ``key`` (at most ``limit``) in pieces, or None when absent; a store that can
         read a part at a time (a file) overrides this so a blob is never held whole."""

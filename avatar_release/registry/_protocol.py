@@ -18,7 +18,7 @@ from ..records import CHANNELS, ChannelState, HistoryEntry
 T = TypeVar("T")
 Action = Literal["publish", "promote", "rollback"]  # what a channel move records (HistoryEntry.action)
 
-__all__ = ["Action", "Registry", "Collectable", "Resolved", "BuildRef", "check_name", "CHANNELS"]
+__all__ = ["Action", "Registry", "Collectable", "NodeBlobs", "Resolved", "BuildRef", "check_name", "CHANNELS"]
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 
@@ -109,3 +109,18 @@ class Collectable(Protocol):
     def delete_blob(self, digest: str) -> None: ...
     def delete_build(self, build_id: str) -> None: ...
     def delete_record(self, namespace: str, name: str) -> None: ...
+
+
+@runtime_checkable
+class NodeBlobs(Protocol):
+    """A store whose blobs are already on this node (a directory, memory, a node cache): it can
+    copy a blob's bytes straight into a caller's buffer without hashing them.
+
+    For a caller that checks the bytes against another digest the signed manifest names (a v8
+    weight chunk's BLAKE3), so each byte is hashed once at load. The size is checked (reading at
+    most ``size`` + 1 bytes, IntegrityError when it differs); the content is the caller's to check.
+    A blob arriving from another machine is not on the node: its sha256 is checked as it enters
+    (``Registry.stream_blob``), which is why remote stores do not offer this.
+    """
+
+    def read_blob_into(self, digest: str, size: int, out: memoryview) -> None: ...
