@@ -89,6 +89,11 @@ def _section(cls: type[BaseModel], loc: tuple[int | str, ...]) -> str:
             f"optional: {', '.join(optional) or 'none'}")
 
 
+# pydantic's words for what a TOML file holds, where they differ ("a valid dictionary or instance of ...")
+_TOML_WORDS = {"extra_forbidden": "unknown key", "model_type": "expected a table", "dict_type": "expected a table",
+               "model_attributes_type": "expected a table", "list_type": "expected a list (an array)"}
+
+
 def describe_validation_error(cls: type[BaseModel], e: ValidationError, footer: str = "") -> str:
     """Every problem pydantic found, in one message: each missing field with every field its section
     takes, a misspelled key with the closest allowed one, each bad value with its field path and what
@@ -110,7 +115,7 @@ def describe_validation_error(cls: type[BaseModel], e: ValidationError, footer: 
             allowed = _fields_at(cls, loc[:-1])
             hint = f"{did_you_mean(str(loc[-1]), allowed)}; allowed here: {', '.join(sorted(allowed))}"
             suggested |= {(*loc[:-1], near) for near in closest(str(loc[-1]), allowed, n=1)}
-        msg = "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
+        msg = _TOML_WORDS.get(err["type"]) or str(err["msg"]).removeprefix("Value error, ")
         got = loc[-2] if loc and loc[-1] == "[key]" else err.get("input")
         lines.append(f"{where}: {msg} (got {got!r}){hint}")
     for parent, names in missing.items():

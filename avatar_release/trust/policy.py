@@ -44,15 +44,18 @@ from __future__ import annotations
 
 import getpass
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from .. import _atomic
+from .._config_files import ConfigModel, parse_model, read_toml
 from .._digest import is_digest
 from .._paths import config_dir
+from .._suggest import did_you_mean
 from ..errors import InputError
 from .keys import (
     generate_keypair, key_id, load_private_key, load_public_key, refuse_loose_permissions, write_public_key,
@@ -163,6 +166,74 @@ def _toml_key(s: str) -> str:
     return s if s.replace("-", "").replace("_", "").isalnum() else _toml_str(s)
 
 
+# --------------------------------------------------------------------------- the file, as written
+# Where a policy error sends the user: a page of the docs site.
+_POLICY_PAGE = "every section and field: docs site, Reference > Trust policy"
+
+_DIGEST_FORMAT = "'sha256:' + 64 lowercase hex, as `avatar-release gate inputs` prints them"
+
+
+def _check_digest(v: str) -> str:
+    if not is_digest(v):
+        raise ValueError(f"expected a digest ({_DIGEST_FORMAT})")
+    return v
+
+
+_Digest = Annotated[str, AfterValidator(_check_digest)]
+
+
+def _one_or_many(v: object) -> object:
+    if not isinstance(v, (str, list)):
+        raise ValueError(f"expected a digest or a list of digests ({_DIGEST_FORMAT})")
+    return [v] if isinstance(v, str) else v
+
+
+_Digests = Annotated[list[_Digest], BeforeValidator(_one_or_many)]  # one digest or a list of them
+
+
+class _ReviewFile(ConfigModel):
+    reviewers: list[str] = Field([], description="key names that may answer blind reviews and decide them")
+    prod_approvals: int = Field(1, ge=1, description="approvals by distinct reviewers a reviewed build needs for prod")
+
+
+class _ReleaseFile(ConfigModel):
+    approvers: list[str] = Field([], description="key names whose signed release approval prod needs")
+    roles: int = Field(2, ge=1, le=2, description="2: prod needs gate evidence and an approval by another key; "
+                                                  "1: gate evidence alone")
+
+
+class _TimestampsFile(ConfigModel):
+    validity_hours: float = Field(1.0, gt=0, le=24 * 7, description="how long a signed timestamp vouches")
+
+
+class _StateFile(ConfigModel):
+    root: list[str] = Field([], description="keys that sign root.json and the top-level targets")
+    root_threshold: int = Field(1, ge=1, description="root signatures needed (at most the number of root keys)")
+    online: list[str] = Field([], description="keys that sign snapshot and timestamp on every move and refresh")
+    timestamp_minutes: float = Field(60, ge=1, le=7 * 24 * 60, description="how long a timestamp vouches")
+    channels: dict[Literal["dev", "staging", "prod"], list[str]] = Field(
+        {}, description="who may sign each channel's metadata")
+
+
+class _GateInputsFile(ConfigModel):
+    bands: list[_Digest] | None = Field(None, description="band file digests ([]: bit-exact verdicts only)")
+    levers: list[_Digest] | None = Field(None, description="lever list (manifests/levers.toml) digests")
+    targets: dict[str, _Digests] | None = Field(None, description="target -> its spec digest, or a list of them")
+
+
+class _PolicyFile(ConfigModel):
+    """A trust policy file (see the module's docstring)."""
+
+    schema_version: int = Field(description=f"{POLICY_SCHEMA_VERSION}")
+    keys: dict[str, str] = Field({}, description="key name -> public key file (relative to the policy)")
+    gate: dict[str, list[str]] = Field({}, description='target or "*" -> key names that may sign gate evidence')
+    review: _ReviewFile = _ReviewFile()
+    release: _ReleaseFile = _ReleaseFile()
+    timestamps: _TimestampsFile = _TimestampsFile()
+    state: _StateFile = _StateFile()
+    gate_inputs: _GateInputsFile | None = None
+
+
 @dataclass(frozen=True)
 class StateSection:
     """``[state]``: the keys of the signed release state's roles (``trust.state_roles`` fills what
@@ -184,42 +255,25 @@ class StateSection:
     timestamp_minutes: float = 60.0
 
 
-_STATE_FIELDS = {"root", "root_threshold", "online", "timestamp_minutes", "channels"}
-
-
-def _state_section(p: Path, doc: dict, keys: dict[str, Ed25519PublicKey]) -> StateSection:
+def _state_section(p: Path, doc: _StateFile, keys: dict[str, Ed25519PublicKey]) -> StateSection:
     """The ``[state]`` section, every name checked against ``[keys]``."""
-    unknown = set(doc) - _STATE_FIELDS
-    if unknown:
-        raise InputError(f"trust policy {p}: [state] has unknown field(s) {sorted(unknown)}; expected "
-                         f"{', '.join(sorted(_STATE_FIELDS))}")
-
-    def names(where: str, value: object) -> tuple[str, ...]:
-        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
-            raise InputError(f"trust policy {p}: {where} must be a list of key names, got {value!r}")
-        missing = [n for n in value if n not in keys]
-        if missing:
-            raise InputError(f"trust policy {p}: {where} names {missing}, which [keys] does not define")
-        return tuple(value)
-
-    root = names("state.root", doc.get("root", []))
-    threshold = doc.get("root_threshold", 1)
-    if not isinstance(threshold, int) or isinstance(threshold, bool) or not 1 <= threshold <= max(len(root), 1):
+    _defined(p, keys, [("state.root", doc.root), ("state.online", doc.online),
+                       *((f"state.channels.{c}", v) for c, v in doc.channels.items())])
+    if not doc.root_threshold <= max(len(doc.root), 1):
         raise InputError(f"trust policy {p}: state.root_threshold must be an integer from 1 to the number of root "
-                         f"keys ({len(root) or 1}), got {threshold!r}")
-    channels = doc.get("channels", {})
-    if not isinstance(channels, dict):
-        raise InputError(f"trust policy {p}: [state.channels] must map a channel to key names")
-    bad = sorted(set(channels) - {"dev", "staging", "prod"})
-    if bad:
-        raise InputError(f"trust policy {p}: [state.channels] names {bad}; expected dev, staging or prod")
-    minutes = doc.get("timestamp_minutes", 60)
-    if not isinstance(minutes, (int, float)) or isinstance(minutes, bool) or not 1 <= minutes <= 7 * 24 * 60:
-        raise InputError(f"trust policy {p}: state.timestamp_minutes must be a number of minutes in [1, 10080], "
-                         f"got {minutes!r}")
-    return StateSection(root=root, root_threshold=threshold, online=names("state.online", doc.get("online", [])),
-                        channels={c: names(f"state.channels.{c}", v) for c, v in channels.items()},
-                        timestamp_minutes=float(minutes))
+                         f"keys ({len(doc.root) or 1}), got {doc.root_threshold!r}")
+    return StateSection(root=tuple(doc.root), root_threshold=doc.root_threshold, online=tuple(doc.online),
+                        channels={c: tuple(v) for c, v in doc.channels.items()},
+                        timestamp_minutes=float(doc.timestamp_minutes))
+
+
+def _defined(p: Path, keys: dict[str, Ed25519PublicKey], uses: Iterable[tuple[str, list[str]]]) -> None:
+    """Every key name a section uses is one ``[keys]`` defines."""
+    for where, names in uses:
+        missing = [n for n in names if n not in keys]
+        if missing:
+            raise InputError(f"trust policy {p}: {where} names {missing}, which [keys] does not define"
+                             f"{did_you_mean(missing[0], keys)}")
 
 
 @dataclass(frozen=True)
@@ -277,46 +331,21 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
         local_identity()
         p = config_dir() / "trust.toml"
     refuse_loose_permissions(p, "trust policy")
-    try:
-        doc = tomllib.loads(p.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise InputError(f"trust policy {p}: not readable TOML ({e})") from None
-    if doc.get("schema_version") != POLICY_SCHEMA_VERSION:
-        raise InputError(f"trust policy {p}: schema_version {doc.get('schema_version')!r}, this avatar-release "
+    raw = read_toml(p, what="trust policy", error=InputError, footer=_POLICY_PAGE)
+    if raw.get("schema_version") != POLICY_SCHEMA_VERSION:
+        raise InputError(f"trust policy {p}: schema_version {raw.get('schema_version')!r}, this avatar-release "
                          f"reads {POLICY_SCHEMA_VERSION}")
-    unknown = set(doc) - {"schema_version", "keys", "gate", "review", "release", "timestamps", "state", "gate_inputs"}
-    if unknown:
-        raise InputError(f"trust policy {p}: unknown section(s) {sorted(unknown)}; expected keys, gate, review, "
-                         "release, timestamps, gate_inputs")
-    keys: dict[str, Ed25519PublicKey] = {}
-    for name, rel in (doc.get("keys") or {}).items():
-        kp = Path(rel) if os.path.isabs(rel) else p.parent / rel
-        keys[name] = load_public_key(kp)
-    gate = {t: list(v) for t, v in (doc.get("gate") or {}).items()}
-    review = doc.get("review") or {}
-    reviewers = list(review.get("reviewers", []))
-    release = doc.get("release") or {}
-    approvers = list(release.get("approvers", []))
-    for where, names in [*((f"gate.{t}", v) for t, v in gate.items()), ("review.reviewers", reviewers),
-                         ("release.approvers", approvers)]:
-        missing = [n for n in names if n not in keys]
-        if missing:
-            raise InputError(f"trust policy {p}: {where} names {missing}, which [keys] does not define")
-    approvals = review.get("prod_approvals", 1)
-    if not isinstance(approvals, int) or approvals < 1:
-        raise InputError(f"trust policy {p}: review.prod_approvals must be a positive integer, got {approvals!r}")
-    roles = release.get("roles", 2)
-    if roles not in (1, 2) or isinstance(roles, bool):
-        raise InputError(f"trust policy {p}: release.roles must be 2 (prod needs gate evidence and a release "
-                         f"approval by another key) or 1 (gate evidence alone), got {roles!r}")
-    hours = doc.get("timestamps", {}).get("validity_hours", 1.0)
-    if not isinstance(hours, (int, float)) or isinstance(hours, bool) or not 0 < hours <= 24 * 7:
-        raise InputError(f"trust policy {p}: timestamps.validity_hours must be a number of hours in (0, 168], "
-                         f"got {hours!r}")
-    return TrustPolicy(path=p, keys=keys, gate=gate, reviewers=reviewers, prod_approvals=approvals,
-                       key_names={key_id(k): n for n, k in keys.items()}, timestamp_hours=float(hours),
-                       approvers=approvers, roles=roles, state=_state_section(p, doc.get("state") or {}, keys),
-                       gate_inputs=_gate_inputs_section(p, doc.get("gate_inputs")))
+    doc = parse_model(_PolicyFile, raw, where=f"trust policy {p}", error=InputError, footer=_POLICY_PAGE)
+    keys = {name: load_public_key(Path(rel) if os.path.isabs(rel) else p.parent / rel)
+            for name, rel in doc.keys.items()}
+    _defined(p, keys, [*((f"gate.{t}", v) for t, v in doc.gate.items()), ("review.reviewers", doc.review.reviewers),
+                       ("release.approvers", doc.release.approvers)])
+    return TrustPolicy(path=p, keys=keys, gate={t: list(v) for t, v in doc.gate.items()},
+                       reviewers=list(doc.review.reviewers), prod_approvals=doc.review.prod_approvals,
+                       key_names={key_id(k): n for n, k in keys.items()},
+                       timestamp_hours=float(doc.timestamps.validity_hours), approvers=list(doc.release.approvers),
+                       roles=doc.release.roles, state=_state_section(p, doc.state, keys),
+                       gate_inputs=_gate_inputs_section(doc.gate_inputs))
 
 
 # --------------------------------------------------------------------------- [gate_inputs]
@@ -374,37 +403,13 @@ class GateInputPins:
         return out
 
 
-_GATE_INPUT_FIELDS = ("bands", "targets", "levers")
-
-
-def _gate_inputs_section(p: Path, doc: object) -> GateInputPins:
-    """The ``[gate_inputs]`` section, every digest checked; absent: nothing pinned. A key left out
-    pins nothing of its kind; an empty list allows none (``bands = []``: only bit-exact verdicts)."""
+def _gate_inputs_section(doc: _GateInputsFile | None) -> GateInputPins:
+    """The ``[gate_inputs]`` section; absent: nothing pinned. A key left out pins nothing of its kind;
+    an empty list allows none (``bands = []``: only bit-exact verdicts)."""
     if doc is None:
         return GateInputPins()
-    if not isinstance(doc, dict):
-        raise InputError(f"trust policy {p}: gate_inputs must be a table ([gate_inputs]), got {doc!r}")
-    unknown = set(doc) - set(_GATE_INPUT_FIELDS)
-    if unknown:
-        raise InputError(f"trust policy {p}: [gate_inputs] has unknown field(s) {sorted(unknown)}; expected "
-                         f"{', '.join(_GATE_INPUT_FIELDS)} (a misspelt one would pin nothing)")
-
-    def digests(where: str, value: object, one_allowed: bool = False) -> tuple[str, ...]:
-        if one_allowed and isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(d, str) and is_digest(d) for d in value):
-            what = "a digest or a list of digests" if one_allowed else "a list of digests"
-            raise InputError(f"trust policy {p}: {where} must be {what} ('sha256:' + 64 lowercase hex, as "
-                             f"`avatar-release gate inputs` prints them), got {value!r}")
-        return tuple(value)
-
-    targets = doc.get("targets")
-    if targets is not None and not isinstance(targets, dict):
-        raise InputError(f"trust policy {p}: gate_inputs.targets must map a target name to its spec digest, "
-                         f"got {targets!r}")
     return GateInputPins(
-        bands=digests("gate_inputs.bands", doc["bands"]) if "bands" in doc else None,
-        targets=None if targets is None else {t: digests(f"gate_inputs.targets.{_toml_key(t)}", d, one_allowed=True)
-                                              for t, d in targets.items()},
-        levers=digests("gate_inputs.levers", doc["levers"]) if "levers" in doc else None,
+        bands=None if doc.bands is None else tuple(doc.bands),
+        targets=None if doc.targets is None else {t: tuple(d) for t, d in doc.targets.items()},
+        levers=None if doc.levers is None else tuple(doc.levers),
     )

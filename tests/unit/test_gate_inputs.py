@@ -110,15 +110,16 @@ def test_gate_inputs_parse_and_a_target_takes_one_digest_or_several(tmp_path, mo
 
 
 @pytest.mark.parametrize("section, message", [
-    (f'[gate_inputs]\nband = ["{A}"]\n', r"\[gate_inputs\] has unknown field\(s\) \['band'\]; expected bands, targets, "
-                                         r"levers \(a misspelt one would pin nothing\)"),
-    ('[gate_inputs]\nbands = ["sha256:abc"]\n', r"gate_inputs\.bands must be a list of digests \('sha256:' \+ 64 "
-                                                r"lowercase hex, as `avatar-release gate inputs` prints them\), got "
-                                                r"\['sha256:abc'\]"),
-    (f'[gate_inputs]\nlevers = "{A}"\n', r"gate_inputs\.levers must be a list of digests"),
-    (f'[gate_inputs]\ntargets = ["{A}"]\n', r"gate_inputs\.targets must map a target name to its spec digest"),
-    ('[gate_inputs.targets]\n"cpu-8" = 3\n', r"gate_inputs\.targets\.cpu-8 must be a digest or a list of digests"),
-    ('gate_inputs = 1\n', r"gate_inputs must be a table \(\[gate_inputs\]\), got 1"),
+    (f'[gate_inputs]\nband = ["{A}"]\n', r"gate_inputs\.band: unknown key \(got \['sha256:a+'\]\); did you mean 'bands'\?; "
+                                         r"allowed here: bands, levers, targets"),
+    ('[gate_inputs]\nbands = ["sha256:abc"]\n', r"gate_inputs\.bands\.0: expected a digest \('sha256:' \+ 64 "
+                                                r"lowercase hex, as `avatar-release gate inputs` prints them\) \(got "
+                                                r"'sha256:abc'\)"),
+    (f'[gate_inputs]\nlevers = "{A}"\n', r"gate_inputs\.levers: expected a list \(an array\) \(got \'sha256:a+\'\)"),
+    (f'[gate_inputs]\ntargets = ["{A}"]\n', r"gate_inputs\.targets: expected a table"),
+    ('[gate_inputs.targets]\n"cpu-8" = 3\n', r"gate_inputs\.targets\.cpu-8: expected a digest or a list of digests \(\'sha256:\' \+ 64 "
+                                             r"lowercase hex, .*\) \(got 3\)"),
+    ('gate_inputs = 1\n', r"gate_inputs: expected a table \(got 1\)"),
 ])
 def test_a_malformed_gate_inputs_section_is_refused_naming_the_field(tmp_path, monkeypatch, section, message):
     path = _policy(tmp_path, monkeypatch, "" if section.startswith("gate_inputs =") else section)

@@ -100,7 +100,7 @@ def test_paths_in_a_config_file_are_relative_to_the_file_and_ca_joins_the_uri(tm
     ('registry = "x"\n', "did you mean 'registries'"),
     ('[registries.team]\nuri = ""\n', "registries.team.uri: expected a non-empty string"),
     ('[registries.team]\nuri = 3\n', "registries.team.uri: Input should be a valid string (got 3)"),
-    ('[registries]\nteam = "x"\n', "registries.team: Input should be a valid dictionary"),
+    ('[registries]\nteam = "x"\n', "registries.team: expected a table (got 'x')"),
     ('[registries.team]\nuri = "/x"\nca = "ca.pem"\n', "ca applies to oci:// registries only"),
     ("default = \n", "not valid TOML"),
 ])
