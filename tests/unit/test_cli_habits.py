@@ -145,10 +145,12 @@ def test_gate_help_shows_the_common_paths_options():
     assert "--baseline" in head and "--shard" in head and "gate REF" in head
 
 
-def test_the_readme_lists_the_same_exit_codes():
-    readme = (DATA.parent.parent / "README.md").read_text()
-    line = readme[readme.index("Exit codes: 0 ok"):].split("\n\n")[0]
+def test_the_exit_codes_page_lists_the_same_exit_codes():
+    page = (DATA.parent.parent / "docs" / "reference" / "exit-codes.md").read_text()
+    line = page[page.index("Exit codes: 0 ok"):].split("\n\n")[0]
     assert {int(c) for c in re.findall(r"(?:·|:)\s+(\d+) ", line)} == set(EXIT_MEANINGS)
+    table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", page, re.M))
+    assert {int(c): meaning for c, meaning in table.items()} == EXIT_MEANINGS
 
 
 def test_a_mistyped_set_key_or_spec_name_suggests_the_closest(tmp_path):
