@@ -11,6 +11,7 @@ from ._gar import GarRegistry
 from ._local import LocalRegistry
 from ._memory import MemoryRegistry
 from ._protocol import CHANNELS, BuildRef, Collectable, NodeBlobs, Registry, Resolved, check_name
+from .cache import CachedRegistry, NodeCache, Prefetching, with_node_cache
 from .oci import OciRegistry
 
 __all__ = [
@@ -33,6 +34,10 @@ __all__ = [
     "RegistryChoice",
     "config_files",
     "load_config",
+    "CachedRegistry",
+    "NodeCache",
+    "Prefetching",
+    "with_node_cache",
 ]
 
 DEFAULT_REGISTRY = ".avatar-release"
