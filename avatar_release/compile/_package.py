@@ -75,10 +75,10 @@ class Package:
 
 
 def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Callable[[str], None], *,
-                  autotune: AutotunePlan | None = None) -> Package:
+                  autotune: AutotunePlan | None = None, weight_compression: str = "none") -> Package:
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     blobs: dict[str, bytes] = {}
-    weights = _weights_record(plan, cctx, blobs)
+    weights = _weights_record(plan, blobs, weight_compression)
     entries, reports = [], []
     for cs in compiled:
         z = cctx.compress(cs.payload)
@@ -94,20 +94,22 @@ def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Call
     return Package(_manifest(plan, weights, entries, fit, tuned), blobs, reports)
 
 
-def _weights_record(plan: BuildPlan, cctx: zstandard.ZstdCompressor, blobs: dict[str, bytes]) -> WeightsRecord:
-    """v5: the weights as tensor-aligned chunks, each compressed and digested on its own."""
+def _weights_record(plan: BuildPlan, blobs: dict[str, bytes], compression: str) -> WeightsRecord:
+    """v8: the weights as tensor-aligned chunks, each digested (sha256 and BLAKE3) and stored
+    (raw, or zstd-compressed) on its own."""
     if plan.abstract:
         return _abstract_weights(plan)
-    chunks, chunk_blobs = pack_chunks(plan.weight_tensors or [], level=WEIGHTS_ZSTD_LEVEL)
+    chunks, chunk_blobs = pack_chunks(plan.weight_tensors or [], level=WEIGHTS_ZSTD_LEVEL, compression=compression)
     blobs.update(chunk_blobs)
     return WeightsRecord(
         blob=None,
         raw_size=sum(c.raw_size for c in chunks),
-        raw_digest=chunk_table_digest(chunks),
+        raw_digest=chunk_table_digest(chunks, compression),
         tensors=plan.weights_tensors,
         source=plan.weights_label,
         chunks=chunks,
         chunking=WEIGHT_CHUNKING,
+        compression=compression,
     )
 
 

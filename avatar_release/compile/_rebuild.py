@@ -24,7 +24,8 @@ def build_inputs(m: Manifest) -> dict[str, Any]:
     """What compiling ``m`` again takes: its pipeline, target, weights source and overrides."""
     source = m.weights.source
     return {"pipeline": m.pipeline, "target": m.target, "overrides": {k: str(v) for k, v in m.overrides.items()},
-            "weights_path": None if source.startswith(("init:", "abstract")) else source}
+            "weights_path": None if source.startswith(("init:", "abstract")) else source,
+            "weight_compression": m.weights.compression or "none"}
 
 
 def kept_autotune(registry: Registry, m: Manifest) -> AutotunePlan | None:

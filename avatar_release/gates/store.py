@@ -18,6 +18,7 @@ import numpy as np
 import zstandard
 
 from .._digest import sha256_digest
+from .._zstd import DecodeError, declared_size, decode
 from ..errors import IntegrityError
 from ..records import (
     FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, SHARD_MEDIA_TYPE, BlobRef, GateResult, GateShard, ReviewRecord,
@@ -40,6 +41,7 @@ __all__ = ["put_frames", "get_frames", "save_result", "result_refs", "frames_ref
 _RESULTS = GATE_RESULTS.name
 _REVIEWS = REVIEWS.name
 _SHARDS = GATE_SHARDS.name
+_MAX_FRAMES_BYTES = 1 << 34  # a gate run's delivered frames, raw: far beyond any run's, below a bomb's
 
 
 def put_frames(registry: Registry, frames: np.ndarray) -> BlobRef:
@@ -55,9 +57,11 @@ def get_frames(registry: Registry, ref: BlobRef) -> np.ndarray:
     if sha256_digest(data) != ref.digest:
         raise IntegrityError(f"gate frames {ref.digest}: bytes do not match the digest")
     try:
-        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 34)
+        size = declared_size(data, _MAX_FRAMES_BYTES)  # what put_frames wrote: the frame names its size
+        raw = decode([data], size, said="the frame header says")
+        assert raw is not None  # kept: decode returns what it wrote
         return np.load(io.BytesIO(raw), allow_pickle=False)
-    except (zstandard.ZstdError, ValueError) as e:
+    except (DecodeError, ValueError) as e:
         raise IntegrityError(f"gate frames {ref.digest}: not a zstd .npy array ({e})") from None
 
 

@@ -35,6 +35,7 @@ from .build import (
     WeightChunk,
     WEIGHT_CHUNK_BYTES,
     WEIGHT_CHUNKING,
+    WEIGHT_COMPRESSIONS,
 )
 from .channel import CHANNEL_SCHEMA_VERSION, CHANNELS, HISTORY_SCHEMA_VERSION, ChannelState, HistoryEntry
 from .gate import (
@@ -79,6 +80,7 @@ __all__ = [
     "WeightChunk",
     "WEIGHT_CHUNK_BYTES",
     "WEIGHT_CHUNKING",
+    "WEIGHT_COMPRESSIONS",
     "CHANNELS", "CHANNEL_SCHEMA_VERSION", "HISTORY_SCHEMA_VERSION", "ChannelState", "HistoryEntry",
     "GATE_RESULT_SCHEMA_VERSION", "BAND_SCHEMA_VERSION", "COMPILE_GATE_SCHEMA_VERSION", "FRAMES_MEDIA_TYPE",
     "RESULT_MEDIA_TYPE", "Band", "BandVariant", "BaselineRef", "CompileCheck", "CompileGateResult", "GateEvidence",

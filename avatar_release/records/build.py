@@ -46,6 +46,12 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     any instruction they lack (``xla_gpu_require_complete_aot_autotune_results``). Left out when
     unset, so a v6 manifest keeps its bytes and identity.
 
+  * 8 (2026-12-05): raw weight chunks. ``weights.compression`` says how every chunk is stored:
+    ``"none"`` (the default: the blob *is* the chunk's raw bytes) or ``"zstd"``; unset, as in
+    v5-v7, it is zstd. Each chunk records ``raw_blake3``, the BLAKE3 digest of its raw bytes, the
+    one hash a loader takes of them (the blob's sha256 stays the transport digest). Both are left
+    out when unset, so a v7 manifest keeps its bytes and identity.
+
 ``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
 compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
 """
@@ -54,12 +60,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
+from .._digest import BLAKE3_RE
 from ._base import BlobRef, Record, check_digest_fields
 
 __all__ = [
     "BUILD_SCHEMA_VERSION",
+    "WEIGHT_COMPRESSIONS",
     "ArraySpec",
     "Bucket",
     "Toolchain",
@@ -85,11 +93,13 @@ __all__ = [
     "Manifest",
 ]
 
-BUILD_SCHEMA_VERSION = 7
+BUILD_SCHEMA_VERSION = 8
 # v5's chunk rule: tensors in name order, packed greedily into chunks of at most this many raw
 # bytes (a larger tensor is a chunk of its own), each tensor starting on a 64-byte boundary.
 WEIGHT_CHUNK_BYTES = 64 << 20
 WEIGHT_CHUNKING = f"tensor-aligned/v1 max={WEIGHT_CHUNK_BYTES} align=64 order=name"
+# v8: how a build stores its weight chunks (``WeightsRecord.compression``); "none" is the default.
+WEIGHT_COMPRESSIONS = ("none", "zstd")
 
 
 class ArraySpec(Record):
@@ -324,7 +334,9 @@ class MemoryFit(Record):
 
 
 class WeightTensor(Record):
-    """One tensor inside a weight chunk: its bytes are ``chunk[offset: offset + nbytes]``, C order."""
+    """One tensor inside a weight chunk: its bytes are ``chunk[offset: offset + nbytes]``, C order.
+    Weights are split across devices along their first dimension (FSDP), so in C order each
+    device's slice of a tensor is one contiguous run of the chunk's bytes."""
 
     name: str
     dtype: str
@@ -334,14 +346,24 @@ class WeightTensor(Record):
 
 
 class WeightChunk(Record):
-    """A content-addressed piece of the weights: raw tensor bytes, zstd-compressed on their own."""
+    """A content-addressed piece of the weights: raw tensor bytes, stored as they are (v8,
+    compression "none") or zstd-compressed on their own."""
 
     blob: BlobRef
     raw_size: int
-    raw_digest: str
+    raw_digest: str  # sha256 of the raw bytes
     tensors: list[WeightTensor]
+    raw_blake3: str | None = None  # v8: "blake3:<hex>" of the raw bytes, what a loader checks
 
     _digests = check_digest_fields("raw_digest")
+    _omit = _omit_when_none("raw_blake3")
+
+    @field_validator("raw_blake3")
+    @classmethod
+    def _check_blake3(cls, v: str | None) -> str | None:
+        if v is not None and not BLAKE3_RE.match(v):
+            raise ValueError(f"expected 'blake3:' + 64 lowercase hex, got {v!r}")
+        return v
 
 
 class WeightsRecord(Record):
@@ -353,6 +375,15 @@ class WeightsRecord(Record):
     materialized: bool = True
     chunks: list[WeightChunk] | None = None  # v5: the weights in chunks (then ``blob`` is None)
     chunking: str | None = None  # v5: the rule that cut them (WEIGHT_CHUNKING)
+    # v8: how the chunks are stored, "none" (raw) or "zstd"; None (v5-v7): zstd
+    compression: Literal["none", "zstd"] | None = None
+
+    _omit = _omit_when_none("compression")
+
+    @property
+    def chunk_codec(self) -> str:
+        """How the chunks' blobs are stored: "none" or "zstd" (every chunked build before v8)."""
+        return self.compression or "zstd"
 
     def chunk_blobs(self) -> list[BlobRef]:
         """Every blob the weights are stored in: the chunks, or the one safetensors blob, or none."""

@@ -117,8 +117,9 @@ def manifest_seal(m: Manifest) -> str:
         "weights": [m.weights.blob.digest if m.weights.blob else None, m.weights.raw_digest],
         "executables": [[e.key, e.blob.digest, e.raw_digest] for e in m.executables],
     }
-    if m.weights.chunks is not None:  # v5: every chunk's stored and raw digest
-        doc["weight_chunks"] = [[c.blob.digest, c.raw_digest] for c in m.weights.chunks]
+    if m.weights.chunks is not None:  # v5: every chunk's stored and raw digest (v8: and its BLAKE3)
+        doc["weight_chunks"] = [[c.blob.digest, c.raw_digest] + ([c.raw_blake3] if c.raw_blake3 else [])
+                                for c in m.weights.chunks]
     return sha256_digest(canonical_json(doc))
 
 

@@ -25,8 +25,6 @@ import os
 import time
 from dataclasses import dataclass
 
-import zstandard
-
 from .._digest import sha256_digest
 from ..errors import AvatarReleaseError, IntegrityError
 from ..machine import check_process_fields
@@ -35,7 +33,7 @@ from ..registry import Registry
 from ..specs import load_target
 from ._inflate import inflate
 
-__all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "fetch_verified", "check_bounds", "memory_cap", "decompress",
+__all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "codec_of", "fetch_verified", "check_bounds", "memory_cap", "decompress",
            "MAX_ZSTD_RATIO"]
 
 # The most raw bytes per stored byte a blob may declare. Measured 2026-12-01 at the packager's
@@ -77,13 +75,18 @@ def raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
         chunks = manifest.weights.chunks
         assert chunks is not None  # weight_blobs names chunks only for a chunked (v5) build
         c = chunks[int(what.rsplit(" ", 1)[1])]
-        return c.raw_size, c.raw_digest
+        return c.raw_size, c.raw_blake3 or c.raw_digest  # v8: the BLAKE3 a loader checks
     if what == AUTOTUNE_RESULTS:
         tuned = manifest.autotune
         assert tuned is not None and tuned.results is not None  # build_blobs names it only then
         return tuned.results_size or 0, tuned.results
     e = next(e for e in manifest.executables if e.key == what)
     return e.raw_size, e.raw_digest
+
+
+def codec_of(manifest: Manifest, what: str) -> str:
+    """How the blob ``what`` names is stored: "none" (a v8 raw weight chunk) or "zstd"."""
+    return manifest.weights.chunk_codec if what.startswith("weights chunk ") else "zstd"
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,11 @@ def _bound_error(manifest: Manifest, what: str, ref: BlobRef, raw_size: int) -> 
     # A v5 weight chunk holds at most WEIGHT_CHUNK_BYTES by the chunk rule (only a single tensor larger
     # than that makes a larger chunk): up to that size its ratio may be anything (a chunk of zero-
     # initialised tensors compresses a thousandfold), and the total is still bounded by memory_cap.
+    if codec_of(manifest, what) == "none":  # v8 raw chunk: the blob is the raw bytes
+        if raw_size != ref.size:
+            return (f"build {manifest.build_id}: {what}: a raw (uncompressed) chunk of {ref.size} bytes declares "
+                    f"{raw_size} raw bytes; the manifest is malformed")
+        return None
     exempt = WEIGHT_CHUNK_BYTES if what.startswith("weights chunk ") else RATIO_EXEMPT_BYTES
     allowed = max(MAX_ZSTD_RATIO * ref.size, exempt)
     if raw_size > allowed:
@@ -206,34 +214,8 @@ def fetch_verified(registry: Registry, manifest: Manifest) -> tuple[dict[str, by
 
 def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> bytes | bytearray:
     """The raw bytes of a zstd blob held in memory, exactly ``raw_size`` of them hashing to
-    ``raw_digest``.
-
-    ``raw_size`` must already be bounded (``check_bounds``). A frame whose header declares that
-    size (what ``compile`` writes) is inflated in one call into one allocation of it, about twice as
-    fast as stepping a stream reader: zstd allocates what the header says, which is the bounded size
-    here, and the digest proves the output whole. Any other frame (no size in its header, or another
-    size) goes through the streaming check of :func:`._inflate.inflate`, which refuses it having
-    produced at most raw_size + 1 bytes.
-    """
-    try:
-        declared = zstandard.get_frame_parameters(data).content_size
-    except zstandard.ZstdError:
-        declared = None  # not even a frame header: the streaming check names the damage
-    if declared == raw_size:
-        try:
-            whole = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_size, allow_extra_data=False)
-        except zstandard.ZstdError as e:
-            if "unused data" in str(e):  # a further frame (or bytes) after the one that fills raw_size
-                raise IntegrityError(f"{where}: decompresses to more than the {raw_size} bytes the manifest says "
-                                     f"(the stored bytes go on past the frame: {e})") from None
-            raise IntegrityError(f"{where}: zstd frame is corrupt or truncated ({e})") from None
-        if len(whole) != raw_size:  # (a header that lies about its frame)
-            raise IntegrityError(f"{where}: zstd frame is corrupt or truncated: it decompresses to {len(whole)} "
-                                 f"bytes, the manifest says {raw_size}")
-        if (got := sha256_digest(whole)) != raw_digest:
-            raise IntegrityError(f"{where}: decompressed bytes hash to {got}, the manifest says {raw_digest}")
-        return whole
+    ``raw_digest`` (``raw_size`` already bounded: ``check_bounds``), through the one bounded
+    decoder (``_inflate``, ``avatar_release._zstd``)."""
     out = inflate(iter([data]), raw_size, raw_digest, where=where, keep=True)
     assert out is not None  # keep=True: the raw bytes come back
     return out
-

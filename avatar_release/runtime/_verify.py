@@ -16,7 +16,7 @@ from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
 from ..machine import configure_for_manifest
 from ..records import ExecutableEntry, Manifest, check_identity
 from ..registry import Registry, open_registry, read_manifest
-from ._blobs import BlobCheck, _bound_error, _gib, build_blobs, memory_cap, raw_of
+from ._blobs import BlobCheck, _bound_error, _gib, build_blobs, codec_of, memory_cap, raw_of
 from ._inflate import fetch_inflated
 from ._load import check_environment, devices_for
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
@@ -97,7 +97,8 @@ def check_blobs(registry: Registry, manifest: Manifest, *, only: set[str] | None
                     raise IntegrityError(error)
             program = check_program is not None and any(e.key == what for e in manifest.executables)
             payload, _ = fetch_inflated(registry, ref, (raw_size, raw_digest) if contents else None,
-                                        where=f"build {manifest.build_id}: {what}", keep=program)
+                                        where=f"build {manifest.build_id}: {what}", keep=program,
+                                        codec=codec_of(manifest, what))
             if contents:
                 note = "raw bytes match"
                 if check_program is not None and payload is not None:

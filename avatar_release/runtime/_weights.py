@@ -1,32 +1,37 @@
 """Putting a build's weights on its devices.
 
-Version-5 builds store weights as chunks (``records.WeightChunk``). They stream: worker threads
-each take one chunk through fetch, a piece at a time (the Registry protocol's ``stream_blob``,
-whose size and sha256 check of the stored bytes the conformance suite holds every store to; one
-hash, not a second one here) -> bounded zstd decompression of the pieces as they arrive into the
-worker's own raw buffer -> sha256 of the raw bytes -> placement, where every tensor is placed as
-its shards (each device receives only its slice, ``jax.make_array_from_callback``). The worker then
-reuses its buffer for its next chunk: one buffer of the largest chunk's size per worker (at most
-``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in, where a fresh
-allocation per chunk paid its page faults every time. When a backend keeps the host bytes rather
-than copying them (XLA:CPU aliases a slice that happens to be 64-byte aligned; seen by a placed
-shard's buffer lying inside ours), that buffer is handed over to the devices and the worker takes
-a new one. zstd and hashlib release the GIL, so the chunks really run side by side. A memory
-budget bounds the stored + raw bytes of the chunks in flight (at least one chunk always runs). The integrity order holds per chunk: nothing is placed before its stored and raw
-digests match the manifest, and every chunk's declared size was bounded (``check_bounds``) before
-anything was fetched. Weights are plain bytes, never unpickled.
+Version-8 builds store weight chunks raw by default (``weights.compression == "none"``): a chunk's
+blob is the chunk's bytes. Worker threads each take one chunk: from a store whose blobs are on
+this node (``registry.NodeBlobs``: the local directory, a node cache) its bytes are read straight
+into the worker's raw buffer, unhashed by the store, and hashed once here with the BLAKE3 digest
+the signed manifest records (``raw_blake3``); from a remote store they stream in through the
+store's sha256 check (the transport digest, checked once as the blob enters the node) and are
+then BLAKE3-checked the same way. Nothing is decoded: weights are split across devices along their
+first dimension, so each device's slice of a tensor is one contiguous run of the buffer, placed
+from a view of it (``jax.make_array_from_callback``) without a host copy. ``compression == "zstd"``
+(a per-build choice for registries where transfer costs more than CPU) adds one bounded zstd
+decode (``avatar_release._zstd``) from a second reused buffer of stored bytes.
+
+Version-5 to 7 builds store zstd chunks with sha256 raw digests: fetch, a piece at a time (the
+Registry protocol's ``stream_blob``, whose size and sha256 check of the stored bytes the
+conformance suite holds every store to) -> bounded zstd decompression of the pieces as they arrive
+into the worker's own raw buffer -> sha256 of the raw bytes -> placement.
+
+Either way the worker reuses its buffer for its next chunk: one buffer of the largest chunk's size
+per worker (at most ``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in,
+where a fresh allocation per chunk paid its page faults every time. When a backend keeps the host
+bytes rather than copying them (XLA:CPU may alias a slice that happens to be 64-byte aligned; seen
+by a placed shard's buffer lying inside ours), that buffer is handed over to the devices and the
+worker takes a new one. zstd and both hashes release the GIL, so the chunks really run side by
+side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
+always runs). The integrity order holds per chunk: nothing is placed before its raw digest
+matches the signed manifest, and every chunk's declared size was bounded (``check_bounds``)
+before anything was fetched. Weights are plain bytes, never unpickled.
 
 The stored bytes are read, never mapped from the store's file, though mapping skips a copy: a
 mapped file that someone truncates in place kills the reader with SIGBUS at the first page past
-its new end, where a read only comes back short; a short or rewritten blob is then refused
-(IntegrityError) by the size and digest the manifest names, after the decompression that ran on
-its pieces and before anything is placed. Reading costs one copy out of the page cache, a piece
-at a time (a mebibyte, still in the CPU's cache when zstd reads it, and handed to zstd uncopied:
-``_inflate._Source``), about what the page faults of a mapping cost: a 50 MiB chunk is read,
-hashed and inflated in 0.132 s of CPU, mapped in 0.130 s (read whole into a reused buffer first:
-0.134 s, into a fresh one: 0.155 s; each piece copied twice more on its way to zstd: 0.140 s;
-one thread's CPU time, median of 9, 2 cores, 2026-12-05), and with no memory beyond the raw
-buffer but that piece, where a buffer for the stored bytes would cost each worker a chunk's size.
+its new end, where a read only comes back short (and is refused by size); a placed array that
+aliased a mapping would also change with the file after its hash was checked.
 
 Builds before version 5 carry one safetensors blob: it is fetched, verified and decompressed whole
 (``_load``), then placed here from its tensors.
@@ -44,10 +49,12 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
+from .._digest import blake3_digest
 from .._dtypes import dtype_name, np_dtype
+from .._zstd import DecodeError, decode
 from ..errors import IntegrityError
 from ..records import WEIGHT_CHUNK_BYTES, ArraySpec, Manifest, WeightChunk
-from ..registry import Registry
+from ..registry import NodeBlobs, Registry
 from ._inflate import inflate_into
 
 if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set; _load imports this module
@@ -77,12 +84,15 @@ class WeightStats:
     # The two interleave (each piece is decompressed as it arrives): fetch is the time spent waiting
     # for the pieces, which includes the store's own size and sha256 check of the stored bytes.
     fetch: float = 0.0
-    decompress: float = 0.0  # includes the raw bytes' sha256
+    decompress: float = 0.0  # zstd (v5-v7: with the raw bytes' sha256); 0 for raw chunks
+    hash: float = 0.0  # v8: the raw bytes' BLAKE3
     place: float = 0.0
+    compression: str = "zstd"  # how the chunks were stored ("none": raw, v8)
+    read: str = ""  # "node" (read straight from this node's store) or "stream" (through the store's sha256)
     buffers: int = 0  # raw buffers allocated: one per worker, plus one for each handed to the devices
     handed_over: int = 0  # chunks whose placed arrays kept the host bytes (XLA:CPU may alias an aligned slice)
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> dict[str, float | int | str]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
@@ -239,6 +249,71 @@ def _fetch_inflated(registry: Registry, chunk: WeightChunk, buf: bytearray, wher
     return raw, fetching[0]
 
 
+class _Stored:
+    """One reused buffer of stored (zstd) bytes per worker: v8 zstd chunks read from this node."""
+
+    def __init__(self) -> None:
+        self._own = threading.local()
+
+    def take(self, size: int) -> memoryview:
+        buf = getattr(self._own, "buf", None)
+        if buf is None or len(buf) < size:
+            buf = self._own.buf = bytearray(size)
+        return memoryview(buf)[:size]
+
+
+def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: bytearray, stored: _Stored,
+             where: str) -> tuple[memoryview, float, float, float]:
+    """(a v8 chunk's raw bytes in ``buf``, seconds reading, decoding, hashing): read from this
+    node's store unhashed, or streamed in through the store's sha256 (a remote store), decoded when
+    stored as zstd, then BLAKE3-checked against the manifest: the one hash of each raw byte."""
+    if chunk.raw_blake3 is None:
+        raise IntegrityError(f"{where}: a v8 chunk without raw_blake3; the manifest is malformed")
+    raw = memoryview(buf)[: chunk.raw_size]
+    decoding = 0.0
+    t0 = time.perf_counter()
+    if isinstance(registry, NodeBlobs):
+        if codec == "none":
+            registry.read_blob_into(chunk.blob.digest, chunk.blob.size, raw)
+            reading = time.perf_counter() - t0
+        else:
+            packed = stored.take(chunk.blob.size)
+            registry.read_blob_into(chunk.blob.digest, chunk.blob.size, packed)
+            t1 = time.perf_counter()
+            reading = t1 - t0
+            _decode(iter([packed]), raw, chunk, where)
+            decoding = time.perf_counter() - t1
+    else:
+        def sink(pieces: Iterator[bytes]) -> None:
+            if codec == "none":
+                at = 0
+                for piece in pieces:
+                    raw[at: at + len(piece)] = piece[: max(0, chunk.raw_size - at)]
+                    at += len(piece)
+            else:
+                _decode(pieces, raw, chunk, where)
+
+        try:
+            registry.stream_blob(chunk.blob.digest, chunk.blob.size, sink)  # the store checks size and sha256
+        except IntegrityError as e:
+            raise IntegrityError(f"{where}: {e}") from None
+        reading = time.perf_counter() - t0  # the decode interleaves with the transfer
+    t2 = time.perf_counter()
+    got = blake3_digest(raw)
+    if got != chunk.raw_blake3:
+        raise IntegrityError(f"{where}: blob {chunk.blob.digest}: its bytes hash to {got}, the signed manifest says "
+                             f"{chunk.raw_blake3}; the store is corrupted or was tampered with — repair it from a "
+                             "registry holding the same build: `avatar-release repair BUILD --from REGISTRY`")
+    return raw, reading, decoding, time.perf_counter() - t2
+
+
+def _decode(pieces: Iterator[bytes] | Iterator[memoryview], raw: memoryview, chunk: WeightChunk, where: str) -> None:
+    try:
+        decode(pieces, chunk.raw_size, out=raw)
+    except DecodeError as e:
+        raise IntegrityError(f"{where}: blob {chunk.blob.digest}: {e}") from None
+
+
 def _check_held(manifest: Manifest, chunks: list[WeightChunk], wanted: dict[str, list]) -> None:
     held = {t.name for c in chunks for t in c.tensors}
     missing = sorted(set(wanted) - held)
@@ -249,17 +324,19 @@ def _check_held(manifest: Manifest, chunks: list[WeightChunk], wanted: dict[str,
 
 def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh: Mesh, *, workers: int | None = None,
                    budget: int = DEFAULT_WEIGHT_BUDGET) -> WeightStats:
-    """Fetch, verify, decompress and place every weight chunk of a v5 build, side by side."""
+    """Fetch, verify, (decompress) and place every weight chunk of a v5+ build, side by side."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     chunks = manifest.weights.chunks or []
     wanted = _wanted(manifest, stages)
     _check_held(manifest, chunks, wanted)
+    v8 = manifest.weights.compression is not None
     stats = WeightStats(chunks=len(chunks), stored_bytes=sum(c.blob.size for c in chunks),
-                        raw_bytes=sum(c.raw_size for c in chunks))
+                        raw_bytes=sum(c.raw_size for c in chunks), compression=manifest.weights.chunk_codec,
+                        read="node" if v8 and isinstance(registry, NodeBlobs) else "stream")
     stats.workers = max(1, min(workers or (os.cpu_count() or 1), len(chunks) or 1, 8))
-    gate, buffers = _Budget(budget), _Buffers(chunks)
+    gate, buffers, stored = _Budget(budget), _Buffers(chunks), _Stored()
     placed: Placed = {}
     lock = threading.Lock()  # the placed-arrays table and the step counters
 
@@ -270,7 +347,11 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
         try:
             t0 = time.perf_counter()
             buf = buffers.take(chunk.raw_size)
-            raw, fetching = _fetch_inflated(registry, chunk, buf, where)
+            hashing = decoding = 0.0
+            if v8:
+                raw, fetching, decoding, hashing = _read_v8(registry, chunk, stats.compression, buf, stored, where)
+            else:
+                raw, fetching = _fetch_inflated(registry, chunk, buf, where)
             t2 = time.perf_counter()
             local: Placed = {}
             for name, arr in _chunk_tensors(manifest, i, chunk, raw).items():
@@ -282,7 +363,8 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
             with lock:
                 placed.update(local)
                 stats.fetch += fetching
-                stats.decompress += t2 - t0 - fetching
+                stats.decompress += decoding if v8 else t2 - t0 - fetching
+                stats.hash += hashing
                 stats.place += t3 - t2
         finally:
             gate.release(cost)

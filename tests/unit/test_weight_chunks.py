@@ -1,6 +1,8 @@
-"""Weights in chunks (build manifest v5): the chunk rule, reuse across a one-layer change, and the
-streaming loader: every tensor placed as its shards, nothing placed from a chunk that fails its
-digests, and a memory budget smaller than a chunk still loads."""
+"""Weights in chunks (build manifest v5; v8 raw or zstd): the chunk rule, reuse across a one-layer
+change, and the streaming loader: every tensor placed as its shards, nothing placed from a chunk
+that fails its digests, and a memory budget smaller than a chunk still loads. The loader tests run
+over the three ways a chunk is stored: v5-v7 zstd with sha256, v8 raw ("none") and v8 zstd, both
+with BLAKE3."""
 
 from __future__ import annotations
 
@@ -56,12 +58,16 @@ def test_a_one_layer_change_reuses_every_other_chunk():
         pack_chunks(before, level=3, max_bytes=per_layer + 64)[0])
 
 
-def _build(reg, tensors, max_bytes):
-    chunks, blobs = pack_chunks(tensors, level=3, max_bytes=max_bytes)
+COMPRESSIONS = [None, "none", "zstd"]  # None: the v5-v7 form
+
+
+def _build(reg, tensors, max_bytes, compression=None):
+    chunks, blobs = pack_chunks(tensors, level=3, max_bytes=max_bytes, compression=compression)
     for z in blobs.values():
         reg.put_blob(z)
-    weights = WeightsRecord(blob=None, raw_size=sum(c.raw_size for c in chunks), raw_digest=chunk_table_digest(chunks),
-                            tensors=len(tensors), source="test", chunks=chunks)
+    weights = WeightsRecord(blob=None, raw_size=sum(c.raw_size for c in chunks),
+                            raw_digest=chunk_table_digest(chunks, compression), tensors=len(tensors), source="test",
+                            chunks=chunks, compression=compression)
     specs = [ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype,
                        sharding=["fsdp"] + [None] * (len(t.shape) - 1)) for t in tensors]
     stage = SimpleNamespace(entry=SimpleNamespace(params=specs, key="dit/f8"), params={})
@@ -75,13 +81,15 @@ def _mesh():
     return Mesh(np.array(jax.devices("cpu")[:8]), ("fsdp",))
 
 
-def test_the_streaming_loader_places_each_tensor_as_its_shards():
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_the_streaming_loader_places_each_tensor_as_its_shards(compression):
     from avatar_release.runtime._weights import stream_weights
 
     reg, tensors = MemoryRegistry("w"), _tensors(layers=4)
-    manifest, stages = _build(reg, tensors, max_bytes=20000)
+    manifest, stages = _build(reg, tensors, max_bytes=20000, compression=compression)
     stats = stream_weights(reg, manifest, stages, _mesh(), workers=2, budget=1)  # budget < a chunk: one at a time
     assert stats.chunks == len(manifest.weights.chunks) > 1 and stats.workers == 2
+    assert stats.compression == (compression or "zstd") and stats.read == ("stream" if compression is None else "node")
     params = stages[("dit", "f8")].params
     for t in tensors:
         arr = params[t.name.split(".", 1)[1]]
@@ -91,20 +99,23 @@ def test_the_streaming_loader_places_each_tensor_as_its_shards():
         assert {s.data.shape[0] for s in arr.addressable_shards} == {t.shape[0] // 8}
 
 
+@pytest.mark.parametrize("compression", COMPRESSIONS)
 @pytest.mark.parametrize("damage", ["stored", "raw-digest"])
-def test_a_chunk_that_fails_its_digests_places_nothing_from_it(damage):
+def test_a_chunk_that_fails_its_digests_places_nothing_from_it(damage, compression):
     from avatar_release.runtime._weights import stream_weights
 
     reg, tensors = MemoryRegistry("w"), _tensors(layers=2)
-    manifest, stages = _build(reg, tensors, max_bytes=10**9)
+    manifest, stages = _build(reg, tensors, max_bytes=10**9, compression=compression)
     (chunk,) = manifest.weights.chunks
     if damage == "stored":
         key = reg._blob_key(chunk.blob.digest)
         data = bytearray(reg._read(key))
         data[len(data) // 2] ^= 1
         reg._write_atomic(key, bytes(data))
-    else:
+    elif compression is None:
         manifest.weights.chunks[0] = chunk.model_copy(update={"raw_digest": "sha256:" + "0" * 64})
+    else:  # v8 checks the BLAKE3 the manifest records, not the sha256 beside it
+        manifest.weights.chunks[0] = chunk.model_copy(update={"raw_blake3": "blake3:" + "0" * 64})
     with pytest.raises(IntegrityError, match="weights chunk 0"):
         stream_weights(reg, manifest, stages, _mesh())
     assert stages[("dit", "f8")].params == {}
@@ -121,7 +132,8 @@ def test_a_tensor_the_executable_needs_but_no_chunk_holds_is_refused_before_fetc
         stream_weights(reg, manifest, stages, _mesh())
 
 
-def test_a_worker_reuses_its_buffer_chunk_after_chunk_and_every_tensor_arrives_intact(tmp_path):
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_a_worker_reuses_its_buffer_chunk_after_chunk_and_every_tensor_arrives_intact(tmp_path, compression):
     """Mapped chunks (the directory store, a mebibyte and more) inflated into one reused buffer per
     worker: chunks of different sizes one after another, sharded and replicated tensors, and every
     placed value is the stored one (a stale byte from the chunk before, or a device array that kept
@@ -135,7 +147,7 @@ def test_a_worker_reuses_its_buffer_chunk_after_chunk_and_every_tensor_arrives_i
         a = rng.standard_normal((rows, 1024)).astype(np.float32)
         tensors.append(HostTensor(f"dit.blocks.{i}.w", "float32", a.shape, a.reshape(-1).view(np.uint8)))
     reg = LocalRegistry(tmp_path / "reg")
-    manifest, stages = _build(reg, tensors, max_bytes=2 << 20)
+    manifest, stages = _build(reg, tensors, max_bytes=2 << 20, compression=compression)
     assert len(manifest.weights.chunks) == 4
     params = stages[("dit", "f8")].entry.params
     params[1] = params[1].model_copy(update={"sharding": [None, None]})  # every device holds this one whole
