@@ -1,6 +1,6 @@
 """Where a benchmark's figures go: one JSON document, written atomically and (if asked) printed.
 
-The committed figures live in ``benchmarks/results/``; the README quotes them. A ``--smoke`` run
+The committed figures live in ``benchmarks/results/``; benchmarks/README.md quotes them. A ``--smoke`` run
 proves that a benchmark still runs against the package (seconds, the smallest sizes): its figures
 are not results, so it writes only where ``--out`` says, and never into ``benchmarks/results/``.
 """

@@ -37,7 +37,7 @@ from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, besi
 # The stand-in shapes, the dense DiT attention and the sharded decoder before issue 20
 # (config.py's history). What --set cannot undo is today's compiler: the per-layer weight gather,
 # the Ulysses all-to-alls, the SR's tall query blocks and the per-run cost count apply to both
-# sides (the README keeps the figures recorded before them).
+# sides (benchmarks/README.md keeps the figures recorded before them).
 _BEFORE_COMMON = ["dit.depth=32", "dit.steps=8", "sr.depth=32", "dit.attention=xla", "vae.weights=sharded",
                   "vae.norm_stats=grouped"]
 BEFORE = {"avatar-720p": _BEFORE_COMMON, "avatar-1080p": _BEFORE_COMMON + ["sr_scale=2"]}

@@ -1,9 +1,9 @@
 """The GPU check: compile, gate and serve a build on the GPU machine itself, against the JIT path.
 
-**Not yet run on a GPU** (2026-12-02: no GPU machine was lent to the task that wrote it; see the
-README, GPU section, for what would block it there). ``benchmarks/gpu_check.sh`` drives it on the
-H200; here it runs end to end for ``--target cpu-8`` (``--smoke``), which proves the steps, not the
-GPU figures.
+**Not yet run on a GPU** (2026-12-02: no GPU machine was lent to the task that wrote it; see
+docs/how-to/gpu-builds.md, "The H200 check", for what would block it there).
+``benchmarks/gpu_check.sh`` drives it on the H200; here it runs end to end for ``--target cpu-8``
+(``--smoke``), which proves the steps, not the GPU figures.
 
 Each step runs in a fresh process (imports, cold start and compiles are real):
 

@@ -9,8 +9,8 @@
 #
 # NOT YET RUN. Written on 2026-12-02 on a CPU-only host: no GPU was lent to that task. Its steps
 # ran there end to end for cpu-8 (`python3 benchmarks/gpu_check.py --target cpu-8 --smoke`), not
-# for a GPU. What is expected to block it on that machine, and what it would take, is in the README
-# (GPU section, "The H200 check"): chiefly, this checkout pins Python 3.11 and jax/jaxlib 0.10.2
+# for a GPU. What is expected to block it on that machine, and what it would take, is in
+# docs/how-to/gpu-builds.md ("The H200 check"): chiefly, this checkout pins Python 3.11 and jax/jaxlib 0.10.2
 # (the restricted unpickler's class list, the target descriptions and the flag names are checked
 # against them), and the bundled pipeline needs torchax, which that machine may not have.
 #

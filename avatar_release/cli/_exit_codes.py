@@ -1,8 +1,8 @@
 """Which exit codes each command can end with, shown at the end of its ``--help``.
 
-The meanings come from one table (``EXIT_MEANINGS``, the same as the README's); the codes a
-command can return follow from the rooms it calls. Every command can also end 0 (done),
-2 (bad input or usage) and 70 (a crash: a bug, never a refusal).
+The meanings come from one table (``EXIT_MEANINGS``, the same as the docs site's Reference > Exit
+codes, which a test holds to it); the codes a command can return follow from the rooms it calls.
+Every command can also end 0 (done), 2 (bad input or usage) and 70 (a crash: a bug, never a refusal).
 """
 
 from __future__ import annotations

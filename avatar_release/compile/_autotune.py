@@ -11,7 +11,7 @@ valid config instead of the fastest even with a device (``select_first_config``,
 
 So the record says, per executable, how many instructions carry a config nobody measured and how
 many convolutions a pod will choose an algorithm for when it first runs them (JAX reports no compile
-event for that: README, GPU section). Text analysis of the scheduled HLO: compiler evidence, not a
+event for that: docs/how-to/gpu-builds.md). Text analysis of the scheduled HLO: compiler evidence, not a
 measurement.
 """
 

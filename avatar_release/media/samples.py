@@ -1,6 +1,6 @@
 """Deterministic sample inputs: a synthetic face picture and a speech-like audio track.
 
-Gates, the CLI's defaults and the README use these instead of shipping media files. They
+Gates, the CLI's defaults and the docs use these instead of shipping media files. They
 are drawn with numpy only, no randomness, and give the same bytes on every run and
 machine: the picture uses only +, *, / and sqrt (exactly rounded in IEEE arithmetic), and
 the audio, which needs sin, is computed in float64 and snapped to the 16-bit grid

@@ -1,6 +1,6 @@
 """benchmarks/gpu_check.py keeps working, and gpu_check.sh is what the H200 would run.
 
-The GPU figures need the H200 (not run yet: see the README, GPU section). Here the same steps run
+The GPU figures need the H200 (not run yet: see docs/how-to/gpu-builds.md, "The H200 check"). Here the same steps run
 end to end for cpu-8 (``--smoke``): preflight, compile, the gate in fresh processes, serve, and the
 JIT path twice with one JAX cache; and the preflight names what would block the H200's toolchain.
 """

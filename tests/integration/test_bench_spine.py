@@ -1,5 +1,5 @@
 """benchmarks/bench_spine.py keeps working: its smoke mode (one chunk, no serial compile) runs the
-compile, serve, JIT and eager paths, each in a fresh process, and writes the ratios the README quotes."""
+compile, serve, JIT and eager paths, each in a fresh process, and writes the ratios benchmarks/README.md quotes."""
 
 from __future__ import annotations
 

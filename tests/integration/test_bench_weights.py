@@ -1,6 +1,6 @@
 """benchmarks/bench_weights.py keeps working: its smoke mode (16 MiB) writes chunked weights, loads
 them with the streaming loader in a fresh process, beside the safetensors and one-thread zstd
-anchors, and writes every figure the README quotes."""
+anchors, and writes every figure benchmarks/README.md quotes."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = ROOT / "examples" / "requests"
 MEDIA = ROOT / "examples" / "media"
 # Pages whose ```bash blocks a reader copies: each `avatar-release ...` in them must parse.
-COMMAND_PAGES = [ROOT / "examples" / "local-oci-registry.md", ROOT / "examples" / "README.md",
-                 *sorted((ROOT / "docs").rglob("*.md"))]
+COMMAND_PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "examples" / "local-oci-registry.md",
+                 ROOT / "examples" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _commands() -> list[tuple[tuple[str, ...], click.Command]]:
@@ -110,7 +110,7 @@ def _typed_commands(page: Path) -> list[list[str]]:
     shell's next operator (pipe, &&, &, ;, redirection, the `)` closing a `$(...)`); comments left out."""
     found = []
     for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():  # a line continued with a backslash is one
             lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
             lexer.whitespace_split = True
             tokens = list(lexer)

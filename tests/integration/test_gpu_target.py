@@ -227,7 +227,7 @@ def test_tiny_compiles_for_one_h200(tmp_path):
 def test_production_shapes_stream_on_eight_h100s_by_the_estimate_because_both_attentions_are_kernels(tmp_path):
     """avatar-720p with the spec defaults (flash DiT, block-sparse SR) in a fresh process: both
     attentions compile as Triton kernels, the chunk's estimate is under its deadline, and the SR's
-    working set is far from the 51.6 GiB XLA's masked attention needs (README, GPU section)."""
+    working set is far from the 51.6 GiB XLA's masked attention needs (docs/how-to/gpu-builds.md)."""
     import subprocess
     import sys
 

@@ -13,7 +13,7 @@ What stands in, and why (this machine cannot pull images and runs no kubelet):
   build's pip reaches the machine's package mirror through the host's CA and pip indexes.
 
 Needs podman, runc and catatonit (Debian packages); skips without them unless
-AVATAR_RELEASE_REQUIRE_PODMAN is set. CI does not install them (see README, "Deploying").
+AVATAR_RELEASE_REQUIRE_PODMAN is set. CI does not install them (see docs/how-to/serve-on-kubernetes.md).
 """
 
 from __future__ import annotations
