@@ -11,9 +11,10 @@ import click
 
 from .._progress import counted
 from ..errors import InputError, NotFoundError
-from ..registry import open_registry
+from ..registry import open_registry, with_node_cache
 from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
 from ._app import _T0, _emit, _progress, cli, json_option
+from ._cache_options import cache_options
 from ._devices import prepare_devices_for_build, trust_config, trust_options
 from ._options import complete_ref, nonempty_ref, registry_option
 
@@ -48,6 +49,7 @@ def _one_ref(ref: str | None, **options: str | None) -> str | None:
 @click.option("--out", "out_path", default="out.mp4", show_default=True, help="H.264 mp4 with the audio muxed in.")
 @click.option("--frames-dir", default=None, help="Also write every frame as PNG here.")
 @trust_options
+@cache_options
 @registry_option
 @json_option
 def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
@@ -109,6 +111,7 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
 @click.option("--poll", default=30.0, show_default=True, type=click.FloatRange(0.05, 86400),
               help="Seconds between channel checks with --follow.")
 @trust_options
+@cache_options
 @registry_option
 def serve_cmd(ref: str | None, channel: str | None, host: str, port: int, queue: int, max_body: int, max_seconds: float, request_timeout: float,
               header_timeout: float, grace: float, probe_port: int | None, max_connections_per_client: int,
@@ -120,7 +123,7 @@ def serve_cmd(ref: str | None, channel: str | None, host: str, port: int, queue:
     chosen = _one_ref(ref, channel=channel) or "prod"
     trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours, trust_root, serve_expired)
     try:
-        pod = start_pod(open_registry(registry_uri, create=False), chosen, trust=trusted,
+        pod = start_pod(with_node_cache(open_registry(registry_uri, create=False)), chosen, trust=trusted,
                         prepare=functools.partial(prepare_devices_for_build, trust=trusted))
     except NotFoundError as e:
         held = e.details.get("channels_holding") or {}

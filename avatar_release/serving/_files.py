@@ -25,7 +25,7 @@ from ..media import (
     DEFAULT_FIT, Mp4File, Mp4Writer, load_image, sample_audio_pieces, sample_count, sample_image, stream_audio, write_png,
 )
 from ..records import ChunkProgram, Manifest
-from ..registry import Registry, Resolved, open_registry
+from ..registry import Registry, Resolved, open_registry, with_node_cache
 from ..runtime import Chunk, LoadedBuild, StreamReport, TrustConfig, load, PaceTally, pace_of, stream
 
 __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
@@ -133,7 +133,7 @@ def render_to_files(
     progress: Callable[[str], None] = lambda m: None,
 ) -> dict:
     t_cli = time.perf_counter()
-    registry = open_registry(registry_uri, create=False)
+    registry = with_node_cache(open_registry(registry_uri, create=False))
     resolved, manifest = prepare(registry, ref)  # sets the device count before JAX starts
     prog = manifest.program
     t_inputs = time.perf_counter()
