@@ -15,10 +15,12 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from avatar_release.errors import CRASH_EXIT_CODE
-from avatar_release.records import Manifest, parse_record
+from avatar_release.records import (
+    BUILD_SCHEMA_VERSION, Manifest, build_id_for, manifest_identity, manifest_seal, parse_record,
+)
 from avatar_release.registry import Registry, read_manifest
 
-__all__ = ["DATA", "BENCHMARKS", "stored_manifest", "manifest_of", "put_stand_in_build", "with_release_state",
+__all__ = ["DATA", "BENCHMARKS", "stored_manifest", "cpu_manifest", "manifest_of", "put_stand_in_build", "with_release_state",
            "signed_holder", "cli", "cli_json", "run_smoke"]
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -29,6 +31,18 @@ def stored_manifest(version: int) -> Manifest:
     """The checked-in example of build manifest ``version`` (tests/data/build-manifest.v<N>.json)."""
     path = DATA / f"build-manifest.v{version}.json"
     return parse_record(Manifest, path.read_bytes(), where=f"tests/data/{path.name}")
+
+
+def cpu_manifest(**update: Any) -> Manifest:
+    """A tiny build for cpu-8 at the manifest version this tool writes (the support window reads
+    no older CPU example): the stored v5 one relabelled, its identity, build id and seal
+    recomputed as a compile of the same program would name it. ``update``: fields set first."""
+    doc = json.loads((DATA / "build-manifest.v5.json").read_bytes())
+    doc.update(schema_version=BUILD_SCHEMA_VERSION, **update)
+    m = Manifest.model_validate(doc)
+    identity = manifest_identity(m)
+    m = m.model_copy(update={"identity": identity, "build_id": build_id_for(m.pipeline, m.target, identity)})
+    return m.model_copy(update={"seal": manifest_seal(m)})
 
 
 def put_stand_in_build(reg: Registry, m: Manifest) -> str:

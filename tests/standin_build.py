@@ -34,11 +34,11 @@ def _vae(params, sr_latents, image):
 
 
 def standin_build():
-    from avatar_release.records import Manifest, parse_record
     from avatar_release.runtime import LoadedBuild, LoadTimings
     from avatar_release.runtime._load import LoadedStage
+    from tests.helpers import cpu_manifest
 
-    manifest = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
+    manifest = cpu_manifest()
     fns = {"dit": _dit, "sr": _sr, "vae": _vae}
     stages = {(e.stage, e.bucket): LoadedStage(e, fns[e.stage], [None] * len(e.inputs), {})
               for e in manifest.executables}

@@ -56,11 +56,9 @@ def read_levers(path: Path | None = None) -> tuple[dict, str, Path]:
     return doc, sha256_digest(data), path
 
 
-def _declared_overrides(candidate: Manifest, baseline: Manifest, levers: dict) -> dict:
-    """Override levers both builds' pipelines declared with the same effect (v4 manifests record them);
-    for older manifests, whatever the project's levers.toml still lists under [overrides]."""
-    if candidate.levers is None and baseline.levers is None:
-        return levers.get("overrides", {})
+def _declared_overrides(candidate: Manifest, baseline: Manifest) -> dict:
+    """Override levers both builds' pipelines declared with the same effect (every manifest in the
+    support window records them)."""
     mine, theirs = candidate.levers or {}, baseline.levers or {}
     return {k: {"effect": v.effect, "note": v.note} for k, v in mine.items()
             if k in theirs and theirs[k].effect == v.effect}
@@ -68,7 +66,7 @@ def _declared_overrides(candidate: Manifest, baseline: Manifest, levers: dict) -
 
 def decide_tier(candidate: Manifest, baseline: Manifest, levers: dict | None = None) -> TierDecision:
     levers = load_levers() if levers is None else levers
-    known_overrides = _declared_overrides(candidate, baseline, levers)
+    known_overrides = _declared_overrides(candidate, baseline)
     known_options = levers.get("options", {})
     tier1: list[str] = []
     tier2: list[str] = []

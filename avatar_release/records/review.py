@@ -14,7 +14,7 @@ Changelog of ``avatar-release/review`` (``REVIEW_SCHEMA_VERSION``):
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 from ._base import Record
 
@@ -45,7 +45,6 @@ class ReviewDecision(Record):
 class ReviewRecord(Record):
     """A blind frame-by-frame review of a build whose output fell below the band."""
 
-    oldest_readable: ClassVar[int] = 1  # version-1 reviews (order in the clear) are still read
 
     kind: Literal["avatar-release/review"] = "avatar-release/review"
     schema_version: int = REVIEW_SCHEMA_VERSION

@@ -44,8 +44,6 @@ class LeversSpec(_Spec):
     schema_version: int = Field(ge=1, le=SPEC_SCHEMA_VERSION, description="the format's version; this "
                                 "avatar-release reads 1")  # required here: the gate has always demanded it
     options: dict[str, LeverEntry] = Field({}, description="compiler options by name")
-    overrides: dict[str, LeverEntry] = Field(
-        {}, description="config overrides by key, for builds whose manifests predate recorded levers (v4)")
     toolchain: LeverEntry | None = Field(None, description="present: a jax/jaxlib upgrade may be tier 2")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cli_json, put_stand_in_build, stored_manifest
+from tests.helpers import cpu_manifest, cli_json, put_stand_in_build
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def _run(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProc
 
 def test_a_newcomer_outside_the_project_gets_exit_codes_and_fixes_at_every_step(registry_copy, tmp_path):
     root, first = registry_copy
-    other = stored_manifest(2)
+    other = cpu_manifest()
     put_stand_in_build(LocalRegistry(root), other)  # a second build to compare with (its manifest only)
     env = _env(tmp_path)
     config = tmp_path / "user-config" / "config.toml"

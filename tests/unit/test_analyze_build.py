@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import avatar_release.cli._analyze_cmds as analyze_cmds
 from avatar_release.cli import cli
 from avatar_release.records import Manifest, ScheduleRecord
-from tests.helpers import stored_manifest
+from tests.helpers import cpu_manifest, stored_manifest
 
 PEAK, BW = 918e12, 1640e9  # manifests/targets/tpu-v6e-8.toml
 
@@ -25,7 +25,7 @@ def _retargeted_manifest() -> Manifest:
     """The stored tiny manifest, retargeted: dit compute-bound (10 ms vs 2 ms), sr memory-bound
     (1 ms vs 10 ms) with 4 GB of its collectives exposed (10 ms at 400 GB/s), vae with no
     schedule recorded."""
-    m = stored_manifest(3)
+    m = cpu_manifest()
     synthetic = {
         "dit": ({"flops": PEAK * 0.010 / 4, "bytes accessed": BW * 0.002 / 4}, 4.0, _schedule(6, 2)),
         "sr": ({"flops": PEAK * 0.001, "bytes accessed": BW * 0.010, "optimal_seconds": -1.0,

@@ -21,6 +21,7 @@ from avatar_release.compile._tune import _tunable
 from avatar_release.errors import InputError, IntegrityError
 from avatar_release.records import Manifest, check_identity, manifest_identity, parse_record
 from avatar_release.runtime import build_blobs
+from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -102,7 +103,7 @@ def test_the_stored_v7_build_keeps_its_results_as_a_blob_the_identity_binds():
 
 
 def test_a_build_for_cpu_has_nothing_to_tune():
-    m = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="stored v1")
+    m = cpu_manifest()
     with pytest.raises(InputError, match="is a cpu build: autotune is for GPU builds"):
         _tunable(m)
     assert _tunable(_v7()) == 10  # the tiny build's VAE convolutions, still left to run time (incomplete)

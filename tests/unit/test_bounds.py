@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from avatar_release._digest import is_digest
 from avatar_release.errors import IntegrityError, SchemaVersionError
-from avatar_release.records import FINGERPRINT_CHECKED_SINCE, check_identity, manifest_identity
+from avatar_release.records import check_identity, manifest_identity, readable_versions
 from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 from avatar_release.registry._blobcheck import BLOB_CHUNK
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
 from avatar_release.runtime._inflate import inflate_into
-from tests.helpers import put_stand_in_build, stored_manifest
+from tests.helpers import DATA, cpu_manifest, put_stand_in_build, stored_manifest
 
 
 def _digest(data: bytes) -> str:
@@ -112,7 +112,7 @@ def _with_dit(m: Manifest, **changes) -> Manifest:
 
 
 def test_a_real_build_is_within_every_bound():
-    m = stored_manifest(3)
+    m = cpu_manifest()
     check_bounds(m)
     from avatar_release.runtime._blobs import build_blobs, raw_of
 
@@ -121,7 +121,7 @@ def test_a_real_build_is_within_every_bound():
 
 
 def test_a_declared_ratio_beyond_the_bound_is_refused_with_the_numbers():
-    m = stored_manifest(3)
+    m = cpu_manifest()
     dit = m.executable("dit", "f8")
     bomb = _with_dit(m, raw_size=dit.blob.size * (MAX_ZSTD_RATIO + 1))
     with pytest.raises(IntegrityError) as e:
@@ -133,7 +133,7 @@ def test_a_declared_ratio_beyond_the_bound_is_refused_with_the_numbers():
 
 
 def test_sizes_beyond_memory_are_refused_before_fetching():
-    m = stored_manifest(3)
+    m = cpu_manifest()
     huge = _with_dit(m, blob=m.executable("dit", "f8").blob.model_copy(update={"size": 1 << 50}))
     with pytest.raises(IntegrityError, match="more than this .*memory"):
         check_bounds(huge)
@@ -144,7 +144,7 @@ def test_sizes_beyond_memory_are_refused_before_fetching():
 def test_memory_cap_is_the_smaller_of_the_host_and_the_targets_devices(monkeypatch):
     import os
 
-    m = stored_manifest(3)
+    m = cpu_manifest()
     host, why = memory_cap(m)  # cpu-8 declares no device memory: the host
     assert host > 0 and ("physical memory" in why or "cgroup" in why)
     tpu = m.model_copy(update={"target": "tpu-v6e-8"})
@@ -157,14 +157,17 @@ def test_memory_cap_is_the_smaller_of_the_host_and_the_targets_devices(monkeypat
 
 
 # ------------------------------------------------------------------------------ identity
-def test_every_stored_manifest_since_v2_still_matches_its_identity():
-    for version in (2, 3):
-        check_identity(stored_manifest(version))
+def test_every_stored_manifest_in_the_support_window_still_matches_its_identity():
+    _, oldest, newest = readable_versions(Manifest)
+    for version in range(oldest, newest + 1):
+        if (DATA / f"build-manifest.v{version}.json").is_file():
+            check_identity(stored_manifest(version))
+    check_identity(cpu_manifest())
 
 
-def test_from_v3_the_identity_covers_the_schema_version():
-    m = stored_manifest(FINGERPRINT_CHECKED_SINCE)
-    relabelled = m.model_copy(update={"schema_version": FINGERPRINT_CHECKED_SINCE - 1})
+def test_the_identity_covers_the_schema_version_and_every_manifest_is_sealed():
+    m = cpu_manifest()
+    relabelled = m.model_copy(update={"schema_version": m.schema_version - 1})
     assert manifest_identity(relabelled) != m.identity
     with pytest.raises(IntegrityError, match="hash to identity"):
         check_identity(relabelled)
@@ -230,7 +233,7 @@ def test_a_malformed_pickle_is_an_integrity_error_naming_the_executable(tiny_exe
 
 # ------------------------------------------------------------------------------ registry files
 def _registry_with_a_build() -> tuple[MemoryRegistry, str]:
-    m = stored_manifest(3)
+    m = cpu_manifest()
     reg = MemoryRegistry()
     digest = put_stand_in_build(reg, m)
     reg.move_channel("dev", reg.resolve(digest), expected_digest=None, action="publish", who="t", reason="")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cli, stored_manifest, put_stand_in_build
+from tests.helpers import cpu_manifest, cli, put_stand_in_build
 
 
 def _store(tmp_path) -> tuple[Path, Manifest]:
     reg = LocalRegistry(tmp_path / "reg")
-    m = stored_manifest(2)
+    m = cpu_manifest()
     put_stand_in_build(reg, m)
     return tmp_path / "reg", m
 

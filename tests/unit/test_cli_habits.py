@@ -13,12 +13,12 @@ from avatar_release import errors
 from avatar_release.cli import cli as root
 from avatar_release.cli._exit_codes import COMMAND_CODES, EXIT_MEANINGS, codes_for
 from avatar_release.registry import LocalRegistry
-from tests.helpers import DATA, cli, put_stand_in_build, stored_manifest
+from tests.helpers import cpu_manifest, DATA, cli, put_stand_in_build
 
 
 def _published(tmp_path, channel: str | None = "dev") -> tuple[str, str]:
     reg = LocalRegistry(tmp_path / "reg")
-    m = stored_manifest(2)
+    m = cpu_manifest()
     digest = put_stand_in_build(reg, m)
     if channel:
         reg.move_channel(channel, reg.resolve(digest), expected_digest=None, action="publish", who="t", reason="")

@@ -6,13 +6,13 @@ import json
 
 from avatar_release.promote.diff import diff_builds
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cli, put_stand_in_build, stored_manifest
+from tests.helpers import cpu_manifest, cli, put_stand_in_build
 from tests.unit.test_promote_policy import _gate
 
 
 def _two_builds(tmp_path):
     reg = LocalRegistry(tmp_path / "reg")
-    a = stored_manifest(1).model_copy(update={"build_id": "tiny-cpu-8-" + "a" * 12})
+    a = cpu_manifest().model_copy(update={"build_id": "tiny-cpu-8-" + "a" * 12})
     exe = a.executables[0]
     changed_exe = exe.model_copy(update={"hlo_digest": "sha256:" + "9" * 64, "raw_size": exe.raw_size * 2,
                                          "cost": {**exe.cost, "flops": 2 * exe.cost.get("flops", 1.0)}})

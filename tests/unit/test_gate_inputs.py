@@ -28,7 +28,7 @@ from avatar_release.registry import MemoryRegistry
 from avatar_release.specs import load_target
 from avatar_release.trust.policy import GateInputPins, load_policy, local_identity
 from avatar_release.trust.state_write import init_state
-from tests.helpers import DATA, put_stand_in_build, stored_manifest
+from tests.helpers import cpu_manifest, DATA, put_stand_in_build
 
 REPO = Path(__file__).resolve().parents[2]
 A, B, C = ("sha256:" + x * 64 for x in "abc")
@@ -56,7 +56,7 @@ def _policy(tmp_path: Path, monkeypatch, gate_inputs: str = "") -> Path:
 
 
 def _publish(reg, suffix: str) -> tuple[str, str, Manifest]:
-    m = stored_manifest(1).model_copy(update={"build_id": f"tiny-cpu-8-{suffix * 12}"})
+    m = cpu_manifest().model_copy(update={"build_id": f"tiny-cpu-8-{suffix * 12}"})
     return m.build_id, put_stand_in_build(reg, m), m
 
 

@@ -22,13 +22,14 @@ from avatar_release.records.gate import (
     BitExactDetails, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
 )
 from avatar_release.registry import MemoryRegistry
+from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 @pytest.fixture(scope="module")
 def manifest() -> Manifest:
-    return parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
+    return cpu_manifest()
 
 
 def _gs(frames: int = 4, requests: int = 2) -> GateSetRecord:
@@ -197,8 +198,9 @@ def test_a_lever_counts_only_where_both_pipelines_declare_it_alike(manifest):
     # Declared by both, with another effect: tier 1 as well.
     other = _variant(manifest, levers=_declared("matmul_k_split", effect="precision"))
     assert decide_tier(_variant(alone, **change), other, levers).tier == 1
-    # Older manifests record no levers: no override is one.
-    assert decide_tier(_variant(manifest, **change), manifest, levers).tier == 1
+    # Declared by neither: no override is a lever.
+    neither = _variant(manifest, levers={})
+    assert decide_tier(_variant(neither, **change), neither, levers).tier == 1
 
 
 def test_anything_undeclared_keeps_tier_1(manifest):

@@ -6,12 +6,13 @@ from pathlib import Path
 
 from avatar_release.gates import gateset
 from avatar_release.records import Manifest, parse_record
+from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def test_the_gate_set_digest_moves_with_the_fit_rule(monkeypatch):
-    manifest = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
+    manifest = cpu_manifest()
     gs = gateset.gate_set(manifest)
     assert gs.version == 3
     # The pictures are drawn at the pipeline's size, so another rule renders the same pixels;

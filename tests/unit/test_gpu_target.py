@@ -25,6 +25,7 @@ from avatar_release.errors import IntegrityError, SpecError
 from avatar_release.machine import RUN_FIELDS, Machine, diff_machines
 from avatar_release.records import Manifest, Platform, check_identity, manifest_identity, parse_record
 from avatar_release.specs import load_flag_profile, load_target, target_description
+from tests.helpers import cpu_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -136,16 +137,17 @@ def test_the_installed_cuda_plugin_reads_each_description_as_compile_only_device
 # ---- manifest v6: new fields, old bytes ---------------------------------------------------------
 
 
-def test_a_v5_manifest_read_and_written_again_keeps_its_bytes_digest_and_identity():
-    raw = (DATA / "build-manifest.v5.json").read_bytes()
-    m = parse_record(Manifest, raw, where="stored v5")
+def test_a_cpu_manifest_read_and_written_again_keeps_its_bytes_digest_and_identity():
+    raw = cpu_manifest().to_json_bytes()  # no GPU field set: none of them is written
+    m = parse_record(Manifest, raw, where="a cpu-8 manifest")
     assert m.to_json_bytes() == raw  # what signatures bind (content digest) did not move
     assert m.platform.target_config is None and m.autotune is None and m.kernel_routes is None
+    assert b"target_config" not in raw and b"autotune" not in raw and b"kernel_routes" not in raw
     check_identity(m)
 
 
 def test_the_target_description_digest_is_covered_by_the_build_identity():
-    m = parse_record(Manifest, (DATA / "build-manifest.v5.json").read_bytes(), where="stored v5")
+    m = cpu_manifest()
     relabelled = m.model_copy(update={"platform": m.platform.model_copy(
         update={"target_config": "sha256:" + "0" * 64})})
     assert manifest_identity(relabelled) != m.identity
@@ -217,7 +219,7 @@ def test_a_triton_kernel_is_charged_the_estimate_its_route_declared():
 
 
 def _gpu_build(kind: str = "NVIDIA H100 80GB HBM3") -> Manifest:
-    m = parse_record(Manifest, (DATA / "build-manifest.v5.json").read_bytes(), where="stored v5")
+    m = cpu_manifest()
     p = Platform(backend="gpu", platform_version="topology:1x1x8", device_kind=kind, device_count=8,
                  mesh_axes=["fsdp"], mesh_shape=[8], topology="1x1x8", target_config="sha256:" + "2" * 64)
     return m.model_copy(update={"platform": p})

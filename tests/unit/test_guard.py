@@ -19,6 +19,7 @@ import pytest
 
 from avatar_release.errors import RecompileError
 from avatar_release.runtime import CompileGuard
+from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -85,7 +86,7 @@ def _stand_in_build(serve_shape_of_sr: bool):
     from avatar_release.runtime import LoadedBuild, LoadTimings
     from avatar_release.runtime._load import LoadedStage
 
-    manifest = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
+    manifest = cpu_manifest()
     stages = {}
     for entry in manifest.executables:
         outs = [(tuple(s.shape), s.dtype) for s in entry.outputs]

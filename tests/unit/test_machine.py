@@ -8,12 +8,13 @@ import pytest
 
 from avatar_release.machine import ALL_FIELDS, RUN_FIELDS, Machine, diff_machines
 from avatar_release.records import EnvironmentRecord, Manifest, parse_record
+from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _build() -> Manifest:
-    return parse_record(Manifest, (DATA / "build-manifest.v2.json").read_bytes(), where="test data")
+    return cpu_manifest()
 
 
 def _env(m: Manifest, **changes) -> EnvironmentRecord:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from avatar_release.runtime import PaceTally, pace_of
-from tests.helpers import stored_manifest
+from tests.helpers import cpu_manifest, stored_manifest
 
 
 @dataclass
@@ -18,7 +18,7 @@ class _C:
 
 
 def _manifest(backend: str, devices: int, kind: str):
-    m = stored_manifest(2)
+    m = cpu_manifest()
     return m.model_copy(update={"platform": m.platform.model_copy(
         update={"backend": backend, "device_count": devices, "device_kind": kind})})
 

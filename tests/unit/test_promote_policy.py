@@ -16,11 +16,11 @@ from avatar_release.records import BlobRef, Manifest, parse_record
 from avatar_release.registry import MemoryRegistry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-from tests.helpers import put_stand_in_build, with_release_state
+from tests.helpers import cpu_manifest, put_stand_in_build, with_release_state
 
 
 def _publish(reg, suffix: str) -> tuple[str, str, Manifest]:
-    m = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="test data")
+    m = cpu_manifest()
     m = m.model_copy(update={"build_id": f"tiny-cpu-8-{suffix * 12}"})
     digest = put_stand_in_build(reg, m)  # only the policy is under test here, nothing loads the blobs
     return m.build_id, digest, m

@@ -10,11 +10,11 @@ from avatar_release.promote.signed import SignedChannels
 from avatar_release.registry import MemoryRegistry
 from avatar_release.trust.policy import load_policy
 from avatar_release.trust.state_read import StateMissing, load_state, state_exists
-from tests.helpers import put_stand_in_build, signed_holder, stored_manifest
+from tests.helpers import cpu_manifest, put_stand_in_build, signed_holder
 
 
 def _publish(reg, build_id: str):
-    m = stored_manifest(1).model_copy(update={"build_id": build_id})
+    m = cpu_manifest().model_copy(update={"build_id": build_id})
     return reg.resolve(put_stand_in_build(reg, m)), m
 
 

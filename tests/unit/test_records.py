@@ -8,24 +8,47 @@ from pathlib import Path
 import pytest
 
 from avatar_release.errors import IntegrityError, SchemaVersionError
-from avatar_release.records import STORED_KINDS, Manifest, parse_record, readable_versions
+from avatar_release.records import BUILD_SCHEMA_VERSION, STORED_KINDS, Manifest, parse_record, readable_versions
+from avatar_release.records.window import BUILD_OLDEST_SUPPORTED, UPGRADE, support_windows
 from avatar_release.records.schema import render_schemas
 from avatar_release.specs import manifests_dir
+from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def test_stored_v1_manifest_still_loads():
-    """A manifest written by the first release must stay readable."""
-    m = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="stored v1")
-    assert m.schema_version == 1 and m.build_id.startswith("tiny-cpu-8-")
-    assert {e.stage for e in m.executables} == {"dit", "sr", "vae"}
+def test_the_window_is_the_current_version_and_the_one_before_for_every_kind():
+    assert readable_versions(Manifest) == ("avatar-release/build", BUILD_SCHEMA_VERSION - 1, BUILD_SCHEMA_VERSION)
+    assert BUILD_OLDEST_SUPPORTED == BUILD_SCHEMA_VERSION - 1
+    for w in support_windows():
+        assert (w.oldest, w.current) == (max(1, w.current - 1), readable_versions(STORED_KINDS[w.stem])[2])
+        assert w.oldest == 1 or w.upgrade, f"{w.kind}: a version outside the window needs its upgrade advice"
 
 
-def test_manifests_written_with_later_fields_under_v1_still_load():
-    """Builds published before the version moved to 2 carry version-2 fields labelled 1."""
-    m = parse_record(Manifest, (DATA / "build-manifest.v1-later-fields.json").read_bytes(), where="stored")
-    assert m.schema_version == 1 and m.seal and m.executables[0].kernels is not None
+def _older_than_the_window() -> list[tuple[str, type, int]]:
+    """Every stored example of a version the window has left (none of a kind that never moved)."""
+    out = []
+    for stem, cls in sorted(STORED_KINDS.items()):
+        _, oldest, _ = readable_versions(cls)
+        out += [(stem, cls, v) for v in range(1, oldest) if (DATA / f"{stem}.v{v}.json").is_file()]
+    return out
+
+
+@pytest.mark.parametrize("stem, cls, version", _older_than_the_window())
+def test_a_record_older_than_the_window_is_refused_naming_kind_version_window_and_the_fix(stem, cls, version):
+    kind, oldest, newest = readable_versions(cls)
+    with pytest.raises(SchemaVersionError) as info:
+        parse_record(cls, (DATA / f"{stem}.v{version}.json").read_bytes(), where=f"{stem}.v{version}.json")
+    message = str(info.value)
+    assert f"{stem}.v{version}.json: {kind} schema_version {version}, this avatar-release reads {oldest}..{newest}" \
+        in message
+    assert "older than the support window" in message and UPGRADE[kind] in message and "Record formats" in message
+    assert info.value.exit_code == 11 and (info.value.found, info.value.supported) == (version, (oldest, newest))
+
+
+def test_build_manifests_before_the_window_are_there_to_be_refused():
+    """The stored build manifests of versions the window has left are kept as refusal examples."""
+    assert [v for s, _, v in _older_than_the_window() if s == "build-manifest"] == list(range(1, BUILD_OLDEST_SUPPORTED))
 
 
 @pytest.mark.parametrize("stem, cls", sorted(STORED_KINDS.items()))
@@ -77,17 +100,33 @@ def test_cli_exits_11_on_a_manifest_from_a_newer_tool(tmp_path):
     assert "upgrade" in res.output
 
 
+def test_cli_exits_11_on_a_build_older_than_the_window_naming_the_recompile(tmp_path):
+    from click.testing import CliRunner
+
+    from avatar_release.cli import cli
+    from avatar_release.registry import LocalRegistry
+
+    old = BUILD_OLDEST_SUPPORTED - 1
+    reg = LocalRegistry(tmp_path / "reg")
+    doc = json.loads((DATA / f"build-manifest.v{old}.json").read_bytes())
+    reg.put_build(doc["build_id"], json.dumps(doc).encode())
+    res = CliRunner().invoke(cli, ["inspect", doc["build_id"], "--registry", str(tmp_path / "reg")])
+    assert res.exit_code == 11, res.output
+    assert f"avatar-release/build schema_version {old}, this avatar-release reads {old + 1}..{old + 2}" in res.output
+    assert "avatar-release compile --pipeline PIPELINE --target TARGET" in " ".join(res.output.split())
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [
         (lambda d: d.pop("executables"), "executables: Field required"),
         (lambda d: d.update(extra_field=1), "extra_field: Extra inputs are not permitted"),
-        (lambda d: d["weights"]["blob"].update(digest="md5:abc"), "weights.blob.digest"),
+        (lambda d: d["weights"]["chunks"][0]["blob"].update(digest="md5:abc"), "weights.chunks.0.blob.digest"),
         (lambda d: d.update(schema_version="1"), "non-integer schema_version"),
     ],
 )
 def test_invalid_manifests_are_integrity_errors(mutate, message):
-    doc = json.loads((DATA / "build-manifest.v1.json").read_bytes())
+    doc = json.loads(cpu_manifest().to_json_bytes())
     mutate(doc)
     with pytest.raises(IntegrityError, match=message):
         parse_record(Manifest, json.dumps(doc).encode(), where="x")

@@ -11,11 +11,11 @@ import pytest
 
 from avatar_release.errors import InputError, NotFoundError
 from avatar_release.registry import LocalRegistry, find_registry
-from tests.helpers import cli, put_stand_in_build, stored_manifest
+from tests.helpers import cpu_manifest, cli, put_stand_in_build
 
 
 def _registry_with_a_build(root: Path) -> str:
-    m = stored_manifest(2)
+    m = cpu_manifest()
     put_stand_in_build(LocalRegistry(root), m)
     return m.build_id
 

@@ -18,6 +18,7 @@ from avatar_release.gates.store import put_frames
 from avatar_release.records import GateShard, Manifest, parse_record
 from avatar_release.records.gate import ZeroRecompileDetails
 from avatar_release.registry import MemoryRegistry, Resolved
+from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -116,7 +117,7 @@ def test_a_merge_reassembles_both_twins_in_gate_set_order_and_names_every_proces
     assert [r.name for r in gs.requests][1] == shards[1][0].requests[0]
     assert (twins.a.frames[24:48] == 10).sum() > 0 and (twins.a.frames[:24] < 10).all()
     assert twins.a.frame_sha256[1] == shards[1][0].runs[0].frame_sha256[0]
-    manifest = parse_record(Manifest, (DATA / "build-manifest.v1.json").read_bytes(), where="stored example")
+    manifest = cpu_manifest()
     inputs = GateInputs(Resolved(ex.build_id, ex.build_id, ex.build_digest, "build-id"), manifest,
                         ex.runs[0].environment, gs, None, None, None, tier=None)
     comparison = compare(reg, inputs, twins)

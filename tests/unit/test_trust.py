@@ -19,7 +19,7 @@ from avatar_release.trust.statements import (
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
-from tests.helpers import put_stand_in_build, with_release_state
+from tests.helpers import cpu_manifest, put_stand_in_build, with_release_state
 
 
 @pytest.fixture(scope="module")
@@ -205,14 +205,11 @@ def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(ke
     from avatar_release.registry import MemoryRegistry
     from avatar_release.runtime import TrustConfig
 
-    from avatar_release.records import Manifest, parse_record
-
     from tests.unit.test_promote_policy import _gate
 
     _, pub, *_ = keys
     reg = with_release_state(MemoryRegistry("flags-after-trust"))
-    data = Path(__file__).resolve().parents[1] / "data" / "build-manifest.v4.json"
-    m = parse_record(Manifest, data.read_bytes(), where="stored v4")  # its identity holds
+    m = cpu_manifest()  # its identity holds
     digest = put_stand_in_build(reg, m)
     _gate(reg, m.build_id, digest, m)
     promote(reg, m.build_id, "staging")  # moved without a signing key: no statement
