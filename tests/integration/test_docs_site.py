@@ -74,6 +74,10 @@ def test_the_site_builds_strict_and_its_cli_page_covers_every_command(tmp_path):
                  "concepts/architecture", "concepts/release-guarantee", "concepts/production-shapes"):
         assert (site / page / "index.html").is_file(), page
     assert not list(site.rglob("*.py")), "the hook scripts under docs/ must not be published"
+    # A pipe escaped for a Markdown table (`\|`) inside a code span is printed as typed: `a | b`
+    # needs no escape there, and a reader must never see the backslash.
+    shown = {str(p.relative_to(site)) for p in site.rglob("*.html") if "\\|" in p.read_text(encoding="utf-8")}
+    assert not shown, f"a literal \\| in {sorted(shown)}"
 
     html = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     commands = _commands()
