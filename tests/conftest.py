@@ -52,6 +52,7 @@ from tests.tools import need_extra, pytest_runtest_makereport  # noqa: E402,F401
 # Fixtures that compile a pipeline (or a batch of programs); a test using one, directly or
 # through another fixture, is slow.
 COMPILING_FIXTURES = frozenset({
+    "build_cache",  # below: builds compiled once per session (tests/build_cache.py)
     "built_registry",  # tests/integration/conftest.py: the session's tiny cpu-8 build (~40 s)
     "registry_copy",  # a private copy of built_registry
     "gated",  # tests/integration/test_gates.py: reference builds gated in fresh serving processes
@@ -59,6 +60,15 @@ COMPILING_FIXTURES = frozenset({
     "gpu_build",  # tests/integration/test_gpu_target.py: tiny for gpu-h100-8 through the CUDA plugin
     "window_programs",  # tests/kernels/test_ulysses.py: four Ulysses programs over 8 devices
 })
+
+@pytest.fixture(scope="session")
+def build_cache(tmp_path_factory):
+    """Builds compiled once per session, shared by modules and by both xdist workers; each test gets
+    its own copy in its own registry (tests/build_cache.py). Never a JAX compilation cache."""
+    from tests.build_cache import BuildCache, cache_dir
+
+    return BuildCache(cache_dir(tmp_path_factory.getbasetemp()))
+
 
 @pytest.fixture(autouse=True)
 def _own_state_dir(tmp_path_factory, monkeypatch):
@@ -92,6 +102,14 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
+    from tests.build_cache import cache_dir
+
+    factory = getattr(terminalreporter.config, "_tmp_path_factory", None)
+    log = cache_dir(factory.getbasetemp()) / "compiles.log" if factory is not None else None
+    if log is not None and log.is_file():  # what the session compiled for its tests (tests/build_cache.py)
+        builds = log.read_text().split()[::2]
+        terminalreporter.write_line(f"build cache: {len(builds)} build(s) compiled once each for the session: "
+                                    + ", ".join(sorted(builds)))
     over = sorted(((s, n) for n, s in _unmarked_seconds.items() if s > FAST_LANE_LIMIT_S), reverse=True)
     if over:
         terminalreporter.section("tests not marked slow that took over %.0f s" % FAST_LANE_LIMIT_S)

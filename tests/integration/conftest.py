@@ -11,14 +11,13 @@ from tests.oci_logins import basic_server, logins, pki, token_setup  # noqa: F40
 
 
 @pytest.fixture(scope="session")
-def built_registry(tmp_path_factory):
-    """A local registry holding one tiny cpu-8 build, published to dev."""
-    from avatar_release.compile import compile_build
+def built_registry(tmp_path_factory, build_cache):
+    """A local registry holding one tiny cpu-8 build, published to dev (compiled once per session:
+    both xdist workers share it through the build cache)."""
     from avatar_release.registry import LocalRegistry
 
     root = tmp_path_factory.mktemp("registry") / "reg"
-    reg = LocalRegistry(root)
-    result = compile_build("tiny", "cpu-8", registry=reg)
+    result = build_cache.compile("tiny", "cpu-8", registry=LocalRegistry(root))
     return root, result
 
 

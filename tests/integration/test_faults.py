@@ -143,12 +143,11 @@ while True:
 """
 
 
-def test_kill_9_mid_promote_leaves_the_old_or_the_new_state(registry_copy, tmp_path):
-    from avatar_release.compile import compile_build
+def test_kill_9_mid_promote_leaves_the_old_or_the_new_state(registry_copy, build_cache, tmp_path):
 
     root, a = registry_copy
     reg = LocalRegistry(root)
-    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"}, move_dev=False)
+    b = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"}, move_dev=False)
     digests = {reg.resolve(a.build_id).digest, b.digest}
     for delay in (0.05, 0.13, 0.21, 0.34, 0.55):
         p = subprocess.Popen([sys.executable, "-c", _PROMOTER, str(root), a.build_id, b.build_id],

@@ -30,10 +30,12 @@ from tests.tools import binary
 
 
 @pytest.fixture(scope="module")
-def gated(tmp_path_factory):
+def gated(tmp_path_factory, build_cache):
     root = tmp_path_factory.mktemp("gates")
     reg = LocalRegistry(root / "reg")
-    cal = calibrate("tiny", "cpu-8", registry=reg, out=root / "band.json")
+    with pytest.MonkeyPatch.context() as mp:  # the reference and its variants from the session's builds
+        mp.setattr("avatar_release.compile.compile_build", build_cache.in_place_of_compile_build())
+        cal = calibrate("tiny", "cpu-8", registry=reg, out=root / "band.json")
     ref = cal.band.reference_build
     outcome = run_gate(ref, reg, baseline="none", report_dir=root / "report-ref")
     return SimpleNamespace(root=root, reg=reg, band_file=root / "band.json", cal=cal, ref=ref, ref_outcome=outcome)
@@ -257,19 +259,17 @@ def test_the_report_folder_is_written_where_asked(gated):
     assert report.name == "index.html" and Path(report).parent == gated.root / "report-ref"
 
 
-def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_nothing(gated, tmp_path):
+def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_nothing(gated, build_cache, tmp_path):
     """The promise: bit-exact or in band *against prod*. `--baseline none` proves determinism only:
     while prod holds a build, its verdict never promotes, and the gate says so when it runs."""
     import shutil
-
-    from avatar_release.compile import compile_build
 
     root = tmp_path / "reg"
     shutil.copytree(gated.root / "reg", root)
     reg = LocalRegistry(root)
     for args in (["promote", gated.ref, "--to", "staging"], ["promote", "staging", "--to", "prod"]):
         assert _cli(*args, "--registry", str(root)).exit_code == 0  # the first release: prod was empty
-    other = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"}, move_dev=False)
+    other = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"}, move_dev=False)
     failed = _cli("gate", other.build_id, "--registry", str(root), "--report", str(tmp_path / "r1"), "--json")
     assert failed.exit_code == 1 and json.loads(failed.stdout)["error"] == "Refusal"
     alone = _cli("gate", other.build_id, "--baseline", "none", "--registry", str(root),

@@ -8,7 +8,6 @@ import pytest
 from click.testing import CliRunner
 
 from avatar_release.cli import cli
-from avatar_release.compile import compile_build
 from avatar_release.errors import NotFoundError
 from avatar_release.promote import promote
 from avatar_release.registry import LocalRegistry, read_manifest
@@ -21,15 +20,15 @@ def _blobs(root):
     return {p.name for p in (root / "blobs" / "sha256").iterdir()}
 
 
-def test_gc_keeps_channels_and_rollback_targets_and_drops_the_rest(registry_copy):
+def test_gc_keeps_channels_and_rollback_targets_and_drops_the_rest(registry_copy, build_cache):
     root, a = registry_copy
     reg = LocalRegistry(root)
     _, ma = read_manifest(reg, a.build_id)
     _gate(reg, a.build_id, reg.resolve(a.build_id).digest, ma)
     promote(reg, a.build_id, "staging")
     promote(reg, a.build_id, "prod")
-    c = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"})  # dev -> c
-    d = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"})  # dev -> d
+    c = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"})  # dev -> c
+    d = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"})  # dev -> d
     orphan = reg.put_blob(b"left over by an interrupted publish")
 
     young = collect_garbage(reg)  # default grace period: the fresh orphan is too young

@@ -29,7 +29,7 @@ def _dims(line: str) -> list[int]:
     return [int(x) for x in shape.split(",") if x]
 
 
-def test_a_scanned_stack_gathers_each_layers_weights_inside_its_loop_and_is_costed_per_run():
+def test_a_scanned_stack_gathers_each_layers_weights_inside_its_loop_and_is_costed_per_run(build_cache):
     reg = MemoryRegistry()
     scanned = compile_build("tiny", "cpu-8", registry=reg, overrides={"scan_layers": "true"}, move_dev=False,
                             keep_compiled=True)
@@ -58,7 +58,7 @@ def test_a_scanned_stack_gathers_each_layers_weights_inside_its_loop_and_is_cost
     from avatar_release.runtime import load, render
     from avatar_release.media import sample_audio, sample_image
 
-    base = compile_build("tiny", "cpu-8", registry=reg, move_dev=False)
+    base = build_cache.compile("tiny", "cpu-8", registry=reg, move_dev=False)
     image, audio = sample_image(48, 80), sample_audio(0.64)
     a, _ = render(load(base.build_id, reg), image, audio)
     build = load(scanned.build_id, reg)

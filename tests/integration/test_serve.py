@@ -162,14 +162,14 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     _check_deadline_misses(metrics, requests, manifest_of(LocalRegistry(root, create=False)))
 
 
-def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_sigterm(registry_copy, tmp_path):
-    from avatar_release.compile import compile_build
+def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_sigterm(registry_copy, build_cache,
+                                                                                       tmp_path):
     from avatar_release.promote import publish_to_dev
     from avatar_release.registry import LocalRegistry, read_manifest
 
     root, a = registry_copy
     reg = LocalRegistry(root)
-    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    b = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
     assert b.digest != a.digest
     # Damage one executable blob that only build b has: loading b fails verification.
     a_blobs = {x.digest for x in read_manifest(reg, a.digest)[1].blobs()}
@@ -243,10 +243,9 @@ def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_si
         _stop(pod)  # never leak a pod into the next test, pass or fail
 
 
-def test_a_following_pod_with_a_trust_key_swaps_only_to_a_signed_move(registry_copy, tmp_path):
+def test_a_following_pod_with_a_trust_key_swaps_only_to_a_signed_move(registry_copy, build_cache, tmp_path):
     """In process: dev moves to build b unsigned (refused: the statement still names a), then the
     promoter signs the move and SIGHUP's retry swaps b in, its statement remembered by the pod."""
-    from avatar_release.compile import compile_build
     from avatar_release.promote import publish_to_dev
     from avatar_release.promote.actions import sign_channel
     from avatar_release.registry import LocalRegistry, read_manifest
@@ -257,7 +256,7 @@ def test_a_following_pod_with_a_trust_key_swaps_only_to_a_signed_move(registry_c
 
     root, a = registry_copy
     reg = LocalRegistry(root)
-    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    b = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
     priv, pub, _ = generate_keypair(tmp_path / "k")
     signing = load_private_key(priv)
     sign_channel(reg, "dev", signing)

@@ -115,14 +115,12 @@ def test_a_pod_with_a_key_serves_only_signed_channels(registry_copy, tmp_path, m
     assert len(calls) == n  # refused before anything was unpickled
 
 
-def test_a_manifest_mixing_in_another_builds_executable_is_refused(registry_copy):
+def test_a_manifest_mixing_in_another_builds_executable_is_refused(registry_copy, build_cache):
     """Build B has the same shapes as A (a reassociation variant): its dit executable would run,
     silently computing B's numbers with A's weights. The seal refuses the mix."""
-    from avatar_release.compile import compile_build
-
     root, a = registry_copy
     reg = LocalRegistry(root)
-    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    b = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
     _, ma = read_manifest(reg, a.build_id)
     _, mb = read_manifest(reg, b.build_id)
     from_b = mb.executable("dit", "f8")
