@@ -1,8 +1,11 @@
 """HTTP to one OCI repository: retries, bounded reads, TLS, and an auth strategy.
 
-* Transient failures (HTTP 5xx, 429, connection errors and timeouts; distribution answers 500
-  to tag reads that race with tag writes) are retried with jittered exponential backoff; after
-  the last attempt a :class:`RegistryError` names the host, the operation and the last status.
+* Transient failures (HTTP 5xx, 429, connection errors and timeouts, a body cut off mid-way;
+  distribution answers 500 to tag reads that race with tag writes) are retried as urllib3's
+  ``Retry`` decides (jittered exponential backoff; a ``Retry-After`` honoured up to a bound);
+  after the last attempt a :class:`RegistryError` names the host, the operation and the last
+  status. The loop stays here because a streamed body can break after the headers, which
+  urllib3 cannot resend, and the session may be any requests-compatible one.
 * A 401 is handed to the auth strategy (:mod:`._auth`) once per request; if it can answer the
   challenge, the request is sent again at once. A 401 to a request that went out before another
   one (a parallel blob of a copy) had the strategy answer the challenge is sent again with what
@@ -19,16 +22,17 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import threading
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, cast
 from urllib.parse import urljoin, urlsplit
 
 from ...errors import RegistryError
 from ._auth import AnonymousAuth, Auth
 from ._location import CA_ENV, OciLocation
+
+if TYPE_CHECKING:  # urllib3 loads with requests, on the first request
+    from urllib3.util.retry import Retry
 
 __all__ = ["RetryPolicy", "Reply", "Transport", "HttpSession", "HttpResponse", "registry_errors", "ERROR_BODY"]
 
@@ -38,11 +42,13 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How hard to try before calling the registry unreachable.
+    """How hard to try before calling the registry unreachable: the settings of urllib3's ``Retry``.
 
-    ``attempts`` counts every try of one request (so 4 = the first try and 3 retries);
-    the wait before retry ``n`` is ``base_delay * 2**n`` (capped at ``max_delay``) with
-    jitter, so a fleet of pods does not retry in lockstep.
+    ``attempts`` counts every try of one request (so 4 = the first try and 3 retries); the first
+    retry goes at once, the next after 2 x ``base_delay``, then twice as long each time up to
+    ``max_delay``, each with up to ``base_delay`` of jitter so a fleet of pods does not retry in
+    lockstep. A ``Retry-After`` the registry sends (429, 503) is waited instead, at most
+    ``max_retry_after`` seconds.
     """
 
     attempts: int = 4
@@ -50,9 +56,17 @@ class RetryPolicy:
     max_delay: float = 4.0
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
+    max_retry_after: int = 30
 
-    def delay(self, retry: int) -> float:
-        return min(self.max_delay, self.base_delay * (2**retry)) * (0.5 + random.random() / 2)
+    def urllib3(self) -> Retry:
+        """A fresh urllib3 ``Retry`` for one request: every method (uploads are sessions and blobs
+        are content-addressed, so a resend is safe), no redirects, the last answer returned."""
+        # Lazy (heavy): urllib3 loads with requests, when an oci:// store first talks HTTP.
+        from urllib3.util.retry import Retry
+
+        return Retry(total=max(0, self.attempts - 1), redirect=0, status_forcelist=RETRY_STATUS,
+                     allowed_methods=None, backoff_factor=self.base_delay, backoff_max=self.max_delay,
+                     backoff_jitter=self.base_delay, retry_after_max=int(self.max_retry_after), raise_on_status=False)
 
 
 @dataclass
@@ -64,6 +78,9 @@ class Reply:
     body: bytes
     url: str
     sent_auth: str | None = None  # the Authorization header the request carried (None: none)
+
+    def get_redirect_location(self) -> bool:  # what urllib3's Retry asks of an answer
+        return False
 
 
 class HttpResponse(Protocol):
@@ -182,27 +199,23 @@ class Transport:
         import requests
 
         transient = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
-        scope = self.scope(method)
-        last, reauthed, attempt = "no attempt made", False, 0
-        while attempt < max(1, self.retry.attempts):
-            if attempt:
-                time.sleep(self.retry.delay(attempt - 1))
-            attempt += 1
+        scope, retry, reauthed = self.scope(method), self.retry.urllib3(), False
+        while True:
             try:
                 reply = self._exchange(method, url, headers, data, limit, scope, sink)
             except requests.exceptions.SSLError as e:
                 raise self._tls_error(op, e) from None
             except transient as e:
-                last = f"{type(e).__name__}: {_short(e)}"
+                retry = self._again(retry, op, method, url, error=e)
                 continue
             except requests.RequestException as e:
                 raise RegistryError(f"{self.where()}: {op} failed ({type(e).__name__}: {_short(e)})") from None
-            if reply.status in RETRY_STATUS:
-                last = f"HTTP {reply.status}" + (f" ({registry_errors(reply.body)})" if reply.body else "")
+            if retry.is_retry(method, reply.status, "Retry-After" in reply.headers):
+                retry = self._again(retry, op, method, url, reply=reply)
                 continue
             if reply.status == 401 and not reauthed and (self._stale_auth(url, reply, scope)
                                                           or self.auth.challenged(reply, scope)):
-                reauthed, attempt = True, attempt - 1  # answering a challenge is not a failed attempt
+                reauthed = True  # answering a challenge is not a failed attempt
                 continue
             if reply.status in (401, 403):
                 raise RegistryError(
@@ -210,10 +223,29 @@ class Transport:
                     f"{registry_errors(reply.body) or 'no detail'}); {self.auth.refused(reply, scope)}"
                 )
             return reply
-        raise RegistryError(
-            f"{self.where()}: {op} failed after {self.retry.attempts} attempt(s), last: {last}; "
-            f"check that {self.location.root} is up and reachable from here, then retry"
-        )
+
+    def _again(self, retry: Retry, op: str, method: str, url: str, *, error: Exception | None = None,
+               reply: Reply | None = None) -> Retry:
+        """The ``Retry`` for the next try, once its wait is over; RegistryError when none is left."""
+        from urllib3.exceptions import InvalidHeader, MaxRetryError
+
+        try:
+            retry = retry.increment(method, url, response=cast(Any, reply), error=error)
+        except MaxRetryError:
+            if error is not None:
+                last = f"{type(error).__name__}: {_short(error)}"
+            else:
+                assert reply is not None  # a retry is for an error or an answer
+                last = f"HTTP {reply.status}" + (f" ({registry_errors(reply.body)})" if reply.body else "")
+            raise RegistryError(
+                f"{self.where()}: {op} failed after {self.retry.attempts} attempt(s), last: {last}; "
+                f"check that {self.location.root} is up and reachable from here, then retry"
+            ) from None
+        try:
+            retry.sleep(cast(Any, reply))
+        except InvalidHeader:  # a Retry-After that is neither seconds nor a date: back off instead
+            retry.sleep()
+        return retry
 
     def _stale_auth(self, url: str, reply: Reply, scope: str) -> bool:
         """Whether a 401 answers other credentials than the strategy gives now: the request went out
