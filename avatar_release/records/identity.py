@@ -54,9 +54,10 @@ __all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_s
            "check_identity", "FINGERPRINT_CHECKED_SINCE"]
 
 # The manifest version from which ``fingerprint`` is the deserialized executable's (what a loader
-# sees) and the identity covers the schema version. Older manifests record the compile-time
-# fingerprint, which XLA:CPU does not reproduce after a serialize/deserialize round trip
-# (it rewrites the HLO's stack-frame metadata; measured 2026-12-01), so it cannot be checked.
+# sees) and the identity covers the schema version: older than every version the support window
+# reads (``records.window``), so every manifest read has both. (Older manifests recorded the
+# compile-time fingerprint, which XLA:CPU does not reproduce after a serialize/deserialize round
+# trip: it rewrites the HLO's stack-frame metadata; measured 2026-12-01.)
 FINGERPRINT_CHECKED_SINCE = 3
 
 
@@ -72,21 +73,19 @@ def identity_digest(*, pipeline: str, entry: str, config: dict[str, Any], overri
         "pipeline": pipeline, "entry": entry, "config": config, "overrides": overrides, "source": source,
         "weights": weights, "target": target, "flags": flags, "jax": jax, "jaxlib": jaxlib, "platform": platform,
         "executables": [list(e) for e in executables], "noise": noise,
+        "schema_version": schema_version,  # (in every identity since manifest version 3)
     }
-    if schema_version >= FINGERPRINT_CHECKED_SINCE:  # older identities stay what they were
-        fields["schema_version"] = schema_version
     if autotune_results is not None:
         fields["autotune_results"] = autotune_results
     return sha256_digest(canonical_json(fields))
 
 
-def identity_flags(flags_record: FlagProfileRecord, schema_version: int) -> dict[str, Any] | str:
-    """What the identity covers of the flag profile: from v3 the whole record (options, process
-    flags, kernel flags, digest), so a registry writer cannot edit the XLA_FLAGS a pod applies or
-    the compiler options without changing the build id; before, only its digest string."""
-    if schema_version >= FINGERPRINT_CHECKED_SINCE:
-        return flags_record.model_dump(mode="json")
-    return flags_record.digest
+def identity_flags(flags_record: FlagProfileRecord, schema_version: int | None = None) -> dict[str, Any]:
+    """What the identity covers of the flag profile: the whole record (options, process flags,
+    kernel flags, digest), so a registry writer cannot edit the XLA_FLAGS a pod applies or the
+    compiler options without changing the build id. (So since manifest version 3, before every
+    version the support window reads: ``schema_version`` no longer changes the answer.)"""
+    return flags_record.model_dump(mode="json")
 
 
 def manifest_identity(m: Manifest) -> str:
@@ -132,11 +131,9 @@ def check_identity(m: Manifest) -> None:
             f"build {m.build_id}: its manifest fields hash to identity {got}, but it claims {m.identity}: "
             "the manifest was edited or mixes entries from another build; refusing it"
         )
-    if m.seal is None:
-        if m.schema_version >= 2:  # every manifest since version 2 is sealed when it is packaged
-            raise IntegrityError(f"build {m.build_id}: manifest v{m.schema_version} carries no seal; "
-                                 "every build since version 2 is sealed: refusing it")
-        return
+    if m.seal is None:  # every manifest since version 2 is sealed when it is packaged
+        raise IntegrityError(f"build {m.build_id}: manifest v{m.schema_version} carries no seal; "
+                             "every build since version 2 is sealed: refusing it")
     sealed = manifest_seal(m)
     if sealed != m.seal:
         raise IntegrityError(

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import IntegrityError
-from ..records import FINGERPRINT_CHECKED_SINCE, ExecutableEntry, Manifest
+from ..records import ExecutableEntry, Manifest
 
 if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set
     import jax
@@ -245,14 +245,11 @@ def loaded_fingerprint(executable: jax.stages.Compiled) -> str | None:
 def check_fingerprint(manifest: Manifest, entry: ExecutableEntry, executable: jax.stages.Compiled) -> str:
     """Refuse an executable whose loaded fingerprint is not the manifest's; say what was checked.
 
-    Applies to "xla-executable" stages of manifests from version 3 (``records/identity.py`` says why
-    not before) that record a fingerprint, on a backend that reports one.
+    Applies to "xla-executable" stages that record a fingerprint (every manifest version the support
+    window reads records the loaded one), on a backend that reports one.
     """
     if entry.format != "xla-executable":
         return f"program not checked: a {entry.format} stage is compiled in the pod"
-    if manifest.schema_version < FINGERPRINT_CHECKED_SINCE:
-        return (f"program not checked: a v{manifest.schema_version} manifest records the compile-time fingerprint, "
-                "which a loaded executable does not reproduce")
     if entry.fingerprint is None:
         return "program not checked: the compiling client reported no fingerprint (compile-only)"
     actual = loaded_fingerprint(executable)
