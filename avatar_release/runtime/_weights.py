@@ -273,12 +273,15 @@ def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: bytearray,
     decoding = 0.0
     t0 = time.perf_counter()
     if isinstance(registry, NodeBlobs):
+        into = raw if codec == "none" else stored.take(chunk.blob.size)
+        try:
+            registry.read_blob_into(chunk.blob.digest, chunk.blob.size, into)  # the size checked, not the content
+        except IntegrityError as e:  # say which chunk
+            raise IntegrityError(f"{where}: {e}") from None
         if codec == "none":
-            registry.read_blob_into(chunk.blob.digest, chunk.blob.size, raw)
             reading = time.perf_counter() - t0
         else:
-            packed = stored.take(chunk.blob.size)
-            registry.read_blob_into(chunk.blob.digest, chunk.blob.size, packed)
+            packed = into
             t1 = time.perf_counter()
             reading = t1 - t0
             _decode(iter([packed]), raw, chunk, where)

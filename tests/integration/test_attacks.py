@@ -363,12 +363,14 @@ def test_an_unknown_xla_flag_in_a_manifest_is_refused_before_xla_sees_it(registr
 
 # ------------------------------------------------------------------------------ a chunk truncated while it loads
 # `render`, with the file of weights chunk 0 cut in half in place at the moment its bytes start to
-# be decompressed (the first zstd reader opened once the weight path started). A loader that mapped
-# the file (as it did for chunks of a mebibyte and more) then reads past the file's new end: SIGBUS.
+# be read (a raw v8 chunk: its read from the store; a zstd one: the first zstd reader opened once
+# the weight path started). A loader that mapped the file (as it did for chunks of a mebibyte and
+# more) then reads past the file's new end: SIGBUS.
 _TRUNCATING_RENDER = r"""
 import os, sys
 import zstandard
 import avatar_release.runtime._load as load_module
+from avatar_release.registry import LocalRegistry
 
 path, size = sys.argv[1], int(sys.argv[2])
 weights_started = []
@@ -395,6 +397,15 @@ class Truncating:
         return getattr(self._d, name)
 
 zstandard.ZstdDecompressor = Truncating
+read_blob_into = LocalRegistry.read_blob_into
+
+def truncating_read(self, digest, size_, out):
+    if weights_started and os.path.getsize(path) == size:
+        os.truncate(path, size // 2)
+        print("truncated", path, file=sys.stderr)
+    return read_blob_into(self, digest, size_, out)
+
+LocalRegistry.read_blob_into = truncating_read
 from avatar_release.cli import main
 main(sys.argv[3:])
 """
@@ -408,17 +419,18 @@ def _with_a_large_weight_chunk(reg: LocalRegistry, root, build_id: str) -> Manif
 
     _, m = read_manifest(reg, build_id)
     (chunk,) = m.weights.chunks
-    raw = zstandard.ZstdDecompressor().decompress(reg.get_blob(chunk.blob.digest, chunk.blob.size),
-                                                  max_output_size=chunk.raw_size)
+    stored = reg.get_blob(chunk.blob.digest, chunk.blob.size)
+    raw = stored if m.weights.chunk_codec == "none" else zstandard.ZstdDecompressor().decompress(
+        stored, max_output_size=chunk.raw_size)
     flat = np.frombuffer(raw, np.uint8)
     tensors = [HostTensor(t.name, t.dtype, tuple(t.shape), flat[t.offset: t.offset + t.nbytes]) for t in chunk.tensors]
     tensors.append(HostTensor("zz.unused", "uint8", (3 << 19,), np.random.default_rng(0).integers(0, 256, 3 << 19, np.uint8)))
-    chunks, blobs = pack_chunks(tensors, level=WEIGHTS_ZSTD_LEVEL)
+    chunks, blobs = pack_chunks(tensors, level=WEIGHTS_ZSTD_LEVEL, compression=m.weights.compression)
     assert len(chunks) == 1 and chunks[0].blob.size > 1 << 20
     for z in blobs.values():
         reg.put_blob(z)
     weights = m.weights.model_copy(update={"chunks": chunks, "raw_size": chunks[0].raw_size, "tensors": len(tensors),
-                                           "raw_digest": chunk_table_digest(chunks)})
+                                           "raw_digest": chunk_table_digest(chunks, m.weights.compression)})
     return _republish(reg, root, m.model_copy(update={"weights": weights}))
 
 

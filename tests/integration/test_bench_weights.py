@@ -16,8 +16,14 @@ def test_smoke_mode_loads_chunked_weights_beside_both_anchors(tmp_path):
     doc = run_smoke("bench_weights.py", out=out, timeout=600)
     (row,) = doc["sizes"]
     assert row["raw_bytes"] == 16 << 20 and row["chunks"] >= 1
-    ours = row["runs"]["ours"]
-    assert ours["steps"]["raw_bytes"] == row["raw_bytes"] and ours["steps"]["workers"] >= 1
-    assert set(row["runs"]) == {"ours", "safetensors", "zstd-1-thread"}
-    assert all(r["seconds"] > 0 and r["peak_rss_bytes"] > 0 for r in row["runs"].values())
-    assert row["ours_vs_safetensors"] > 0 and row["one_layer_change"]["uploaded_bytes"] > 0
+    assert row["stored_bytes"] == row["raw_bytes"] > row["zstd_bytes"]  # raw chunks by default; zstd saves bytes
+    modes = row["modes"]
+    assert set(modes) == {"ours", "ours-zstd", "safetensors", "zstd-1-thread"}
+    ours = modes["ours"]["runs"][0]["steps"]
+    assert ours["raw_bytes"] == row["raw_bytes"] and ours["workers"] >= 1
+    assert (ours["compression"], ours["read"], ours["decompress"]) == ("none", "node", 0.0) and ours["hash"] > 0
+    assert modes["ours-zstd"]["runs"][0]["steps"]["compression"] == "zstd"
+    for m in modes.values():
+        assert m["seconds"]["min"] <= m["seconds"]["median"] <= m["seconds"]["max"] and m["seconds"]["min"] > 0
+        assert all(r["peak_rss_bytes"] > 0 for r in m["runs"])
+    assert row["ratios_of_medians"]["ours_vs_safetensors"] > 0 and row["one_layer_change"]["uploaded_bytes"] > 0

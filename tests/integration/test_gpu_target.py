@@ -161,7 +161,7 @@ def test_a_tuned_build_is_a_new_build_that_keeps_its_results_verifies_and_rebuil
     reg = LocalRegistry(root, create=False)
     _, tuned = read_manifest(reg, out["tuned_id"])
     a = tuned.autotune
-    assert tuned.schema_version == 7 and a.results == out["results"] and a.results_size == len(b"version: 3\n")
+    assert tuned.schema_version == BUILD_SCHEMA_VERSION and a.results == out["results"] and a.results_size == len(b"version: 3\n")
     assert a.settings["xla_gpu_require_complete_aot_autotune_results"] is False
     assert [e.hlo_digest for e in tuned.executables] == [e.hlo_digest for e in result.manifest.executables]
     assert tuned.identity != result.manifest.identity
