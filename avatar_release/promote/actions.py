@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import NeedsApproval, Refusal
 from ..machine import who
-from ..records import CHANNELS, ChannelState, HistoryEntry, SignedStatement
+from ..records import CHANNELS, ChannelState, HistoryEntry
 from ..records import BlobRef, Manifest, MoveRecord
 from ..registry import Registry, Resolved, read_manifest
 from ..trust import key_id
@@ -52,9 +52,7 @@ class MoveResult:
     decision: Decision
     entry: HistoryEntry | None  # None: the channel already pointed there (no-op)
     previous: str | None  # build id the channel pointed at before
-    # the channel's signed statement when a signing key was given (a version-1 one only when a repeated
-    # promotion re-uses one signed before 2026-12-01)
-    statement: PromotionStatement | SignedStatement | None = None
+    statement: PromotionStatement | None = None  # the channel's signed statement when a signing key was given
     approved_here: Approval | None = None  # prod: the approval this machine's release key signed for it
     move: MoveRecord | None = None  # the signed move (None: the channel already named the build)
     sequence: int | None = None  # the signed state's snapshot version after the move

@@ -14,15 +14,15 @@ prod, and the sequence lets a pod refuse a replay of an older statement (rollbac
 the pod remembers the highest sequence it accepted per channel). An intentional rollback is a
 new move with a higher sequence and a new statement.
 
-Stored in the registry as the record ``statements/<channel>``: since 2026-12-01 a DSSE
-envelope (the same in-toto Statement format as gate evidence, ``trust.attest``, predicate type
-``.../promotion/v1``); signed statements (``avatar-release/signed-statement``, a bare signature
-beside the payload) written before are still read and verified with the same key.
+Stored in the registry as the record ``statements/<channel>``: a DSSE envelope (the same
+in-toto Statement format as gate evidence, ``trust.attest``, predicate type ``.../promotion/v1``).
+The format written before 2026-12-01 (``avatar-release/signed-statement``, a bare signature beside
+the payload) is outside the support window (``records.window``): it is refused, version error,
+naming the command that signs the channel again.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -31,8 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _atomic
 from .._digest import canonical_json
-from ..errors import IntegrityError, TrustError
-from ..records import SignedStatement, StatementPayload, TimestampPayload, parse_record
+from ..errors import IntegrityError, SchemaVersionError, TrustError
+from ..records import (
+    STATEMENT_SCHEMA_VERSION, SignedStatement, StatementPayload, TimestampPayload, parse_record,
+)
+from ..records.window import RECORD_FORMATS_PAGE, STATEMENT_OLDEST_SUPPORTED
 from ..records.stored import STATEMENTS, TIMESTAMPS
 from ..registry import Registry, read_manifest
 from .attest import open_envelope, verify_envelope, attest
@@ -52,6 +55,7 @@ DEFAULT_VALIDITY = timedelta(days=30)
 # this): how long a restarted pod with no trust state could still be fed a superseded statement.
 TIMESTAMP_VALIDITY = timedelta(hours=1)
 _NS = STATEMENTS.name
+_BARE_KIND = "avatar-release/signed-statement"  # the format before DSSE envelopes: refused
 
 
 def _ts(dt: datetime) -> str:
@@ -97,20 +101,26 @@ def publish_statement(registry: Registry, statement: PromotionStatement) -> None
     registry.put_record(_NS, statement.payload.channel, statement.envelope)
 
 
-def read_statement(registry: Registry, channel: str) -> PromotionStatement | SignedStatement | None:
-    """The statement for ``channel``: a DSSE envelope, or a version-1 signed statement (written
-    before 2026-12-01; still verified with the same key, the old way)."""
+def read_statement(registry: Registry, channel: str) -> PromotionStatement | None:
+    """The statement for ``channel`` (a DSSE envelope)."""
     raw = registry.get_record(_NS, channel)
     return None if raw is None else parse_statement(raw, channel)
 
 
-def parse_statement(raw: bytes, channel: str) -> PromotionStatement | SignedStatement:
-    """A stored statement's bytes (the record ``statements/<channel>``), parsed; its signature unchecked."""
+def parse_statement(raw: bytes, channel: str) -> PromotionStatement:
+    """A stored statement's bytes (the record ``statements/<channel>``), parsed; its signature unchecked.
+    A statement in the format before DSSE envelopes is a :class:`SchemaVersionError` (exit 11)."""
     where = f"statement for channel {channel}"
     try:
         doc = json.loads(raw)
-        if isinstance(doc, dict) and doc.get("kind") == "avatar-release/signed-statement":
-            return parse_record(SignedStatement, raw, where=where)
+        if isinstance(doc, dict) and doc.get("kind") == _BARE_KIND:
+            raise SchemaVersionError(
+                f"{where}: an {_BARE_KIND} (a bare signature beside the payload, written before 2026-12-01), a format "
+                "outside this avatar-release's support window, which reads DSSE envelopes of "
+                f"avatar-release/statement v{STATEMENT_OLDEST_SUPPORTED}..{STATEMENT_SCHEMA_VERSION}; sign the channel "
+                f"again with this avatar-release: `avatar-release keys sign {channel} --key KEY` ({RECORD_FORMATS_PAGE})",
+                kind=_BARE_KIND, found=doc.get("schema_version") if isinstance(doc.get("schema_version"), int) else None,
+                supported=(STATEMENT_OLDEST_SUPPORTED, STATEMENT_SCHEMA_VERSION))
         att = open_envelope(raw, where)
         # parse_record checks the version first: a newer statement is a version error (exit 11)
         return PromotionStatement(parse_record(StatementPayload, canonical_json(att.predicate), where=where), raw)
@@ -143,7 +153,7 @@ class AcceptedState:
         _atomic.write_json(self.path, state, indent=None)
 
 
-def verify(statement: PromotionStatement | SignedStatement | None, public_key: Ed25519PublicKey, *, channel: str,
+def verify(statement: PromotionStatement | None, public_key: Ed25519PublicKey, *, channel: str,
            digest: str, state: AcceptedState | None = None, now: datetime | None = None,
            content_digest: str | None = None) -> StatementPayload:
     """Every check a pod makes, in order; TrustError naming the first that fails.
@@ -164,23 +174,13 @@ def verify(statement: PromotionStatement | SignedStatement | None, public_key: E
     if p.key_id != want:
         raise TrustError(f"{where}: signed by key {p.key_id}, this pod trusts {want}")
     tampered = TrustError(f"{where}: the statement's signature does not verify (tampered, or a wrong key)")
-    if isinstance(statement, PromotionStatement):
-        try:
-            att = verify_envelope(statement.envelope, where, trusted={want: public_key}, kind="promotion",
-                                  subject_digest=p.build_digest)
-        except (TrustError, IntegrityError):
-            raise tampered from None
-        if att.predicate != p.model_dump(mode="json"):
-            raise tampered
-    else:  # a version-1 statement: a bare Ed25519 signature over the canonical payload
-        # Lazy (heavy): cryptography loads only when a key is used.
-        from cryptography.exceptions import InvalidSignature
-
-        try:
-            public_key.verify(base64.b64decode(statement.signature, validate=True),
-                              canonical_json(p.model_dump(mode="json")))
-        except (InvalidSignature, ValueError):
-            raise tampered from None
+    try:
+        att = verify_envelope(statement.envelope, where, trusted={want: public_key}, kind="promotion",
+                              subject_digest=p.build_digest)
+    except (TrustError, IntegrityError):
+        raise tampered from None
+    if att.predicate != p.model_dump(mode="json"):
+        raise tampered
     if p.channel != channel:
         raise TrustError(f"{where}: the statement was signed for channel {p.channel!r}, not {channel!r}")
     if p.build_digest not in (digest, content_digest):

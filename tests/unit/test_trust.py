@@ -14,7 +14,7 @@ import pytest
 from avatar_release.errors import InputError, TrustError
 from avatar_release.trust.keys import generate_keypair, key_id, load_private_key, load_public_key
 from avatar_release.trust.statements import (
-    AcceptedState, PromotionStatement, SignedStatement, read_statement, sign, verify,
+    AcceptedState, PromotionStatement, read_statement, sign, verify,
 )
 
 D1 = "sha256:" + "1" * 64
@@ -70,10 +70,6 @@ def test_unsigned_wrong_key_tampered_wrong_channel_expired_replayed_are_refused(
     forged = PromotionStatement(good.payload.model_copy(update={"build_digest": D2}), json.dumps(env).encode())
     with pytest.raises(TrustError, match="does not verify"):
         verify(forged, pub, channel="prod", digest=D2)
-    # a version-1 statement (bare signature) with an edited payload fails the same way
-    legacy = SignedStatement(payload=good.payload.model_copy(update={"build_digest": D2}), signature="AAAA")
-    with pytest.raises(TrustError, match="does not verify"):
-        verify(legacy, pub, channel="prod", digest=D2)
     with pytest.raises(TrustError, match="signed for channel 'dev', not 'prod'"):
         verify(_st(priv, channel="dev"), pub, channel="prod", digest=D1)
     with pytest.raises(TrustError, match="moved without a signed promotion"):
@@ -119,20 +115,22 @@ def test_promotions_sign_with_the_history_sequence_and_rollbacks_get_a_newer_one
         verify(read_statement(reg, "prod"), pub, channel="prod", digest=db)
 
 
-def test_a_stored_version_1_statement_still_verifies_with_its_key():
-    from datetime import datetime
-
+def test_a_statement_in_the_format_before_envelopes_is_refused_naming_the_command_that_signs_it_again():
+    """The bare-signature format (signed-statement, written before 2026-12-01) is outside the support
+    window: a version error (exit 11), not a tampering alarm, with the fix."""
+    from avatar_release.errors import SchemaVersionError
     from avatar_release.registry import MemoryRegistry
 
     data = Path(__file__).resolve().parents[1] / "data"
     reg = MemoryRegistry("legacy-statement")
     reg.put_record("statements", "prod", (data / "signed-statement.v1.json").read_bytes())
-    st = read_statement(reg, "prod")
-    assert isinstance(st, SignedStatement)
-    issued = datetime.strptime(st.payload.issued_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-    p = verify(st, load_public_key(data / "signed-statement.v1.pub"), channel="prod", digest=st.payload.build_digest,
-               now=issued)
-    assert p.channel == "prod" and p.sequence == st.payload.sequence
+    with pytest.raises(SchemaVersionError, match=r"statement for channel prod: an avatar-release/signed-statement .*"
+                                                 r"outside this avatar-release's support window, which reads DSSE "
+                                                 r"envelopes of avatar-release/statement v1\.\.2; sign the channel "
+                                                 r"again with this avatar-release: `avatar-release keys sign prod "
+                                                 r"--key KEY`") as info:
+        read_statement(reg, "prod")
+    assert info.value.exit_code == 11 and info.value.found == 1
 
 
 def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_path):
