@@ -100,10 +100,14 @@ def _kube_yaml(out: Path, image: str, registry: Path, keys: Path, claim_name: st
             e["value"] = "/registry"
     c["ports"][0]["hostPort"] = PORT
     c["volumeMounts"].append({"name": "registry", "mountPath": "/registry"})
+    for init in pod.get("initContainers", []):
+        init["image"] = image
     for v in pod["volumes"]:
         if v["name"] == "trust":  # the Secret's one file, as a hostPath here
             v.pop("secret")
             v["hostPath"] = {"path": str(keys), "type": "Directory"}
+        if v["name"] == "node-cache":  # the node's blob cache: a fresh directory of this test
+            v["hostPath"] = {"path": str(out / "node-cache"), "type": "DirectoryOrCreate"}
     pod["volumes"].append({"name": "registry", "hostPath": {"path": str(registry), "type": "Directory"}})
     path = out / "serving.yaml"
     path.write_text(yaml.safe_dump_all([pvc, dep]))

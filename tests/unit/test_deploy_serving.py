@@ -79,3 +79,28 @@ def test_the_containerfile_is_runtime_only_and_execs_the_server():
     assert 'ENTRYPOINT ["avatar-release", "serve"]' in text  # exec form: the server itself gets SIGTERM
     assert "[compile]" not in text and "torch" not in text.split("FROM", 1)[1]
     assert "USER 10001" in text and "AVATAR_RELEASE_HOST=0.0.0.0" in text
+
+
+@pytest.mark.parametrize("variant", sorted(FILES))
+def test_the_pods_of_a_node_share_one_node_cache_the_server_can_write(variant, monkeypatch, tmp_path):
+    from avatar_release.registry import CachedRegistry, OciRegistry, with_node_cache
+
+    pod = _docs(variant)["StatefulSet"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == env["AVATAR_RELEASE_CACHE_DIR"])
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    # a directory of the node, not of the pod (an emptyDir would pull every blob once per pod)
+    assert volume["hostPath"]["path"] == env["AVATAR_RELEASE_CACHE_DIR"]
+    assert volume["hostPath"]["type"] == "DirectoryOrCreate"
+    # hostPath ignores fsGroup: the init container hands the directory to the server's user
+    (init,) = pod["initContainers"]
+    user = pod["securityContext"]["runAsUser"]
+    assert init["command"] == ["chown", f"{user}:{user}", env["AVATAR_RELEASE_CACHE_DIR"]]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert {m["name"] for m in init["volumeMounts"]} == {mount["name"]}
+    # what the server makes of that environment: a registry read through the cache there
+    cached = with_node_cache(OciRegistry("oci://registry.example:5000/avatar", lock_dir=tmp_path), {
+        **env, "AVATAR_RELEASE_CACHE_DIR": str(tmp_path / "cache")})
+    assert isinstance(cached, CachedRegistry)
+    assert cached.cache.max_bytes >= 20 << 30 and cached.cache.concurrency == int(env["AVATAR_RELEASE_PULL_CONCURRENCY"])
