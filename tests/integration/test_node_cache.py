@@ -283,3 +283,67 @@ def test_the_environment_names_the_cache_and_only_remote_stores_go_through_it(ur
         with_node_cache(remote, {"AVATAR_RELEASE_CACHE_DIR": "x", "AVATAR_RELEASE_CACHE_SIZE": "50 gigs"})
     with pytest.raises(InputError, match="AVATAR_RELEASE_PULL_CONCURRENCY: '0' is not a number of pulls from 1 to 64"):
         with_node_cache(remote, {"AVATAR_RELEASE_CACHE_DIR": "x", "AVATAR_RELEASE_PULL_CONCURRENCY": "0"})
+
+
+# ---- a real build --------------------------------------------------------------------------------------------
+def _publish_real(built_registry, uri: str, tmp_path: Path) -> tuple[str, Manifest]:
+    from avatar_release.registry import read_manifest
+
+    root, built = built_registry
+    local = LocalRegistry(root, create=False)
+    resolved, manifest = read_manifest(local, built.build_id)
+    writer = OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks")
+    for blob in manifest.blobs():
+        writer.put_blob(local.get_blob(blob.digest, blob.size))
+    digest, _ = writer.put_build(manifest.build_id, local.get_manifest_bytes(resolved.digest))
+    return digest, manifest
+
+
+@pytest.mark.slow  # the session's tiny build, loaded twice
+def test_a_second_pod_loads_a_real_build_without_pulling_a_blob(built_registry, uri, tmp_path):
+    from avatar_release.runtime import load
+
+    digest, manifest = _publish_real(built_registry, uri, tmp_path)
+    blobs = {b.digest for b in manifest.blobs()}
+    first = pod(uri, tmp_path / "cache", concurrency=8)
+    build = load(digest, first)
+    assert build.guard.count == 0 and build.digest == digest
+    assert sorted(d for d in gets(first) if d in blobs) == sorted(blobs)  # each pulled once, on the first load
+    second = pod(uri, tmp_path / "cache")
+    build = load(digest, second)
+    assert build.guard.count == 0 and build.digest == digest
+    assert [d for d in gets(second) if d in blobs] == []  # the second pod on the node pulled nothing
+    assert second.cache.stats.pulls == 0
+
+
+@pytest.mark.slow  # two renders of the session's tiny build, each a fresh process as a pod is
+def test_render_with_cache_dir_reads_the_build_from_the_node_when_the_registry_lost_its_blobs(
+        built_registry, oci_server, uri, tmp_path):
+    import subprocess
+    import sys
+
+    digest, manifest = _publish_real(built_registry, uri, tmp_path)
+    env = {**os.environ, "AVATAR_RELEASE_LOCK_DIR": str(tmp_path / "locks")}
+    env.pop("AVATAR_RELEASE_CACHE_DIR", None)
+
+    def render(out: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "avatar_release", "render", digest, "--registry", uri,
+                               "--cache-dir", str(tmp_path / "cache"), "--seconds", "0.2", "--out",
+                               str(tmp_path / out), "--json"], env=env, capture_output=True, text=True, timeout=600)
+
+    first = render("first.mp4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    cached = {p.name for p in (tmp_path / "cache" / "blobs").iterdir()}
+    assert cached == {b.digest.split(":")[1] for b in manifest.blobs()}
+    repo = uri.split("/", 3)[3]
+    for b in manifest.blobs():  # the registry loses every blob; manifests and tags stay
+        r = requests.delete(f"http://{oci_server.host}/v2/{repo}/blobs/{b.digest}", timeout=30)
+        assert r.status_code == 202, r.text
+    assert OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks").has_blob(manifest.blobs()[0].digest) is False
+    second = render("second.mp4")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads(second.stdout)["compiles"] == 0
+    no_cache = subprocess.run([sys.executable, "-m", "avatar_release", "render", digest, "--registry", uri,
+                               "--seconds", "0.2", "--out", str(tmp_path / "third.mp4")], env=env,
+                              capture_output=True, text=True, timeout=600)
+    assert no_cache.returncode != 0 and "not found" in no_cache.stderr + no_cache.stdout  # without it: gone
