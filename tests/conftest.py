@@ -2,8 +2,9 @@
 
 Two lanes (see README, "Two commands"):
 
-* ``python3 -m pytest -n 2 --dist loadfile -q``: everything, on both cores (pytest-xdist); a file's
-  tests stay on one worker, so its module-scoped builds are made once.
+* ``python3 -m pytest -n 2 --dist loadgroup -q``: everything, on both cores (pytest-xdist); a file's
+  tests stay on one worker, so its module-scoped fixtures are made once (each benchmark smoke row is
+  a group of its own); compiled builds are shared by both workers through ``build_cache``.
 * ``python3 -m pytest -m "not slow" -n 2 -q``: the edit loop on both cores (pytest-xdist), about a minute on 2.
 
 A test is ``slow`` when it compiles a pipeline, runs fresh-process gate workers, or is otherwise
@@ -85,6 +86,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if COMPILING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        # Under `--dist loadgroup` a file's tests stay on one worker (its module-scoped fixtures made
+        # once), as with loadfile, unless a test names its own group (the benchmark smokes' rows).
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def pytest_runtest_setup(item):
