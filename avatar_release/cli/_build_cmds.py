@@ -17,6 +17,7 @@ from ..runtime import verify_build
 from ..specs import levers_warning, manifests_dir
 from ._table import table
 from ._app import _emit, _finish, _next_step, _progress, cli, json_option
+from ._cache_options import cache_options
 from ._devices import prepare_devices_for_target
 from ._options import complete_ref, nonempty_ref, new_registry_option, project_option, registry_option
 
@@ -190,6 +191,7 @@ def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
 @click.option("--no-programs", "no_programs", is_flag=True,
               help="Skip deserializing each executable to compare its fingerprint: only the blobs' stored and raw "
                    "digests, without starting JAX (flat memory whatever the build's size).")
+@cache_options
 @registry_option
 @json_option
 def verify_cmd(ref: str, no_programs: bool, registry_uri: str | None, as_json: bool) -> None:

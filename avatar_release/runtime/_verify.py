@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import AvatarReleaseError, EnvironmentMismatch, IntegrityError
 from ..machine import configure_for_manifest
 from ..records import ExecutableEntry, Manifest, check_identity
-from ..registry import Registry, open_registry, read_manifest
+from ..registry import Registry, open_registry, read_manifest, with_node_cache
 from ._blobs import BlobCheck, _bound_error, _gib, build_blobs, codec_of, memory_cap, raw_of
 from ._inflate import fetch_inflated
 from ._load import check_environment, devices_for
@@ -30,7 +30,7 @@ def verify_build(ref: str, registry_uri: str | None = None, *, programs: bool = 
     executables stream through the hash a piece at a time, so memory stays flat whatever the build's
     size (about 60 MB for 1.24 GB of weights, measured 2026-12-02; with programs, JAX and the
     programs XLA loads: 570 MB for that build, 390 MB for the default tiny)."""
-    reg = open_registry(registry_uri, create=False)
+    reg = with_node_cache(open_registry(registry_uri, create=False))  # --cache-dir: what this node would load
     resolved, m = read_manifest(reg, ref)
     head: dict[str, Any]
     try:
