@@ -317,7 +317,7 @@ def test_a_second_pod_loads_a_real_build_without_pulling_a_blob(built_registry, 
 
 
 @pytest.mark.slow  # two renders of the session's tiny build, each a fresh process as a pod is
-def test_render_with_cache_dir_reads_the_build_from_the_node_when_the_registry_lost_its_blobs(
+def test_render_and_verify_with_cache_dir_read_the_build_from_the_node_when_the_registry_lost_its_blobs(
         built_registry, oci_server, uri, tmp_path):
     import subprocess
     import sys
@@ -343,6 +343,10 @@ def test_render_with_cache_dir_reads_the_build_from_the_node_when_the_registry_l
     second = render("second.mp4")
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout)["compiles"] == 0
+    verified = subprocess.run([sys.executable, "-m", "avatar_release", "verify", digest, "--registry", uri,
+                               "--cache-dir", str(tmp_path / "cache"), "--no-programs", "--json"], env=env,
+                              capture_output=True, text=True, timeout=600)
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"], verified.stdout[-3000:]  # what the node loads
     no_cache = subprocess.run([sys.executable, "-m", "avatar_release", "render", digest, "--registry", uri,
                                "--seconds", "0.2", "--out", str(tmp_path / "third.mp4")], env=env,
                               capture_output=True, text=True, timeout=600)
