@@ -168,6 +168,18 @@ def _media_render(doc: Any, build: Any) -> None:
     assert long["python_peak_rss_mb"] > 0 and feed["ratio_long_to_short"]["python_peak_rss_mb"] < 1.5
 
 
+def _node_cache(doc: Any, build: Any) -> None:
+    """A stand-in build pulled from docker-registry into an empty node cache (1 and 8 at a time), read
+    back by a pod of a warm node with no request at all, beside a cacheless pull and plain files."""
+    modes = doc["modes"]
+    assert set(modes) == {"direct", "first pull, 1 at a time", "first pull, 8 at a time", "warm node", "plain files"}
+    assert modes["first pull, 1 at a time"]["blob_pulls"] == modes["first pull, 8 at a time"]["blob_pulls"] == [8]
+    assert modes["warm node"]["blob_pulls"] == [0] and modes["warm node"]["requests"] == [0]
+    assert modes["direct"]["requests"][0] >= 8 and modes["plain files"]["requests"] == [0]
+    assert all(0 < m["min_s"] <= m["median_s"] <= m["max_s"] for m in modes.values())
+    assert doc["bytes"] == 2 << 20 and all(r > 0 for r in doc["ratios"].values())
+
+
 def _policy(doc: Any, build: Any) -> None:
     """A real build gated and promoted to prod; the policy's share of each promotion, and a pod's checks."""
     assert doc["build_id"] == build.build_id
@@ -329,6 +341,7 @@ SMOKES: dict[str, Smoke] = {
     "kernels": Smoke("bench_kernels.py", _kernels),  # seven XLA compiles of interpret-mode Pallas kernels
     "media": Smoke("bench_media.py", _media, args=("--no-render",), slow=False, timeout=300),
     "media_render": Smoke("bench_media.py", _media_render, timeout=300),  # two fresh rendering processes
+    "node_cache": Smoke("bench_node_cache.py", _node_cache, binaries=("docker-registry",), timeout=300),  # 5 fresh processes
     "policy": Smoke("bench_policy.py", _policy, build=True),
     "probes": Smoke("bench_probes.py", _probes, build=True, timeout=300),
     # the bench leaves the OCI half out without docker-registry; under the switch that fails
