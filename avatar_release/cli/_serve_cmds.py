@@ -29,19 +29,35 @@ def _one_ref(ref: str | None, **options: str | None) -> str | None:
     return next(iter(given.values()), None)
 
 
+def _named_inputs(given: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for item in given:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise InputError(f"--input {item!r}: expected NAME=VALUE (a text input's text, or a tensor input's "
+                             ".npy file)")
+        out[name] = value
+    return out
+
+
 # ---------------------------------------------------------------------------------- render
 @cli.command("render")
 @click.argument("ref", required=False, metavar="[REF]", shell_complete=complete_ref, callback=nonempty_ref)
 @click.option("--channel", default=None, help="Render the build a channel points at (same as REF).")
 @click.option("--build", "build_ref", default=None, help="Render a build id or digest (same as REF).")
 @click.option("--image", "image_path", default=None,
-              help="Reference picture: JPEG, PNG or WebP (or a .npy uint8 array); default: the sample face.")
+              help="The build's image input: JPEG, PNG or WebP (or a .npy uint8 array); default: the sample "
+                   "picture (the sample face, for a talking head); zeros if the input is optional.")
 @click.option("--audio", "audio_path", default=None,
-              help="Speech track: WAV, MP3, M4A/AAC, FLAC, Ogg/Opus or WebM; default: the sample clip.")
+              help="The build's audio input: WAV, MP3, M4A/AAC, FLAC, Ogg/Opus or WebM; default: the sample clip "
+                   "of --seconds; silence if the input is optional.")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE",
+              help="A text input's text, or a tensor input's .npy file, by the input's name (repeatable).")
 @click.option("--fit", type=click.Choice(["cover", "contain", "exact"]), default="cover", show_default=True,
               help="How a picture of another size meets the pipeline's: cover = scale and centre-crop, "
                    "contain = scale to fit and letterbox on black, exact = refuse another size.")
-@click.option("--seconds", default=1.0, show_default=True, help="Length of the default sample audio.")
+@click.option("--seconds", default=1.0, show_default=True,
+              help="Length of the default sample audio; of the video, for a build with no audio input.")
 @click.option("--max-audio-seconds", default=4 * 3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Refuse a speech track longer than this (from its header, before anything loads; "
                    "exactly, while decoding). Memory does not grow with the track: it is streamed.")
@@ -53,7 +69,7 @@ def _one_ref(ref: str | None, **options: str | None) -> str | None:
 @registry_option
 @json_option
 def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
-               fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
+               inputs: tuple[str, ...], fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
                out_path: str, frames_dir: str | None, trust_key: str | None, trust_state: str | None, allow_stale: bool,
                max_timestamp_hours: float, trust_root: str | None, serve_expired: bool, registry_uri: str | None,
                as_json: bool) -> None:
@@ -66,7 +82,7 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
         ref=chosen, registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
         prepare=functools.partial(prepare_devices_for_build, trust=trusted), t_process=_T0, trust=trusted, fit=fit,
-        max_audio_seconds=max_audio_seconds, progress=_progress(),
+        max_audio_seconds=max_audio_seconds, progress=_progress(), values=_named_inputs(inputs),
     )
     human = (
         f"rendered {counted(summary['frames'], 'frame')} in {counted(summary['chunks'], 'chunk')} from "

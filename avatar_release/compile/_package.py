@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import zstandard
 
@@ -23,6 +23,7 @@ from ..records import (
     BlobRef,
     Bucket,
     ChunkProgram,
+    DeliveryRecord,
     ExecutableEntry,
     FlagProfileRecord,
     GateRequestsRecord,
@@ -30,6 +31,7 @@ from ..records import (
     LeverRecord,
     Manifest,
     MemoryFit,
+    RequestInputRecord,
     WeightsRecord,
     build_id_for,
     identity_digest,
@@ -195,6 +197,7 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
     tools = toolchain(with_compile_tools=True)
     config_doc = dataclasses.asdict(config)
     src = plan.source_digest
+    program = _program(plan)
     # The identity: a hash over everything that changes the binary or its output (records/identity.py).
     identity = identity_digest(
         pipeline=spec.name, entry=spec.entry, config=config_doc, overrides=plan.overrides, source=src,
@@ -219,9 +222,9 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
         flags=flags_rec,
         toolchain=tools,
         platform=plan.platform,
-        buckets=[Bucket(name=b.name, frames=b.frames, height=plan.program.height,
-                       width=plan.program.width) for b in spec.buckets],
-        program=_program(plan),
+        buckets=[Bucket(name=b.name, frames=b.frames, height=program.height,
+                       width=program.width) for b in spec.buckets],
+        program=program,
         executables=entries,
         memory_fit=fit,
         levers={k: LeverRecord(effect=v.effect, note=v.note) for k, v in sorted(plan.pipeline.levers.items())},
@@ -265,17 +268,31 @@ def _kernel_routes(plan: BuildPlan) -> dict[str, list[KernelRouteRecord]] | None
 
 def _program(plan: BuildPlan) -> ChunkProgram:
     prog = plan.program
+    image, audio, noise = prog.of_kind("image"), prog.of_kind("audio"), prog.of_kind("noise")
+    d = prog.delivers
+    talking_head = ([(i.kind, i.required) for i in prog.inputs] == [("image", True), ("audio", True), ("noise", False)]
+                    and d.kind == "video")
+    # The sizes the runtime works at: the video's (else the picture's) and the audio's (in or out).
+    height, width = (d.height, d.width) if d.kind == "video" else (image.shape[0], image.shape[1]) if image else (0, 0)
+    sample_rate, spf = ((audio.sample_rate, audio.samples_per_frame) if audio else
+                        (d.sample_rate, d.samples_per_frame) if d.kind == "audio" else (0, 0))
     return ChunkProgram(
         stages=list(plan.pipeline.stages),
-        image_input=prog.image,
-        audio_input=prog.audio,
-        noise_input=prog.noise,
+        image_input=image.name if image else None,
+        audio_input=audio.name if audio else None,
+        noise_input=noise.name if noise else None,
         carry=dict(prog.carry),
-        deliver=prog.deliver,
+        deliver=d.outputs[0],
         noise_recipe=NOISE_RECIPES[plan.spec.noise],
         fps=prog.fps,
-        sample_rate=prog.sample_rate,
-        samples_per_frame=prog.samples_per_frame,
-        height=prog.height,
-        width=prog.width,
+        sample_rate=sample_rate,
+        samples_per_frame=spf,
+        height=height,
+        width=width,
+        # A talking head's manifest stays as it was (records/build.py): its declaration is derived.
+        inputs=None if talking_head else [
+            RequestInputRecord(name=i.name, kind=i.kind, required=i.required, shape=list(i.shape), dtype=i.dtype,
+                               sample_rate=i.sample_rate, samples_per_frame=i.samples_per_frame)
+            for i in prog.inputs],
+        delivers=None if talking_head else DeliveryRecord(kind=d.kind, outputs=list(d.outputs)),
     )

@@ -21,9 +21,9 @@ from ..errors import AvatarReleaseError, ContractError, InputError, SpecError
 from ..machine import configure_compile_env, current_platform
 from ..pipeline import (
     CONTRACT_PAGE,
-    ChunkProgramSpec,
     JaxStage,
     Pipeline,
+    RequestProgram,
     StageSignature,
     TargetContext,
     author_error,
@@ -31,6 +31,8 @@ from ..pipeline import (
     defined_at,
     load_entry,
     project_source_digest,
+    check_request_program,
+    request_program,
     returned,
     signature_of,
     weight_layout_of,
@@ -65,7 +67,7 @@ class BuildPlan:
     source_digest: str  # the pipeline's source packages
     config: Any  # the pipeline's config (a dataclass), overrides applied
     overrides: dict[str, Any]  # the overrides as applied (typed values)
-    program: ChunkProgramSpec
+    program: RequestProgram  # what chunk_program declared (an older ChunkProgramSpec mapped onto it)
     tree: Any  # the pipeline's module tree; on the meta device for an abstract build
     weights_label: str  # where the weights came from (ABSTRACT_WEIGHTS: nowhere)
     weight_tensors: list[HostTensor] | None  # every stage's weights as host tensors; None for an abstract build
@@ -109,13 +111,11 @@ def plan_build(
     with calling(where, f"configs[{spec.config!r}] (its __post_init__ or validate, with the overrides)", root):
         config, applied = apply_overrides(config, overrides)
     with calling(where, "chunk_program(config)", root):
-        program = returned(pipe.chunk_program(config), where, "chunk_program(config)")
-    if not isinstance(program, ChunkProgramSpec):
-        raise ContractError(f"pipeline spec {spec.name}: chunk_program(config) must return a ChunkProgramSpec, got "
-                            f"{type(program).__name__}. The pipeline contract: {CONTRACT_PAGE}")
+        program = request_program(returned(pipe.chunk_program(config), where, "chunk_program(config)"),
+                                  f"pipeline spec {spec.name}")
     signatures = {b.name: signature_of(pipe, config, b.frames, where, root) for b in spec.buckets}
     for b in spec.buckets:
-        _check_program(spec.name, pipe, program, signatures[b.name], b.name, b.frames)
+        check_request_program(f"pipeline spec {spec.name}, bucket {b.name}", program, signatures[b.name], b.frames)
 
     if tgt.platform != "cpu":
         configure_compile_env(tgt)  # CPU device counts are the entry point's job (before JAX starts)
@@ -136,36 +136,6 @@ def plan_build(
                      mesh=mesh, pipeline=pipe, project=project, source_digest=project_source_digest(pipe, spec, project),
                      config=config, overrides=applied, program=program, tree=tree, weights_label=weights_label,
                      weight_tensors=host, weights_tensors=n_tensors, stages=stages)
-
-
-def _check_program(name: str, pipe: Pipeline, program: ChunkProgramSpec, sigs: dict[str, StageSignature],
-                   bucket: str = "", frames: int | None = None) -> None:
-    """Every name the chunk program wires exists where it must, and the photo and the delivered video
-    are declared as the runtime feeds and reads them: refused here, not in a serving pod."""
-    inputs = {t.name for s in sigs.values() for t in s.inputs}
-    outputs = {t.name for s in sigs.values() for t in s.outputs}
-    declared = {t.name: t for s in sigs.values() for t in (*s.inputs, *s.outputs)}
-    expected = {program.image: ((program.height, program.width, 3), "the photo"),
-                program.deliver: ((frames, program.height, program.width, 3), "the delivered video")}
-    owner = {t.name: f" (stage {stage} {kind})" for stage, sig in sigs.items()
-             for kind, ts in (("input", sig.inputs), ("output", sig.outputs)) for t in ts}
-    shape_wrong = [f"{what} {n!r}{owner[n]} is declared {tuple(declared[n].shape)} {declared[n].dtype}, expected "
-                   f"{shape} uint8 (chunk_program's height {program.height} x width {program.width} x 3 channels"
-                   + (f", {frames} frames" if n == program.deliver else "") + ")"
-                   for n, (shape, what) in expected.items()
-                   if n in declared and frames is not None
-                   and (tuple(declared[n].shape) != shape or declared[n].dtype != "uint8")]
-    wrong = [f"{what} {n!r} is no stage's input" for what, n in
-             (("image", program.image), ("audio", program.audio), ("noise", program.noise)) if n not in inputs]
-    wrong += [f"carry {k!r} is no stage's input" for k in program.carry if k not in inputs]
-    wrong += [f"carry {k!r} -> {v!r}: {v!r} is no stage's output" for k, v in program.carry.items() if v not in outputs]
-    if program.deliver not in outputs:
-        wrong.append(f"deliver {program.deliver!r} is no stage's output")
-    wrong += shape_wrong
-    if wrong:
-        raise ContractError(f"pipeline spec {name}{f', bucket {bucket}' if bucket else ''}: chunk_program does "
-                            f"not match the stage signatures: "
-                            f"{'; '.join(wrong)}. The pipeline contract: {CONTRACT_PAGE}")
 
 
 def _load_tree(pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: str | None,

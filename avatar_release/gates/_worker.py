@@ -66,8 +66,9 @@ def render_gate_set(job: dict) -> dict:
     for req in gs.requests:
         if wanted is not None and req.name not in wanted:
             continue
-        image, audio = gate_request_inputs(manifest, req)
-        out, report = render(build, image, audio, seed=req.seed, on_chunk=functools.partial(_say_chunk, req.name))
+        given = gate_request_inputs(manifest, req)
+        out, report = render(build, given.image, given.audio, seed=req.seed, frames=given.frames, values=given.values,
+                             on_chunk=functools.partial(_say_chunk, req.name))
         frames.append(out)
         hashes.append([frame_sha256(f) for f in out])
         chunks += [{"request": req.name, **c} for c in report.to_json()["per_chunk"]]

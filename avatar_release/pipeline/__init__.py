@@ -26,6 +26,16 @@ from ._contract import (
     signature_of,
 )
 from ._entry import load_entry, project_source_digest
+from ._io import (
+    DELIVERY_KINDS,
+    INPUT_KINDS,
+    RESERVED_FIELDS,
+    Delivery,
+    RequestInput,
+    RequestProgram,
+    check_request_program,
+    request_program,
+)
 from ._hints import (
     WEIGHT_LAYOUTS,
     block_runner,
@@ -44,6 +54,14 @@ __all__ = [
     "TensorSpec",
     "StageSignature",
     "ChunkProgramSpec",
+    "RequestProgram",
+    "RequestInput",
+    "Delivery",
+    "INPUT_KINDS",
+    "DELIVERY_KINDS",
+    "RESERVED_FIELDS",
+    "request_program",
+    "check_request_program",
     "Lever",
     "GateRequests",
     "TargetContext",

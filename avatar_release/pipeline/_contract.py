@@ -23,6 +23,7 @@ from typing import Any, Callable, cast, ContextManager, Mapping, Sequence, TYPE_
 from ..errors import ContractError, SpecError
 from ..specs import FlagProfile, PipelineSpec, TargetSpec
 from ._author import CONTRACT_PAGE, calling, returned
+from ._io import ChunkProgramSpec, RequestProgram
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -47,27 +48,6 @@ class TensorSpec:
 class StageSignature:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-
-
-@dataclass(frozen=True)
-class ChunkProgramSpec:
-    """How one chunk flows through the stages, by input/output names of the stage signatures.
-
-    Request inputs (the photo, the chunk's audio, the chunk's noise) are fed by the runtime;
-    ``carry`` maps a state input to the output that feeds it in the next chunk (zeros before the
-    first); ``deliver`` names the uint8 (frames, height, width, 3) output that is the video.
-    """
-
-    image: str
-    audio: str
-    noise: str
-    carry: Mapping[str, str]
-    deliver: str
-    fps: int
-    sample_rate: int
-    samples_per_frame: int
-    height: int
-    width: int
 
 
 @dataclass(frozen=True)
@@ -186,7 +166,8 @@ class Pipeline:
     load_weights: Callable[[Any, str], Any]  # (config, safetensors path) -> module tree; ValueError on mismatch
     stage: Callable[[Any, str], Any]  # (module tree, stage name) -> torch.nn.Module | JaxStage
     signature: Callable[[Any, int], Mapping[str, StageSignature]]  # (config, frames) -> per stage
-    chunk_program: Callable[[Any], ChunkProgramSpec]  # config -> how a chunk flows
+    # config -> how a request flows chunk by chunk: its inputs by kind, carry, what it delivers (_io)
+    chunk_program: Callable[[Any], RequestProgram | ChunkProgramSpec]
     trace_context: Callable[[Any, TargetContext], ContextManager[Any]] = _no_context
     levers: Mapping[str, Lever] = field(default_factory=dict)  # override key -> lever (tier 2)
     gate_requests: GateRequests = GateRequests()
@@ -218,7 +199,7 @@ _REQUIRED: tuple[tuple[str, str], ...] = (
     ("load_weights", "a function (config, path) -> module tree"),
     ("stage", "a function (module tree, stage name) -> torch module or JaxStage"),
     ("signature", "a function (config, frames) -> {stage: StageSignature}"),
-    ("chunk_program", "a function (config) -> ChunkProgramSpec"),
+    ("chunk_program", "a function (config) -> RequestProgram"),
 )
 _OPTIONAL = ("trace_context", "levers", "gate_requests", "band_variants", "analyses", "source_packages")
 

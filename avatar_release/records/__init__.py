@@ -18,6 +18,8 @@ from .build import (
     Bucket,
     ChunkProgram,
     CompileEvidence,
+    DeliveryRecord,
+    RequestInputRecord,
     GateRequestsRecord,
     LeverRecord,
     EnvironmentRecord,
@@ -72,6 +74,7 @@ from .statement import (
 __all__ = [
     "Record", "BlobRef", "parse_record", "readable_versions", "utcnow", "STORED_KINDS",
     "BUILD_SCHEMA_VERSION", "ArraySpec", "AutotuneFinding", "AutotuneRecord", "KernelRouteRecord", "Bucket", "ChunkProgram", "CompileEvidence", "EnvironmentRecord",
+    "DeliveryRecord", "RequestInputRecord",
     "ExecutableEntry",
     "GateRequestsRecord", "LeverRecord",
     "FlagProfileRecord", "KernelRecord", "Manifest", "MemoryFit", "Platform", "ScheduleRecord", "Toolchain",

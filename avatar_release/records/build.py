@@ -52,6 +52,16 @@ Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
     one hash a loader takes of them (the blob's sha256 stays the transport digest). Both are left
     out when unset, so a v7 manifest keeps its bytes and identity.
 
+  * 8 (2026-12-05), also: declared request inputs and outputs. ``program.inputs`` lists the
+    request inputs a pipeline declares by kind (image, audio, text, tensor, noise, time: name,
+    required, shape, dtype, audio layout) and ``program.delivers`` what its chunks deliver (video,
+    audio or tensors, by output name); ``image_input``, ``audio_input`` and ``noise_input`` are
+    None where it declares no such input, ``height``/``width`` (video) and
+    ``sample_rate``/``samples_per_frame`` (audio) 0 where nothing has that size. Both new fields
+    are written only for a pipeline that is not a talking head (photo, audio and noise in, video
+    out), so a talking head's program keeps its bytes; ``ChunkProgram.request_inputs`` and
+    ``delivery`` derive its declaration, and that of every older manifest.
+
 ``EnvironmentRecord`` (where a gate ran) lives here beside ``Platform`` (what a build was
 compiled for); ``avatar_release.machine`` describes the live machine as either and diffs them.
 """
@@ -88,6 +98,8 @@ __all__ = [
     "ScheduleRecord",
     "MemoryFit",
     "ChunkProgram",
+    "RequestInputRecord",
+    "DeliveryRecord",
     "LeverRecord",
     "GateRequestsRecord",
     "Manifest",
@@ -392,19 +404,40 @@ class WeightsRecord(Record):
         return [self.blob] if self.blob is not None else []
 
 
+class RequestInputRecord(Record):
+    """One declared request input (v8), fed to the stage input ``name`` (``avatar_release.pipeline``
+    documents what the runtime feeds for each kind)."""
+
+    name: str
+    kind: Literal["image", "audio", "text", "tensor", "noise", "time"]
+    required: bool = True
+    shape: list[int] = Field(default_factory=list)  # image (H, W, 3); text (max_bytes,); tensor; [] audio, noise
+    dtype: str
+    sample_rate: int = 0  # audio
+    samples_per_frame: int = 0  # audio
+
+
+class DeliveryRecord(Record):
+    """What a build's chunks deliver (v8), by stage output names."""
+
+    kind: Literal["video", "audio", "tensors"]
+    outputs: list[str] = Field(min_length=1)
+
+
 class ChunkProgram(Record):
     """How the runtime drives the stages for one chunk, without knowing the model.
 
     Stages run in ``stages`` order; each reads its inputs by name from the chunk's
-    environment: request inputs (``image``, ``audio``, ``noise``), carried state and
-    earlier stages' outputs. ``carry`` maps a state input to the output that feeds it
-    in the next chunk (zeros before the first). ``deliver`` names the uint8 frames.
+    environment: request inputs (``inputs``, v8; before it, ``image``, ``audio``, ``noise``),
+    carried state and earlier stages' outputs. ``carry`` maps a state input to the output that
+    feeds it in the next chunk (zeros before the first). ``deliver`` names the delivered output
+    (uint8 frames for video; ``delivers`` says what, v8).
     """
 
     stages: list[str]
-    image_input: str
-    audio_input: str
-    noise_input: str
+    image_input: str | None  # v8: None without an image input
+    audio_input: str | None  # v8: None without an audio input
+    noise_input: str | None  # v8: None without a noise input
     carry: dict[str, str]
     deliver: str
     # "numpy-pcg64-standard-normal/v1": noise from (request seed, chunk index), reproducible.
@@ -414,10 +447,38 @@ class ChunkProgram(Record):
         "numpy-pcg64-standard-normal/v1"
     )
     fps: int
-    sample_rate: int
-    samples_per_frame: int
-    height: int
+    sample_rate: int  # of the audio input or the delivered audio; v8: 0 without audio
+    samples_per_frame: int  # v8: 0 without audio
+    height: int  # of the image input or the delivered video; v8: 0 without either
     width: int
+    inputs: list[RequestInputRecord] | None = None  # v8: the declared request inputs
+    delivers: DeliveryRecord | None = None  # v8: what the chunks deliver
+
+    _omit = _omit_when_none("inputs", "delivers")
+
+    def request_inputs(self) -> list[RequestInputRecord]:
+        """The declared request inputs; without ``inputs`` (a talking head), its photo, audio and noise."""
+        if self.inputs is not None:
+            return list(self.inputs)
+        return [RequestInputRecord(name=str(self.image_input), kind="image", shape=[self.height, self.width, 3],
+                                   dtype="uint8"),
+                RequestInputRecord(name=str(self.audio_input), kind="audio", dtype="float32",
+                                   sample_rate=self.sample_rate, samples_per_frame=self.samples_per_frame),
+                RequestInputRecord(name=str(self.noise_input), kind="noise", required=False, dtype="float32")]
+
+    def input_of(self, kind: str) -> RequestInputRecord | None:
+        """The request input of ``kind`` (image, audio and noise are declared at most once)."""
+        return next((i for i in self.request_inputs() if i.kind == kind), None)
+
+    def delivery(self) -> DeliveryRecord:
+        """What the chunks deliver; without ``delivers``, the uint8 video ``deliver`` names."""
+        return self.delivers if self.delivers is not None else DeliveryRecord(kind="video", outputs=[self.deliver])
+
+    @property
+    def talking_head(self) -> bool:
+        """Photo and audio in, video out: the shape every build had before inputs were declared."""
+        return (self.input_of("image") is not None and self.input_of("audio") is not None
+                and self.delivery().kind == "video")
 
 
 class LeverRecord(Record):

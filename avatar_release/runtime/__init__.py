@@ -7,13 +7,13 @@ Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 
 from ._assemble import assemble
 from ._blobs import BlobCheck, build_blobs, decompress, fetch_verified
-from ._feed import ChunkAudio, feed_chunks
+from ._feed import ChunkAudio, feed_chunks, feed_frames
 from ._guard import COMPILE_EVENT, CompileGuard
 from ._pace import Pace, PaceTally, pace_of
 from ._load import (
     LoadedBuild, LoadTimings, TrustConfig, check_environment, check_trusted, load, resolve_channel, revocation_keys,
 )
-from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, stream
+from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, request_values, stream
 from ._verify import check_blobs, verify_build
 
 __all__ = [
@@ -38,6 +38,8 @@ __all__ = [
     "StreamReport",
     "plan_chunks",
     "feed_chunks",
+    "feed_frames",
+    "request_values",
     "ChunkAudio",
     "chunk_noise",
     "CompileGuard",

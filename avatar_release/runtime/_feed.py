@@ -1,4 +1,7 @@
-"""The audio feed: a speech track, arriving in pieces of any size, cut into the chunks a build renders.
+"""The feed: a request's length cut into the chunks a build renders, with each chunk's share of the audio.
+
+A build with an audio input is driven by its track (below); one without is driven by a number of
+frames the request asks for (:func:`feed_frames`), cut by the same :func:`plan_chunks`.
 
 The track's length is never needed up front. A bucket is chosen once the feed holds a largest
 bucket's worth of samples (then the largest bucket fits, as it would in the whole track) or the
@@ -18,7 +21,7 @@ import numpy as np
 from ..errors import InputError
 from ..records import Manifest
 
-__all__ = ["ChunkAudio", "feed_chunks", "plan_chunks"]
+__all__ = ["ChunkAudio", "feed_chunks", "feed_frames", "plan_chunks"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class ChunkAudio:
     frames: int  # frames the bucket renders
     deliver: int  # frames kept: ``frames``, except for a tail shorter than the smallest bucket
     first_frame: int
-    audio: np.ndarray  # (frames * samples_per_frame,) float32, silence after the track's end
+    audio: np.ndarray  # (frames * samples_per_frame,) float32, silence after the track's end; (0,) without audio
 
 
 def plan_chunks(manifest: Manifest, n_frames: int) -> list[tuple[str, int, int]]:
@@ -53,6 +56,16 @@ def _choose(manifest: Manifest, left: int) -> tuple[str, int]:
     fit = [b for b in buckets if b.frames <= left]
     b = fit[0] if fit else buckets[-1]
     return b.name, b.frames
+
+
+def feed_frames(manifest: Manifest, n_frames: int, *, where: str = "frames") -> Iterator[ChunkAudio]:
+    """The chunks of a request of ``n_frames`` frames with no audio driving it (as :func:`plan_chunks` plans them)."""
+    if n_frames <= 0:
+        raise InputError(f"{where}: {n_frames} frames; a request renders at least one frame")
+    first = 0
+    for index, (bucket, frames, deliver) in enumerate(plan_chunks(manifest, n_frames)):
+        yield ChunkAudio(index, bucket, frames, deliver, first, np.zeros(0, np.float32))
+        first += frames
 
 
 def _pieces(audio: np.ndarray | Iterable[np.ndarray], where: str) -> Iterator[np.ndarray]:

@@ -55,7 +55,9 @@ from ._openapi import openapi_document
 from ._pod import Pod
 from ._probes import probe
 from ._render import RenderJob
-from ._request import REQUEST_ID, Limits, RenderInputs, RenderRequest, decode_inputs, parse_request, read_body
+from ._request import (
+    REQUEST_ID, Limits, RenderInputs, RenderRequest, decode_inputs, parse_request, read_body, request_model,
+)
 from ._video import VideoStream, error_response
 
 __all__ = ["AppConfig", "create_app", "renders_busy"]
@@ -77,7 +79,7 @@ _INTERNAL = "internal error; the pod's log has the details"
 
 def _shape(build: LoadedBuild) -> tuple:
     p = build.manifest.program
-    return p.height, p.width, p.fps, p.sample_rate, p.samples_per_frame
+    return p.height, p.width, p.fps, p.sample_rate, p.samples_per_frame, tuple(map(repr, p.request_inputs()))
 
 
 def _reason(exc: BaseException) -> str:
@@ -293,7 +295,8 @@ class _Service:
         """The request's fields and media bytes; the raw body is dropped before anything waits."""
         limits = self.cfg.limits
         body = await read_body(request.stream(), request.headers.get("content-length"), limits)
-        return await parse_request(request.headers.get("content-type", ""), body, limits)
+        return await parse_request(request.headers.get("content-type", ""), body, limits,
+                                   request_model(self.pod.build.manifest.program))
 
     async def _admit(self, req: RenderRequest, image: bytes | None, audio: bytes | None, line: dict) -> RenderJob:
         """Queue, decode while waiting, take the accelerator and start the job (which then owns it)."""

@@ -14,6 +14,7 @@ track's length is read from its header only to refuse, before anything loads, a 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,15 +22,24 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
 from ..media import (
-    DEFAULT_FIT, Mp4File, Mp4Writer, load_image, sample_audio_pieces, sample_count, sample_image, stream_audio, write_png,
+    DEFAULT_FIT,
+    Mp4File,
+    Mp4Writer,
+    load_image,
+    sample_audio_pieces,
+    sample_count,
+    sample_image,
+    stream_audio,
+    write_png,
 )
 from ..records import ChunkProgram, Manifest
 from ..registry import Registry, Resolved, open_registry, with_node_cache
-from ..runtime import Chunk, LoadedBuild, StreamReport, TrustConfig, load, PaceTally, pace_of, stream
+from ..runtime import Chunk, LoadedBuild, PaceTally, StreamReport, TrustConfig, load, pace_of, stream
 
 __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
-           "request_image"]
+           "request_image", "request_values_from_text"]
 
 # Streamed, a track's length costs render time and disk (the output, and 115 MB of scratch
 # samples per hour at 16 kHz beside it), not memory: the bound is how long one render may run.
@@ -37,13 +47,42 @@ RENDER_MAX_AUDIO_SECONDS = 4 * 3600.0
 
 
 def request_image(program: ChunkProgram, image_path: str | None = None, *, pipeline: str | None = None,
-                  fit: str = DEFAULT_FIT) -> tuple[np.ndarray, dict]:
-    """The reference picture (a file fitted by ``fit``, or the deterministic sample) and how it was read."""
+                  fit: str = DEFAULT_FIT) -> tuple[np.ndarray | None, dict]:
+    """The picture of the build's image input (a file fitted by ``fit``, or the deterministic sample
+    when the input is required: the sample face of a talking head) and how it was read; None for a
+    build without an image input, or an optional one not given (the runtime feeds zeros)."""
+    declared = program.input_of("image")
+    if declared is None:
+        if image_path:
+            raise InputError(f"--image {image_path}: this build declares no image input; leave --image out")
+        return None, {"path": None, "declared": False}
+    h, w = declared.shape[0], declared.shape[1]
     if image_path:
-        loaded = load_image(image_path, height=program.height, width=program.width, fit=fit, pipeline=pipeline)
+        loaded = load_image(image_path, height=h, width=w, fit=fit, pipeline=pipeline)
         return loaded.pixels, {"path": str(image_path), "fit": loaded.fit.to_json()}
-    return sample_image(program.height, program.width), {"path": None, "sample": "sample_image variant 0",
-                                                         "size": [program.width, program.height]}
+    if not declared.required:
+        return None, {"path": None, "absent": "zeros (the input is optional)", "size": [w, h]}
+    return sample_image(h, w), {"path": None, "sample": "sample_image variant 0", "size": [w, h]}
+
+
+def request_values_from_text(program: ChunkProgram, given: dict[str, object]) -> dict[str, object]:
+    """``--input NAME=VALUE`` by the build's declaration: a text input's VALUE is the text, a tensor
+    input's a ``.npy`` file (read without pickles); a name the build does not declare is refused."""
+    declared = {i.name: i for i in program.request_inputs() if i.kind in ("text", "tensor")}
+    out: dict[str, object] = {}
+    for name, value in given.items():
+        spec = declared.get(name)
+        if spec is None:
+            raise InputError(f"--input {name}=...: this build declares no text or tensor input {name!r} (it has "
+                             f"{', '.join(declared) or 'none'})")
+        if spec.kind == "tensor" and isinstance(value, str):
+            try:
+                out[name] = np.load(value, allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise InputError(f"--input {name}={value}: not a readable .npy array ({exc})") from None
+        else:
+            out[name] = value
+    return out
 
 
 @dataclass
@@ -61,9 +100,16 @@ class RequestAudio:
 
 
 def request_audio(program: ChunkProgram, audio_path: str | None = None, *, seconds: float = 1.0,
-                  max_seconds: float = RENDER_MAX_AUDIO_SECONDS) -> RequestAudio:
+                  max_seconds: float = RENDER_MAX_AUDIO_SECONDS) -> RequestAudio | None:
     """A speech file, streamed and bounded (a file past ``max_seconds`` by its header is refused
-    here), or the deterministic sample of ``seconds``."""
+    here), or the deterministic sample of ``seconds`` for a required audio input; None for a build
+    without an audio input, or an optional one not given (then ``seconds`` sets the length)."""
+    declared = program.input_of("audio")
+    if declared is None or (not declared.required and not audio_path):
+        if audio_path:
+            raise InputError(f"--audio {audio_path}: this build declares no audio input; leave --audio out "
+                             "(--seconds sets the length)")
+        return None
     if audio_path:
         decoder = stream_audio(audio_path, sample_rate=program.sample_rate, max_seconds=max_seconds,
                                longer_fix="render it whole with a larger --max-audio-seconds")
@@ -82,27 +128,32 @@ def request_audio(program: ChunkProgram, audio_path: str | None = None, *, secon
                                  "sample_rate": program.sample_rate})
 
 
-def render_build_to_files(build: LoadedBuild, image: np.ndarray, audio: Iterable[np.ndarray], *, out_path: str,
-                          frames_dir: str | None = None, seed: int = 0,
-                          on_chunk: Callable[[Chunk], None] | None = None) -> tuple[StreamReport, Mp4File]:
+def render_build_to_files(build: LoadedBuild, image: np.ndarray | None, audio: Iterable[np.ndarray] | None, *,
+                          out_path: str, frames_dir: str | None = None, seed: int = 0,
+                          on_chunk: Callable[[Chunk], None] | None = None, frames: int | None = None,
+                          values: dict[str, object] | None = None) -> tuple[StreamReport, Mp4File]:
     """Render ``build`` chunk by chunk into an MP4 (and PNG frames): (StreamReport, Mp4File).
 
     Holds one chunk of samples and one chunk of frames at a time; ``out_path`` appears only
     when the whole video is written (a refusal or failure half way leaves it as it was).
     """
     prog = build.manifest.program
+    if prog.delivery().kind != "video":
+        raise InputError(f"build {build.build_id} delivers {prog.delivery().kind}; render writes video (MP4) only, so "
+                         "this build cannot be rendered to a file yet (runtime.stream yields its chunks)")
     frames_to = Path(frames_dir) if frames_dir else None
     if frames_to is not None:
         frames_to.mkdir(parents=True, exist_ok=True)
     report = StreamReport()
-    with Mp4Writer(out_path, fps=prog.fps, sample_rate=prog.sample_rate) as mp4:
+    with Mp4Writer(out_path, fps=prog.fps, sample_rate=prog.sample_rate if audio is not None else None) as mp4:
 
         def to_track(pieces: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
             for piece in pieces:  # the samples the chunks render, onto the audio track as they pass
                 mp4.add_audio(piece)
                 yield piece
 
-        for chunk in stream(build, image, to_track(audio), seed=seed):
+        for chunk in stream(build, image, None if audio is None else to_track(audio), seed=seed, frames=frames,
+                            values=values):
             mp4.add_frames(chunk.frames)
             if frames_to is not None:
                 for i, frame in enumerate(chunk.frames):
@@ -131,6 +182,7 @@ def render_to_files(
     fit: str = DEFAULT_FIT,
     max_audio_seconds: float = RENDER_MAX_AUDIO_SECONDS,
     progress: Callable[[str], None] = lambda m: None,
+    values: dict[str, object] | None = None,
 ) -> dict:
     t_cli = time.perf_counter()
     registry = with_node_cache(open_registry(registry_uri, create=False))
@@ -138,6 +190,7 @@ def render_to_files(
     prog = manifest.program
     t_inputs = time.perf_counter()
     image, image_record = request_image(prog, image_path, pipeline=manifest.pipeline, fit=fit)
+    values = request_values_from_text(prog, values or {})
     audio = request_audio(prog, audio_path, seconds=seconds, max_seconds=max_audio_seconds)
     decode_seconds = time.perf_counter() - t_inputs  # the picture, and the track's header
     t_imp = time.perf_counter()
@@ -146,7 +199,11 @@ def render_to_files(
     # With a trust key the loader resolves the channel itself and checks its signed statement.
     progress(f"loading {manifest.build_id} from {registry.uri}")
     build = load(ref if trust is not None else resolved.digest, registry, strict=True, trust=trust)
-    length = f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
+    frames = None if audio is not None else max(1, math.ceil(seconds * prog.fps - 1e-9))
+    if audio is None:
+        length = f"{(frames or 0) / prog.fps:.1f}s ({frames} frames)"
+    else:
+        length = f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
     progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {length} to {out_path}")
 
     pace = pace_of(manifest)
@@ -155,8 +212,8 @@ def render_to_files(
         progress(pace.chunk_line(c.index, frames=int(c.frames.shape[0]), bucket=c.bucket, seconds=c.seconds,
                                  deadline=c.deadline, compiles=c.compiles))
 
-    report, mp4 = render_build_to_files(build, image, audio.pieces, out_path=out_path, frames_dir=frames_dir,
-                                        seed=seed, on_chunk=say)
+    report, mp4 = render_build_to_files(build, image, None if audio is None else audio.pieces, out_path=out_path,
+                                        frames_dir=frames_dir, seed=seed, on_chunk=say, frames=frames, values=values)
     return {
         "build_id": build.build_id,
         "digest": build.digest,
@@ -168,7 +225,9 @@ def render_to_files(
         "compiles": build.guard.count,
         "cold_start": _cold_start(build, imports, report),
         "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},
-        "inputs": {"image": image_record, "audio": audio.record(), "decode_seconds": round(decode_seconds, 4)},
+        "inputs": {"image": image_record,
+                   "audio": audio.record() if audio is not None else {"path": None, "frames": frames},
+                   **({"values": sorted(values)} if values else {}), "decode_seconds": round(decode_seconds, 4)},
     }
 
 

@@ -32,31 +32,35 @@ _READ = 64 * 1024
 class FragmentEncoder:
     """``write(frames)`` per chunk, then ``close()``; every byte of the fMP4 goes to ``on_bytes``."""
 
-    def __init__(self, *, width: int, height: int, fps: int, audio: np.ndarray, sample_rate: int,
+    def __init__(self, *, width: int, height: int, fps: int, audio: np.ndarray | None, sample_rate: int,
                  n_frames: int, keyframes: list[int], on_bytes: Callable[[bytes], None],
                  crf: int = 20, preset: str = "veryfast"):
         self._tmp = tempfile.mkdtemp(prefix="avatar-serve-")
         self._on_bytes = on_bytes
-        # The audio is cut or padded with silence to exactly the video's length.
-        n = int(round(n_frames / fps * sample_rate))
-        fitted = np.zeros(n, np.float32)
-        fitted[: min(n, audio.size)] = audio[:n]
-        wav = os.path.join(self._tmp, "audio.wav")
-        with open(wav, "wb") as fh:
-            fh.write(encode_wav_bytes(fitted, sample_rate))
+        # The audio is cut or padded with silence to exactly the video's length; None: a video
+        # without an audio track (a build with no audio input).
+        sound: list[str] = []
+        if audio is not None:
+            n = int(round(n_frames / fps * sample_rate))
+            fitted = np.zeros(n, np.float32)
+            fitted[: min(n, audio.size)] = audio[:n]
+            wav = os.path.join(self._tmp, "audio.wav")
+            with open(wav, "wb") as fh:
+                fh.write(encode_wav_bytes(fitted, sample_rate))
+            sound = ["-i", wav]
         self._pad_w, self._pad_h = width % 2, height % 2
         times = ",".join(f"{k / fps:.6f}" for k in keyframes)
         cmd = [
             ffmpeg_exe(), "-hide_banner", "-nostdin", "-loglevel", "error",
             "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width + self._pad_w}x{height + self._pad_h}",
             "-r", str(fps), "-i", "pipe:0",
-            "-i", wav,
-            "-map", "0:v:0", "-map", "1:a:0",
+            *sound,
+            "-map", "0:v:0", *(["-map", "1:a:0"] if sound else []),
             "-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-crf", str(int(crf)),
             "-force_key_frames", times, "-g", str(max(1, n_frames)),
             "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p", "-pix_fmt", "yuv420p",
             "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
-            "-c:a", "aac", "-b:a", "128k",
+            *(["-c:a", "aac", "-b:a", "128k"] if sound else []),
             "-movflags", MOVFLAGS, "-f", "mp4", "pipe:1",
         ]
         self._err = tempfile.TemporaryFile(dir=self._tmp)

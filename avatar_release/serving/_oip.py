@@ -55,31 +55,51 @@ def _default(field: str) -> Any:
 
 
 def _inputs(build: LoadedBuild, limits: Limits) -> list[dict[str, Any]]:
+    """What ``/render`` takes, from the inputs the build's program declares."""
     p = build.manifest.program
     fits = list(get_args(RenderRequest.model_fields["fit"].annotation))
-    return [
-        {"name": "image", "datatype": "BYTES", "shape": [1], "parameters": {
-            "accepts": ACCEPTED_IMAGES, "optional": True, "absent": "the sample picture",
-            "decoded": {"name": p.image_input, "datatype": "UINT8", "shape": [p.height, p.width, 3]},
-            "fit": fits, "fit_default": _default("fit"), "max_pixels": limits.max_image_pixels}},
-        {"name": "audio", "datatype": "BYTES", "shape": [1], "parameters": {
-            "accepts": ACCEPTED_AUDIO, "optional": True, "absent": "sample audio of `seconds`",
-            "decoded": {"name": p.audio_input, "datatype": "FP32", "shape": [-1], "sample_rate": p.sample_rate,
-                        "samples_per_frame": p.samples_per_frame},
-            "max_seconds": max_seconds(build, limits)}},
-        {"name": "seed", "datatype": "INT64", "shape": [1], "parameters": {
-            "optional": True, "default": _default("seed"), "noise_input": p.noise_input,
-            "noise_recipe": p.noise_recipe}},
-        {"name": "seconds", "datatype": "FP64", "shape": [1], "parameters": {
-            "optional": True, "default": _default("seconds"), "max": max_seconds(build, limits),
-            "used": "only when no audio is sent"}},
-    ]
+    out: list[dict[str, Any]] = []
+    for i in p.request_inputs():
+        if i.kind == "image":
+            out.append({"name": "image", "datatype": "BYTES", "shape": [1], "parameters": {
+                "accepts": ACCEPTED_IMAGES, "optional": True,
+                "absent": "the sample picture" if i.required else "zeros (a black picture)",
+                "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
+                "fit": fits, "fit_default": _default("fit"), "max_pixels": limits.max_image_pixels}})
+        elif i.kind == "audio":
+            out.append({"name": "audio", "datatype": "BYTES", "shape": [1], "parameters": {
+                "accepts": ACCEPTED_AUDIO, "optional": True,
+                "absent": "sample audio of `seconds`" if i.required else "silence of `seconds`",
+                "decoded": {"name": i.name, "datatype": "FP32", "shape": [-1], "sample_rate": i.sample_rate,
+                            "samples_per_frame": i.samples_per_frame},
+                "max_seconds": max_seconds(build, limits)}})
+        elif i.kind == "noise":
+            out.append({"name": "seed", "datatype": "INT64", "shape": [1], "parameters": {
+                "optional": True, "default": _default("seed"), "noise_input": i.name,
+                "noise_recipe": p.noise_recipe}})
+        elif i.kind == "text":
+            out.append({"name": i.name, "datatype": "BYTES", "shape": [1], "parameters": {
+                "optional": not i.required, "encoding": "utf-8", "max_bytes": i.shape[0],
+                "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)}}})
+        elif i.kind == "tensor":
+            out.append({"name": i.name, "datatype": _OIP_TYPES.get(i.dtype, i.dtype.upper()), "shape": list(i.shape),
+                        "parameters": {"optional": not i.required, "json": "nested arrays"}})
+    out.append({"name": "seconds", "datatype": "FP64", "shape": [1], "parameters": {
+        "optional": True, "default": _default("seconds"), "max": max_seconds(build, limits),
+        "used": "only when no audio is sent" if p.input_of("audio") is not None else "the request's length"}})
+    return out
+
+
+# numpy dtype -> the Open Inference Protocol's tensor datatype
+_OIP_TYPES = {"bool": "BOOL", "uint8": "UINT8", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
+              "float16": "FP16", "bfloat16": "BF16", "float32": "FP32", "float64": "FP64"}
 
 
 def _outputs(build: LoadedBuild) -> list[dict[str, Any]]:
     p = build.manifest.program
+    sound = "H.264 + AAC" if p.input_of("audio") is not None else "H.264, no audio track"
     return [{"name": "video", "datatype": "BYTES", "shape": [1], "parameters": {
-        "content_type": "video/mp4", "route": "POST /render", "streamed": "fragmented MP4 (H.264 + AAC), chunked",
+        "content_type": "video/mp4", "route": "POST /render", "streamed": f"fragmented MP4 ({sound}), chunked",
         "frames": {"name": p.deliver, "datatype": "UINT8", "shape": [-1, p.height, p.width, 3], "fps": p.fps},
         "audio_sample_rate": p.sample_rate}}]
 

@@ -2,8 +2,9 @@
 
 A hand-written description of ``/render`` would drift from the parser the first time a field or
 a bound changed. So the document is a function of the build served and the app's `Limits`, made
-from the same objects the request path uses: the JSON body's schema is `RenderRequest`'s own (the
-model ``parse_request`` validates with: names, types, bounds, ``additionalProperties: false``),
+from the same objects the request path uses: the JSON body's schema is the build's request model's
+own (``request_model``, from the inputs the build's program declares: the model ``parse_request``
+validates with: names, types, bounds, ``additionalProperties: false``),
 with the build-derived bound on ``seconds`` that ``decode_inputs`` checks; the multipart body is
 the file parts ``FORM_FILES`` plus the model's fields that carry no media (``MEDIA_FIELDS``); the
 error answers are ``CODES`` (code and status). Only what no object holds is written here: which
@@ -22,7 +23,7 @@ from ..media import ACCEPTED_AUDIO, ACCEPTED_IMAGES
 from ..runtime import LoadedBuild
 from ._errors import CODES
 from ._oip import max_seconds
-from ._request import FORM_FILES, MEDIA_FIELDS, REQUEST_ID, Limits, RenderRequest
+from ._request import FORM_FILES, MEDIA_FIELDS, REQUEST_ID, Limits, request_model
 
 __all__ = ["openapi_document", "RENDER_ERRORS", "RETRY_AFTER", "VIDEO_HEADERS"]
 
@@ -69,10 +70,38 @@ def _errors(codes: Iterable[str], retry: Iterable[str] = ()) -> dict[str, dict[s
     return out
 
 
+def _files(build: LoadedBuild) -> tuple[str, ...]:
+    """The multipart file parts this build takes: those of FORM_FILES whose kind it declares an input of."""
+    return tuple(name for name in FORM_FILES if build.manifest.program.input_of(name) is not None)
+
+
+def _what(build: LoadedBuild) -> str:
+    """What ``/render`` makes, in words, from the build's declaration."""
+    p = build.manifest.program
+    if p.talking_head:
+        return "a talking-head video"
+    kinds = {"image": "a picture", "audio": "audio", "text": "text", "tensor": "tensors"}
+    given = [kinds[i.kind] for i in p.request_inputs() if i.kind in kinds]
+    return f"a video from {' + '.join(dict.fromkeys(given)) or 'its length alone'}"
+
+
+def _empty_body(build: LoadedBuild) -> str:
+    p = build.manifest.program
+    if p.talking_head:
+        return "an empty body renders the sample picture and audio (the sample face)"
+    samples = {"image": "the sample picture", "audio": "sample audio of `seconds`"}
+    parts = [samples[i.kind] for i in p.request_inputs() if i.kind in samples and i.required]
+    parts += [f"zeros for {i.name}" for i in p.request_inputs() if i.kind in ("image", "audio", "text", "tensor")
+              and not i.required]
+    need = [i.name for i in p.request_inputs() if i.kind in ("text", "tensor") and i.required]
+    return ("an empty body renders " + (", ".join(parts) or "`seconds` of video")
+            + (f"; {', '.join(need)} must be sent" if need else ""))
+
+
 def _request_schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, Any]]:
     """The JSON body (the model's schema, with the build's bound) and the multipart body."""
     # a deep copy: pydantic may hand back objects it keeps (json_schema_extra)
-    body = copy.deepcopy(RenderRequest.model_json_schema(ref_template=_REF))
+    body = copy.deepcopy(request_model(build.manifest.program).model_json_schema(ref_template=_REF))
     defs = body.pop("$defs", {})
     props = body["properties"]
     longest = max_seconds(build, limits)
@@ -80,14 +109,17 @@ def _request_schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, 
     props["seconds"]["description"] += f"; at most {longest:g} s (400 duration_too_long past it)"
     for field in MEDIA_FIELDS:
         kind = "image" if field.startswith("image") else "audio"
-        props[field]["description"] += f" ({_MEDIA[kind]})"
+        if field in props:
+            props[field]["description"] += f" ({_MEDIA[kind]})"
     form_props: dict[str, Any] = {
         name: {"type": "string", "contentMediaType": "application/octet-stream",
-               "description": f"the {name} file ({_MEDIA[name]}); the sample {name} when absent"}
-        for name in FORM_FILES}
+               "description": f"the {name} file ({_MEDIA[name]}); " + props[f"{name}_b64"]["description"].split("; ")[-1]
+                              .split(" (")[0]}
+        for name in _files(build)}
     form_props.update({k: v for k, v in props.items() if k not in MEDIA_FIELDS})
     form = {"type": "object", "properties": form_props, "additionalProperties": False,
-            "description": f"files {', '.join(FORM_FILES)} and text fields; at most {limits.max_form_parts} parts"}
+            "description": f"files {', '.join(_files(build)) or '(none)'} and text fields; at most "
+                           f"{limits.max_form_parts} parts"}
     return {**defs, "RenderRequest": body, "RenderForm": form}
 
 
@@ -132,17 +164,17 @@ def _render(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
              "content": {"video/mp4": {"schema": {"type": "string", "contentMediaType": "video/mp4"}}}}
     return {
         "operationId": "render",
-        "summary": f"render a talking-head video with build {build.build_id}",
+        "summary": f"render {_what(build)} with build {build.build_id}",
         "parameters": [{"name": "X-Request-Id", "in": "header", "required": False,
                         "schema": {"type": "string", "pattern": REQUEST_ID.pattern}}],
         "requestBody": {
             "required": False,
             "description": f"at most {limits.max_body} bytes (413 past it), arriving within {limits.body_timeout:g} "
-                           "s (408); an empty body renders the sample picture and audio",
+                           f"s (408); {_empty_body(build)}",
             "content": {"application/json": {"schema": _ref("RenderRequest")},
                         "multipart/form-data": {"schema": _ref("RenderForm"),
                                                 "encoding": {name: {"contentType": "application/octet-stream"}
-                                                             for name in FORM_FILES}}}},
+                                                             for name in _files(build)}}}},
         "responses": {"200": video, **_errors(RENDER_ERRORS, RETRY_AFTER)},
     }
 

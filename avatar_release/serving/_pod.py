@@ -16,7 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import AvatarReleaseError, RecompileError, Revoked
+import numpy as np
+
+from .._dtypes import np_dtype
+from ..errors import AvatarReleaseError, InputError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..records import Manifest
 from ..registry import Registry, Resolved
@@ -32,12 +35,20 @@ __all__ = ["Pod", "start_pod", "warm_up"]
 
 
 def warm_up(build: LoadedBuild) -> float:
-    """Render one chunk of the largest bucket from the sample inputs; refuse a build that compiles."""
+    """Render one chunk of the largest bucket from the sample inputs the build declares (a text or
+    tensor input: zeros of its shape); refuse a build that compiles, or that delivers no video."""
     p = build.manifest.program
+    if p.delivery().kind != "video":
+        raise InputError(f"build {build.build_id} delivers {p.delivery().kind}; a pod streams video (MP4) only, so "
+                         "this build cannot be served yet; render it with `avatar-release render`")
     t0 = time.perf_counter()
     frames = max(b.frames for b in build.manifest.buckets)
     before = build.guard.count
-    for _ in stream(build, sample_image(p.height, p.width), sample_audio(frames / p.fps, sample_rate=p.sample_rate)):
+    image, audio = p.input_of("image"), p.input_of("audio")
+    values = {i.name: np.zeros(i.shape, np_dtype(i.dtype)) for i in p.request_inputs() if i.kind in ("text", "tensor")}
+    for _ in stream(build, None if image is None else sample_image(image.shape[0], image.shape[1]),
+                    None if audio is None else sample_audio(frames / p.fps, sample_rate=audio.sample_rate),
+                    frames=frames, values=values):
         pass
     if build.guard.count > before:
         raise RecompileError(f"warm-up of build {build.build_id} compiled {build.guard.count - before} time(s): "

@@ -40,8 +40,7 @@ class RenderJob:
         self.pace = pace_of(build.manifest)  # what a chunk over its playback time means for this build here
         self.cancel = threading.Event()
         self.stats = JobStats()
-        p = build.manifest.program
-        self.n_frames = -(-inputs.audio.shape[0] // p.samples_per_frame)
+        self.n_frames = inputs.frames
         # Keyframes at frame 0 and at the last frame of every chunk but the final one: the muxer
         # cuts a fragment when a keyframe arrives, so writing chunk k's frames releases a fragment
         # at once (up to its last frame) instead of waiting for chunk k+1 to be rendered.
@@ -73,7 +72,8 @@ class RenderJob:
                     enc = FragmentEncoder(width=p.width, height=p.height, fps=p.fps, audio=self.inputs.audio,
                                           sample_rate=p.sample_rate, n_frames=self.n_frames, keyframes=self.keyframes,
                                           on_bytes=lambda b: self._put("bytes", b))
-                    for chunk in stream(self.build, self.inputs.image, self.inputs.audio, seed=self.inputs.seed):
+                    for chunk in stream(self.build, self.inputs.image, self.inputs.audio, seed=self.inputs.seed,
+                                        frames=self.inputs.frames, values=self.inputs.values):
                         self._account(chunk)
                         enc.write(chunk.frames)
                         self._put("chunk", chunk)

@@ -21,13 +21,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from avatar_release.records import ChunkProgram
 from avatar_release.runtime import Chunk, CompileGuard, LoadTimings, plan_chunks
 
 FPS, SR, SPF, H, W = 25, 16000, 640, 48, 64
 
 
 def _fake_build(build_id="fake-1"):
-    program = SimpleNamespace(fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
+    program = ChunkProgram(stages=["s"], image_input="image", audio_input="audio", noise_input="noise", carry={},
+                           deliver="frames", fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
     platform = SimpleNamespace(backend="cpu", device_kind="cpu", device_count=8)
     manifest = SimpleNamespace(program=program, pipeline="tiny", target="cpu-8", platform=platform,
                                buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)],
@@ -42,9 +44,9 @@ class FakeStream:
     def __init__(self, delay=0.0):
         self.delay, self.started, self.produced = delay, 0, 0
 
-    def __call__(self, build, image, audio, *, seed=0):
+    def __call__(self, build, image, audio, *, seed=0, frames=None, values=None):
         self.started += 1
-        n = -(-audio.shape[0] // SPF)
+        n = -(-audio.shape[0] // SPF) if audio is not None else frames
         first = 0
         for i, (bucket, frames, deliver) in enumerate(plan_chunks(build.manifest, n)):
             time.sleep(self.delay)
@@ -305,7 +307,7 @@ def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_pas
 
     port, pod, fake = serve(delay=0.3, request_timeout=1.0)
 
-    def compiles(build, image, audio, *, seed=0):
+    def compiles(build, image, audio, *, seed=0, frames=None, values=None):
         raise RecompileError("zero-compile guard: XLA compiled while serving stage dit/f8 of build fake-1 "
                              "(cache /tmp/secret/cache)", [])
         yield

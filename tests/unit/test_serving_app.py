@@ -140,7 +140,7 @@ from tests.unit.test_serving import FakeStream, _fake_build
 
 gate, fake = pathlib.Path(sys.argv[1]), FakeStream(delay=0.05)
 
-def held_after_the_first_chunk(build, image, audio, *, seed=0):
+def held_after_the_first_chunk(build, image, audio, *, seed=0, frames=None, values=None):
     for i, chunk in enumerate(fake(build, image, audio, seed=seed)):
         yield chunk
         while i == 0 and not gate.exists():  # the test opens the gate once it has probed the drain

@@ -1,0 +1,182 @@
+"""Declared request inputs and outputs (issue 40 item 5), without a compile.
+
+The declaration (``RequestProgram``: inputs by kind, what the chunks deliver) is checked at compile;
+the runtime feeds by it (a stand-in build whose one stage is a numpy function, driven by the real
+``runtime.stream``); the gate set, the pod's request model and its OpenAPI follow it; a talking head
+(the older ``ChunkProgramSpec``) keeps its gate set digest, which the checked-in band pins.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from avatar_release.errors import ContractError, InputError
+from avatar_release.gates.gateset import SAMPLE_TEXT, gate_request_inputs, gate_set
+from avatar_release.pipeline import (
+    ChunkProgramSpec, Delivery, RequestInput, RequestProgram, StageSignature, TensorSpec, check_request_program,
+    request_program,
+)
+from avatar_release.records import ArraySpec, ChunkProgram, DeliveryRecord, RequestInputRecord
+from avatar_release.runtime import LoadedBuild, LoadTimings, stream
+from avatar_release.runtime._load import LoadedStage
+from avatar_release.serving._request import RenderRequest, request_model
+from tests.helpers import cpu_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+H, W, FPS = 8, 12, 10
+
+
+def _talking_head() -> ChunkProgramSpec:
+    return ChunkProgramSpec(image="image", audio="audio", noise="noise", carry={"prev": "last"}, deliver="frames",
+                            fps=25, sample_rate=16000, samples_per_frame=640, height=48, width=80)
+
+
+def test_the_older_talking_head_declaration_reads_as_photo_audio_and_noise_in_video_out():
+    p = request_program(_talking_head(), "pipeline spec x")
+    assert [(i.kind, i.name, i.required) for i in p.inputs] == [("image", "image", True), ("audio", "audio", True),
+                                                                ("noise", "noise", False)]
+    assert p.of_kind("image").shape == (48, 80, 3) and p.of_kind("audio").samples_per_frame == 640
+    assert p.delivers == Delivery.video("frames", height=48, width=80) and p.carry == {"prev": "last"}
+
+
+def test_a_declaration_that_cannot_be_fed_is_refused_naming_every_problem():
+    bad = RequestProgram(inputs=(RequestInput.audio("a", sample_rate=16000, samples_per_frame=640),
+                                 RequestInput.audio("b", sample_rate=16000, samples_per_frame=640),
+                                 RequestInput.text("seed", max_bytes=8), RequestInput("x", "video")),
+                         delivers=Delivery("video", ("f", "g"), height=4, width=6), fps=25)
+    with pytest.raises(ContractError) as e:
+        request_program(bad, "pipeline spec x")
+    msg = str(e.value)
+    assert "audio is declared more than once" in msg
+    assert "text input 'seed': the name is a field of every render request" in msg
+    assert "input 'x': kind 'video' is none of image, audio, text, tensor, noise, time" in msg
+    assert "delivers video names 2 outputs; exactly one" in msg
+    with pytest.raises(ContractError, match="must return a RequestProgram .or the older ChunkProgramSpec., got dict"):
+        request_program({"image": "image"}, "pipeline spec x")
+
+
+def test_inputs_and_delivery_are_held_to_the_stage_signatures():
+    p = RequestProgram(inputs=(RequestInput.text("prompt", max_bytes=16), RequestInput.time("t")),
+                       delivers=Delivery.video("frames", height=H, width=W), fps=FPS)
+    sigs = {"s": StageSignature((TensorSpec("prompt", (8,), "uint8"), TensorSpec("t", (5,), "float32")),
+                                (TensorSpec("frames", (5, H, W, 1), "uint8"),))}
+    with pytest.raises(ContractError) as e:
+        check_request_program("pipeline spec x, bucket f5", p, sigs, 5)
+    msg = str(e.value)
+    assert "the text input 'prompt' (stage s input) is declared (8,) uint8, expected (16,) uint8" in msg
+    assert f"the delivered video 'frames' (stage s output) is declared (5, {H}, {W}, 1) uint8, expected (5, {H}, {W}, 3)" \
+           in msg
+    ok = {"s": StageSignature((TensorSpec("prompt", (16,), "uint8"), TensorSpec("t", (5,), "float32")),
+                              (TensorSpec("frames", (5, H, W, 3), "uint8"),))}
+    check_request_program("pipeline spec x, bucket f5", p, ok, 5)
+
+
+# ------------------------------------------------------------------ a stand-in build: image? + text + tensor -> video
+def _mix(params, image, prompt, bias, t):
+    """Each frame: the picture plus the prompt's byte sum plus the bias, brightened by its time."""
+    frames = np.asarray(t).shape[0]
+    base = np.asarray(image, np.float32) + float(np.asarray(prompt, np.float32).sum() % 50) + np.asarray(bias)
+    out = base[None] + (np.asarray(t)[:, None, None, None] * 10)
+    return (np.clip(np.round(out), 0, 255).astype(np.uint8).reshape(frames, H, W, 3),)
+
+
+def _spec(name: str, shape: list[int], dtype: str) -> ArraySpec:
+    return ArraySpec(name=name, shape=shape, dtype=dtype, sharding=[None] * len(shape))
+
+
+def _declared_build() -> LoadedBuild:
+    m = cpu_manifest()
+    inputs = [RequestInputRecord(name="image", kind="image", required=False, shape=[H, W, 3], dtype="uint8"),
+              RequestInputRecord(name="prompt", kind="text", shape=[16], dtype="uint8"),
+              RequestInputRecord(name="bias", kind="tensor", required=False, shape=[3], dtype="float32"),
+              RequestInputRecord(name="t", kind="time", required=False, dtype="float32")]
+    program = ChunkProgram(stages=["mix"], image_input="image", audio_input=None, noise_input=None, carry={},
+                           deliver="frames", fps=FPS, sample_rate=0, samples_per_frame=0, height=H, width=W,
+                           inputs=inputs, delivers=DeliveryRecord(kind="video", outputs=["frames"]))
+    entries = []
+    for b in m.buckets:
+        e = m.executables[0].model_copy(update={
+            "key": f"mix/{b.name}", "stage": "mix", "bucket": b.name, "params": [],
+            "inputs": [_spec("image", [H, W, 3], "uint8"), _spec("prompt", [16], "uint8"),
+                       _spec("bias", [3], "float32"), _spec("t", [b.frames], "float32")],
+            "outputs": [_spec("frames", [b.frames, H, W, 3], "uint8")]})
+        entries.append(e)
+    m = m.model_copy(update={"program": program, "executables": entries})
+    stages = {(e.stage, e.bucket): LoadedStage(e, _mix, [None] * len(e.inputs), {}) for e in entries}
+    return LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, stages=stages, timings=LoadTimings())
+
+
+def test_the_runtime_feeds_each_declared_input_by_its_kind():
+    build = _declared_build()
+    frames = sum(b.frames for b in build.manifest.buckets) + 1
+    chunks = list(stream(build, frames=frames, values={"prompt": "hi", "bias": np.array([1, 2, 3], np.float32)}))
+    video = np.concatenate([c.frames for c in chunks])
+    assert video.shape == (frames, H, W, 3)  # the length asked for, cut into the build's buckets
+    hi = (ord("h") + ord("i")) % 50
+    # the optional picture left out is zeros; the time input counts frames from the request's start
+    expected = np.clip(np.round(hi + np.array([1, 2, 3])[None] + np.arange(frames)[:, None] / FPS * 10), 0, 255)
+    assert np.array_equal(video[:, 0, 0, :], expected.astype(np.uint8))
+    photo = np.full((H, W, 3), 7, np.uint8)
+    again = np.concatenate([c.frames for c in stream(build, photo, frames=3, values={"prompt": "hi"})])
+    assert again[0, 0, 0, 0] == 7 + hi  # the picture reached the stage; the optional tensor was zeros
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"frames": 3}, "text input 'prompt': build .* requires it \\(\\(16,\\) uint8\\); none given"),
+    ({"frames": 3, "values": {"prompt": "x" * 17}}, "text input 'prompt': 17 bytes of UTF-8; the build takes at most 16"),
+    ({"frames": 3, "values": {"prompt": "x", "bias": np.zeros(4, np.float32)}},
+     "tensor input 'bias': expected float32 \\(3,\\) .* got float32 \\(4,\\)"),
+    ({"frames": 3, "values": {"prompt": "x", "style": 1}}, "declares no input 'style'; it takes image \\(image\\), "
+                                                           "prompt \\(text\\), bias \\(tensor\\)"),
+    ({"audio": np.zeros(640, np.float32), "values": {"prompt": "x"}}, "audio: build .* declares no audio input"),
+    ({"values": {"prompt": "x"}}, "no audio drives this request; give the number of frames"),
+])
+def test_what_the_build_does_not_declare_or_declares_otherwise_is_refused(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        list(stream(_declared_build(), **kwargs))
+
+
+def test_the_gate_set_follows_the_declaration_and_keeps_the_talking_heads_digest():
+    m = _declared_build().manifest
+    gs = gate_set(m)
+    assert [r.name for r in gs.requests] == ["image0", "image1"]  # no audio input: image variants only
+    given = gate_request_inputs(m, gs.requests[0])
+    assert given.audio is None and given.image.shape == (H, W, 3) and given.frames == gs.requests[0].frames
+    assert bytes(given.values["prompt"]).rstrip(b"\0") == SAMPLE_TEXT.encode()[:16]
+    assert np.array_equal(given.values["bias"], gate_request_inputs(m, gs.requests[0]).values["bias"])
+    # The bundled talking head: the digest the checked-in band was measured on, byte for byte.
+    band = json.loads((ROOT / "manifests" / "bands" / "tiny-cpu-8.json").read_text())
+    assert gate_set(cpu_manifest()).digest == band["gate_set"]["digest"]
+
+
+def test_the_pods_request_fields_are_the_declarations():
+    assert request_model(cpu_manifest().program) is RenderRequest  # a talking head: as before
+    model = request_model(_declared_build().manifest.program)
+    assert set(model.model_fields) == {"seconds", "fit", "image_b64", "image_png_b64", "prompt", "bias"}
+    assert "zeros (a black picture) when absent" in model.model_fields["image_b64"].description
+    req = model.model_validate({"prompt": "hello", "bias": [0.5, 1, 2]}, strict=True)
+    assert req.prompt == "hello" and req.seconds == 1.0
+    from avatar_release.serving._request import Limits, decode_inputs
+
+    build = _declared_build()
+    inputs = decode_inputs(build, req, None, None, Limits())
+    assert inputs.image is None and inputs.audio is None and inputs.frames == FPS  # 1 s at 10 fps
+    assert inputs.values["bias"].dtype == np.float32 and bytes(inputs.values["prompt"][:5]) == b"hello"
+    from avatar_release.serving._errors import ServeError
+
+    with pytest.raises(ServeError, match="bias: shape \\[2\\]; build .* takes float32 \\[3\\]"):
+        decode_inputs(build, model.model_validate({"prompt": "x", "bias": [1, 2]}), None, None, Limits())
+    with pytest.raises(ServeError, match="declares no audio input"):
+        decode_inputs(build, model.model_validate({"prompt": "x"}), None, b"RIFF", Limits())
+    from avatar_release.serving._openapi import openapi_document
+
+    doc = openapi_document(SimpleNamespace(manifest=build.manifest, build_id=build.build_id, digest="sha256:x"),
+                           Limits())
+    body = doc["components"]["schemas"]["RenderRequest"]["properties"]
+    assert set(body) == set(model.model_fields) and "audio_b64" not in body
+    assert doc["paths"]["/render"]["post"]["summary"].startswith("render a video from a picture + text + tensors")
