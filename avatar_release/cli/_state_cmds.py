@@ -1,5 +1,5 @@
 """``avatar-release registry``: the registry's signed release state (init, upgrade, refresh,
-rotate, root, status)."""
+rotate, root, status), and ``migrate``, which moves an OCI repository to today's tag layout."""
 
 from __future__ import annotations
 
@@ -100,6 +100,30 @@ def upgrade_cmd(sign_keys: tuple[str, ...], registry_uri: str | None, as_json: b
                             "reason": found[0].reason, "by": found[0].by, "at": found[0].at})
     state = upgrade_state(reg, policy, _unsigned_history(reg), revoked, given=_keys(sign_keys))
     _emit(as_json, {"ok": True, **_state_json(state)}, _state_human(f"signed the state of {reg.uri}", state))
+
+
+@registry_group.command("migrate")
+@registry_option
+@json_option
+def migrate_cmd(registry_uri: str | None, as_json: bool) -> None:
+    """Move an OCI repository written before 2026-12-01 (tags _b.*, _r.*, _history, _pending) to the
+    tag layout this avatar-release reads (_avr.*): the same manifests under today's names, so every
+    digest and signature stays valid; nothing is deleted. Other registries have one layout: nothing to do."""
+    reg = open_registry(registry_uri, create=False)
+    migrate = getattr(reg, "migrate_tags", None)
+    if migrate is None:
+        _emit(as_json, {"ok": True, "moved": [], "present": [], "too_long": []},
+              f"{reg.uri}: one layout only (not an OCI repository): nothing to migrate")
+        return
+    done = migrate()
+    lines = [f"{reg.uri}: {len(done.moved)} tag(s) moved to the current layout"
+             + (f", {len(done.present)} already there" if done.present else "")]
+    lines += [f"  {old} -> {new}" for old, new in done.moved]
+    if done.too_long:
+        lines.append(f"  not moved, today's name would pass the 128 characters of an OCI tag: {', '.join(done.too_long)} "
+                     "(compile those builds again: their ids are too long for this layout)")
+    _emit(as_json, {"ok": True, "moved": [list(m) for m in done.moved], "present": list(done.present),
+                    "too_long": list(done.too_long)}, "\n".join(lines))
 
 
 @registry_group.command("refresh")

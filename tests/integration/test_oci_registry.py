@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from avatar_release._digest import sha256_digest
-from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError
+from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError, SchemaVersionError
 from avatar_release.registry import OciRegistry, Registry, open_registry
 from avatar_release.registry.oci import LAYOUT_1, RetryPolicy, TagLayout, parse_oci_uri
 from tests.oci_memory import MemoryResponse
@@ -413,10 +413,11 @@ def test_a_real_build_loads_and_renders_from_the_oci_registry(built_registry, re
     assert hashlib.sha256(chunk.frames.tobytes()).hexdigest() == hashlib.sha256(reference.frames.tobytes()).hexdigest()
 
 
-def test_a_repository_in_the_old_tag_layout_keeps_reading_and_moves_on(make_reg, monkeypatch, oci_server):
-    """Layout 1 (``_b.``, ``_r.``, ``_history``, ``_pending``) is read; the next move writes layout 2
-    (``_avr.``) with the whole history, and nothing of layout 1 is deleted."""
-    old = make_reg(layout=TagLayout((LAYOUT_1,)))  # a client of before layout 2: writes and reads layout 1 only
+def test_a_repository_in_the_retired_tag_layout_is_refused_until_migrated_then_moves_on(make_reg, oci_server):
+    """Layout 1 (``_b.``, ``_r.``, ``_history``, ``_pending``) is outside the support window: refused
+    naming the migration; ``migrate_tags`` puts the same manifests under ``_avr.`` names (nothing
+    deleted), after which today's client reads everything and writes on."""
+    old = make_reg(layout=TagLayout((LAYOUT_1,), retired=()))  # a client of before layout 2
     d1, _ = publish(old, "b-1", (b"one",))
     old.move_channel("dev", old.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r1")
     old.put_record("reviews", "b-1", b"old review")
@@ -424,19 +425,20 @@ def test_a_repository_in_the_old_tag_layout_keeps_reading_and_moves_on(make_reg,
     assert {"_b.b-1", "_history", "_pending", "_r.reviews.N.b-1"} <= tags and not any(t.startswith("_avr.") for t in tags)
 
     reg = make_reg()  # today's code on the same repository
+    with pytest.raises(SchemaVersionError, match=r"tag layout of before 2026-12-01 \(_history.*`avatar-release "
+                                                 r"registry migrate --registry oci://"):
+        reg.history()
+    done = reg.migrate_tags()
+    assert set(done.moved) == {("_b.b-1", "_avr.b.b-1"), ("_history", "_avr.history"), ("_pending", "_avr.pending"),
+                               ("_r.reviews.N.b-1", "_avr.r.reviews.N.b-1")} and not done.too_long
+    assert reg.migrate_tags().moved == ()  # again: nothing left to move
     assert [b.build_id for b in reg.list_builds()] == ["b-1"] and reg.resolve("b").digest == d1
     assert reg.resolve(d1).build_id == "b-1" and reg.put_build("b-1", b"{}") == (d1, False)
-    assert reg.get_record("reviews", "b-1") == b"old review" and reg.list_records("reviews") == ["b-1"]
-    assert [e.reason for e in reg.history()] == ["r1"]
+    assert reg.get_record("reviews", "b-1") == b"old review" and [e.reason for e in reg.history()] == ["r1"]
     d2, _ = publish(reg, "b-2", (b"two",))
     reg.move_channel("dev", reg.resolve("b-2"), expected_digest=d1, action="publish", who="t", reason="r2")
-    reg.put_record("reviews", "b-1", b"new review")
-    assert [e.reason for e in reg.history()] == ["r1", "r2"] and reg.get_record("reviews", "b-1") == b"new review"
-    assert [b.build_id for b in reg.list_builds()] == ["b-1", "b-2"] and reg.list_records("reviews") == ["b-1"]
-    tags = set(reg.manifests.list_tags())
-    assert {"_avr.b.b-2", "_avr.history", "_avr.r.reviews.N.b-1", "_b.b-1", "_history"} <= tags
-    assert [e.reason for e in reg.journal.entries_of(("_avr.history",), "application/vnd.avatar-release.history.v1")] \
-        == ["r1", "r2"]
+    assert [e.reason for e in reg.history()] == ["r1", "r2"]
+    assert {"_b.b-1", "_history"} <= set(reg.manifests.list_tags())  # nothing of layout 1 deleted
 
 
 # ---- blobs larger than memory: chunked, resumable pushes and streamed, verified pulls -------------------------

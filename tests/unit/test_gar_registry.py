@@ -243,13 +243,13 @@ def test_bad_endpoint_override_is_an_input_error():
 
 # ---- tags through the Artifact Registry API -------------------------------------------------------------
 def test_tags_are_listed_through_the_artifact_registry_api(tmp_path):
-    client = FakeTagsClient(["dev", "_b.b-1", "_b.b-2", "_r.reviews.N.b-1", "_history"])
+    client = FakeTagsClient(["dev", "_avr.b.b-1", "_avr.b.b-2", "_avr.r.reviews.N.b-1", "_avr.history"])
     reg = GarRegistry(URI + "/packages/team/avatar", credentials=FakeCredentials(), tags_client=client,
                       session=FakeSession(lambda m, u: (404, {}, b"")), retry=FAST, lock_dir=tmp_path)
     assert reg.list_records("reviews") == ["b-1"]
     parent = "projects/my-proj/locations/us-central1/repositories/releases/packages/team%2Favatar"
     assert client.requests == [{"parent": parent, "page_size": 1000}]
-    assert reg.manifests.tags_with("_b.") == ["_b.b-1", "_b.b-2"]
+    assert reg.manifests.tags_with("_avr.b.") == ["_avr.b.b-1", "_avr.b.b-2"]
 
 
 def test_a_package_that_does_not_exist_yet_has_no_tags(tmp_path):

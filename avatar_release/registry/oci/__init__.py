@@ -16,7 +16,7 @@ from ._auth import (
     find_credentials,
     parse_challenge,
 )
-from ._layout import LAYOUT_1, LAYOUT_2, TagLayout, TagNames
+from ._layout import LAYOUT_1, LAYOUT_2, TagLayout, TagMigration, TagNames
 from ._location import CA_ENV, OciLocation, parse_oci_uri
 from ._registry import OciRegistry, Referrer, default_lock_dir
 from ._transport import HttpResponse, HttpSession, Reply, RetryPolicy, Transport
@@ -44,6 +44,7 @@ __all__ = [
     "HttpResponse",
     "TagLayout",
     "TagNames",
+    "TagMigration",
     "LAYOUT_1",
     "LAYOUT_2",
 ]

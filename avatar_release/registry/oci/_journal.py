@@ -16,8 +16,9 @@ import contextlib
 from typing import Any
 
 from ..._digest import sha256_digest
-from ...errors import ConflictError, IntegrityError, RegistryError
+from ...errors import ConflictError, IntegrityError, RegistryError, SchemaVersionError
 from ...records import ChannelState, HistoryEntry, parse_record, utcnow
+from ...records.window import RECORD_FORMATS_PAGE
 from .._cas import Current
 from .._lock import FileLock
 from ._artifact import BUILD_ARTIFACT, ENTRY_TYPE, HISTORY_ARTIFACT, PENDING_ARTIFACT, ANN_ENTRY, artifact, descriptor
@@ -59,7 +60,22 @@ class Journal:
         return out
 
     def recorded(self) -> list[HistoryEntry]:
-        return self.entries_of(self.layout.history_tags, HISTORY_ARTIFACT)
+        entries = self.entries_of(self.layout.history_tags, HISTORY_ARTIFACT)
+        if not entries:
+            self.refuse_retired_layout()
+        return entries
+
+    def refuse_retired_layout(self) -> None:
+        """A repository whose history is under a retired layout's tag (written before 2026-12-01) is
+        refused, naming the migration, rather than read as one with no history."""
+        for tag in self.layout.retired_history_tags:
+            if self.manifests.head(tag, f"read {tag}") is not None:
+                raise SchemaVersionError(
+                    f"{self.uri}: this repository keeps its builds, records and history under the tag layout of "
+                    f"before 2026-12-01 ({tag}, _b.<build id>, _r.<record>), outside this avatar-release's "
+                    "support window, which reads the _avr.* tags only; move them (the same manifests under "
+                    f"today's names; nothing is deleted or re-signed): `avatar-release registry migrate --registry "
+                    f"{self.uri}` ({RECORD_FORMATS_PAGE})", kind="oci tag layout", found=1, supported=(2, 2))
 
     def parked(self) -> list[HistoryEntry]:
         return self.entries_of(self.layout.pending_tags, PENDING_ARTIFACT)

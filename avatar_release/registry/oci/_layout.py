@@ -1,10 +1,13 @@
-"""Which tags an avatar-release repository uses: one object, current names first, older after.
+"""Which tags an avatar-release repository uses: one object, the current names, and the retired ones.
 
-A :class:`TagLayout` is a list of generations of tag names (:class:`TagNames`). The first is
-what this client writes; every generation is read, in order, so a repository written by an
-older client keeps working and the next write moves it on (see the tag layout in
-:mod:`._artifact`). Names that would not fit an OCI tag (128 characters) are skipped when read
-and refused, with the limit, when written.
+A :class:`TagLayout` is a list of generations of tag names (:class:`TagNames`): the first is what
+this client writes, and every generation listed is read. This client reads the current layout
+only (the support window of on-disk formats, ``avatar_release.records.window``): the layout of
+before 2026-12-01 (``_b.``, ``_r.``, ``_history``, ``_pending``) is *retired*, named only to
+recognise a repository written in it, which is refused naming ``avatar-release registry
+migrate``, and to move it (:meth:`TagLayout.migration`: the same manifests under today's names).
+Names that would not fit an OCI tag (128 characters) are skipped when read and refused, with the
+limit, when written.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ._artifact import (
     V1_RECORD_PREFIX,
 )
 
-__all__ = ["TagNames", "TagLayout", "LAYOUT_1", "LAYOUT_2", "CURRENT"]
+__all__ = ["TagNames", "TagLayout", "TagMigration", "LAYOUT_1", "LAYOUT_2", "CURRENT"]
 
 
 @dataclass(frozen=True)
@@ -50,14 +53,16 @@ class TagNames:
 
 
 LAYOUT_2 = TagNames(BUILD_PREFIX, RECORD_PREFIX, HISTORY_TAG, PENDING_TAG)  # 2026-12-01: "_avr." ...
-LAYOUT_1 = TagNames(V1_BUILD_PREFIX, V1_RECORD_PREFIX, V1_HISTORY_TAG, V1_PENDING_TAG)  # read, never written
+LAYOUT_1 = TagNames(V1_BUILD_PREFIX, V1_RECORD_PREFIX, V1_HISTORY_TAG, V1_PENDING_TAG)  # retired: migrated, not read
 
 
 @dataclass(frozen=True)
 class TagLayout:
-    """Generations of tag names: ``generations[0]`` is written, all are read in order."""
+    """Generations of tag names: ``generations[0]`` is written, all are read in order; ``retired``
+    ones are recognised (and migrated), never read."""
 
-    generations: tuple[TagNames, ...] = (LAYOUT_2, LAYOUT_1)
+    generations: tuple[TagNames, ...] = (LAYOUT_2,)
+    retired: tuple[TagNames, ...] = (LAYOUT_1,)
 
     @property
     def current(self) -> TagNames:
@@ -134,8 +139,42 @@ class TagLayout:
     def pending_tags(self) -> tuple[str, ...]:
         return tuple(g.pending for g in self.generations)
 
+    # ---- retired layouts ------------------------------------------------------------------
+    @property
+    def retired_history_tags(self) -> tuple[str, ...]:
+        """The history tags of retired layouts: one there means a repository this client must migrate."""
+        return tuple(g.history for g in self.retired)
+
+    def migration(self, tags: Iterable[str]) -> list[tuple[str, str]]:
+        """(tag of a retired layout, its name in the current one) for each such tag among ``tags``."""
+        now, out = self.current, []
+        for tag in sorted(tags):
+            for old in self.retired:
+                if tag == old.history:
+                    out.append((tag, now.history))
+                elif tag == old.pending:
+                    out.append((tag, now.pending))
+                elif tag.startswith(old.build):
+                    out.append((tag, now.build + tag.removeprefix(old.build)))
+                elif tag.startswith(old.record):
+                    out.append((tag, now.record + tag.removeprefix(old.record)))
+                else:
+                    continue
+                break
+        return out  # (a new name over MAX_TAG cannot be written: the caller says which)
+
 
 CURRENT = TagLayout()
+
+
+@dataclass(frozen=True)
+class TagMigration:
+    """What :meth:`OciRegistry.migrate_tags` did: tags of a retired layout copied to today's name,
+    those already there, and those whose new name would not fit an OCI tag."""
+
+    moved: tuple[tuple[str, str], ...] = ()
+    present: tuple[str, ...] = ()
+    too_long: tuple[str, ...] = ()
 
 
 def _fitting(tags: Iterable[str]) -> list[str]:

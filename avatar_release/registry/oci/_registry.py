@@ -2,7 +2,7 @@
 
 The rooms it composes: where the repository is, :mod:`._location`; HTTP, retries and TLS,
 :mod:`._transport`; login, :mod:`._auth`; media types and annotations, :mod:`._artifact`; which
-tags (current, then older layouts), :mod:`._layout`; the plain distribution client,
+tags (the current layout, and the retired one to migrate), :mod:`._layout`; the plain distribution client,
 :mod:`._manifests` (tags, manifests) and :mod:`._blobs`; builds, :mod:`._builds`; history and the
 channel compare-and-swap, :mod:`._journal` over :mod:`.._cas`; side records, :mod:`._records`;
 referrers, :mod:`._referrers`; the writer lock, :mod:`.._lock`. The tests run all of it against a
@@ -26,8 +26,9 @@ How the registry protocol maps onto one OCI repository
 * **channels** are plain tags (``dev``, ``staging``, ``prod``) pointing at the build
   manifest itself, so any OCI client can pull ``REPO:prod``. Valid channel names start with a
   lowercase letter or digit; every tag this backend reserves starts with ``_avr.`` (see
-  the tag layout in :mod:`._artifact`; tags of the older layout, ``_b.``, ``_r.``, ``_history``,
-  ``_pending``, are still read).
+  the tag layout in :mod:`._artifact`; a repository still under the layout of before
+  2026-12-01, ``_b.``, ``_r.``, ``_history``, ``_pending``, is refused until
+  :meth:`OciRegistry.migrate_tags`, ``avatar-release registry migrate``, moves it).
 * **history** is the artifact tagged ``_avr.history``: one layer per entry (the entry's canonical
   JSON as a blob) with the entry JSON repeated in the layer's annotation, so the whole
   history reads in one manifest GET (each annotation is checked against its layer digest).
@@ -104,18 +105,18 @@ from typing import TypeVar
 from pathlib import Path
 
 from ..._digest import is_digest
-from ...errors import InputError, IntegrityError
+from ...errors import InputError, IntegrityError, RegistryError
 from ...records import ChannelState, HistoryEntry
 from .._cas import Move, compare_and_swap
 from .._lock import DEFAULT_LOCK_TIMEOUT, FileLock
 from .._protocol import CHANNELS, Action, BuildRef, Resolved, check_name
 from .._resolve import plausible_name
-from ._artifact import is_referrers_tag
+from ._artifact import MAX_TAG, is_referrers_tag
 from ._auth import Auth, Credentials, LoginAuth
 from ._blobs import Blobs
 from ._builds import Builds
 from ._journal import Journal, JournalSwap
-from ._layout import CURRENT, TagLayout
+from ._layout import CURRENT, TagLayout, TagMigration
 from ._location import OciLocation, parse_oci_uri
 from ._manifests import Manifests
 from ._records import Records
@@ -268,6 +269,32 @@ class OciRegistry:
                              "this form (sha256-<hex>, the distribution spec's fallback); pick another channel name")
         return compare_and_swap(JournalSwap(self.journal, self.builds, self.lock),
                                 Move(channel, resolved, expected_digest, action, who, reason, gate_result_digest))
+
+    # ---- the tag layout -----------------------------------------------------------------------
+    def migrate_tags(self) -> TagMigration:
+        """Move a repository written in a retired tag layout (before 2026-12-01) to the current one:
+        each such tag's manifest put under its current name, byte for byte (so every digest, and
+        every signature over one, stays what it was), under the writer lock and read back. A current
+        tag already there is left as it is; nothing is deleted. Running it again changes nothing."""
+        moved, present, too_long = [], [], []
+        with self.exclusive():
+            tags = set(self.manifests.list_tags())
+            for old, new in self.layout.migration(tags):
+                if new in tags:
+                    present.append(new)
+                    continue
+                if len(new) > MAX_TAG:
+                    too_long.append(old)
+                    continue
+                got = self.manifests.get(old, f"migrate {old}")
+                if got is None:  # deleted since the listing
+                    continue
+                op = f"migrate {old} to {new}"
+                if self.manifests.put(new, got[1], op) != got[0] or not self.manifests.points_at(new, got[0], op):
+                    raise RegistryError(f"{self.transport.where()}: {op}: the registry did not keep the manifest "
+                                        f"{got[0]} under {new}; run the migration again")
+                moved.append((old, new))
+        return TagMigration(tuple(moved), tuple(present), tuple(too_long))
 
     # ---- side records -------------------------------------------------------------------------
     def put_record(self, namespace: str, name: str, data: bytes) -> None:
