@@ -85,13 +85,20 @@ def _section(cls: type[BaseModel], loc: tuple[int | str, ...]) -> str:
     required = [n for n, f in fields.items() if f.is_required()]
     optional = [n for n, f in fields.items() if not f.is_required()]
     where = ".".join(str(p) for p in loc) or "the top level"
-    return (f"{where} ({model.__name__}) takes required: {', '.join(required) or 'none'}; "
-            f"optional: {', '.join(optional) or 'none'}")
+    return (
+        f"{where} ({model.__name__}) takes required: {', '.join(required) or 'none'}; "
+        f"optional: {', '.join(optional) or 'none'}"
+    )
 
 
 # pydantic's words for what a TOML file holds, where they differ ("a valid dictionary or instance of ...")
-_TOML_WORDS = {"extra_forbidden": "unknown key", "model_type": "expected a table", "dict_type": "expected a table",
-               "model_attributes_type": "expected a table", "list_type": "expected a list (an array)"}
+_TOML_WORDS = {
+    "extra_forbidden": "unknown key",
+    "model_type": "expected a table",
+    "dict_type": "expected a table",
+    "model_attributes_type": "expected a table",
+    "list_type": "expected a list (an array)",
+}
 
 
 def describe_validation_error(cls: type[BaseModel], e: ValidationError, footer: str = "") -> str:
@@ -121,13 +128,14 @@ def describe_validation_error(cls: type[BaseModel], e: ValidationError, footer: 
     for parent, names in missing.items():
         prefix = ".".join(str(p) for p in (*parent, "")) if parent else ""
         section = _section(cls, parent)
-        lines.append(f"missing required field{'s' if len(names) > 1 else ''} "
-                     f"{', '.join(prefix + n for n in names)}" + (f"; {section}" if section else ""))
+        lines.append(
+            f"missing required field{'s' if len(names) > 1 else ''} "
+            f"{', '.join(prefix + n for n in names)}" + (f"; {section}" if section else "")
+        )
     return "\n  ".join(lines) + (f"\n  ({footer})" if footer else "")
 
 
-def parse_model(cls: type[_M], doc: object, *, where: str, error: Callable[[str], Exception],
-                footer: str = "") -> _M:
+def parse_model(cls: type[_M], doc: object, *, where: str, error: Callable[[str], Exception], footer: str = "") -> _M:
     """``doc`` validated as ``cls``; what is wrong raised as ``error("<where>: <every problem>")``."""
     try:
         return cls.model_validate(doc)

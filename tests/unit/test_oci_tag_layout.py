@@ -16,8 +16,8 @@ FAST = RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001)
 URI = "oci+http://registry.test/team/app"
 
 
-def _registry(tmp_path, server: MemoryDistribution, layout: TagLayout = TagLayout()) -> OciRegistry:
-    return OciRegistry(URI, session=server, retry=FAST, lock_dir=tmp_path / "locks", layout=layout)
+def _registry(tmp_path, server: MemoryDistribution, layout: TagLayout | None = None) -> OciRegistry:
+    return OciRegistry(URI, session=server, retry=FAST, lock_dir=tmp_path / "locks", layout=layout or TagLayout())
 
 
 def _old_repository(tmp_path, server: MemoryDistribution) -> str:
@@ -47,8 +47,12 @@ def test_the_migration_moves_every_tag_byte_for_byte_and_deletes_nothing(tmp_pat
     d1 = _old_repository(tmp_path, server)
     reg = _registry(tmp_path, server)
     done = reg.migrate_tags()
-    assert sorted(new for _, new in done.moved) == ["_avr.b.b-1", "_avr.history", "_avr.pending",
-                                                    "_avr.r.reviews.N.b-1"]
+    assert sorted(new for _, new in done.moved) == [
+        "_avr.b.b-1",
+        "_avr.history",
+        "_avr.pending",
+        "_avr.r.reviews.N.b-1",
+    ]
     for old, new in done.moved:  # the same manifest under both names: the same digest
         assert reg.manifests.head(old, "t") == reg.manifests.head(new, "t") is not None
     assert reg.migrate_tags().moved == () and set(reg.migrate_tags().present) == {n for _, n in done.moved}

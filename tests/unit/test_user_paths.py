@@ -36,6 +36,10 @@ def test_a_pods_accepted_statements_default_to_the_state_directory(tmp_path, mon
     monkeypatch.setenv("AVATAR_RELEASE_STATE_DIR", str(tmp_path / "state"))
     generate_keypair(tmp_path / "keys", "ci")
     trusted = trust_config(str(tmp_path / "keys" / "ci.pub"), None)
-    assert trusted is not None and trusted.state is not None and Path(trusted.state.path) == tmp_path / "state" / "accepted.json"
+    assert (
+        trusted is not None
+        and trusted.state is not None
+        and Path(trusted.state.path) == tmp_path / "state" / "accepted.json"
+    )
     named = trust_config(str(tmp_path / "keys" / "ci.pub"), str(tmp_path / "vol" / "seen.json"))
     assert named is not None and named.state is not None and Path(named.state.path) == tmp_path / "vol" / "seen.json"
