@@ -3,19 +3,23 @@ pipeline from its model code in this process, then serve it through the same str
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["jit_build"]
 
 
-def jit_build(pipeline: str, target: str) -> tuple[Any, Any]:
-    """(LoadedBuild, CompileResult) of ``pipeline`` for ``target``, compiled here and never published."""
+def jit_build(pipeline: str, target: str, *, overrides: dict[str, str] | None = None,
+              progress: Callable[[str], None] | None = None) -> tuple[Any, Any]:
+    """(LoadedBuild, CompileResult) of ``pipeline`` for ``target`` (with config ``overrides``),
+    compiled here and never published; ``progress`` gets compile's progress messages."""
     # Imported when called: each benchmark sets XLA_FLAGS (the device count) before JAX starts.
     from avatar_release._dtypes import np_dtype
     from avatar_release.compile import compile_build
     from avatar_release.registry import MemoryRegistry
     from avatar_release.runtime import assemble
 
-    res = compile_build(pipeline, target, registry=MemoryRegistry(), publish=False, keep_compiled=True)
+    res = compile_build(pipeline, target, registry=MemoryRegistry(), publish=False, keep_compiled=True,
+                        overrides=overrides, **({"progress": progress} if progress else {}))
     host = {t.name: t.data.view(np_dtype(t.dtype)).reshape(t.shape) for t in res.weight_tensors}
     return assemble(res.manifest, res.compiled, host), res

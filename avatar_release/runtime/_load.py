@@ -2,6 +2,14 @@
 declared sizes -> verify every blob -> decompress (streamed, bounded) -> deserialize with explicit
 devices -> check each program's fingerprint -> place weights. Imports no torch.
 
+A chunked build (v5+) loads on two paths side by side: one thread fetches, verifies, decompresses
+and deserializes the executables while the weight chunks stream and are placed (``_weights``);
+each path keeps its own order (a blob verified before it is unpickled, a chunk before it is
+placed), and nothing runs until both are done. Neither waits on the other: the weights need only
+the shardings the manifest names, not the programs. A pod's swap passes the build it serves: the
+programs and placed weights the new build shares with it byte for byte (by the digests the new
+manifest names, ``_reuse``) are taken from it, not fetched, deserialized or placed again.
+
 Order matters for safety: the serialized executable is a pickle, and unpickling untrusted
 bytes can run code. Every blob's size and sha256 are verified against the manifest (whose
 own digest was resolved from the registry) before any byte is decompressed or unpickled, and
@@ -12,6 +20,7 @@ loaded, never run, each executable must report the fingerprint the build identit
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, cast
@@ -29,6 +38,7 @@ from ..trust.statements import TIMESTAMP_VALIDITY, AcceptedState, verify_channel
 from ._blobs import check_bounds, decompress, fetch_verified
 from ._inflate import StreamTimes, fetch_inflated
 from ._guard import CompileGuard, tuned_at_first_run
+from ._reuse import Shared, shared_with
 from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ._weights import place_weights, sharding_of, stream_weights
@@ -56,10 +66,28 @@ class LoadTimings:
     # v5 builds: the weight chunks' path (fetch + verify + decompress + place run side by side
     # inside ``weights``): chunks, bytes, workers and each step's seconds summed over workers
     weight_path: dict | None = None
+    # v5 builds: the wall of the executables' path (fetch .. deserialize) run beside the weights';
+    # 0 where they ran one after the other (a pre-v5 build)
+    side_by_side: float = 0.0
+    # a swap: what the new build took from the build served (programs, tensors, their raw bytes)
+    shared: dict | None = None
+
+    def deserialize_and_weights(self) -> float:
+        """Seconds from the executables' first fetch to the last weight placed, side by side; one
+        after the other (pre-v5), deserialize + weights."""
+        return self.side_by_side or self.deserialize + self.weights
 
     def total(self) -> float:
-        return (self.resolve + self.signature + self.revocation + self.fetch + self.verify + self.decompress
-                + self.deserialize + self.weights)
+        before = self.resolve + self.signature + self.revocation
+        if self.side_by_side:
+            return before + self.side_by_side
+        return before + self.fetch + self.verify + self.decompress + self.deserialize + self.weights
+
+    def to_json(self) -> dict[str, Any]:
+        """Each step's seconds, the wall of deserialize + weights, and the total (a pod's health)."""
+        steps = {k: round(v, 4) for k, v in vars(self).items() if isinstance(v, float) and k != "side_by_side"}
+        return {**steps, "deserialize_and_weights": round(self.deserialize_and_weights(), 4),
+                "total": round(self.total(), 4), "weight_path": self.weight_path, "shared": self.shared}
 
 
 @dataclass(frozen=True)
@@ -172,13 +200,15 @@ def check_environment(manifest: Manifest) -> None:
 
 
 def load(ref: str, registry: Registry | str | None = None, *, strict: bool = True,
-         trust: TrustConfig | None = None, workers: int | None = None) -> LoadedBuild:
+         trust: TrustConfig | None = None, workers: int | None = None,
+         serving: LoadedBuild | None = None) -> LoadedBuild:
     """Load a build (channel, build id or digest) ready to serve, or refuse with a reason.
 
     resolve once -> (signature) -> check the machine -> bound, fetch and verify every blob ->
     decompress -> deserialize (fingerprints checked) -> place the weights. With ``trust``, only
     a channel whose signed statement verifies is loaded, and the signature is checked before
-    any blob is fetched, decompressed or unpickled.
+    any blob is fetched, decompressed or unpickled. ``serving``: the build this process serves
+    now (a swap); what the new one shares with it byte for byte is taken from it (``_reuse``).
     """
     reg = registry if registry is not None and not isinstance(registry, str) else open_registry(registry, create=False)
     t = LoadTimings()
@@ -202,22 +232,17 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     # Bound what the manifest declares before fetching or allocating anything; then fetch and
     # verify every blob before decompressing or unpickling any of them.
     check_bounds(manifest)
-    chunked = manifest.weights.chunks is not None
-    payloads: dict[str, bytes | bytearray]
-    if chunked:  # v5+: each executable streamed from the store into its raw buffer, never held compressed
-        weights_raw, payloads = None, _stream_executables(reg, manifest, t)
+    if manifest.weights.chunks is not None:  # v5+: the executables and the weight chunks side by side
+        mesh, loaded = _side_by_side(reg, manifest, t, workers, serving)
     else:
         raw, t.fetch, t.verify = fetch_verified(reg, manifest)
         weights_raw, payloads = _decompress_all(manifest, raw, t)
-    mesh, loaded = _deserialize_all(manifest, payloads, t)
-    t0 = time.perf_counter()
-    if chunked:  # v5: the chunks stream in parallel, each placed as its shards (runtime/_weights.py)
-        t.weight_path = stream_weights(reg, manifest, loaded, mesh, workers=workers).to_json()
-    else:
+        mesh, loaded = _deserialize_all(manifest, payloads, t)
+        t0 = time.perf_counter()
         # pre-v5: one weights blob, which _require_weights saw in a build without chunks
         assert weights_raw is not None, "a build without weight chunks has a weights blob"
         place_weights(manifest, loaded, _safetensors_tensors(manifest, weights_raw), mesh)
-    t.weights = time.perf_counter() - t0
+        t.weights = time.perf_counter() - t0
     if isinstance(accepted, StatementPayload) and trust is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
@@ -259,6 +284,74 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
         spent.add(times)
     t.fetch, t.verify, t.decompress = spent.fetch, spent.verify, spent.decompress
     return payloads
+
+
+def _side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None,
+                  serving: LoadedBuild | None) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
+    """(mesh, loaded stages) of a v5+ build: its executables (each streamed into its raw buffer,
+    verified, deserialized, its fingerprint checked) on one thread while its weight chunks stream and
+    are placed as their shards on others (``_weights.stream_weights``), into stages that hold only
+    the manifest's shardings until the programs join them. Both paths finish before this returns; a
+    failure of either is raised once the other has stopped, the executables' first. What the new
+    build shares with ``serving`` is neither fetched nor loaded again."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+    from jax.sharding import Mesh
+
+    p = manifest.platform
+    mesh = Mesh(np.array(devices_for(manifest)).reshape(p.mesh_shape), tuple(p.mesh_axes))
+    shared = shared_with(serving, manifest, mesh)
+    to_load = [e for e in manifest.executables if e.key not in shared.programs]
+    programs_of = manifest if len(to_load) == len(manifest.executables) else manifest.model_copy(
+        update={"executables": to_load})
+    # each stage with only the tensors still to place (the manifest's shardings, no program yet)
+    placing = {(e.stage, e.bucket): LoadedStage(e.model_copy(update={"params": [
+        s for s in e.params if (s.name, tuple(s.sharding)) not in shared.arrays]}), None, [], {})
+        for e in manifest.executables}
+    needed = {s.name for ls in placing.values() for s in ls.entry.params}
+    chunks = [c for c in manifest.weights.chunks or [] if any(x.name in needed for x in c.tensors)]
+    weights_of = manifest if len(chunks) == len(manifest.weights.chunks or []) else manifest.model_copy(
+        update={"weights": manifest.weights.model_copy(update={"chunks": chunks})})
+
+    def programs() -> dict[tuple[str, str], LoadedStage]:
+        if not to_load:
+            return {}
+        return _deserialize_all(programs_of, _stream_executables(reg, programs_of, t), t)[1]
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="executables") as pool:
+        loading = pool.submit(programs)
+        try:
+            if needed:  # (none: every tensor taken from the serving build)
+                t.weight_path = stream_weights(reg, weights_of, placing, mesh, workers=workers).to_json()
+        except BaseException:
+            if loading.exception() is not None:  # waits: the executables' own failure is named first
+                loading.result()
+            raise
+        t.weights = time.perf_counter() - t0
+        fresh = loading.result()
+    loaded = {key: _joined(manifest, e, fresh.get(key), shared, placing[key], mesh)
+              for e in manifest.executables for key in [(e.stage, e.bucket)]}
+    t.side_by_side = time.perf_counter() - t0
+    t.shared = shared.to_json() if serving is not None else None
+    return mesh, loaded
+
+
+def _joined(manifest: Manifest, e: ExecutableEntry, fresh: LoadedStage | None, shared: Shared, placed: LoadedStage,
+            mesh: Mesh) -> LoadedStage:
+    """One stage of the new build: its program (deserialized here, or the serving build's same one,
+    whose fingerprint is checked against this manifest) with its weights (placed here, or taken)."""
+    if fresh is None:
+        same = shared.programs[e.key]
+        check_fingerprint(manifest, e, same.executable)
+        # the same program object: if it already ran, XLA already chose its code on that first run
+        fresh = LoadedStage(e, same.executable, [sharding_of(mesh, s) for s in e.inputs], {},
+                            tuned_at_first_run=same.tuned_at_first_run, ran=same.ran)
+    fresh.params = dict(placed.params)
+    for s in e.params:
+        key = (s.name, tuple(s.sharding))
+        if key in shared.arrays:
+            fresh.params[s.name.split(".", 1)[1]] = shared.arrays[key]
+    return fresh
 
 
 def _decompress_all(manifest: Manifest, raw: dict[str, bytes],

@@ -1,10 +1,11 @@
 """The pod: the build it serves, its warm-up, its health, and following its channel.
 
 A build is ready only after verify + load + one warm chunk that compiled nothing. Following a
-channel loads the new build in the background (with the trust config when one is set), warms it
-under the device lock (between renders) and swaps the pointer; a build that fails to verify or
-compiles is refused and the old one keeps serving. A render holds the build object it started
-with, so a swap never changes a video half-way.
+channel loads the new build in the background (with the trust config when one is set; taking the
+programs and placed weights it shares byte for byte with the build served, so a swap holds no
+second copy of them), warms it under the device lock (between renders) and swaps the pointer; a
+build that fails to verify or compiles is refused and the old one keeps serving. A render holds
+the build object it started with, so a swap never changes a video half-way.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ class Pod:
         b, t = self.build, self.build.timings
         return {"ready": self.ready, "draining": self.draining, "channel": self.channel, "build_id": b.build_id,
                 "digest": b.digest, "compiles": b.guard.count, "requests": self.requests,
-                "load_seconds": round(t.total(), 4), "warm_chunk_seconds": round(self.warm_seconds, 4),
+                "load_seconds": round(t.total(), 4), "load": t.to_json(),
+                "warm_chunk_seconds": round(self.warm_seconds, 4),
                 "fps": b.manifest.program.fps, "buckets": {x.name: x.frames for x in b.manifest.buckets},
                 "deadline": self.deadline_report(),
                 "follow": {"swaps": self.follow.swaps, "last_check": self.follow.last_check,
@@ -147,7 +149,7 @@ class Pod:
             return self._result("still-refused")
         log_event("swap_loading", channel=self.channel, old=self.build.build_id, digest=resolved.digest)
         try:
-            new = _load(self.registry, self.channel, resolved, self.trust)
+            new = _load(self.registry, self.channel, resolved, self.trust, serving=self.build)
             with self.device_lock:  # between renders: the warm chunk never competes with a request
                 warm = warm_up(new)
         except (AvatarReleaseError, OSError, ValueError) as exc:
@@ -231,10 +233,13 @@ def follow_wait(poll_seconds: float, rng: random.Random) -> float:
     return poll_seconds * rng.uniform(1.0 - FOLLOW_JITTER, 1.0 + FOLLOW_JITTER)
 
 
-def _load(registry: Registry, ref: str, resolved: Resolved, trust: TrustConfig | None) -> LoadedBuild:
+def _load(registry: Registry, ref: str, resolved: Resolved, trust: TrustConfig | None,
+          serving: LoadedBuild | None = None) -> LoadedBuild:
     # With a trust key or root the channel is loaded by name (its signed statement, or the signed
     # release state, is checked); without, the digest resolved here is what every fetch uses.
-    return load(ref if trust else resolved.digest, registry, strict=True, trust=trust)
+    # A swap (``serving``): the programs and weights the new build shares byte for byte with the
+    # build served now are taken from it (runtime/_reuse.py), while that build keeps serving.
+    return load(ref if trust else resolved.digest, registry, strict=True, trust=trust, serving=serving)
 
 
 # What prepares this process for the build ``ref`` names before it loads (the CLI's device and flag
