@@ -249,6 +249,7 @@ class _Ref:
         self.digest, self.size = digest, size
 
 
+@pytest.mark.slow  # two fresh interpreters: about 5 s on 2 cores
 def test_two_processes_pulling_the_same_build_at_once_both_succeed(uri, tmp_path):
     blobs = [(d, s) for d, s, _ in put_blobs(uri, tmp_path, 12, size=256 << 10)]
     ctx = multiprocessing.get_context("spawn")
@@ -266,6 +267,16 @@ def test_two_processes_pulling_the_same_build_at_once_both_succeed(uri, tmp_path
     assert sum(n for _, _, n in results) == len(blobs)
     names = {p.name for p in (tmp_path / "cache" / "blobs").iterdir()}
     assert names == {d.split(":")[1] for d, _ in blobs}  # no temporary file left behind
+
+
+def test_a_cache_directory_that_cannot_be_made_is_a_registry_error_naming_it(uri, tmp_path):
+    from avatar_release.errors import RegistryError
+
+    [(digest, size, _)] = put_blobs(uri, tmp_path, 1)
+    (tmp_path / "a-file").write_text("not a directory")
+    reg = pod(uri, tmp_path / "a-file" / "cache")
+    with pytest.raises(RegistryError, match=r"node cache .*a-file/cache: cannot create it .*--cache-dir"):
+        reg.get_blob(digest, size)
 
 
 # ---- settings ------------------------------------------------------------------------------------------------

@@ -84,15 +84,25 @@ class NodeCache:
         damaged, which is found and dropped on the way)."""
         self._ensure_dirs()
         for _ in range(3):  # evicted (or found damaged) between the pull and the open: pull again
-            mapped = self.entries.open(digest, size)
+            mapped = self._open(digest, size)
             if mapped is not None:
                 self.stats.add(hits=1)
                 return mapped
             if self._pull(store, digest, size):
-                self.evict()
+                mapped = self._open(digest, size)
+                if mapped is not None:
+                    self.evict()  # after the open: an entry held is never evicted
+                    return mapped
         raise RegistryError(f"node cache {self.root}: blob {digest} was evicted three times while being read; "
                             "the cache is smaller than what the processes sharing it load at once — give it "
                             "more room (--cache-size / AVATAR_RELEASE_CACHE_SIZE)")
+
+    def _open(self, digest: str, size: int) -> Mapped | None:
+        try:
+            return self.entries.open(digest, size)
+        except OSError as e:
+            raise RegistryError(f"node cache {self.root}: cannot read blob {digest} ({e.strerror or e}); check the "
+                                "directory's permissions, or give another with --cache-dir") from None
 
     def has(self, digest: str, size: int) -> bool:
         path = self.entries.path(digest)
@@ -107,12 +117,17 @@ class NodeCache:
                 return False
             t0 = time.perf_counter()
             pull_to = getattr(store, "pull_blob_to", None)
-            if pull_to is not None:  # OCI: streamed to a file, hashed once, renamed in only if right
-                pull_to(digest, size, self.entries.path(digest))
-            else:
-                with self.entries.insert_path(digest) as tmp:
-                    store.stream_blob(digest, size, lambda pieces: _write(tmp, pieces))
-            self.entries.seal(digest)
+            try:
+                if pull_to is not None:  # OCI: streamed to a file, hashed once, renamed in only if right
+                    pull_to(digest, size, self.entries.path(digest))
+                else:
+                    with self.entries.insert_path(digest) as tmp:
+                        store.stream_blob(digest, size, lambda pieces: _write(tmp, pieces))
+                self.entries.seal(digest)
+            except OSError as e:
+                raise RegistryError(f"node cache {self.root}: cannot write blob {digest} ({size} bytes: "
+                                    f"{e.strerror or e}); free space there, lower --cache-size, or give another "
+                                    "directory with --cache-dir") from None
             self.stats.add(pulls=1, pulled_bytes=size, pull_seconds=time.perf_counter() - t0)
             return True
 
