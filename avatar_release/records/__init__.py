@@ -61,7 +61,7 @@ from .gate import (
     GateShardRun,
 )
 from .identity import (
-    FINGERPRINT_CHECKED_SINCE, build_id_for, check_identity, identity_digest, identity_flags, manifest_identity,
+    build_id_for, check_identity, identity_digest, identity_flags, manifest_identity,
     manifest_seal,
 )
 from .move import MOVE_MEDIA_TYPE, MOVE_SCHEMA_VERSION, MoveRecord
@@ -93,7 +93,7 @@ __all__ = [
     "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
     "STATEMENT_SCHEMA_VERSION", "SIGNED_STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement",
     "StatementPayload", "TimestampPayload",
-    "FINGERPRINT_CHECKED_SINCE", "build_id_for", "check_identity", "identity_digest", "identity_flags",
+    "build_id_for", "check_identity", "identity_digest", "identity_flags",
     "manifest_identity", "manifest_seal",
 ]
 

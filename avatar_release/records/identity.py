@@ -30,15 +30,14 @@ program under an unchanged build id the defences are:
    ``avatar_release.records.build``). The loader deserializes each executable (never running
    it) and compares the fingerprint it reports with the manifest's; ``verify`` does the same.
    Swapping in another program changes the loaded fingerprint; changing the recorded
-   fingerprint to match changes the identity and so the build id. Because the schema version
-   is inside the identity from v3 on, relabelling a v3 manifest as v2 (whose fingerprints are
-   the compile-time ones, which deserialization does not reproduce, so they are not checked)
-   changes the identity too.
+   fingerprint to match changes the identity and so the build id. The schema version is inside
+   the identity, so relabelling a manifest as another version changes it too (and a version
+   outside the support window is refused before any of this: ``records.window``).
 2. **Signatures over the manifest digest** (signed statements, ``avatar_release.trust``): the
    only defence that does not rely on the attacker being unable to recompute something. It also
    covers what (1) cannot: builds whose backend reports no fingerprint (a compile-only TPU
-   client), ``jax-export`` stages (compiled in the pod), manifests older than v3, and the
-   48 bits of the identity a build id carries.
+   client), ``jax-export`` stages (compiled in the pod), and the 48 bits of the identity a build
+   id carries.
 """
 
 from __future__ import annotations
@@ -51,14 +50,7 @@ from ..errors import IntegrityError
 from .build import BUILD_SCHEMA_VERSION, FlagProfileRecord, Manifest
 
 __all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_seal", "build_id_for",
-           "check_identity", "FINGERPRINT_CHECKED_SINCE"]
-
-# The manifest version from which ``fingerprint`` is the deserialized executable's (what a loader
-# sees) and the identity covers the schema version: older than every version the support window
-# reads (``records.window``), so every manifest read has both. (Older manifests recorded the
-# compile-time fingerprint, which XLA:CPU does not reproduce after a serialize/deserialize round
-# trip: it rewrites the HLO's stack-frame metadata; measured 2026-12-01.)
-FINGERPRINT_CHECKED_SINCE = 3
+           "check_identity"]
 
 
 def identity_digest(*, pipeline: str, entry: str, config: dict[str, Any], overrides: dict[str, Any], source: str,
