@@ -61,7 +61,8 @@ def compile_cmd(pipeline: str, target: str, weights_path: str | None, sets: tupl
     publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
     rows = "\n".join(
         f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
-        f"trace {e.trace_seconds:5.2f}s lower {e.lower_seconds:5.2f}s compile {e.compile_seconds:5.2f}s"
+        f"trace {e.trace_seconds:5.2f}s lower {e.lower_seconds:5.2f}s "
+        + (f"shared with {result.shared[e.key]}" if e.key in result.shared else f"compile {e.compile_seconds:5.2f}s")
         for e in result.executables
     )
     state = "published" if result.created else "already published (identical build)"
@@ -180,9 +181,12 @@ def inspect_cmd(ref: str, registry_uri: str | None, as_json: bool) -> None:
         lines.append(f"memory     {f.total_bytes / 2**30:.2f} of {f.capacity_bytes / 2**30:.2f} GiB per device "
                      f"({f.weight_sharding}; peak {f.peak_stage}){'' if f.fits else ' - DOES NOT FIT'}")
     lines.append("executables:")
+    first: dict[str, str] = {}  # blob digest -> the first key that runs it (a program shared across buckets)
     for e in m.executables:
+        same = first.setdefault(e.blob.digest, e.key)
         lines.append(f"  {e.key:<12} {e.blob.size / 1e6:6.2f} MB zstd ({e.raw_size / 1e6:.2f} raw)  "
-                     f"hlo {e.hlo_digest[7:19]}  flops {e.cost.get('flops', 0):.3g}")
+                     f"hlo {e.hlo_digest[7:19]}  flops {e.cost.get('flops', 0):.3g}"
+                     + (f"  (the executable of {same})" if same != e.key else ""))
     click.echo("\n".join(lines))
 
 

@@ -26,7 +26,8 @@ from ..trust.state_read import state_exists
 from ._autotune import AutotunePlan
 from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build
 from ._plan import BuildPlan, plan_build
-from ._stage import CompiledStage, LoweredStage, compile_stage, lower_stage
+from ._share import shared_compiles
+from ._stage import CompiledStage, LoweredStage, compile_stage, lower_stage, shared_stage
 
 __all__ = ["CompileResult", "compile_build", "EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE"]
 
@@ -47,6 +48,8 @@ class CompileResult:
     # the JIT path runs exactly these programs without a serialize/deserialize round trip).
     compiled: dict[str, Any] | None = None
     weight_tensors: list | None = None  # compile._weights.HostTensor, with keep_compiled
+    # executable key -> the key whose executable it shares (the same program, compiled once: _share.py)
+    shared: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -59,6 +62,7 @@ class CompileResult:
             "wall_seconds": round(self.wall_seconds, 3),
             "compile_wall_seconds": round(self.compile_wall_seconds, 3),
             "executables": [dataclasses.asdict(e) for e in self.executables],
+            "shared": dict(self.shared),
         }
 
 
@@ -115,6 +119,7 @@ def compile_build(
         executables=package.reports,
         compile_wall_seconds=compiled.wall_seconds,
         manifest=manifest,
+        shared=compiled.shared,
     )
     if keep_compiled:
         result.compiled = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled for cs in compiled.stages}
@@ -159,6 +164,7 @@ def _trace(plan: BuildPlan, progress: Callable[[str], None]) -> list[LoweredStag
 class _Compiled:
     stages: list[CompiledStage]  # in the order of the lowered stages
     wall_seconds: float  # wall time of the whole compile step (stages overlap when concurrent)
+    shared: dict[str, str] = field(default_factory=dict)  # key -> the key whose executable it shares
 
 
 def _results_on_disk(autotune: AutotunePlan | None, scratch: Path) -> AutotunePlan | None:
@@ -183,27 +189,34 @@ def _stage_options(plan: BuildPlan, autotune: AutotunePlan | None, ls: LoweredSt
 
 def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool, autotune: AutotunePlan | None,
              progress: Callable[[str], None]) -> _Compiled:
-    """Step 3: compile every lowered stage under the target's flag profile."""
+    """Step 3: compile every distinct lowered program under the target's flag profile; a program
+    identical to one already compiled (a bucket-independent stage's other buckets) shares it."""
     t_compile = time.perf_counter()
-    if side_by_side and len(lowered) > 1:
+    groups = shared_compiles(lowered, lambda ls: _stage_options(plan, autotune, ls))
+    unique = [lowered[i] for i in groups.compiles]
+    done: dict[int, CompiledStage] = {}
+
+    def finished(ls: LoweredStage, cs: CompiledStage) -> None:
+        done[id(ls)] = cs
+        progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
+        progress(Tick("compile", len(done), len(unique), "stage"))
+
+    if side_by_side and len(unique) > 1:
         # XLA compiles release the GIL: the stages compile side by side.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(lowered)) as pool:
-            futures = {pool.submit(compile_stage, ls, _stage_options(plan, autotune, ls)): ls for ls in lowered}
-            done: dict[int, CompiledStage] = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(unique)) as pool:
+            futures = {pool.submit(compile_stage, ls, _stage_options(plan, autotune, ls)): ls for ls in unique}
             for fut in concurrent.futures.as_completed(futures):
-                cs = fut.result()
-                done[id(futures[fut])] = cs
-                progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
-                progress(Tick("compile", len(done), len(lowered), "stage"))
-            stages = [done[id(ls)] for ls in lowered]
+                finished(futures[fut], fut.result())
     else:
-        stages = []
-        for ls in lowered:
-            cs = compile_stage(ls, _stage_options(plan, autotune, ls))
-            progress(f"{cs.plan.stage}/{cs.plan.bucket}: compiled {cs.evidence.compile_seconds:.2f}s")
-            stages.append(cs)
-            progress(Tick("compile", len(stages), len(lowered), "stage"))
-    return _Compiled(stages, time.perf_counter() - t_compile)
+        for ls in unique:
+            finished(ls, compile_stage(ls, _stage_options(plan, autotune, ls)))
+    shared = {}
+    for i, j in groups.shares.items():
+        done[id(lowered[i])] = shared_stage(lowered[i], done[id(lowered[j])])
+        key, source = (f"{lowered[k].plan.stage}/{lowered[k].plan.bucket}" for k in (i, j))
+        shared[key] = source
+        progress(f"{key}: shared with {source} (the same program; not compiled again)")
+    return _Compiled([done[id(ls)] for ls in lowered], time.perf_counter() - t_compile, shared)
 
 
 PUBLISH_WORKERS = 4

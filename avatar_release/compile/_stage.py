@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
     from jax.stages import Compiled
     from jax.tree_util import PyTreeDef
 
-__all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage", "check_outputs"]
+__all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage", "shared_stage",
+           "check_outputs"]
 
 
 def fsdp_spec(shape: tuple[int, ...], axis: str, size: int) -> list[str | None]:
@@ -244,6 +245,15 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
         host_callbacks=host_callbacks(hlo),
     )
     return CompiledStage(plan=plan, payload=payload, evidence=evidence, compiled=compiled)
+
+
+def shared_stage(ls: LoweredStage, compiled: CompiledStage) -> CompiledStage:
+    """``ls`` as the executable ``compiled`` already is (the same program, _share.py): its blob and
+    evidence, with ``ls``'s own trace and lower times and no compile time of its own."""
+    evidence = compiled.evidence.model_copy(update={
+        "trace_seconds": round(ls.trace_seconds, 4), "lower_seconds": round(ls.lower_seconds, 4),
+        "compile_seconds": 0.0})
+    return CompiledStage(plan=ls.plan, payload=compiled.payload, evidence=evidence, compiled=compiled.compiled)
 
 
 def _xla_compile(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compiled:

@@ -148,8 +148,11 @@ def test_a_jax_stage_returning_a_dict_compiles_to_its_declared_order(mesh):
     np.testing.assert_array_equal(total, x2.sum(-1))
 
 
+@pytest.mark.slow  # torch and torchax start here: seconds
+@pytest.mark.extra("compile")
 def test_a_torch_module_returning_an_output_class_needs_no_wrapper(mesh):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from avatar_release.compile._trace import stage_function
 
     class Net(torch.nn.Module):  # returns as diffusers' UNet2DModel does: UNet2DOutput(sample=...)
