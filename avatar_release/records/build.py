@@ -1,6 +1,9 @@
 """The build manifest and what it is made of: blobs, executables, the platform, the program.
 
-Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``):
+Changelog of ``avatar-release/build`` (``BUILD_SCHEMA_VERSION``). This avatar-release reads the
+current version and the one before (the support window, ``records.window``); the entries about
+what older versions did, and what was "still read", are history: older manifests are refused (exit
+11) naming the fix, compile the build again (tests/data keeps them as refusal examples).
   * 1 (2026-11-29): first version (stored example: tests/data/build-manifest.v1.json).
   * 2 (2026-12-01): ``seal``; weights that are never materialised (``weights.blob`` None,
     ``materialized``); ``memory_fit``; per executable ``cost_loop_scale``, ``kernels``,

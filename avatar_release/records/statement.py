@@ -9,7 +9,8 @@ Changelog of ``avatar-release/statement`` (``STATEMENT_SCHEMA_VERSION``):
     verified, against either digest (stored example: tests/data/statement-envelope.v1.json).
 Changelog of ``avatar-release/signed-statement`` (``SIGNED_STATEMENT_SCHEMA_VERSION``):
   * 1 (2026-11-29): first version (a bare Ed25519 signature beside a version-1 payload); written
-    until 2026-12-01, when statements became DSSE envelopes; still read and verified.
+    until 2026-12-01, when statements became DSSE envelopes; outside the support window since
+    2026-12-05: refused (exit 11) naming ``avatar-release keys sign CHANNEL``, never verified.
 Changelog of ``avatar-release/timestamp`` (``TIMESTAMP_SCHEMA_VERSION``):
   * 1 (2026-12-01): first version: a short-lived, re-signed-on-a-schedule statement of the newest
     sequence of a channel (the role TUF calls "timestamp"); ``build_digest`` as in the statement
