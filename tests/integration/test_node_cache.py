@@ -151,7 +151,8 @@ def test_reading_a_build_pulls_all_its_blobs_side_by_side_after_the_manifest(uri
 
 
 # ---- damage ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "seal removed and byte flipped"])
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "seal removed and byte flipped",
+                                    "byte flipped, sealed before a reboot"])
 def test_a_damaged_entry_is_found_dropped_and_pulled_again(uri, tmp_path, damage):
     [(digest, size, data)] = put_blobs(uri, tmp_path, 1)
     reg = pod(uri, tmp_path / "cache")
@@ -163,8 +164,12 @@ def test_a_damaged_entry_is_found_dropped_and_pulled_again(uri, tmp_path, damage
     else:
         raw[100] ^= 0xFF
     entry.write_bytes(bytes(raw))
+    seal = tmp_path / "cache" / "seals" / entry.name
     if damage.startswith("seal removed"):
-        (tmp_path / "cache" / "seals" / entry.name).unlink()
+        seal.unlink()
+    if damage.endswith("reboot"):  # unsynced bytes a crash lost: the seal matches the file, but another boot wrote it
+        now = entry.stat()
+        seal.write_text(f"{now.st_ino} {now.st_size} {now.st_mtime_ns} {now.st_ctime_ns} another-boot\n")
 
     again = pod(uri, tmp_path / "cache")
     assert again.get_blob(digest, size) == data  # the right bytes, not the damaged ones
@@ -188,8 +193,8 @@ def test_a_loader_that_refuses_the_bytes_gets_them_pulled_again_when_the_entry_i
     raw[0] ^= 1
     entry.write_bytes(bytes(raw))
     seal = tmp_path / "cache" / "seals" / entry.name
-    now = entry.stat()  # the seal names the file as it is now: as if the medium had decayed under it
-    seal.write_text(f"{now.st_ino} {now.st_size} {now.st_mtime_ns} {now.st_ctime_ns}\n")
+    now, boot = entry.stat(), seal.read_text().split()[-1]  # the seal names the file as it is now, in this
+    seal.write_text(f"{now.st_ino} {now.st_size} {now.st_mtime_ns} {now.st_ctime_ns} {boot}\n")  # boot: decay
     assert now.st_ino == st.st_ino
 
     def loader(pieces):

@@ -116,13 +116,9 @@ class NodeCache:
             if self.has(digest, size):
                 return False
             t0 = time.perf_counter()
-            pull_to = getattr(store, "pull_blob_to", None)
-            try:
-                if pull_to is not None:  # OCI: streamed to a file, hashed once, renamed in only if right
-                    pull_to(digest, size, self.entries.path(digest))
-                else:
-                    with self.entries.insert_path(digest) as tmp:
-                        store.stream_blob(digest, size, lambda pieces: _write(tmp, pieces))
+            try:  # streamed into a file through the store's size and sha256 check, renamed in only if right
+                with self.entries.insert_path(digest) as tmp:
+                    store.stream_blob(digest, size, lambda pieces: _write(tmp, pieces))
                 self.entries.seal(digest)
             except OSError as e:
                 raise RegistryError(f"node cache {self.root}: cannot write blob {digest} ({size} bytes: "
