@@ -73,10 +73,10 @@ def _compiled(reg) -> None:
 def _gated(reg, build, *, stand_in: bool) -> None:
     """A passing gate result stored with ``build``: the gate's own, or a signed stand-in."""
     if stand_in:
-        from tests.unit.test_copy import gate  # signed by this machine's gate key, as the gate signs
+        from tests.release_records import gate_with_frames  # signed by this machine's gate key, as the gate signs
 
         _, manifest = read_manifest(reg, build.digest)
-        gate(reg, build.build_id, build.digest, manifest)
+        gate_with_frames(reg, build.build_id, build.digest, manifest)
         return
     from avatar_release.gates import run_gate
 
@@ -102,9 +102,9 @@ def main() -> None:
         reg = LocalRegistry(tmp / "reg")
         ref = "dev"
         if args.smoke and not args.registry:
-            from tests.unit.test_copy import publish  # a stored manifest, every blob reference real bytes
+            from tests.release_records import publish_with_blobs  # a stored manifest, every blob reference real bytes
 
-            ref = publish(reg, version=5)[0]
+            ref = publish_with_blobs(reg, version=5)[0]
             from avatar_release.trust.policy import load_policy
             from avatar_release.trust.state_write import init_state
 

@@ -217,9 +217,9 @@ def _compiled(src) -> str:
 
 
 def _stand_in(src) -> str:
-    from tests.unit.test_copy import publish  # a stored manifest, every blob reference real bytes
+    from tests.release_records import publish_with_blobs  # a stored manifest, every blob reference real bytes
 
-    return publish(src, version=5)[0]
+    return publish_with_blobs(src, version=5)[0]
 
 
 def bench_copy(tmp: Path, exe: str, *, smoke: bool) -> dict:
@@ -232,14 +232,14 @@ def bench_copy(tmp: Path, exe: str, *, smoke: bool) -> dict:
     from avatar_release.trust.state_write import init_state
     from avatar_release.trust.statements import verify_channel
     from tests.oci_server import OciServer
-    from tests.unit.test_copy import gate, records_of  # a stored, signed, passing gate result; every record
+    from tests.release_records import gate_with_frames, records_of  # a stored, signed, passing gate result; every record
 
     src = LocalRegistry(tmp / "src")
     build_id = _stand_in(src) if smoke else _compiled(src)
     if not state_exists(src):  # a stand-in build: the registry's signed state, as `registry init` makes it
         init_state(src, load_policy())
     resolved, m = read_manifest(src, build_id)
-    gate(src, build_id, resolved.digest, m)
+    gate_with_frames(src, build_id, resolved.digest, m)
     priv, pub, _ = generate_keypair(tmp / "keys")
     promote(src, build_id, "staging", signing_key=load_private_key(priv))
     servers = [OciServer(exe, tmp / f"server-{n}").start() for n in ("a", "b")]

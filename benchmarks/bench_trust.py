@@ -87,10 +87,10 @@ def _gated(reg, build_id: str, *, stand_in: bool):
     if stand_in:
         from avatar_release.gates.store import latest_result
         from avatar_release.registry import read_manifest
-        from tests.unit.test_copy import gate  # signed by this machine's gate key, as the gate signs
+        from tests.release_records import gate_with_frames  # signed by this machine's gate key, as the gate signs
 
         resolved, manifest = read_manifest(reg, build_id)
-        gate(reg, build_id, resolved.digest, manifest)
+        gate_with_frames(reg, build_id, resolved.digest, manifest)
         return latest_result(reg, build_id)[0], None
     from avatar_release.gates import run_gate
 

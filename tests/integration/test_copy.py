@@ -15,7 +15,7 @@ from avatar_release.trust.policy import load_policy
 from avatar_release.trust.state_read import load_state
 from avatar_release.trust.statements import verify_channel
 from tests.helpers import with_release_state
-from tests.unit.test_copy import gate, publish, records_of
+from tests.release_records import gate_with_frames, publish_with_blobs, records_of
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 
@@ -25,8 +25,8 @@ def test_local_to_oci_to_local_keeps_bytes_ids_and_signatures(oci_server, tmp_pa
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
 
     src = with_release_state(LocalRegistry(tmp_path / "src"))
-    build_id, digest, m = publish(src)
-    gate(src, build_id, digest, m)
+    build_id, digest, m = publish_with_blobs(src)
+    gate_with_frames(src, build_id, digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")
     promote(src, build_id, "staging", signing_key=load_private_key(priv))
     oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
@@ -73,7 +73,7 @@ def test_a_trusting_pod_loads_a_real_build_from_an_oci_copy(registry_copy, oci_s
     src = LocalRegistry(root)
     priv, pub, _ = generate_keypair(tmp_path / "k")
     _, m = read_manifest(src, result.build_id)
-    gate(src, result.build_id, src.resolve(result.build_id).digest, m)  # a stored passing gate result
+    gate_with_frames(src, result.build_id, src.resolve(result.build_id).digest, m)  # a stored passing gate result
     promote(src, result.build_id, "staging", signing_key=load_private_key(priv))
     oci = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
     r = copy_build(src, oci, "staging", channel="staging")
@@ -99,7 +99,7 @@ def test_a_trusting_pod_loads_from_a_directory_copy_of_a_build_signed_in_oci(reg
                                          lock_dir=tmp_path / "locks"))
     published = copy_build(LocalRegistry(root), oci, result.build_id)  # the build only: nothing signed yet
     _, m = read_manifest(oci, result.build_id)
-    gate(oci, result.build_id, published.destination_digest, m)
+    gate_with_frames(oci, result.build_id, published.destination_digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "k")
     promote(oci, result.build_id, "staging", signing_key=load_private_key(priv))
     local = LocalRegistry(tmp_path / "copy")
@@ -123,8 +123,8 @@ def test_oci_to_oci_keeps_the_digest_so_oci_signed_statements_verify(oci_server,
         return OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
 
     a = with_release_state(oci())
-    build_id, digest, m = publish(a)
-    gate(a, build_id, digest, m)
+    build_id, digest, m = publish_with_blobs(a)
+    gate_with_frames(a, build_id, digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")
     promote(a, build_id, "staging", signing_key=load_private_key(priv))  # signs a's OCI digest
     b = oci()
@@ -144,8 +144,8 @@ def test_a_statement_signed_in_oci_verifies_in_a_directory_copy_and_in_another_r
 
     oci = with_release_state(OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST,
                                          lock_dir=tmp_path / "locks"))
-    build_id, oci_digest, m = publish(oci)
-    gate(oci, build_id, oci_digest, m)
+    build_id, oci_digest, m = publish_with_blobs(oci)
+    gate_with_frames(oci, build_id, oci_digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")
     pub = load_public_key(pub)
     signed = promote(oci, build_id, "staging", signing_key=load_private_key(priv)).statement.payload

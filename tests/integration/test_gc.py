@@ -13,7 +13,7 @@ from avatar_release.promote import promote
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.ops import collect_garbage
 from avatar_release.runtime import load
-from tests.unit.test_promote_policy import _gate
+from tests.release_records import signed_gate_result
 
 
 def _blobs(root):
@@ -24,7 +24,7 @@ def test_gc_keeps_channels_and_rollback_targets_and_drops_the_rest(registry_copy
     root, a = registry_copy
     reg = LocalRegistry(root)
     _, ma = read_manifest(reg, a.build_id)
-    _gate(reg, a.build_id, reg.resolve(a.build_id).digest, ma)
+    signed_gate_result(reg, a.build_id, reg.resolve(a.build_id).digest, ma)
     promote(reg, a.build_id, "staging")
     promote(reg, a.build_id, "prod")
     c = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"})  # dev -> c

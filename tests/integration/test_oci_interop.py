@@ -12,7 +12,7 @@ import pytest
 
 from avatar_release.registry import OciRegistry
 from avatar_release.registry.oci import RetryPolicy
-from tests.unit.test_copy import publish
+from tests.release_records import publish_with_blobs
 from tests.tools import binary, module
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
@@ -21,7 +21,7 @@ FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=
 @pytest.fixture
 def published(oci_server, tmp_path):
     reg = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
-    build_id, digest, m = publish(reg)
+    build_id, digest, m = publish_with_blobs(reg)
     reg.move_channel("dev", reg.resolve(build_id), expected_digest=None, action="publish", who="t", reason="r")
     return reg, build_id, digest, m
 
@@ -43,7 +43,7 @@ def test_oras_pull_materializes_a_build_as_named_files(published, tmp_path):
 def test_oras_pull_writes_each_weight_chunk_as_a_file_named_by_what_it_holds(oci_server, tmp_path):
     oras = module("oras.client")
     reg = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
-    build_id, digest, m = publish(reg, version=5)
+    build_id, digest, m = publish_with_blobs(reg, version=5)
     reg.move_channel("dev", reg.resolve(build_id), expected_digest=None, action="publish", who="t", reason="r")
     out = tmp_path / "pulled"
     oras.OrasClient(hostname=reg.location.host, insecure=True).pull(

@@ -20,7 +20,7 @@ from avatar_release.trust.evidence import attestation_refs, read_attestations, s
 from avatar_release.trust.keys import generate_keypair, key_id, load_private_key
 from avatar_release.trust.policy import local_identity
 from tests.helpers import with_release_state
-from tests.unit.test_copy import gate, publish
+from tests.release_records import gate_with_frames, publish_with_blobs
 from tests.tools import binary, module
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
@@ -46,8 +46,8 @@ def oci(server, tmp_path) -> OciRegistry:
 def attested(oci_server, tmp_path):
     """A build in an OCI repository with a signed gate result and a signed promotion to staging."""
     reg = with_release_state(oci(oci_server, tmp_path))
-    build_id, digest, m = publish(reg)
-    gate(reg, build_id, digest, m)
+    build_id, digest, m = publish_with_blobs(reg)
+    gate_with_frames(reg, build_id, digest, m)
     priv, _, _ = generate_keypair(tmp_path / "keys")
     promote(reg, build_id, "staging", signing_key=load_private_key(priv))
     return reg, build_id, digest, m
@@ -117,8 +117,8 @@ def test_referrers_reads_the_fallback_tag_filters_by_type_and_grows_without_dupl
 
 def test_copy_attaches_the_evidence_in_each_registry_with_the_same_manifests(oci_server, tmp_path):
     src = with_release_state(LocalRegistry(tmp_path / "src"))
-    build_id, digest, m = publish(src)
-    gate(src, build_id, digest, m)
+    build_id, digest, m = publish_with_blobs(src)
+    gate_with_frames(src, build_id, digest, m)
     priv, _, _ = generate_keypair(tmp_path / "keys")
     promote(src, build_id, "staging", signing_key=load_private_key(priv))
     a, b = oci(oci_server, tmp_path), oci(oci_server, tmp_path)

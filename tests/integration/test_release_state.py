@@ -26,7 +26,7 @@ from avatar_release.trust.state_pod import load_pinned_root, verify_channel_stat
 from avatar_release.trust.state_read import load_state
 from avatar_release.trust.state_write import record_move
 from tests.helpers import cli
-from tests.unit.test_promote_policy import _gate
+from tests.release_records import signed_gate_result
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +42,11 @@ def _released(root: Path, result) -> tuple[LocalRegistry, str, str, list[str]]:
     """prod = the real build a; b (a stand-in gated against a) in staging only."""
     reg, a, r = LocalRegistry(root), result.build_id, ["--registry", str(root)]
     _, m = read_manifest(reg, a)
-    _gate(reg, a, reg.resolve(a).digest, m)
+    signed_gate_result(reg, a, reg.resolve(a).digest, m)
     for ch in ("staging", "prod"):
         assert cli("promote", a, "--to", ch, *r).exit_code == 0
     b, db = _stand_in(reg, a, "b")
-    _gate(reg, b, db, read_manifest(reg, b)[1], against=(a, reg.resolve(a).digest))
+    signed_gate_result(reg, b, db, read_manifest(reg, b)[1], against=(a, reg.resolve(a).digest))
     assert cli("promote", b, "--to", "staging", *r).exit_code == 0
     return reg, a, b, r
 
@@ -101,7 +101,7 @@ def test_a_revocation_hidden_from_the_index_still_holds_and_a_deleted_pointer_is
     # c gated against nothing is still refused, since the signed prod holds b.
     (root / "channels" / "prod.json").unlink()
     c, dc = _stand_in(reg, a, "c")
-    _gate(reg, c, dc, read_manifest(reg, c)[1])
+    signed_gate_result(reg, c, dc, read_manifest(reg, c)[1])
     out = cli("promote", c, "--to", "staging", *r)
     assert out.exit_code == 1 and f"prod holds {b} now" in out.output and _signed(reg, "staging") == b
 
@@ -206,7 +206,7 @@ def test_no_single_key_makes_a_pod_run_an_ungated_build(registry_copy, tmp_path)
     # approval of that gate result by another key: refused too.
     from avatar_release.trust.evidence import attestation_refs
 
-    _gate(reg, c, dc, mc)
+    signed_gate_result(reg, c, dc, mc)
     gate_env = attestation_refs(reg, c)[-1]
     state = load_state(reg, policy)  # storing the gate result listed it in the state's evidence role
     state, _ = record_move(reg, policy, state, "prod", action="promote", build_id=c, manifest_digest=mc.content_digest(),
@@ -260,7 +260,7 @@ def test_a_failed_re_gate_hidden_from_the_index_still_blocks_the_rollback(regist
     root, result = registry_copy
     reg, a, b, r = _released(root, result)
     assert cli("promote", b, "--to", "prod", *r).exit_code == 0  # prod: a -> b
-    _gate(reg, a, reg.resolve(a).digest, read_manifest(reg, a)[1], status="failed",
+    signed_gate_result(reg, a, reg.resolve(a).digest, read_manifest(reg, a)[1], status="failed",
           against=(b, reg.resolve(b).digest))  # a re-gated against the prod it would replace: failed
     index = root / "records" / "attestations" / a
     doc = json.loads(index.read_text())

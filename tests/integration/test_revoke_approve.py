@@ -15,7 +15,7 @@ from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
 from avatar_release.serving import Pod, start_pod
 from tests.helpers import cli
-from tests.unit.test_promote_policy import _gate
+from tests.release_records import signed_gate_result
 from tests.unit.test_serving import _fake_build
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_c
     root, result = registry_copy
     reg, bid, r = LocalRegistry(root), result.build_id, ["--registry", str(root)]
     _, m = read_manifest(reg, bid)
-    _gate(reg, bid, reg.resolve(bid).digest, m)
+    signed_gate_result(reg, bid, reg.resolve(bid).digest, m)
     assert cli("promote", bid, "--to", "staging", *r).exit_code == 0
     # The first-use identity holds both roles: promote signs the release approval with this
     # machine's release key (not its gate key) and says so.

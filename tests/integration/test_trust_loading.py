@@ -85,7 +85,7 @@ def test_a_planted_pickle_with_matching_digests_never_runs(registry_copy, tmp_pa
 
 def test_a_pod_with_a_key_serves_only_signed_channels(registry_copy, tmp_path, monkeypatch):
     from avatar_release.promote import promote
-    from tests.unit.test_promote_policy import _gate
+    from tests.release_records import signed_gate_result
 
     root, result = registry_copy
     reg = LocalRegistry(root)
@@ -94,7 +94,7 @@ def test_a_pod_with_a_key_serves_only_signed_channels(registry_copy, tmp_path, m
     signing, trusted = load_private_key(priv), load_public_key(pub)
     # A stored passing gate result for this build (the gates themselves are tested elsewhere).
     _, m = read_manifest(reg, result.build_id)
-    _gate(reg, result.build_id, reg.resolve(result.build_id).digest, m)
+    signed_gate_result(reg, result.build_id, reg.resolve(result.build_id).digest, m)
     promote(reg, result.build_id, "staging", signing_key=signing)
 
     state = AcceptedState(tmp_path / "pod" / "accepted.json")

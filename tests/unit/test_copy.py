@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,79 +12,23 @@ from avatar_release.errors import ConflictError, IntegrityError
 from avatar_release.ops import copy_build
 from avatar_release.promote import promote
 from avatar_release.records import Manifest, parse_record
-from avatar_release.records.stored import STORED_NAMESPACES
 from avatar_release.registry import LocalRegistry, MemoryRegistry
 from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
 from avatar_release.trust.policy import load_policy
 from avatar_release.trust.state_read import load_state, moves
 from avatar_release.trust.statements import verify_channel
 from tests.helpers import signed_holder, with_release_state
-
-DATA = Path(__file__).resolve().parent.parent / "data"
-
-
-def publish(reg, suffix: str = "a", version: int = 1) -> tuple[str, str, Manifest]:
-    """A build from a stored manifest (v1: one weights blob; v5: weight chunks) whose every blob
-    reference names real bytes in ``reg``."""
-    doc = json.loads((DATA / f"build-manifest.v{version}.json").read_bytes())
-    doc["build_id"] = f"tiny-cpu-8-{suffix * 12}"
-    n = [0]
-
-    def real(node):
-        if isinstance(node, dict):
-            if "digest" in node and "media_type" in node and isinstance(node.get("size"), int):
-                n[0] += 1
-                data = f"{suffix}-blob-{n[0]}".encode() * 50
-                node.update(digest=reg.put_blob(data), size=len(data))
-                return
-            for v in node.values():
-                real(v)
-        elif isinstance(node, list):
-            for v in node:
-                real(v)
-
-    real(doc)
-    m = parse_record(Manifest, json.dumps(doc).encode(), where="test")
-    digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
-    return m.build_id, digest, m
-
-
-def gate(reg, build_id, digest, m) -> str:
-    """A stored, signed, passing gate result whose frames blob is real (copy verifies every blob)."""
-    from avatar_release.gates.store import save_result
-    from avatar_release.records import BlobRef, GateEvidence, GateRequestRecord, GateResult, GateSetRecord
-    from tests.unit.test_promote_policy import _env
-
-    frames = b"frame-bytes" * 10
-    gs = GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
-        GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=1, buckets=["f8"])])
-    r = GateResult(status="passed", build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
-                   baseline=None, tier=None, environment=_env(m), tool={}, gate_set=gs,
-                   gates=[GateEvidence(name="similarity-band", status="passed", summary="x")],
-                   frame_sha256=[["h"]], frames_blob=BlobRef(digest=reg.put_blob(frames), size=len(frames),
-                                                              media_type="application/octet-stream"),
-                   created_at="t0", created_by="test")
-    return save_result(reg, r, subject_digest=m.content_digest())
-
+from tests.release_records import gate_with_frames, publish_with_blobs, records_of
 
 @pytest.fixture
 def released(tmp_path):
     """A directory store with a gated build promoted to staging with a signed statement."""
     src = with_release_state(LocalRegistry(tmp_path / "src"))
-    build_id, digest, m = publish(src)
-    gate(src, build_id, digest, m)
+    build_id, digest, m = publish_with_blobs(src)
+    gate_with_frames(src, build_id, digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")
     promote(src, build_id, "staging", signing_key=load_private_key(priv))
     return src, build_id, m, load_public_key(pub)
-
-
-def records_of(reg, build_id):
-    out = {}
-    for ns in STORED_NAMESPACES.values():
-        for name in reg.list_records(ns.name):
-            if ns.keyed_by == "channel" or ns.build_of(name) == build_id:
-                out[f"{ns.name}/{name}"] = reg.get_record(ns.name, name)
-    return out
 
 
 def test_copy_carries_blobs_manifest_records_and_the_signed_channel(released, tmp_path):
@@ -114,8 +57,8 @@ def test_copy_carries_blobs_manifest_records_and_the_signed_channel(released, tm
 
 def test_a_copy_to_a_channel_the_source_holds_another_build_in_carries_no_evidence(released):
     src, build_id, m, _ = released
-    other, digest, mo = publish(src, "b")
-    gate(src, other, digest, mo)
+    other, digest, mo = publish_with_blobs(src, "b")
+    gate_with_frames(src, other, digest, mo)
     dst = MemoryRegistry("mirror")
     r = copy_build(src, dst, other, channel="staging")  # staging at the source holds build_id, not other
     held = load_state(dst, load_policy()).holder("staging")
@@ -137,7 +80,7 @@ def test_a_destination_with_channels_but_no_signed_state_is_refused(released):
 
 def test_a_channel_ref_is_read_from_the_sources_signed_state(released):
     src, build_id, m, _ = released
-    other, _, _ = publish(src, "b")
+    other, _, _ = publish_with_blobs(src, "b")
     src.move_channel("staging", src.resolve(other), expected_digest=src.get_channel("staging").digest,
                      action="promote", who="mallory", reason="")  # the plain pointer, moved without keys
     r = copy_build(src, MemoryRegistry("mirror"), "staging")
@@ -177,7 +120,7 @@ def test_a_corrupt_source_blob_or_a_different_build_under_the_same_id_is_refused
         copy_build(src, dst, build_id)
     assert not dst.has_blob(ref.digest) and dst.list_builds() == []
     other = MemoryRegistry("fresh")
-    bid, _, _ = publish(other, "b")
+    bid, _, _ = publish_with_blobs(other, "b")
     clash = _with_build(MemoryRegistry("clash"), other, bid)
     before = clash.get_manifest_bytes(clash.resolve(bid).digest)
     with pytest.raises(ConflictError, match="already exists there with a different manifest"):
@@ -222,7 +165,7 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
     from tests.oci_memory import MemoryDistribution, MemoryResponse
 
     src = LocalRegistry(tmp_path / "src")
-    build_id, _, m = publish(src, version=5)
+    build_id, _, m = publish_with_blobs(src, version=5)
     inflight, peak, lock = [0], [0], threading.Lock()
 
     def slow_uploads(method, url, headers, data):
@@ -261,7 +204,7 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
 def test_a_tuned_gpu_build_is_copied_with_its_autotune_results(tmp_path):
     """v7: the results a build was compiled with are a blob of it, copied like its executables."""
     src = LocalRegistry(tmp_path / "src")
-    build_id, _, m = publish(src, version=7)
+    build_id, _, m = publish_with_blobs(src, version=7)
     assert m.autotune is not None and m.autotune.results_blob is not None
     dst = MemoryRegistry("mirror")
     r = copy_build(src, dst, build_id)

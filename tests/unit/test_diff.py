@@ -7,7 +7,7 @@ import json
 from avatar_release.promote.diff import diff_builds
 from avatar_release.registry import LocalRegistry
 from tests.helpers import cpu_manifest, cli, put_stand_in_build
-from tests.unit.test_promote_policy import _gate
+from tests.release_records import signed_gate_result
 
 
 def _two_builds(tmp_path):
@@ -44,7 +44,7 @@ def test_a_build_against_itself_differs_in_nothing_and_gate_verdicts_show_what_t
     reg, a, b, da, db = _two_builds(tmp_path)
     same = diff_builds(reg, a.build_id, a.build_id)
     assert same.differences == [] and same.identical
-    _gate(reg, b.build_id, db, b, against=(a.build_id, da))
+    signed_gate_result(reg, b.build_id, db, b, against=(a.build_id, da))
     rows = {(r.section, r.key): (r.a, r.b) for r in diff_builds(reg, a.build_id, b.build_id).differences}
     assert rows[("gates", "status")] == ("ungated", "passed")
     assert rows[("gates", "compared_with")] == (None, a.build_id)

@@ -14,7 +14,7 @@ from avatar_release.promote.dry_run import plan_promotion, plan_rollback
 from avatar_release.registry import LocalRegistry
 from avatar_release.trust.evidence import attestation_refs
 from tests.helpers import signed_holder, with_release_state
-from tests.unit.test_promote_policy import _gate, _publish
+from tests.release_records import publish_stand_in, signed_gate_result
 
 
 def _state(reg, *builds):
@@ -31,10 +31,10 @@ def reg(tmp_path):
 
 
 def test_a_dry_run_decides_as_the_real_move_and_writes_nothing(reg):
-    a, da, m = _publish(reg, "a")
+    a, da, m = publish_stand_in(reg, "a")
     with pytest.raises(Refusal, match="never been gated"):  # the real refusal, word for word
         plan_promotion(reg, a, "staging")
-    _gate(reg, a, da, m)
+    signed_gate_result(reg, a, da, m)
     before = _state(reg, a)
     plan = plan_promotion(reg, a, "staging")
     assert plan.changes and plan.decision.gate_status == "passed" and plan.from_build is None
@@ -48,12 +48,12 @@ def test_a_dry_run_decides_as_the_real_move_and_writes_nothing(reg):
 
 
 def test_a_rollback_dry_run_names_the_move_it_undoes(reg):
-    a, da, m = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, a, da, m)
+    a, da, m = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, m)
     promote(reg, a, "staging")
     promote(reg, a, "prod")
-    _gate(reg, b, db, m, against=(a, da))
+    signed_gate_result(reg, b, db, m, against=(a, da))
     promote(reg, b, "staging")
     moved = promote(reg, b, "prod").entry
     before = _state(reg, a, b)
@@ -64,8 +64,8 @@ def test_a_rollback_dry_run_names_the_move_it_undoes(reg):
 
 
 def test_the_cli_dry_runs_print_json_and_move_nothing(reg):
-    a, da, m = _publish(reg, "a")
-    _gate(reg, a, da, m)
+    a, da, m = publish_stand_in(reg, "a")
+    signed_gate_result(reg, a, da, m)
     r = CliRunner().invoke(cli, ["promote", a, "--to", "staging", "--dry-run", "--registry", str(reg.root), "--json"])
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and doc["dry_run"] and doc["would_change"] and doc["to"] == a and doc["from"] is None
@@ -77,14 +77,14 @@ def test_the_cli_dry_runs_print_json_and_move_nothing(reg):
 def test_a_second_rollback_goes_further_back_never_to_the_build_just_rolled_back(reg):
     from avatar_release.promote import rollback
 
-    a, da, m = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    c, dc, _ = _publish(reg, "c")
-    _gate(reg, a, da, m)
+    a, da, m = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    c, dc, _ = publish_stand_in(reg, "c")
+    signed_gate_result(reg, a, da, m)
     promote(reg, a, "staging")
     promote(reg, a, "prod")
     for new, digest, against in ((b, db, (a, da)), (c, dc, (b, db))):
-        _gate(reg, new, digest, m, against=against)
+        signed_gate_result(reg, new, digest, m, against=against)
         promote(reg, new, "staging")
         promote(reg, new, "prod")
     assert rollback(reg, "prod").decision.build_id == b  # undoes b -> c

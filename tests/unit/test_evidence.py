@@ -18,7 +18,7 @@ from avatar_release.trust import generate_keypair, key_id, load_private_key
 from avatar_release.trust.attest import attest, verify_envelope
 from avatar_release.trust.policy import load_policy, local_identity
 from tests.helpers import manifest_of, with_release_state
-from tests.unit.test_promote_policy import _gate, _publish
+from tests.release_records import publish_stand_in, signed_gate_result
 
 
 @pytest.fixture
@@ -44,9 +44,9 @@ def _store_unsigned(reg, result):
 
 
 def test_a_copied_passing_result_for_another_build_does_not_promote(reg):
-    a, da, m = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, a, da, m)  # a real, signed pass for a
+    a, da, m = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, m)  # a real, signed pass for a
     result, _ = latest_result(reg, a)
     forged = result.model_copy(update={"build_id": b, "build_digest": db})
     _store_unsigned(reg, forged)
@@ -57,18 +57,18 @@ def test_a_copied_passing_result_for_another_build_does_not_promote(reg):
 
 def test_evidence_signed_by_an_untrusted_key_never_promotes_and_the_key_is_named(reg, stranger):
     key, kid = stranger
-    a, da, m = _publish(reg, "a")
-    _gate(reg, a, da, m)
+    a, da, m = publish_stand_in(reg, "a")
+    signed_gate_result(reg, a, da, m)
     result, _ = latest_result(reg, a)
-    b, db, _ = _publish(reg, "b")
+    b, db, _ = publish_stand_in(reg, "b")
     save_result(reg, result.model_copy(update={"build_id": b, "build_digest": db}), signer=key)
     with pytest.raises(Refusal, match=f"signed by {kid}"):
         promote(reg, b, "staging")
 
 
 def test_a_signed_result_for_another_digest_does_not_count(reg):
-    a, da, m = _publish(reg, "a")
-    _gate(reg, a, "sha256:" + "f" * 64, m)  # signed by the trusted key, about another manifest
+    a, da, m = publish_stand_in(reg, "a")
+    signed_gate_result(reg, a, "sha256:" + "f" * 64, m)  # signed by the trusted key, about another manifest
     with pytest.raises(Refusal, match=r"expected sha256:"):
         promote(reg, a, "staging")
 
@@ -76,11 +76,11 @@ def test_a_signed_result_for_another_digest_does_not_count(reg):
 def test_unsigned_legacy_results_are_listed_but_never_promote(reg):
     from avatar_release.gates import effective_status
 
-    a, da, m = _publish(reg, "a")
-    _gate(reg, a, da, m)
+    a, da, m = publish_stand_in(reg, "a")
+    signed_gate_result(reg, a, da, m)
     result, _ = latest_result(reg, a)
     reg2 = with_release_state(MemoryRegistry("legacy"))
-    a2, _, _ = _publish(reg2, "a")
+    a2, _, _ = publish_stand_in(reg2, "a")
     _store_unsigned(reg2, result)  # what a gate before signed evidence stored
     assert effective_status(reg2, a2)[0] == "passed"
     with pytest.raises(Refusal, match="no attestation was stored with it"):
@@ -88,8 +88,8 @@ def test_unsigned_legacy_results_are_listed_but_never_promote(reg):
 
 
 def _needs_review(reg):
-    a, da, m = _publish(reg, "a")
-    digest = _gate(reg, a, da, m, status="needs-review")
+    a, da, m = publish_stand_in(reg, "a")
+    digest = signed_gate_result(reg, a, da, m, status="needs-review")
     result, _ = latest_result(reg, a)
     save_review(reg, new_review(result, digest, [0], seed=1))
     record_answer(reg, a, 0, "same")

@@ -276,10 +276,10 @@ def test_page_never_says_which_side_is_the_candidate(manifest):
 
 
 def test_answers_are_final_and_approval_needs_all_of_them(manifest):
-    from tests.unit.test_promote_policy import _publish
+    from tests.release_records import publish_stand_in
 
     reg = MemoryRegistry("review")
-    _publish(reg, "a")  # tiny-cpu-8-aaaaaaaaaaaa: answers and the decision are signed about the published build
+    publish_stand_in(reg, "a")  # tiny-cpu-8-aaaaaaaaaaaa: answers and the decision are signed about the published build
     result = _result(manifest)
     digest = save_result(reg, result)
     rv = new_review(result, digest, [3, 5], seed=3)

@@ -13,17 +13,17 @@ from avatar_release.registry import MemoryRegistry, OciRegistry
 from avatar_release.trust.policy import load_policy
 from avatar_release.trust.state_read import load_state, moves
 from tests.helpers import with_release_state
-from tests.unit.test_promote_policy import _gate, _publish
+from tests.release_records import publish_stand_in, signed_gate_result
 
 
 @pytest.fixture
 def reg():
     reg = with_release_state(MemoryRegistry("gc"))
-    a, da, ma = _publish(reg, "a")
-    _gate(reg, a, da, ma)
+    a, da, ma = publish_stand_in(reg, "a")
+    signed_gate_result(reg, a, da, ma)
     promote(reg, a, "staging")
-    b, db, mb = _publish(reg, "b")
-    _gate(reg, b, db, mb)
+    b, db, mb = publish_stand_in(reg, "b")
+    signed_gate_result(reg, b, db, mb)
     reg.put_record(COMPILE_GATES.name, b, b"{}")
     reg.put_record(REVIEWS.name, b, b"{}")
     reg.put_blob(b"orphan")
@@ -96,8 +96,8 @@ def test_a_build_the_signed_history_holds_is_kept_when_the_plain_history_was_wip
     reg, a, b = reg
     later = []
     for suffix in ("c", "d"):  # staging: a -> c -> d
-        x, dx, mx = _publish(reg, suffix)
-        _gate(reg, x, dx, mx)
+        x, dx, mx = publish_stand_in(reg, suffix)
+        signed_gate_result(reg, x, dx, mx)
         promote(reg, x, "staging")
         later.append(x)
     c, d = later

@@ -20,7 +20,7 @@ from avatar_release.registry.oci import RetryPolicy
 from tests.oci_memory import MemoryDistribution
 from avatar_release.trust.evidence import attestation_refs, sign_and_store
 from avatar_release.trust.policy import local_identity
-from tests.unit.test_copy import gate, publish
+from tests.release_records import gate_with_frames, publish_with_blobs
 
 FAST = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, connect_timeout=1.0, read_timeout=5.0)
 DSSE = "application/vnd.dsse.envelope.v1+json"
@@ -32,8 +32,8 @@ HOST = "registry.test"
 def attested(tmp_path, api: bool):
     server = MemoryDistribution(referrers_api=api)
     reg = OciRegistry(f"oci+https://{HOST}/r", session=server, retry=FAST, lock_dir=tmp_path / "locks")
-    build_id, digest, m = publish(reg)
-    gate(reg, build_id, digest, m)
+    build_id, digest, m = publish_with_blobs(reg)
+    gate_with_frames(reg, build_id, digest, m)
     return server, reg, build_id, digest, m
 
 

@@ -22,7 +22,7 @@ from avatar_release.trust.evidence import sign_and_store
 from avatar_release.trust.policy import load_policy, local_identity
 from avatar_release.trust.revocation import revocations
 from avatar_release.trust.state_roles import STATE_KEYS_ENV
-from tests.unit.test_promote_policy import _gate, _publish
+from tests.release_records import publish_stand_in, signed_gate_result
 
 
 @pytest.fixture
@@ -59,8 +59,8 @@ def _policy(tmp_path, monkeypatch, *, approvers: str, roles: int = 2, extra_keys
 
 
 def _in_staging(reg, suffix="a"):
-    a, da, m = _publish(reg, suffix)
-    _gate(reg, a, da, m)
+    a, da, m = publish_stand_in(reg, suffix)
+    signed_gate_result(reg, a, da, m)
     promote(reg, a, "staging")
     return a, da, m
 
@@ -77,7 +77,7 @@ def test_the_gate_key_alone_never_reaches_prod_and_a_second_key_does(bare, rm, t
     with pytest.raises(Refusal, match="is not a release approver's"):
         approve(reg, a, private_key=local_identity().gate_key())  # what a leaked CI gate key can do: nothing
     first = approve(reg, a, private_key=key, note="looked at the report")
-    _gate(reg, a, da, m)  # a re-gate: the approval was of the old gate result
+    signed_gate_result(reg, a, da, m)  # a re-gate: the approval was of the old gate result
     with pytest.raises(NeedsApproval, match="of another gate result"):
         promote(reg, a, "prod")
     second = approve(reg, a, private_key=key)
@@ -107,8 +107,8 @@ def test_roles_1_lets_gate_evidence_alone_reach_prod_and_no_approver_is_a_clear_
     a, _, _ = _in_staging(reg)
     assert promote(reg, a, "prod").changed
     _policy(tmp_path, monkeypatch, approvers="", roles=2)
-    b, db, m = _publish(reg, "b")
-    _gate(reg, b, db, m, against=(a, reg.get_channel("prod").digest))
+    b, db, m = publish_stand_in(reg, "b")
+    signed_gate_result(reg, b, db, m, against=(a, reg.get_channel("prod").digest))
     promote(reg, b, "staging")
     with pytest.raises(Refusal, match=r"names no approver. Add `\[release\] approvers"):
         promote(reg, b, "prod")
@@ -142,8 +142,8 @@ def test_a_first_use_policy_from_before_roles_gets_the_release_key(tmp_path, mon
 
 
 def _needs_review(reg, below=(0, 1)):
-    a, da, m = _publish(reg, "r")
-    digest = _gate(reg, a, da, m, status="needs-review", below=below)
+    a, da, m = publish_stand_in(reg, "r")
+    digest = signed_gate_result(reg, a, da, m, status="needs-review", below=below)
     result, _ = latest_result(reg, a)
     save_review(reg, new_review(result, digest, list(below), seed=1))
     return a, m, digest
@@ -194,8 +194,8 @@ def test_an_approval_over_every_signed_pair_promotes(reg):
 def test_a_revoked_build_never_moves_again_and_says_who_and_why(reg, rm):
     a, da, m = _in_staging(reg)
     promote(reg, a, "prod")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, b, db, m, against=(a, da))
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, b, db, m, against=(a, da))
     with pytest.raises(InputError, match="--reason TEXT is required"):
         revoke_build(reg, a, reason="  ")
     stranger, _, kid = rm  # a key the local policy does not name
@@ -233,26 +233,26 @@ def test_a_revocation_by_a_key_nobody_trusts_holds_nothing_back_for_the_policy(r
 def test_a_failing_verdict_against_prod_blocks_rollback_until_a_newer_pass_against_it(reg):
     a, da, m = _in_staging(reg)
     promote(reg, a, "prod")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, b, db, m, against=(a, da))
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, b, db, m, against=(a, da))
     promote(reg, b, "staging")
     promote(reg, b, "prod")
-    _gate(reg, a, da, m, status="failed", against=(b, db))  # a, compared with the prod it would replace
-    _gate(reg, a, da, m)  # a newer pass against nothing does not lift it
+    signed_gate_result(reg, a, da, m, status="failed", against=(b, db))  # a, compared with the prod it would replace
+    signed_gate_result(reg, a, da, m)  # a newer pass against nothing does not lift it
     with pytest.raises(Refusal, match=f"'failed' .*compared with {b}"):
         rollback(reg, "prod")
-    _gate(reg, a, da, m, against=(b, db))
+    signed_gate_result(reg, a, da, m, against=(b, db))
     assert rollback(reg, "prod").decision.build_id == a
 
 
 def test_evidence_that_names_another_target_spec_does_not_vouch(reg):
     from avatar_release.specs import load_target
 
-    a, da, m = _publish(reg, "a")
-    _gate(reg, a, da, m, target_spec_digest="sha256:" + "9" * 64)
+    a, da, m = publish_stand_in(reg, "a")
+    signed_gate_result(reg, a, da, m, target_spec_digest="sha256:" + "9" * 64)
     with pytest.raises(Refusal, match="the target was redefined since"):
         promote(reg, a, "staging")
-    _gate(reg, a, da, m, target_spec_digest=load_target("cpu-8").digest())
+    signed_gate_result(reg, a, da, m, target_spec_digest=load_target("cpu-8").digest())
     assert promote(reg, a, "staging").changed
     assert read_manifest(reg, a)[1].target == "cpu-8"
 

@@ -8,14 +8,14 @@ from avatar_release.promote import promote
 from avatar_release.promote.status import release_status
 from avatar_release.registry import MemoryRegistry
 from tests.helpers import with_release_state
-from tests.unit.test_promote_policy import _gate, _publish
+from tests.release_records import publish_stand_in, signed_gate_result
 
 
 def test_builds_carry_gate_status_and_channels():
     reg = with_release_state(MemoryRegistry("status"))
-    a, da, ma = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, a, da, ma)
+    a, da, ma = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, ma)
     promote(reg, a, "staging")
     st = release_status(reg)
     rows = {r.build_id: r for r in st.builds}
@@ -23,16 +23,16 @@ def test_builds_carry_gate_status_and_channels():
     assert rows[b].gate == "ungated" and rows[b].channels == []
     assert st.problems == [] and all(c.consistent for c in st.channels)
     assert (rows[a].compared_with, rows[b].compared_with) == ("nothing", None)
-    _gate(reg, b, db, ma, status="failed", against=(a, da))
+    signed_gate_result(reg, b, db, ma, status="failed", against=(a, da))
     assert {r.build_id: r for r in release_status(reg).builds}[b].compared_with == a  # each verdict says against what
 
 
 def test_a_replayed_channel_pointer_is_flagged():
     reg = with_release_state(MemoryRegistry("replay"))
-    a, da, ma = _publish(reg, "a")
-    b, db, mb = _publish(reg, "b")
-    _gate(reg, a, da, ma)
-    _gate(reg, b, db, mb)
+    a, da, ma = publish_stand_in(reg, "a")
+    b, db, mb = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, ma)
+    signed_gate_result(reg, b, db, mb)
     promote(reg, a, "staging")
     old_pointer = reg._read("channels/staging.json")
     promote(reg, b, "staging")
@@ -49,8 +49,8 @@ def test_a_replayed_channel_pointer_is_flagged():
 
 def test_a_pointer_in_a_registry_not_yet_signed_is_checked_against_its_history():
     reg = MemoryRegistry("unsigned")  # before `registry upgrade`: ls still reads it
-    a, da, ma = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
+    a, da, ma = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
     reg.move_channel("staging", reg.resolve(a), expected_digest=None, action="promote", who="t", reason="")
     st = release_status(reg)
     assert st.problems == [] and {r.build_id: r.channels for r in st.builds} == {a: ["staging"], b: []}

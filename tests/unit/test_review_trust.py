@@ -31,7 +31,7 @@ from avatar_release.trust import generate_keypair, load_private_key
 from avatar_release.trust.evidence import attestation_refs, sign_and_store
 from avatar_release.trust.policy import load_policy, local_identity
 from avatar_release.trust.seal import SEAL_KEY_ENV, load_seal_key, seal, unseal
-from tests.unit.test_promote_policy import _env, _publish
+from tests.release_records import environment_of, publish_stand_in
 
 PAIRS = [1, 3, 4]  # frames below the band, under review
 
@@ -40,7 +40,7 @@ def _result(reg, build_id, digest, m, frames, *, status, baseline=None) -> str:
     gs = GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
         GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=len(frames), buckets=["f8"])])
     r = GateResult(status=status, build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
-                   baseline=baseline, tier=2 if baseline else None, environment=_env(m), tool={}, gate_set=gs,
+                   baseline=baseline, tier=2 if baseline else None, environment=environment_of(m), tool={}, gate_set=gs,
                    gates=[GateEvidence(name="similarity-band", status="below-band", summary="x")],
                    frame_sha256=[["h"] * len(frames)], frames_blob=put_frames(reg, frames), created_at=utcnow(),
                    created_by="test")
@@ -50,10 +50,10 @@ def _result(reg, build_id, digest, m, frames, *, status, baseline=None) -> str:
 def _open_review(reg):
     """A candidate (needs review) against a passed baseline, real frames for both, a sealed review."""
     rng = np.random.default_rng(0)
-    b, db, mb = _publish(reg, "b")
+    b, db, mb = publish_stand_in(reg, "b")
     base = rng.integers(0, 256, size=(6, 6, 8, 3), dtype=np.uint8)
     b_digest = _result(reg, b, db, mb, base, status="passed")
-    a, da, ma = _publish(reg, "a")
+    a, da, ma = publish_stand_in(reg, "a")
     cand = base.copy()
     cand[PAIRS, 0, 0, 0] ^= 1
     digest = _result(reg, a, da, ma, cand, status="needs-review",

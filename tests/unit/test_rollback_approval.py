@@ -14,7 +14,7 @@ from avatar_release.trust.policy import load_policy, local_identity
 from avatar_release.trust.state_read import load_state
 from avatar_release.trust.state_roles import STATE_KEYS_ENV
 from tests.helpers import with_release_state
-from tests.unit.test_promote_policy import _gate, _publish
+from tests.release_records import publish_stand_in, signed_gate_result
 
 
 def _signed(reg, channel):
@@ -33,17 +33,17 @@ def test_a_rollback_to_prod_needs_a_release_approval_by_the_approver(tmp_path, m
     monkeypatch.setenv(STATE_KEYS_ENV, str(priv))  # the release manager initialises the state (the root)...
     reg = with_release_state(MemoryRegistry("rollback-approval"))
     monkeypatch.delenv(STATE_KEYS_ENV)  # ...and from here on the promoter holds the gate key only
-    a, da, m = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, a, da, m)
+    a, da, m = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, m)
     promote(reg, a, "staging")
     approve(reg, a, private_key=rm)
     promote(reg, a, "prod")
-    _gate(reg, b, db, m, against=(a, da))
+    signed_gate_result(reg, b, db, m, against=(a, da))
     promote(reg, b, "staging")
     approve(reg, b, private_key=rm)
     promote(reg, b, "prod")
-    _gate(reg, a, da, m, against=(b, db))  # a re-gated against the prod it would replace: passed
+    signed_gate_result(reg, a, da, m, against=(b, db))  # a re-gated against the prod it would replace: passed
 
     # The routine rollback undoes b's promotion, but a's deciding verdict (against b) is not approved.
     with pytest.raises(NeedsApproval, match=rf"release approval .* \(rm\).*avatar-release approve {a}"):

@@ -89,15 +89,15 @@ def test_unsigned_wrong_key_tampered_wrong_channel_expired_replayed_are_refused(
 def test_promotions_sign_with_the_history_sequence_and_rollbacks_get_a_newer_one(keys):
     from avatar_release.promote import promote, rollback
 
-    from tests.unit.test_promote_policy import _gate, _publish
+    from tests.release_records import publish_stand_in, signed_gate_result
     from avatar_release.registry import MemoryRegistry
 
     priv, pub, *_ = keys
     reg = with_release_state(MemoryRegistry("signed"))
-    a, da, m = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, a, da, m)
-    _gate(reg, b, db, m, against=(a, da))  # b is gated against a, the prod it will replace
+    a, da, m = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, m)
+    signed_gate_result(reg, b, db, m, against=(a, da))  # b is gated against a, the prod it will replace
     r = promote(reg, a, "staging", signing_key=priv)
     # the statement (pods with --trust-key) numbers moves as the registry's plain history does
     assert r.statement.payload.sequence == reg.get_channel("staging").sequence and r.entry.action == "promote"
@@ -140,14 +140,14 @@ def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_pat
     from avatar_release.promote.actions import refresh_timestamp
     from avatar_release.registry import MemoryRegistry
     from avatar_release.trust.statements import verify_channel
-    from tests.unit.test_promote_policy import _gate, _publish
+    from tests.release_records import publish_stand_in, signed_gate_result
 
     priv, pub, *_ = keys
     reg = with_release_state(MemoryRegistry("fresh"))
-    a, da, m = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, a, da, m)
-    _gate(reg, b, db, m)
+    a, da, m = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, m)
+    signed_gate_result(reg, b, db, m)
     promote(reg, a, "staging", signing_key=priv)
     old = {k: reg._read(k) for k in ("channels/staging.json", "records/statements/staging",
                                      "records/timestamps/staging")}
@@ -165,8 +165,8 @@ def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_pat
         verify_channel(reg, "staging", pub, digest=da, now=later)
     # without a timestamp at all a pod cannot tell, and says how to fix it
     reg2 = with_release_state(MemoryRegistry("no-ts"))
-    a2, da2, m2 = _publish(reg2, "a")
-    _gate(reg2, a2, da2, m2)
+    a2, da2, m2 = publish_stand_in(reg2, "a")
+    signed_gate_result(reg2, a2, da2, m2)
     promote(reg2, a2, "staging")
     from avatar_release.promote.actions import sign_channel
 
@@ -203,13 +203,13 @@ def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(ke
     from avatar_release.registry import MemoryRegistry
     from avatar_release.runtime import TrustConfig
 
-    from tests.unit.test_promote_policy import _gate
+    from tests.release_records import signed_gate_result
 
     _, pub, *_ = keys
     reg = with_release_state(MemoryRegistry("flags-after-trust"))
     m = cpu_manifest()  # its identity holds
     digest = put_stand_in_build(reg, m)
-    _gate(reg, m.build_id, digest, m)
+    signed_gate_result(reg, m.build_id, digest, m)
     promote(reg, m.build_id, "staging")  # moved without a signing key: no statement
     monkeypatch.setenv("XLA_FLAGS", "--xla_untouched=1")
     with pytest.raises(TrustError, match="staging"):
@@ -241,14 +241,14 @@ def test_a_stateless_pod_s_replay_window_is_the_timestamp_age_limit(keys, tmp_pa
     from avatar_release.promote import promote
     from avatar_release.registry import MemoryRegistry
     from avatar_release.trust.statements import read_timestamp, verify_channel
-    from tests.unit.test_promote_policy import _gate, _publish
+    from tests.release_records import publish_stand_in, signed_gate_result
 
     priv, pub, *_ = keys
     reg = with_release_state(MemoryRegistry("window"))
-    a, da, m = _publish(reg, "a")
-    b, db, _ = _publish(reg, "b")
-    _gate(reg, a, da, m)
-    _gate(reg, b, db, m)
+    a, da, m = publish_stand_in(reg, "a")
+    b, db, _ = publish_stand_in(reg, "b")
+    signed_gate_result(reg, a, da, m)
+    signed_gate_result(reg, b, db, m)
     promote(reg, a, "staging", signing_key=priv)
     kept = AcceptedState(tmp_path / "kept.json")
     kept.accept(verify_channel(reg, "staging", pub, digest=da, state=kept))  # as load() does once loaded
