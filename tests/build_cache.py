@@ -57,6 +57,9 @@ class BuildCache:
     process's real compiles, ``served`` every build handed to a test."""
 
     def __init__(self, root: Path):
+        from avatar_release.compile import compile_build
+
+        self._compile_build = compile_build  # the real one, even while in_place_of_compile_build is patched in
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.compiles = 0
@@ -84,7 +87,6 @@ class BuildCache:
                 executable_format: str = "xla-executable", move_dev: bool = True) -> Any:
         """What ``compile_build(pipeline, target, registry=registry, ...)`` returns, the build
         compiled at most once per session and published into ``registry``."""
-        from avatar_release.compile import compile_build
         from avatar_release.registry import LocalRegistry
 
         key = self.identity(pipeline, target, overrides=overrides, weights_path=weights_path,
@@ -92,9 +94,9 @@ class BuildCache:
         entry = self.root / key
         with FileLock(str(entry) + ".lock"):
             if not (entry / "result.pickle").is_file():
-                result = compile_build(pipeline, target, registry=LocalRegistry(entry / "reg"), overrides=overrides,
-                                       weights_path=weights_path, executable_format=executable_format,
-                                       move_dev=False)
+                result = self._compile_build(pipeline, target, registry=LocalRegistry(entry / "reg"),
+                                             overrides=overrides, weights_path=weights_path,
+                                             executable_format=executable_format, move_dev=False)
                 assert result.manifest is not None
                 (entry / "manifest.json").write_bytes(result.manifest.to_json_bytes())
                 (entry / "result.pickle").write_bytes(pickle.dumps(result))  # written last: the entry is complete
