@@ -92,8 +92,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "promote": ("_release_cmds", "Move a channel to REF if the policy allows it (exit 1 with the reason if not)."),
     "rebuild": ("_build_cmds", "Recompile a published build from its manifest; exit 1 if HLO or fingerprint differ."),
     "registries": ("_registry_cmds", "Show which registry commands here use, why, and the names config files define."),
-    "registry": ("_state_cmds", "The registry's signed release state: init, upgrade, refresh, rotate, root, status; "
-                                "migrate (OCI tag layout)."),
+    "registry": ("_state_cmds", "The signed release state (init, upgrade, refresh, rotate, root, status); migrate."),
     "repair": ("_registry_cmds", "Re-put every blob of REF that fails verification, good bytes from another registry."),
     "render": ("_serve_cmds", "Render a video from REF as a serving pod would, with zero compiles."),
     "review": ("_gate_cmds", "Blind review of a build below the band: serve the page, approve or reject."),
