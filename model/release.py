@@ -18,10 +18,12 @@ from typing import Any, Iterator
 from avatar_release.pipeline import (
     Analysis,
     AnalysisContext,
-    ChunkProgramSpec,
+    Delivery,
     GateRequests,
     Lever,
     Pipeline,
+    RequestInput,
+    RequestProgram,
     StageSignature,
     TargetContext,
     TensorSpec,
@@ -91,12 +93,17 @@ def _signature(config: PipelineConfig, frames: int) -> dict[str, StageSignature]
             for s in STAGES}
 
 
-def _chunk_program(config: PipelineConfig) -> ChunkProgramSpec:
-    # Request inputs, the state carried to the next chunk (chunk k+1 starts where chunk k ended)
-    # and the uint8 frames delivered, by the names of stage_inputs / stage_outputs.
-    return ChunkProgramSpec(image="image", audio="audio", noise="noise", carry={"prev_latent": "last_latent"},
-                            deliver="frames", fps=config.fps, sample_rate=config.sample_rate,
-                            samples_per_frame=config.samples_per_frame, height=config.height, width=config.width)
+def _chunk_program(config: PipelineConfig) -> RequestProgram:
+    # A talking head: the photo and the speech track in (the audio's layout: samples_per_frame
+    # samples at sample_rate per frame), the chunk's noise from the request seed, the state carried
+    # to the next chunk (chunk k+1 starts where chunk k ended) and the uint8 frames delivered, by
+    # the names of stage_inputs / stage_outputs.
+    return RequestProgram(
+        inputs=(RequestInput.image("image", height=config.height, width=config.width),
+                RequestInput.audio("audio", sample_rate=config.sample_rate, samples_per_frame=config.samples_per_frame),
+                RequestInput.noise("noise")),
+        delivers=Delivery.video("frames", height=config.height, width=config.width),
+        fps=config.fps, carry={"prev_latent": "last_latent"})
 
 
 @contextlib.contextmanager
