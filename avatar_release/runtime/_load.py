@@ -275,13 +275,17 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
     buffer of its declared (bounded) raw size, checked against its raw digest; the seconds split
     into waiting on the store (fetch), the stored bytes' hash (verify) and zstd (decompress)."""
     payloads: dict[str, bytes | bytearray] = {}
+    fetched: dict[tuple[str, int, str], bytes | bytearray] = {}  # a program shared across buckets: fetched once
     spent = StreamTimes()
     for e in manifest.executables:
-        out, times = fetch_inflated(reg, e.blob, (e.raw_size, e.raw_digest),
-                                    where=f"build {manifest.build_id}: executable {e.key}", keep=True)
-        assert out is not None  # keep=True: the raw bytes come back
-        payloads[e.key] = out
-        spent.add(times)
+        blob = (e.blob.digest, e.raw_size, e.raw_digest)
+        if blob not in fetched:
+            out, times = fetch_inflated(reg, e.blob, (e.raw_size, e.raw_digest),
+                                        where=f"build {manifest.build_id}: executable {e.key}", keep=True)
+            assert out is not None  # keep=True: the raw bytes come back
+            fetched[blob] = out
+            spent.add(times)
+        payloads[e.key] = fetched[blob]
     t.fetch, t.verify, t.decompress = spent.fetch, spent.verify, spent.decompress
     return payloads
 
@@ -383,17 +387,28 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes | bytearray],
     where = f"build {manifest.build_id}"
     loaded: dict[tuple[str, str], LoadedStage] = {}
     backend = jax.extend.backend.get_backend(manifest.platform.backend) if hasattr(jax, "extend") else None
+    # A program shared across buckets (compile/_share.py: one blob, several entries) is deserialized
+    # once; each entry still has its fingerprint checked against the loaded executable.
+    shared: dict[tuple[str, str, str, str], Any] = {}
     for e in manifest.executables:
+        same = (e.format, e.raw_digest, e.in_tree, e.out_tree)
+        exe: Any = shared.get(same)
+        again = exe is not None
         if e.format == "jax-export":
-            exe = _portable(payloads[e.key], e, manifest)
+            exe = exe if again else _portable(payloads[e.key], e, manifest)
         else:
-            in_tree = tree_from_text(e.in_tree, e, "in")
-            out_tree = tree_from_text(e.out_tree, e, "out")
-            exe = deserialize_and_load(payloads.pop(e.key), in_tree, out_tree, backend=backend or devices[0].client,
-                                       execution_devices=devices, what=f"{where}: executable {e.key}")
+            payload = payloads.pop(e.key)
+            if exe is None:
+                in_tree = tree_from_text(e.in_tree, e, "in")
+                out_tree = tree_from_text(e.out_tree, e, "out")
+                exe = deserialize_and_load(payload, in_tree, out_tree, backend=backend or devices[0].client,
+                                           execution_devices=devices, what=f"{where}: executable {e.key}")
             check_fingerprint(manifest, e, exe)
+        shared[same] = exe
+        # GPU: a shared program's convolutions are chosen on its first run, whichever entry runs it first;
+        # counted once, on the entry that loaded it.
         loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [sharding_of(mesh, s) for s in e.inputs], {},
-                                                  tuned_at_first_run=_tuned_at_first_run(manifest, e, exe))
+                                                  tuned_at_first_run=0 if again else _tuned_at_first_run(manifest, e, exe))
     t.deserialize = time.perf_counter() - t0
     return mesh, loaded
 
