@@ -8,7 +8,7 @@ the signed manifest records (``raw_blake3``); from a remote store they stream in
 store's sha256 check (the transport digest, checked once as the blob enters the node) and are
 then BLAKE3-checked the same way. Nothing is decoded: weights are split across devices along their
 first dimension, so each device's slice of a tensor is one contiguous run of the buffer, placed
-from a view of it (``jax.make_array_from_callback``) without a host copy. ``compression == "zstd"``
+from a view of it (``jax.device_put`` with the tensor's sharding) without a host copy. ``compression == "zstd"``
 (a per-build choice for registries where transfer costs more than CPU) adds one bounded zstd
 decode (``avatar_release._zstd``) from a second reused buffer of stored bytes.
 
@@ -124,8 +124,10 @@ def _place(manifest: Manifest, name: str, arr: np.ndarray, users: list[tuple[Loa
                                  f"{list(arr.shape)}, executable {ls.entry.key} expects {spec.dtype}{spec.shape}")
         key = (name, tuple(spec.sharding))
         if key not in placed:  # weights shared by every bucket of a stage are placed once
-            sharding = sharding_of(mesh, spec)
-            placed[key] = jax.make_array_from_callback(arr.shape, sharding, lambda idx: arr[idx])
+            # each device gets its slice only; split along the first dimension, a slice is a
+            # contiguous view of the chunk, so nothing is copied on the host on its way there
+            # (device_put slices in C++: half the time of make_array_from_callback's Python calls)
+            placed[key] = jax.device_put(arr, sharding_of(mesh, spec))
         ls.params[name.split(".", 1)[1]] = placed[key]
 
 
