@@ -140,7 +140,8 @@ class Analysis:
 
 @dataclass(frozen=True)
 class JaxStage:
-    """A stage written in JAX: ``fn(params, *inputs) -> output or tuple of outputs``."""
+    """A stage written in JAX: ``fn(params, *inputs) -> outputs``, returned as a torch module's are:
+    an array, a tuple or list (by position), or a dict or dataclass (by declared name)."""
 
     fn: Callable[..., Any]
     params: Mapping[str, Any]  # name -> array (its shape and dtype are what is compiled)
