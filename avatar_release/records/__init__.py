@@ -67,7 +67,7 @@ from .identity import (
 from .move import MOVE_MEDIA_TYPE, MOVE_SCHEMA_VERSION, MoveRecord
 from .review import REVIEW_SCHEMA_VERSION, ReviewAnswer, ReviewDecision, ReviewRecord
 from .statement import (
-    SIGNED_STATEMENT_SCHEMA_VERSION, STATEMENT_SCHEMA_VERSION, TIMESTAMP_SCHEMA_VERSION, SignedStatement,
+    STATEMENT_SCHEMA_VERSION, TIMESTAMP_SCHEMA_VERSION,
     StatementPayload, TimestampPayload,
 )
 
@@ -91,7 +91,7 @@ __all__ = [
     "GateShard", "GateShardRun",
     "MOVE_SCHEMA_VERSION", "MOVE_MEDIA_TYPE", "MoveRecord",
     "REVIEW_SCHEMA_VERSION", "ReviewAnswer", "ReviewDecision", "ReviewRecord",
-    "STATEMENT_SCHEMA_VERSION", "SIGNED_STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "SignedStatement",
+    "STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION",
     "StatementPayload", "TimestampPayload",
     "build_id_for", "check_identity", "identity_digest", "identity_flags",
     "manifest_identity", "manifest_seal",
@@ -107,7 +107,6 @@ STORED_KINDS: dict[str, type[Record]] = {
     "review": ReviewRecord,
     "band": Band,
     "statement": StatementPayload,
-    "signed-statement": SignedStatement,
     "compile-gate": CompileGateResult,
     "gate-shard": GateShard,
     "timestamp": TimestampPayload,

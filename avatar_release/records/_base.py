@@ -51,8 +51,6 @@ UPGRADE: dict[str, str] = {
                               "reviewers sign their new answers"),
     "avatar-release/statement": ("re-sign the channel's statement with this avatar-release (`avatar-release keys sign "
                                  "CHANNEL --key KEY`)"),
-    "avatar-release/signed-statement": ("re-sign the channel's statement with this avatar-release (`avatar-release "
-                                        "keys sign CHANNEL --key KEY`)"),
     "avatar-release/timestamp": "refresh it with this avatar-release (`avatar-release keys refresh CHANNEL`)",
 }
 _UPGRADE_OTHER = ("read it with the avatar-release that wrote it, or write it again with this one (the registry's "

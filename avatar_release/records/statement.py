@@ -7,7 +7,8 @@ Changelog of ``avatar-release/statement`` (``STATEMENT_SCHEMA_VERSION``):
     (``Manifest.content_digest()``), so a statement verifies in every copy of the build
     (``avatar-release copy`` between any two stores). Same fields. Version-1 statements are still
     verified, against either digest (stored example: tests/data/statement-envelope.v1.json).
-Changelog of ``avatar-release/signed-statement`` (``SIGNED_STATEMENT_SCHEMA_VERSION``):
+Changelog of ``avatar-release/signed-statement`` (no reader since 2026-12-05; its schema stays in
+``manifests/schema/signed-statement.v1.json``):
   * 1 (2026-11-29): first version (a bare Ed25519 signature beside a version-1 payload); written
     until 2026-12-01, when statements became DSSE envelopes; outside the support window since
     2026-12-05: refused (exit 11) naming ``avatar-release keys sign CHANNEL``, never verified.
@@ -21,17 +22,13 @@ Changelog of ``avatar-release/timestamp`` (``TIMESTAMP_SCHEMA_VERSION``):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
-
-from pydantic import field_validator
+from typing import Literal
 
 from ._base import Record
 
-__all__ = ["STATEMENT_SCHEMA_VERSION", "SIGNED_STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION",
-           "StatementPayload", "SignedStatement", "TimestampPayload"]
+__all__ = ["STATEMENT_SCHEMA_VERSION", "TIMESTAMP_SCHEMA_VERSION", "StatementPayload", "TimestampPayload"]
 
 STATEMENT_SCHEMA_VERSION = 2
-SIGNED_STATEMENT_SCHEMA_VERSION = 1  # no longer written
 TIMESTAMP_SCHEMA_VERSION = 2
 
 
@@ -46,29 +43,6 @@ class StatementPayload(Record):
     expires_at: str
     key_id: str
     who: str
-
-
-# The payload a signed statement carries: always version 1 (signed statements are no longer
-# written). A subclass under the same name, so that the released JSON Schema of signed-statement v1
-# (manifests/schema/signed-statement.v1.json) stays exactly as it was.
-if TYPE_CHECKING:  # the type checker reads it as what it is, a StatementPayload
-    _PayloadV1 = StatementPayload
-else:
-    _PayloadV1 = type("StatementPayload", (StatementPayload,), {
-        "__module__": __name__, "__qualname__": "StatementPayload", "__annotations__": {"schema_version": int},
-        "schema_version": 1, "__doc__": StatementPayload.__doc__})
-
-
-class SignedStatement(Record):
-    kind: Literal["avatar-release/signed-statement"] = "avatar-release/signed-statement"
-    schema_version: int = SIGNED_STATEMENT_SCHEMA_VERSION
-    payload: _PayloadV1
-
-    @field_validator("payload", mode="before")
-    @classmethod
-    def _any_payload(cls, v: object) -> object:
-        return v.model_dump() if isinstance(v, StatementPayload) else v
-    signature: str  # base64 ed25519 over canonical JSON of the payload
 
 
 class TimestampPayload(Record):

@@ -4,7 +4,7 @@ Nothing here runs at import; ``cryptography`` is imported only when a key is use
 """
 
 from .keys import generate_keypair, key_id, load_private_key, load_public_key
-from .statements import AcceptedState, SignedStatement, StatementPayload, read_statement, sign, verify
+from .statements import AcceptedState, StatementPayload, read_statement, sign, verify
 
-__all__ = ["generate_keypair", "key_id", "load_private_key", "load_public_key", "AcceptedState", "SignedStatement",
+__all__ = ["generate_keypair", "key_id", "load_private_key", "load_public_key", "AcceptedState",
            "StatementPayload", "read_statement", "sign", "verify"]

@@ -33,7 +33,7 @@ from .. import _atomic
 from .._digest import canonical_json
 from ..errors import IntegrityError, SchemaVersionError, TrustError
 from ..records import (
-    STATEMENT_SCHEMA_VERSION, SignedStatement, StatementPayload, TimestampPayload, parse_record,
+    STATEMENT_SCHEMA_VERSION, StatementPayload, TimestampPayload, parse_record,
 )
 from ..records.window import RECORD_FORMATS_PAGE, STATEMENT_OLDEST_SUPPORTED
 from ..records.stored import STATEMENTS, TIMESTAMPS
@@ -44,7 +44,7 @@ from .keys import key_id
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["StatementPayload", "SignedStatement", "PromotionStatement", "sign", "publish_statement",
+__all__ = ["StatementPayload", "PromotionStatement", "sign", "publish_statement",
            "read_statement", "parse_statement", "verify", "AcceptedState", "DEFAULT_VALIDITY", "TIMESTAMP_VALIDITY",
            "SignedTimestamp", "sign_timestamp", "publish_timestamp", "read_timestamp", "verify_fresh", "verify_channel",
            "signed_digest"]
