@@ -289,19 +289,27 @@ def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: bytearray,
             _decode(iter([packed]), raw, chunk, where)
             decoding = time.perf_counter() - t1
     else:
+        failed: list[IntegrityError] = []
+
         def sink(pieces: Iterator[bytes]) -> None:
+            failed.clear()  # a store that retries calls the sink afresh
             if codec == "none":
                 at = 0
                 for piece in pieces:
                     raw[at: at + len(piece)] = piece[: max(0, chunk.raw_size - at)]
                     at += len(piece)
-            else:
+                return
+            try:
                 _decode(pieces, raw, chunk, where)
+            except IntegrityError as e:  # the store checks the stored bytes next: their fault is named first
+                failed.append(e)
 
         try:
             registry.stream_blob(chunk.blob.digest, chunk.blob.size, sink)  # the store checks size and sha256
         except IntegrityError as e:
             raise IntegrityError(f"{where}: {e}") from None
+        if failed:
+            raise failed[0]
         reading = time.perf_counter() - t0  # the decode interleaves with the transfer
     t2 = time.perf_counter()
     got = blake3_digest(raw)

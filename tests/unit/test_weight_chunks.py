@@ -191,3 +191,53 @@ def test_a_placed_array_that_kept_the_host_bytes_is_seen_so_the_buffer_is_not_re
             outcomes.append(kept)
     assert outcomes[2:] == [False, False]  # a slice 16 bytes off alignment is always copied
     assert any(outcomes[:2]), "XLA:CPU copied even aligned host arrays: the guard's other side went untested"
+
+
+class _Remote:
+    """A store whose blobs are not on this node (no ``read_blob_into``): chunks stream in through
+    its size and sha256 check, as from an OCI registry without a node cache."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def stream_blob(self, digest, size, sink):
+        return self.store.stream_blob(digest, size, sink)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_a_remote_stores_chunks_enter_through_its_sha256_and_a_damaged_one_is_refused(compression):
+    from avatar_release.registry import NodeBlobs
+    from avatar_release.runtime._weights import stream_weights
+
+    reg, tensors = MemoryRegistry("w"), _tensors(layers=2)
+    manifest, stages = _build(reg, tensors, max_bytes=10**9, compression=compression)
+    remote = _Remote(reg)
+    assert not isinstance(remote, NodeBlobs)
+    stats = stream_weights(remote, manifest, stages, _mesh())
+    assert stats.read == "stream" and stats.hash > 0
+    params = stages[("dit", "f8")].params
+    assert all(np.array_equal(np.asarray(params[t.name.split(".", 1)[1]]),
+                              np.asarray(t.data).view(np.float32).reshape(t.shape)) for t in tensors)
+    (chunk,) = manifest.weights.chunks
+    key = reg._blob_key(chunk.blob.digest)
+    data = bytearray(reg._read(key))
+    data[-1] ^= 1
+    reg._write_atomic(key, bytes(data))
+    stages[("dit", "f8")].params.clear()
+    with pytest.raises(IntegrityError, match="weights chunk 0: .*content hashes to"):
+        stream_weights(remote, manifest, stages, _mesh())
+    assert stages[("dit", "f8")].params == {}
+
+
+def test_a_raw_chunk_cut_short_on_this_node_is_refused_by_its_size_naming_the_chunk(tmp_path):
+    from avatar_release.registry import LocalRegistry
+    from avatar_release.runtime._weights import stream_weights
+
+    reg, tensors = LocalRegistry(tmp_path / "reg"), _tensors(layers=2)
+    manifest, stages = _build(reg, tensors, max_bytes=10**9, compression="none")
+    (chunk,) = manifest.weights.chunks
+    path = tmp_path / "reg" / reg._blob_key(chunk.blob.digest)
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(IntegrityError, match=f"weights chunk 0: .*size {chunk.blob.size - 10} bytes, manifest says "
+                                             f"{chunk.blob.size}.*avatar-release repair"):
+        stream_weights(reg, manifest, stages, _mesh())
