@@ -294,5 +294,7 @@ def _program(plan: BuildPlan) -> ChunkProgram:
             RequestInputRecord(name=i.name, kind=i.kind, required=i.required, shape=list(i.shape), dtype=i.dtype,
                                sample_rate=i.sample_rate, samples_per_frame=i.samples_per_frame)
             for i in prog.inputs],
-        delivers=None if talking_head else DeliveryRecord(kind=d.kind, outputs=list(d.outputs)),
+        delivers=None if talking_head else DeliveryRecord(kind=d.kind, outputs=list(d.outputs),
+                                                          sample_rate=d.sample_rate,
+                                                          samples_per_frame=d.samples_per_frame),
     )

@@ -425,6 +425,8 @@ class DeliveryRecord(Record):
 
     kind: Literal["video", "audio", "tensors"]
     outputs: list[str] = Field(min_length=1)
+    sample_rate: int = 0  # audio: of the delivered samples
+    samples_per_frame: int = 0  # audio: a chunk of F frames delivers F * samples_per_frame samples
 
 
 class ChunkProgram(Record):

@@ -255,7 +255,7 @@ def _delivered(build: LoadedBuild, env: dict[str, object], fed: ChunkAudio) -> d
     if d.kind == "video":
         out = {name: a[:fed.deliver] for name, a in out.items()}
     elif d.kind == "audio":
-        out = {name: a[:fed.deliver * prog.samples_per_frame] for name, a in out.items()}
+        out = {name: a[:fed.deliver * d.samples_per_frame] for name, a in out.items()}
     return out
 
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import math
 import time
+import wave
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
+from .. import _atomic
 from ..errors import InputError
 from ..media import (
     DEFAULT_FIT,
@@ -135,12 +138,15 @@ def render_build_to_files(build: LoadedBuild, image: np.ndarray | None, audio: I
     """Render ``build`` chunk by chunk into an MP4 (and PNG frames): (StreamReport, Mp4File).
 
     Holds one chunk of samples and one chunk of frames at a time; ``out_path`` appears only
-    when the whole video is written (a refusal or failure half way leaves it as it was).
+    when the whole video is written (a refusal or failure half way leaves it as it was). A build
+    that delivers audio writes a 16-bit mono WAV at its delivered rate instead (streamed the same
+    way), one that delivers tensors an ``.npz`` of every chunk's (``<output>/<chunk index>``, held
+    until the end).
     """
     prog = build.manifest.program
     if prog.delivery().kind != "video":
-        raise InputError(f"build {build.build_id} delivers {prog.delivery().kind}; render writes video (MP4) only, so "
-                         "this build cannot be rendered to a file yet (runtime.stream yields its chunks)")
+        return _render_other(build, image, audio, out_path=out_path, seed=seed, on_chunk=on_chunk, frames=frames,
+                             values=values)
     frames_to = Path(frames_dir) if frames_dir else None
     if frames_to is not None:
         frames_to.mkdir(parents=True, exist_ok=True)
@@ -164,6 +170,42 @@ def render_build_to_files(build: LoadedBuild, image: np.ndarray | None, audio: I
             del chunk
         video = mp4.finish()
     return report, video
+
+
+def _render_other(build: LoadedBuild, image: np.ndarray | None, audio: Iterable[np.ndarray] | None, *,
+                  out_path: str, seed: int, on_chunk: Callable[[Chunk], None] | None, frames: int | None,
+                  values: dict[str, object] | None) -> tuple[StreamReport, Mp4File]:
+    """An audio (WAV) or tensors (npz) delivery, written atomically: what ``render`` writes for a
+    build whose chunks deliver no video."""
+    d = build.manifest.program.delivery()
+    report, samples = StreamReport(), 0
+    kept: dict[str, np.ndarray] = {}
+    with _atomic.atomic_path(out_path) as tmp:
+        wav = wave.open(str(tmp), "wb") if d.kind == "audio" else None
+        try:
+            if wav is not None:
+                wav.setnchannels(1)
+                wav.setsampwidth(2)
+                wav.setframerate(d.sample_rate)
+            for chunk in stream(build, image, audio, seed=seed, frames=frames, values=values):
+                if wav is not None:
+                    pcm = np.clip(np.round(np.asarray(chunk.frames, np.float32) * 32767), -32768, 32767)
+                    wav.writeframes(pcm.astype("<i2").tobytes())
+                    samples += int(chunk.frames.shape[0])
+                else:
+                    kept.update({f"{name}/{chunk.index}": a for name, a in chunk.outputs.items()})
+                report.add(chunk)
+                if on_chunk is not None:
+                    on_chunk(chunk)
+                del chunk
+        finally:
+            if wav is not None:
+                wav.close()
+        if wav is None:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **cast("dict[str, Any]", kept))  # by name; numpy's stubs mistype **kwds
+    seconds = samples / d.sample_rate if d.kind == "audio" else report.frames / build.manifest.program.fps
+    return report, Mp4File(Path(out_path), report.frames, seconds, Path(out_path).stat().st_size)
 
 
 def render_to_files(
@@ -224,7 +266,9 @@ def render_to_files(
         "pace": {**pace.to_json(tally), "summary": pace.summary(tally)},
         "compiles": build.guard.count,
         "cold_start": _cold_start(build, imports, report),
-        "video": {"bytes": mp4.bytes, "seconds": mp4.seconds},
+        # what was written: the video, or the delivered audio (WAV) or tensors (npz)
+        ("video" if prog.delivery().kind == "video" else prog.delivery().kind): {"bytes": mp4.bytes,
+                                                                                 "seconds": mp4.seconds},
         "inputs": {"image": image_record,
                    "audio": audio.record() if audio is not None else {"path": None, "frames": frames},
                    **({"values": sorted(values)} if values else {}), "decode_seconds": round(decode_seconds, 4)},

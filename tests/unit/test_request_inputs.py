@@ -180,3 +180,48 @@ def test_the_pods_request_fields_are_the_declarations():
     body = doc["components"]["schemas"]["RenderRequest"]["properties"]
     assert set(body) == set(model.model_fields) and "audio_b64" not in body
     assert doc["paths"]["/render"]["post"]["summary"].startswith("render a video from a picture + text + tensors")
+
+
+# ------------------------------------------------------------------ a stand-in build: audio -> audio
+SR, SPF = 1000, 10
+
+
+def _echo(params, audio):
+    return (np.asarray(audio, np.float32) * 0.5,)
+
+
+def _audio_build() -> LoadedBuild:
+    m = cpu_manifest()
+    program = ChunkProgram(stages=["echo"], image_input=None, audio_input="wave", noise_input=None, carry={},
+                           deliver="half", fps=SR // SPF, sample_rate=SR, samples_per_frame=SPF, height=0, width=0,
+                           inputs=[RequestInputRecord(name="wave", kind="audio", dtype="float32", sample_rate=SR,
+                                                      samples_per_frame=SPF)],
+                           delivers=DeliveryRecord(kind="audio", outputs=["half"], sample_rate=SR,
+                                                   samples_per_frame=SPF))
+    entries = [m.executables[0].model_copy(update={
+        "key": f"echo/{b.name}", "stage": "echo", "bucket": b.name, "params": [],
+        "inputs": [_spec("wave", [b.frames * SPF], "float32")],
+        "outputs": [_spec("half", [b.frames * SPF], "float32")]}) for b in m.buckets]
+    m = m.model_copy(update={"program": program, "executables": entries})
+    stages = {(e.stage, e.bucket): LoadedStage(e, _echo, [None] * len(e.inputs), {}) for e in entries}
+    return LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, stages=stages, timings=LoadTimings())
+
+
+def test_an_audio_to_audio_build_renders_a_wav_and_is_refused_where_only_video_is_judged(tmp_path):
+    import wave
+
+    from avatar_release.serving import render_build_to_files
+    from avatar_release.serving._pod import warm_up
+
+    build = _audio_build()
+    track = np.linspace(-0.5, 0.5, 95, dtype=np.float32)
+    report, written = render_build_to_files(build, None, [track[:40], track[40:]], out_path=str(tmp_path / "out.wav"))
+    assert report.frames == 10 and written.bytes == (tmp_path / "out.wav").stat().st_size
+    with wave.open(str(tmp_path / "out.wav")) as wf:
+        assert (wf.getframerate(), wf.getnchannels(), wf.getnframes()) == (SR, 1, 100)  # 10 frames x 10 samples
+        pcm = np.frombuffer(wf.readframes(100), "<i2") / 32767
+    assert np.allclose(pcm[:95], track * 0.5, atol=1e-4) and not pcm[95:].any()  # the tail: silence, halved
+    with pytest.raises(Exception, match="delivers audio; the gates compare delivered video frames only"):
+        gate_set(build.manifest)
+    with pytest.raises(InputError, match="delivers audio; a pod streams video .MP4. only"):
+        warm_up(build)
