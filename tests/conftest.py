@@ -46,6 +46,8 @@ import pytest  # noqa: E402
 
 # Shared fixture: the real OCI registry server (started only by the tests that ask for it).
 from tests.oci_server import oci_server  # noqa: E402,F401
+# ... and the serving app on loopback around a fake build (tests/serving_fakes.py).
+from tests.serving_fakes import serve  # noqa: E402,F401
 # need_extra answers the extra marker below; the hook lists a skip for a missing tool at the test
 # that asked for it (a hook counts where pytest finds it: in this module's names).
 from tests.tools import need_extra, pytest_runtest_makereport  # noqa: E402,F401

@@ -16,7 +16,7 @@ from avatar_release.runtime import load
 from avatar_release.serving import Pod, start_pod
 from tests.helpers import cli
 from tests.release_records import signed_gate_result
-from tests.unit.test_serving import _fake_build
+from tests.serving_fakes import fake_build
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_c
     assert "REVOKED" in listed.output and "lip sync drifts" in listed.output
 
     # A pod following prod from another build refuses to swap to the revoked one, by name.
-    follower = Pod(reg, "prod", _fake_build("fake-before"))
+    follower = Pod(reg, "prod", fake_build("fake-before"))
     assert follower.check_channel() == "refused"
     assert "Revoked" in follower.health()["follow"]["refused_reason"] and follower.build.build_id == "fake-before"
     assert 'avatar_serve_swaps_total{result="revoked"} 1.0' in follower.metrics.exposition().decode()

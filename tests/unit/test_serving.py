@@ -1,8 +1,8 @@
 """The serving app on a real uvicorn over loopback, with a fake build whose chunks take known time.
 
 No compile here: the runtime's ``stream``, as the render job calls it (``serving._render.stream``),
-is replaced by a generator that sleeps per chunk and yields gradient frames, so streaming, bounds, queueing and disconnects are tested in
-seconds. tests/integration/test_serve.py runs the same app on a real compiled build.
+is replaced by a generator that sleeps per chunk and yields gradient frames (tests/serving_fakes.py),
+so streaming, bounds, queueing and disconnects are tested in seconds. tests/integration/test_serve.py runs the same app on a real compiled build.
 """
 
 from __future__ import annotations
@@ -21,94 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from avatar_release.records import ChunkProgram
-from avatar_release.runtime import Chunk, CompileGuard, LoadTimings, plan_chunks
-
-FPS, SR, SPF, H, W = 25, 16000, 640, 48, 64
-
-
-def _fake_build(build_id="fake-1"):
-    program = ChunkProgram(stages=["s"], image_input="image", audio_input="audio", noise_input="noise", carry={},
-                           deliver="frames", fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
-    platform = SimpleNamespace(backend="cpu", device_kind="cpu", device_count=8)
-    manifest = SimpleNamespace(program=program, pipeline="tiny", target="cpu-8", platform=platform,
-                               buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)],
-                               content_digest=lambda: "sha256:" + build_id.ljust(64, "1"))
-    return SimpleNamespace(manifest=manifest, build_id=build_id, digest="sha256:" + build_id.ljust(64, "0"),
-                           guard=CompileGuard(), timings=LoadTimings())
-
-
-class FakeStream:
-    """Stands in for runtime.stream: ``delay`` seconds per chunk; records how many chunks ran."""
-
-    def __init__(self, delay=0.0):
-        self.delay, self.started, self.produced = delay, 0, 0
-
-    def __call__(self, build, image, audio, *, seed=0, frames=None, values=None):
-        self.started += 1
-        n = -(-audio.shape[0] // SPF) if audio is not None else frames
-        first = 0
-        for i, (bucket, frames, deliver) in enumerate(plan_chunks(build.manifest, n)):
-            time.sleep(self.delay)
-            ramp = np.linspace(0, 255, W, dtype=np.float32)[None, None, :, None]
-            f = np.broadcast_to(ramp, (deliver, H, W, 3)).astype(np.uint8).copy()
-            f[:, :, :, 1] = (first * 7) % 255
-            self.produced += 1
-            yield Chunk(i, bucket, f, first, self.delay, deliver / FPS, 0)
-            first += frames
-
-
-@pytest.fixture
-def serve(monkeypatch):
-    """serve(delay=..., **AppConfig) -> (base host, port, pod, fake stream)."""
-    import uvicorn
-
-    from avatar_release.serving import AppConfig, Limits, Pod, ServerConfig, _render, create_app
-    from avatar_release.serving._lifecycle import uvicorn_config
-
-    servers = []
-
-    def start(delay=0.0, limits=None, per_client=16, **cfg):
-        fake = FakeStream(delay)
-        monkeypatch.setattr(_render, "stream", fake)
-        pod = Pod(None, "dev", _fake_build())
-        app = create_app(pod, AppConfig(limits=limits or Limits(max_seconds=20, body_timeout=1.0), **cfg))
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        server = uvicorn.Server(uvicorn_config(app, ServerConfig(header_timeout=0.5, max_connections=8,
-                                                                 max_connections_per_client=per_client)))
-        t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        t.start()
-        while not server.started:
-            time.sleep(0.01)
-        servers.append((server, t))
-        return sock.getsockname()[1], pod, fake
-
-    yield start
-    for server, t in servers:
-        server.should_exit = True
-        t.join(10)
-
-
-def _post(port, body: bytes, ctype="application/json", headers=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request("POST", "/render", body=body, headers={"Content-Type": ctype, **(headers or {})})
-    r = c.getresponse()
-    return r, r.read()
-
-
-def _boxes(data: bytes) -> list[str]:
-    """Top-level MP4 box types, in order."""
-    out, i = [], 0
-    while i + 8 <= len(data):
-        size, kind = struct.unpack(">I4s", data[i:i + 8])
-        size = struct.unpack(">Q", data[i + 8:i + 16])[0] if size == 1 else size
-        assert size >= 8, f"bad box at {i}"
-        out.append(kind.decode("latin-1"))
-        i += size
-    assert i == len(data), "trailing bytes after the last box"
-    return out
+from tests.serving_fakes import SR, H, W, FakeStream, fake_build, mp4_boxes, post_render
 
 
 def test_render_streams_fragments_before_the_render_ends_and_every_fragment_decodes(serve, tmp_path):
@@ -132,7 +45,7 @@ def test_render_streams_fragments_before_the_render_ends_and_every_fragment_deco
     # is still to render (each chunk left takes at least its 0.5 s, whatever the machine's load).
     assert first_moof is not None and chunks_then <= 3, (first_moof, chunks_then, total)
     assert total - first_moof >= 0.5 * (5 - chunks_then) - 0.1, (first_moof, chunks_then, total)
-    boxes = _boxes(data)
+    boxes = mp4_boxes(data)
     assert boxes[:2] == ["ftyp", "moov"] and boxes.count("moof") == boxes.count("mdat") >= 5, boxes
     out = tmp_path / "r.mp4"
     out.write_bytes(data)
@@ -172,7 +85,7 @@ def _png_header(width: int, height: int) -> bytes:
 ])
 def test_bad_requests_get_a_stable_code_and_no_server_detail(serve, body, code):
     port, pod, fake = serve()
-    r, data = _post(port, body)
+    r, data = post_render(port, body)
     doc = json.loads(data)
     assert r.status == 400 and doc["error"] == code, doc
     assert set(doc) == {"error", "message"} and "Traceback" not in doc["message"] and "/tmp" not in doc["message"]
@@ -183,12 +96,12 @@ def test_bounds_on_the_body_routes_and_content_type(serve):
     from avatar_release.serving import Limits
 
     port, pod, fake = serve(limits=Limits(max_body=2048, body_timeout=0.5))
-    r, data = _post(port, b"{" + b" " * 4096 + b"}")
+    r, data = post_render(port, b"{" + b" " * 4096 + b"}")
     assert r.status == 413 and json.loads(data)["error"] == "body_too_large"
-    r, data = _post(port, b"x", ctype="image/png")
+    r, data = post_render(port, b"x", ctype="image/png")
     assert r.status == 415 and json.loads(data)["error"] == "unsupported_media_type"
     for ctype in ("text/plain", "application/x-www-form-urlencoded"):  # JSON only when the request says so
-        r, data = _post(port, b'{"seconds": 1}', ctype=ctype)
+        r, data = post_render(port, b'{"seconds": 1}', ctype=ctype)
         assert r.status == 415 and json.loads(data)["error"] == "unsupported_media_type", ctype
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/nope")
@@ -227,11 +140,11 @@ def test_multipart_upload_of_image_and_audio_files(serve):
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="seed"\r\n\r\n7\r\n'.encode())
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="fit"\r\n\r\ncontain\r\n'.encode())
     body = b"".join(parts) + f"--{boundary}--\r\n".encode()
-    r, data = _post(port, body, ctype=f"multipart/form-data; boundary={boundary}")
+    r, data = post_render(port, body, ctype=f"multipart/form-data; boundary={boundary}")
     assert r.status == 200 and r.getheader("X-Frames") == "13", data[:200]
-    assert _boxes(data)[:2] == ["ftyp", "moov"]
+    assert mp4_boxes(data)[:2] == ["ftyp", "moov"]
     bad = body.replace(b'name="seed"\r\n\r\n7', b'name="seed"\r\n\r\nnan')
-    r, data = _post(port, bad, ctype=f"multipart/form-data; boundary={boundary}")
+    r, data = post_render(port, bad, ctype=f"multipart/form-data; boundary={boundary}")
     assert r.status == 400 and json.loads(data)["error"] == "invalid_request"
 
 
@@ -240,7 +153,7 @@ def test_one_render_at_a_time_and_a_full_queue_answers_429(serve):
     results = []
 
     def client():
-        r, data = _post(port, json.dumps({"seconds": 1.0}).encode())
+        r, data = post_render(port, json.dumps({"seconds": 1.0}).encode())
         results.append((r.status, r.getheader("Retry-After"), data))
 
     threads = [threading.Thread(target=client) for _ in range(4)]
@@ -268,14 +181,14 @@ def test_a_client_that_leaves_stops_the_render_between_chunks(serve):
     time.sleep(1.0)
     assert fake.produced < 8, fake.produced  # 10 s = 32 chunks; it stopped after a few
     # the accelerator is free again: the next request renders
-    r, data = _post(port, json.dumps({"seconds": 0.2}).encode())
-    assert r.status == 200 and _boxes(data)[:2] == ["ftyp", "moov"]
+    r, data = post_render(port, json.dumps({"seconds": 0.2}).encode())
+    assert r.status == 200 and mp4_boxes(data)[:2] == ["ftyp", "moov"]
 
 
 def test_probes_and_metrics(serve):
     port, pod, fake = serve()
-    _post(port, json.dumps({"seconds": 0.5}).encode())
-    _post(port, b'{"seconds": NaN}')
+    post_render(port, json.dumps({"seconds": 0.5}).encode())
+    post_render(port, b'{"seconds": NaN}')
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     for path, status in [("/livez", 200), ("/readyz", 200), ("/healthz", 200)]:
         c.request("GET", path)
@@ -297,7 +210,7 @@ def test_probes_and_metrics(serve):
     c.request("GET", "/readyz")
     r = c.getresponse()
     assert r.status == 503 and json.loads(r.read())["error"] == "draining"
-    r, data = _post(port, json.dumps({"seconds": 0.5}).encode())
+    r, data = post_render(port, json.dumps({"seconds": 0.5}).encode())
     assert r.status == 503 and json.loads(data)["error"] == "draining"
 
 
@@ -305,7 +218,7 @@ def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_pas
     from avatar_release.errors import RecompileError
     from avatar_release.serving import _render
 
-    port, pod, fake = serve(delay=0.3, request_timeout=1.0)
+    port, pod, _ = serve(delay=0.3, request_timeout=3.0)
 
     def compiles(build, image, audio, *, seed=0, frames=None, values=None):
         raise RecompileError("zero-compile guard: XLA compiled while serving stage dit/f8 of build fake-1 "
@@ -313,20 +226,22 @@ def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_pas
         yield
 
     monkeypatch.setattr(_render, "stream", compiles)
-    r, data = _post(port, json.dumps({"seconds": 0.5}).encode())
+    r, data = post_render(port, json.dumps({"seconds": 0.5}).encode())
     doc = json.loads(data)
     assert r.status == 500 and doc["error"] == "render_failed" and "compiled while serving" in doc["message"]
     assert "/tmp" not in doc["message"]
+    # The first chunk at once (its fragment starts the 200), then 0.3 s a chunk: 10 s of video, 32
+    # chunks, take at least 9.6 s to render whatever the machine's load; the 3 s timeout stops it
+    # and the body ends short.
+    fake = FakeStream(delay=0.3, first_delay=0.0)
     monkeypatch.setattr(_render, "stream", fake)
-    # 10 s at 0.3 s a chunk is ~10 s of rendering; the 1 s timeout stops it: the body ends short
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("POST", "/render", body=json.dumps({"seconds": 10.0}), headers={"Content-Type": "application/json"})
     r = c.getresponse()
     assert r.status == 200
     with pytest.raises(http.client.IncompleteRead):
         r.read()
-    time.sleep(0.5)
-    assert fake.produced < 8
+    assert 0 < fake.produced < 32
     pod.build.guard.count = 1  # a build seen compiling is not ready
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/readyz")
@@ -340,7 +255,7 @@ def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(m
 
     from avatar_release.registry import MemoryRegistry
 
-    old, new = _fake_build("fake-old"), _fake_build("fake-new")
+    old, new = fake_build("fake-old"), fake_build("fake-new")
     pod = Pod(MemoryRegistry("follow"), "prod", old)
     channel = SimpleNamespace(digest=old.digest)
     monkeypatch.setattr(_pod, "resolve_channel", lambda reg, ref, trust: (channel, None, None))
@@ -389,7 +304,7 @@ def test_slow_headers_are_cut_off_and_do_not_take_the_pods_connections(serve):
     for s in slow:
         assert s.recv(100) == b""  # closed by the pod, without an answer
         s.close()
-    r, data = _post(port, json.dumps({"seconds": 0.2}).encode())
+    r, data = post_render(port, json.dumps({"seconds": 0.2}).encode())
     assert r.status == 200
     # a keep-alive connection that starts a second request and stalls is cut off too
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -434,7 +349,7 @@ def test_the_probe_port_answers_every_probe_under_a_flood_from_one_address():
     from avatar_release.serving import Pod
     from avatar_release.serving._probes import ProbeServer
 
-    pod = Pod(None, "prod", _fake_build())
+    pod = Pod(None, "prod", fake_build())
     probes = ProbeServer(pod, "127.0.0.1", 0, per_client=8, header_timeout=5.0)
     host, port = probes.start()
     try:
@@ -496,7 +411,7 @@ def test_metrics_healthz_and_request_log_agree_on_what_a_deadline_miss_is(serve,
     and the render summary say): /metrics counts them apart; on the target's hardware they are."""
     port, pod, fake = serve(delay=0.4)  # every chunk (at most 8 frames: 0.32s of playback) is over
     pod.build.manifest.platform.backend = backend
-    r, _ = _post(port, json.dumps({"seconds": 0.5}).encode())
+    r, _ = post_render(port, json.dumps({"seconds": 0.5}).encode())
     assert r.status == 200
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/healthz")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_serving import _boxes, _post, serve  # noqa: F401 - serve is a fixture used here
+from tests.serving_fakes import mp4_boxes, post_render
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERNAL = {"error": "internal", "message": "internal error; the pod's log has the details"}
@@ -35,7 +35,7 @@ def _get(port: int, path: str) -> tuple[int, bytes]:
 
 @pytest.mark.parametrize("where", ["making the job", "starting its thread"])
 def test_an_unexpected_error_after_the_accelerator_is_taken_frees_it_and_answers_a_clean_500(
-        serve, monkeypatch, capfd, where):  # noqa: F811 - the fixture
+        serve, monkeypatch, capfd, where):
     from avatar_release.serving import _render
 
     port, pod, fake = serve(queue_timeout=2.0)
@@ -50,12 +50,12 @@ def test_an_unexpected_error_after_the_accelerator_is_taken_frees_it_and_answers
         return real(self, *args)
 
     monkeypatch.setattr(_render.RenderJob, patched, fails_once)
-    r, data = _post(port, json.dumps({"seconds": 0.2}).encode())
+    r, data = post_render(port, json.dumps({"seconds": 0.2}).encode())
     assert (r.status, json.loads(data)) == (500, INTERNAL)
     # The slot is free: the next request renders at once (a leaked slot answered 503 queue_timeout
     # after the 2 s wait, and every request after it too).
-    r, data = _post(port, json.dumps({"seconds": 0.2}).encode())
-    assert r.status == 200 and _boxes(data)[:2] == ["ftyp", "moov"], data[:200]
+    r, data = post_render(port, json.dumps({"seconds": 0.2}).encode())
+    assert r.status == 200 and mp4_boxes(data)[:2] == ["ftyp", "moov"], data[:200]
     assert fake.started == 1 and len(calls) == 2
     status, text = _get(port, "/metrics")
     assert 'avatar_serve_requests_total{route="/render",status="500"} 1.0' in text.decode()
@@ -122,7 +122,7 @@ def test_the_accelerator_slot_is_released_exactly_once_on_every_path():
     asyncio.run(main())
 
 
-def test_a_wrong_method_on_render_is_counted_like_every_other_answer(serve):  # noqa: F811 - the fixture
+def test_a_wrong_method_on_render_is_counted_like_every_other_answer(serve):
     port, pod, fake = serve()
     for _ in range(2):
         status, body = _get(port, "/render")
@@ -136,7 +136,7 @@ def test_a_wrong_method_on_render_is_counted_like_every_other_answer(serve):  # 
 _DRAINING_POD = r"""
 import json, pathlib, sys, time
 from avatar_release.serving import Pod, ServerConfig, _render, run_server
-from tests.unit.test_serving import FakeStream, _fake_build
+from tests.serving_fakes import FakeStream, fake_build
 
 gate, fake = pathlib.Path(sys.argv[1]), FakeStream(delay=0.05)
 
@@ -147,7 +147,7 @@ def held_after_the_first_chunk(build, image, audio, *, seed=0, frames=None, valu
             time.sleep(0.02)
 
 _render.stream = held_after_the_first_chunk
-run_server(Pod(None, "dev", _fake_build()), ServerConfig(host="127.0.0.1", port=0, grace=30),
+run_server(Pod(None, "dev", fake_build()), ServerConfig(host="127.0.0.1", port=0, grace=30),
            on_ready=lambda addr, probes: print(json.dumps({"port": addr[1]}), flush=True))
 """
 
@@ -168,7 +168,7 @@ def test_a_draining_pod_answers_503_until_its_render_finishes_then_exits_0(tmp_p
         time.sleep(0.5)  # uvicorn checks for exit every 0.1 s: a pod that stopped listening has by now
         status, body = _get(port, "/readyz")  # (was: connection refused)
         assert status == 503 and json.loads(body)["error"] == "draining"
-        refused, data = _post(port, json.dumps({"seconds": 0.2}).encode())
+        refused, data = post_render(port, json.dumps({"seconds": 0.2}).encode())
         assert refused.status == 503 and json.loads(data)["error"] == "draining"
         assert refused.getheader("Retry-After") == "5"
         gate.touch()

@@ -18,7 +18,7 @@ import re
 import pytest
 
 from avatar_release.records import ChunkProgram, Platform
-from tests.unit.test_serving import FPS, H, SPF, SR, W, _fake_build, _post, serve  # noqa: F401 - serve: a fixture
+from tests.serving_fakes import FPS, H, SPF, SR, W, fake_build, post_render
 
 MAX_SECONDS = 20.0  # the serve fixture's Limits(max_seconds=20)
 
@@ -34,7 +34,7 @@ def _as_built(build):
 
 
 @pytest.fixture
-def pod_at(serve):  # noqa: F811 - the fixture
+def pod_at(serve):
     """pod_at(**AppConfig) -> (port, pod): the app on loopback, serving the fake build as built."""
     def start(**cfg):
         port, pod, _ = serve(**cfg)
@@ -138,7 +138,7 @@ def test_server_and_model_metadata_name_the_pipeline_and_the_build_served(pod_at
     _conforms(doc, _response_schema(doc, "/v2/models/{name}", 200), meta)
     _conforms(doc, _response_schema(doc, "/v2", 200), _json(port, "/v2")[1])
 
-    pod.build = _as_built(_fake_build("fake-2"))  # a followed channel swapped builds: the version follows
+    pod.build = _as_built(fake_build("fake-2"))  # a followed channel swapped builds: the version follows
     assert _json(port, "/v2/models/tiny")[1]["versions"] == ["fake-2"]
     assert _json(port, "/v2/models/tiny/ready")[1]["versions"] == ["fake-2"]
 
@@ -192,7 +192,7 @@ def test_the_openapi_document_is_openapi_3_1_and_describes_render_as_the_pod_ans
         OpenAPIV31SpecValidator(doc).validate()
 
     # every route of the app is documented, with its methods, and nothing else is
-    app = create_app(Pod(None, "dev", _as_built(_fake_build())))
+    app = create_app(Pod(None, "dev", _as_built(fake_build())))
     routes = {r.path: {m.lower() for m in r.methods} - {"head"} for r in app.routes}
     assert {p: set(item) for p, item in doc["paths"].items()} == routes
 
@@ -218,10 +218,10 @@ def test_the_openapi_document_is_openapi_3_1_and_describes_render_as_the_pod_ans
     assert all("Retry-After" in render["responses"][s]["headers"] for s in ("429", "503"))
     assert documented["/v2/models/{name}"] == {"not_found"}
     # what the pod answers conforms: a JSON error of /render, the draining 503 with its Retry-After
-    r, data = _post(port, b'{"seconds": NaN}')
+    r, data = post_render(port, b'{"seconds": NaN}')
     _conforms(doc, _response_schema(doc, "/render", 400, "post"), json.loads(data))
     pod.draining = True
-    r, data = _post(port, b"{}")
+    r, data = post_render(port, b"{}")
     assert r.status == 503 and r.getheader("Retry-After")
     _conforms(doc, _response_schema(doc, "/render", 503, "post"), json.loads(data))
 
@@ -293,7 +293,7 @@ def test_the_documented_bodies_are_the_ones_the_request_parser_accepts(pod_at):
 def test_the_streamed_video_comes_with_the_documented_headers(pod_at):
     port, pod = pod_at()
     ok = _json(port, "/openapi.json")[1]["paths"]["/render"]["post"]["responses"]["200"]
-    r, data = _post(port, json.dumps({"seconds": 0.2}).encode(), headers={"X-Request-Id": "abc-1"})
+    r, data = post_render(port, json.dumps({"seconds": 0.2}).encode(), headers={"X-Request-Id": "abc-1"})
     assert r.status == 200 and data
     sent = {k.lower(): v for k, v in r.getheaders()}
     assert sent["content-type"] in ok["content"]
