@@ -1,11 +1,14 @@
 """A remote store seen through the node cache: blob reads come from the cache (pulled once), every
 other call goes to the store as it is.
 
-Read-ahead: a manifest read through here is remembered; the first read of one of its blobs pulls
-all of them side by side (the cache's ``concurrency``), as Run:ai's model streamer reads a model's
-files. Blobs are read only after the loader checked the manifest (identity, signature, the sizes
-it declares), so nothing is pulled for a build the loader refused. A pull that fails here is
-left to the read of that blob, which names it.
+Read-ahead: a manifest read through here is remembered; the first read of one of its blobs starts
+pulling every blob of that build the node lacks, in the background and side by side (the cache's
+``concurrency``), as Run:ai's model streamer reads a model's files: the loader places what has
+arrived while the rest is still on the wire. A read waits only for its own blob (and pulls it at
+once itself if its turn has not come). Blobs are read only after the loader checked the manifest
+(identity, signature, the sizes it declares), so nothing is pulled for a build the loader
+refused. A pull that fails in the background is left to the read of that blob, which names it.
+While a build loads, its entries are not evicted (a build larger than the bound stays whole).
 
 Reads hand the sink the mapped file a piece at a time (no copy), or copy it into the loader's
 buffer (``read_blob_into``: the registry's ``NodeBlobs``, for a loader that checks the signed
@@ -19,8 +22,10 @@ channel at the registry.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ...errors import AvatarReleaseError, IntegrityError
@@ -42,6 +47,7 @@ class CachedRegistry:
         self._mutex = threading.Lock()
         self._builds: dict[str, list[Any]] = {}  # manifest digest -> its blobs, until read ahead
         self._of: dict[str, str] = {}  # blob digest -> the manifest digest that names it
+        self._pulling: dict[str, Future[bool]] = {}  # blob digest -> its pull in the background
 
     def __repr__(self) -> str:
         return f"CachedRegistry({self.store!r}, {self.cache!r})"
@@ -55,18 +61,36 @@ class CachedRegistry:
         return self.cache.prefetch(self.store, blobs)
 
     def _read_ahead(self, digest: str) -> None:
-        """On the first read of a blob of a manifest read here: pull all of that build's blobs."""
+        """Before a read: start the build's read-ahead on its first read, then wait for this blob."""
         with self._mutex:
             build = self._of.get(digest)
             blobs = self._builds.pop(build, None) if build is not None else None
-            if blobs is not None:
+            if blobs:
                 for b in blobs:
                     self._of.pop(b.digest, None)
-        if blobs:
-            try:
-                self.cache.prefetch(self.store, blobs)
-            except AvatarReleaseError:
-                pass  # each blob's own read pulls it again and names what failed
+                self._start(blobs)
+            pending = self._pulling.pop(digest, None)
+        if pending is not None and not pending.cancel():  # cancelled: not begun, the read pulls it now
+            with contextlib.suppress(AvatarReleaseError):
+                pending.result()  # a failed pull is left to the read, which names what failed
+
+    def _start(self, blobs: list[Any]) -> None:
+        missing = [b for b in blobs if not self.cache.has(b.digest, b.size)]
+        if not missing:
+            return
+        keep = {b.digest for b in blobs}
+        self.cache.evict(self.cache.max_bytes - sum(b.size for b in missing), keep=keep)
+
+        def pull(b: Any) -> bool:
+            pulled = self.cache.pull(self.store, b.digest, b.size)
+            if pulled:
+                self.cache.evict(keep=keep)
+            return pulled
+
+        pool = ThreadPoolExecutor(max_workers=min(self.cache.concurrency, len(missing)), thread_name_prefix="cache-pull")
+        for b in missing:
+            self._pulling[b.digest] = pool.submit(pull, b)
+        pool.shutdown(wait=False)  # its threads finish the pulls; nothing waits for them but the reads
 
     def stream_blob(self, digest: str, size: int, sink: Callable[[Iterator[bytes]], T]) -> T:
         self._read_ahead(digest)

@@ -110,8 +110,13 @@ class NodeCache:
             return path.stat().st_size == size
         return False
 
+    def pull(self, store: Registry, digest: str, size: int) -> bool:
+        """Pull ``digest`` into the cache unless it is there (or another process pulls it meanwhile:
+        this one then waits for it); True if this one pulled it."""
+        self._ensure_dirs()
+        return self._pull(store, digest, size)
+
     def _pull(self, store: Registry, digest: str, size: int) -> bool:
-        """Pull ``digest`` into the cache unless another process did meanwhile; True if this one did."""
         with self.entries.pulling(digest):
             if self.has(digest, size):
                 return False

@@ -38,6 +38,7 @@ __all__ = ["RetryPolicy", "Reply", "Transport", "HttpSession", "HttpResponse", "
 
 ERROR_BODY = 16 << 10
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+POOL_SIZE = 32  # connections kept per host: the node cache's pulls and the loader's readers at once
 
 
 @dataclass(frozen=True)
@@ -171,8 +172,12 @@ class Transport:
             if self._session is None:
                 # Lazy (heavy): requests loads only when an oci:// store first talks HTTP.
                 import requests
+                from requests.adapters import HTTPAdapter
 
-                self._session = cast(HttpSession, requests.Session())  # a Session has this surface
+                session = requests.Session()
+                for scheme in ("http://", "https://"):  # side-by-side pulls (node cache, weights) keep theirs
+                    session.mount(scheme, HTTPAdapter(pool_maxsize=POOL_SIZE))
+                self._session = cast(HttpSession, session)  # a Session has this surface
             return self._session
 
     def verify(self) -> str | bool:
