@@ -21,7 +21,7 @@ from avatar_release.records import (
 from avatar_release.registry import Registry, read_manifest
 
 __all__ = ["DATA", "BENCHMARKS", "stored_manifest", "cpu_manifest", "manifest_of", "put_stand_in_build", "with_release_state",
-           "signed_holder", "cli", "cli_json", "run_smoke"]
+           "signed_holder", "local_blob_path", "cli", "cli_json", "run_smoke"]
 
 DATA = Path(__file__).resolve().parent / "data"
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -70,6 +70,11 @@ def signed_holder(reg: Registry, channel: str) -> str | None:
 
     holder = load_state(reg, load_policy()).holder(channel)
     return holder.build_id if holder else None
+
+
+def local_blob_path(root: Path, digest: str) -> Path:
+    """Where a local registry at ``root`` (LocalRegistry's layout) keeps the blob ``digest``."""
+    return root / "blobs" / "sha256" / digest.split(":")[1]
 
 
 def manifest_of(registry: Registry, ref: str = "dev") -> Manifest:

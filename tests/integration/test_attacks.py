@@ -25,20 +25,17 @@ from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO
-from tests.helpers import cli
-from tests.integration.test_faults import _blob_path
+from tests.helpers import cli, local_blob_path
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def other_build(tmp_path_factory):
+def other_build(tmp_path_factory, build_cache):
     """Another real build of the same shapes (a reassociation variant): its executables would
     load in A's place and compute other numbers."""
-    from avatar_release.compile import compile_build
-
     root = tmp_path_factory.mktemp("other") / "reg"
-    result = compile_build("tiny", "cpu-8", registry=LocalRegistry(root), overrides={"matmul_k_split": "2"})
+    result = build_cache.compile("tiny", "cpu-8", registry=LocalRegistry(root), overrides={"matmul_k_split": "2"})
     return root, result
 
 
@@ -78,7 +75,7 @@ def test_a_program_swapped_in_under_an_unchanged_build_id_is_refused(registry_co
     _, mb = read_manifest(LocalRegistry(other_root, create=False), b.build_id)
     theirs, ours = mb.executable("dit", "f8"), ma.executable("dit", "f8")
     assert theirs.fingerprint != ours.fingerprint  # really another program
-    shutil.copy(_blob_path(other_root, theirs.blob.digest), _blob_path(root, theirs.blob.digest))
+    shutil.copy(local_blob_path(other_root, theirs.blob.digest), local_blob_path(root, theirs.blob.digest))
 
     # B's executable bytes under A's entry: the blob, its raw size and digest; the seal recomputed.
     # The fields the identity covers (hlo_digest, fingerprint) stay A's, so the build id is A's.
@@ -440,7 +437,7 @@ def test_a_weight_chunk_truncated_while_it_loads_is_refused_not_a_signal(registr
     big = _with_a_large_weight_chunk(reg, root, a.build_id)
     load(big.build_id, reg)  # whole, the build loads
     (chunk,) = big.weights.chunks
-    path = _blob_path(root, chunk.blob.digest)
+    path = local_blob_path(root, chunk.blob.digest)
     out = tmp_path / "out.mp4"
     proc = subprocess.run([sys.executable, "-c", _TRUNCATING_RENDER, str(path), str(chunk.blob.size), "render",
                            "--build", big.build_id, "--registry", str(root), "--out", str(out), "--seconds", "0.3"],

@@ -19,16 +19,13 @@ from avatar_release.cli import cli
 from avatar_release.errors import EnvironmentMismatch, IntegrityError, InputError, NotFoundError
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
+from tests.helpers import local_blob_path
 
 
 def _bytes_read() -> int:
     """Bytes this process has read through read() so far (Linux's /proc/self/io: rchar)."""
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
-
-
-def _blob_path(root, digest):
-    return root / "blobs" / "sha256" / digest.split(":")[1]
 
 
 def _flip(path, offset=None):
@@ -52,7 +49,7 @@ def test_a_bit_flip_in_any_kind_of_blob_is_refused_by_name(registry_copy, kind):
     if kind in ("manifest", "weights", "executable"):
         digest = {"manifest": resolved.digest, "weights": m.weights.chunks[0].blob.digest,
                   "executable": m.executable("dit", "f8").blob.digest}[kind]
-        _flip(_blob_path(root, digest))
+        _flip(local_blob_path(root, digest))
         with pytest.raises(IntegrityError, match=digest.split(":")[1][:12]):
             load(result.build_id, reg)
         return
@@ -65,7 +62,7 @@ def test_a_bit_flip_in_any_kind_of_blob_is_refused_by_name(registry_copy, kind):
                    gates=[], frame_sha256=[], frames_blob=frames, created_at="now", created_by="t")
     save_result(reg, r)
     ref: BlobRef = result_refs(reg, m.build_id)[-1] if kind == "gate-result" else frames
-    _flip(_blob_path(root, ref.digest))
+    _flip(local_blob_path(root, ref.digest))
     with pytest.raises(IntegrityError, match=ref.digest.split(":")[1][:12]):
         get_result(reg, ref) if kind == "gate-result" else get_frames(reg, ref)
 
@@ -75,7 +72,7 @@ def test_truncated_and_lying_sizes_and_endless_blobs_read_at_most_the_declared_s
     reg = LocalRegistry(root)
     _, m = read_manifest(reg, result.build_id)
     ref = m.executable("vae", "f8").blob
-    path = _blob_path(root, ref.digest)
+    path = local_blob_path(root, ref.digest)
     good = path.read_bytes()
     with pytest.raises(IntegrityError, match=f"size more than {ref.size - 1} bytes"):
         reg.get_blob(ref.digest, ref.size - 1)  # a manifest whose size lies (too small)
