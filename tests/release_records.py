@@ -80,10 +80,12 @@ def signed_gate_result(reg: Any, build_id: str, digest: str, m: Manifest, status
     return save_result(reg, r)
 
 
-def publish_with_blobs(reg: Any, suffix: str = "a", version: int = 1) -> tuple[str, str, Manifest]:
-    """A build from a stored manifest (tests/data/build-manifest.v<version>.json) whose every blob
-    reference names real bytes in ``reg`` (copy verifies every blob)."""
-    doc = json.loads((DATA / f"build-manifest.v{version}.json").read_bytes())
+def publish_with_blobs(reg: Any, suffix: str = "a", version: int | None = None) -> tuple[str, str, Manifest]:
+    """A build whose every blob reference names real bytes in ``reg`` (copy verifies every blob): the
+    cpu-8 stand-in at the version this tool writes (``tests.helpers.cpu_manifest``), or the stored
+    manifest tests/data/build-manifest.v<version>.json (a version the support window reads)."""
+    stored = DATA / f"build-manifest.v{version}.json"
+    doc = json.loads(cpu_manifest().to_json_bytes() if version is None else stored.read_bytes())
     doc["build_id"] = f"tiny-cpu-8-{suffix * 12}"
     n = [0]
 

@@ -165,7 +165,7 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
     from tests.oci_memory import MemoryDistribution, MemoryResponse
 
     src = LocalRegistry(tmp_path / "src")
-    build_id, _, m = publish_with_blobs(src, version=5)
+    build_id, _, m = publish_with_blobs(src)
     inflight, peak, lock = [0], [0], threading.Lock()
 
     def slow_uploads(method, url, headers, data):
