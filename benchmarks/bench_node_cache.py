@@ -64,7 +64,7 @@ def _child(mode: str, uri: str, cache: str, files: str, blobs: list[tuple[str, i
         def sink(pieces) -> None:
             at = 0
             for p in pieces:
-                bufs[i][at:at + len(p)] = p
+                bufs[i][at : at + len(p)] = p
                 at += len(p)
 
         store.stream_blob(digest, size, sink)
@@ -90,9 +90,25 @@ def _child(mode: str, uri: str, cache: str, files: str, blobs: list[tuple[str, i
 def _run(mode: str, uri: str, cache: Path, files: Path, blobs: list[tuple[str, int]]) -> dict:
     if mode.startswith("first pull"):
         shutil.rmtree(cache, ignore_errors=True)
-    proc = subprocess.run([sys.executable, __file__, "--child", mode, "--uri", uri, "--cache", str(cache),
-                           "--files", str(files), "--blob-list", json.dumps(blobs)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--uri",
+            uri,
+            "--cache",
+            str(cache),
+            "--files",
+            str(files),
+            "--blob-list",
+            json.dumps(blobs),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode:
         raise SystemExit(f"{mode}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -127,13 +143,24 @@ def bench(size_mib: float, n_blobs: int, runs: int, tmp: Path) -> dict:
     finally:
         server.stop()
     medians = {m: statistics.median(r["seconds"] for r in rows) for m, rows in samples.items()}
-    ratios = {k: medians[k.split(" / ")[0]] / medians[k.split(" / ")[1]]
-              for k in (*GOALS, "first pull, 8 at a time / first pull, 1 at a time")}
+    ratios = {
+        k: medians[k.split(" / ")[0]] / medians[k.split(" / ")[1]]
+        for k in (*GOALS, "first pull, 8 at a time / first pull, 1 at a time")
+    }
     return {
-        "bytes": each * n_blobs, "blobs": n_blobs, "runs": runs,
-        "modes": {m: {"min_s": min(r["seconds"] for r in rows), "median_s": medians[m],
-                      "max_s": max(r["seconds"] for r in rows), "blob_pulls": [r["pulls"] for r in rows],
-                      "requests": [r["requests"] for r in rows]} for m, rows in samples.items()},
+        "bytes": each * n_blobs,
+        "blobs": n_blobs,
+        "runs": runs,
+        "modes": {
+            m: {
+                "min_s": min(r["seconds"] for r in rows),
+                "median_s": medians[m],
+                "max_s": max(r["seconds"] for r in rows),
+                "blob_pulls": [r["pulls"] for r in rows],
+                "requests": [r["requests"] for r in rows],
+            }
+            for m, rows in samples.items()
+        },
         "ratios": ratios,
         "goals": {k: {"goal_at_most": g, "median_ratio": ratios[k], "met": ratios[k] <= g} for k, g in GOALS.items()},
     }

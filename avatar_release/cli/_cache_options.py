@@ -11,8 +11,14 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import InputError
-from ..registry.cache import (CACHE_DIR_ENV, CACHE_SIZE_ENV, DEFAULT_CONCURRENCY, PULL_CONCURRENCY_ENV,
-                              default_cache_dir, parse_size)
+from ..registry.cache import (
+    CACHE_DIR_ENV,
+    CACHE_SIZE_ENV,
+    DEFAULT_CONCURRENCY,
+    PULL_CONCURRENCY_ENV,
+    default_cache_dir,
+    parse_size,
+)
 
 __all__ = ["cache_options"]
 
@@ -48,16 +54,36 @@ def _pulls(ctx: click.Context, param: click.Parameter, value: int | None) -> int
 
 
 def cache_options(f: _F) -> _F:
-    f = click.option("--pull-concurrency", type=click.IntRange(1, 64), default=None, envvar=PULL_CONCURRENCY_ENV,
-                     callback=_pulls, expose_value=False,
-                     help=f"Blobs pulled side by side into the node cache (env {PULL_CONCURRENCY_ENV}; "
-                          f"default {DEFAULT_CONCURRENCY}).")(f)
-    f = click.option("--cache-size", default=None, envvar=CACHE_SIZE_ENV, callback=_cache_size, expose_value=False,
-                     metavar="SIZE",
-                     help=f"Bound of the node cache, e.g. 50GiB; least recently used blobs go first past it "
-                          f"(env {CACHE_SIZE_ENV}; default 50GiB).")(f)
-    return click.option("--cache-dir", default=None, is_flag=False, flag_value=_DEFAULT, envvar=CACHE_DIR_ENV,
-                        callback=_cache_dir, expose_value=False, metavar="[DIR]",
-                        help=f"Node cache for a remote registry (oci://, gar://): each blob pulled once into DIR, "
-                             f"shared by the pods of a node, read back mapped (env {CACHE_DIR_ENV}). Without DIR: "
-                             "the user's cache directory (~/.cache/avatar-release/blobs). Default: no cache.")(f)
+    f = click.option(
+        "--pull-concurrency",
+        type=click.IntRange(1, 64),
+        default=None,
+        envvar=PULL_CONCURRENCY_ENV,
+        callback=_pulls,
+        expose_value=False,
+        help=f"Blobs pulled side by side into the node cache (env {PULL_CONCURRENCY_ENV}; "
+        f"default {DEFAULT_CONCURRENCY}).",
+    )(f)
+    f = click.option(
+        "--cache-size",
+        default=None,
+        envvar=CACHE_SIZE_ENV,
+        callback=_cache_size,
+        expose_value=False,
+        metavar="SIZE",
+        help=f"Bound of the node cache, e.g. 50GiB; least recently used blobs go first past it "
+        f"(env {CACHE_SIZE_ENV}; default 50GiB).",
+    )(f)
+    return click.option(
+        "--cache-dir",
+        default=None,
+        is_flag=False,
+        flag_value=_DEFAULT,
+        envvar=CACHE_DIR_ENV,
+        callback=_cache_dir,
+        expose_value=False,
+        metavar="[DIR]",
+        help=f"Node cache for a remote registry (oci://, gar://): each blob pulled once into DIR, "
+        f"shared by the pods of a node, read back mapped (env {CACHE_DIR_ENV}). Without DIR: "
+        "the user's cache directory (~/.cache/avatar-release/blobs). Default: no cache.",
+    )(f)

@@ -47,8 +47,9 @@ class CountingSession(requests.Session):
         return super().request(method, url, **kw)
 
 
-def pod(uri: str, cache_dir: Path, *, max_bytes: int = 1 << 30, concurrency: int = 4,
-        session: CountingSession | None = None) -> CachedRegistry:
+def pod(
+    uri: str, cache_dir: Path, *, max_bytes: int = 1 << 30, concurrency: int = 4, session: CountingSession | None = None
+) -> CachedRegistry:
     """What one pod opens: its own client of the registry, the node's shared cache directory."""
     store = OciRegistry(uri, session=session or CountingSession(), retry=FAST, lock_dir=cache_dir.parent / "locks")
     return CachedRegistry(store, NodeCache(cache_dir, max_bytes=max_bytes, concurrency=concurrency))
@@ -66,7 +67,7 @@ def uri(oci_server) -> str:
 def put_blobs(uri: str, tmp_path: Path, n: int, size: int = 4096) -> list[tuple[str, int, bytes]]:
     writer = OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks")
     out = []
-    for i in range(n):
+    for _i in range(n):
         data = os.urandom(size)
         out.append((writer.put_blob(data), size, data))
     return out
@@ -150,8 +151,9 @@ def test_reading_a_build_pulls_its_blobs_side_by_side_in_the_background(uri, tmp
 
 
 # ---- damage ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "seal removed and byte flipped",
-                                    "byte flipped, sealed before a reboot"])
+@pytest.mark.parametrize(
+    "damage", ["flipped byte", "truncated", "seal removed and byte flipped", "byte flipped, sealed before a reboot"]
+)
 def test_a_damaged_entry_is_found_dropped_and_pulled_again(uri, tmp_path, damage):
     [(digest, size, data)] = put_blobs(uri, tmp_path, 1)
     reg = pod(uri, tmp_path / "cache")
@@ -258,8 +260,9 @@ def test_two_processes_pulling_the_same_build_at_once_both_succeed(uri, tmp_path
     blobs = [(d, s) for d, s, _ in put_blobs(uri, tmp_path, 12, size=256 << 10)]
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_pull_in_a_process, args=(uri, str(tmp_path / "cache"), blobs, start, out))
-             for _ in range(2)]
+    procs = [
+        ctx.Process(target=_pull_in_a_process, args=(uri, str(tmp_path / "cache"), blobs, start, out)) for _ in range(2)
+    ]
     for p in procs:
         p.start()
     results = [out.get(timeout=120) for _ in procs]
@@ -287,8 +290,14 @@ def test_a_cache_directory_that_cannot_be_made_is_a_registry_error_naming_it(uri
 def test_the_environment_names_the_cache_and_only_remote_stores_go_through_it(uri, tmp_path):
     remote = OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks")
     assert with_node_cache(remote, {}) is remote
-    cached = with_node_cache(remote, {"AVATAR_RELEASE_CACHE_DIR": str(tmp_path / "c"),
-                                      "AVATAR_RELEASE_CACHE_SIZE": "2GiB", "AVATAR_RELEASE_PULL_CONCURRENCY": "3"})
+    cached = with_node_cache(
+        remote,
+        {
+            "AVATAR_RELEASE_CACHE_DIR": str(tmp_path / "c"),
+            "AVATAR_RELEASE_CACHE_SIZE": "2GiB",
+            "AVATAR_RELEASE_PULL_CONCURRENCY": "3",
+        },
+    )
     assert isinstance(cached, CachedRegistry)
     assert (cached.cache.root, cached.cache.max_bytes, cached.cache.concurrency) == (tmp_path / "c", 2 << 30, 3)
     local = LocalRegistry(tmp_path / "reg")
@@ -333,7 +342,8 @@ def test_a_second_pod_loads_a_real_build_without_pulling_a_blob(built_registry, 
 
 @pytest.mark.slow  # two renders of the session's tiny build, each a fresh process as a pod is
 def test_render_and_verify_with_cache_dir_read_the_build_from_the_node_when_the_registry_lost_its_blobs(
-        built_registry, oci_server, uri, tmp_path):
+    built_registry, oci_server, uri, tmp_path
+):
     import subprocess
     import sys
 
@@ -342,9 +352,28 @@ def test_render_and_verify_with_cache_dir_read_the_build_from_the_node_when_the_
     env.pop("AVATAR_RELEASE_CACHE_DIR", None)
 
     def render(out: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "avatar_release", "render", digest, "--registry", uri,
-                               "--cache-dir", str(tmp_path / "cache"), "--seconds", "0.2", "--out",
-                               str(tmp_path / out), "--json"], env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "avatar_release",
+                "render",
+                digest,
+                "--registry",
+                uri,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--seconds",
+                "0.2",
+                "--out",
+                str(tmp_path / out),
+                "--json",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     first = render("first.mp4")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -358,11 +387,45 @@ def test_render_and_verify_with_cache_dir_read_the_build_from_the_node_when_the_
     second = render("second.mp4")
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout)["compiles"] == 0
-    verified = subprocess.run([sys.executable, "-m", "avatar_release", "verify", digest, "--registry", uri,
-                               "--cache-dir", str(tmp_path / "cache"), "--no-programs", "--json"], env=env,
-                              capture_output=True, text=True, timeout=600)
-    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"], verified.stdout[-3000:]  # what the node loads
-    no_cache = subprocess.run([sys.executable, "-m", "avatar_release", "render", digest, "--registry", uri,
-                               "--seconds", "0.2", "--out", str(tmp_path / "third.mp4")], env=env,
-                              capture_output=True, text=True, timeout=600)
+    verified = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "verify",
+            digest,
+            "--registry",
+            uri,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-programs",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"], verified.stdout[
+        -3000:
+    ]  # what the node loads
+    no_cache = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "render",
+            digest,
+            "--registry",
+            uri,
+            "--seconds",
+            "0.2",
+            "--out",
+            str(tmp_path / "third.mp4"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert no_cache.returncode != 0 and "not found" in no_cache.stderr + no_cache.stdout  # without it: gone

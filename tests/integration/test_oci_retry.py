@@ -28,8 +28,9 @@ class Busy(requests.Session):
     def request(self, method, url, **kw):
         if method == "GET" and "/blobs/" in url and self.left > 0:
             self.left -= 1
-            return MemoryResponse(self.status, dict(self.headers_), b'{"errors":[{"code":"TOOMANYREQUESTS",'
-                                  b'"message":"slow down"}]}', url)
+            return MemoryResponse(
+                self.status, dict(self.headers_), b'{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down"}]}', url
+            )
         return super().request(method, url, **kw)
 
 
@@ -49,12 +50,14 @@ def _uri_with_blob(oci_server, tmp_path) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize(("retry_after", "expected"), [("2", 2), ("3600", 7)])
-def test_a_429_with_retry_after_waits_what_the_registry_asks_up_to_the_bound(oci_server, tmp_path, waits,
-                                                                            retry_after, expected):
+def test_a_429_with_retry_after_waits_what_the_registry_asks_up_to_the_bound(
+    oci_server, tmp_path, waits, retry_after, expected
+):
     uri, digest = _uri_with_blob(oci_server, tmp_path)
     policy = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, max_retry_after=7)
-    reg = OciRegistry(uri, session=Busy(429, {"Retry-After": retry_after}, times=1), retry=policy,
-                      lock_dir=tmp_path / "locks")
+    reg = OciRegistry(
+        uri, session=Busy(429, {"Retry-After": retry_after}, times=1), retry=policy, lock_dir=tmp_path / "locks"
+    )
     assert reg.get_blob(digest, 7) == b"payload"
     assert waits == [expected]
 
@@ -62,13 +65,18 @@ def test_a_429_with_retry_after_waits_what_the_registry_asks_up_to_the_bound(oci
 def test_a_retry_after_date_is_honoured_and_a_malformed_one_backs_off(oci_server, tmp_path, waits):
     uri, digest = _uri_with_blob(oci_server, tmp_path)
     policy = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, max_retry_after=30)
-    dated = OciRegistry(uri, session=Busy(503, {"Retry-After": formatdate(time.time() + 20, usegmt=True)}, times=1),
-                        retry=policy, lock_dir=tmp_path / "locks")
+    dated = OciRegistry(
+        uri,
+        session=Busy(503, {"Retry-After": formatdate(time.time() + 20, usegmt=True)}, times=1),
+        retry=policy,
+        lock_dir=tmp_path / "locks",
+    )
     assert dated.get_blob(digest, 7) == b"payload"
     assert len(waits) == 1 and 15 <= waits[0] <= 21
     waits.clear()
-    garbled = OciRegistry(uri, session=Busy(503, {"Retry-After": "soon"}, times=2), retry=policy,
-                          lock_dir=tmp_path / "locks")
+    garbled = OciRegistry(
+        uri, session=Busy(503, {"Retry-After": "soon"}, times=2), retry=policy, lock_dir=tmp_path / "locks"
+    )
     assert garbled.get_blob(digest, 7) == b"payload"
     assert all(w <= 0.05 for w in waits)  # urllib3's backoff (the first retry goes at once), not a crash
 
@@ -80,6 +88,8 @@ def test_giving_up_names_host_operation_attempts_and_the_last_status(oci_server,
     with pytest.raises(RegistryError) as err:
         reg.get_blob(digest, 7)
     msg = str(err.value)
-    assert (f"registry {uri.removeprefix('oci://')}: pull blob {digest} failed after 3 attempt(s), last: HTTP 429 "
-            "(TOOMANYREQUESTS: slow down)") in msg
+    assert (
+        f"registry {uri.removeprefix('oci://')}: pull blob {digest} failed after 3 attempt(s), last: HTTP 429 "
+        "(TOOMANYREQUESTS: slow down)"
+    ) in msg
     assert "is up and reachable from here" in msg and waits == [1, 1]

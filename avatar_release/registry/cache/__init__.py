@@ -3,16 +3,39 @@ in a bounded directory that pods on the node share, and read back mapped."""
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
 
 from ._cached import CachedRegistry
 from ._node import BlobLike, CacheStats, NodeCache
-from ._settings import (CACHE_DIR_ENV, CACHE_SIZE_ENV, DEFAULT_CACHE_SIZE, DEFAULT_CONCURRENCY, PULL_CONCURRENCY_ENV,
-                        default_cache_dir, node_cache, parse_size, with_node_cache)
+from ._settings import (
+    CACHE_DIR_ENV,
+    CACHE_SIZE_ENV,
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_CONCURRENCY,
+    PULL_CONCURRENCY_ENV,
+    default_cache_dir,
+    node_cache,
+    parse_size,
+    with_node_cache,
+)
 
-__all__ = ["CachedRegistry", "NodeCache", "CacheStats", "BlobLike", "Prefetching", "CACHE_DIR_ENV", "CACHE_SIZE_ENV",
-           "PULL_CONCURRENCY_ENV", "DEFAULT_CACHE_SIZE", "DEFAULT_CONCURRENCY", "default_cache_dir", "node_cache",
-           "parse_size", "with_node_cache"]
+__all__ = [
+    "CachedRegistry",
+    "NodeCache",
+    "CacheStats",
+    "BlobLike",
+    "Prefetching",
+    "CACHE_DIR_ENV",
+    "CACHE_SIZE_ENV",
+    "PULL_CONCURRENCY_ENV",
+    "DEFAULT_CACHE_SIZE",
+    "DEFAULT_CONCURRENCY",
+    "default_cache_dir",
+    "node_cache",
+    "parse_size",
+    "with_node_cache",
+]
 
 
 @runtime_checkable

@@ -87,7 +87,9 @@ class CachedRegistry:
                 self.cache.evict(keep=keep)
             return pulled
 
-        pool = ThreadPoolExecutor(max_workers=min(self.cache.concurrency, len(missing)), thread_name_prefix="cache-pull")
+        pool = ThreadPoolExecutor(
+            max_workers=min(self.cache.concurrency, len(missing)), thread_name_prefix="cache-pull"
+        )
         for b in missing:
             self._pulling[b.digest] = pool.submit(pull, b)
         pool.shutdown(wait=False)  # its threads finish the pulls; nothing waits for them but the reads
@@ -156,10 +158,26 @@ class CachedRegistry:
     def list_channels(self) -> list[Any]:
         return self.store.list_channels()
 
-    def move_channel(self, channel: str, resolved: Resolved, *, expected_digest: str | None, action: Action,
-                     who: str, reason: str, gate_result_digest: str | None = None) -> Any:
-        return self.store.move_channel(channel, resolved, expected_digest=expected_digest, action=action, who=who,
-                                       reason=reason, gate_result_digest=gate_result_digest)
+    def move_channel(
+        self,
+        channel: str,
+        resolved: Resolved,
+        *,
+        expected_digest: str | None,
+        action: Action,
+        who: str,
+        reason: str,
+        gate_result_digest: str | None = None,
+    ) -> Any:
+        return self.store.move_channel(
+            channel,
+            resolved,
+            expected_digest=expected_digest,
+            action=action,
+            who=who,
+            reason=reason,
+            gate_result_digest=gate_result_digest,
+        )
 
     def history(self, channel: str | None = None) -> list[Any]:
         return self.store.history(channel)

@@ -83,7 +83,7 @@ class Mapped:
 
     def pieces(self, chunk: int = _CHUNK) -> Iterator[memoryview]:
         for start in range(0, self.size, chunk):
-            yield self.view[start:start + chunk]
+            yield self.view[start : start + chunk]
 
     def close(self) -> None:
         with contextlib.suppress(BufferError):  # a view handed out is still alive: the GC frees it
@@ -225,7 +225,9 @@ class Entries:
                     continue
                 try:
                     size = d.stat().st_size
-                    used = os.stat(self.seals / d.name).st_mtime if (self.seals / d.name).exists() else d.stat().st_mtime
+                    used = (
+                        os.stat(self.seals / d.name).st_mtime if (self.seals / d.name).exists() else d.stat().st_mtime
+                    )
                 except FileNotFoundError:
                     continue
                 out.append(Entry(d.name, size, used))

@@ -46,8 +46,13 @@ class CacheStats:
                 setattr(self, k, getattr(self, k) + v)
 
     def to_json(self) -> dict:
-        return {"hits": self.hits, "pulls": self.pulls, "pulled_bytes": self.pulled_bytes,
-                "evicted": self.evicted, "pull_seconds": round(self.pull_seconds, 4)}
+        return {
+            "hits": self.hits,
+            "pulls": self.pulls,
+            "pulled_bytes": self.pulled_bytes,
+            "evicted": self.evicted,
+            "pull_seconds": round(self.pull_seconds, 4),
+        }
 
 
 class NodeCache:
@@ -74,8 +79,10 @@ class NodeCache:
             try:
                 self.entries.ensure()
             except OSError as e:
-                raise RegistryError(f"node cache {self.root}: cannot create it ({e}); give a writable directory "
-                                    "with --cache-dir or AVATAR_RELEASE_CACHE_DIR") from None
+                raise RegistryError(
+                    f"node cache {self.root}: cannot create it ({e}); give a writable directory "
+                    "with --cache-dir or AVATAR_RELEASE_CACHE_DIR"
+                ) from None
             self._ready = True
 
     # ---- one blob ---------------------------------------------------------------------------------
@@ -93,16 +100,20 @@ class NodeCache:
                 if mapped is not None:
                     self.evict()  # after the open: an entry held is never evicted
                     return mapped
-        raise RegistryError(f"node cache {self.root}: blob {digest} was evicted three times while being read; "
-                            "the cache is smaller than what the processes sharing it load at once — give it "
-                            "more room (--cache-size / AVATAR_RELEASE_CACHE_SIZE)")
+        raise RegistryError(
+            f"node cache {self.root}: blob {digest} was evicted three times while being read; "
+            "the cache is smaller than what the processes sharing it load at once — give it "
+            "more room (--cache-size / AVATAR_RELEASE_CACHE_SIZE)"
+        )
 
     def _open(self, digest: str, size: int) -> Mapped | None:
         try:
             return self.entries.open(digest, size)
         except OSError as e:
-            raise RegistryError(f"node cache {self.root}: cannot read blob {digest} ({e.strerror or e}); check the "
-                                "directory's permissions, or give another with --cache-dir") from None
+            raise RegistryError(
+                f"node cache {self.root}: cannot read blob {digest} ({e.strerror or e}); check the "
+                "directory's permissions, or give another with --cache-dir"
+            ) from None
 
     def has(self, digest: str, size: int) -> bool:
         path = self.entries.path(digest)
@@ -126,9 +137,11 @@ class NodeCache:
                     store.stream_blob(digest, size, lambda pieces: _write(tmp, pieces))
                 self.entries.seal(digest)
             except OSError as e:
-                raise RegistryError(f"node cache {self.root}: cannot write blob {digest} ({size} bytes: "
-                                    f"{e.strerror or e}); free space there, lower --cache-size, or give another "
-                                    "directory with --cache-dir") from None
+                raise RegistryError(
+                    f"node cache {self.root}: cannot write blob {digest} ({size} bytes: "
+                    f"{e.strerror or e}); free space there, lower --cache-size, or give another "
+                    "directory with --cache-dir"
+                ) from None
             self.stats.add(pulls=1, pulled_bytes=size, pull_seconds=time.perf_counter() - t0)
             return True
 
@@ -143,8 +156,9 @@ class NodeCache:
         if missing:
             self.evict(self.max_bytes - sum(missing.values()), keep=set(wanted))
             t0 = time.perf_counter()
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(missing)),
-                                    thread_name_prefix="cache-pull") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(self.concurrency, len(missing)), thread_name_prefix="cache-pull"
+            ) as pool:
                 for f in [pool.submit(self._pull, store, d, s) for d, s in missing.items()]:
                     f.result()
             wall = time.perf_counter() - t0
@@ -154,9 +168,13 @@ class NodeCache:
         for d in wanted:
             if d not in missing:
                 self.entries.touch(d.split(":", 1)[1])
-        return CacheStats(hits=len(wanted) - len(missing), pulls=self.stats.pulls - before.pulls,
-                          pulled_bytes=self.stats.pulled_bytes - before.pulled_bytes,
-                          evicted=self.stats.evicted - before.evicted, pull_seconds=wall)
+        return CacheStats(
+            hits=len(wanted) - len(missing),
+            pulls=self.stats.pulls - before.pulls,
+            pulled_bytes=self.stats.pulled_bytes - before.pulled_bytes,
+            evicted=self.stats.evicted - before.evicted,
+            pull_seconds=wall,
+        )
 
     # ---- the size bound ---------------------------------------------------------------------------
     def size(self) -> int:

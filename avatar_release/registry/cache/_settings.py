@@ -18,8 +18,17 @@ from ..oci import OciRegistry
 from ._cached import CachedRegistry
 from ._node import NodeCache
 
-__all__ = ["CACHE_DIR_ENV", "CACHE_SIZE_ENV", "PULL_CONCURRENCY_ENV", "DEFAULT_CACHE_SIZE", "DEFAULT_CONCURRENCY",
-           "default_cache_dir", "parse_size", "node_cache", "with_node_cache"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_SIZE_ENV",
+    "PULL_CONCURRENCY_ENV",
+    "DEFAULT_CACHE_SIZE",
+    "DEFAULT_CONCURRENCY",
+    "default_cache_dir",
+    "parse_size",
+    "node_cache",
+    "with_node_cache",
+]
 
 CACHE_DIR_ENV = "AVATAR_RELEASE_CACHE_DIR"
 CACHE_SIZE_ENV = "AVATAR_RELEASE_CACHE_SIZE"
@@ -27,9 +36,26 @@ PULL_CONCURRENCY_ENV = "AVATAR_RELEASE_PULL_CONCURRENCY"
 DEFAULT_CACHE_SIZE = 50 << 30  # room for two builds of a production model (a channel swap keeps both)
 DEFAULT_CONCURRENCY = 8  # side-by-side blob pulls; requests keeps 10 connections per host
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "t": 1000**4, "tb": 1000**4, "ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20,
-          "gi": 1 << 30, "gib": 1 << 30, "ti": 1 << 40, "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "ki": 1 << 10,
+    "kib": 1 << 10,
+    "mi": 1 << 20,
+    "mib": 1 << 20,
+    "gi": 1 << 30,
+    "gib": 1 << 30,
+    "ti": 1 << 40,
+    "tib": 1 << 40,
+}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -44,8 +70,10 @@ def parse_size(text: str, *, where: str = CACHE_SIZE_ENV) -> int:
     m = _SIZE_RE.match(str(text))
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS or float(m.group(1)) <= 0:
-        raise InputError(f"{where}: {text!r} is not a size; expected a positive number of bytes with an optional "
-                         "unit, e.g. 50GiB, 500MiB or 20G")
+        raise InputError(
+            f"{where}: {text!r} is not a size; expected a positive number of bytes with an optional "
+            "unit, e.g. 50GiB, 500MiB or 20G"
+        )
     return int(float(m.group(1)) * _UNITS[unit])
 
 
@@ -62,7 +90,9 @@ def node_cache(environ: Mapping[str, str] | None = None) -> NodeCache | None:
     if not root:
         return None
     size = parse_size(env[CACHE_SIZE_ENV]) if env.get(CACHE_SIZE_ENV, "").strip() else DEFAULT_CACHE_SIZE
-    pulls = _concurrency(env[PULL_CONCURRENCY_ENV]) if env.get(PULL_CONCURRENCY_ENV, "").strip() else DEFAULT_CONCURRENCY
+    pulls = (
+        _concurrency(env[PULL_CONCURRENCY_ENV]) if env.get(PULL_CONCURRENCY_ENV, "").strip() else DEFAULT_CONCURRENCY
+    )
     return NodeCache(Path(root).expanduser(), max_bytes=size, concurrency=pulls)
 
 
