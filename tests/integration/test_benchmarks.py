@@ -11,13 +11,15 @@ printed beside their figures.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import run_smoke
+from tests.helpers import BENCHMARKS, run_smoke
 from tests.tools import binary, binary_if_present
 
 
@@ -381,3 +383,18 @@ def test_smoke_mode(name, request, tmp_path):
         args += ["--registry", str(root)]
     doc = run_smoke(smoke.script, *args, out=tmp_path / f"{name}.json", timeout=smoke.timeout)
     smoke.check(doc, build)
+
+
+def _flags(script: Path) -> set[str]:
+    tree = ast.parse(script.read_text(), str(script))
+    return {arg.value for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+            for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)}
+
+
+@pytest.mark.parametrize("script", sorted(BENCHMARKS.glob("bench_*.py")), ids=lambda p: p.stem)
+def test_every_benchmark_has_a_smoke_mode_and_a_row_here(script):
+    assert {"--smoke", "--out"} <= _flags(script), f"{script.name}: needs --smoke and --out"
+    assert script.name in {s.script for s in SMOKES.values()}, (
+        f"{script.name} has no smoke test: add a row for it to SMOKES in tests/integration/test_benchmarks.py "
+        "(the script, a check of the JSON its --smoke run writes, and what it needs)")
