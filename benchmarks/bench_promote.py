@@ -104,7 +104,7 @@ def main() -> None:
         if args.smoke and not args.registry:
             from tests.release_records import publish_with_blobs  # a stored manifest, every blob reference real bytes
 
-            ref = publish_with_blobs(reg, version=5)[0]
+            ref = publish_with_blobs(reg)[0]
             from avatar_release.trust.policy import load_policy
             from avatar_release.trust.state_write import init_state
 

@@ -219,7 +219,7 @@ def _compiled(src) -> str:
 def _stand_in(src) -> str:
     from tests.release_records import publish_with_blobs  # a stored manifest, every blob reference real bytes
 
-    return publish_with_blobs(src, version=5)[0]
+    return publish_with_blobs(src)[0]
 
 
 def bench_copy(tmp: Path, exe: str, *, smoke: bool) -> dict:
