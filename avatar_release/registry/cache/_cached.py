@@ -10,7 +10,7 @@ once itself if its turn has not come). Blobs are read only after the loader chec
 refused. A pull that fails in the background is left to the read of that blob, which names it.
 While a build loads, its entries are not evicted (a build larger than the bound stays whole).
 
-Reads hand the sink the mapped file a piece at a time (no copy), or copy it into the loader's
+Reads hand the sink the mapped file a piece at a time (no copy), or read it into the loader's
 buffer (``read_blob_into``: the registry's ``NodeBlobs``, for a loader that checks the signed
 manifest's BLAKE3 of the bytes instead of hashing them twice); the entry's sha256 was checked
 when it entered the node, and its seal is checked at each read (:mod:`._entries`). If the sink
@@ -121,7 +121,7 @@ class CachedRegistry:
         self._read_ahead(digest)
         mapped = self.cache.open(self.store, digest, size)
         try:
-            out[:size] = mapped.view
+            mapped.read_into(out)
         finally:
             mapped.close()
 

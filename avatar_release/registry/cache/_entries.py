@@ -70,26 +70,53 @@ class Entry:
 
 
 class Mapped:
-    """A cached blob opened for reading: its bytes mapped (``view``) under a shared lock.
+    """A cached blob opened for reading, under a shared lock (held until ``close``).
 
-    ``close`` releases the mapping when no view of it is left; a view a caller kept (an array
-    placed straight from the bytes) keeps the mapping, and with it the lock, alive until freed.
+    ``read_into`` copies it into a caller's buffer with ``pread`` (one copy out of the page cache);
+    ``pieces`` hands out views of a read-only mapping of it (no copy). A view a caller keeps (an
+    array placed straight from the bytes) keeps the mapping, and with it the lock, alive until freed.
     """
 
     def __init__(self, fd: int, size: int):
-        self.size = size
-        self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
-        self.view = memoryview(self._map) if self._map is not None else memoryview(b"")
+        self.fd, self.size = fd, size
+        self._map: mmap.mmap | None = None
+        self._view: memoryview | None = None
+
+    @property
+    def view(self) -> memoryview:
+        if self._view is None:
+            self._map = mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) if self.size else None
+            self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
+        return self._view
 
     def pieces(self, chunk: int = _CHUNK) -> Iterator[memoryview]:
         for start in range(0, self.size, chunk):
             yield self.view[start : start + chunk]
 
+    def read_into(self, out: memoryview) -> None:
+        got = 0
+        while got < self.size:
+            n = os.preadv(self.fd, [out[got : self.size]], got)
+            if n <= 0:
+                raise OSError(f"the entry ended after {got} of {self.size} bytes")
+            got += n
+
     def close(self) -> None:
         with contextlib.suppress(BufferError):  # a view handed out is still alive: the GC frees it
-            self.view.release()
+            if self._view is not None:
+                self._view.release()
             if self._map is not None:
                 self._map.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)  # the lock goes with the last descriptor (a live mapping holds one)
+
+
+def _hashes_to(fd: int, digest: str, size: int) -> bool:
+    seen, at = StreamDigest(), 0
+    while piece := os.pread(fd, _CHUNK, at):
+        seen.update(piece)
+        at += len(piece)
+    return seen.matches(digest, size)
 
 
 class Entries:
@@ -162,23 +189,18 @@ class Entries:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)
-            if st.st_size != size:
+            if st.st_size != size or not (self._sealed(hex_, st) or _hashes_to(fd, digest, size)):
+                os.close(fd)
                 self._drop(hex_, st)
                 return None
-            mapped = Mapped(fd, size)
-        finally:
-            os.close(fd)  # the mapping keeps the file (and the shared lock) while it lives
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
         if not self._sealed(hex_, st):
-            seen = StreamDigest()
-            for piece in mapped.pieces():
-                seen.update(piece)
-            if not seen.matches(digest, size):
-                mapped.close()
-                self._drop(hex_, st)
-                return None
-            self._write_seal(hex_, st)
+            self._write_seal(hex_, st)  # hashed just now: sealed as it is
         self.touch(hex_)
-        return mapped
+        return Mapped(fd, size)
 
     def recheck(self, digest: str, size: int) -> bool:
         """Hash the entry now, whatever its seal says; drop it if it is not the blob. True if it is."""
