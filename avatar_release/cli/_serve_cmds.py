@@ -30,6 +30,8 @@ def _one_ref(ref: str | None, **options: str | None) -> str | None:
 
 
 def _named_inputs(given: tuple[str, ...]) -> dict[str, object]:
+    """``--input NAME=VALUE`` options as {NAME: VALUE}: parsed as options are (before the registry is
+    looked up), so a malformed one is a usage error first."""
     out: dict[str, object] = {}
     for item in given:
         name, eq, value = item.partition("=")
@@ -51,7 +53,7 @@ def _named_inputs(given: tuple[str, ...]) -> dict[str, object]:
 @click.option("--audio", "audio_path", default=None,
               help="The build's audio input: WAV, MP3, M4A/AAC, FLAC, Ogg/Opus or WebM; default: the sample clip "
                    "of --seconds; silence if the input is optional.")
-@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE",
+@click.option("--input", "values", multiple=True, metavar="NAME=VALUE", callback=lambda ctx, p, v: _named_inputs(v),
               help="A text input's text, or a tensor input's .npy file, by the input's name (repeatable).")
 @click.option("--fit", type=click.Choice(["cover", "contain", "exact"]), default="cover", show_default=True,
               help="How a picture of another size meets the pipeline's: cover = scale and centre-crop, "
@@ -69,7 +71,7 @@ def _named_inputs(given: tuple[str, ...]) -> dict[str, object]:
 @registry_option
 @json_option
 def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, image_path: str | None, audio_path: str | None,
-               inputs: tuple[str, ...], fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
+               values: dict[str, object], fit: Literal["cover", "contain", "exact"], seconds: float, max_audio_seconds: float, seed: int,
                out_path: str, frames_dir: str | None, trust_key: str | None, trust_state: str | None, allow_stale: bool,
                max_timestamp_hours: float, trust_root: str | None, serve_expired: bool, registry_uri: str | None,
                as_json: bool) -> None:
@@ -82,7 +84,7 @@ def render_cmd(ref: str | None, channel: str | None, build_ref: str | None, imag
         ref=chosen, registry_uri=registry_uri, image_path=image_path,
         audio_path=audio_path, seconds=seconds, seed=seed, out_path=out_path, frames_dir=frames_dir,
         prepare=functools.partial(prepare_devices_for_build, trust=trusted), t_process=_T0, trust=trusted, fit=fit,
-        max_audio_seconds=max_audio_seconds, progress=_progress(), values=_named_inputs(inputs),
+        max_audio_seconds=max_audio_seconds, progress=_progress(), values=values,
     )
     human = (
         f"rendered {counted(summary['frames'], 'frame')} in {counted(summary['chunks'], 'chunk')} from "

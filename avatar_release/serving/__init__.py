@@ -14,12 +14,13 @@ from ._app import AppConfig, create_app
 from ._errors import CODES, ServeError
 from ._files import (
     RENDER_MAX_AUDIO_SECONDS, RequestAudio, render_build_to_files, render_to_files, request_audio, request_image,
+    request_values_from_text,
 )
 from ._fmp4 import MOVFLAGS, FragmentEncoder
 from ._lifecycle import ServerConfig, run_server
 from ._metrics import Metrics
 from ._pod import Pod, start_pod, warm_up
-from ._request import Limits, RenderRequest
+from ._request import Limits, RenderRequest, request_model
 
 __all__ = [
     "AppConfig",
@@ -39,6 +40,8 @@ __all__ = [
     "render_to_files",
     "request_audio",
     "request_image",
+    "request_values_from_text",
+    "request_model",
     "run_server",
     "start_pod",
     "warm_up",

@@ -18,7 +18,13 @@ import pytest
 from avatar_release.errors import ContractError, InputError
 from avatar_release.gates.gateset import SAMPLE_TEXT, gate_request_inputs, gate_set
 from avatar_release.pipeline import (
-    ChunkProgramSpec, Delivery, RequestInput, RequestProgram, StageSignature, TensorSpec, check_request_program,
+    ChunkProgramSpec,
+    Delivery,
+    RequestInput,
+    RequestProgram,
+    StageSignature,
+    TensorSpec,
+    check_request_program,
     request_program,
 )
 from avatar_release.records import ArraySpec, ChunkProgram, DeliveryRecord, RequestInputRecord
@@ -225,3 +231,23 @@ def test_an_audio_to_audio_build_renders_a_wav_and_is_refused_where_only_video_i
         gate_set(build.manifest)
     with pytest.raises(InputError, match="delivers audio; a pod streams video .MP4. only"):
         warm_up(build)
+
+
+def test_render_reads_text_and_tensor_inputs_by_the_declaration(tmp_path):
+    from avatar_release.serving import request_values_from_text
+
+    program = _declared_build().manifest.program
+    np.save(tmp_path / "bias.npy", np.array([1, 2, 3], np.float32))
+    got = request_values_from_text(program, {"prompt": "hello", "bias": str(tmp_path / "bias.npy")})
+    assert got["prompt"] == "hello" and np.array_equal(got["bias"], [1, 2, 3])
+    with pytest.raises(InputError, match="--input style=...: this build declares no text or tensor input 'style' "
+                                         "\\(it has prompt, bias\\)"):
+        request_values_from_text(program, {"style": "x"})
+    with pytest.raises(InputError, match="--input bias=.*nope.npy: not a readable .npy array"):
+        request_values_from_text(program, {"bias": str(tmp_path / "nope.npy")})
+    from click.testing import CliRunner
+
+    from avatar_release.cli import cli
+
+    result = CliRunner().invoke(cli, ["render", "--input", "prompt", "--json"])
+    assert result.exit_code == 2 and "--input 'prompt': expected NAME=VALUE" in result.output
