@@ -7,8 +7,10 @@ times each (min / median / max of the wall time to have every blob's bytes in a 
 
 * ``direct``: no cache: every blob streamed from the registry through its sha256 check, 8 at a
   time (what a pod without a cache does for its weight chunks);
-* ``first pull, 1 at a time`` / ``first pull, 8 at a time``: an empty cache; the blobs pulled into
-  it (``NodeCache.prefetch`` with that concurrency), then read back into the buffers;
+* ``first pull, 1 at a time``: an empty cache; the blobs pulled into it one after another
+  (``NodeCache.prefetch``), then read back into the buffers;
+* ``first pull, 8 at a time``: an empty cache read by 8 threads, each read pulling its blob into the
+  cache and reading it back as soon as it is in (what a loader's 8 weight workers do);
 * ``warm node``: the cache already holds them (another pod pulled them): read back, no blob GET;
 * ``plain files``: the same bytes read from plain files on the same disk (``readinto``), 8 at a
   time: the floor a warm node can approach.
@@ -77,7 +79,7 @@ def _child(mode: str, uri: str, cache: str, files: str, blobs: list[tuple[str, i
             f.readinto(bufs[i])
 
     t0 = time.perf_counter()
-    if mode.startswith("first pull"):
+    if mode == "first pull, 1 at a time":  # all pulled first, one after another, then read
         cached.prefetch([_Ref(d, s) for d, s in blobs])
     one = direct if mode == "direct" else plain if mode == "plain files" else from_cache
     with ThreadPoolExecutor(max_workers=8) as pool:
