@@ -6,7 +6,7 @@ Imports neither torch nor torchax, nor anything from ``avatar_release.compile``.
 """
 
 from ._assemble import assemble
-from ._blobs import BlobCheck, build_blobs, decompress, fetch_verified
+from ._blobs import BlobCheck, build_blobs, decompress
 from ._feed import ChunkAudio, feed_chunks, feed_frames
 from ._guard import COMPILE_EVENT, CompileGuard
 from ._pace import Pace, PaceTally, pace_of
@@ -29,7 +29,6 @@ __all__ = [
     "BlobCheck",
     "build_blobs",
     "check_blobs",
-    "fetch_verified",
     "decompress",
     "stream",
     "render",

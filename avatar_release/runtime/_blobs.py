@@ -22,18 +22,15 @@ In order, each step before the next allocates anything:
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
-from .._digest import sha256_digest
 from ..errors import AvatarReleaseError, IntegrityError
 from ..machine import check_process_fields
 from ..records import WEIGHT_CHUNK_BYTES, BlobRef, Manifest
-from ..registry import Registry
 from ..specs import load_target
 from ._inflate import inflate
 
-__all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "codec_of", "fetch_verified", "check_bounds", "memory_cap", "decompress",
+__all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "codec_of", "check_bounds", "memory_cap", "decompress",
            "MAX_ZSTD_RATIO"]
 
 # The most raw bytes per stored byte a blob may declare. Measured 2026-12-01 at the packager's
@@ -49,11 +46,9 @@ RATIO_EXEMPT_BYTES = 1 << 20
 
 
 def weight_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
-    """(what, blob) for the weights: each v5 chunk, or the one safetensors blob, or nothing."""
-    w = manifest.weights
-    if w.chunks is not None:
-        return [(f"weights chunk {i}", c.blob) for i, c in enumerate(w.chunks)]
-    return [("weights", w.blob)] if w.blob is not None else []
+    """(what, blob) for the weights: each chunk, or nothing (weights never materialised)."""
+    chunks = manifest.weights.chunks
+    return [] if chunks is None else [(f"weights chunk {i}", c.blob) for i, c in enumerate(chunks)]
 
 
 AUTOTUNE_RESULTS = "autotune results"  # the ``what`` of a v7 build's autotune results blob
@@ -69,8 +64,6 @@ def build_blobs(manifest: Manifest) -> list[tuple[str, BlobRef]]:
 
 def raw_of(manifest: Manifest, what: str) -> tuple[int, str]:
     """(declared raw size, raw digest) of the blob ``what`` names."""
-    if what == "weights":
-        return manifest.weights.raw_size, manifest.weights.raw_digest
     if what.startswith("weights chunk "):
         chunks = manifest.weights.chunks
         assert chunks is not None  # weight_blobs names chunks only for a chunked (v5) build
@@ -191,27 +184,6 @@ def check_bounds(manifest: Manifest, cap: tuple[int, str] | None = None) -> None
 
 
 # ---------------------------------------------------------------------------------------------- bytes
-def _verify(manifest: Manifest, what: str, ref: BlobRef, data: bytes) -> bytes:
-    if sha256_digest(data) != ref.digest:  # independent of the store's own check
-        raise IntegrityError(f"build {manifest.build_id}: {what}: blob {ref.digest} does not match its digest")
-    return data
-
-
-def fetch_verified(registry: Registry, manifest: Manifest) -> tuple[dict[str, bytes], float, float]:
-    """Every blob's bytes by digest, each verified; raises on the first that fails. What a build
-    of manifest v1-v4 (one weights blob) loads by; later builds stream (``_inflate.fetch_inflated``).
-
-    Returns (bytes by digest, seconds fetching, seconds re-hashing). Nothing is decompressed
-    or unpickled until every blob has passed. Call ``check_bounds`` first.
-    """
-    t0 = time.perf_counter()
-    fetched = [(what, ref, registry.get_blob(ref.digest, ref.size)) for what, ref in build_blobs(manifest)]
-    t1 = time.perf_counter()
-    for what, ref, data in fetched:
-        _verify(manifest, what, ref, data)
-    return {ref.digest: data for _, ref, data in fetched}, t1 - t0, time.perf_counter() - t1
-
-
 def decompress(data: bytes, raw_size: int, raw_digest: str, *, where: str) -> bytes | bytearray:
     """The raw bytes of a zstd blob held in memory, exactly ``raw_size`` of them hashing to
     ``raw_digest`` (``raw_size`` already bounded: ``check_bounds``), through the one bounded

@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -35,11 +35,10 @@ from ..trust import key_id
 from ..trust.revocation import check_not_revoked
 from ..trust.state_pod import PinnedRoot, VerifiedChannel, verify_channel_state
 from ..trust.statements import TIMESTAMP_VALIDITY, AcceptedState, verify_channel
-from ._blobs import check_bounds, decompress, fetch_verified
+from ._blobs import check_bounds
 from ._inflate import StreamTimes, fetch_inflated
 from ._guard import CompileGuard, tuned_at_first_run
 from ._reuse import Shared, shared_with
-from ._safetensors import read_safetensors
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ._weights import place_weights, sharding_of, stream_weights
 
@@ -63,18 +62,18 @@ class LoadTimings:
     weights: float = 0.0
     signature: float = 0.0  # statement fetch + ed25519 verification (0 without a trust key)
     revocation: float = 0.0  # reading the build's attestations for a revocation
-    # v5 builds: the weight chunks' path (fetch + verify + decompress + place run side by side
+    # the weight chunks' path (fetch + verify + decompress + place run side by side
     # inside ``weights``): chunks, bytes, workers and each step's seconds summed over workers
     weight_path: dict | None = None
-    # v5 builds: the wall of the executables' path (fetch .. deserialize) run beside the weights';
-    # 0 where they ran one after the other (a pre-v5 build)
+    # the wall of the executables' path (fetch .. deserialize) run beside the weights'; 0 where the
+    # loader did not load it (a stand-in build: deserialize + weights then)
     side_by_side: float = 0.0
     # a swap: what the new build took from the build served (programs, tensors, their raw bytes)
     shared: dict | None = None
 
     def deserialize_and_weights(self) -> float:
-        """Seconds from the executables' first fetch to the last weight placed, side by side; one
-        after the other (pre-v5), deserialize + weights."""
+        """Seconds from the executables' first fetch to the last weight placed, side by side (without
+        that wall, deserialize + weights)."""
         return self.side_by_side or self.deserialize + self.weights
 
     def total(self) -> float:
@@ -232,17 +231,7 @@ def load(ref: str, registry: Registry | str | None = None, *, strict: bool = Tru
     # Bound what the manifest declares before fetching or allocating anything; then fetch and
     # verify every blob before decompressing or unpickling any of them.
     check_bounds(manifest)
-    if manifest.weights.chunks is not None:  # v5+: the executables and the weight chunks side by side
-        mesh, loaded = _side_by_side(reg, manifest, t, workers, serving)
-    else:
-        raw, t.fetch, t.verify = fetch_verified(reg, manifest)
-        weights_raw, payloads = _decompress_all(manifest, raw, t)
-        mesh, loaded = _deserialize_all(manifest, payloads, t)
-        t0 = time.perf_counter()
-        # pre-v5: one weights blob, which _require_weights saw in a build without chunks
-        assert weights_raw is not None, "a build without weight chunks has a weights blob"
-        place_weights(manifest, loaded, _safetensors_tensors(manifest, weights_raw), mesh)
-        t.weights = time.perf_counter() - t0
+    mesh, loaded = _side_by_side(reg, manifest, t, workers, serving)  # executables and weight chunks
     if isinstance(accepted, StatementPayload) and trust is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
@@ -263,7 +252,7 @@ def _resolve(reg: Registry, ref: str, t: LoadTimings) -> tuple[Resolved, Manifes
 
 def _require_weights(manifest: Manifest) -> None:
     w = manifest.weights
-    if not w.materialized or (w.blob is None and w.chunks is None):
+    if not w.materialized or w.chunks is None:
         raise InputError(
             f"build {manifest.build_id} was compiled from abstract shapes ({manifest.weights.source}): it carries "
             "no weights to serve; compile it with a checkpoint (--weights FILE) to make a servable build"
@@ -356,21 +345,6 @@ def _joined(manifest: Manifest, e: ExecutableEntry, fresh: LoadedStage | None, s
         if key in shared.arrays:
             fresh.params[s.name.split(".", 1)[1]] = shared.arrays[key]
     return fresh
-
-
-def _decompress_all(manifest: Manifest, raw: dict[str, bytes],
-                    t: LoadTimings) -> tuple[bytes | bytearray | None, dict[str, bytes | bytearray]]:
-    """(weights bytes, {executable key: payload}), each streamed within its declared size and digest."""
-    t0 = time.perf_counter()
-    w = manifest.weights
-    where = f"build {manifest.build_id}"
-    weights_raw = None if w.blob is None else decompress(raw.pop(w.blob.digest), w.raw_size, w.raw_digest,
-                                                        where=f"{where}: weights")
-    payloads = {e.key: decompress(raw[e.blob.digest], e.raw_size, e.raw_digest, where=f"{where}: executable {e.key}")
-                for e in manifest.executables}
-    raw.clear()
-    t.decompress = time.perf_counter() - t0
-    return weights_raw, payloads
 
 
 def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes | bytearray],
@@ -490,17 +464,3 @@ def _portable(payload: bytes | bytearray, entry: ExecutableEntry, manifest: Mani
     except Exception as e:  # noqa: BLE001
         raise IntegrityError(f"build {manifest.build_id}: {entry.key}: not a jax.export payload ({e})") from None
     return jax.jit(exported.call)
-
-
-def _safetensors_tensors(manifest: Manifest, weights_raw: bytes | bytearray) -> dict[str, np.ndarray]:
-    """A pre-v5 build's one safetensors blob, as read-only host tensors by name."""
-    where = f"build {manifest.build_id} weights"
-    try:
-        # cast: read_safetensors only slices and views its buffer (a bytearray reads the same); its
-        # parameter (runtime/_safetensors.py) is still typed bytes
-        tensors = read_safetensors(cast(bytes, weights_raw), where=where)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a header of the wrong shape
-        raise IntegrityError(f"{where}: safetensors header is malformed ({type(e).__name__}: {e})") from None
-    for arr in tensors.values():  # views into the decompressed buffer: nothing may write through them
-        arr.flags.writeable = False
-    return tensors

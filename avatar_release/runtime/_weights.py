@@ -33,8 +33,6 @@ mapped file that someone truncates in place kills the reader with SIGBUS at the 
 its new end, where a read only comes back short (and is refused by size); a placed array that
 aliased a mapping would also change with the file after its hash was checked.
 
-Builds before version 5 carry one safetensors blob: it is fetched, verified and decompressed whole
-(``_load``), then placed here from its tensors.
 """
 
 from __future__ import annotations
