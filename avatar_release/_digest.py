@@ -67,13 +67,13 @@ class StreamDigest:
         self._h.update(data)
         self.size += len(data) if not isinstance(data, memoryview) else data.nbytes
 
-    def feed(self, pieces: Iterable[bytes]) -> "StreamDigest":
+    def feed(self, pieces: Iterable[bytes]) -> StreamDigest:
         for piece in pieces:
             self.update(piece)
         return self
 
     @classmethod
-    def like(cls, digest: str) -> "StreamDigest":
+    def like(cls, digest: str) -> StreamDigest:
         """A stream digest of the algorithm ``digest`` is spelled in (``blake3:`` or ``sha256:``)."""
         return cls(algorithm="blake3" if digest.startswith("blake3:") else "sha256")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from avatar_release._zstd import DecodeError, decode, declared_size
+from avatar_release._zstd import DecodeError, declared_size, decode
 
 RAW = np.random.default_rng(0).integers(0, 4, 3 << 20, np.uint8).tobytes()  # compressible, several steps long
 FRAME = zstandard.ZstdCompressor().compress(RAW)
