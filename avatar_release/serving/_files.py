@@ -38,7 +38,7 @@ from ..media import (
     write_png,
 )
 from ..records import ChunkProgram, Manifest
-from ..registry import Registry, Resolved, open_registry, with_node_cache
+from ..registry import CachedRegistry, Registry, Resolved, open_registry, with_node_cache
 from ..runtime import Chunk, LoadedBuild, PaceTally, StreamReport, TrustConfig, load, pace_of, stream
 
 __all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
@@ -265,6 +265,8 @@ def render_to_files(
         "deadline_misses": pace.misses(tally := PaceTally.of(report.chunks)),  # as /healthz and /metrics count them
         "pace": {**pace.to_json(tally), "summary": pace.summary(tally)},
         "compiles": build.guard.count,
+        # --cache-dir: what the node cache did for this load (hits, blobs pulled from the registry)
+        "node_cache": registry.cache.stats.to_json() if isinstance(registry, CachedRegistry) else None,
         "cold_start": _cold_start(build, imports, report),
         # what was written: the video, or the delivered audio (WAV) or tensors (npz)
         ("video" if prog.delivery().kind == "video" else prog.delivery().kind): {"bytes": mp4.bytes,
