@@ -377,6 +377,8 @@ def test_render_and_verify_with_cache_dir_read_the_build_from_the_node_when_the_
 
     first = render("first.mp4")
     assert first.returncode == 0, first.stderr[-3000:]
+    n = len({b.digest for b in manifest.blobs()})
+    assert json.loads(first.stdout)["node_cache"]["pulls"] == n  # the summary says what the cache did
     cached = {p.name for p in (tmp_path / "cache" / "blobs").iterdir()}
     assert cached == {b.digest.split(":")[1] for b in manifest.blobs()}
     repo = uri.split("/", 3)[3]
@@ -386,7 +388,8 @@ def test_render_and_verify_with_cache_dir_read_the_build_from_the_node_when_the_
     assert OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks").has_blob(manifest.blobs()[0].digest) is False
     second = render("second.mp4")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert json.loads(second.stdout)["compiles"] == 0
+    summary = json.loads(second.stdout)
+    assert summary["compiles"] == 0 and summary["node_cache"]["pulls"] == 0 and summary["node_cache"]["hits"] >= n
     verified = subprocess.run(
         [
             sys.executable,
