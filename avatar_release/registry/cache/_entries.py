@@ -14,10 +14,10 @@ moves its change time, and an entry whose seal does not match is hashed again be
 reads it (and dropped if it fails). Decay of the medium under an unchanged seal is caught by the
 loader, which checks every byte it uses against the signed manifest's digest.
 
-Entries are not fsynced (measured: the fsync of each blob made a first pull 2.4x a pull without the
-cache): bytes a kernel crash or a power loss could lose are lost only with a reboot, and a seal
-names the boot it was written in (``/proc/sys/kernel/random/boot_id``), so after a reboot every
-entry is hashed again on its first read, and dropped if it is not whole.
+Entries are not fsynced (a cache can pull a blob again; a disk flush per blob is not worth it):
+bytes a kernel crash or a power loss could lose are lost only with a reboot, and a seal names the
+boot it was written in (``/proc/sys/kernel/random/boot_id``), so after a reboot every entry is
+hashed again on its first read, and dropped if it is not whole.
 
 Sharing rules, for several pods on one node through a volume:
 
