@@ -120,10 +120,10 @@ def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, tmp_path):
     assert gates["similarity-band"]["status"] == "skipped" and "tier 1" in gates["similarity-band"]["summary"]
 
 
-def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(gated, tmp_path):
+def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(gated, build_cache, tmp_path):
     exe = binary("chromium")
-    cand = compile_build("tiny", "cpu-8", registry=gated.reg, overrides={"residual_dtype": "bfloat16"},
-                         move_dev=False)
+    cand = build_cache.compile("tiny", "cpu-8", registry=gated.reg, overrides={"residual_dtype": "bfloat16"},
+                               move_dev=False)
     out = run_gate(cand.build_id, gated.reg, baseline=gated.ref, band_file=gated.band_file,
                    report_dir=tmp_path / "rep")
     r = out.result
