@@ -278,6 +278,22 @@ def _spine(doc: Any, build: Any) -> None:
     assert len(ratios) == 8 and all(v > 0 for v in ratios.values()), ratios
 
 
+def _swap(doc: Any, build: Any) -> None:
+    """A pod serving the session's build swaps to a second one (the same weights, another program)
+    with zero compiles, taking every tensor from the served build; the JIT path's compiles came from
+    a persistent cache it filled first; a fresh pod's ready line carries its load timings."""
+    (swap,) = doc["runs_by_mode"]["swap"]
+    assert swap["from"] == build.build_id and swap["to"] != build.build_id and swap["compiles"] == 0
+    assert swap["load"]["shared"]["tensors"] > 0 and swap["load"]["weight_path"] is None
+    assert 0 < swap["swap_load_s"] < swap["swap_s"]
+    (jit,) = doc["runs_by_mode"]["jit"]
+    assert jit["cache_entries"] > 0 and jit["compile_s"] > 0 and jit["warm_chunk_s"] > 0
+    (ready,) = doc["runs_by_mode"]["ready"]
+    assert 0 < ready["deserialize_and_weights_s"] < ready["ready_s"]
+    assert ready["load"]["total"] >= ready["deserialize_and_weights_s"]
+    assert doc["versions"]["ml_dtypes"] and all(r["value"] > 0 for r in doc["ratios"].values())
+
+
 def _state(doc: Any, build: Any) -> None:
     """A short and a longer signed history: promote and a pod's poll timed; the poll's bytes do not grow."""
     assert doc["smoke"] and doc["long"]["moves"] == 30 and doc["short"]["moves"] == 3
@@ -354,6 +370,8 @@ SMOKES: dict[str, Smoke] = {
     "shards": Smoke("bench_shards.py", _shards, build=True, timeout=900),
     "spine": Smoke("bench_spine.py", _spine, timeout=900),  # two compiles of tiny (the compile and JIT scenarios)
     "state": Smoke("bench_state.py", _state, slow=False, timeout=300),
+    # a second tiny compile, then a pod's swap, the JIT path (twice), a fresh pod and bare JAX
+    "swap": Smoke("bench_swap.py", _swap, build=True, timeout=900),
     "tpu": Smoke("bench_tpu.py", _tpu, extras=("tpu",), timeout=900),  # a libtpu compile of tiny
     "trust": Smoke("bench_trust.py", _trust, build=True),
     "weights": Smoke("bench_weights.py", _weights),
