@@ -227,6 +227,17 @@ def test_eviction_keeps_the_bound_and_drops_the_least_recently_used_first(uri, t
     assert cache.stats.evicted == 3
 
 
+def test_a_build_larger_than_the_bound_loads_whole_each_blob_pulled_once(uri, tmp_path):
+    digest, m, held = publish_build(uri, tmp_path)
+    reg = pod(uri, tmp_path / "cache", max_bytes=5000)  # room for about one of its blobs
+    reg.get_manifest_bytes(digest)
+    for b in m.blobs():
+        assert reg.get_blob(b.digest, b.size) == held[b.digest]
+    assert sorted(d for d in gets(reg) if d in held) == sorted(held)  # no blob of the loading build evicted
+    reg.cache.evict()  # the next pull (here: by hand) trims the cache to its bound
+    assert reg.cache.size() <= 5000
+
+
 def test_an_entry_being_read_is_not_evicted_and_a_removed_one_stays_readable(uri, tmp_path):
     (d1, s1, data1), (d2, s2, data2) = put_blobs(uri, tmp_path, 2, size=10_000)
     reg = pod(uri, tmp_path / "cache", max_bytes=1 << 20)

@@ -48,6 +48,7 @@ class CachedRegistry:
         self._builds: dict[str, list[Any]] = {}  # manifest digest -> its blobs, until read ahead
         self._of: dict[str, str] = {}  # blob digest -> the manifest digest that names it
         self._pulling: dict[str, Future[bool]] = {}  # blob digest -> its pull in the background
+        self._loading: frozenset[str] = frozenset()  # the blobs of the build read ahead last: never evicted for a pull
 
     def __repr__(self) -> str:
         return f"CachedRegistry({self.store!r}, {self.cache!r})"
@@ -78,7 +79,7 @@ class CachedRegistry:
         missing = [b for b in blobs if not self.cache.has(b.digest, b.size)]
         if not missing:
             return
-        keep = {b.digest for b in blobs}
+        keep = self._loading = frozenset(b.digest for b in blobs)
         self.cache.evict(self.cache.max_bytes - sum(b.size for b in missing), keep=keep)
 
         def pull(b: Any) -> bool:
@@ -97,7 +98,7 @@ class CachedRegistry:
     def stream_blob(self, digest: str, size: int, sink: Callable[[Iterator[bytes]], T]) -> T:
         self._read_ahead(digest)
         for attempt in (1, 2):
-            mapped = self.cache.open(self.store, digest, size)
+            mapped = self.cache.open(self.store, digest, size, keep=self._loading)
             try:
                 return sink(mapped.pieces())  # type: ignore[arg-type]  # memoryviews: bytes-like pieces
             except IntegrityError:
@@ -109,7 +110,7 @@ class CachedRegistry:
 
     def get_blob(self, digest: str, size: int) -> bytes:
         self._read_ahead(digest)
-        mapped = self.cache.open(self.store, digest, size)
+        mapped = self.cache.open(self.store, digest, size, keep=self._loading)
         try:
             return bytes(mapped.view)
         finally:
@@ -119,7 +120,7 @@ class CachedRegistry:
         """The cached blob copied into ``out`` (``NodeBlobs``: its sha256 was checked when it entered
         the node and its seal is checked now; the content against the manifest is the caller's)."""
         self._read_ahead(digest)
-        mapped = self.cache.open(self.store, digest, size)
+        mapped = self.cache.open(self.store, digest, size, keep=self._loading)
         try:
             mapped.read_into(out)
         finally:

@@ -8,7 +8,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,9 +86,9 @@ class NodeCache:
             self._ready = True
 
     # ---- one blob ---------------------------------------------------------------------------------
-    def open(self, store: Registry, digest: str, size: int) -> Mapped:
-        """The blob mapped from the cache, pulled from ``store`` first if it is not there (or was
-        damaged, which is found and dropped on the way)."""
+    def open(self, store: Registry, digest: str, size: int, *, keep: Set[str] = frozenset()) -> Mapped:
+        """The blob opened from the cache, pulled from ``store`` first if it is not there (or was
+        damaged, which is found and dropped on the way); a pull evicts others, never ``keep``."""
         self._ensure_dirs()
         for _ in range(3):  # evicted (or found damaged) between the pull and the open: pull again
             mapped = self._open(digest, size)
@@ -98,7 +98,7 @@ class NodeCache:
             if self._pull(store, digest, size):
                 mapped = self._open(digest, size)
                 if mapped is not None:
-                    self.evict()  # after the open: an entry held is never evicted
+                    self.evict(keep=keep)  # after the open: an entry held is never evicted
                     return mapped
         raise RegistryError(
             f"node cache {self.root}: blob {digest} was evicted three times while being read; "
@@ -180,7 +180,7 @@ class NodeCache:
     def size(self) -> int:
         return sum(e.size for e in self.entries.listing())
 
-    def evict(self, target: int | None = None, *, keep: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+    def evict(self, target: int | None = None, *, keep: Set[str] = frozenset()) -> int:
         """Remove least recently used entries until the cache holds at most ``target`` bytes
         (default: its bound), skipping entries in use and those in ``keep``; one process at a
         time evicts. Returns how many were removed."""
