@@ -260,7 +260,9 @@ def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(m
     channel = SimpleNamespace(digest=old.digest)
     monkeypatch.setattr(_pod, "resolve_channel", lambda reg, ref, trust: (channel, None, None))
     loads = []
-    monkeypatch.setattr(_pod, "_load", lambda reg, ref, resolved, trust: loads.append(resolved.digest) or new)
+    # (the build served now goes along: what the new one shares with it is taken, not loaded again)
+    monkeypatch.setattr(_pod, "_load", lambda reg, ref, resolved, trust, serving=None:
+                        loads.append((resolved.digest, serving)) or new)
 
     def compiling_warm_up(build):
         raise RecompileError(f"warm-up of build {build.build_id} compiled 1 time(s): not ready", [])
@@ -268,7 +270,7 @@ def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(m
     monkeypatch.setattr(_pod, "warm_up", compiling_warm_up)
     assert pod.check_channel() == "unchanged" and loads == []
     channel.digest = new.digest  # the channel moves to a build that compiles when warmed
-    assert pod.check_channel() == "refused"
+    assert pod.check_channel() == "refused" and loads == [(new.digest, old)]
     assert pod.build is old and pod.health()["follow"]["refused_digest"] == new.digest
     assert "RecompileError" in pod.health()["follow"]["refused_reason"]
     assert pod.check_channel() == "still-refused" and len(loads) == 1  # not reloaded every poll
