@@ -19,10 +19,11 @@ into the worker's own raw buffer -> sha256 of the raw bytes -> placement.
 
 Either way the worker reuses its buffer for its next chunk: one buffer of the largest chunk's size
 per worker (at most ``WEIGHT_CHUNK_BYTES`` unless a single tensor is larger), already paged in,
-where a fresh allocation per chunk paid its page faults every time. When a backend keeps the host
-bytes rather than copying them (XLA:CPU may alias a slice that happens to be 64-byte aligned; seen
-by a placed shard's buffer lying inside ours), that buffer is handed over to the devices and the
-worker takes a new one. zstd and both hashes release the GIL, so the chunks really run side by
+where a fresh allocation per chunk paid its page faults every time. Buffers start on a page, so
+every tensor and every device's slice of it is aligned: a backend that can keep host bytes rather
+than copy them (XLA:CPU does for aligned slices; seen by a placed shard's buffer lying inside ours)
+places a chunk without a copy, and that buffer is handed over to the devices while the worker
+takes a new one. zstd and both hashes release the GIL, so the chunks really run side by
 side. A memory budget bounds the stored + raw bytes of the chunks in flight (at least one chunk
 always runs). The integrity order holds per chunk: nothing is placed before its raw digest
 matches the signed manifest, and every chunk's declared size was bounded (``check_bounds``)
@@ -37,6 +38,7 @@ aliased a mapping would also change with the file after its hash was checked.
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import time
@@ -175,7 +177,7 @@ def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytes | 
     return out
 
 
-def _aliases(arrays: Iterable[jax.Array], buf: bytearray) -> bool:
+def _aliases(arrays: Iterable[jax.Array], buf: bytearray | mmap.mmap) -> bool:
     """Whether a placed shard's memory lies inside ``buf`` (a backend that kept the host bytes rather
     than copying them); also True when a backend cannot say where its buffers are."""
     start = np.frombuffer(buf, dtype=np.uint8).ctypes.data
@@ -186,9 +188,18 @@ def _aliases(arrays: Iterable[jax.Array], buf: bytearray) -> bool:
         return True
 
 
+def _page_aligned(size: int) -> mmap.mmap:
+    """A zeroed buffer that starts on a page: every tensor (64-byte aligned in its chunk) and every
+    device's slice of it (a whole number of rows) is then aligned too, and XLA:CPU places such a
+    slice by keeping the host bytes instead of copying them (512 MiB of bf16 on 8 devices: 0.1 s
+    against 0.8 s copied, measured 2026-12-05); a backend with its own memory copies as before."""
+    return mmap.mmap(-1, max(size, 1))
+
+
 class _Buffers:
     """One raw buffer per worker thread, reused chunk after chunk: the size of the largest chunk the
-    rule makes (a chunk larger than that, a single huge tensor, gets a buffer of its own, not kept)."""
+    rule makes (a chunk larger than that, a single huge tensor, gets a buffer of its own, not kept).
+    A buffer whose bytes the devices kept (XLA:CPU) is handed over to them and replaced."""
 
     def __init__(self, chunks: list[WeightChunk]) -> None:
         self.size = max((c.raw_size for c in chunks if c.raw_size <= WEIGHT_CHUNK_BYTES), default=0)
@@ -196,24 +207,24 @@ class _Buffers:
         self._own = threading.local()
         self._lock = threading.Lock()
 
-    def take(self, raw_size: int) -> bytearray:
+    def take(self, raw_size: int) -> mmap.mmap:
         buf = getattr(self._own, "buf", None) if raw_size <= self.size else None
         if buf is None:
-            buf = bytearray(max(self.size, raw_size))
+            buf = _page_aligned(max(self.size, raw_size))
             with self._lock:
                 self.made += 1
         return buf
 
-    def give_back(self, buf: bytearray, placed: Iterable[jax.Array]) -> None:
+    def give_back(self, buf: mmap.mmap, placed: Iterable[jax.Array]) -> None:
         """Keep ``buf`` for this worker's next chunk, unless a placed array kept the bytes in it."""
         kept = _aliases(placed, buf)
         if kept:
             with self._lock:
                 self.handed_over += 1
-        self._own.buf = buf if len(buf) == self.size and not kept else None
+        self._own.buf = buf if len(buf) == max(self.size, 1) and not kept else None
 
 
-def _fetch_inflated(registry: Registry, chunk: WeightChunk, buf: bytearray, where: str) -> tuple[memoryview, float]:
+def _fetch_inflated(registry: Registry, chunk: WeightChunk, buf: mmap.mmap, where: str) -> tuple[memoryview, float]:
     """(a chunk's raw bytes in ``buf``, seconds spent waiting on the store): its stored bytes
     streamed from the store (which checks their size and sha256 once the last piece is read)
     through the bounded decompression (which checks the raw bytes' size and sha256). A failure of
@@ -262,7 +273,7 @@ class _Stored:
         return memoryview(buf)[:size]
 
 
-def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: bytearray, stored: _Stored,
+def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: mmap.mmap, stored: _Stored,
              where: str) -> tuple[memoryview, float, float, float]:
     """(a v8 chunk's raw bytes in ``buf``, seconds reading, decoding, hashing): read from this
     node's store unhashed, or streamed in through the store's sha256 (a remote store), decoded when
