@@ -2,11 +2,12 @@
 declared sizes -> verify every blob -> decompress (streamed, bounded) -> deserialize with explicit
 devices -> check each program's fingerprint -> place weights. Imports no torch.
 
-A chunked build (v5+) loads on two paths side by side: one thread fetches, verifies, decompresses
-and deserializes the executables while the weight chunks stream and are placed (``_weights``);
-each path keeps its own order (a blob verified before it is unpickled, a chunk before it is
-placed), and nothing runs until both are done. Neither waits on the other: the weights need only
-the shardings the manifest names, not the programs. A pod's swap passes the build it serves: the
+A chunked build (v5+) loads on two paths side by side: threads of their own fetch, verify,
+decompress and deserialize the executables (several programs at once) while the weight chunks
+stream and are placed (``_weights``); each path keeps its own order (a blob verified before it is
+unpickled, a chunk before it is placed), and nothing runs until both are done. Neither waits on
+the other: the weights need only the shardings the manifest names, not the programs. A pod's swap
+passes the build it serves: the
 programs and placed weights the new build shares with it byte for byte (by the digests the new
 manifest names, ``_reuse``) are taken from it, not fetched, deserialized or placed again.
 
@@ -19,6 +20,7 @@ loaded, never run, each executable must report the fingerprint the build identit
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -282,11 +284,11 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
 def _side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None,
                   serving: LoadedBuild | None) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
     """(mesh, loaded stages) of a v5+ build: its executables (each streamed into its raw buffer,
-    verified, deserialized, its fingerprint checked) on one thread while its weight chunks stream and
-    are placed as their shards on others (``_weights.stream_weights``), into stages that hold only
-    the manifest's shardings until the programs join them. Both paths finish before this returns; a
-    failure of either is raised once the other has stopped, the executables' first. What the new
-    build shares with ``serving`` is neither fetched nor loaded again."""
+    verified, deserialized, its fingerprint checked) on threads of their own while its weight
+    chunks stream and are placed as their shards on others (``_weights.stream_weights``), into
+    stages that hold only the manifest's shardings until the programs join them. Both paths finish
+    before this returns; a failure of either is raised once the other has stopped, the executables'
+    first. What the new build shares with ``serving`` is neither fetched nor loaded again."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import Mesh
 
@@ -306,9 +308,7 @@ def _side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings, workers: in
         update={"weights": manifest.weights.model_copy(update={"chunks": chunks})})
 
     def programs() -> dict[tuple[str, str], LoadedStage]:
-        if not to_load:
-            return {}
-        return _deserialize_all(programs_of, _stream_executables(reg, programs_of, t), t)[1]
+        return _programs_side_by_side(reg, programs_of, t)
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="executables") as pool:
@@ -327,6 +327,38 @@ def _side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings, workers: in
     t.side_by_side = time.perf_counter() - t0
     t.shared = shared.to_json() if serving is not None else None
     return mesh, loaded
+
+
+# Executables fetched and deserialized at once (XLA deserializes with the GIL released).
+PROGRAM_THREADS = 4
+
+
+def _programs_side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings) -> dict[tuple[str, str], LoadedStage]:
+    """Every executable of ``manifest`` streamed, verified and deserialized, several at once: the
+    programs are dealt, largest first, to up to ``PROGRAM_THREADS`` threads, each running the one
+    path (``_stream_executables`` then ``_deserialize_all``) over its share; entries of one program
+    (the same raw bytes) stay together. The steps' seconds are summed over the threads."""
+    groups: dict[str, list[ExecutableEntry]] = {}
+    for e in manifest.executables:
+        groups.setdefault(e.raw_digest, []).append(e)
+    n = min(PROGRAM_THREADS, os.cpu_count() or 1, len(groups))
+    if n <= 1:
+        return _deserialize_all(manifest, _stream_executables(reg, manifest, t), t)[1] if groups else {}
+    shares: list[list[ExecutableEntry]] = [[] for _ in range(n)]
+    for entries in sorted(groups.values(), key=lambda es: -es[0].raw_size):
+        min(shares, key=lambda s: sum(e.raw_size for e in s)).extend(entries)
+
+    def one(share: list[ExecutableEntry]) -> tuple[LoadTimings, dict[tuple[str, str], LoadedStage]]:
+        part, own = manifest.model_copy(update={"executables": share}), LoadTimings()
+        return own, _deserialize_all(part, _stream_executables(reg, part, own), own)[1]
+
+    loaded: dict[tuple[str, str], LoadedStage] = {}
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="programs") as pool:
+        for own, stages in pool.map(one, shares):  # the first failure, in manifest order of the shares
+            loaded.update(stages)
+            t.fetch, t.verify = t.fetch + own.fetch, t.verify + own.verify
+            t.decompress, t.deserialize = t.decompress + own.decompress, t.deserialize + own.deserialize
+    return loaded
 
 
 def _joined(manifest: Manifest, e: ExecutableEntry, fresh: LoadedStage | None, shared: Shared, placed: LoadedStage,
