@@ -251,3 +251,34 @@ def test_render_reads_text_and_tensor_inputs_by_the_declaration(tmp_path):
 
     result = CliRunner().invoke(cli, ["render", "--input", "prompt", "--json"])
     assert result.exit_code == 2 and "--input 'prompt': expected NAME=VALUE" in result.output
+
+
+def _tensor_stage(params, x, t):
+    return (np.asarray(x) * float(np.asarray(t).sum()), np.asarray(t) * 2)
+
+
+def test_a_tensors_build_is_fed_a_raw_tensor_and_renders_every_chunks_outputs(tmp_path):
+    from avatar_release.serving import render_build_to_files
+
+    m = cpu_manifest()
+    program = ChunkProgram(stages=["calc"], image_input=None, audio_input=None, noise_input=None, carry={},
+                           deliver="y", fps=FPS, sample_rate=0, samples_per_frame=0, height=0, width=0,
+                           inputs=[RequestInputRecord(name="x", kind="tensor", shape=[3], dtype="float32"),
+                                   RequestInputRecord(name="t", kind="time", required=False, dtype="float32")],
+                           delivers=DeliveryRecord(kind="tensors", outputs=["y", "z"]))
+    entries = [m.executables[0].model_copy(update={
+        "key": f"calc/{b.name}", "stage": "calc", "bucket": b.name, "params": [],
+        "inputs": [_spec("x", [3], "float32"), _spec("t", [b.frames], "float32")],
+        "outputs": [_spec("y", [3], "float32"), _spec("z", [b.frames], "float32")]}) for b in m.buckets]
+    m = m.model_copy(update={"program": program, "executables": entries})
+    build = LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, timings=LoadTimings(),
+                        stages={(e.stage, e.bucket): LoadedStage(e, _tensor_stage, [None] * 2, {}) for e in entries})
+    largest = max(b.frames for b in m.buckets)
+    x = np.array([1, 2, 3], np.float32)
+    report, written = render_build_to_files(build, None, None, out_path=str(tmp_path / "out.npz"), frames=largest,
+                                            values={"x": x})
+    assert report.frames == largest and len(report.chunks) == 1
+    with np.load(tmp_path / "out.npz") as got:
+        assert sorted(got.files) == ["y/0", "z/0"]
+        t = np.arange(largest, dtype=np.float32) / FPS
+        assert np.allclose(got["z/0"], t * 2) and np.allclose(got["y/0"], x * t.sum())
