@@ -67,7 +67,7 @@ def test_an_image_to_video_pipeline_is_released_served_and_asked_only_for_what_i
     # The declaration, recorded: an image and the frame times in, video out; no audio, no noise.
     assert [(i["kind"], i["name"], i["required"]) for i in program["inputs"]] == [("image", "image", True),
                                                                                ("time", "times", False)]
-    assert program["delivers"] == {"kind": "video", "outputs": ["frames"]}
+    assert (program["delivers"]["kind"], program["delivers"]["outputs"]) == ("video", ["frames"])
     assert program["audio_input"] is None and program["noise_input"] is None and program["sample_rate"] == 0
 
     # The gate set follows it: image variants only, no audio; zero recompiles and identical twins.
