@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release._digest import sha256_digest
+from avatar_release.registry import LocalRegistry
 from avatar_release.specs import load_target
 from avatar_release.trust.policy import local_identity
 from tests.helpers import cli
@@ -46,7 +47,8 @@ def _pinned_policy(tmp_path: Path, monkeypatch) -> Path:
     return path
 
 
-def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_copy, tmp_path, monkeypatch):
+def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_copy, build_cache, tmp_path,
+                                                                       monkeypatch):
     root, first = registry_copy
     reg, a = str(root), first.build_id
     policy = _pinned_policy(tmp_path, monkeypatch)
@@ -81,9 +83,7 @@ def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_c
 
     # A bf16 residual stream falls below the measured band (tests/integration/test_gates.py); a project
     # whose band has a floor of 0 dB lets it pass, signed.
-    res = cli("compile", "--set", "residual_dtype=bfloat16", "--registry", reg, "--json")
-    assert res.exit_code == 0, res.output
-    b = json.loads(res.stdout)["build_id"]
+    b = build_cache.compile("tiny", "cpu-8", registry=LocalRegistry(root), overrides={"residual_dtype": "bfloat16"}).build_id
     lowered = _project(tmp_path, "lowered")
     band_file = lowered / "bands" / "tiny-cpu-8.json"
     band = json.loads(band_file.read_text())

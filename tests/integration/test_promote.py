@@ -13,7 +13,7 @@ def _blob_bytes(root: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, tmp_path, monkeypatch):
+def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, build_cache, tmp_path, monkeypatch):
     root, first = registry_copy
     reg = str(root)
     monkeypatch.setenv("AVATAR_RELEASE_ACTOR", "ci-bot")
@@ -53,10 +53,8 @@ def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, tmp_pa
     after = _blob_bytes(root)
     assert after[0] == before[0] + 2 and 0 < after[1] - before[1] - added[0][0].size < 2048
 
-    # A second build: compiled (dev), gated, promoted; then prod is rolled back to the first.
-    res = cli("compile", "--set", "matmul_k_split=2", "--registry", reg, "--json")
-    assert res.exit_code == 0, res.output
-    b = json.loads(res.stdout)["build_id"]
+    # A second build (a declared lever; compiled once per session, tests/build_cache.py): on dev, gated, promoted; then prod is rolled back to the first.
+    b = build_cache.compile("tiny", "cpu-8", registry=LocalRegistry(root), overrides={"matmul_k_split": "2"}).build_id
     # Against prod (a): the only comparison that promotes while prod holds a build; a declared lever, so
     # tier 2, judged by the band.
     assert cli("gate", b, "--registry", reg, "--report", str(tmp_path / "rb")).exit_code == 0
