@@ -124,14 +124,19 @@ def _hostile(base: str, pid: int) -> dict:
     return out
 
 
-def _promotion_under_load(registry: str, clients: int = 2) -> dict:
-    """dev moves to another build while clients render: failures across the swap, time to swap."""
-    from avatar_release.compile import compile_build
+def _promotion_under_load(registry: str, clients: int = 2, candidate: str | None = None) -> dict:
+    """dev moves to another build while clients render: failures across the swap, time to swap.
+    ``candidate``: that build, already in the registry (default: tiny compiled with matmul_k_split=2)."""
     from avatar_release.promote import publish_to_dev
     from avatar_release.registry import LocalRegistry, read_manifest
 
     reg = LocalRegistry(registry)
-    b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    if candidate is None:
+        from avatar_release.compile import compile_build
+
+        b = compile_build("tiny", "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+    else:
+        b = reg.resolve(candidate)
     proc, base = _pod(registry, clients, "--follow", "--poll", "1")
     results, stop = [], threading.Event()
 
@@ -196,6 +201,8 @@ def _parallel(n: int, fn) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--registry", default=None)
+    ap.add_argument("--candidate", default=None,
+                    help="a build in --registry that dev moves to under load (default: compile tiny with matmul_k_split=2)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--clients", type=int, default=3)
@@ -278,7 +285,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(60)
-        result["promotion_under_load"] = _promotion_under_load(registry)
+        result["promotion_under_load"] = _promotion_under_load(registry, candidate=a.candidate)
         print(f"promotion under load: {result['promotion_under_load']}")
         if not a.skip_long:
             result["flat_memory"] = _flat_memory(registry, a.seconds, a.long)

@@ -29,6 +29,9 @@ class Smoke:
     check: Callable[[Any, Any], None]  # (the JSON it wrote, the build given with --registry or None)
     args: tuple[str, ...] = ()
     build: bool = False  # --registry: a private copy of the session's tiny build (dev holds it, ungated)
+    # (flag, overrides): another build of tiny from the session's build cache, published beside it
+    # (dev stays) and named to the benchmark by its build id after FLAG
+    candidate: tuple[str, dict[str, str]] | None = None
     slow: bool = True  # compiles, gates, serves or runs fresh processes for seconds
     extras: tuple[str, ...] = ()  # optional extras it needs (tests/tools.py: skip, or fail under the switch)
     binaries: tuple[str, ...] = ()  # external programs it needs (likewise)
@@ -366,7 +369,8 @@ SMOKES: dict[str, Smoke] = {
     "promote": Smoke("bench_promote.py", _promote, slow=False, optional=("docker-registry",), timeout=300),
     # three registry servers, four child processes; skopeo's half is left out without it
     "registry": Smoke("bench_registry.py", _registry, binaries=("docker-registry",), optional=("skopeo",)),
-    "serving": Smoke("bench_serving.py", _serving, build=True, timeout=900),
+    "serving": Smoke("bench_serving.py", _serving, build=True, candidate=("--candidate", {"matmul_k_split": "2"}),
+                     timeout=900),
     "shards": Smoke("bench_shards.py", _shards, build=True, timeout=900),
     "spine": Smoke("bench_spine.py", _spine, timeout=900),  # two compiles of tiny (the compile and JIT scenarios)
     "state": Smoke("bench_state.py", _state, slow=False, timeout=300),
@@ -380,6 +384,7 @@ SMOKES: dict[str, Smoke] = {
 
 def _marks(name: str, smoke: Smoke) -> list[pytest.MarkDecorator]:
     assert smoke.slow or not smoke.build, f"{name}: a row given the session's build is slow"
+    assert smoke.build or smoke.candidate is None, f"{name}: a candidate is published beside the session's build"
     marks = [pytest.mark.xdist_group(f"smoke-{name}")]  # a row of its own under --dist loadgroup
     if smoke.slow:
         marks.append(pytest.mark.slow)
@@ -399,6 +404,13 @@ def test_smoke_mode(name, request, tmp_path):
     if smoke.build:
         root, build = request.getfixturevalue("registry_copy")
         args += ["--registry", str(root)]
+        if smoke.candidate is not None:
+            from avatar_release.registry import LocalRegistry
+
+            flag, overrides = smoke.candidate
+            other = request.getfixturevalue("build_cache").compile("tiny", "cpu-8", registry=LocalRegistry(root),
+                                                                   overrides=overrides, move_dev=False)
+            args += [flag, other.build_id]
     doc = run_smoke(smoke.script, *args, out=tmp_path / f"{name}.json", timeout=smoke.timeout)
     smoke.check(doc, build)
 
