@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
