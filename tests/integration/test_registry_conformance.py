@@ -5,7 +5,7 @@ One parametrized fixture, ``backend``, yields a fresh, empty store of each kind:
 * ``memory``: the in-memory fake (unit tests);
 * ``local``: a directory store;
 * ``oci-memory``: the OCI client against the package's in-memory distribution server
-  (:class:`avatar_release.registry.oci.MemoryDistribution`): the whole OCI mapping, no network;
+  (``tests.oci_memory.MemoryDistribution``): the whole OCI mapping, no network;
 * ``oci``: CNCF distribution on 127.0.0.1, anonymous HTTP;
 * ``oci-basic-tls``: distribution behind htpasswd (bcrypt) over TLS with a CA made by openssl,
   logged in through a docker ``config.json``;
