@@ -1,5 +1,8 @@
 """The gates' verdicts: pure functions from runs (and a baseline) to typed evidence.
 
+A video build is compared frame by frame (uint8, PSNR); an audio or tensors build chunk by chunk
+(its delivered arrays, float64, SNR: ``metrics``): the units' dtype says which.
+
 Each verdict's details are written through its typed model (``records.gate``'s ``...Details``,
 with ``GateEvidence.with_details``): the stored JSON is the object it always was, now checked
 against the model that reads it back.
@@ -16,20 +19,36 @@ from ..records import Band, GateEvidence, GateSetRecord
 from ..records.gate import (
     BitExactDetails, FrameDifference, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
 )
-from .metrics import max_abs_diff, psnr
+from .metrics import max_abs_diff, metric_name, similarity_db
 
 __all__ = ["zero_recompile", "twin_baseline", "bit_exact", "similarity_band", "frame_label", "per_frame_psnr"]
 
 _LIST_LIMIT = 64  # frames listed in evidence; counts always cover all of them
 
 
-def frame_label(gs: GateSetRecord, index: int) -> str:
-    """'image0-audio1 frame 7' for a global frame index."""
+def frame_label(gs: GateSetRecord, index: int, *, chunks: bool = False) -> str:
+    """'image0-audio1 frame 7' for a global frame index; with ``chunks`` (an audio or tensors
+    build's units) 'audio1 chunk 2' for a global chunk index."""
+    unit = "chunk" if chunks else "frame"
     for r in gs.requests:
-        if index < r.frames:
-            return f"{r.name} frame {index}"
-        index -= r.frames
-    return f"frame {index} (past the gate set)"
+        n = len(r.buckets) if chunks else r.frames
+        if index < n:
+            return f"{r.name} {unit} {index}"
+        index -= n
+    return f"{unit} {index} (past the gate set)"
+
+
+def _label(gs: GateSetRecord, units: np.ndarray, index: int) -> str:
+    return frame_label(gs, index, chunks=np.asarray(units).dtype != np.uint8)
+
+
+def _unit(units: np.ndarray) -> str:
+    return "frame" if np.asarray(units).dtype == np.uint8 else "chunk"
+
+
+def _diff(a: np.ndarray, b: np.ndarray) -> int | float:
+    d = max_abs_diff(a, b)
+    return int(d) if np.asarray(a).dtype == np.uint8 else float(d)
 
 
 def _db(x: float) -> float | None:
@@ -37,7 +56,8 @@ def _db(x: float) -> float | None:
 
 
 def per_frame_psnr(a: np.ndarray, b: np.ndarray) -> list[float]:
-    return [psnr(x, y) for x, y in zip(a, b)]
+    """Per unit: PSNR of video frames, SNR of delivered chunks (``metrics.similarity_db``)."""
+    return [similarity_db(x, y) for x, y in zip(a, b)]
 
 
 def zero_recompile(runs: list[tuple[str, int, list[dict[str, Any]]]]) -> GateEvidence:
@@ -61,22 +81,22 @@ def twin_baseline(gs: GateSetRecord, a_hashes: list[str], b_hashes: list[str],
     differ = [i for i, (x, y) in enumerate(zip(a_hashes, b_hashes)) if x != y]
     if len(a_hashes) != len(b_hashes):
         return GateEvidence(name="twin-baseline", status="failed",
-                            summary=f"the twins delivered {len(a_hashes)} and {len(b_hashes)} frames",
+                            summary=f"the twins delivered {len(a_hashes)} and {len(b_hashes)} {_unit(a)}s",
                             ).with_details(TwinBaselineDetails(frames=[len(a_hashes), len(b_hashes)]))
     if not differ:
         return GateEvidence(name="twin-baseline", status="passed",
-                            summary=f"two fresh runs hash identical on all {len(a_hashes)} frames")
-    first = differ[0]
+                            summary=f"two fresh runs hash identical on all {len(a_hashes)} {_unit(a)}s")
+    first, unit, metric = differ[0], _unit(a), metric_name(a)
     return GateEvidence(
         name="twin-baseline", status="failed",
-        summary=(f"non-deterministic: the twins differ on {len(differ)} of {len(a_hashes)} frames, "
-                 f"first at {frame_label(gs, first)} (max abs diff {max_abs_diff(a[first], b[first])}, "
-                 f"PSNR {psnr(a[first], b[first]):.2f} dB); nothing can be compared against this build"),
+        summary=(f"non-deterministic: the twins differ on {len(differ)} of {len(a_hashes)} {unit}s, "
+                 f"first at {_label(gs, a, first)} (max abs diff {_diff(a[first], b[first])}, "
+                 f"{metric} {similarity_db(a[first], b[first]):.2f} dB); nothing can be compared against this build"),
     ).with_details(TwinBaselineDetails(
         differing_frames=len(differ),
-        first=FrameDifference(frame=first, label=frame_label(gs, first),
-                              max_abs_diff=int(max_abs_diff(a[first], b[first])),
-                              psnr_db=_db(psnr(a[first], b[first]))),
+        first=FrameDifference(frame=first, label=_label(gs, a, first),
+                              max_abs_diff=_diff(a[first], b[first]),
+                              psnr_db=_db(similarity_db(a[first], b[first]))),
         frames=differ[:_LIST_LIMIT],
     ))
 
@@ -84,29 +104,31 @@ def twin_baseline(gs: GateSetRecord, a_hashes: list[str], b_hashes: list[str],
 def bit_exact(gs: GateSetRecord, cand_hashes: list[str], base_hashes: list[str],
               cand: np.ndarray, base: np.ndarray | None) -> GateEvidence:
     """Per-frame sha256 equal to the baseline's recorded hashes."""
+    unit, metric = _unit(cand), metric_name(cand)
     if len(cand_hashes) != len(base_hashes):
         return GateEvidence(name="bit-exact", status="failed",
-                            summary=f"{len(cand_hashes)} frames vs the baseline's {len(base_hashes)}")
+                            summary=f"{len(cand_hashes)} {unit}s vs the baseline's {len(base_hashes)}")
     differ = [i for i, (x, y) in enumerate(zip(cand_hashes, base_hashes)) if x != y]
     if not differ:
         return GateEvidence(name="bit-exact", status="passed",
-                            summary=f"all {len(cand_hashes)} frame hashes equal the baseline's")
+                            summary=f"all {len(cand_hashes)} {unit} hashes equal the baseline's")
     listed: list[FrameDifference] = []
-    worst_diff, worst_psnr = 0, math.inf
+    worst_diff: int | float = 0
+    worst_psnr = math.inf
     for i in differ:
-        d: int | None = None  # None: the baseline's frames are not at hand
+        d: int | float | None = None  # None: the baseline's frames are not at hand
         p: float | None = None
         if base is not None:
-            d, p = int(max_abs_diff(cand[i], base[i])), psnr(cand[i], base[i])
+            d, p = _diff(cand[i], base[i]), similarity_db(cand[i], base[i])
             worst_diff, worst_psnr = max(worst_diff, d), min(worst_psnr, p)
         if len(listed) < _LIST_LIMIT:
-            listed.append(FrameDifference(frame=i, label=frame_label(gs, i), max_abs_diff=d,
+            listed.append(FrameDifference(frame=i, label=_label(gs, cand, i), max_abs_diff=d,
                                           psnr_db=None if p is None else _db(p)))
     return GateEvidence(
         name="bit-exact", status="failed",
-        summary=(f"{len(differ)} of {len(cand_hashes)} frames differ from the baseline "
-                 f"(first: {frame_label(gs, differ[0])}; worst max abs diff {worst_diff}, "
-                 f"lowest PSNR {worst_psnr:.2f} dB)"),
+        summary=(f"{len(differ)} of {len(cand_hashes)} {unit}s differ from the baseline "
+                 f"(first: {_label(gs, cand, differ[0])}; worst max abs diff {worst_diff}, "
+                 f"lowest {metric} {worst_psnr:.2f} dB)"),
     ).with_details(BitExactDetails(differing_frames=len(differ), worst_max_abs_diff=worst_diff,
                                    lowest_psnr_db=_db(worst_psnr), frames=listed))
 

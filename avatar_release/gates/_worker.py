@@ -8,8 +8,10 @@ the runtime loader (never the compiler, torch or torchax), loads the build in co
 (every compile is recorded, none is fatal, so all of them can be reported), renders every
 request of the gate set, and writes:
 
-    frames.npy   every delivered frame, (N, H, W, 3) uint8, requests in gate-set order
-    run.json     per-frame sha256, compile events (stage and input shapes), timings,
+    frames.npy   every delivered frame, (N, H, W, 3) uint8, requests in gate-set order; for an
+                 audio or tensors build every delivered chunk instead, (chunks, longest) float64
+                 (``metrics.chunk_units``)
+    run.json     per-frame sha256 (per chunk of the delivered arrays for audio and tensors), compile events (stage and input shapes), timings,
                  the environment fingerprint, and which heavy modules were imported
 
 Exit 0 when the run completed (whatever it found); non-zero only for infrastructure faults,
@@ -33,11 +35,14 @@ from ..machine import configure_for_manifest, environment_record
 from ..registry import open_registry, read_manifest
 from ..runtime import Chunk, load, render
 from .gateset import gate_request_inputs, gate_set
-from .metrics import frame_sha256
+from .metrics import chunk_units, delivered_sha256, frame_sha256
 
 
-def _say_chunk(request: str, chunk: Chunk) -> None:
-    """One line per rendered chunk on stdout, for the parent's progress (the result goes to run.json)."""
+def _say_chunk(request: str, delivered: list[dict[str, np.ndarray]] | None, chunk: Chunk) -> None:
+    """One line per rendered chunk on stdout, for the parent's progress (the result goes to run.json);
+    ``delivered``: where an audio or tensors build's chunks are kept (None for video)."""
+    if delivered is not None:
+        delivered.append(dict(chunk.outputs))
     print(json.dumps({"event": "chunk", "request": request, "index": chunk.index}), flush=True)
 
 
@@ -57,7 +62,9 @@ def render_gate_set(job: dict) -> dict:
     load_seconds = time.perf_counter() - t0
     env = environment_record(manifest.platform.backend)
 
+    video = manifest.program.delivery().kind == "video"
     frames, hashes, chunks = [], [], []
+    delivered: list[dict[str, np.ndarray]] = []
     t0 = time.perf_counter()
     wanted = job.get("requests")
     if wanted is not None and set(wanted) - {r.name for r in gs.requests}:
@@ -67,14 +74,18 @@ def render_gate_set(job: dict) -> dict:
         if wanted is not None and req.name not in wanted:
             continue
         given = gate_request_inputs(manifest, req)
+        first = len(delivered)
         out, report = render(build, given.image, given.audio, seed=req.seed, frames=given.frames, values=given.values,
-                             on_chunk=functools.partial(_say_chunk, req.name))
-        frames.append(out)
-        hashes.append([frame_sha256(f) for f in out])
+                             on_chunk=functools.partial(_say_chunk, req.name, None if video else delivered))
+        if video:
+            frames.append(out)
+            hashes.append([frame_sha256(f) for f in out])
+        else:  # audio, tensors: one unit per delivered chunk
+            hashes.append([delivered_sha256(c) for c in delivered[first:]])
         chunks += [{"request": req.name, **c} for c in report.to_json()["per_chunk"]]
     render_seconds = time.perf_counter() - t0
     out_dir = Path(job["out_dir"])
-    np.save(out_dir / "frames.npy", np.concatenate(frames), allow_pickle=False)
+    np.save(out_dir / "frames.npy", np.concatenate(frames) if video else chunk_units(delivered), allow_pickle=False)
     # What a serving process must never import: the compile-side stack, and the pipeline's own
     # package (the top-level package of the entry the manifest names), whichever project it is.
     parts = manifest.model_entry.partition(":")[0].split(".")

@@ -19,7 +19,7 @@ from .. import _atomic
 from ..media import encode_png
 from ..records import GateResult
 from ._compare import frame_label
-from .metrics import psnr
+from .metrics import metric_name, similarity_db
 
 __all__ = ["heatmap", "psnr_plot_svg", "write_report", "png_data_uri"]
 
@@ -98,7 +98,7 @@ code{background:#f4f4f4;padding:1px 3px}
 def _samples(result: GateResult, cand: np.ndarray, base: np.ndarray | None, limit: int = 4) -> list[int]:
     if base is None:
         return [int(i) for i in np.linspace(0, len(cand) - 1, num=min(limit, len(cand)))]
-    scores = [psnr(a, b) for a, b in zip(cand, base)]
+    scores = [similarity_db(a, b) for a, b in zip(cand, base)]
     order = sorted(range(len(scores)), key=lambda i: scores[i])  # worst first
     return sorted(order[:limit])
 
@@ -140,14 +140,15 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
         body.append(f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
                     f"review</a> (served by <code>avatar-release review {e(result.build_id)} --serve</code>).</p>")
     if base is not None:
-        psnrs = [psnr(a, b) for a, b in zip(cand, base)]
+        video = cand.dtype == np.uint8  # else an audio or tensors build's delivered chunks
+        psnrs = [similarity_db(a, b) for a, b in zip(cand, base)]
         bounds, k = [], 0
         for r in result.gate_set.requests[:-1]:
-            k += r.frames
+            k += r.frames if video else len(r.buckets)
             bounds.append(k)
         band = result.band_used()
         floor = band.psnr_floor_db if band is not None else None
-        body.append("<h2>Per-frame PSNR vs baseline</h2>")
+        body.append(f"<h2>Per-{'frame' if video else 'chunk'} {metric_name(cand)} vs baseline</h2>")
         body.append(psnr_plot_svg(psnrs, floor, bounds))
     if review_page:
         # An open blind review: a labelled baseline/candidate frame (or its heat map) next to the
@@ -156,7 +157,7 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
                     "candidate frames and their difference heat maps are not in this report. After the decision, "
                     f"<code>avatar-release review {e(result.build_id)}</code> reveals which side was the candidate "
                     "in each pair, and a later gate report shows the frames.</p>")
-    else:
+    elif cand.dtype == np.uint8:  # pictures of video frames; an audio or tensors build has only the plot
         body += _sample_frames(result, cand, base)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")

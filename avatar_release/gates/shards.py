@@ -229,12 +229,17 @@ def _reassembled_twin(registry: Registry, gs: GateSetRecord, chosen: Chosen, twi
         frames = get_frames(registry, run.frames_blob)
         at = 0
         for name, hashes in zip(shard.requests, run.frame_sha256):
-            per_request[name] = (frames[at:at + frames_of[name]], hashes)
-            at += frames_of[name]
+            n = frames_of[name] if frames.dtype == np.uint8 else len(hashes)  # audio, tensors: a unit per chunk
+            per_request[name] = (frames[at:at + n], hashes)
+            at += n
         processes.append(ProcessRun(_label(k, shard.count, twin), run.compiles, run.compile_events, run.host))
     shard_runs = [chosen[k][twin][1] for k in sorted(chosen)]
     order = [r.name for r in gs.requests]
-    joined = GateRun(frames=np.concatenate([per_request[n][0] for n in order]),
+    parts = [per_request[n][0] for n in order]
+    if parts and parts[0].dtype != np.uint8:  # delivered chunks: each shard padded to its own longest
+        width = max(p.shape[1] for p in parts)
+        parts = [np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in parts]
+    joined = GateRun(frames=np.concatenate(parts),
                      frame_sha256=[per_request[n][1] for n in order],
                      compiles=sum(r.compiles for r in shard_runs),
                      compile_events=[e for r in shard_runs for e in r.compile_events], chunks=[],

@@ -116,6 +116,15 @@ def check_inputs(registry: Registry, ref: str, baseline: str, band_file: str | P
         decision = decide_tier(manifest, base_manifest, levers)
         inputs.tier, inputs.tier_reasons = decision.tier, decision.reasons
         if decision.tier == 2:
+            delivers = manifest.program.delivery().kind
+            if delivers != "video":
+                raise Refusal(
+                    f"build {manifest.build_id} differs from baseline {base_ref.build_id if base_ref else '?'} in "
+                    f"declared levers only (tier 2: {'; '.join(decision.reasons[:3])}), and delivers {delivers}: a "
+                    "similarity band (its file measures PSNR and pixel levels of video frames) cannot judge "
+                    f"{delivers}, and no blind review is available for it. Such a build must be bit-exact: gate it "
+                    "against a baseline built with the same levers, or release it as a first build "
+                    "(--baseline none) after checking its output yourself")
             band, band_digest, band_path = load_band(manifest.pipeline, manifest.target, band_file)
             inputs.band = band
             inputs.band_used = BandUsed(path=str(band_path), digest=band_digest, psnr_floor_db=band.psnr_floor_db,

@@ -46,7 +46,9 @@ _MAX_FRAMES_BYTES = 1 << 34  # a gate run's delivered frames, raw: far beyond an
 
 def put_frames(registry: Registry, frames: np.ndarray) -> BlobRef:
     buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(frames, dtype=np.uint8), allow_pickle=False)
+    # uint8 frames (video), or float64 delivered chunks (audio, tensors: metrics.chunk_units)
+    np.save(buf, np.ascontiguousarray(frames, dtype=np.uint8 if frames.dtype == np.uint8 else np.float64),
+            allow_pickle=False)
     data = zstandard.ZstdCompressor(level=10).compress(buf.getvalue())
     digest = registry.put_blob(data)
     return BlobRef(digest=digest, size=len(data), media_type=FRAMES_MEDIA_TYPE)

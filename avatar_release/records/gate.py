@@ -126,8 +126,9 @@ class FrameDifference(_View):
 
     frame: int  # global index, in gate-set order
     label: str  # 'image0-audio1 frame 7'
-    max_abs_diff: int | None = None  # None: the other side's frames were not at hand
-    psnr_db: float | None = None  # None: not measured, or infinite (identical pixels)
+    # None: the other side's frames were not at hand (a float for an audio or tensors build's chunk)
+    max_abs_diff: int | float | None = None
+    psnr_db: float | None = None  # None: not measured, or infinite (identical); SNR for a delivered chunk
 
 
 class ZeroRecompileDetails(GateDetails):
@@ -153,8 +154,8 @@ class TwinBaselineDetails(GateDetails):
 class BitExactDetails(GateDetails):
     gate: ClassVar[str] = "bit-exact"
 
-    differing_frames: int | None = None
-    worst_max_abs_diff: int | None = None
+    differing_frames: int | None = None  # frames, or delivered chunks for an audio or tensors build
+    worst_max_abs_diff: int | float | None = None
     lowest_psnr_db: float | None = None
     frames: list[FrameDifference] | None = None  # the first 64 frames that differ from the baseline
 
