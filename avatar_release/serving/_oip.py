@@ -97,6 +97,17 @@ _OIP_TYPES = {"bool": "BOOL", "uint8": "UINT8", "int8": "INT8", "int16": "INT16"
 
 def _outputs(build: LoadedBuild) -> list[dict[str, Any]]:
     p = build.manifest.program
+    d = p.delivery()
+    if d.kind == "audio":
+        return [{"name": "audio", "datatype": "BYTES", "shape": [1], "parameters": {
+            "content_type": "audio/wav", "route": "POST /render", "streamed": "16-bit mono PCM WAV, chunked",
+            "samples": {"name": d.outputs[0], "datatype": "FP32", "shape": [-1]}, "audio_sample_rate": d.sample_rate,
+            "samples_per_frame": d.samples_per_frame, "fps": p.fps}}]
+    if d.kind == "tensors":
+        return [{"name": "tensors", "datatype": "BYTES", "shape": [1], "parameters": {
+            "content_type": "application/x-npz", "route": "POST /render",
+            "streamed": "one .npz after the last chunk, arrays named <output>/<chunk index>",
+            "outputs": list(d.outputs), "fps": p.fps}}]
     sound = "H.264 + AAC" if p.input_of("audio") is not None else "H.264, no audio track"
     return [{"name": "video", "datatype": "BYTES", "shape": [1], "parameters": {
         "content_type": "video/mp4", "route": "POST /render", "streamed": f"fragmented MP4 ({sound}), chunked",

@@ -21,6 +21,7 @@ from typing import Any
 from .. import __version__
 from ..media import ACCEPTED_AUDIO, ACCEPTED_IMAGES
 from ..runtime import LoadedBuild
+from ._delivered import CONTENT_TYPES
 from ._errors import CODES
 from ._oip import max_seconds
 from ._request import FORM_FILES, MEDIA_FIELDS, REQUEST_ID, Limits, request_model
@@ -82,7 +83,8 @@ def _what(build: LoadedBuild) -> str:
         return "a talking-head video"
     kinds = {"image": "a picture", "audio": "audio", "text": "text", "tensor": "tensors"}
     given = [kinds[i.kind] for i in p.request_inputs() if i.kind in kinds]
-    return f"a video from {' + '.join(dict.fromkeys(given)) or 'its length alone'}"
+    made = {"video": "a video", "audio": "audio (WAV)", "tensors": "tensors (npz)"}[p.delivery().kind]
+    return f"{made} from {' + '.join(dict.fromkeys(given)) or 'its length alone'}"
 
 
 def _empty_body(build: LoadedBuild) -> str:
@@ -156,12 +158,24 @@ def _schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, Any]]:
     }
 
 
+def _answer(build: LoadedBuild) -> tuple[str, str]:
+    """(content type, description) of what /render answers, by the build's declared delivery."""
+    d = build.manifest.program.delivery()
+    if d.kind == "audio":
+        return CONTENT_TYPES["audio"], (f"16-bit mono PCM WAV at {d.sample_rate} Hz ({d.samples_per_frame} samples "
+                                        "per frame), header first, then each chunk's samples as it completes")
+    if d.kind == "tensors":
+        return CONTENT_TYPES["tensors"], (f"an .npz (numpy.load) of every chunk's {', '.join(d.outputs)}, named "
+                                          "<output>/<chunk index>, sent whole after the last chunk")
+    return CONTENT_TYPES["video"], "fragmented MP4 (H.264 + AAC), sent chunked as chunks complete"
+
+
 def _render(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
-    video = {"description": "fragmented MP4 (H.264 + AAC), sent chunked as chunks complete; an error after the "
-                            "first bytes cuts the body short (the pod's log says why)",
+    media, what = _answer(build)
+    video = {"description": f"{what}; an error after the first bytes cuts the body short (the pod's log says why)",
              "headers": {name: {"description": text, "schema": {"type": kind}}
                          for name, (kind, text) in VIDEO_HEADERS.items()},
-             "content": {"video/mp4": {"schema": {"type": "string", "contentMediaType": "video/mp4"}}}}
+             "content": {media: {"schema": {"type": "string", "contentMediaType": media}}}}
     return {
         "operationId": "render",
         "summary": f"render {_what(build)} with build {build.build_id}",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import np_dtype
-from ..errors import AvatarReleaseError, InputError, RecompileError, Revoked
+from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..records import Manifest
 from ..registry import Registry, Resolved
@@ -37,11 +37,8 @@ __all__ = ["Pod", "start_pod", "warm_up"]
 
 def warm_up(build: LoadedBuild) -> float:
     """Render one chunk of the largest bucket from the sample inputs the build declares (a text or
-    tensor input: zeros of its shape); refuse a build that compiles, or that delivers no video."""
+    tensor input: zeros of its shape); refuse a build that compiles."""
     p = build.manifest.program
-    if p.delivery().kind != "video":
-        raise InputError(f"build {build.build_id} delivers {p.delivery().kind}; a pod streams video (MP4) only, so "
-                         "this build cannot be served yet; render it with `avatar-release render`")
     t0 = time.perf_counter()
     frames = max(b.frames for b in build.manifest.buckets)
     before = build.guard.count

@@ -1,4 +1,5 @@
-"""A render job: the runtime's chunks into the fMP4 encoder on a worker thread, events to the event loop.
+"""A render job: the runtime's chunks into the fMP4 encoder on a worker thread, events to the event loop
+(a build that delivers audio or tensors: into ``_delivered``'s WAV or npz encoder instead).
 
 The thread holds the pod's device lock for the whole render (one render per host) and checks
 ``cancel`` between chunks: a client that leaves, or a request past its timeout, stops the render
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..runtime import Chunk, LoadedBuild, PaceTally, pace_of, plan_chunks, stream
+from ._delivered import NpzEncoder, WavEncoder
 from ._fmp4 import FragmentEncoder
 from ._pod import Pod
 from ._request import RenderInputs
@@ -64,18 +66,28 @@ class RenderJob:
     def _run(self) -> None:
         m = self.pod.metrics
         p = self.build.manifest.program
-        enc = None
+        enc: FragmentEncoder | WavEncoder | NpzEncoder | None = None
+        d = p.delivery()
         try:
             with self.pod.device_lock:
                 m.in_flight.inc()
                 try:
-                    enc = FragmentEncoder(width=p.width, height=p.height, fps=p.fps, audio=self.inputs.audio,
-                                          sample_rate=p.sample_rate, n_frames=self.n_frames, keyframes=self.keyframes,
-                                          on_bytes=lambda b: self._put("bytes", b))
+                    if d.kind == "audio":
+                        enc = WavEncoder(sample_rate=d.sample_rate, samples=self.n_frames * d.samples_per_frame,
+                                         on_bytes=lambda b: self._put("bytes", b))
+                    elif d.kind == "tensors":
+                        enc = NpzEncoder(on_bytes=lambda b: self._put("bytes", b))
+                    else:
+                        enc = FragmentEncoder(width=p.width, height=p.height, fps=p.fps, audio=self.inputs.audio,
+                                              sample_rate=p.sample_rate, n_frames=self.n_frames,
+                                              keyframes=self.keyframes, on_bytes=lambda b: self._put("bytes", b))
                     for chunk in stream(self.build, self.inputs.image, self.inputs.audio, seed=self.inputs.seed,
                                         frames=self.inputs.frames, values=self.inputs.values):
                         self._account(chunk)
-                        enc.write(chunk.frames)
+                        if isinstance(enc, FragmentEncoder):
+                            enc.write(chunk.frames)
+                        else:
+                            enc.write(chunk)
                         self._put("chunk", chunk)
                         del chunk
                         if self.cancel.is_set():
@@ -100,7 +112,7 @@ class RenderJob:
 
     def _account(self, chunk: Chunk) -> None:
         m, s = self.pod.metrics, self.stats
-        s.frames += int(chunk.frames.shape[0])
+        s.frames += chunk.n_frames if chunk.n_frames >= 0 else int(chunk.frames.shape[0])
         s.compiles += chunk.compiles
         s.pace.add(chunk.seconds, chunk.deadline)
         self.pod.pace.add(chunk.seconds, chunk.deadline)

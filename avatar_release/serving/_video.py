@@ -1,4 +1,5 @@
-"""The streamed answer of ``POST /render``: a raw ASGI response fed by a started `RenderJob`.
+"""The streamed answer of ``POST /render``: a raw ASGI response fed by a started `RenderJob` (an MP4,
+or the WAV or npz of a build that delivers audio or tensors: ``_delivered``).
 
 Headers go out once the first bytes exist, then every piece as ffmpeg writes it. An error before
 the first bytes is a JSON error with its status; after them the stream is cut short (the client
@@ -16,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from ..errors import AvatarReleaseError, RecompileError
+from ._delivered import CONTENT_TYPES
 from ._errors import ServeError, clean_message
 from ._log import log_event
 from ._pod import Pod
@@ -91,7 +93,7 @@ class VideoStream:
     async def _send_bytes(self, send: Send, value: bytes) -> None:
         if not self.started:
             await self._start(send)
-        if self.ttff is None and b"moof" in value:
+        if self.ttff is None and (b"moof" in value or self.job.build.manifest.program.delivery().kind != "video"):
             self.ttff = time.perf_counter() - self.t0
             self.pod.metrics.first_fragment.observe(self.ttff)
         self.sent += len(value)
@@ -124,6 +126,6 @@ class VideoStream:
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
         b = self.job.build
-        return [(b"content-type", b"video/mp4"), (b"x-request-id", self.line["id"].encode()),
+        return [(b"content-type", CONTENT_TYPES[b.manifest.program.delivery().kind].encode()), (b"x-request-id", self.line["id"].encode()),
                 (b"x-build-id", b.build_id.encode()), (b"x-frames", str(self.job.n_frames).encode()),
                 (b"x-compiles", str(b.guard.count).encode()), (b"cache-control", b"no-store")]

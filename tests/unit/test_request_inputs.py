@@ -189,7 +189,7 @@ def test_the_pods_request_fields_are_the_declarations():
 
 
 # ------------------------------------------------------------------ a stand-in build: audio -> audio
-SR, SPF = 1000, 10
+SR, SPF = 4000, 40  # sample audio (the gate set's) is at least 4 kHz
 
 
 def _echo(params, audio):
@@ -213,24 +213,61 @@ def _audio_build() -> LoadedBuild:
     return LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, stages=stages, timings=LoadTimings())
 
 
-def test_an_audio_to_audio_build_renders_a_wav_and_is_refused_where_only_video_is_judged(tmp_path):
+def test_an_audio_to_audio_build_renders_a_wav_and_is_gated_and_served_by_its_chunks(tmp_path):
     import wave
 
     from avatar_release.serving import render_build_to_files
     from avatar_release.serving._pod import warm_up
 
     build = _audio_build()
-    track = np.linspace(-0.5, 0.5, 95, dtype=np.float32)
+    track = np.linspace(-0.5, 0.5, 375, dtype=np.float32)
     report, written = render_build_to_files(build, None, [track[:40], track[40:]], out_path=str(tmp_path / "out.wav"))
     assert report.frames == 10 and written.bytes == (tmp_path / "out.wav").stat().st_size
     with wave.open(str(tmp_path / "out.wav")) as wf:
-        assert (wf.getframerate(), wf.getnchannels(), wf.getnframes()) == (SR, 1, 100)  # 10 frames x 10 samples
-        pcm = np.frombuffer(wf.readframes(100), "<i2") / 32767
-    assert np.allclose(pcm[:95], track * 0.5, atol=1e-4) and not pcm[95:].any()  # the tail: silence, halved
-    with pytest.raises(Exception, match="delivers audio; the gates compare delivered video frames only"):
-        gate_set(build.manifest)
-    with pytest.raises(InputError, match="delivers audio; a pod streams video .MP4. only"):
-        warm_up(build)
+        assert (wf.getframerate(), wf.getnchannels(), wf.getnframes()) == (SR, 1, 400)  # 10 frames x 40 samples
+        pcm = np.frombuffer(wf.readframes(400), "<i2") / 32767
+    assert np.allclose(pcm[:375], track * 0.5, atol=1e-4) and not pcm[375:].any()  # the tail: silence, halved
+    gs = gate_set(build.manifest)  # audio variants only (no image input)
+    assert [r.name for r in gs.requests] == ["audio0", "audio1"]
+    assert warm_up(build) >= 0 and build.guard.count == 0  # a pod takes it
+    # The gate's units are the delivered chunks: a hash of each chunk's arrays, compared by SNR.
+    from avatar_release.gates._compare import bit_exact, twin_baseline
+    from avatar_release.gates.metrics import chunk_units, delivered_sha256, snr_db
+
+    req = gs.requests[0]
+    given = gate_request_inputs(build.manifest, req)
+    chunks = [dict(c.outputs) for c in stream(build, None, given.audio, frames=given.frames)]
+    assert len(chunks) == len(req.buckets)
+    units, hashes = chunk_units(chunks), [delivered_sha256(c) for c in chunks]
+    assert units.dtype == np.float64 and units.shape[0] == len(chunks)
+    assert twin_baseline(gs, hashes, list(hashes), units, units).summary.endswith(f"all {len(chunks)} chunks")
+    louder = [{"half": c["half"] * np.float32(1.01)} for c in chunks]
+    be = bit_exact(gs, [delivered_sha256(c) for c in louder], hashes, chunk_units(louder), units)
+    assert be.status == "failed" and "audio0 chunk 0" in be.summary and "lowest SNR 40.00 dB" in be.summary
+    assert round(snr_db(units[0] * 1.01, units[0]), 2) == 40.0
+
+
+def test_a_served_wav_is_a_wav_of_the_requests_length():
+    import io
+    import wave
+
+    from avatar_release.runtime import Chunk
+    from avatar_release.serving._delivered import NpzEncoder, WavEncoder
+
+    sent: list[bytes] = []
+    enc = WavEncoder(sample_rate=SR, samples=25, on_bytes=sent.append)
+    for i, n in enumerate((20, 10)):  # the last chunk's bucket is longer than the request's tail
+        enc.write(Chunk(i, "f", np.full(n, 0.5, np.float32), 0, 0.0, 0.0, 0))
+    enc.close()
+    with wave.open(io.BytesIO(b"".join(sent))) as wf:
+        assert (wf.getframerate(), wf.getnchannels(), wf.getsampwidth(), wf.getnframes()) == (SR, 1, 2, 25)
+        assert np.all(np.frombuffer(wf.readframes(25), "<i2") == 16384)
+    sent.clear()
+    npz = NpzEncoder(on_bytes=sent.append)
+    npz.write(Chunk(0, "f", np.ones(2), 0, 0.0, 0.0, 0, 2, {"y": np.ones(2), "z": np.zeros(3)}))
+    npz.close()
+    with np.load(io.BytesIO(b"".join(sent))) as got:
+        assert sorted(got.files) == ["y/0", "z/0"]
 
 
 def test_render_reads_text_and_tensor_inputs_by_the_declaration(tmp_path):
