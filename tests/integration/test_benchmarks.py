@@ -73,6 +73,14 @@ def _cli(doc: Any, build: Any) -> None:
     assert cases["help"]["heavy_imports"] == cases["mistyped command"]["heavy_imports"] == []
 
 
+def _compile_wall(doc: Any, build: Any) -> None:
+    """This checkout, the example project, one round: compile alone through the CLI, its figures."""
+    entry = doc["projects"]["puppet-tiny"]
+    (row,) = entry["runs"]["after"]
+    assert row["build_id"].startswith("puppet-tiny-cpu-8-") and row["compiled"] == row["executables"] == 2
+    assert entry["medians"]["after"]["process_seconds"] > entry["medians"]["after"]["compile_wall_seconds"] > 0
+
+
 def _flash(doc: Any, build: Any) -> None:
     """Dense and flash attention of tiny's DiT compiled for TPU (compiler estimates, not measurements)."""
     (row,) = doc
@@ -353,6 +361,7 @@ SMOKES: dict[str, Smoke] = {
     "attacks": Smoke("bench_attacks.py", _attacks, build=True),
     "checkouts": Smoke("bench_checkouts.py", _checkouts),
     "cli": Smoke("bench_cli.py", _cli, slow=False, timeout=300),
+    "compile_wall": Smoke("bench_compile_wall.py", _compile_wall),  # one compile of the example project
     # two libtpu compiles of one attention layer: seconds, in the fast lane
     "flash": Smoke("bench_flash.py", _flash, slow=False, extras=("tpu",)),
     "gates": Smoke("bench_gates.py", _gates, build=True, timeout=900),
