@@ -222,8 +222,9 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
         flags=flags_rec,
         toolchain=tools,
         platform=plan.platform,
-        buckets=[Bucket(name=b.name, frames=b.frames, height=program.height,
-                       width=program.width) for b in spec.buckets],
+        # height x width: the delivered video's; 1 x 1 for audio or tensors (the fields must be positive)
+        buckets=[Bucket(name=b.name, frames=b.frames, height=max(program.height, 1),
+                       width=max(program.width, 1)) for b in spec.buckets],
         program=program,
         executables=entries,
         memory_fit=fit,

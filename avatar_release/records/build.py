@@ -132,6 +132,7 @@ class ArraySpec(Record):
 class Bucket(Record):
     """A shape bucket: one compiled shape of the per-chunk program."""
 
+    # height x width: the delivered video's; 1 x 1 for a build that delivers audio or tensors
     name: str
     frames: int = Field(gt=0)
     height: int = Field(gt=0)

@@ -1,0 +1,1 @@
+"""The echo toy: audio -> audio, one stage (see echo.release)."""
