@@ -30,8 +30,8 @@ class Smoke:
     args: tuple[str, ...] = ()
     build: bool = False  # --registry: a private copy of the session's tiny build (dev holds it, ungated)
     # (flag, overrides): another build of tiny from the session's build cache, published beside it
-    # (dev stays) and named to the benchmark by its build id after FLAG
-    candidate: tuple[str, dict[str, str]] | None = None
+    # (dev stays) and named to the benchmark by its build id after FLAG (None: found there by the benchmark)
+    candidate: tuple[str | None, dict[str, str]] | None = None
     slow: bool = True  # compiles, gates, serves or runs fresh processes for seconds
     extras: tuple[str, ...] = ()  # optional extras it needs (tests/tools.py: skip, or fail under the switch)
     binaries: tuple[str, ...] = ()  # external programs it needs (likewise)
@@ -384,7 +384,8 @@ SMOKES: dict[str, Smoke] = {
     "spine": Smoke("bench_spine.py", _spine, timeout=900),  # two compiles of tiny (the compile and JIT scenarios)
     "state": Smoke("bench_state.py", _state, slow=False, timeout=300),
     # a second tiny compile, then a pod's swap, the JIT path (twice), a fresh pod and bare JAX
-    "swap": Smoke("bench_swap.py", _swap, build=True, timeout=900),
+    # B, beside the session's build in --registry: found by bench_swap, not compiled there
+    "swap": Smoke("bench_swap.py", _swap, build=True, candidate=(None, {"matmul_k_split": "2"}), timeout=900),
     "tpu": Smoke("bench_tpu.py", _tpu, extras=("tpu",), timeout=900),  # a libtpu compile of tiny
     "trust": Smoke("bench_trust.py", _trust, build=True),
     "weights": Smoke("bench_weights.py", _weights),
@@ -419,7 +420,8 @@ def test_smoke_mode(name, request, tmp_path):
             flag, overrides = smoke.candidate
             other = request.getfixturevalue("build_cache").compile("tiny", "cpu-8", registry=LocalRegistry(root),
                                                                    overrides=overrides, move_dev=False)
-            args += [flag, other.build_id]
+            if flag is not None:
+                args += [flag, other.build_id]
     doc = run_smoke(smoke.script, *args, out=tmp_path / f"{name}.json", timeout=smoke.timeout)
     smoke.check(doc, build)
 
