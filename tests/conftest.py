@@ -83,6 +83,11 @@ def _own_state_dir(tmp_path_factory, monkeypatch):
 # An unmarked test slower than this (setup + call + teardown) is reported at the end of the run.
 FAST_LANE_LIMIT_S = 5.0
 
+def pytest_configure(config):
+    # pytest-xdist declares it when installed; without it the marks below are still known names
+    config.addinivalue_line("markers", "xdist_group(name): tests run on one worker under --dist loadgroup")
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
