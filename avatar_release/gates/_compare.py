@@ -134,12 +134,15 @@ def bit_exact(gs: GateSetRecord, cand_hashes: list[str], base_hashes: list[str],
 
 
 def similarity_band(gs: GateSetRecord, cand: np.ndarray, base: np.ndarray, band: Band) -> GateEvidence:
-    """Every frame inside the measured band: PSNR >= floor and max abs diff <= ceiling."""
+    """Every unit inside the measured band: PSNR (video frames; SNR for an audio or tensors build's
+    chunks) >= floor and max abs diff <= ceiling. Below it: ``below-band`` (a blind review decides)
+    for video; ``failed`` for audio and tensors, which have no blind review."""
     psnrs = per_frame_psnr(cand, base)
-    diffs = [int(max_abs_diff(x, y)) for x, y in zip(cand, base)]
+    diffs = [_diff(x, y) for x, y in zip(cand, base)]
     below = [i for i, (p, d) in enumerate(zip(psnrs, diffs))
              if p < band.psnr_floor_db or d > band.max_abs_diff_ceiling]
     finite = [p for p in psnrs if not math.isinf(p)]
+    unit, metric = _unit(cand), metric_name(cand)
     details = SimilarityBandDetails(
         psnr_floor_db=band.psnr_floor_db, max_abs_diff_ceiling=band.max_abs_diff_ceiling,
         min_psnr_db=_db(min(psnrs)) if psnrs else None,
@@ -151,13 +154,17 @@ def similarity_band(gs: GateSetRecord, cand: np.ndarray, base: np.ndarray, band:
     if not below:
         return GateEvidence(
             name="similarity-band", status="passed",
-            summary=(f"all {len(psnrs)} frames inside the band (lowest PSNR {min(psnrs):.2f} dB >= "
+            summary=(f"all {len(psnrs)} {unit}s inside the band (lowest {metric} {min(psnrs):.2f} dB >= "
                      f"{band.psnr_floor_db:.2f}; max abs diff {max(diffs)} <= {band.max_abs_diff_ceiling})"),
         ).with_details(details)
     i = min(below, key=lambda k: psnrs[k])
+    video = unit == "frame"
     return GateEvidence(
-        name="similarity-band", status="below-band",
-        summary=(f"{len(below)} of {len(psnrs)} frames below the band; worst {frame_label(gs, i)}: "
-                 f"PSNR {psnrs[i]:.2f} dB (floor {band.psnr_floor_db:.2f}), max abs diff {diffs[i]} "
-                 f"(ceiling {band.max_abs_diff_ceiling}); needs a blind review"),
+        name="similarity-band", status="below-band" if video else "failed",
+        summary=(f"{len(below)} of {len(psnrs)} {unit}s below the band; worst {_label(gs, cand, i)}: "
+                 f"{metric} {psnrs[i]:.2f} dB (floor {band.psnr_floor_db:.2f}), max abs diff {diffs[i]} "
+                 f"(ceiling {band.max_abs_diff_ceiling}); "
+                 + ("needs a blind review" if video else
+                    "failed: the blind review shows video frames, and none is available for delivered audio or "
+                    "tensors")),
     ).with_details(details)

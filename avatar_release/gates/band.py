@@ -10,6 +10,10 @@ deterministic, or nothing measured against it means anything). The band is then:
     psnr_floor_db        = lowest per-frame PSNR of any variant vs the reference - margin_db
     max_abs_diff_ceiling = largest per-pixel difference any variant produced
 
+For a build that delivers audio or tensors the units are its delivered chunks and the metric is
+SNR (``metric = "snr"``; ``metrics.snr_db``): the floor is the lowest per-chunk SNR - margin_db,
+the ceiling the largest difference of a delivered value (a float).
+
 and is written to ``manifests/bands/<pipeline>-<target>.json`` with the builds, the gate set,
 the environment and the per-variant statistics it came from.
 """
@@ -20,6 +24,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+import numpy as np
 
 from .. import _atomic
 from .._digest import sha256_digest
@@ -100,17 +106,21 @@ def calibrate(
     reference = _reference_run(registry, ref, gs, progress)
     measured, lowest, ceiling = _measure_variants(registry, ref, builds, gs, reference, progress)
     tools = toolchain(with_compile_tools=False)
+    video = manifest.program.delivery().kind == "video"
+    method = ("per-frame PSNR and max abs pixel difference of each variant's gate-set frames vs "
+              "the reference's; floor = lowest PSNR - margin, rounded down to 0.01 dB; "
+              "ceiling = largest difference") if video else (
+              "per-chunk SNR and max abs difference of each variant's delivered chunks vs the reference's; "
+              "floor = lowest SNR - margin, rounded down to 0.01 dB; ceiling = largest difference")
     band = Band(
-        pipeline=pipeline, target=target,
+        pipeline=pipeline, target=target, metric="psnr" if video else "snr",
         psnr_floor_db=round(math.floor((lowest - margin_db) * 100) / 100, 2),
         max_abs_diff_ceiling=ceiling, margin_db=margin_db,
         reference_build=ref.build_id, reference_digest=ref.digest, variants=measured,
         gate_set=gs, environment=environment_record(manifest.platform.backend),
         tool={"avatar_release": tools.avatar_release, "jax": tools.jax, "jaxlib": tools.jaxlib},
         measured_at=utcnow(),
-        method=("per-frame PSNR and max abs pixel difference of each variant's gate-set frames vs "
-                "the reference's; floor = lowest PSNR - margin, rounded down to 0.01 dB; "
-                "ceiling = largest difference"),
+        method=method,
     )
     path = Path(out) if out else band_path(pipeline, target)
     data = band.to_json_bytes()
@@ -150,11 +160,12 @@ def _reference_run(registry: Registry, ref: CompileResult, gs: GateSetRecord,
 
 def _measure_variants(registry: Registry, ref: CompileResult, builds: list[tuple[dict[str, str], CompileResult]],
                       gs: GateSetRecord, reference: GateRun, progress: Callable[[str], None],
-                      ) -> tuple[list[BandVariant], float, int]:
+                      ) -> tuple[list[BandVariant], float, int | float]:
     """(per-variant statistics, the lowest finite PSNR of any variant, the largest pixel difference);
     Refusal when no variant changed a frame."""
     measured: list[BandVariant] = []
-    lowest, ceiling = math.inf, 0
+    lowest = math.inf
+    ceiling: int | float = 0
     for v, b in builds:
         if b.digest == ref.digest:
             raise InputError(f"variant {v} compiled to the reference build itself; it changes nothing")
@@ -162,7 +173,9 @@ def _measure_variants(registry: Registry, ref: CompileResult, builds: list[tuple
         run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}",
                         on_chunk=chunk_ticks(progress, f"variant {v}", gs))
         psnrs = per_frame_psnr(run.frames, reference.frames)
-        diffs = [int(max_abs_diff(x, y)) for x, y in zip(run.frames, reference.frames)]
+        video = run.frames.dtype == np.uint8  # else an audio or tensors build's delivered chunks (float)
+        diffs = [int(d) if video else float(d) for d in (max_abs_diff(x, y) for x, y in zip(run.frames,
+                                                                                             reference.frames))]
         finite = sorted(p for p in psnrs if not math.isinf(p))
         measured.append(BandVariant(
             overrides=dict(v), build_id=b.build_id,

@@ -116,16 +116,15 @@ def check_inputs(registry: Registry, ref: str, baseline: str, band_file: str | P
         decision = decide_tier(manifest, base_manifest, levers)
         inputs.tier, inputs.tier_reasons = decision.tier, decision.reasons
         if decision.tier == 2:
-            delivers = manifest.program.delivery().kind
-            if delivers != "video":
-                raise Refusal(
-                    f"build {manifest.build_id} differs from baseline {base_ref.build_id if base_ref else '?'} in "
-                    f"declared levers only (tier 2: {'; '.join(decision.reasons[:3])}), and delivers {delivers}: a "
-                    "similarity band (its file measures PSNR and pixel levels of video frames) cannot judge "
-                    f"{delivers}, and no blind review is available for it. Such a build must be bit-exact: gate it "
-                    "against a baseline built with the same levers, or release it as a first build "
-                    "(--baseline none) after checking its output yourself")
             band, band_digest, band_path = load_band(manifest.pipeline, manifest.target, band_file)
+            delivers = manifest.program.delivery().kind
+            wants = "psnr" if delivers == "video" else "snr"  # video frames; audio or tensors: delivered chunks
+            if band.metric != wants:
+                raise SpecError(
+                    f"{band_path}: the band's metric is {band.metric}, but build {manifest.build_id} delivers "
+                    f"{delivers}, judged by {wants.upper()} ({'frames' if wants == 'psnr' else 'delivered chunks'}); "
+                    f"measure its band: avatar-release gate calibrate --pipeline {manifest.pipeline} "
+                    f"--target {manifest.target}")
             inputs.band = band
             inputs.band_used = BandUsed(path=str(band_path), digest=band_digest, psnr_floor_db=band.psnr_floor_db,
                                         max_abs_diff_ceiling=band.max_abs_diff_ceiling,
@@ -291,7 +290,8 @@ def _against_baseline(inputs: GateInputs, run: GateRun, base_frames: np.ndarray)
     sb = similarity_band(gs, run.frames, base_frames, inputs.band)
     if (elsewhere := band_measured_elsewhere(inputs.band, inputs.env)) is not None:
         sb = sb.model_copy(update={"summary": f"{sb.summary}; {elsewhere}"})
-    return [be, sb], "passed" if sb.status == "passed" else "needs-review"
+    # below the band: a blind review for video; audio and tensors have none, so they fail
+    return [be, sb], {"passed": "passed", "below-band": "needs-review"}.get(sb.status, "failed")
 
 
 def band_measured_elsewhere(band: Band, env: EnvironmentRecord) -> str | None:

@@ -10,6 +10,10 @@ Changelogs (each kind versioned on its own):
     decided the verdict, named inside the signed evidence so a trust policy's ``[gate_inputs]`` can
     pin them. Version-1 results are still read (both absent: None).
   * ``avatar-release/band`` (``BAND_SCHEMA_VERSION``): 1 (2026-11-29) first version.
+    2 (2026-12-05): ``metric``: ``psnr`` (video frames, as every version-1 band, which is still
+    read as one) or ``snr`` (an audio or tensors build's delivered chunks: SNR in dB, the floor in
+    ``psnr_floor_db``); ``max_abs_diff_ceiling`` may be a float (the samples' or values' largest
+    difference).
   * ``avatar-release/compile-gate`` (``COMPILE_GATE_SCHEMA_VERSION``): 1 (2026-11-29) first version.
   * ``avatar-release/gate-shard`` (``GATE_SHARD_SCHEMA_VERSION``): 1 (2026-12-02) first version: the
     partial evidence of one shard of a gate set (one or both twin runs of its slice, where each ran).
@@ -61,7 +65,7 @@ __all__ = [
 ]
 
 GATE_RESULT_SCHEMA_VERSION = 2
-BAND_SCHEMA_VERSION = 1
+BAND_SCHEMA_VERSION = 2
 COMPILE_GATE_SCHEMA_VERSION = 1
 GATE_SHARD_SCHEMA_VERSION = 1
 FRAMES_MEDIA_TYPE = "application/vnd.avatar-release.gate-frames.v1.npy+zstd"
@@ -163,11 +167,11 @@ class BitExactDetails(GateDetails):
 class SimilarityBandDetails(GateDetails):
     gate: ClassVar[str] = "similarity-band"
 
-    psnr_floor_db: float | None = None
-    max_abs_diff_ceiling: int | None = None
+    psnr_floor_db: float | None = None  # the band's floor: PSNR, or SNR (band metric snr: audio, tensors)
+    max_abs_diff_ceiling: int | float | None = None
     min_psnr_db: float | None = None  # None: every frame identical
     median_psnr_db: float | None = None
-    max_abs_diff: int | None = None
+    max_abs_diff: int | float | None = None
     per_frame_psnr_db: list[float | None] | None = None  # every frame, gate-set order (None: identical)
     frames_below: list[int] | None = None  # the frames outside the band: what a blind review shows
 
@@ -178,7 +182,7 @@ class BandUsed(_View):
     path: str
     digest: str
     psnr_floor_db: float
-    max_abs_diff_ceiling: int
+    max_abs_diff_ceiling: int | float
     measured_at: str
     environment: str  # fingerprint of the machine the band was measured on
 
@@ -262,10 +266,10 @@ class GateResult(Record):
 class BandVariant(Record):
     overrides: dict[str, str]
     build_id: str
-    min_psnr_db: float | None  # None: every frame identical
+    min_psnr_db: float | None  # None: every frame identical (band metric snr: SNR of the delivered chunks)
     median_psnr_db: float | None
-    max_abs_diff: int
-    identical_frames: int
+    max_abs_diff: int | float
+    identical_frames: int  # band metric snr: identical chunks (and ``frames``: chunks)
     frames: int
 
 
@@ -276,8 +280,12 @@ class Band(Record):
     schema_version: int = BAND_SCHEMA_VERSION
     pipeline: str
     target: str
-    psnr_floor_db: float = Field(description="every frame of a tier-2 candidate must reach this PSNR")
-    max_abs_diff_ceiling: int = Field(description="no pixel may move more than this many levels")
+    psnr_floor_db: float = Field(description="every frame (or, metric snr, every delivered chunk) of a tier-2 "
+                                             "candidate must reach this PSNR (or SNR) in dB")
+    max_abs_diff_ceiling: int | float = Field(description="no pixel may move more than this many levels (metric "
+                                                          "snr: no delivered value more than this)")
+    metric: Literal["psnr", "snr"] = Field("psnr", description="psnr: video frames (every version-1 band); snr: an "
+                                                               "audio or tensors build's delivered chunks")
     margin_db: float  # subtracted from the lowest measured PSNR
     reference_build: str
     reference_digest: str

@@ -245,6 +245,21 @@ def test_an_audio_to_audio_build_renders_a_wav_and_is_gated_and_served_by_its_ch
     be = bit_exact(gs, [delivered_sha256(c) for c in louder], hashes, chunk_units(louder), units)
     assert be.status == "failed" and "audio0 chunk 0" in be.summary and "lowest SNR 40.00 dB" in be.summary
     assert round(snr_db(units[0] * 1.01, units[0]), 2) == 40.0
+    # Tier 2 judges the chunks by an SNR band (band v2, metric snr); below it there is no blind review.
+    from avatar_release.gates._compare import similarity_band
+    from avatar_release.records import Band, parse_record
+
+    band = parse_record(Band, (ROOT / "tests" / "data" / "band.v2.json").read_bytes(), where="band.v2.json")
+    assert band.metric == "snr"
+    inside = similarity_band(gs, chunk_units(louder), units, band.model_copy(update={
+        "psnr_floor_db": 39.5, "max_abs_diff_ceiling": 0.01}))
+    assert inside.status == "passed" and inside.summary.startswith(f"all {len(chunks)} chunks inside the band "
+                                                                   "(lowest SNR 40.00 dB >= 39.50")
+    below = similarity_band(gs, chunk_units(louder), units, band.model_copy(update={
+        "psnr_floor_db": 41.0, "max_abs_diff_ceiling": 0.01}))
+    assert below.status == "failed" and below.summary.startswith(f"{len(chunks)} of {len(chunks)} chunks below")
+    assert "SNR 40.00 dB (floor 41.00)" in below.summary
+    assert "none is available for delivered audio or tensors" in below.summary
 
 
 def test_a_served_wav_is_a_wav_of_the_requests_length():
