@@ -309,9 +309,7 @@ def _tensor_stage(params, x, t):
     return (np.asarray(x) * float(np.asarray(t).sum()), np.asarray(t) * 2)
 
 
-def test_a_tensors_build_is_fed_a_raw_tensor_and_renders_every_chunks_outputs(tmp_path):
-    from avatar_release.serving import render_build_to_files
-
+def _tensors_build() -> LoadedBuild:
     m = cpu_manifest()
     program = ChunkProgram(stages=["calc"], image_input=None, audio_input=None, noise_input=None, carry={},
                            deliver="y", fps=FPS, sample_rate=0, samples_per_frame=0, height=0, width=0,
@@ -323,8 +321,15 @@ def test_a_tensors_build_is_fed_a_raw_tensor_and_renders_every_chunks_outputs(tm
         "inputs": [_spec("x", [3], "float32"), _spec("t", [b.frames], "float32")],
         "outputs": [_spec("y", [3], "float32"), _spec("z", [b.frames], "float32")]}) for b in m.buckets]
     m = m.model_copy(update={"program": program, "executables": entries})
-    build = LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, timings=LoadTimings(),
-                        stages={(e.stage, e.bucket): LoadedStage(e, _tensor_stage, [None] * 2, {}) for e in entries})
+    return LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, timings=LoadTimings(),
+                       stages={(e.stage, e.bucket): LoadedStage(e, _tensor_stage, [None] * 2, {}) for e in entries})
+
+
+def test_a_tensors_build_is_fed_a_raw_tensor_and_renders_every_chunks_outputs(tmp_path):
+    from avatar_release.serving import render_build_to_files
+
+    build = _tensors_build()
+    m = build.manifest
     largest = max(b.frames for b in m.buckets)
     x = np.array([1, 2, 3], np.float32)
     report, written = render_build_to_files(build, None, None, out_path=str(tmp_path / "out.npz"), frames=largest,
@@ -334,3 +339,52 @@ def test_a_tensors_build_is_fed_a_raw_tensor_and_renders_every_chunks_outputs(tm
         assert sorted(got.files) == ["y/0", "z/0"]
         t = np.arange(largest, dtype=np.float32) / FPS
         assert np.allclose(got["z/0"], t * 2) and np.allclose(got["y/0"], x * t.sum())
+
+
+def test_a_pod_answers_a_tensors_build_with_an_npz_and_an_audio_build_with_a_wav():
+    """The real app and runtime over the stand-in builds: the answer's content type and body follow
+    the declared delivery, as the OpenAPI document says."""
+    import io
+    import socket
+    import threading
+    import time
+    import wave
+
+    import uvicorn
+
+    from avatar_release.registry import Resolved
+    from avatar_release.serving import AppConfig, Pod, ServerConfig, create_app
+    from avatar_release.serving._lifecycle import uvicorn_config
+    from tests.serving_fakes import post_render
+
+    for build, body, media in ((_tensors_build(), {"x": [1.0, 2.0, 3.0], "seconds": 1.0}, "application/x-npz"),
+                               (_audio_build(), {"seconds": 0.2}, "audio/wav")):
+        build.resolved = Resolved("dev", build.manifest.build_id, "sha256:" + "0" * 64, "channel")
+        app = create_app(Pod(None, "dev", build), AppConfig())
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        server = uvicorn.Server(uvicorn_config(app, ServerConfig()))
+        t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        t.start()
+        try:
+            while not server.started:
+                time.sleep(0.01)
+            port = sock.getsockname()[1]
+            r, data = post_render(port, json.dumps(body).encode())
+            assert r.status == 200 and r.getheader("Content-Type") == media, data[:300]
+            assert r.getheader("X-Compiles") == "0"
+            frames = int(r.getheader("X-Frames"))
+            if media == "audio/wav":
+                with wave.open(io.BytesIO(data)) as wf:
+                    assert (wf.getframerate(), wf.getnframes()) == (SR, frames * SPF)
+            else:
+                with np.load(io.BytesIO(data)) as got:
+                    chunks = sorted({k.split("/")[1] for k in got.files}, key=int)
+                    assert {k.split("/")[0] for k in got.files} == {"y", "z"} and len(chunks) >= 1
+                    assert sum(got[f"z/{c}"].shape[0] for c in chunks) >= frames
+            r, data = post_render(port, json.dumps({**body, "seed": 1}).encode())
+            assert r.status == 400 and json.loads(data)["message"].startswith("seed: Extra inputs are not permitted")
+        finally:
+            server.should_exit = True
+            t.join(10)
