@@ -91,14 +91,10 @@ def compile_build(
     (``trust.state_moves.publish_to_dev``). ``autotune`` loads autotune results or writes what XLA chose
     (GPU targets; ``avatar-release autotune``). ``expect_source``: refuse, before tracing, a pipeline
     whose source digest is not this one (recompiling a published build from this checkout).
-    ``weight_compression``: how the weight chunks are stored, "none" (raw: loaded with one hash and
-    no decoding) or "zstd" (about a fifth fewer bytes of bf16 to move, for a registry where transfer
-    costs more than CPU); recorded in the manifest, and part of the build's identity.
+    ``weight_compression``: how weight chunks are stored, "none" (raw) or "zstd" (records.weights).
     """
     t_start = time.perf_counter()
-    if weight_compression not in WEIGHT_COMPRESSIONS:
-        raise InputError(f"weight compression {weight_compression!r}: expected one of {', '.join(WEIGHT_COMPRESSIONS)} "
-                         "(--weight-compression)")
+    _check_compression(weight_compression)
     plan = plan_build(pipeline, target, weights_path=weights_path, overrides=overrides or {},
                       executable_format=executable_format, progress=progress)
     _check_source(plan, expect_source)
@@ -109,18 +105,7 @@ def compile_build(
                             autotune=autotune, progress=progress)
     package = package_build(plan, compiled.stages, progress, autotune=autotune, weight_compression=weight_compression)
     manifest = package.manifest
-    result = CompileResult(
-        build_id=manifest.build_id,
-        digest="",
-        created=False,
-        registry=registry.uri,
-        pipeline=plan.spec.name,
-        target=plan.target.name,
-        executables=package.reports,
-        compile_wall_seconds=compiled.wall_seconds,
-        manifest=manifest,
-        shared=compiled.shared,
-    )
+    result = _result(plan, package, compiled, registry)
     if keep_compiled:
         result.compiled = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled for cs in compiled.stages}
         result.weight_tensors = plan.weight_tensors
@@ -134,6 +119,28 @@ def compile_build(
         result.digest = manifest.content_digest()
     result.wall_seconds = time.perf_counter() - t_start
     return result
+
+
+def _check_compression(weight_compression: str) -> None:
+    if weight_compression not in WEIGHT_COMPRESSIONS:
+        raise InputError(f"weight compression {weight_compression!r}: expected one of {', '.join(WEIGHT_COMPRESSIONS)} "
+                         "(--weight-compression)")
+
+
+def _result(plan: BuildPlan, package: Package, compiled: _Compiled, registry: Registry) -> CompileResult:
+    """What compile_build returns, before publishing: the build, its executables, its compile wall."""
+    return CompileResult(
+        build_id=package.manifest.build_id,
+        digest="",
+        created=False,
+        registry=registry.uri,
+        pipeline=plan.spec.name,
+        target=plan.target.name,
+        executables=package.reports,
+        compile_wall_seconds=compiled.wall_seconds,
+        manifest=package.manifest,
+        shared=compiled.shared,
+    )
 
 
 def _check_source(plan: BuildPlan, expected: str | None) -> None:

@@ -71,12 +71,20 @@ compiled for); ``avatar_release.machine`` describes the live machine as either a
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import Field
 
-from .._digest import BLAKE3_RE
-from ._base import BlobRef, Record, check_digest_fields
+from ._base import BlobRef, Record
+from ._omit import _omit_when_none
+from .weights import (
+    WEIGHT_CHUNK_BYTES,
+    WEIGHT_CHUNKING,
+    WEIGHT_COMPRESSIONS,
+    WeightChunk,
+    WeightsRecord,
+    WeightTensor,
+)
 
 __all__ = [
     "BUILD_SCHEMA_VERSION",
@@ -109,12 +117,6 @@ __all__ = [
 ]
 
 BUILD_SCHEMA_VERSION = 8
-# v5's chunk rule: tensors in name order, packed greedily into chunks of at most this many raw
-# bytes (a larger tensor is a chunk of its own), each tensor starting on a 64-byte boundary.
-WEIGHT_CHUNK_BYTES = 64 << 20
-WEIGHT_CHUNKING = f"tensor-aligned/v1 max={WEIGHT_CHUNK_BYTES} align=64 order=name"
-# v8: how a build stores its weight chunks (``WeightsRecord.compression``); "none" is the default.
-WEIGHT_COMPRESSIONS = ("none", "zstd")
 
 
 class ArraySpec(Record):
@@ -146,21 +148,6 @@ class Toolchain(Record):
     torch: str | None
     torchax: str | None
     avatar_release: str
-
-
-def _omit_when_none(*names: str) -> Callable[[BaseModel, SerializerFunctionWrapHandler], dict[str, Any]]:
-    """A serializer leaving out ``names`` while they are None: fields added to a record after
-    it was first stored, so that an older record written again keeps its bytes (and every digest
-    taken over them: content digest, identity)."""
-
-    def omit(self: BaseModel, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        for name in names:
-            if data.get(name, 0) is None:
-                del data[name]
-        return data
-
-    return model_serializer(mode="wrap")(omit)
 
 
 class Platform(Record):
@@ -347,65 +334,6 @@ class MemoryFit(Record):
     total_bytes: int  # weights_bytes + peak_working_bytes
     fits: bool
     weight_sharding: Literal["fsdp", "replicated"]
-
-
-class WeightTensor(Record):
-    """One tensor inside a weight chunk: its bytes are ``chunk[offset: offset + nbytes]``, C order.
-    Weights are split across devices along their first dimension (FSDP), so in C order each
-    device's slice of a tensor is one contiguous run of the chunk's bytes."""
-
-    name: str
-    dtype: str
-    shape: list[int]
-    offset: int = Field(ge=0)
-    nbytes: int = Field(ge=0)
-
-
-class WeightChunk(Record):
-    """A content-addressed piece of the weights: raw tensor bytes, stored as they are (v8,
-    compression "none") or zstd-compressed on their own."""
-
-    blob: BlobRef
-    raw_size: int
-    raw_digest: str  # sha256 of the raw bytes
-    tensors: list[WeightTensor]
-    raw_blake3: str | None = None  # v8: "blake3:<hex>" of the raw bytes, what a loader checks
-
-    _digests = check_digest_fields("raw_digest")
-    _omit = _omit_when_none("raw_blake3")
-
-    @field_validator("raw_blake3")
-    @classmethod
-    def _check_blake3(cls, v: str | None) -> str | None:
-        if v is not None and not BLAKE3_RE.match(v):
-            raise ValueError(f"expected 'blake3:' + 64 lowercase hex, got {v!r}")
-        return v
-
-
-class WeightsRecord(Record):
-    blob: BlobRef | None  # safetensors file, zstd-compressed; None when never materialised or chunked (v5)
-    raw_size: int  # bytes of the tensors (for abstract weights: what they would take)
-    raw_digest: str  # of the safetensors bytes; for abstract weights, of the (name, shape, dtype) list
-    tensors: int
-    source: str  # "init:seed=0", the path it was read from, or "abstract: ..."
-    materialized: bool = True
-    chunks: list[WeightChunk] | None = None  # v5: the weights in chunks (then ``blob`` is None)
-    chunking: str | None = None  # v5: the rule that cut them (WEIGHT_CHUNKING)
-    # v8: how the chunks are stored, "none" (raw) or "zstd"; None (v5-v7): zstd
-    compression: Literal["none", "zstd"] | None = None
-
-    _omit = _omit_when_none("compression")
-
-    @property
-    def chunk_codec(self) -> str:
-        """How the chunks' blobs are stored: "none" or "zstd" (every chunked build before v8)."""
-        return self.compression or "zstd"
-
-    def chunk_blobs(self) -> list[BlobRef]:
-        """Every blob the weights are stored in: the chunks, or the one safetensors blob, or none."""
-        if self.chunks is not None:
-            return [c.blob for c in self.chunks]
-        return [self.blob] if self.blob is not None else []
 
 
 class RequestInputRecord(Record):

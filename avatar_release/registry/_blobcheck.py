@@ -9,7 +9,7 @@ from typing import TypeVar
 from .._digest import StreamDigest, sha256_digest
 from ..errors import IntegrityError
 
-__all__ = ["checked_blob", "checked_stream", "BLOB_CHUNK"]
+__all__ = ["checked_blob", "checked_stream", "check_size", "copy_into", "BLOB_CHUNK"]
 
 T = TypeVar("T")
 BLOB_CHUNK = 1 << 20  # what a streamed read hands its sink at a time
@@ -75,3 +75,22 @@ def checked_stream(pieces: Iterable[bytes], digest: str, size: int, where: str,
                              "the store is corrupted or was tampered with — repair it from a registry holding "
                              "the same build: `avatar-release repair BUILD --from REGISTRY`")
     return result
+
+
+def check_size(got: int, digest: str, size: int, where: str) -> None:
+    """The size rule alone, for a store that copies a blob on this node unhashed (``NodeBlobs``:
+    the caller checks the content against the digest its signed manifest names)."""
+    if got != size:
+        raise IntegrityError(f"blob {digest} in {where}: size {f'more than {size}' if got > size else got} bytes, "
+                             f"manifest says {size}; the store is corrupted or was tampered with — repair it from a "
+                             "registry holding the same build: `avatar-release repair BUILD --from REGISTRY`")
+
+
+def copy_into(pieces: Iterable[bytes], out: memoryview, size: int) -> int:
+    """The pieces of a blob copied into ``out`` (its first ``size`` bytes); how many bytes there were."""
+    got = 0
+    for piece in pieces:
+        take = max(0, min(len(piece), size - got))
+        out[got: got + take] = piece[:take]
+        got += len(piece)
+    return got

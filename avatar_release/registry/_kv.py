@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from .._digest import is_digest, sha256_digest
 from ..errors import IntegrityError, NotFoundError
 from ..records import ChannelState, HistoryEntry, parse_record, utcnow
-from ._blobcheck import BLOB_CHUNK, checked_blob, checked_stream
+from ._blobcheck import BLOB_CHUNK, check_size, checked_blob, checked_stream, copy_into
 from ._cas import Current, Move, compare_and_swap
 from ._kv_gc import KVCollection
 from ._protocol import Action, BuildRef, Resolved, check_name
@@ -81,24 +81,11 @@ class KVRegistry(KVCollection, abc.ABC):
         return checked_stream(pieces, digest, size, self.uri, sink)
 
     def read_blob_into(self, digest: str, size: int, out: memoryview) -> None:
-        """The blob's ``size`` bytes copied into ``out``, unhashed (``NodeBlobs``: the caller checks
-        them against the digest its signed manifest names); IntegrityError when the size differs."""
+        """``NodeBlobs``: the blob's bytes copied into ``out`` unhashed, its size checked."""
         pieces = self._read_pieces(self._blob_key(digest), limit=size + 1)
         if pieces is None:
             raise NotFoundError(f"blob {digest} not found in registry {self.uri}")
-        got = 0
-        for piece in pieces:
-            take = max(0, min(len(piece), size - got))
-            out[got: got + take] = piece[:take]
-            got += len(piece)
-        self._check_size(digest, size, got)
-
-    def _check_size(self, digest: str, size: int, got: int) -> None:
-        if got != size:
-            raise IntegrityError(f"blob {digest} in {self.uri}: size {f'more than {size}' if got > size else got} "
-                                 f"bytes, manifest says {size}; the store is corrupted or was tampered with — repair "
-                                 "it from a registry holding the same build: `avatar-release repair BUILD --from "
-                                 "REGISTRY`")
+        check_size(copy_into(pieces, out, size), digest, size, self.uri)
 
     def _read_pieces(self, key: str, limit: int) -> Iterator[bytes] | None:
         """The bytes at ``key`` (at most ``limit``) in pieces, or None when absent; a store that can

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import _atomic
 from ..errors import IntegrityError, NotFoundError, RegistryError
-from ._blobcheck import BLOB_CHUNK
+from ._blobcheck import BLOB_CHUNK, check_size
 from ._kv import KVRegistry
 from ._lock import DEFAULT_LOCK_TIMEOUT, FileLock
 
@@ -110,7 +110,7 @@ class LocalRegistry(KVRegistry):
             raise NotFoundError(f"blob {digest} not found in registry {self.uri}") from None
         except OSError as e:
             raise RegistryError(f"registry {self.root}: cannot read {key} ({e.strerror})") from None
-        self._check_size(digest, size, got)
+        check_size(got, digest, size, self.uri)
 
     def _tmp_dir(self) -> Path:
         """The staging area, refused when it is a symlink: writes would land wherever it points."""
