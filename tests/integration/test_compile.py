@@ -62,12 +62,9 @@ def test_cli_rebuild_reports_a_reproducible_build(built_registry):
     assert out["identical"] is True and out["rebuilt_id"] == first.build_id and out["differences"] == []
 
 
-@pytest.mark.slow  # compiles a pipeline
-def test_an_override_changes_the_build_and_is_recorded(tmp_path):
-    from avatar_release.compile import compile_build
-
+def test_an_override_changes_the_build_and_is_recorded(tmp_path, build_cache):
     reg = LocalRegistry(tmp_path / "reg")
-    r = compile_build("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"}, publish=True)
+    r = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"})
     m = manifest_of(reg, r.build_id)
     assert m.overrides == {"dit.steps": 2} and m.config["dit"]["steps"] == 2
 
