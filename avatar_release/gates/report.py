@@ -140,16 +140,7 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
         body.append(f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
                     f"review</a> (served by <code>avatar-release review {e(result.build_id)} --serve</code>).</p>")
     if base is not None:
-        video = cand.dtype == np.uint8  # else an audio or tensors build's delivered chunks
-        psnrs = [similarity_db(a, b) for a, b in zip(cand, base)]
-        bounds, k = [], 0
-        for r in result.gate_set.requests[:-1]:
-            k += r.frames if video else len(r.buckets)
-            bounds.append(k)
-        band = result.band_used()
-        floor = band.psnr_floor_db if band is not None else None
-        body.append(f"<h2>Per-{'frame' if video else 'chunk'} {metric_name(cand)} vs baseline</h2>")
-        body.append(psnr_plot_svg(psnrs, floor, bounds))
+        body += _plot(result, cand, base)
     if review_page:
         # An open blind review: a labelled baseline/candidate frame (or its heat map) next to the
         # unlabelled pairs would tell a reviewer which side is which. Shown after the decision.
@@ -164,6 +155,20 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
     out = folder / "index.html"
     _atomic.write_text(out, page)
     return out
+
+
+def _plot(result: GateResult, cand: np.ndarray, base: np.ndarray) -> list[str]:
+    """Per-frame PSNR (per-chunk SNR for an audio or tensors build) against the band's floor."""
+    video = cand.dtype == np.uint8  # else an audio or tensors build's delivered chunks
+    psnrs = [similarity_db(a, b) for a, b in zip(cand, base)]
+    bounds, k = [], 0
+    for r in result.gate_set.requests[:-1]:
+        k += r.frames if video else len(r.buckets)
+        bounds.append(k)
+    band = result.band_used()
+    floor = band.psnr_floor_db if band is not None else None
+    return [f"<h2>Per-{'frame' if video else 'chunk'} {metric_name(cand)} vs baseline</h2>",
+            psnr_plot_svg(psnrs, floor, bounds)]
 
 
 def _sample_frames(result: GateResult, cand: np.ndarray, base: np.ndarray | None) -> list[str]:
