@@ -242,12 +242,7 @@ def render_to_files(
     progress(f"loading {manifest.build_id} from {registry.uri}")
     build = load(ref if trust is not None else resolved.digest, registry, strict=True, trust=trust)
     frames = None if audio is not None else max(1, math.ceil(seconds * prog.fps - 1e-9))
-    if audio is None:
-        length = f"{(frames or 0) / prog.fps:.1f}s ({frames} frames)"
-    else:
-        length = f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
-    progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {length} to {out_path}")
-
+    progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {_length(audio, frames, prog.fps)} to {out_path}")
     pace = pace_of(manifest)
 
     def say(c: Chunk) -> None:
@@ -269,12 +264,24 @@ def render_to_files(
         "node_cache": registry.cache.stats.to_json() if isinstance(registry, CachedRegistry) else None,
         "cold_start": _cold_start(build, imports, report),
         # what was written: the video, or the delivered audio (WAV) or tensors (npz)
-        ("video" if prog.delivery().kind == "video" else prog.delivery().kind): {"bytes": mp4.bytes,
-                                                                                 "seconds": mp4.seconds},
-        "inputs": {"image": image_record,
-                   "audio": audio.record() if audio is not None else {"path": None, "frames": frames},
-                   **({"values": sorted(values)} if values else {}), "decode_seconds": round(decode_seconds, 4)},
+        prog.delivery().kind: {"bytes": mp4.bytes, "seconds": mp4.seconds},
+        "inputs": _inputs_record(image_record, audio, frames, values, decode_seconds),
     }
+
+
+def _length(audio: RequestAudio | None, frames: int | None, fps: int) -> str:
+    """The request's length, as the progress line says it."""
+    if audio is None:
+        return f"{(frames or 0) / fps:.1f}s ({frames} frames)"
+    return f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
+
+
+def _inputs_record(image_record: dict, audio: RequestAudio | None, frames: int | None, values: dict[str, object] | None,
+                   decode_seconds: float) -> dict[str, Any]:
+    """How the inputs were read (the render summary's ``inputs``)."""
+    return {"image": image_record,
+            "audio": audio.record() if audio is not None else {"path": None, "frames": frames},
+            **({"values": sorted(values)} if values else {}), "decode_seconds": round(decode_seconds, 4)}
 
 
 def _cold_start(build: LoadedBuild, imports: float, report: StreamReport) -> dict[str, float]:
