@@ -39,8 +39,9 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, tmp_dir: str | os.PathLike | None = None,
-                suffix: str = "", mode: int = 0o666) -> Iterator[Path]:
+def atomic_path(
+    path: str | os.PathLike, *, tmp_dir: str | os.PathLike | None = None, suffix: str = "", mode: int = 0o666
+) -> Iterator[Path]:
     """Yield a fresh, empty temporary path; on success it is fsynced and renamed over ``path``.
 
     The caller (or a subprocess such as ffmpeg) writes the temporary path however it likes.
@@ -71,8 +72,9 @@ def atomic_path(path: str | os.PathLike, *, tmp_dir: str | os.PathLike | None = 
     fsync_dir(parent)
 
 
-def write_bytes(path: str | os.PathLike, data: bytes, *, tmp_dir: str | os.PathLike | None = None,
-                mode: int = 0o666) -> None:
+def write_bytes(
+    path: str | os.PathLike, data: bytes, *, tmp_dir: str | os.PathLike | None = None, mode: int = 0o666
+) -> None:
     with atomic_path(path, tmp_dir=tmp_dir, mode=mode) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)

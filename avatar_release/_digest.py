@@ -13,8 +13,17 @@ from collections.abc import Iterable
 
 import blake3
 
-__all__ = ["sha256_digest", "blake3_digest", "canonical_json", "is_digest", "hex_of", "DIGEST_RE", "BLAKE3_RE",
-           "StreamDigest", "file_digest"]
+__all__ = [
+    "sha256_digest",
+    "blake3_digest",
+    "canonical_json",
+    "is_digest",
+    "hex_of",
+    "DIGEST_RE",
+    "BLAKE3_RE",
+    "StreamDigest",
+    "file_digest",
+]
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 BLAKE3_RE = re.compile(r"^blake3:[0-9a-f]{64}$")

@@ -24,7 +24,7 @@ class Tick(str):
     total: int | None
     unit: str
 
-    def __new__(cls, task: str, done: int, total: int | None, unit: str = "") -> "Tick":
+    def __new__(cls, task: str, done: int, total: int | None, unit: str = "") -> Tick:
         shown = f"{done}/{total}" if total is not None else f"{done}"
         if unit == "B":
             shown = f"{_mb(done)}/{_mb(total)} MB" if total is not None else f"{_mb(done)} MB"

@@ -59,7 +59,7 @@ class _Source(io.RawIOBase):
                 self._piece, self._at = memoryview(piece).cast("B"), 0
                 continue
             end = len(self._piece) if n is None or n < 0 else min(len(self._piece), self._at + n - len(out))
-            out += self._piece[self._at: end]
+            out += self._piece[self._at : end]
             self._at = end
         return bytes(out)
 
@@ -78,9 +78,16 @@ def declared_size(data: bytes | bytearray | memoryview, limit: int) -> int:
     return int(size)
 
 
-def decode(pieces: Iterable[bytes | bytearray | memoryview], limit: int, *, out: memoryview | None = None,
-           keep: bool = True, exact: bool = True, seen: _Seen | None = None,
-           said: str = "the manifest says") -> memoryview | None:
+def decode(
+    pieces: Iterable[bytes | bytearray | memoryview],
+    limit: int,
+    *,
+    out: memoryview | None = None,
+    keep: bool = True,
+    exact: bool = True,
+    seen: _Seen | None = None,
+    said: str = "the manifest says",
+) -> memoryview | None:
     """The raw bytes of the zstd stream ``pieces`` (all its frames), at most ``limit`` of them.
 
     ``out``: write them there (at least ``limit`` bytes long); else a fresh buffer of ``limit``
@@ -99,7 +106,7 @@ def decode(pieces: Iterable[bytes | bytearray | memoryview], limit: int, *, out:
         with zstandard.ZstdDecompressor().stream_reader(source, read_size=STEP, read_across_frames=True) as reader:
             while produced < limit:
                 step = min(STEP, limit - produced)
-                view = target[produced: produced + step] if target is not None else cast(memoryview, scratch)[:step]
+                view = target[produced : produced + step] if target is not None else cast(memoryview, scratch)[:step]
                 k = reader.readinto(view)
                 if not k:
                     break
@@ -109,12 +116,12 @@ def decode(pieces: Iterable[bytes | bytearray | memoryview], limit: int, *, out:
             over = reader.read(1)
     except zstandard.ZstdError as e:
         if produced == limit:  # the frame filled the limit; what follows it is not a frame
-            raise DecodeError(f"decompresses to more than the {limit} bytes {said} (the stored bytes go on past "
-                              f"the frame: {e})") from None
+            raise DecodeError(
+                f"decompresses to more than the {limit} bytes {said} (the stored bytes go on past the frame: {e})"
+            ) from None
         raise DecodeError(f"zstd frame is corrupt or truncated ({e})") from None
     if over:
         raise DecodeError(f"decompresses to more than the {limit} bytes {said} (stopped one byte past it)")
     if exact and produced != limit:
-        raise DecodeError(f"zstd frame is corrupt or truncated: it decompresses to {produced} bytes, "
-                          f"{said} {limit}")
+        raise DecodeError(f"zstd frame is corrupt or truncated: it decompresses to {produced} bytes, {said} {limit}")
     return None if target is None else target[:produced]

@@ -71,7 +71,7 @@ class AvatarReleaseError(Exception):
     exit_code: int = 10
     details: dict = {}
 
-    def with_details(self, **details: object) -> "AvatarReleaseError":
+    def with_details(self, **details: object) -> AvatarReleaseError:
         self.details = {**self.details, **details}
         return self
 
@@ -148,8 +148,9 @@ class SchemaVersionError(AvatarReleaseError):
 
     exit_code = 11
 
-    def __init__(self, message: str, *, kind: str = "", found: int | None = None,
-                 supported: tuple[int, int] | None = None):
+    def __init__(
+        self, message: str, *, kind: str = "", found: int | None = None, supported: tuple[int, int] | None = None
+    ):
         super().__init__(message)
         self.kind = kind
         self.found = found

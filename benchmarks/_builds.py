@@ -19,20 +19,37 @@ __all__ = ["compile_rows", "compile_row", "add_evidence", "GIB"]
 
 
 def compile_row(pipeline: str, target: str, sets: list[str], registry: Path) -> dict:
-    cmd = [sys.executable, "-m", "avatar_release", "compile", "--pipeline", pipeline, "--target", target,
-           "--registry", str(registry), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "avatar_release",
+        "compile",
+        "--pipeline",
+        pipeline,
+        "--target",
+        target,
+        "--registry",
+        str(registry),
+        "--json",
+    ]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+    )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     doc = json.loads(out) if out.strip() else {}
-    row = {"pipeline": pipeline, "target": target, "set": sets, "wall_seconds": round(wall, 1),
-           "exit_code": proc.returncode}
+    row = {
+        "pipeline": pipeline,
+        "target": target,
+        "set": sets,
+        "wall_seconds": round(wall, 1),
+        "exit_code": proc.returncode,
+    }
     row["peak_rss_gib"] = round(usage.ru_maxrss * 1024 / GIB, 2)
     if proc.returncode != 0:
         row["refused"] = doc.get("message", "")[:600]
@@ -54,8 +71,9 @@ def add_evidence(row: dict, registry: Path) -> None:
     _, m = read_manifest(LocalRegistry(registry, create=False), row["build_id"])
     t = load_target(m.target)
     row["memory_fit"] = m.memory_fit.model_dump() if m.memory_fit else None
-    row["chunks"] = [c.to_json() for c in estimate_chunks(m, t.peak_flops_per_second, t.hbm_bytes_per_second,
-                                                          t.ici_bytes_per_second)]
+    row["chunks"] = [
+        c.to_json() for c in estimate_chunks(m, t.peak_flops_per_second, t.hbm_bytes_per_second, t.ici_bytes_per_second)
+    ]
     row["schedule"] = {e.key: e.schedule.model_dump() for e in m.executables if e.schedule}
     row["kernels"] = {e.key: [k.model_dump() for k in e.kernels] for e in m.executables if e.kernels}
     row["weights"] = {"materialized": m.weights.materialized, "bytes": m.weights.raw_size}

@@ -9,8 +9,13 @@ from typing import Any
 __all__ = ["jit_build"]
 
 
-def jit_build(pipeline: str, target: str, *, overrides: dict[str, str] | None = None,
-              progress: Callable[[str], None] | None = None) -> tuple[Any, Any]:
+def jit_build(
+    pipeline: str,
+    target: str,
+    *,
+    overrides: dict[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Any, Any]:
     """(LoadedBuild, CompileResult) of ``pipeline`` for ``target`` (with config ``overrides``),
     compiled here and never published; ``progress`` gets compile's progress messages."""
     # Imported when called: each benchmark sets XLA_FLAGS (the device count) before JAX starts.
@@ -19,7 +24,14 @@ def jit_build(pipeline: str, target: str, *, overrides: dict[str, str] | None = 
     from avatar_release.registry import MemoryRegistry
     from avatar_release.runtime import assemble
 
-    res = compile_build(pipeline, target, registry=MemoryRegistry(), publish=False, keep_compiled=True,
-                        overrides=overrides, **({"progress": progress} if progress else {}))
+    res = compile_build(
+        pipeline,
+        target,
+        registry=MemoryRegistry(),
+        publish=False,
+        keep_compiled=True,
+        overrides=overrides,
+        **({"progress": progress} if progress else {}),
+    )
     host = {t.name: t.data.view(np_dtype(t.dtype)).reshape(t.shape) for t in res.weight_tensors}
     return assemble(res.manifest, res.compiled, host), res

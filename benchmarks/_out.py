@@ -31,8 +31,9 @@ def out_path(out: str | Path | None, name: str | None, *, smoke: bool) -> Path |
     return RESULTS / f"{name}.json"
 
 
-def write_results(doc: dict | list, out: str | Path | None, *, smoke: bool, echo: bool = False,
-                  sort_keys: bool = False, default=None) -> dict | list:
+def write_results(
+    doc: dict | list, out: str | Path | None, *, smoke: bool, echo: bool = False, sort_keys: bool = False, default=None
+) -> dict | list:
     """Write ``doc`` as indented JSON to ``out`` (if not None) and print it (``echo``) or where it went."""
     text = json.dumps(doc, indent=2, sort_keys=sort_keys, default=default)
     if out is not None:

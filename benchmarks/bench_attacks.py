@@ -96,8 +96,13 @@ print(json.dumps(out))
 
 
 def _child(root: Path, ref: str, mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(root), ref, mode], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(root), ref, mode],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"},
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -115,8 +120,9 @@ def _plant_bomb(reg, root: Path, build_id: str, *, raw_bytes: int, declared: int
     dit = m.executable("dit", "f8")
     blob = dit.blob.model_copy(update={"digest": reg.put_blob(data), "size": len(data)})
     changes = {"blob": blob, "raw_size": declared if declared is not None else raw_bytes}
-    m = m.model_copy(update={"executables": [e.model_copy(update=changes) if e.key == "dit/f8" else e
-                                             for e in m.executables]})
+    m = m.model_copy(
+        update={"executables": [e.model_copy(update=changes) if e.key == "dit/f8" else e for e in m.executables]}
+    )
     m = m.model_copy(update={"seal": manifest_seal(m)})
     (root / "builds" / build_id).unlink()
     reg.put_build(build_id, m.to_json_bytes())
@@ -149,15 +155,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         good = Path(args.registry) if args.registry else tmp / "good"
-        build_id = _compiled(good) if args.registry is None else read_manifest(LocalRegistry(good, create=False),
-                                                                                "dev")[0].build_id
+        build_id = (
+            _compiled(good)
+            if args.registry is None
+            else read_manifest(LocalRegistry(good, create=False), "dev")[0].build_id
+        )
         normal = [_child(good, build_id, "time") for _ in range(args.runs)]
 
         bombs = {}
         _, real = read_manifest(LocalRegistry(good, create=False), build_id)
-        for name, raw_bytes, declared in [("honest 16 GiB", 16 << 30, None),
-                                          ("lying: 1 GiB under the real raw size", 1 << 30,
-                                           real.executable("dit", "f8").raw_size)]:
+        for name, raw_bytes, declared in [
+            ("honest 16 GiB", 16 << 30, None),
+            ("lying: 1 GiB under the real raw size", 1 << 30, real.executable("dit", "f8").raw_size),
+        ]:
             root = tmp / name.split()[0].rstrip(":")
             shutil.copytree(good, root)
             _plant_bomb(LocalRegistry(root), root, build_id, raw_bytes=raw_bytes, declared=declared)
@@ -168,8 +178,14 @@ def main() -> None:
     total = med(normal, "total")
     streaming = max(0.0, med(normal, "streamed") - med(normal, "one_shot"))  # bounded + hashed vs one call
     added = med(normal, "bounds") + med(normal, "fingerprint") + streaming
-    every = (med(normal, "identity") + med(normal, "blob_verify") + med(normal, "bounds") + med(normal, "streamed")
-             - med(normal, "one_shot") + med(normal, "fingerprint"))
+    every = (
+        med(normal, "identity")
+        + med(normal, "blob_verify")
+        + med(normal, "bounds")
+        + med(normal, "streamed")
+        - med(normal, "one_shot")
+        + med(normal, "fingerprint")
+    )
     rss = med(normal, "maxrss_kib")
     result = {
         "runs": args.runs,
@@ -177,27 +193,38 @@ def main() -> None:
         "build_id": build_id,
         "cold_load_s": round(total, 4),
         "normal_load_maxrss_mib": round(rss / 1024, 1),
-        "bombs": {name: {"maxrss_mib": round(med(rows, "maxrss_kib") / 1024, 1), "refused": rows[0]["error"]}
-                  for name, rows in bombs.items()},
-        "seconds": {k: round(med(normal, k), 6) for k in ("identity", "bounds", "streamed", "one_shot",
-                                                          "fingerprint", "blob_verify", "deserialize")},
+        "bombs": {
+            name: {"maxrss_mib": round(med(rows, "maxrss_kib") / 1024, 1), "refused": rows[0]["error"]}
+            for name, rows in bombs.items()
+        },
+        "seconds": {
+            k: round(med(normal, k), 6)
+            for k in ("identity", "bounds", "streamed", "one_shot", "fingerprint", "blob_verify", "deserialize")
+        },
         "compression_ratios": normal[0]["ratios"],
         "compile_seconds": normal[0]["compile_seconds"],
         "ratios": {
-            **{f"peak RSS: {name} / normal load": round(med(rows, "maxrss_kib") / rss, 3)
-               for name, rows in bombs.items()},
+            **{
+                f"peak RSS: {name} / normal load": round(med(rows, "maxrss_kib") / rss, 3)
+                for name, rows in bombs.items()
+            },
             "added verification / cold load": round(added / total, 4),
             "all integrity checks / cold load": round(every / total, 4),
             "compile-side fingerprint round trip (~ deserialize) / compile": round(
-                med(normal, "deserialize") / normal[0]["compile_seconds"], 4),
+                med(normal, "deserialize") / normal[0]["compile_seconds"], 4
+            ),
         },
     }
     from avatar_release.runtime._blobs import MAX_ZSTD_RATIO
 
     print(f"cold load (median of {args.runs} fresh processes): {total:.3f}s, peak RSS {rss / 1024:.0f} MiB")
     print(f"compression ratios (raw / stored): {result['compression_ratios']} (bound {MAX_ZSTD_RATIO}x)")
-    goals = {"peak RSS": ("< 2", lambda v: v < 2), "added verification": ("<= 0.02", lambda v: v <= 0.02),
-             "all integrity": ("", None), "compile-side": ("", None)}
+    goals = {
+        "peak RSS": ("< 2", lambda v: v < 2),
+        "added verification": ("<= 0.02", lambda v: v <= 0.02),
+        "all integrity": ("", None),
+        "compile-side": ("", None),
+    }
     print(f"{'measure':<62} {'ratio':>8} {'goal':>8}")
     for name, v in result["ratios"].items():
         goal, ok = next(g for k, g in goals.items() if name.startswith(k))

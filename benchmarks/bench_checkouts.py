@@ -34,8 +34,9 @@ def _cli(checkout: Path, registry: Path, *args: str) -> tuple[dict, float]:
     env.pop("AVATAR_RELEASE_PROJECT", None)
     env.pop("AVATAR_RELEASE_MANIFESTS", None)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "avatar_release", *args, "--json"], cwd=checkout, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "avatar_release", *args, "--json"], cwd=checkout, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"{checkout}: avatar-release {' '.join(args)} exited {out.returncode}:\n{out.stderr[-2000:]}")
@@ -45,17 +46,25 @@ def _cli(checkout: Path, registry: Path, *args: str) -> tuple[dict, float]:
 def one_round(checkout: Path, work: Path, gate: bool) -> dict:
     registry = Path(tempfile.mkdtemp(dir=work, prefix="reg-"))
     compiled, compile_wall = _cli(checkout, registry, "compile")
-    renders = [_cli(checkout, registry, "render", "--channel", "dev", "--out", str(registry / f"o{i}.mp4"))[0]
-               for i in range(2)]
+    renders = [
+        _cli(checkout, registry, "render", "--channel", "dev", "--out", str(registry / f"o{i}.mp4"))[0]
+        for i in range(2)
+    ]
     r = renders[-1]  # the second render: the page cache warm, as a restarted pod's would be
     steady = [c["seconds"] for c in r["per_chunk"][1:]] or [r["per_chunk"][0]["seconds"]]
-    row = {"build_id": compiled["build_id"], "compile_process_seconds": round(compile_wall, 3),
-           "compile_wall_seconds": compiled["wall_seconds"], "time_to_ready_seconds": r["cold_start"]["total"],
-           "steady_chunk_seconds": round(statistics.median(steady), 4), "compiles": r["compiles"],
-           "cold_start": r["cold_start"]}
+    row = {
+        "build_id": compiled["build_id"],
+        "compile_process_seconds": round(compile_wall, 3),
+        "compile_wall_seconds": compiled["wall_seconds"],
+        "time_to_ready_seconds": r["cold_start"]["total"],
+        "steady_chunk_seconds": round(statistics.median(steady), 4),
+        "compiles": r["compiles"],
+        "cold_start": r["cold_start"],
+    }
     if gate:
-        g, _ = _cli(checkout, registry, "gate", compiled["build_id"], "--baseline", "none",
-                    "--report", str(registry / "report"))
+        g, _ = _cli(
+            checkout, registry, "gate", compiled["build_id"], "--baseline", "none", "--report", str(registry / "report")
+        )
         hashes = g["result"]["frame_sha256"]
         row["gate_frames_sha256"] = hashlib.sha256(json.dumps(hashes).encode()).hexdigest()
         row["gate_status"] = g["status"]
@@ -71,8 +80,9 @@ def main() -> None:
     ap.add_argument("--before", type=Path, default=None, help="the other checkout (the 'before')")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="this checkout only, one round, no gate")
-    ap.add_argument("--out", type=Path, help="write the JSON here (default benchmarks/results/checkouts.json; "
-                                             "--smoke: nowhere)")
+    ap.add_argument(
+        "--out", type=Path, help="write the JSON here (default benchmarks/results/checkouts.json; --smoke: nowhere)"
+    )
     a = ap.parse_args()
     sides = {"after": HERE} if a.smoke or a.before is None else {"before": a.before.resolve(), "after": HERE}
     rounds = 1 if a.smoke else a.rounds
@@ -84,11 +94,17 @@ def main() -> None:
                 rows[name].append(one_round(path, Path(work), gate=not a.smoke and i == 0))
                 print(f"round {i + 1} {name}: {json.dumps(rows[name][-1])}", file=sys.stderr)
     keys = ("compile_process_seconds", "time_to_ready_seconds", "steady_chunk_seconds")
-    result = {"host_cores": os.cpu_count(), "rounds": rounds, "checkouts": {k: str(v) for k, v in sides.items()},
-              "medians": {s: {k: _median(rows[s], k) for k in keys} for s in sides}, "runs": rows}
+    result = {
+        "host_cores": os.cpu_count(),
+        "rounds": rounds,
+        "checkouts": {k: str(v) for k, v in sides.items()},
+        "medians": {s: {k: _median(rows[s], k) for k in keys} for s in sides},
+        "runs": rows,
+    }
     if "before" in sides:
-        result["ratio_after_over_before"] = {k: round(result["medians"]["after"][k] / result["medians"]["before"][k], 3)
-                                             for k in keys}
+        result["ratio_after_over_before"] = {
+            k: round(result["medians"]["after"][k] / result["medians"]["before"][k], 3) for k in keys
+        }
         b, f = rows["before"][0].get("gate_frames_sha256"), rows["after"][0].get("gate_frames_sha256")
         result["gate_frames_identical"] = b is not None and b == f
     write_results(result, out_path(a.out, "checkouts", smoke=a.smoke), smoke=a.smoke, sort_keys=True)

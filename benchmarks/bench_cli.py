@@ -35,17 +35,20 @@ CASES = {  # name -> (arguments, the exit code a user sees)
 }
 HEAVY = ("jax", "jaxlib", "numpy", "torch", "pydantic", "requests")
 # Runs the CLI as `python -m avatar_release` does, then says which heavy modules it loaded.
-_PROBE = ("import runpy, sys, json\nsys.argv = ['avatar-release'] + sys.argv[1:]\ncode = 0\n"
-          "try:\n    runpy.run_module('avatar_release', run_name='__main__')\n"
-          "except SystemExit as e:\n    code = e.code if isinstance(e.code, int) else 1\n"
-          f"print(json.dumps({{'rc': code, 'heavy': sorted(m for m in {HEAVY!r} if m in sys.modules)}}), "
-          "file=sys.__stderr__)\n")
+_PROBE = (
+    "import runpy, sys, json\nsys.argv = ['avatar-release'] + sys.argv[1:]\ncode = 0\n"
+    "try:\n    runpy.run_module('avatar_release', run_name='__main__')\n"
+    "except SystemExit as e:\n    code = e.code if isinstance(e.code, int) else 1\n"
+    f"print(json.dumps({{'rc': code, 'heavy': sorted(m for m in {HEAVY!r} if m in sys.modules)}}), "
+    "file=sys.__stderr__)\n"
+)
 
 
 def one(args: list[str], cwd: str, env: dict[str, str]) -> tuple[float, int, list[str]]:
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, cwd=cwd, env=env,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120
+    )
     seconds = time.perf_counter() - t0
     doc = json.loads(p.stderr.strip().splitlines()[-1])
     return seconds, doc["rc"], doc["heavy"]
@@ -70,10 +73,16 @@ def main() -> None:
                 times.append(s)
                 heavy |= set(loaded)
                 codes.add(code)
-            cases[name] = {"args": args, "exit_codes": sorted(codes), "expected_exit_code": rc,
-                           "median_s": round(statistics.median(times), 4), "max_s": round(max(times), 4),
-                           "imports_jax": "jax" in heavy, "heavy_imports": sorted(heavy),
-                           "meets_goal": statistics.median(times) < GOAL_S and "jax" not in heavy}
+            cases[name] = {
+                "args": args,
+                "exit_codes": sorted(codes),
+                "expected_exit_code": rc,
+                "median_s": round(statistics.median(times), 4),
+                "max_s": round(max(times), 4),
+                "imports_jax": "jax" in heavy,
+                "heavy_imports": sorted(heavy),
+                "meets_goal": statistics.median(times) < GOAL_S and "jax" not in heavy,
+            }
     doc = {"benchmark": "cli", "goal_s": GOAL_S, "runs": runs, "cpu_count": os.cpu_count(), "cases": cases}
     write_results(doc, out_path(a.out, "cli", smoke=a.smoke), smoke=a.smoke, echo=True)
 

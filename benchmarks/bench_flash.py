@@ -33,12 +33,12 @@ def measure(pipeline: str) -> dict:
     from jax.sharding import NamedSharding, PartitionSpec
 
     from avatar_release.compile import make_mesh, target_devices
+    from avatar_release.machine import configure_compile_env
+    from avatar_release.specs import load_flag_profile, load_pipeline, load_target
     from kernels import flash
     from kernels.target import kernel_target
     from kernels.ulysses import reference_attention, ulysses_attention
-    from avatar_release.machine import configure_compile_env
     from model.config import get_config
-    from avatar_release.specs import load_flag_profile, load_pipeline, load_target
 
     tgt = load_target("tpu-v6e-8")
     configure_compile_env(tgt)
@@ -51,11 +51,22 @@ def measure(pipeline: str) -> dict:
     hd = config.dit.dim // heads
     calls = config.dit.depth * config.dit.steps  # attention calls per chunk
     local = heads // chips  # heads per chip after the Ulysses all-to-all
-    x = jax.ShapeDtypeStruct((heads, seq, hd), jnp.bfloat16, sharding=NamedSharding(mesh, PartitionSpec(None, "fsdp", None)))
+    x = jax.ShapeDtypeStruct(
+        (heads, seq, hd), jnp.bfloat16, sharding=NamedSharding(mesh, PartitionSpec(None, "fsdp", None))
+    )
     bodies = {"dense": reference_attention, "flash": lambda q, k, v, m: flash.flash_attention(q, k, v)}
-    out = {"pipeline": pipeline, "frames": frames, "heads": heads, "heads_per_chip": local, "seq": seq,
-           "head_dim": hd, "calls_per_chunk": calls, "label": "compiler estimates, not measurements"}
+    out = {
+        "pipeline": pipeline,
+        "frames": frames,
+        "heads": heads,
+        "heads_per_chip": local,
+        "seq": seq,
+        "head_dim": hd,
+        "calls_per_chunk": calls,
+        "label": "compiler estimates, not measurements",
+    }
     for name, body in bodies.items():
+
         def layer(q, k, v, body=body):
             return ulysses_attention(q, k, v, mesh=mesh, axis="fsdp", attention_fn=body)
 
@@ -65,14 +76,19 @@ def measure(pipeline: str) -> dict:
         compiled = lowered.compile(compiler_options=dict(flags.compiler_options))
         cost = compiled.cost_analysis()
         mem = compiled.memory_analysis()
-        out[name] = {"xla_flops_per_chip_chunk": cost["flops"] * calls,
-                     "xla_bytes_per_chip_chunk": cost["bytes accessed"] * calls,
-                     "temp_bytes_per_call": int(mem.temp_size_in_bytes),
-                     "compile_seconds": round(time.perf_counter() - t0, 2)}
+        out[name] = {
+            "xla_flops_per_chip_chunk": cost["flops"] * calls,
+            "xla_bytes_per_chip_chunk": cost["bytes accessed"] * calls,
+            "temp_bytes_per_call": int(mem.temp_size_in_bytes),
+            "compile_seconds": round(time.perf_counter() - t0, 2),
+        }
     bq, bk = flash.default_blocks(seq)
     est = flash.cost_estimate(heads=local, seq=seq, head_dim=hd, block_q=bq, block_k=bk)
-    out["flash"].update(blocks=[bq, bk], estimate_flops_per_chip_chunk=est.flops * calls,
-                        estimate_bytes_per_chip_chunk=est.bytes_accessed * calls)
+    out["flash"].update(
+        blocks=[bq, bk],
+        estimate_flops_per_chip_chunk=est.flops * calls,
+        estimate_bytes_per_chip_chunk=est.bytes_accessed * calls,
+    )
     out["dense"]["floor_bytes_per_chip_chunk"] = flash.dense_attention_bytes(heads=local, seq=seq, head_dim=hd) * calls
     for name in ("dense", "flash"):
         r = out[name]
@@ -94,14 +110,20 @@ def main() -> None:
     results = [measure(p) for p in args.pipelines.split(",")]
     for r in results:
         d, f = r["dense"], r["flash"]
-        print(f"{r['pipeline']}: {r['heads_per_chip']} heads x {r['seq']} tokens x {r['head_dim']} per chip, "
-              f"{r['calls_per_chunk']} calls per chunk ({r['label']})")
-        print(f"  dense  {d['xla_bytes_per_chip_chunk'] / 1e12:8.3f} TB  {d['xla_flops_per_chip_chunk'] / 1e12:8.1f} TFLOP"
-              f"  floor {d['floor_bytes_per_chip_chunk'] / 1e12:.3f} TB  time floor "
-              f"{max(d['compute_floor_s'], d['memory_floor_s']):.3f} s")
-        print(f"  flash  {f['xla_bytes_per_chip_chunk'] / 1e12:8.3f} TB  {f['xla_flops_per_chip_chunk'] / 1e12:8.1f} TFLOP"
-              f"  estimate {f['estimate_bytes_per_chip_chunk'] / 1e12:.3f} TB {f['estimate_flops_per_chip_chunk'] / 1e12:.1f}"
-              f" TFLOP  time floor {max(f['compute_floor_s'], f['memory_floor_s']):.3f} s  (deadline {r['deadline_s']:.2f} s)")
+        print(
+            f"{r['pipeline']}: {r['heads_per_chip']} heads x {r['seq']} tokens x {r['head_dim']} per chip, "
+            f"{r['calls_per_chunk']} calls per chunk ({r['label']})"
+        )
+        print(
+            f"  dense  {d['xla_bytes_per_chip_chunk'] / 1e12:8.3f} TB  {d['xla_flops_per_chip_chunk'] / 1e12:8.1f} TFLOP"
+            f"  floor {d['floor_bytes_per_chip_chunk'] / 1e12:.3f} TB  time floor "
+            f"{max(d['compute_floor_s'], d['memory_floor_s']):.3f} s"
+        )
+        print(
+            f"  flash  {f['xla_bytes_per_chip_chunk'] / 1e12:8.3f} TB  {f['xla_flops_per_chip_chunk'] / 1e12:8.1f} TFLOP"
+            f"  estimate {f['estimate_bytes_per_chip_chunk'] / 1e12:.3f} TB {f['estimate_flops_per_chip_chunk'] / 1e12:.1f}"
+            f" TFLOP  time floor {max(f['compute_floor_s'], f['memory_floor_s']):.3f} s  (deadline {r['deadline_s']:.2f} s)"
+        )
     write_results(results, out_path(args.out, "flash", smoke=args.smoke), smoke=args.smoke)
 
 

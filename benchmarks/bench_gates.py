@@ -51,8 +51,11 @@ def main() -> None:
             compile_build(args.pipeline, "cpu-8", registry=reg)
         base, manifest = read_manifest(reg, "dev")
         tier2_wanted = not args.smoke and band_path(args.pipeline, "cpu-8").is_file()
-        cand = (compile_build(args.pipeline, "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
-                if tier2_wanted else None)
+        cand = (
+            compile_build(args.pipeline, "cpu-8", registry=reg, overrides={"matmul_k_split": "2"}, move_dev=False)
+            if tier2_wanted
+            else None
+        )
         gs = gate_set(manifest)
 
         plain = fresh_run(reg.uri, base.digest, gs.digest, label="plain")

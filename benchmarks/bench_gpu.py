@@ -37,14 +37,20 @@ def _runs(args) -> list[tuple[str, list[str]]]:
         return runs
     runs.append(("tiny", LEVERS))
     if not args.quick:
-        runs += [("avatar-720p", []), ("avatar-720p", ["attention_kernel=xla"]), ("avatar-720p", ["dit.attention=xla"]),
-                 ("avatar-1080p", [])]
+        runs += [
+            ("avatar-720p", []),
+            ("avatar-720p", ["attention_kernel=xla"]),
+            ("avatar-720p", ["dit.attention=xla"]),
+            ("avatar-1080p", []),
+        ]
     return runs
 
 
 def _print(rows: list[dict]) -> None:
     print(f"\ncompile on this CPU-only host for {TARGET} (fresh process each); per chunk: compiler estimate")
-    print(f"{'pipeline':<13} {'set':<58} {'wall s':>7} {'GiB/GPU':>8} {'est ms':>8} {'deadline':>9} {'ratio':>6}  stages (ms)")
+    print(
+        f"{'pipeline':<13} {'set':<58} {'wall s':>7} {'GiB/GPU':>8} {'est ms':>8} {'deadline':>9} {'ratio':>6}  stages (ms)"
+    )
     for r in rows:
         fit = r.get("memory_fit") or {}
         gib = f"{fit['total_bytes'] / GIB:.1f}" if fit else "-"
@@ -54,8 +60,10 @@ def _print(rows: list[dict]) -> None:
             print(f"{head}  refused: {r.get('refused', '')[:120]}")
             continue
         stages = ", ".join(f"{s['key'].split('/')[0]} {s['seconds'] * 1e3:.1f}" for s in c["stages"])
-        print(f"{head} {c['estimated_seconds'] * 1e3:>8.1f} {c['deadline_seconds'] * 1e3:>9.0f} {c['ratio']:>6.2f}  "
-              f"{stages}")
+        print(
+            f"{head} {c['estimated_seconds'] * 1e3:>8.1f} {c['deadline_seconds'] * 1e3:>9.0f} {c['ratio']:>6.2f}  "
+            f"{stages}"
+        )
 
 
 def main() -> None:
@@ -67,8 +75,13 @@ def main() -> None:
     os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
     rows = compile_rows([(pipeline, TARGET, sets) for pipeline, sets in _runs(args)])
     _print(rows)
-    doc = {"label": f"compile-only evidence for {TARGET} on a CPU-only host; times per chunk are compiler "
-                    "estimates, not measurements", "smoke": args.smoke, "host_cpus": os.cpu_count(), "compiles": rows}
+    doc = {
+        "label": f"compile-only evidence for {TARGET} on a CPU-only host; times per chunk are compiler "
+        "estimates, not measurements",
+        "smoke": args.smoke,
+        "host_cpus": os.cpu_count(),
+        "compiles": rows,
+    }
     write_results(doc, out_path(args.out, "gpu", smoke=args.smoke), smoke=args.smoke)
 
 

@@ -81,7 +81,8 @@ def measure(root: Path = ROOT) -> dict:
     public: list[str] = []
     every: list[str] = []
     for path in sorted((root / "avatar_release").rglob("*.py")) + sorted(
-            p for d in BUNDLED for p in (root / d).rglob("*.py")):
+        p for d in BUNDLED for p in (root / d).rglob("*.py")
+    ):
         rel = str(path.relative_to(root))
         text = path.read_text()
         bundled = rel.split("/", 1)[0] in BUNDLED
@@ -102,16 +103,25 @@ def measure(root: Path = ROOT) -> dict:
         "functions_over_goal": [vars(s) for s in over(functions, GOALS["function_lines"])],
         "unannotated_public_params": len(public),
         "unannotated_params": len(every),
-        "params": sum(len(_params(n)) for p in sorted((root / "avatar_release").rglob("*.py"))
-                      for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, (ast.FunctionDef,
-                                                                                     ast.AsyncFunctionDef))),
+        "params": sum(
+            len(_params(n))
+            for p in sorted((root / "avatar_release").rglob("*.py"))
+            for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ),
         "unannotated_public_examples": public[:20],
         "read": {"modules": len(modules), "classes": len(classes), "functions": len(functions)},
     }
-    return {"goals": GOALS, "figures": figures, "met": {
-        "class_lines": not figures["classes_over_goal"], "module_lines": not figures["modules_over_goal"],
-        "function_lines": not figures["functions_over_goal"],
-        "unannotated_public": len(public) <= GOALS["unannotated_public"]}}
+    return {
+        "goals": GOALS,
+        "figures": figures,
+        "met": {
+            "class_lines": not figures["classes_over_goal"],
+            "module_lines": not figures["modules_over_goal"],
+            "function_lines": not figures["functions_over_goal"],
+            "unannotated_public": len(public) <= GOALS["unannotated_public"],
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,8 +28,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="tiny", choices=["tiny", "small"])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--smoke", action="store_true",
-                    help="the tiny shape cut to 3 frames and 2 heads, head groups G = 1, 2, one repeat")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the tiny shape cut to 3 frames and 2 heads, head groups G = 1, 2, one repeat",
+    )
     ap.add_argument("--out", help="write the JSON here (default benchmarks/results/kernels.json; --smoke: nowhere)")
     args = ap.parse_args()
     os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
@@ -64,12 +67,15 @@ def main() -> None:
 
     dense = jax.jit(lambda q, k, v: frame_reference(q, k, v, **geom))
     sparse = jax.jit(lambda q, k, v: blocksparse_attention(q, k, v, **geom))
-    t_dense, t_sparse = median_seconds(dense, q, k, v, repeat=args.repeat), median_seconds(sparse, q, k, v, repeat=args.repeat)
+    t_dense, t_sparse = (
+        median_seconds(dense, q, k, v, repeat=args.repeat),
+        median_seconds(sparse, q, k, v, repeat=args.repeat),
+    )
     rows.append(("dense masked / aligned block-sparse (time)", t_dense / t_sparse, f">= {0.8 / live:.2f}"))
 
     aligned = masks.default_block(t)
     tiled, fitted = masks.tile_counts(frames, t, window, 128), masks.tile_counts(frames, t, window, aligned)
-    work = (tiled.live * 128 ** 2) / (fitted.live * aligned ** 2)
+    work = (tiled.live * 128**2) / (fitted.live * aligned**2)
     from kernels.blocksparse_tiled import tiled_blocksparse_attention
 
     tiled_fn = jax.jit(lambda q, k, v: tiled_blocksparse_attention(q, k, v, **geom))
@@ -92,17 +98,26 @@ def main() -> None:
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "fsdp", None))
     qg, kg, vg = (jax.device_put(x, sharding) for x in (qg, kg, vg))
     for g in group_counts:
-        fn = jax.jit(lambda q, k, v, g=g: ulysses_attention(q, k, v, mesh=mesh, groups=g,
-                                                             mask=FrameWindow(frames, t, window)))
+        fn = jax.jit(
+            lambda q, k, v, g=g: ulysses_attention(q, k, v, mesh=mesh, groups=g, mask=FrameWindow(frames, t, window))
+        )
         ops = hlo_all_to_alls(fn.lower(qg, kg, vg).compile().as_text())
-        groups.append({"G": g, "all_to_alls": len(ops), "bytes": sum(o.bytes for o in ops),
-                       "analytic_bytes": alltoall_bytes(gh, s, hd, jnp.bfloat16, 8, g).total,
-                       "seconds": median_seconds(fn, qg, kg, vg, repeat=args.repeat)})
+        groups.append(
+            {
+                "G": g,
+                "all_to_alls": len(ops),
+                "bytes": sum(o.bytes for o in ops),
+                "analytic_bytes": alltoall_bytes(gh, s, hd, jnp.bfloat16, 8, g).total,
+                "seconds": median_seconds(fn, qg, kg, vg, repeat=args.repeat),
+            }
+        )
     for g in groups[1:]:
         rows.append((f"G={g['G']} / G=1 wall time ({gh} heads)", g["seconds"] / groups[0]["seconds"], "<= 1.10"))
 
     result = {
-        "shape": args.shape, "smoke": args.smoke, "repeat": args.repeat,
+        "shape": args.shape,
+        "smoke": args.smoke,
+        "repeat": args.repeat,
         "sr": {"tokens_per_frame": t, "frames": frames, "window": window, "heads": heads, "head_dim": hd},
         "live_fraction": live,
         "seconds": {"dense": t_dense, "blocksparse": t_sparse, "tiled_128": t_tiled, "bounded": t_b, "online": t_o},
@@ -116,8 +131,10 @@ def main() -> None:
     print(f"{'measure':<52} {'ratio':>7} {'goal':>8}")
     for name, v, goal in rows:
         print(f"{name:<52} {v:7.2f} {goal:>8}")
-    print(f"bounded softmax max abs error (f32) {err:.2e} (goal <= 2e-6); eligible heads {float(share):.2%} "
-          "on random inputs (see `avatar-release analyze attention` for pipeline activations)")
+    print(
+        f"bounded softmax max abs error (f32) {err:.2e} (goal <= 2e-6); eligible heads {float(share):.2%} "
+        "on random inputs (see `avatar-release analyze attention` for pipeline activations)"
+    )
     print("all-to-all bytes per G: " + ", ".join(f"G={g['G']}: {g['bytes']} ({g['all_to_alls']} ops)" for g in groups))
     write_results(result, out_path(args.out, "kernels", smoke=args.smoke), smoke=args.smoke)
 

@@ -86,13 +86,20 @@ def _render_feed(d: Path, track: Path, track_seconds: float, copies: int) -> dic
     ffmpeg("-stream_loop", str(copies - 1), "-i", str(track), "-c", "copy", "-y", str(long))  # no re-encode
     runs = {}
     for name, path in (("short", track), ("long", long)):
-        out = subprocess.run([sys.executable, "-c", _RENDER_CHILD, str(path), str(d / "render.mp4"),
-                              str(copies * track_seconds + 60)], capture_output=True, text=True, check=True, cwd=ROOT,
-                             env={**os.environ, "JAX_PLATFORMS": "cpu"}).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", _RENDER_CHILD, str(path), str(d / "render.mp4"), str(copies * track_seconds + 60)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        ).stdout
         runs[name] = {k: round(v, 3) for k, v in json.loads(out).items()}
     runs["copies"] = copies
-    runs["ratio_long_to_short"] = {k: round(runs["long"][k] / runs["short"][k], 3)
-                                   for k in ("audio_seconds", "frames", "seconds", "python_peak_rss_mb")}
+    runs["ratio_long_to_short"] = {
+        k: round(runs["long"][k] / runs["short"][k], 3)
+        for k in ("audio_seconds", "frames", "seconds", "python_peak_rss_mb")
+    }
     return runs
 
 
@@ -111,8 +118,9 @@ def _median_ms(fn, runs: int) -> dict[str, float]:
 def _old_media(commit: str) -> types.ModuleType | None:
     """The media module as it was at ``commit`` (the hand-written PNG decoder), or None."""
     try:
-        src = subprocess.run(["git", "show", f"{commit}:avatar_release/media.py"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout
+        src = subprocess.run(
+            ["git", "show", f"{commit}:avatar_release/media.py"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     mod = types.ModuleType("old_media")
@@ -137,8 +145,10 @@ def _pictures(d: Path, width: int, height: int, runs: int, old_commit: str) -> d
             "bytes": path.stat().st_size,
             "decode_fit_720p_ms": _median_ms(lambda: media.load_image(path, height=720, width=1280, fit="cover"), runs),
             "decode_fit_80x48_ms": _median_ms(lambda: media.load_image(path, height=48, width=80, fit="cover"), runs),
-            "decode_no_resize_ms": _median_ms(lambda: media.load_image(path, height=height, width=width, fit="cover"),
-                                              runs)}
+            "decode_no_resize_ms": _median_ms(
+                lambda: media.load_image(path, height=height, width=width, fit="cover"), runs
+            ),
+        }
     out = {"source": f"{width}x{height}", "files": files}
     old = _old_media(old_commit)
     if old is not None:
@@ -153,13 +163,28 @@ def _speech(d: Path, seconds: float) -> tuple[Path, dict]:
     from tests.media.helpers import ffmpeg
 
     mp3 = d / "track.mp3"
-    ffmpeg("-f", "lavfi", "-i", f"sine=frequency=220:duration={seconds:g}:sample_rate=44100", "-ac", "2",
-           "-c:a", "libmp3lame", "-b:a", "128k", str(mp3))
-    speech = {"track_seconds": seconds, "file_mb": round(mp3.stat().st_size / 1e6, 2),
-              "decoded_mb_float32": round(seconds * 16000 * 4 / 1e6, 1)}
+    ffmpeg(
+        "-f",
+        "lavfi",
+        "-i",
+        f"sine=frequency=220:duration={seconds:g}:sample_rate=44100",
+        "-ac",
+        "2",
+        "-c:a",
+        "libmp3lame",
+        "-b:a",
+        "128k",
+        str(mp3),
+    )
+    speech = {
+        "track_seconds": seconds,
+        "file_mb": round(mp3.stat().st_size / 1e6, 2),
+        "decoded_mb_float32": round(seconds * 16000 * 4 / 1e6, 1),
+    }
     for mode in ("stream", "read"):
-        out = subprocess.run([sys.executable, "-c", _AUDIO_CHILD, str(mp3), mode], capture_output=True, text=True,
-                             check=True, cwd=ROOT).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", _AUDIO_CHILD, str(mp3), mode], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout
         speech[mode] = {k: round(v, 3) for k, v in json.loads(out).items()}
     return mp3, speech
 
@@ -187,27 +212,35 @@ def _report(results: dict) -> None:
     for name in ("p.jpg", "p.png"):
         f = pic["files"][name]
         t = f["decode_fit_720p_ms"]
-        print(f"{name} {pic['source']} decode + cover fit to 720p: {t['wall_ms']} ms wall, {t['cpu_ms']} ms CPU "
-              f"({t['cpu_ms'] / 50:.2f}x the 50 ms goal in CPU time); to 80x48 "
-              f"{f['decode_fit_80x48_ms']['cpu_ms']} ms CPU; at {pic['source']} (no resize) "
-              f"{f['decode_no_resize_ms']['cpu_ms']} ms CPU")
+        print(
+            f"{name} {pic['source']} decode + cover fit to 720p: {t['wall_ms']} ms wall, {t['cpu_ms']} ms CPU "
+            f"({t['cpu_ms'] / 50:.2f}x the 50 ms goal in CPU time); to 80x48 "
+            f"{f['decode_fit_80x48_ms']['cpu_ms']} ms CPU; at {pic['source']} (no resize) "
+            f"{f['decode_no_resize_ms']['cpu_ms']} ms CPU"
+        )
     for name in ("p.png", "p-paeth.png"):
         f = pic["files"][name]
         if "old_decoder_ms" in f:
             old_ms, new_ms = f["old_decoder_ms"]["cpu_ms"], f["decode_fit_720p_ms"]["cpu_ms"]
-            print(f"{name}: old decoder {old_ms} ms CPU -> new decode + fit {new_ms} ms CPU: "
-                  f"{old_ms / max(new_ms, 1e-3):.1f}x less")
+            print(
+                f"{name}: old decoder {old_ms} ms CPU -> new decode + fit {new_ms} ms CPU: "
+                f"{old_ms / max(new_ms, 1e-3):.1f}x less"
+            )
     s = results["mp3_to_16k_mono"]
-    print(f"{s['track_seconds']:g} s MP3 -> 16 kHz mono: streamed {s['stream']['seconds']} s "
-          f"({s['track_seconds'] / max(s['stream']['seconds'], 1e-3):.0f}x real time), "
-          f"Python peak RSS {s['stream']['python_peak_rss_mb']} MB streamed vs {s['read']['python_peak_rss_mb']} MB whole")
+    print(
+        f"{s['track_seconds']:g} s MP3 -> 16 kHz mono: streamed {s['stream']['seconds']} s "
+        f"({s['track_seconds'] / max(s['stream']['seconds'], 1e-3):.0f}x real time), "
+        f"Python peak RSS {s['stream']['python_peak_rss_mb']} MB streamed vs {s['read']['python_peak_rss_mb']} MB whole"
+    )
     if "render_feed" in results:
         r = results["render_feed"]
         short, long, ratio = r["short"], r["long"], r["ratio_long_to_short"]
-        print(f"render feed, {short['audio_seconds'] / 60:.1f} min vs {long['audio_seconds'] / 60:.1f} min of MP3: "
-              f"audio x{ratio['audio_seconds']}, frames x{ratio['frames']}, time x{ratio['seconds']}, "
-              f"peak RSS x{ratio['python_peak_rss_mb']} ({short['python_peak_rss_mb']} MB vs "
-              f"{long['python_peak_rss_mb']} MB)")
+        print(
+            f"render feed, {short['audio_seconds'] / 60:.1f} min vs {long['audio_seconds'] / 60:.1f} min of MP3: "
+            f"audio x{ratio['audio_seconds']}, frames x{ratio['frames']}, time x{ratio['seconds']}, "
+            f"peak RSS x{ratio['python_peak_rss_mb']} ({short['python_peak_rss_mb']} MB vs "
+            f"{long['python_peak_rss_mb']} MB)"
+        )
     bomb_ms = results["bomb"]["refused_ms"]["wall_ms"]
     print(f"{results['bomb']['header']} header refused in {bomb_ms} ms wall ({bomb_ms / 100:.4f}x the 100 ms budget)")
 
@@ -227,10 +260,17 @@ def main() -> None:
 
     from avatar_release.media import ffmpeg_version
 
-    results: dict = {"smoke": args.smoke, "runs": runs,
-                     "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                 "load_average_1min": round(os.getloadavg()[0], 2),
-                                 "ffmpeg": ffmpeg_version(), "pillow": __import__("PIL").__version__}}
+    results: dict = {
+        "smoke": args.smoke,
+        "runs": runs,
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average_1min": round(os.getloadavg()[0], 2),
+            "ffmpeg": ffmpeg_version(),
+            "pillow": __import__("PIL").__version__,
+        },
+    }
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         results["picture"] = _pictures(d, width, height, runs, args.old_commit)

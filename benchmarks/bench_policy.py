@@ -38,8 +38,9 @@ from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, besi
 
 def _cli(*args: str, env: dict) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "avatar_release", *args, "--json"], capture_output=True, text=True,
-                         env=env, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "avatar_release", *args, "--json"], capture_output=True, text=True, env=env, cwd=ROOT
+    )
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"avatar-release {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
@@ -84,12 +85,12 @@ def main(argv: list[str] | None = None) -> dict:
     configure_compile_env(load_target("cpu-8"))
     from avatar_release.promote.policy import check_promotion
     from avatar_release.promote.signed import SignedChannels
-    from avatar_release.trust.policy import load_policy
-    from avatar_release.trust.state_pod import PinnedRoot
-    from avatar_release.trust.state_read import load_state
     from avatar_release.registry import open_registry, read_manifest
     from avatar_release.runtime import TrustConfig, load
     from avatar_release.trust.keys import load_public_key
+    from avatar_release.trust.policy import load_policy
+    from avatar_release.trust.state_pod import PinnedRoot
+    from avatar_release.trust.state_read import load_state
 
     reg = open_registry(registry, create=False)
     resolved, manifest = read_manifest(reg, build)
@@ -99,8 +100,9 @@ def main(argv: list[str] | None = None) -> dict:
         for _ in range(args.repeat):
             t0 = time.perf_counter()  # the decision reads the signed release state, then decides
             policy = load_policy()
-            check_promotion(reg, resolved, manifest, channel, policy,
-                            channels=SignedChannels(reg, load_state(reg, policy)))
+            check_promotion(
+                reg, resolved, manifest, channel, policy, channels=SignedChannels(reg, load_state(reg, policy))
+            )
             times.append(time.perf_counter() - t0)
         policy_s[channel] = statistics.median(times)
 
@@ -112,30 +114,50 @@ def main(argv: list[str] | None = None) -> dict:
     # gate evidence and release approval, instead of the statement and timestamp.
     pinned = TrustConfig(root=PinnedRoot(reg.get_record("release-state", "1.root.json"), "root.json"))
     load("prod", reg, trust=pinned)
-    rooted = sorted((load("prod", reg, trust=pinned).timings for _ in range(max(args.repeat // 4, 1))),
-                    key=lambda t: t.total())
+    rooted = sorted(
+        (load("prod", reg, trust=pinned).timings for _ in range(max(args.repeat // 4, 1))), key=lambda t: t.total()
+    )
     rooted_swap = rooted[len(rooted) // 2]
 
     def share(t) -> dict:
         checks = t.signature + t.revocation
-        return {"load_seconds": round(t.total(), 4), "statement_seconds": round(t.signature, 5),
-                "revocation_seconds": round(t.revocation, 5), "trust_checks_share": round(checks / t.total(), 4)}
+        return {
+            "load_seconds": round(t.total(), 4),
+            "statement_seconds": round(t.signature, 5),
+            "revocation_seconds": round(t.revocation, 5),
+            "trust_checks_share": round(checks / t.total(), 4),
+        }
 
     doc = {
-        "benchmark": "policy-and-trust-cost", "smoke": args.smoke, "repeat": args.repeat, "cores": os.cpu_count(),
-        "build_id": build, "gate_wall_seconds": round(gate_wall, 2),
-        "promote": {ch: {"cli_wall_seconds": round(w, 3), "policy_seconds": round(policy_s[ch], 5),
-                         "policy_share": round(policy_s[ch] / w, 4)}
-                    for ch, w in (("staging", staging_wall), ("prod", prod_wall))},
-        "pod": {"cold_load": share(first), "swap_load": share(swap),
-                "trust_checks_share_of_cold_load": round((swap.signature + swap.revocation) / first.total(), 4),
-                "pinned_root_swap_load": share(rooted_swap),
-                "pinned_root_checks_share_of_cold_load": round((rooted_swap.signature + rooted_swap.revocation)
-                                                               / first.total(), 4)},
+        "benchmark": "policy-and-trust-cost",
+        "smoke": args.smoke,
+        "repeat": args.repeat,
+        "cores": os.cpu_count(),
+        "build_id": build,
+        "gate_wall_seconds": round(gate_wall, 2),
+        "promote": {
+            ch: {
+                "cli_wall_seconds": round(w, 3),
+                "policy_seconds": round(policy_s[ch], 5),
+                "policy_share": round(policy_s[ch] / w, 4),
+            }
+            for ch, w in (("staging", staging_wall), ("prod", prod_wall))
+        },
+        "pod": {
+            "cold_load": share(first),
+            "swap_load": share(swap),
+            "trust_checks_share_of_cold_load": round((swap.signature + swap.revocation) / first.total(), 4),
+            "pinned_root_swap_load": share(rooted_swap),
+            "pinned_root_checks_share_of_cold_load": round(
+                (rooted_swap.signature + rooted_swap.revocation) / first.total(), 4
+            ),
+        },
         "goal": {"policy_share_at_most": 0.05, "trust_checks_share_of_cold_load_at_most": 0.02},
     }
-    doc["met"] = (all(v["policy_share"] <= 0.05 for v in doc["promote"].values())
-                  and doc["pod"]["trust_checks_share_of_cold_load"] <= 0.02)
+    doc["met"] = (
+        all(v["policy_share"] <= 0.05 for v in doc["promote"].values())
+        and doc["pod"]["trust_checks_share_of_cold_load"] <= 0.02
+    )
     return write_results(doc, out_path(args.out, None, smoke=args.smoke), smoke=args.smoke, echo=True)
 
 

@@ -45,9 +45,27 @@ FLOOD_FROM = "127.0.0.2"
 
 def _pod(registry: str, *extra: str) -> tuple[subprocess.Popen, dict]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.Popen([sys.executable, "-m", "avatar_release", "serve", "--registry", registry, "--channel",
-                             "dev", "--host", "127.0.0.1", "--port", "0", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "serve",
+            "--registry",
+            registry,
+            "--channel",
+            "dev",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     line = proc.stdout.readline()
     if not line:
         raise SystemExit("the pod did not start")
@@ -65,9 +83,13 @@ class Flooder:
         self.opened = self.closed_by_pod = 0
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Flooder":
-        self.proc = subprocess.Popen([sys.executable, __file__, "--flood-worker", ",".join(map(str, self.ports)),
-                                      str(self.n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __enter__(self) -> Flooder:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--flood-worker", ",".join(map(str, self.ports)), str(self.n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.proc.stdout.readline()  # "flooding": every connection opened
         time.sleep(1.0)  # let the flood build up
         return self
@@ -157,9 +179,14 @@ def _probe_for(port: int, seconds: float) -> dict:
             reasons[why] = reasons.get(why, 0) + 1
         time.sleep(max(0.0, 0.05 - dt))
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
-    return {"probes": len(lat) + failures, "failures": failures, "failure_kinds": reasons,
-            "p50_ms": round(statistics.median(lat) * 1e3, 2) if lat else None,
-            "p99_ms": round(q[98] * 1e3, 2) if lat else None, "max_ms": round(max(lat) * 1e3, 2) if lat else None}
+    return {
+        "probes": len(lat) + failures,
+        "failures": failures,
+        "failure_kinds": reasons,
+        "p50_ms": round(statistics.median(lat) * 1e3, 2) if lat else None,
+        "p99_ms": round(q[98] * 1e3, 2) if lat else None,
+        "max_ms": round(max(lat) * 1e3, 2) if lat else None,
+    }
 
 
 def _case(registry: str, connections: int, seconds: float, own: bool) -> dict:
@@ -172,8 +199,12 @@ def _case(registry: str, connections: int, seconds: float, own: bool) -> dict:
             out = {"render_port": _probe_for(port, seconds / (2 if own else 1))}
             if own:
                 out["probe_port"] = _probe_for(probe_port, seconds / 2)
-        out["flood"] = {"ports": len(flood_ports), "connections_per_port": connections, "opened": f.opened,
-                        "closed_by_pod": f.closed_by_pod}
+        out["flood"] = {
+            "ports": len(flood_ports),
+            "connections_per_port": connections,
+            "opened": f.opened,
+            "closed_by_pod": f.closed_by_pod,
+        }
         return out
     finally:
         proc.terminate()
@@ -185,7 +216,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--registry", help="a registry whose dev channel holds a build (default: compile one)")
     ap.add_argument("--connections", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--smoke", action="store_true", help="100 connections (past the 64 a pod admits), 2 s: proves the benchmark runs")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="100 connections (past the 64 a pod admits), 2 s: proves the benchmark runs",
+    )
     ap.add_argument("--out", help="write the JSON here")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -193,15 +228,37 @@ def main(argv: list[str] | None = None) -> dict:
     registry = args.registry
     if registry is None:  # compiled as a user would, by the CLI (this process never starts JAX)
         registry = str(Path(tempfile.mkdtemp(prefix="bench-probes-")) / "reg")
-        subprocess.run([sys.executable, "-m", "avatar_release", "compile", "--pipeline", "tiny", "--target", "cpu-8",
-                        "--registry", registry], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "avatar_release",
+                "compile",
+                "--pipeline",
+                "tiny",
+                "--target",
+                "cpu-8",
+                "--registry",
+                registry,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
     shared = _case(registry, args.connections, args.seconds, own=False)
     own = _case(registry, args.connections, args.seconds, own=True)
     p = own["probe_port"]
-    doc = {"benchmark": "probes-under-flood", "connections": args.connections, "seconds": args.seconds,
-           "smoke": args.smoke, "cores": os.cpu_count(), "shared": shared, "own": own,
-           "goal": {"probe_port_p99_ms_below": 100, "probe_port_failures": 0},
-           "met": p["failures"] == 0 and p["p99_ms"] is not None and p["p99_ms"] < 100}
+    doc = {
+        "benchmark": "probes-under-flood",
+        "connections": args.connections,
+        "seconds": args.seconds,
+        "smoke": args.smoke,
+        "cores": os.cpu_count(),
+        "shared": shared,
+        "own": own,
+        "goal": {"probe_port_p99_ms_below": 100, "probe_port_failures": 0},
+        "met": p["failures"] == 0 and p["p99_ms"] is not None and p["p99_ms"] < 100,
+    }
     return write_results(doc, out_path(args.out, None, smoke=args.smoke), smoke=args.smoke, echo=True)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _out import ROOT, out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
 from avatar_release.registry import LocalRegistry, read_manifest  # noqa: E402
 
 
@@ -85,7 +86,9 @@ def _gated(reg, build, *, stand_in: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--registry", help="a registry whose dev channel holds an ungated tiny build (default: compile one)")
+    ap.add_argument(
+        "--registry", help="a registry whose dev channel holds an ungated tiny build (default: compile one)"
+    )
     ap.add_argument("--smoke", action="store_true", help="a stored stand-in gate result instead of a gate run")
     ap.add_argument("--out", help="write the JSON here (default benchmarks/results/promote.json; --smoke: nowhere)")
     args = ap.parse_args()
@@ -120,8 +123,11 @@ def main() -> None:
         promote(reg, build.build_id, "prod")
         promo_s = time.perf_counter() - t0
         written = _blob_bytes(tmp / "reg") - before
-        out["promotion"] = {"seconds_for_two_moves": round(promo_s, 4), "blob_bytes_written": written,
-                            "channels": {ch: reg.get_channel(ch).build_id for ch in ("staging", "prod")}}
+        out["promotion"] = {
+            "seconds_for_two_moves": round(promo_s, 4),
+            "blob_bytes_written": written,
+            "channels": {ch: reg.get_channel(ch).build_id for ch in ("staging", "prod")},
+        }
         rows.append(("blob bytes written by two promotions", written, "0"))
 
         _, manifest = read_manifest(reg, build.digest)

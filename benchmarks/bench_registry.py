@@ -60,8 +60,16 @@ def _child(op: str, uri: str, path: str, digest: str = "", size: int = 0) -> Non
     else:
         reg.pull_blob_to(digest, size, path)
     seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "digest": digest, "requests": reg.transport.requests,
-                      "peak_rss_mb": _vm_hwm_mb("self")}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "digest": digest,
+                "requests": reg.transport.requests,
+                "peak_rss_mb": _vm_hwm_mb("self"),
+            }
+        )
+    )
 
 
 def _vm_hwm_mb(pid: int | str) -> float | None:
@@ -151,14 +159,29 @@ def _oci_layout(layout: Path, blob: Path, digest: str, size: int) -> None:
         return {"digest": "sha256:" + d, "size": len(data)}
 
     config = put({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [digest]}})
-    manifest = put({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
-                    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digest,
-                                "size": size}]})
+    manifest = put(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digest, "size": size}],
+        }
+    )
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
-        {"mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest,
-         "annotations": {"org.opencontainers.image.ref.name": "bench"}}]}))
+    (layout / "index.json").write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "manifests": [
+                    {
+                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        **manifest,
+                        "annotations": {"org.opencontainers.image.ref.name": "bench"},
+                    }
+                ],
+            }
+        )
+    )
 
 
 def bench_blob(tmp: Path, size: int, exe: str) -> dict:
@@ -190,10 +213,18 @@ def bench_blob(tmp: Path, size: int, exe: str) -> dict:
         shutil.rmtree(tmp / "skopeo-pulled")
     finally:
         server.stop()
-    return {"size_bytes": size, "digest": digest,
-            "push": {"ours": push, "skopeo": s_push, "ratio": push["wall_s"] / s_push["wall_s"]},
-            "pull": {"ours": pull, "skopeo": s_pull, "ratio": pull["wall_s"] / s_pull["wall_s"],
-                     "ours_byte_identical": same, "skopeo_byte_identical": s_same}}
+    return {
+        "size_bytes": size,
+        "digest": digest,
+        "push": {"ours": push, "skopeo": s_push, "ratio": push["wall_s"] / s_push["wall_s"]},
+        "pull": {
+            "ours": pull,
+            "skopeo": s_pull,
+            "ratio": pull["wall_s"] / s_pull["wall_s"],
+            "ours_byte_identical": same,
+            "skopeo_byte_identical": s_same,
+        },
+    }
 
 
 def _file_sha256(path: Path) -> str:
@@ -232,7 +263,10 @@ def bench_copy(tmp: Path, exe: str, *, smoke: bool) -> dict:
     from avatar_release.trust.state_write import init_state
     from avatar_release.trust.statements import verify_channel
     from tests.oci_server import OciServer
-    from tests.release_records import gate_with_frames, records_of  # a stored, signed, passing gate result; every record
+    from tests.release_records import (
+        gate_with_frames,
+        records_of,
+    )  # a stored, signed, passing gate result; every record
 
     src = LocalRegistry(tmp / "src")
     build_id = _stand_in(src) if smoke else _compiled(src)
@@ -266,12 +300,18 @@ def bench_copy(tmp: Path, exe: str, *, smoke: bool) -> dict:
     finally:
         for s in servers:
             s.stop()
-    return {"build_id": build_id, "compiled": not smoke, "blobs": a_to_b.blobs_copied, "bytes": a_to_b.bytes_copied,
-            "records": len(a_to_b.records_copied),
-            "local_to_a": {"requests": requests_to_a, "seconds": to_a.seconds},
-            "a_to_b": {"requests": requests, "seconds": a_to_b.seconds},
-            "a_to_b_again": {"requests": requests_again, "seconds": again.seconds},
-            "b_to_local": {"seconds": back.seconds}, "round_trip_identical": identical}
+    return {
+        "build_id": build_id,
+        "compiled": not smoke,
+        "blobs": a_to_b.blobs_copied,
+        "bytes": a_to_b.bytes_copied,
+        "records": len(a_to_b.records_copied),
+        "local_to_a": {"requests": requests_to_a, "seconds": to_a.seconds},
+        "a_to_b": {"requests": requests, "seconds": a_to_b.seconds},
+        "a_to_b_again": {"requests": requests_again, "seconds": again.seconds},
+        "b_to_local": {"seconds": back.seconds},
+        "round_trip_identical": identical,
+    }
 
 
 # ---- report --------------------------------------------------------------------------------------------------
@@ -282,22 +322,32 @@ def _report(out: dict) -> None:
         print(f"\n{mib:.0f} MiB blob on loopback     ours          skopeo        ours/skopeo  goal")
         for op in ("push", "pull"):
             o, s = blob[op]["ours"], blob[op]["skopeo"]
-            print(f"  {op:5s} time              {o['wall_s']:6.2f} s      {s['wall_s']:6.2f} s      "
-                  f"{blob[op]['ratio']:5.2f}x       <= {PUSH_GOAL}x  ({mib / o['wall_s']:.0f} vs "
-                  f"{mib / s['wall_s']:.0f} MiB/s; ours {o['op_s']:.2f} s in the call, {o['requests']} requests)")
-            print(f"  {op:5s} peak RSS          {o['peak_rss_mb']:6.1f} MB     {s['peak_rss_mb']:6.1f} MB     "
-                  f"{o['peak_rss_mb'] / s['peak_rss_mb']:5.2f}x       <= {RSS_GOAL_MB} MB")
-        print(f"  pulled bytes identical: ours {blob['pull']['ours_byte_identical']}, "
-              f"skopeo {blob['pull']['skopeo_byte_identical']}")
+            print(
+                f"  {op:5s} time              {o['wall_s']:6.2f} s      {s['wall_s']:6.2f} s      "
+                f"{blob[op]['ratio']:5.2f}x       <= {PUSH_GOAL}x  ({mib / o['wall_s']:.0f} vs "
+                f"{mib / s['wall_s']:.0f} MiB/s; ours {o['op_s']:.2f} s in the call, {o['requests']} requests)"
+            )
+            print(
+                f"  {op:5s} peak RSS          {o['peak_rss_mb']:6.1f} MB     {s['peak_rss_mb']:6.1f} MB     "
+                f"{o['peak_rss_mb'] / s['peak_rss_mb']:5.2f}x       <= {RSS_GOAL_MB} MB"
+            )
+        print(
+            f"  pulled bytes identical: ours {blob['pull']['ours_byte_identical']}, "
+            f"skopeo {blob['pull']['skopeo_byte_identical']}"
+        )
     else:
         print(f"\nblob: {blob}")
     c = out.get("copy")
     if isinstance(c, dict):
-        print(f"\ncopy of {c['build_id']} ({c['blobs']} blobs, {c['bytes'] / 2**20:.1f} MiB, {c['records']} records) "
-              "between two registries")
+        print(
+            f"\ncopy of {c['build_id']} ({c['blobs']} blobs, {c['bytes'] / 2**20:.1f} MiB, {c['records']} records) "
+            "between two registries"
+        )
         print(f"  dir -> A        {c['local_to_a']['requests']:4d} requests  {c['local_to_a']['seconds']:.2f} s")
-        print(f"  A -> B          {c['a_to_b']['requests']:4d} requests  {c['a_to_b']['seconds']:.2f} s"
-              "  (both registries' requests)")
+        print(
+            f"  A -> B          {c['a_to_b']['requests']:4d} requests  {c['a_to_b']['seconds']:.2f} s"
+            "  (both registries' requests)"
+        )
         print(f"  A -> B again    {c['a_to_b_again']['requests']:4d} requests  {c['a_to_b_again']['seconds']:.2f} s")
         print(f"  round trip (dir -> A -> B -> dir) identical: {c['round_trip_identical']}")
     elif c is not None:
@@ -325,7 +375,9 @@ def main() -> None:
         free = shutil.disk_usage(tmp).free
         need = 5 * (args.size_mib << 20)  # the source, the registry's copy, the pulled copies, slack
         if exe is None:
-            out["blob"] = out["copy"] = "skipped: docker-registry is not installed (Debian: apt-get install docker-registry)"
+            out["blob"] = out["copy"] = (
+                "skipped: docker-registry is not installed (Debian: apt-get install docker-registry)"
+            )
         else:
             if args.skip_blob:
                 out["blob"] = "skipped (--skip-blob)"

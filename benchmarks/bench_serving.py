@@ -58,9 +58,29 @@ SMOKE = (1.0, 1, 2, 1, 3, 1, 2.0)
 
 def _pod(registry: str, queue: int, *extra: str) -> tuple[subprocess.Popen, str]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.Popen([sys.executable, "-m", "avatar_release", "serve", "--registry", registry, "--channel",
-                             "dev", "--host", "127.0.0.1", "--port", "0", "--queue", str(queue), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "serve",
+            "--registry",
+            registry,
+            "--channel",
+            "dev",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--queue",
+            str(queue),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     line = proc.stdout.readline()
     if not line:
         raise SystemExit("the pod did not start")
@@ -70,7 +90,9 @@ def _pod(registry: str, queue: int, *extra: str) -> tuple[subprocess.Popen, str]
 def _render(base: str, seconds: float, timeout: float = 600, doc: dict | None = None) -> dict:
     t0 = time.perf_counter()
     body = json.dumps(doc if doc is not None else {"seconds": seconds}).encode()
-    req = urllib.request.Request(base + "/render", data=body, method="POST", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        base + "/render", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data, first = b"", None
@@ -78,8 +100,13 @@ def _render(base: str, seconds: float, timeout: float = 600, doc: dict | None = 
                 data += piece
                 if first is None and b"moof" in data:
                     first = time.perf_counter() - t0
-            return {"status": 200, "ttff": first, "total": time.perf_counter() - t0, "bytes": len(data),
-                    "build": resp.headers.get("X-Build-Id")}
+            return {
+                "status": 200,
+                "ttff": first,
+                "total": time.perf_counter() - t0,
+                "bytes": len(data),
+                "build": resp.headers.get("X-Build-Id"),
+            }
     except urllib.error.HTTPError as e:
         return {"status": e.code, "retry_after": e.headers.get("Retry-After"), "total": time.perf_counter() - t0}
     except OSError as e:  # reset, refused, timed out: a failed request
@@ -88,11 +115,14 @@ def _render(base: str, seconds: float, timeout: float = 600, doc: dict | None = 
 
 def _png_bomb(width: int = 60000, height: int = 60000) -> bytes:
     """A valid PNG signature and IHDR declaring width x height RGB, then one tiny IDAT and IEND."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 1024)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 1024)) + chunk(b"IEND", b"")
+    )
 
 
 def _flat_memory(registry: str, short: float, long: float) -> dict:
@@ -113,14 +143,21 @@ def _flat_memory(registry: str, short: float, long: float) -> dict:
 
 def _hostile(base: str, pid: int) -> dict:
     out = {}
-    for label, doc in (("png_bomb", {"image_b64": base64.b64encode(_png_bomb()).decode(), "seconds": 1}),
-                       ("seconds_1e6", {"seconds": 1e6})):
+    for label, doc in (
+        ("png_bomb", {"image_b64": base64.b64encode(_png_bomb()).decode(), "seconds": 1}),
+        ("seconds_1e6", {"seconds": 1e6}),
+    ):
         before = _mem(pid)
         r = _render(base, 0, timeout=30, doc=doc)
         after = _mem(pid)
-        out[label] = {"status": r["status"], "answer_s": round(r["total"], 4),
-                      "rss_before_mib": before["VmRSS"], "rss_after_mib": after["VmRSS"],
-                      "peak_before_mib": before["VmHWM"], "peak_after_mib": after["VmHWM"]}
+        out[label] = {
+            "status": r["status"],
+            "answer_s": round(r["total"], 4),
+            "rss_before_mib": before["VmRSS"],
+            "rss_after_mib": after["VmRSS"],
+            "peak_before_mib": before["VmHWM"],
+            "peak_after_mib": after["VmHWM"],
+        }
     return out
 
 
@@ -167,10 +204,13 @@ def _promotion_under_load(registry: str, clients: int = 2, candidate: str | None
         proc.terminate()
         proc.wait(60)
     builds = [r.get("build") for r in results if r["status"] == 200]
-    return {"requests": len(results), "failed": sum(r["status"] != 200 for r in results),
-            "swap_seconds": None if swapped is None else round(swapped, 2),
-            "served_old": builds.count(builds[0]) if builds else 0,
-            "served_new": sum(x == b.build_id for x in builds)}
+    return {
+        "requests": len(results),
+        "failed": sum(r["status"] != 200 for r in results),
+        "swap_seconds": None if swapped is None else round(swapped, 2),
+        "served_old": builds.count(builds[0]) if builds else 0,
+        "served_new": sum(x == b.build_id for x in builds),
+    }
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -201,8 +241,11 @@ def _parallel(n: int, fn) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--registry", default=None)
-    ap.add_argument("--candidate", default=None,
-                    help="a build in --registry that dev moves to under load (default: compile tiny with matmul_k_split=2)")
+    ap.add_argument(
+        "--candidate",
+        default=None,
+        help="a build in --registry that dev moves to under load (default: compile tiny with matmul_k_split=2)",
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--clients", type=int, default=3)
@@ -247,22 +290,33 @@ def main() -> None:
         try:
             _render(base, 1.0)  # first request in the process (ffmpeg, page cache)
             runs = [_render(base, a.seconds) for _ in range(a.runs)]
-            result["ttff"] = {"runs": [{k: round(v, 4) for k, v in r.items() if isinstance(v, float)} for r in runs],
-                              "ttff_s": statistics.median(r["ttff"] for r in runs),
-                              "whole_s": statistics.median(r["total"] for r in runs)}
+            result["ttff"] = {
+                "runs": [{k: round(v, 4) for k, v in r.items() if isinstance(v, float)} for r in runs],
+                "ttff_s": statistics.median(r["ttff"] for r in runs),
+                "whole_s": statistics.median(r["total"] for r in runs),
+            }
             result["ttff"]["ratio"] = round(result["ttff"]["ttff_s"] / result["ttff"]["whole_s"], 4)
-            print(f"{a.seconds:g} s request: first fragment {result['ttff']['ttff_s']:.3f} s, whole video "
-                  f"{result['ttff']['whole_s']:.3f} s, ratio {result['ttff']['ratio']:.3f} (goal <= 0.25)")
+            print(
+                f"{a.seconds:g} s request: first fragment {result['ttff']['ttff_s']:.3f} s, whole video "
+                f"{result['ttff']['whole_s']:.3f} s, ratio {result['ttff']['ratio']:.3f} (goal <= 0.25)"
+            )
 
-            rs = [x for batch in _parallel(a.clients, lambda: [_render(base, 1.0) for _ in range(a.requests)])
-                  for x in batch]
+            rs = [
+                x
+                for batch in _parallel(a.clients, lambda: [_render(base, 1.0) for _ in range(a.requests)])
+                for x in batch
+            ]
             ok = [r for r in rs if r["status"] == 200]
-            result["concurrent"] = {"clients": a.clients, "requests": len(rs), "ok": len(ok),
-                                    "failed": len(rs) - len(ok),
-                                    "ttff_p50": _pct([r["ttff"] for r in ok], 0.5),
-                                    "ttff_p99": _pct([r["ttff"] for r in ok], 0.99),
-                                    "total_p50": _pct([r["total"] for r in ok], 0.5),
-                                    "total_p99": _pct([r["total"] for r in ok], 0.99)}
+            result["concurrent"] = {
+                "clients": a.clients,
+                "requests": len(rs),
+                "ok": len(ok),
+                "failed": len(rs) - len(ok),
+                "ttff_p50": _pct([r["ttff"] for r in ok], 0.5),
+                "ttff_p99": _pct([r["ttff"] for r in ok], 0.99),
+                "total_p50": _pct([r["total"] for r in ok], 0.5),
+                "total_p99": _pct([r["total"] for r in ok], 0.99),
+            }
             print(f"{a.clients} clients x {a.requests}: {result['concurrent']}")
             result["rss_mib"] = _mem(proc.pid)
             result["hostile"] = _hostile(base, proc.pid)
@@ -275,11 +329,15 @@ def main() -> None:
         try:
             rs = _parallel(a.burst, lambda: _render(base, 1.0))
             accepted = [r for r in rs if r["status"] == 200]
-            result["burst"] = {"requests": a.burst, "queue": a.queue, "ok": len(accepted),
-                               "ttff_p99_full_queue": _pct([r["ttff"] for r in accepted], 0.99),
-                               "rejected_429": sum(r["status"] == 429 for r in rs),
-                               "with_retry_after": sum(bool(r.get("retry_after")) for r in rs if r["status"] == 429),
-                               "other": sum(r["status"] not in (200, 429) for r in rs)}
+            result["burst"] = {
+                "requests": a.burst,
+                "queue": a.queue,
+                "ok": len(accepted),
+                "ttff_p99_full_queue": _pct([r["ttff"] for r in accepted], 0.99),
+                "rejected_429": sum(r["status"] == 429 for r in rs),
+                "with_retry_after": sum(bool(r.get("retry_after")) for r in rs if r["status"] == 429),
+                "other": sum(r["status"] not in (200, 429) for r in rs),
+            }
             print(f"burst of {a.burst} against queue {a.queue}: {result['burst']}")
             result["rss_mib_burst_pod"] = _mem(proc.pid)
         finally:
@@ -299,8 +357,14 @@ def _summary(r: dict) -> None:
     """The goals side by side."""
     rows = [("time to first fragment / whole video", r["ttff"]["ratio"], "<= 0.25")]
     if "flat_memory" in r:
-        rows.append((f"peak RSS, {r['flat_memory']['long']['seconds']:g} s / {r['flat_memory']['short']['seconds']:g} s "
-                     "request", r["flat_memory"]["peak_ratio"], "<= 1.10"))
+        rows.append(
+            (
+                f"peak RSS, {r['flat_memory']['long']['seconds']:g} s / {r['flat_memory']['short']['seconds']:g} s "
+                "request",
+                r["flat_memory"]["peak_ratio"],
+                "<= 1.10",
+            )
+        )
     p = r["promotion_under_load"]
     rows.append(("failed requests across a --follow swap under load", p["failed"], "0"))
     rows.append(("p99 time to first fragment at a full queue (s)", r["burst"]["ttff_p99_full_queue"], ""))

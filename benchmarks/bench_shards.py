@@ -47,8 +47,15 @@ def _run(args: list[str], env: dict) -> float:
 def _sharded(build: str, reg: str, n: int, env: dict, tag: str) -> dict:
     env = {**env, "AVATAR_RELEASE_GATE_RUN_ID": tag}
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([*_CLI, "gate", build, "--shard", f"{k}/{n}", "--registry", reg, "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for k in range(n)]
+    procs = [
+        subprocess.Popen(
+            [*_CLI, "gate", build, "--shard", f"{k}/{n}", "--registry", reg, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for k in range(n)
+    ]
     shard_walls = []
     for p in procs:
         out, err = p.communicate()
@@ -56,10 +63,27 @@ def _sharded(build: str, reg: str, n: int, env: dict, tag: str) -> dict:
             raise SystemExit(f"shard failed: {err.decode()[-2000:]}")
         shard_walls.append(sum(r["wall_seconds"] for r in json.loads(out)["shard"]["runs"]))
     shards = time.perf_counter() - t0
-    merge = _run(["gate", "merge", build, "--baseline", "none", "--registry", reg, "--json",
-                  "--report", str(Path(reg).parent / f"rep-{tag}")], env)
-    return {"shards_wall_s": round(shards, 3), "merge_s": round(merge, 3), "total_s": round(shards + merge, 3),
-            "slowest_shard_worker_s": round(max(shard_walls), 3)}
+    merge = _run(
+        [
+            "gate",
+            "merge",
+            build,
+            "--baseline",
+            "none",
+            "--registry",
+            reg,
+            "--json",
+            "--report",
+            str(Path(reg).parent / f"rep-{tag}"),
+        ],
+        env,
+    )
+    return {
+        "shards_wall_s": round(shards, 3),
+        "merge_s": round(merge, 3),
+        "total_s": round(shards + merge, 3),
+        "slowest_shard_worker_s": round(max(shard_walls), 3),
+    }
 
 
 def _build(reg: str, given: str | None, env: dict) -> str:
@@ -69,15 +93,18 @@ def _build(reg: str, given: str | None, env: dict) -> str:
 
         shutil.copytree(given, reg)
         return read_manifest(LocalRegistry(reg, create=False), "dev")[0].build_id
-    out = subprocess.run([*_CLI, "compile", "--registry", reg, "--json"], check=True, capture_output=True,
-                         env=env, text=True)
+    out = subprocess.run(
+        [*_CLI, "compile", "--registry", reg, "--json"], check=True, capture_output=True, env=env, text=True
+    )
     return json.loads(out.stdout)["build_id"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--registry", help="a registry whose dev channel holds an ungated tiny build (default: compile one)")
+    ap.add_argument(
+        "--registry", help="a registry whose dev channel holds an ungated tiny build (default: compile one)"
+    )
     ap.add_argument("--smoke", action="store_true", help="N = 2 only, no unsharded gate: proves the benchmark runs")
     ap.add_argument("--out", help="write the JSON here (default benchmarks/results/shards.json; --smoke: nowhere)")
     args = ap.parse_args()
@@ -89,23 +116,45 @@ def main() -> None:
         env.pop("AVATAR_RELEASE_GATE_KEY", None)
         reg = f"{tmp}/reg"
         build = _build(reg, args.registry, env)
-        whole = [] if args.smoke else [_run(["gate", build, "--baseline", "none", "--registry", reg, "--json",
-                                             "--report", f"{tmp}/rep-whole"], env) for _ in range(runs)]
+        whole = (
+            []
+            if args.smoke
+            else [
+                _run(
+                    ["gate", build, "--baseline", "none", "--registry", reg, "--json", "--report", f"{tmp}/rep-whole"],
+                    env,
+                )
+                for _ in range(runs)
+            ]
+        )
         rows = {}
         for n in counts:
             measured = [_sharded(build, reg, n, env, f"n{n}-r{i}") for i in range(runs)]
             rows[n] = {k: statistics.median(r[k] for r in measured) for k in measured[0]}
     w = statistics.median(whole) if whole else None
-    result = {"pipeline": "tiny", "smoke": args.smoke, "build_id": build, "cpus": os.cpu_count(), "runs": runs,
-              "unsharded_s": None if w is None else round(w, 3),
-              "sharded": {str(n): {**r, "vs_unsharded": None if w is None else round(r["total_s"] / w, 3),
-                                   "merge_share_of_one_shard": round(r["merge_s"] / r["slowest_shard_worker_s"], 3)}
-                          for n, r in rows.items()}}
+    result = {
+        "pipeline": "tiny",
+        "smoke": args.smoke,
+        "build_id": build,
+        "cpus": os.cpu_count(),
+        "runs": runs,
+        "unsharded_s": None if w is None else round(w, 3),
+        "sharded": {
+            str(n): {
+                **r,
+                "vs_unsharded": None if w is None else round(r["total_s"] / w, 3),
+                "merge_share_of_one_shard": round(r["merge_s"] / r["slowest_shard_worker_s"], 3),
+            }
+            for n, r in rows.items()
+        },
+    }
     print(f"unsharded gate of tiny: {'-' if w is None else f'{w:.1f}'}s on {os.cpu_count()} cores")
     for n, r in result["sharded"].items():
         vs = "-" if r["vs_unsharded"] is None else f"{r['vs_unsharded']:.2f}x"
-        print(f"  N={n}: shards {r['shards_wall_s']:.1f}s (in parallel) + merge {r['merge_s']:.1f}s = {r['total_s']:.1f}s "
-              f"-> {vs} the unsharded gate; merge = {r['merge_share_of_one_shard']:.0%} of one shard")
+        print(
+            f"  N={n}: shards {r['shards_wall_s']:.1f}s (in parallel) + merge {r['merge_s']:.1f}s = {r['total_s']:.1f}s "
+            f"-> {vs} the unsharded gate; merge = {r['merge_share_of_one_shard']:.0%} of one shard"
+        )
     write_results(result, out_path(args.out, "shards", smoke=args.smoke), smoke=args.smoke)
 
 

@@ -48,14 +48,24 @@ def scenario_compile(args) -> dict:
     from avatar_release.registry import LocalRegistry, MemoryRegistry
 
     conc = compile_build(args.pipeline, "cpu-8", registry=LocalRegistry(args.registry))
-    serial = None if args.smoke else compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(),
-                                                   concurrent_compile=False, publish=False)
+    serial = (
+        None
+        if args.smoke
+        else compile_build(args.pipeline, "cpu-8", registry=MemoryRegistry(), concurrent_compile=False, publish=False)
+    )
     m = conc.manifest
     return {
         "build_id": conc.build_id,
         "per_executable": [
-            {"key": e.key, "trace_s": e.trace_seconds, "lower_s": e.lower_seconds, "compile_s": e.compile_seconds,
-             "raw_bytes": e.raw_size, "zstd_bytes": e.blob.size, "zstd_ratio": round(e.blob.size / e.raw_size, 4)}
+            {
+                "key": e.key,
+                "trace_s": e.trace_seconds,
+                "lower_s": e.lower_seconds,
+                "compile_s": e.compile_seconds,
+                "raw_bytes": e.raw_size,
+                "zstd_bytes": e.blob.size,
+                "zstd_ratio": round(e.blob.size / e.raw_size, 4),
+            }
             for e in m.executables
         ],
         "trace_lower_compile_s": sum(e.trace_seconds + e.lower_seconds + e.compile_seconds for e in m.executables),
@@ -84,8 +94,15 @@ def scenario_serve(args) -> dict:
     first, rest = _time_chunks(build, image, audio)
     return {
         "imports_s": t_imports,
-        "load": {"resolve": t.resolve, "fetch": t.fetch, "verify": t.verify, "decompress": t.decompress,
-                 "deserialize": t.deserialize, "weights": t.weights, "total": t.total()},
+        "load": {
+            "resolve": t.resolve,
+            "fetch": t.fetch,
+            "verify": t.verify,
+            "decompress": t.decompress,
+            "deserialize": t.deserialize,
+            "weights": t.weights,
+            "total": t.total(),
+        },
         "first_chunk_s": first,
         "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - sum(rest),
         "steady_chunk_s": sorted(rest)[len(rest) // 2] if rest else first,
@@ -134,8 +151,12 @@ def scenario_eager(args) -> dict:
             t0 = time.perf_counter()
             frames, prev = pipe.render_chunk(image, audio, prev, noise)
             times.append(time.perf_counter() - t0)
-    return {"chunk_s": sorted(times)[len(times) // 2], "threads": torch.get_num_threads(),
-            "frames_per_chunk": config.frames_per_chunk, "fps": config.fps}
+    return {
+        "chunk_s": sorted(times)[len(times) // 2],
+        "threads": torch.get_num_threads(),
+        "frames_per_chunk": config.frames_per_chunk,
+        "fps": config.fps,
+    }
 
 
 SCENARIOS = {"compile": scenario_compile, "serve": scenario_serve, "jit": scenario_jit, "eager": scenario_eager}
@@ -143,8 +164,19 @@ SCENARIOS = {"compile": scenario_compile, "serve": scenario_serve, "jit": scenar
 
 def _run(name: str, args) -> dict:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    cmd = [sys.executable, __file__, "--scenario", name, "--pipeline", args.pipeline, "--chunks", str(args.chunks),
-           "--registry", args.registry, *(["--smoke"] if args.smoke else [])]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--scenario",
+        name,
+        "--pipeline",
+        args.pipeline,
+        "--chunks",
+        str(args.chunks),
+        "--registry",
+        args.registry,
+        *(["--smoke"] if args.smoke else []),
+    ]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -180,13 +212,19 @@ def main() -> None:
     c, s, j, e = r["compile"], r["serve"], r["jit"], r["eager"]
     chunk_seconds = e["frames_per_chunk"] / e["fps"]
     ratios = [
-        ("concurrent / serial compile wall", _ratio(c["compile_wall_concurrent_s"], c["compile_wall_serial_s"]),
-         "<= 0.70"),
+        (
+            "concurrent / serial compile wall",
+            _ratio(c["compile_wall_concurrent_s"], c["compile_wall_serial_s"]),
+            "<= 0.70",
+        ),
         ("cold load / (trace+lower+compile)", s["load"]["total"] / c["trace_lower_compile_s"], "<= 0.05"),
         ("first chunk: registry / JIT path", s["time_to_first_chunk_s"] / j["time_to_first_chunk_s"], "<= 0.25"),
         ("steady chunk: loaded / JIT", s["steady_chunk_s"] / j["steady_chunk_s"], "1.00 +- 0.03"),
-        ("(verify + decompress) / load", (s["load"]["verify"] + s["load"]["decompress"]) / s["load"]["total"],
-         "<= 0.05"),
+        (
+            "(verify + decompress) / load",
+            (s["load"]["verify"] + s["load"]["decompress"]) / s["load"]["total"],
+            "<= 0.05",
+        ),
         ("peak RSS: serving / compile", s["peak_rss_mb"] / c["peak_rss_mb"], "(lower is better)"),
         ("chunk: eager torch / torchax+jit", e["chunk_s"] / j["steady_chunk_s"], "(>1: XLA faster)"),
         ("real-time factor, torchax+jit", chunk_seconds / j["steady_chunk_s"], "(>=1: real time)"),
@@ -198,11 +236,18 @@ def main() -> None:
         print(f"{name:<38} {'-' if value is None else f'{value:8.3f}':>8}   {goal}")
     print("\nper executable:")
     for x in c["per_executable"]:
-        print(f"  {x['key']:<8} trace {x['trace_s']:.2f}s lower {x['lower_s']:.2f}s compile {x['compile_s']:.2f}s  "
-              f"raw {x['raw_bytes'] / 1e6:.2f} MB zstd {x['zstd_bytes'] / 1e6:.2f} MB ({x['zstd_ratio']:.3f})")
-    doc = {"pipeline": args.pipeline, "smoke": args.smoke, "chunks": args.chunks, "cores": os.cpu_count(),
-           "scenarios": r, "ratios": {name: {"value": None if v is None else round(v, 4), "goal": g}
-                                      for name, v, g in ratios}}
+        print(
+            f"  {x['key']:<8} trace {x['trace_s']:.2f}s lower {x['lower_s']:.2f}s compile {x['compile_s']:.2f}s  "
+            f"raw {x['raw_bytes'] / 1e6:.2f} MB zstd {x['zstd_bytes'] / 1e6:.2f} MB ({x['zstd_ratio']:.3f})"
+        )
+    doc = {
+        "pipeline": args.pipeline,
+        "smoke": args.smoke,
+        "chunks": args.chunks,
+        "cores": os.cpu_count(),
+        "scenarios": r,
+        "ratios": {name: {"value": None if v is None else round(v, 4), "goal": g} for name, v, g in ratios},
+    }
     write_results(doc, out_path(args.out, "spine", smoke=args.smoke), smoke=args.smoke)
 
 

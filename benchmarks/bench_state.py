@@ -65,9 +65,14 @@ def _evidence(reg, build_id: str, digest: str) -> list:
     ident = local_identity()
     gate = {"build_id": build_id, "status": "passed"}
     out = []
-    for key, kind, predicate in ((ident.gate_key(), "gate-result", gate),
-                                 (ident.release_key(), "release-approval",
-                                  {"build_id": build_id, "gate_result_digest": sha256_digest(canonical_json(gate))})):
+    for key, kind, predicate in (
+        (ident.gate_key(), "gate-result", gate),
+        (
+            ident.release_key(),
+            "release-approval",
+            {"build_id": build_id, "gate_result_digest": sha256_digest(canonical_json(gate))},
+        ),
+    ):
         env = attest(key, kind=kind, build_id=build_id, subject_digest=digest, predicate=predicate)
         out.append(BlobRef(digest=reg.put_blob(env), size=len(env), media_type="application/vnd.dsse.envelope.v1+json"))
     return out
@@ -87,9 +92,20 @@ def _build(root: Path, moves: int):
         evidence = _evidence(reg, f"b-{i}", digest) if channel == "prod" else []
         for ref, kind in zip(evidence, ("gate-result", "release-approval")):  # listed as they are stored
             state = record_evidence(reg, policy, build_id=f"b-{i}", envelope=ref, kind=kind)
-        state, _ = record_move(reg, policy, state, channel, action="promote", build_id=f"b-{i}",
-                               manifest_digest=digest, manifest_size=1000, who="bench", reason="",
-                               gate_result_digest=None, evidence=evidence)
+        state, _ = record_move(
+            reg,
+            policy,
+            state,
+            channel,
+            action="promote",
+            build_id=f"b-{i}",
+            manifest_digest=digest,
+            manifest_size=1000,
+            who="bench",
+            reason="",
+            gate_result_digest=None,
+            evidence=evidence,
+        )
     return reg
 
 
@@ -119,16 +135,28 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = {"short": 3, "long": args.moves}
     regs = {k: _build(tmp / f"reg-{k}", n) for k, n in sizes.items()}
     policy = load_policy()
-    out: dict = {k: {"moves": n, "promote_s": [], "history_read_s": [], "poll_s": [], "poll_bytes": []}
-                 for k, n in sizes.items()}
+    out: dict = {
+        k: {"moves": n, "promote_s": [], "history_read_s": [], "poll_s": [], "poll_bytes": []} for k, n in sizes.items()
+    }
     for rep in range(args.repeats):
         for k, reg in regs.items():  # alternated: short, long, short, long, ...
             os.environ["AVATAR_RELEASE_STATE_DIR"] = str(tmp / f"machine-{k}")
             t0 = time.perf_counter()
             state = load_state(reg, policy)
-            record_move(reg, policy, state, "dev", action="promote", build_id=f"x-{rep}",
-                        manifest_digest=f"sha256:{rep + 10**6:064x}", manifest_size=1000, who="bench", reason="",
-                        gate_result_digest=None, evidence=())
+            record_move(
+                reg,
+                policy,
+                state,
+                "dev",
+                action="promote",
+                build_id=f"x-{rep}",
+                manifest_digest=f"sha256:{rep + 10**6:064x}",
+                manifest_size=1000,
+                who="bench",
+                reason="",
+                gate_result_digest=None,
+                evidence=(),
+            )
             out[k]["promote_s"].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             chain = moves(reg, load_state(reg, policy).holder("prod"))
@@ -144,14 +172,22 @@ def main(argv: list[str] | None = None) -> dict:
     doc = {"smoke": args.smoke, "goals": GOALS}
     for k in sizes:
         r = out[k]
-        doc[k] = {"moves": r["moves"], "prod_history_moves": r["prod_history_moves"],
-                  "promote_s": _stats(r["promote_s"]), "history_read_s": _stats(r["history_read_s"]),
-                  "poll_s": _stats(r["poll_s"]), "poll_bytes": _stats(r["poll_bytes"])}
-    doc["long_over_short"] = {m: doc["long"][m]["median"] / doc["short"][m]["median"]
-                              for m in ("promote_s", "poll_s", "poll_bytes")}
-    doc["meets_goals"] = {"promote_s": doc["long"]["promote_s"]["median"] < GOALS["promote_s"],
-                          "poll_s": doc["long"]["poll_s"]["median"] < GOALS["poll_s"],
-                          "poll_bytes_flat": doc["long"]["poll_bytes"]["max"] <= doc["short"]["poll_bytes"]["max"] * 1.1}
+        doc[k] = {
+            "moves": r["moves"],
+            "prod_history_moves": r["prod_history_moves"],
+            "promote_s": _stats(r["promote_s"]),
+            "history_read_s": _stats(r["history_read_s"]),
+            "poll_s": _stats(r["poll_s"]),
+            "poll_bytes": _stats(r["poll_bytes"]),
+        }
+    doc["long_over_short"] = {
+        m: doc["long"][m]["median"] / doc["short"][m]["median"] for m in ("promote_s", "poll_s", "poll_bytes")
+    }
+    doc["meets_goals"] = {
+        "promote_s": doc["long"]["promote_s"]["median"] < GOALS["promote_s"],
+        "poll_s": doc["long"]["poll_s"]["median"] < GOALS["poll_s"],
+        "poll_bytes_flat": doc["long"]["poll_bytes"]["max"] <= doc["short"]["poll_bytes"]["max"] * 1.1,
+    }
     return write_results(doc, out_path(args.out, "state", smoke=args.smoke), smoke=args.smoke, echo=args.out is None)
 
 

@@ -74,8 +74,15 @@ def child_swap(registry: str, b_digest: str) -> dict:
     if what != "swapped" or pod.build.digest != b_digest:
         raise SystemExit(f"the pod did not swap to B: {what} ({pod.follow.refused_reason})")
     t = pod.build.timings
-    return {"from": a, "to": pod.build.build_id, "swap_s": swap, "warm_chunk_s": pod.warm_seconds,
-            "swap_load_s": swap - pod.warm_seconds, "load": t.to_json(), "compiles": pod.build.guard.count}
+    return {
+        "from": a,
+        "to": pod.build.build_id,
+        "swap_s": swap,
+        "warm_chunk_s": pod.warm_seconds,
+        "swap_load_s": swap - pod.warm_seconds,
+        "load": t.to_json(),
+        "compiles": pod.build.guard.count,
+    }
 
 
 def child_jit(cache: str) -> dict:
@@ -106,9 +113,17 @@ def child_jit(cache: str) -> dict:
     trace_lower = sum(e.trace_seconds + e.lower_seconds for e in res.executables)
     compile_s = sum(e.compile_seconds for e in res.executables)
     place = _place_seconds(res)
-    return {"build": build.build_id, "jit_total_s": t_end - t0, "jit_build_s": t_built - t0, "warm_chunk_s": warm,
-            "trace_lower_s": trace_lower, "compile_s": compile_s, "place_s": place,
-            "jit_s": trace_lower + compile_s + place + warm, "cache_entries": len(os.listdir(cache))}
+    return {
+        "build": build.build_id,
+        "jit_total_s": t_end - t0,
+        "jit_build_s": t_built - t0,
+        "warm_chunk_s": warm,
+        "trace_lower_s": trace_lower,
+        "compile_s": compile_s,
+        "place_s": place,
+        "jit_s": trace_lower + compile_s + place + warm,
+        "cache_entries": len(os.listdir(cache)),
+    }
 
 
 def _place_seconds(res) -> float:
@@ -135,8 +150,21 @@ def _env(state: Path | None = None) -> dict:
 
 def run_ready(registry: str, state: Path) -> dict:
     """``avatar-release serve`` on dev (B): seconds from spawn to its ready line."""
-    cmd = [sys.executable, "-m", "avatar_release", "serve", "dev", "--registry", registry, "--host", "127.0.0.1",
-           "--port", "0", "--probe-port", "-1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "avatar_release",
+        "serve",
+        "dev",
+        "--registry",
+        registry,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--probe-port",
+        "-1",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(state))
     try:
@@ -151,8 +179,14 @@ def run_ready(registry: str, state: Path) -> dict:
     load = health["load"]
     section = load["deserialize_and_weights"]
     warm = health["warm_chunk_seconds"]
-    return {"ready_s": ready, "deserialize_and_weights_s": section, "load": load, "warm_chunk_s": warm,
-            "ready_apart_s": ready - section, "ready_apart_no_warm_s": ready - section - warm}
+    return {
+        "ready_s": ready,
+        "deserialize_and_weights_s": section,
+        "load": load,
+        "warm_chunk_s": warm,
+        "ready_apart_s": ready - section,
+        "ready_apart_no_warm_s": ready - section - warm,
+    }
 
 
 def run_bare(pod_env: bool = True) -> dict:
@@ -160,14 +194,20 @@ def run_bare(pod_env: bool = True) -> dict:
     if pod_env:
         env.update(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], check=True, env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", "import jax; jax.devices()"],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return {"bare_s": time.perf_counter() - t0}
 
 
 def _child(mode: str, state: Path, *args: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", mode, *args], capture_output=True, text=True,
-                         env=_env(state), timeout=900)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, *args], capture_output=True, text=True, env=_env(state), timeout=900
+    )
     if out.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -203,8 +243,12 @@ def _digests(reg) -> list[str]:
 
 
 def _stats(xs: list[float]) -> dict:
-    return {"min": round(min(xs), 4), "median": round(statistics.median(xs), 4), "max": round(max(xs), 4),
-            "runs": [round(x, 4) for x in xs]}
+    return {
+        "min": round(min(xs), 4),
+        "median": round(statistics.median(xs), 4),
+        "max": round(max(xs), 4),
+        "runs": [round(x, 4) for x in xs],
+    }
 
 
 def main() -> None:
@@ -267,8 +311,10 @@ def _headline(mode: str, r: dict) -> str:
 
 
 def _summary(results: dict[str, list[dict]], smoke: bool, runs: int) -> dict:
-    med = {m: statistics.median(r[k] for r in results[m]) for m, k in
-           (("swap", "swap_s"), ("jit", "jit_s"), ("ready", "ready_apart_s"), ("bare", "bare_s"))}
+    med = {
+        m: statistics.median(r[k] for r in results[m])
+        for m, k in (("swap", "swap_s"), ("jit", "jit_s"), ("ready", "ready_apart_s"), ("bare", "bare_s"))
+    }
     swap_load = statistics.median(r["swap_load_s"] for r in results["swap"])
     jit_no_warm = statistics.median(r["jit_s"] - r["warm_chunk_s"] for r in results["jit"])
     no_warm = statistics.median(r["ready_apart_no_warm_s"] for r in results["ready"])
@@ -276,8 +322,10 @@ def _summary(results: dict[str, list[dict]], smoke: bool, runs: int) -> dict:
     ratios = {
         "swap / JIT + warm cache": (med["swap"] / med["jit"], "<= 0.10"),
         "swap without its warm chunk / JIT + warm cache without its": (swap_load / jit_no_warm, ""),
-        "fresh pod ready apart from deserialize and weights / bare import jax; jax.devices()":
-            (med["ready"] / med["bare"], "<= 1.25"),
+        "fresh pod ready apart from deserialize and weights / bare import jax; jax.devices()": (
+            med["ready"] / med["bare"],
+            "<= 1.25",
+        ),
         "the same without the warm chunk / bare": (no_warm / med["bare"], "<= 1.25"),
         "the same without the warm chunk / bare, no JAX settings (plugins probed)": (no_warm / bare_default, ""),
     }
@@ -287,17 +335,21 @@ def _summary(results: dict[str, list[dict]], smoke: bool, runs: int) -> dict:
         print(f"  {name:<{width}}  {value:8.3f}  {goal}")
     from importlib.metadata import version
 
-    return {"smoke": smoke, "runs": runs, "cores": os.cpu_count(),
-            "versions": {d: version(d) for d in ("jax", "jaxlib", "ml_dtypes")},
-            "swap_s": _stats([r["swap_s"] for r in results["swap"]]),
-            "swap_load_s": _stats([r["swap_load_s"] for r in results["swap"]]),
-            "jit_s": _stats([r["jit_s"] for r in results["jit"]]),
-            "ready_apart_s": _stats([r["ready_apart_s"] for r in results["ready"]]),
-            "ready_apart_no_warm_s": _stats([r["ready_apart_no_warm_s"] for r in results["ready"]]),
-            "bare_s": _stats([r["bare_s"] for r in results["bare"]]),
-            "bare_default_s": _stats([r["bare_s"] for r in results["bare_default"]]),
-            "ratios": {k: {"value": round(v, 4), "goal": g} for k, (v, g) in ratios.items()},
-            "runs_by_mode": results}
+    return {
+        "smoke": smoke,
+        "runs": runs,
+        "cores": os.cpu_count(),
+        "versions": {d: version(d) for d in ("jax", "jaxlib", "ml_dtypes")},
+        "swap_s": _stats([r["swap_s"] for r in results["swap"]]),
+        "swap_load_s": _stats([r["swap_load_s"] for r in results["swap"]]),
+        "jit_s": _stats([r["jit_s"] for r in results["jit"]]),
+        "ready_apart_s": _stats([r["ready_apart_s"] for r in results["ready"]]),
+        "ready_apart_no_warm_s": _stats([r["ready_apart_no_warm_s"] for r in results["ready"]]),
+        "bare_s": _stats([r["bare_s"] for r in results["bare"]]),
+        "bare_default_s": _stats([r["bare_s"] for r in results["bare_default"]]),
+        "ratios": {k: {"value": round(v, 4), "goal": g} for k, (v, g) in ratios.items()},
+        "runs_by_mode": results,
+    }
 
 
 if __name__ == "__main__":

@@ -33,21 +33,28 @@ sys.path.insert(0, str(ROOT))
 from _builds import GIB, compile_rows  # noqa: E402 (benchmarks/_builds.py, beside this file)
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
-
 # The stand-in shapes, the dense DiT attention and the sharded decoder before issue 20
 # (config.py's history). What --set cannot undo is today's compiler: the per-layer weight gather,
 # the Ulysses all-to-alls, the SR's tall query blocks and the per-run cost count apply to both
 # sides (benchmarks/README.md keeps the figures recorded before them).
-_BEFORE_COMMON = ["dit.depth=32", "dit.steps=8", "sr.depth=32", "dit.attention=xla", "vae.weights=sharded",
-                  "vae.norm_stats=grouped"]
+_BEFORE_COMMON = [
+    "dit.depth=32",
+    "dit.steps=8",
+    "sr.depth=32",
+    "dit.attention=xla",
+    "vae.weights=sharded",
+    "vae.norm_stats=grouped",
+]
 BEFORE = {"avatar-720p": _BEFORE_COMMON, "avatar-1080p": _BEFORE_COMMON + ["sr_scale=2"]}
 
 
 def _stage_rows(rows: list[dict]) -> None:
     """Per pipeline and stage, before and after side by side."""
     print("\nper stage (first bucket), compiler estimate per chunk on tpu-v6e-8, not a measurement")
-    print(f"{'pipeline':<13} {'shapes':<7} {'stage':<9} {'est ms':>8} {'/deadline':>9} {'bound':>8} "
-          f"{'compute share':>13} {'a2a hidden/exposed':>18} {'exposed wire ms':>15} {'GB/chip':>8}")
+    print(
+        f"{'pipeline':<13} {'shapes':<7} {'stage':<9} {'est ms':>8} {'/deadline':>9} {'bound':>8} "
+        f"{'compute share':>13} {'a2a hidden/exposed':>18} {'exposed wire ms':>15} {'GB/chip':>8}"
+    )
     for r in rows:
         if not r["pipeline"].startswith("avatar-") or r["exit_code"] != 0:
             continue
@@ -58,9 +65,11 @@ def _stage_rows(rows: list[dict]) -> None:
             a2a = "-" if st["all_to_alls"] is None else f"{st['all_to_alls_hidden']}/{st['all_to_alls_exposed']}"
             share = "-" if st["compute_share"] is None else f"{st['compute_share']:.2f}"
             wire = "-" if st["exposed_collective_seconds"] is None else f"{st['exposed_collective_seconds'] * 1e3:.1f}"
-            print(f"{r['pipeline']:<13} {label:<7} {st['key']:<9} {est * 1e3:>8.0f} "
-                  f"{est / c['deadline_seconds']:>9.2f} {st['bound'] or '-':>8} {share:>13} {a2a:>18} {wire:>15} "
-                  f"{st['bytes_accessed'] / 1e9:>8.0f}")
+            print(
+                f"{r['pipeline']:<13} {label:<7} {st['key']:<9} {est * 1e3:>8.0f} "
+                f"{est / c['deadline_seconds']:>9.2f} {st['bound'] or '-':>8} {share:>13} {a2a:>18} {wire:>15} "
+                f"{st['bytes_accessed'] / 1e9:>8.0f}"
+            )
 
 
 def main() -> None:
@@ -77,8 +86,10 @@ def main() -> None:
 
     runs = [("tiny", "tpu-v6e-8", [])]
     if not args.smoke:
-        runs += [("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"]),
-                 ("tiny", "tpu-v6e-8", ["dit.attention=flash"])]
+        runs += [
+            ("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"]),
+            ("tiny", "tpu-v6e-8", ["dit.attention=flash"]),
+        ]
     if not args.quick:
         for pipeline in ("avatar-720p", "avatar-1080p"):
             if not args.no_before:
@@ -101,8 +112,10 @@ def main() -> None:
         probes[pipeline] = [p.to_json() for p in probe_schedule(pipeline, "tpu-v6e-8", groups)]
 
     print("\ncompile on this CPU-only host for tpu-v6e-8 (fresh process each)")
-    print(f"{'pipeline':<13} {'target':<21} {'set':<44} {'wall s':>7} {'rss GiB':>8} {'HBM/chip':>16} {'use':>6}"
-          f" {'est/chunk':>10} {'deadline':>9} {'est/deadline':>12}")
+    print(
+        f"{'pipeline':<13} {'target':<21} {'set':<44} {'wall s':>7} {'rss GiB':>8} {'HBM/chip':>16} {'use':>6}"
+        f" {'est/chunk':>10} {'deadline':>9} {'est/deadline':>12}"
+    )
     for r in rows:
         fit = r.get("memory_fit") or {}
         hbm = f"{fit['total_bytes'] / GIB:.1f}/{fit['capacity_bytes'] / GIB:.0f} GiB" if fit else "-"
@@ -111,21 +124,33 @@ def main() -> None:
         est = f"{c['estimated_seconds'] * 1e3:.0f} ms" if c.get("estimated_seconds") else "-"
         dl = f"{c['deadline_seconds'] * 1e3:.0f} ms" if c else "-"
         ratio = f"{c['ratio']:.2f}" if c.get("ratio") is not None else ("refused" if r["exit_code"] else "-")
-        print(f"{r['pipeline']:<13} {r['target']:<21} {' '.join(r['set']) or '(spec defaults)':<44} "
-              f"{r['wall_seconds']:>7.1f} {r.get('peak_rss_gib', 0):>8.2f} {hbm:>16} {use:>6} {est:>10} {dl:>9} {ratio:>12}")
+        print(
+            f"{r['pipeline']:<13} {r['target']:<21} {' '.join(r['set']) or '(spec defaults)':<44} "
+            f"{r['wall_seconds']:>7.1f} {r.get('peak_rss_gib', 0):>8.2f} {hbm:>16} {use:>6} {est:>10} {dl:>9} {ratio:>12}"
+        )
     _stage_rows(rows)
-    warned = [f"{r['pipeline']} {' '.join(r['set']) or '(spec defaults)'}: {len(r['xla_log'])}" for r in rows
-              if r.get("xla_log")]
+    warned = [
+        f"{r['pipeline']} {' '.join(r['set']) or '(spec defaults)'}: {len(r['xla_log'])}"
+        for r in rows
+        if r.get("xla_log")
+    ]
     print("\ncompiler log lines (XLA warnings) per build: " + ("; ".join(warned) if warned else "none in any build"))
     print("\nall-to-alls of one SR attention layer compiled for tpu-v6e-8 (hidden = compute inside start/done)")
     for pipeline, ps in probes.items():
         for p in ps:
             share = p["hidden"] / p["all_to_alls"] if p["all_to_alls"] else 0
-            print(f"  {pipeline:<12} G={p['groups']}: {p['all_to_alls']:>2} all-to-alls, {p['hidden']:>2} hidden, "
-                  f"{p['exposed']:>2} exposed (hidden share {share:.2f})")
-    doc = {"label": "compile-only evidence for tpu-v6e-8 on a CPU-only host; times per chunk are compiler "
-                    "estimates, not measurements", "smoke": args.smoke, "host_cpus": os.cpu_count(), "compiles": rows,
-           "schedule": probes}
+            print(
+                f"  {pipeline:<12} G={p['groups']}: {p['all_to_alls']:>2} all-to-alls, {p['hidden']:>2} hidden, "
+                f"{p['exposed']:>2} exposed (hidden share {share:.2f})"
+            )
+    doc = {
+        "label": "compile-only evidence for tpu-v6e-8 on a CPU-only host; times per chunk are compiler "
+        "estimates, not measurements",
+        "smoke": args.smoke,
+        "host_cpus": os.cpu_count(),
+        "compiles": rows,
+        "schedule": probes,
+    }
     write_results(doc, out_path(args.out, "tpu", smoke=args.smoke), smoke=args.smoke)
 
 

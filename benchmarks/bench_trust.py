@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # a CPU build: never start the TPU plugin (libtpu may be installed)
 
 _CHILD = r"""
@@ -71,11 +72,17 @@ def _evidence_cost(reg, build_id: str, gate_result, runs: int) -> dict:
     sign, verify = [], []
     for _ in range(max(runs, 5)):
         t0 = time.perf_counter()
-        attest(key, kind="gate-result", build_id=build_id, subject_digest=manifest.content_digest(),
-               predicate=predicate)
+        attest(
+            key, kind="gate-result", build_id=build_id, subject_digest=manifest.content_digest(), predicate=predicate
+        )
         t1 = time.perf_counter()
-        good, _ = verified(reg, build_id, kind="gate-result", trusted=policy.gate_keys(manifest.target),
-                           subject_digest=manifest.content_digest())
+        good, _ = verified(
+            reg,
+            build_id,
+            kind="gate-result",
+            trusted=policy.gate_keys(manifest.target),
+            subject_digest=manifest.content_digest(),
+        )
         assert good, "the gate's own attestation must verify"
         verify.append(time.perf_counter() - t1)
         sign.append(t1 - t0)
@@ -105,7 +112,9 @@ def _share(part: float, whole: float | None, digits: int) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--registry", help="a registry whose dev channel holds an ungated tiny build (default: compile one)")
+    ap.add_argument(
+        "--registry", help="a registry whose dev channel holds an ungated tiny build (default: compile one)"
+    )
     ap.add_argument("--smoke", action="store_true", help="one run, a stand-in gate result: proves the benchmark runs")
     ap.add_argument("--out", help="write the JSON here (default benchmarks/results/trust.json; --smoke: nowhere)")
     args = ap.parse_args()
@@ -138,9 +147,13 @@ def main() -> None:
         promote(reg, build_id, "prod", signing_key=key)
 
         def child(pubkey: str) -> dict:
-            out = subprocess.run([sys.executable, "-c", _CHILD, str(tmp / "reg"), pubkey, str(tmp / "state.json")],
-                                 capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                 check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", _CHILD, str(tmp / "reg"), pubkey, str(tmp / "state.json")],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                check=True,
+            )
             return json.loads(out.stdout.strip().splitlines()[-1])
 
         signed = [child(str(pub)) for _ in range(args.runs)]
@@ -160,16 +173,24 @@ def main() -> None:
         "gate_s": None if gate_s is None else round(gate_s, 3),
         "evidence_sign_s": round(evidence["sign"], 5),
         "evidence_verify_s": round(evidence["verify"], 5),
-        "ratios": {"signature / cold load": round(sig_share, 4),
-                   "pre-load verification / cold load": round(pre, 4),
-                   "evidence signing / gate": _share(evidence["sign"], gate_s, 5),
-                   "evidence verification (promotion) / gate": _share(evidence["verify"], gate_s, 5)},
+        "ratios": {
+            "signature / cold load": round(sig_share, 4),
+            "pre-load verification / cold load": round(pre, 4),
+            "evidence signing / gate": _share(evidence["sign"], gate_s, 5),
+            "evidence verification (promotion) / gate": _share(evidence["verify"], gate_s, 5),
+        },
     }
-    print(f"cold load (median of {args.runs} fresh processes): {med(signed, 'total'):.3f}s with a trust key, "
-          f"{med(plain, 'total'):.3f}s without")
+    print(
+        f"cold load (median of {args.runs} fresh processes): {med(signed, 'total'):.3f}s with a trust key, "
+        f"{med(plain, 'total'):.3f}s without"
+    )
     print(f"{'measure':<40} {'ratio':>8} {'goal':>7}")
-    goals = {"signature / cold load": 0.02, "pre-load verification / cold load": 0.02,
-             "evidence signing / gate": 0.01, "evidence verification (promotion) / gate": 0.01}
+    goals = {
+        "signature / cold load": 0.02,
+        "pre-load verification / cold load": 0.02,
+        "evidence signing / gate": 0.01,
+        "evidence verification (promotion) / gate": 0.01,
+    }
     for name, v in result["ratios"].items():
         goal = goals[name]
         if v is None:

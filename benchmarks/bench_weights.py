@@ -98,8 +98,10 @@ def write(folder: Path, total_bytes: int, side: int) -> dict:
     names = [f"dit.blocks.{i:04d}.w" for i in range(n)]
     base = _base(side)
     chunks: dict[str, list] = {"none": [], "zstd": []}
-    header = {nm: {"dtype": "BF16", "shape": [side, side], "data_offsets": [i * side * side * 2, (i + 1) * side * side * 2]}
-              for i, nm in enumerate(names)}
+    header = {
+        nm: {"dtype": "BF16", "shape": [side, side], "data_offsets": [i * side * side * 2, (i + 1) * side * side * 2]}
+        for i, nm in enumerate(names)
+    }
     head = json.dumps(header).encode()
     head += b" " * (-len(head) % 8)
     # Equal tensors whose size divides the chunk size: the rule packs them ``per`` to a chunk, in
@@ -109,7 +111,10 @@ def write(folder: Path, total_bytes: int, side: int) -> dict:
     with open(folder / "w.safetensors", "wb") as st:
         st.write(struct.pack("<Q", len(head)) + head)
         for start in range(0, n, per):
-            batch = [HostTensor(names[i], "bfloat16", (side, side), _variant(base, i)) for i in range(start, min(start + per, n))]
+            batch = [
+                HostTensor(names[i], "bfloat16", (side, side), _variant(base, i))
+                for i in range(start, min(start + per, n))
+            ]
             for codec, reg in regs.items():
                 packed, blobs = pack_chunks(batch, level=WEIGHTS_ZSTD_LEVEL, compression=codec)
                 for z in blobs.values():
@@ -125,11 +130,21 @@ def write(folder: Path, total_bytes: int, side: int) -> dict:
     stored = {c: sum(x["blob"]["size"] for x in chunks[c]) for c in chunks}
     new_bytes = sum(c.blob.size for c in new if c.blob.digest not in {x["blob"]["digest"] for x in chunks["none"]})
     (folder / "chunks.json").write_text(json.dumps({"chunks": chunks, "names": names, "side": side}))
-    return {"tensors": n, "raw_bytes": n * side * side * 2, "stored_bytes": stored["none"],
-            "zstd_bytes": stored["zstd"], "zstd_saves": round(1 - stored["zstd"] / stored["none"], 4),
-            "chunks": len(chunks["none"]), "write_seconds": round(write_s, 2),
-            "one_layer_change": {"layers": n, "uploaded_bytes": new_bytes,
-                                 "share_of_weights": round(new_bytes / stored["none"], 4), "goal_at_most": round(2 / n, 4)}}
+    return {
+        "tensors": n,
+        "raw_bytes": n * side * side * 2,
+        "stored_bytes": stored["none"],
+        "zstd_bytes": stored["zstd"],
+        "zstd_saves": round(1 - stored["zstd"] / stored["none"], 4),
+        "chunks": len(chunks["none"]),
+        "write_seconds": round(write_s, 2),
+        "one_layer_change": {
+            "layers": n,
+            "uploaded_bytes": new_bytes,
+            "share_of_weights": round(new_bytes / stored["none"], 4),
+            "goal_at_most": round(2 / n, 4),
+        },
+    }
 
 
 def push(folder: Path, uri: str) -> dict:
@@ -171,8 +186,15 @@ def _ours(reg, chunks: list, codec: str, specs: list, mesh) -> dict:
     from avatar_release.runtime._weights import stream_weights
 
     parsed = [WeightChunk.model_validate(c) for c in chunks]
-    w = WeightsRecord(blob=None, raw_size=sum(c.raw_size for c in parsed), raw_digest="sha256:" + "0" * 64,
-                      tensors=len(specs), source="bench", chunks=parsed, compression=codec)
+    w = WeightsRecord(
+        blob=None,
+        raw_size=sum(c.raw_size for c in parsed),
+        raw_digest="sha256:" + "0" * 64,
+        tensors=len(specs),
+        source="bench",
+        chunks=parsed,
+        compression=codec,
+    )
     stage = SimpleNamespace(entry=SimpleNamespace(params=specs, key="dit/f8"), params={})
     return stream_weights(reg, SimpleNamespace(build_id="bench", weights=w), {("dit", "f8"): stage}, mesh).to_json()
 
@@ -210,7 +232,9 @@ def child(mode: str, folder: Path, scratch: Path) -> dict:
     t0 = time.perf_counter()
     if mode in ("ours", "ours-zstd"):
         codec = "none" if mode == "ours" else "zstd"
-        out["steps"] = _ours(LocalRegistry(folder / f"reg-{codec}", create=False), doc["chunks"][codec], codec, specs, mesh)
+        out["steps"] = _ours(
+            LocalRegistry(folder / f"reg-{codec}", create=False), doc["chunks"][codec], codec, specs, mesh
+        )
     elif mode == "ours-pull":
         pushed = json.loads((folder / "pushed.json").read_text())
         reg = CachedRegistry(OciRegistry(pushed["uri"]), NodeCache(scratch / "cache", max_bytes=1 << 40))
@@ -247,8 +271,13 @@ def _run_child(mode: str, folder: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.setdefault("JAX_PLATFORMS", "cpu")
     with tempfile.TemporaryDirectory(prefix="bench-weights-run-", dir=folder) as scratch:  # an empty cache each run
-        r = subprocess.run([sys.executable, __file__, "--child", mode, str(folder), scratch], capture_output=True,
-                           text=True, env=env, timeout=3600)
+        r = subprocess.run(
+            [sys.executable, __file__, "--child", mode, str(folder), scratch],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=3600,
+        )
     if r.returncode != 0:
         raise SystemExit(f"{mode} child failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -262,11 +291,13 @@ def _summarise(runs: dict[str, list[dict]], raw: int, baseline: dict) -> dict:
     out = {}
     for mode, rs in runs.items():
         over = [r["peak_rss_bytes"] - baseline["peak_rss_bytes"] for r in rs]
-        out[mode] = {"seconds": _spread([r["seconds"] for r in rs]),
-                     "gb_per_s_at_median": round(raw / statistics.median(r["seconds"] for r in rs) / 1e9, 3),
-                     "peak_rss_over_baseline_bytes": _spread(over),
-                     "peak_rss_over_raw_weights_bytes": _spread([o - raw for o in over]),
-                     "runs": rs}
+        out[mode] = {
+            "seconds": _spread([r["seconds"] for r in rs]),
+            "gb_per_s_at_median": round(raw / statistics.median(r["seconds"] for r in rs) / 1e9, 3),
+            "peak_rss_over_baseline_bytes": _spread(over),
+            "peak_rss_over_raw_weights_bytes": _spread([o - raw for o in over]),
+            "runs": rs,
+        }
     return out
 
 
@@ -285,14 +316,20 @@ def measure_size(folder: Path, gib: float, side: int, runs: int, server, baselin
     baseline = baseline or _run_child("baseline", folder)
     results: dict[str, list[dict]] = {m: [] for m in modes}
     for i in range(runs):  # alternated: each run takes every mode once, in a rotated order
-        for mode in modes[i % len(modes):] + modes[: i % len(modes)]:
+        for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
             results[mode].append(_run_child(mode, folder))
     summary = _summarise(results, info["raw_bytes"], baseline)
-    row = {"gib": gib, **info, "modes": summary,
-           "ratios_of_medians": {"ours_vs_safetensors": _ratio(summary, "ours", "safetensors"),
-                                 "ours_zstd_vs_safetensors": _ratio(summary, "ours-zstd", "safetensors"),
-                                 "ours_vs_zstd_1_thread": _ratio(summary, "ours", "zstd-1-thread"),
-                                 "ours_pull_vs_safetensors_pull": _ratio(summary, "ours-pull", "safetensors-pull")}}
+    row = {
+        "gib": gib,
+        **info,
+        "modes": summary,
+        "ratios_of_medians": {
+            "ours_vs_safetensors": _ratio(summary, "ours", "safetensors"),
+            "ours_zstd_vs_safetensors": _ratio(summary, "ours-zstd", "safetensors"),
+            "ours_vs_zstd_1_thread": _ratio(summary, "ours", "zstd-1-thread"),
+            "ours_pull_vs_safetensors_pull": _ratio(summary, "ours-pull", "safetensors-pull"),
+        },
+    }
     return row, baseline
 
 
@@ -311,9 +348,13 @@ def child_load(registry: str, build_id: str) -> dict:
     t0 = time.perf_counter()
     build = load(build_id, registry)
     temps = max((e.memory.get("temp_size", 0) for e in build.manifest.executables), default=0)
-    return {"seconds": round(time.perf_counter() - t0, 3), "rss_jax_up_bytes": before, "peak_rss_bytes": _peak_rss(),
-            "weight_path": build.timings.weight_path,
-            "xla_temp_bytes_all_devices": temps * build.manifest.platform.device_count}
+    return {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "rss_jax_up_bytes": before,
+        "peak_rss_bytes": _peak_rss(),
+        "weight_path": build.timings.weight_path,
+        "xla_temp_bytes_all_devices": temps * build.manifest.platform.device_count,
+    }
 
 
 def _cli_peak(args: list[str], module: list[str] | None = None) -> dict:
@@ -321,8 +362,9 @@ def _cli_peak(args: list[str], module: list[str] | None = None) -> dict:
     and its JSON answer."""
     t0 = time.perf_counter()
     cmd = [sys.executable, *(module or ["-m", "avatar_release"]), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+    )
     text = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     code = os.waitstatus_to_exitcode(status)
@@ -345,15 +387,34 @@ def memory(tmp: Path, sets: list[str]) -> dict:
         (ref,) = LocalRegistry(reg, create=False).list_builds()
         _, m = read_manifest(LocalRegistry(reg, create=False), ref.build_id)
         loaded = _cli_peak([str(reg), ref.build_id], module=[__file__, "--child-load"])
-        rendered = _cli_peak(["render", "--registry", str(reg), "--build", ref.build_id, "--seconds", "0.3",
-                              "--out", str(tmp / f"{name}.mp4"), "--json"])
-        out[name] = {"build_id": ref.build_id, "raw_weight_bytes": m.weights.raw_size,
-                     "load": {"peak_rss_bytes": loaded["peak_rss_bytes"], **loaded["answer"]},
-                     "render_one_chunk": {k: rendered[k] for k in ("seconds", "peak_rss_bytes")}}
+        rendered = _cli_peak(
+            [
+                "render",
+                "--registry",
+                str(reg),
+                "--build",
+                ref.build_id,
+                "--seconds",
+                "0.3",
+                "--out",
+                str(tmp / f"{name}.mp4"),
+                "--json",
+            ]
+        )
+        out[name] = {
+            "build_id": ref.build_id,
+            "raw_weight_bytes": m.weights.raw_size,
+            "load": {"peak_rss_bytes": loaded["peak_rss_bytes"], **loaded["answer"]},
+            "render_one_chunk": {k: rendered[k] for k in ("seconds", "peak_rss_bytes")},
+        }
         if name == "wide":
             for key, flags in (("verify_no_programs", ["--no-programs"]), ("verify", [])):
                 v = _cli_peak(["verify", ref.build_id, "--registry", str(reg), "--json", *flags])
-                out[name][key] = {"seconds": v["seconds"], "peak_rss_bytes": v["peak_rss_bytes"], "ok": v["answer"]["ok"]}
+                out[name][key] = {
+                    "seconds": v["seconds"],
+                    "peak_rss_bytes": v["peak_rss_bytes"],
+                    "ok": v["answer"]["ok"],
+                }
     raw = out["wide"]["raw_weight_bytes"] - out["tiny"]["raw_weight_bytes"]
     for what, key in (("load", "load"), ("render", "render_one_chunk")):
         over = out["wide"][key]["peak_rss_bytes"] - out["tiny"][key]["peak_rss_bytes"]
@@ -363,17 +424,26 @@ def memory(tmp: Path, sets: list[str]) -> dict:
     # gathers each layer's weights), beside the weights: the render's peak is not the placement's
     out["wide_xla_temp_bytes_all_devices"] = out["wide"]["load"]["xla_temp_bytes_all_devices"]
     out["verify_no_programs_peak_rss_bytes"] = out["wide"]["verify_no_programs"]["peak_rss_bytes"]
-    out["verify_rss_over_tiny_load_bytes"] = out["wide"]["verify"]["peak_rss_bytes"] - out["tiny"]["load"]["peak_rss_bytes"]
+    out["verify_rss_over_tiny_load_bytes"] = (
+        out["wide"]["verify"]["peak_rss_bytes"] - out["tiny"]["load"]["peak_rss_bytes"]
+    )
     return out
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="0.5,2", help="GiB of bf16 weights, comma separated (8 needs ~20 GiB free "
-                                                    "memory: the safetensors anchor holds the file and its placed copy)")
+    ap.add_argument(
+        "--sizes",
+        default="0.5,2",
+        help="GiB of bf16 weights, comma separated (8 needs ~20 GiB free "
+        "memory: the safetensors anchor holds the file and its placed copy)",
+    )
     ap.add_argument("--runs", type=int, default=3, help="fresh-process runs of each mode, alternated")
-    ap.add_argument("--pull", action="store_true", help="also the first pull from a loopback OCI registry "
-                                                        "(docker-registry) into an empty node cache")
+    ap.add_argument(
+        "--pull",
+        action="store_true",
+        help="also the first pull from a loopback OCI registry (docker-registry) into an empty node cache",
+    )
     ap.add_argument("--memory", action="store_true", help="also the load, render and verify RSS of a wide build")
     ap.add_argument("--smoke", action="store_true", help="16 MiB of 1024 x 1024 tensors, one run: seconds")
     ap.add_argument("--out")
@@ -411,16 +481,27 @@ def main(argv: list[str] | None = None) -> dict:
     return _write(args, runs, baseline, rows, mem, pull=args.pull, echo=True)
 
 
-def _write(args: argparse.Namespace, runs: int, baseline: dict | None, rows: list, mem: dict | None, *, pull: bool,
-           echo: bool) -> dict:
-    doc = {"benchmark": "weights", "smoke": args.smoke, "cores": os.cpu_count(), "runs_per_mode": runs,
-           "node": "warm: every file in the page cache" + ("; pull: loopback docker-registry, empty node cache"
-                                                          if pull else ""),
-           "baseline": baseline, "sizes": rows, "memory": mem,
-           "goals": {"ours_vs_safetensors_median_at_most": 0.8, "ours_pull_vs_safetensors_pull_median_at_most": 1.2,
-                     "load_rss_over_tiny_minus_raw_weights_at_most_bytes": 512 << 20,
-                     "render_rss_over_tiny_minus_raw_weights_at_most_bytes": 512 << 20,
-                     "verify_no_programs_peak_rss_at_most_bytes": 256 << 20}}
+def _write(
+    args: argparse.Namespace, runs: int, baseline: dict | None, rows: list, mem: dict | None, *, pull: bool, echo: bool
+) -> dict:
+    doc = {
+        "benchmark": "weights",
+        "smoke": args.smoke,
+        "cores": os.cpu_count(),
+        "runs_per_mode": runs,
+        "node": "warm: every file in the page cache"
+        + ("; pull: loopback docker-registry, empty node cache" if pull else ""),
+        "baseline": baseline,
+        "sizes": rows,
+        "memory": mem,
+        "goals": {
+            "ours_vs_safetensors_median_at_most": 0.8,
+            "ours_pull_vs_safetensors_pull_median_at_most": 1.2,
+            "load_rss_over_tiny_minus_raw_weights_at_most_bytes": 512 << 20,
+            "render_rss_over_tiny_minus_raw_weights_at_most_bytes": 512 << 20,
+            "verify_no_programs_peak_rss_at_most_bytes": 256 << 20,
+        },
+    }
     result = write_results(doc, out_path(args.out, "weights", smoke=args.smoke), smoke=args.smoke, echo=echo)
     assert isinstance(result, dict)
     return result

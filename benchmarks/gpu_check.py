@@ -66,8 +66,10 @@ def step_preflight(args) -> dict:
     plugins = {d: _version(d) for d in ("jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt")}
     blockers = []
     if not found["python"].startswith(PINS["python"] + "."):
-        blockers.append(f"python {found['python']}: pyproject.toml requires >=3.11,<3.12 (pip refuses to install; "
-                        "this check runs from the checkout on PYTHONPATH instead)")
+        blockers.append(
+            f"python {found['python']}: pyproject.toml requires >=3.11,<3.12 (pip refuses to install; "
+            "this check runs from the checkout on PYTHONPATH instead)"
+        )
     from avatar_release.errors import IntegrityError
     from avatar_release.runtime._unpickle import allowed_classes
 
@@ -79,8 +81,10 @@ def step_preflight(args) -> dict:
                 pickles = f"the restricted unpickler has a class list recorded for jax {minor}"
             except IntegrityError:
                 pickles = f"the restricted unpickler has no class list for jax {minor} and refuses every executable"
-            blockers.append(f"{dist} {found[dist]}: the toolchain pins {PINS[dist]} ({pickles}; the target "
-                            "descriptions' proto and the flag names are checked against the pin only)")
+            blockers.append(
+                f"{dist} {found[dist]}: the toolchain pins {PINS[dist]} ({pickles}; the target "
+                "descriptions' proto and the flag names are checked against the pin only)"
+            )
     if found["torchax"] is None:
         blockers.append("torchax is not installed: the bundled pipeline is traced through it (compile and jit fail)")
     devices = {}
@@ -88,8 +92,12 @@ def step_preflight(args) -> dict:
         import jax
 
         devs = jax.devices()
-        devices = {"backend": devs[0].platform, "count": len(devs), "kinds": sorted({d.device_kind for d in devs}),
-                   "platform_version": str(getattr(devs[0].client, "platform_version", "?"))}
+        devices = {
+            "backend": devs[0].platform,
+            "count": len(devs),
+            "kinds": sorted({d.device_kind for d in devs}),
+            "platform_version": str(getattr(devs[0].client, "platform_version", "?")),
+        }
     except Exception as e:  # noqa: BLE001 - reported, not raised: the preflight says what is missing
         devices = {"error": f"{type(e).__name__}: {e}"}
     return {"found": found, "plugins": plugins, "pins": PINS, "blockers": blockers, "devices": devices}
@@ -102,11 +110,17 @@ def step_compile(args) -> dict:
     t0 = time.perf_counter()
     res = compile_build(args.pipeline, args.target, registry=LocalRegistry(args.registry))
     m = res.manifest
-    return {"build_id": res.build_id, "wall_s": time.perf_counter() - t0, "compile_wall_s": res.compile_wall_seconds,
-            "platform": m.platform.model_dump(mode="json"),
-            "autotune": m.autotune.model_dump(mode="json") if m.autotune else None,
-            "kernel_routes": {k: [r.model_dump(mode="json") for r in v] for k, v in (m.kernel_routes or {}).items()},
-            "executables": [{"key": e.key, "compile_s": e.compile_seconds, "zstd_bytes": e.blob.size} for e in m.executables]}
+    return {
+        "build_id": res.build_id,
+        "wall_s": time.perf_counter() - t0,
+        "compile_wall_s": res.compile_wall_seconds,
+        "platform": m.platform.model_dump(mode="json"),
+        "autotune": m.autotune.model_dump(mode="json") if m.autotune else None,
+        "kernel_routes": {k: [r.model_dump(mode="json") for r in v] for k, v in (m.kernel_routes or {}).items()},
+        "executables": [
+            {"key": e.key, "compile_s": e.compile_seconds, "zstd_bytes": e.blob.size} for e in m.executables
+        ],
+    }
 
 
 def _inputs(program, chunks: int):
@@ -124,8 +138,13 @@ def _chunks(build, chunks: int) -> dict:
     steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
     b = build.manifest.buckets[0]
     deadline = b.frames / build.manifest.program.fps
-    return {"first_chunk_s": times[0], "steady_chunk_s": steady, "deadline_s": deadline,
-            "steady_over_deadline": steady / deadline, "chunks": len(times)}
+    return {
+        "first_chunk_s": times[0],
+        "steady_chunk_s": steady,
+        "deadline_s": deadline,
+        "steady_over_deadline": steady / deadline,
+        "chunks": len(times),
+    }
 
 
 def step_serve(args) -> dict:
@@ -133,9 +152,13 @@ def step_serve(args) -> dict:
 
     build = load("dev", args.registry, strict=False)
     timed = _chunks(build, args.chunks)
-    return {"load_s": build.timings.total(), **timed, "time_to_first_chunk_s": time.perf_counter() - T_PROCESS
-            - timed["steady_chunk_s"] * (timed["chunks"] - 1), "compiles_after_load": build.guard.count,
-            "compile_events": build.guard.events[:8]}
+    return {
+        "load_s": build.timings.total(),
+        **timed,
+        "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - timed["steady_chunk_s"] * (timed["chunks"] - 1),
+        "compiles_after_load": build.guard.count,
+        "compile_events": build.guard.events[:8],
+    }
 
 
 def step_jit(args) -> dict:
@@ -149,16 +172,34 @@ def step_jit(args) -> dict:
 
     build, res = jit_build(args.pipeline, args.target)
     timed = _chunks(build, args.chunks)
-    return {"compile_wall_s": res.compile_wall_seconds, **timed,
-            "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - timed["steady_chunk_s"] * (timed["chunks"] - 1),
-            "cache_entries": len(list(Path(args.jax_cache).glob("*")))}
+    return {
+        "compile_wall_s": res.compile_wall_seconds,
+        **timed,
+        "time_to_first_chunk_s": time.perf_counter() - T_PROCESS - timed["steady_chunk_s"] * (timed["chunks"] - 1),
+        "cache_entries": len(list(Path(args.jax_cache).glob("*"))),
+    }
 
 
 def step_gate(args) -> dict:
     build_id = json.loads(Path(args.registry, "..", "compile.json").read_text())["build_id"]
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "avatar_release", "gate", build_id, "--baseline", "none",
-                          "--registry", args.registry, "--json"], capture_output=True, text=True, env=_env(args))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "gate",
+            build_id,
+            "--baseline",
+            "none",
+            "--registry",
+            args.registry,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(args),
+    )
     try:
         doc = json.loads(out.stdout)
     except json.JSONDecodeError:
@@ -171,14 +212,33 @@ def step_autotune(args) -> dict:
     build_id = json.loads(Path(args.registry, "..", "compile.json").read_text())["build_id"]
     saved = Path(args.registry, "..", "autotune-results.textproto")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "avatar_release", "autotune", build_id, "--save-results", str(saved),
-                          "--registry", args.registry, "--json"], capture_output=True, text=True, env=_env(args))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "autotune",
+            build_id,
+            "--save-results",
+            str(saved),
+            "--registry",
+            args.registry,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(args),
+    )
     try:
         doc = json.loads(out.stdout)
     except json.JSONDecodeError:
         doc = {"stdout": out.stdout[-2000:], "stderr": out.stderr[-2000:]}
-    return {"exit_code": out.returncode, "wall_s": time.perf_counter() - t0, "result": doc,
-            "results_bytes": saved.stat().st_size if saved.exists() else None}
+    return {
+        "exit_code": out.returncode,
+        "wall_s": time.perf_counter() - t0,
+        "result": doc,
+        "results_bytes": saved.stat().st_size if saved.exists() else None,
+    }
 
 
 def step_kernels(args) -> dict:
@@ -198,40 +258,70 @@ def step_kernels(args) -> dict:
     keys = jax.random.split(jax.random.PRNGKey(0), 6)
     q, k, v = (jax.random.normal(kk, (heads, frames * tokens, hd), jnp.bfloat16) for kk in keys[:3])
     dq, dk, dv = (jax.random.normal(kk, (heads, dense, hd), jnp.bfloat16) for kk in keys[3:])
+
     def window_at(block: int):
-        return jax.jit(lambda q, k, v: window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                            window=window, block=block, interpret=not gpu))
+        return jax.jit(
+            lambda q, k, v: window_attention_gpu(
+                q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=block, interpret=not gpu
+            )
+        )
 
     by_block = {b: window_at(b) for b in ((32, BLOCK, 128) if gpu else (BLOCK,))}
     window_fn = by_block[BLOCK]
-    window_ref = jax.jit(lambda q, k, v: frame_reference(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                         window=window))
+    window_ref = jax.jit(
+        lambda q, k, v: frame_reference(q, k, v, frames=frames, tokens_per_frame=tokens, window=window)
+    )
     flash_fn = jax.jit(lambda q, k, v: flash_attention_gpu(q, k, v, interpret=not gpu))
     flash_ref = jax.jit(lambda q, k, v: reference_attention(q, k, v, None))
 
     def err(a, b) -> float:
         return float(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)).max())
 
-    out = {"device": jax.devices()[0].device_kind, "interpreted": not gpu,
-           "window": {"shape": [heads, frames * tokens, hd], "frames": frames, "tokens_per_frame": tokens,
-                      "window": window, "max_abs_err": err(window_fn(q, k, v), window_ref(q, k, v))},
-           "flash": {"shape": [heads, dense, hd], "max_abs_err": err(flash_fn(dq, dk, dv), flash_ref(dq, dk, dv))}}
+    out = {
+        "device": jax.devices()[0].device_kind,
+        "interpreted": not gpu,
+        "window": {
+            "shape": [heads, frames * tokens, hd],
+            "frames": frames,
+            "tokens_per_frame": tokens,
+            "window": window,
+            "max_abs_err": err(window_fn(q, k, v), window_ref(q, k, v)),
+        },
+        "flash": {"shape": [heads, dense, hd], "max_abs_err": err(flash_fn(dq, dk, dv), flash_ref(dq, dk, dv))},
+    }
     if gpu:  # the reference is float32 at HIGHEST precision with (S, S) logits: XLA's masked attention
         # the block size is a first choice (BLOCK): what 32 and 128 would give, for the next build
         ms = {b: median_seconds(fn, q, k, v) * 1e3 for b, fn in by_block.items()}
-        out["window"].update(kernel_ms=ms[BLOCK], kernel_ms_by_block=ms,
-                             xla_reference_ms=median_seconds(window_ref, q, k, v) * 1e3)
-        out["flash"].update(kernel_ms=median_seconds(flash_fn, dq, dk, dv) * 1e3,
-                            xla_reference_ms=median_seconds(flash_ref, dq, dk, dv) * 1e3)
+        out["window"].update(
+            kernel_ms=ms[BLOCK], kernel_ms_by_block=ms, xla_reference_ms=median_seconds(window_ref, q, k, v) * 1e3
+        )
+        out["flash"].update(
+            kernel_ms=median_seconds(flash_fn, dq, dk, dv) * 1e3,
+            xla_reference_ms=median_seconds(flash_ref, dq, dk, dv) * 1e3,
+        )
     return out
 
 
-STEPS = {"preflight": step_preflight, "compile": step_compile, "serve": step_serve, "jit": step_jit, "gate": step_gate,
-         "autotune": step_autotune, "kernels": step_kernels}
+STEPS = {
+    "preflight": step_preflight,
+    "compile": step_compile,
+    "serve": step_serve,
+    "jit": step_jit,
+    "gate": step_gate,
+    "autotune": step_autotune,
+    "kernels": step_kernels,
+}
 # Each step's own limit, so a step that hangs costs its share, not the whole run's JSON; together
 # under the 470 s gpu_check.sh gives the run.
-STEP_TIMEOUT_S = {"preflight": 30, "compile": 90, "gate": 110, "serve": 45, "jit": 50, "autotune": 60,
-                  "kernels": 30}  # 465 s in all (jit runs twice)
+STEP_TIMEOUT_S = {
+    "preflight": 30,
+    "compile": 90,
+    "gate": 110,
+    "serve": 45,
+    "jit": 50,
+    "autotune": 60,
+    "kernels": 30,
+}  # 465 s in all (jit runs twice)
 
 
 def _env(args) -> dict:
@@ -244,12 +334,32 @@ def _env(args) -> dict:
 
 
 def _run(name: str, args, **extra) -> dict:
-    cmd = [sys.executable, __file__, "--step", name, "--target", args.target, "--pipeline", args.pipeline,
-           "--chunks", str(args.chunks), "--registry", args.registry, "--jax-cache", args.jax_cache]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--step",
+        name,
+        "--target",
+        args.target,
+        "--pipeline",
+        args.pipeline,
+        "--chunks",
+        str(args.chunks),
+        "--registry",
+        args.registry,
+        "--jax-cache",
+        args.jax_cache,
+    ]
     t0 = time.perf_counter()
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=_env(args), cwd=ROOT,
-                             timeout=STEP_TIMEOUT_S[name] * (3 if args.target.startswith("cpu") else 1))
+        out = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env=_env(args),
+            cwd=ROOT,
+            timeout=STEP_TIMEOUT_S[name] * (3 if args.target.startswith("cpu") else 1),
+        )
     except subprocess.TimeoutExpired as e:
         print(f"  {name:<9} timed out after {e.timeout:.0f}s", file=sys.stderr)
         return {"failed": True, "timed_out_s": e.timeout, "stderr": (e.stderr or b"")[-3000:].decode(errors="replace")}
@@ -281,8 +391,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     args.registry = args.registry or str(work / "reg")
     args.jax_cache = args.jax_cache or str(work / "jax-cache")
-    doc: dict = {"benchmark": "gpu_check", "date": datetime.date.today().isoformat(), "target": args.target,
-                 "pipeline": args.pipeline, "host": platform.node(), "run_on_gpu": not args.target.startswith("cpu")}
+    doc: dict = {
+        "benchmark": "gpu_check",
+        "date": datetime.date.today().isoformat(),
+        "target": args.target,
+        "pipeline": args.pipeline,
+        "host": platform.node(),
+        "run_on_gpu": not args.target.startswith("cpu"),
+    }
     doc["preflight"] = _run("preflight", args)
     doc["compile"] = _run("compile", args)
     if not doc["compile"].get("failed"):
@@ -296,10 +412,12 @@ def main() -> None:
     doc["kernels"] = _run("kernels", args)
     serve, warm = doc.get("serve", {}), doc["jit_warm_cache"]
     if "time_to_first_chunk_s" in serve and "time_to_first_chunk_s" in warm:
-        doc["ratios"] = {"time_to_first_chunk_artifact_over_jit_warm_cache":
-                         serve["time_to_first_chunk_s"] / warm["time_to_first_chunk_s"],
-                         "steady_chunk_over_deadline": serve["steady_over_deadline"],
-                         "compiles_after_load": serve["compiles_after_load"]}
+        doc["ratios"] = {
+            "time_to_first_chunk_artifact_over_jit_warm_cache": serve["time_to_first_chunk_s"]
+            / warm["time_to_first_chunk_s"],
+            "steady_chunk_over_deadline": serve["steady_over_deadline"],
+            "compiles_after_load": serve["compiles_after_load"],
+        }
     write_results(doc, args.out, smoke=args.smoke, echo=args.out is None, default=str)
 
 

@@ -43,8 +43,9 @@ def _root() -> click.Group:
 
 
 def _context(command: click.Command, name: str, parent: click.Context | None) -> click.Context:
-    return click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH,
-                         resilient_parsing=True)
+    return click.Context(
+        command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH, resilient_parsing=True
+    )
 
 
 def _subcommands(ctx: click.Context) -> list[tuple[str, click.Command]]:
@@ -165,8 +166,14 @@ def _usage(ctx: click.Context) -> list[str]:
 def _tables(ctx: click.Context) -> list[str]:
     lines = []
     for name, rows in option_sections(ctx):
-        lines += [f"**{_escape(name)}**", "", "| option | what it does |", "| --- | --- |",
-                  *(f"| {_code(term)} | {_escape(text, cell=True)} |" for term, text in rows), ""]
+        lines += [
+            f"**{_escape(name)}**",
+            "",
+            "| option | what it does |",
+            "| --- | --- |",
+            *(f"| {_code(term)} | {_escape(text, cell=True)} |" for term, text in rows),
+            "",
+        ]
     return lines
 
 
@@ -196,8 +203,10 @@ def render() -> str:
         "",
         f"`{PROG}`: {_paragraphs(root.help)[0]}",
         "",
-        ("Each section below is made from the command itself: its usage line, its help, its options as "
-         f"`{PROG} COMMAND --help` lists them (defaults and ranges included) and the exit codes it can end with."),
+        (
+            "Each section below is made from the command itself: its usage line, its help, its options as "
+            f"`{PROG} COMMAND --help` lists them (defaults and ranges included) and the exit codes it can end with."
+        ),
         "",
         *_usage(root_ctx),
         *_tables(root_ctx),
@@ -210,9 +219,15 @@ def render() -> str:
         name = ctx.command_path.split(" ", 1)[1]
         lines.append(f"| [{_code(name)}](#{anchor(ctx)}) | {_escape(summary, cell=True)} |")
         meanings.update(exit_codes(ctx))
-    lines += ["", "Every exit code a command can end with (each section lists its own):", "",
-              "| exit code | meaning |", "| --- | --- |",
-              *(f"| {code} | {_escape(meanings[code], cell=True)} |" for code in sorted(meanings)), ""]
+    lines += [
+        "",
+        "Every exit code a command can end with (each section lists its own):",
+        "",
+        "| exit code | meaning |",
+        "| --- | --- |",
+        *(f"| {code} | {_escape(meanings[code], cell=True)} |" for code in sorted(meanings)),
+        "",
+    ]
     for ctx, cmd in walk(root):
         lines += _section(ctx, cmd)
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -220,8 +235,11 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write the CLI reference page from the click commands.")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "reference" / "cli.md"),
-                        help="where to write it ('-': stdout); default docs/reference/cli.md")
+    parser.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parent / "reference" / "cli.md"),
+        help="where to write it ('-': stdout); default docs/reference/cli.md",
+    )
     args = parser.parse_args(argv)
     page = render()
     if args.out == "-":

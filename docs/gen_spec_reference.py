@@ -74,13 +74,27 @@ def _table(model: dict[str, Any]) -> list[str]:
 
 
 def _section(kind: Any, schema: dict[str, Any]) -> list[str]:
-    out = [f"## {kind.name}", "", f"{kind.format} file at `{kind.where}`. " + _cell(schema.get("description", "")),
-           "", f"### {schema.get('title', kind.name)}", "", *_table(schema), ""]
+    out = [
+        f"## {kind.name}",
+        "",
+        f"{kind.format} file at `{kind.where}`. " + _cell(schema.get("description", "")),
+        "",
+        f"### {schema.get('title', kind.name)}",
+        "",
+        *_table(schema),
+        "",
+    ]
     for name, sub in sorted(schema.get("$defs", {}).items()):
         if "properties" in sub:
             out += [f"### {name}", "", _cell(sub.get("description", "")), "", *_table(sub), ""]
-    out += ["JSON Schema (`avatar-release specs schema " + kind.name + "`):", "", "```json",
-            json.dumps(schema, indent=2, sort_keys=True), "```", ""]
+    out += [
+        "JSON Schema (`avatar-release specs schema " + kind.name + "`):",
+        "",
+        "```json",
+        json.dumps(schema, indent=2, sort_keys=True),
+        "```",
+        "",
+    ]
     return out
 
 
@@ -97,7 +111,9 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "reference" / "specs.md"), help="file to write, or - for stdout")
+    parser.add_argument(
+        "--out", default=str(ROOT / "docs" / "reference" / "specs.md"), help="file to write, or - for stdout"
+    )
     args = parser.parse_args(argv)
     text = render()
     if args.out == "-":

@@ -60,8 +60,9 @@ _STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "interpret"
 
 
 @functools.partial(jax.jit, static_argnames=("scale",))
-def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | np.ndarray | None,
-                        scale: float | None = None) -> jax.Array:
+def reference_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | np.ndarray | None, scale: float | None = None
+) -> jax.Array:
     """Dense masked softmax attention in plain JAX: the ground truth the kernels are tested against.
 
     q, k, v: (heads, S, head_dim); mask: (S, S) bool, True = may attend (or None: dense).
@@ -86,8 +87,9 @@ def default_scale(head_dim: int) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def live_table(frames: int, tokens_per_frame: int, window: int, block: int,
-               q_block: int | None = None) -> masks.LiveTable:
+def live_table(
+    frames: int, tokens_per_frame: int, window: int, block: int, q_block: int | None = None
+) -> masks.LiveTable:
     """Cached `masks.live_block_table` (static per shape; built once per trace)."""
     table = masks.live_block_table(frames, tokens_per_frame, window, block, q_block)
     table.q_block.setflags(write=False)
@@ -100,8 +102,10 @@ def resolve_block(tokens_per_frame: int, block: int | None) -> int:
     if block is None:
         return masks.default_block(tokens_per_frame)
     if block not in masks.aligned_block_sizes(tokens_per_frame):
-        raise ValueError(f"block {block} must be a multiple of 16 dividing tokens per frame "
-                         f"{tokens_per_frame}: one of {masks.aligned_block_sizes(tokens_per_frame)}")
+        raise ValueError(
+            f"block {block} must be a multiple of 16 dividing tokens per frame "
+            f"{tokens_per_frame}: one of {masks.aligned_block_sizes(tokens_per_frame)}"
+        )
     return block
 
 
@@ -144,14 +148,20 @@ def _precision(dtype) -> lax.Precision:
 
 def dot_qk(q: jax.Array, k: jax.Array) -> jax.Array:
     """(b, d) x (b, d) -> (b, b) float32 logits, contracting head_dim without a transpose."""
-    return lax.dot_general(q, k, (((1,), (1,)), ((), ())), precision=_precision(q.dtype),
-                           preferred_element_type=jnp.float32)
+    return lax.dot_general(
+        q, k, (((1,), (1,)), ((), ())), precision=_precision(q.dtype), preferred_element_type=jnp.float32
+    )
 
 
 def dot_pv(p: jax.Array, v: jax.Array) -> jax.Array:
     """(b, b) probabilities x (b, d) values -> (b, d) float32; p is cast to v's dtype for the MXU."""
-    return lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
-                           precision=_precision(v.dtype), preferred_element_type=jnp.float32)
+    return lax.dot_general(
+        p.astype(v.dtype),
+        v,
+        (((1,), (0,)), ((), ())),
+        precision=_precision(v.dtype),
+        preferred_element_type=jnp.float32,
+    )
 
 
 def pair_specs(block: int, head_dim: int, n_extra_prefetch: int = 0, q_block: int | None = None):
@@ -185,9 +195,18 @@ def compiler_params() -> pltpu.CompilerParams:
 # ---- cost model -----------------------------------------------------------------------------
 
 
-def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: int, window: int,
-                  block: int | None = None, itemsize: int = 2, rescale: bool = True,
-                  q_block: int | None = None) -> pl.CostEstimate:
+def cost_estimate(
+    *,
+    heads: int,
+    head_dim: int,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    block: int | None = None,
+    itemsize: int = 2,
+    rescale: bool = True,
+    q_block: int | None = None,
+) -> pl.CostEstimate:
     """What the kernel actually does, counted over the live pairs only (so XLA schedules it honestly).
 
     flops: 2*bq*bk*d for q k^T plus 2*bq*bk*d for p v per visited block pair and head
@@ -242,9 +261,19 @@ def _kernel(q_block_ref, k_block_ref, q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, ac
         o_ref[...] = (acc_sc[...] / l_sc[...]).astype(o_ref.dtype)
 
 
-def blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: int, tokens_per_frame: int,
-                          window: int, block: int | None = None, scale: float | None = None,
-                          interpret: bool | None = None, q_block: int | None = None) -> jax.Array:
+def blocksparse_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    block: int | None = None,
+    scale: float | None = None,
+    interpret: bool | None = None,
+    q_block: int | None = None,
+) -> jax.Array:
     """Attention under the SR frame-window mask, visiting only live blocks, in one pass.
 
     q, k, v: (heads, frames * tokens_per_frame, head_dim), bf16 (or float32 for exactness tests).
@@ -269,17 +298,27 @@ def blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: i
         grid=(heads, table.n_pairs),
         in_specs=[q_spec, k_spec, v_spec],
         out_specs=o_spec,
-        scratch_shapes=[pltpu.VMEM((q_block, 1), jnp.float32), pltpu.VMEM((q_block, 1), jnp.float32),
-                        pltpu.VMEM((q_block, head_dim), jnp.float32)],
+        scratch_shapes=[
+            pltpu.VMEM((q_block, 1), jnp.float32),
+            pltpu.VMEM((q_block, 1), jnp.float32),
+            pltpu.VMEM((q_block, head_dim), jnp.float32),
+        ],
     )
     call = pl.pallas_call(
         functools.partial(_kernel, scale=scale),
         grid_spec=grid_spec,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         compiler_params=compiler_params(),
-        cost_estimate=cost_estimate(heads=heads, head_dim=head_dim, frames=frames,
-                                    tokens_per_frame=tokens_per_frame, window=window, block=block,
-                                    itemsize=jnp.dtype(q.dtype).itemsize, q_block=q_block),
+        cost_estimate=cost_estimate(
+            heads=heads,
+            head_dim=head_dim,
+            frames=frames,
+            tokens_per_frame=tokens_per_frame,
+            window=window,
+            block=block,
+            itemsize=jnp.dtype(q.dtype).itemsize,
+            q_block=q_block,
+        ),
         interpret=resolve_interpret(interpret),
         name="sr_blocksparse_attention",
     )
@@ -290,8 +329,16 @@ def blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: i
 blocksparse_attention_jit = jax.jit(blocksparse_attention, static_argnames=_STATIC)
 
 
-def frame_reference(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: int, tokens_per_frame: int,
-                    window: int, scale: float | None = None) -> jax.Array:
+def frame_reference(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    scale: float | None = None,
+) -> jax.Array:
     """`reference_attention` under the SR token mask built from (frames, tokens_per_frame, window)."""
     mask = masks.token_mask(frames, tokens_per_frame, window)
     return reference_attention(q, k, v, mask, scale)

@@ -20,7 +20,14 @@ from jax.experimental.pallas import tpu as pltpu
 
 from kernels import masks
 from kernels.blocksparse import (
-    check_shapes, compiler_params, default_scale, dot_pv, dot_qk, pair_specs, resolve_interpret, segment_edges,
+    check_shapes,
+    compiler_params,
+    default_scale,
+    dot_pv,
+    dot_qk,
+    pair_specs,
+    resolve_interpret,
+    segment_edges,
 )
 
 __all__ = ["cost_estimate", "tiled_table", "tiled_blocksparse_attention"]
@@ -30,12 +37,14 @@ def tiled_table(frames: int, tokens: int, window: int, tile: int) -> masks.LiveT
     """Every full or partial tile pair of the padded sequence, grouped by query tile."""
     codes = masks.block_live_map(frames, tokens, window, tile)
     qi, ki = np.nonzero(codes != masks.EMPTY)
-    return masks.LiveTable(q_block=qi.astype(np.int32), k_block=ki.astype(np.int32), block=tile,
-                            n_blocks=codes.shape[0])
+    return masks.LiveTable(
+        q_block=qi.astype(np.int32), k_block=ki.astype(np.int32), block=tile, n_blocks=codes.shape[0]
+    )
 
 
-def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: int, window: int, tile: int = 128,
-                  itemsize: int = 2) -> pl.CostEstimate:
+def cost_estimate(
+    *, heads: int, head_dim: int, frames: int, tokens_per_frame: int, window: int, tile: int = 128, itemsize: int = 2
+) -> pl.CostEstimate:
     """What the kernel does, counted over the tiles it visits (full and partial, padding included).
 
     flops: 4 tile^2 d per visited tile pair and head (a partial tile costs a full one);
@@ -48,13 +57,30 @@ def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: i
     visited = table.n_pairs * tile * tile
     q_tiles = len(np.unique(table.q_block))
     rows = (2 * q_tiles + 2 * masks.kv_fetches(table)) * tile  # q + out, k + v
-    return pl.CostEstimate(flops=4 * visited * head_dim * heads,
-                           transcendentals=(visited + table.n_pairs * tile) * heads,
-                           bytes_accessed=heads * rows * head_dim * itemsize + 2 * 4 * table.n_pairs)
+    return pl.CostEstimate(
+        flops=4 * visited * head_dim * heads,
+        transcendentals=(visited + table.n_pairs * tile) * heads,
+        bytes_accessed=heads * rows * head_dim * itemsize + 2 * 4 * table.n_pairs,
+    )
 
 
-def _kernel(q_block_ref, k_block_ref, q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, acc_sc, *,
-            scale: float, tile: int, tokens: int, frames: int, window: int):
+def _kernel(
+    q_block_ref,
+    k_block_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    o_ref,
+    m_sc,
+    l_sc,
+    acc_sc,
+    *,
+    scale: float,
+    tile: int,
+    tokens: int,
+    frames: int,
+    window: int,
+):
     p_id = pl.program_id(1)
     first, last = segment_edges(q_block_ref, p_id)
 
@@ -83,9 +109,18 @@ def _kernel(q_block_ref, k_block_ref, q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, ac
         o_ref[...] = (acc_sc[...] / jnp.where(l_sc[...] == 0, 1.0, l_sc[...])).astype(o_ref.dtype)
 
 
-def tiled_blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: int, tokens_per_frame: int,
-                                window: int, tile: int = 128, scale: float | None = None,
-                                interpret: bool | None = None) -> jax.Array:
+def tiled_blocksparse_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    tile: int = 128,
+    scale: float | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """Frame-window attention with square ``tile`` blocks over the padded sequence, masked in-loop."""
     check_shapes(q, k, v, frames, tokens_per_frame)
     heads, seq, head_dim = q.shape
@@ -96,17 +131,30 @@ def tiled_blocksparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, fra
     table = tiled_table(frames, tokens_per_frame, window, tile)
     q_spec, k_spec, v_spec, o_spec = pair_specs(tile, head_dim)
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=2, grid=(heads, table.n_pairs), in_specs=[q_spec, k_spec, v_spec], out_specs=o_spec,
-        scratch_shapes=[pltpu.VMEM((tile, 1), jnp.float32), pltpu.VMEM((tile, 1), jnp.float32),
-                        pltpu.VMEM((tile, head_dim), jnp.float32)],
+        num_scalar_prefetch=2,
+        grid=(heads, table.n_pairs),
+        in_specs=[q_spec, k_spec, v_spec],
+        out_specs=o_spec,
+        scratch_shapes=[
+            pltpu.VMEM((tile, 1), jnp.float32),
+            pltpu.VMEM((tile, 1), jnp.float32),
+            pltpu.VMEM((tile, head_dim), jnp.float32),
+        ],
     )
     call = pl.pallas_call(
         functools.partial(_kernel, scale=scale, tile=tile, tokens=tokens_per_frame, frames=frames, window=window),
         grid_spec=grid_spec,
         out_shape=jax.ShapeDtypeStruct(qp.shape, q.dtype),
         compiler_params=compiler_params(),
-        cost_estimate=cost_estimate(heads=heads, head_dim=head_dim, frames=frames, tokens_per_frame=tokens_per_frame,
-                                    window=window, tile=tile, itemsize=jnp.dtype(q.dtype).itemsize),
+        cost_estimate=cost_estimate(
+            heads=heads,
+            head_dim=head_dim,
+            frames=frames,
+            tokens_per_frame=tokens_per_frame,
+            window=window,
+            tile=tile,
+            itemsize=jnp.dtype(q.dtype).itemsize,
+        ),
         interpret=resolve_interpret(interpret),
         name="sr_tiled_blocksparse_attention",
     )

@@ -58,8 +58,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels import masks
 from kernels import blocksparse as bs
+from kernels import masks
 
 DEFAULT_MAX_GAP = 60.0  # largest allowed (bound - true row max), in logit units, float32
 _STATIC = ("frames", "tokens_per_frame", "window", "block", "scale", "max_gap", "interpret")
@@ -71,8 +71,9 @@ Radius = Literal["visible", "global"]
 
 
 @functools.partial(jax.jit, static_argnames=("frames", "tokens_per_frame", "window", "radius"))
-def key_stats(k: jax.Array, *, frames: int, tokens_per_frame: int, window: int,
-              radius: Radius = "visible") -> tuple[jax.Array, jax.Array, jax.Array]:
+def key_stats(
+    k: jax.Array, *, frames: int, tokens_per_frame: int, window: int, radius: Radius = "visible"
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Per-head centre and per-(head, query frame) bound radius and visible key mean.
 
     Returns (centre (heads, d) f32, R (heads, frames) f32, mu (heads, frames, d) f32):
@@ -103,12 +104,19 @@ def _row_frames(frames: int, tokens_per_frame: int) -> np.ndarray:
 
 
 @functools.partial(jax.jit, static_argnames=("frames", "tokens_per_frame", "window", "scale", "radius"))
-def row_bounds(q: jax.Array, k: jax.Array, *, frames: int, tokens_per_frame: int, window: int,
-               scale: float | None = None, radius: Radius = "visible") -> jax.Array:
+def row_bounds(
+    q: jax.Array,
+    k: jax.Array,
+    *,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    scale: float | None = None,
+    radius: Radius = "visible",
+) -> jax.Array:
     """(heads, S) f32: M_i = scale * (q_i . c + |q_i| R_i), an upper bound on row i's visible logits."""
     scale = bs.default_scale(q.shape[-1]) if scale is None else scale
-    centre, r, _ = key_stats(k, frames=frames, tokens_per_frame=tokens_per_frame, window=window,
-                             radius=radius)
+    centre, r, _ = key_stats(k, frames=frames, tokens_per_frame=tokens_per_frame, window=window, radius=radius)
     qf = q.astype(jnp.float32)
     qn = jnp.sqrt(jnp.sum(qf * qf, axis=-1))
     qc = jnp.sum(qf * centre[:, None, :], axis=-1)
@@ -116,8 +124,9 @@ def row_bounds(q: jax.Array, k: jax.Array, *, frames: int, tokens_per_frame: int
 
 
 @functools.partial(jax.jit, static_argnames=("frames", "tokens_per_frame", "window", "scale"))
-def gap_estimate(q: jax.Array, k: jax.Array, *, frames: int, tokens_per_frame: int, window: int,
-                 scale: float | None = None) -> jax.Array:
+def gap_estimate(
+    q: jax.Array, k: jax.Array, *, frames: int, tokens_per_frame: int, window: int, scale: float | None = None
+) -> jax.Array:
     """(heads,) f32: an upper bound on max_i (M_i - max visible logit of row i), without the logits.
 
     Uses max >= mean over the visible keys: gap_i <= scale * (|q_i| R_i - q_i . (mu_i - c)).
@@ -132,8 +141,16 @@ def gap_estimate(q: jax.Array, k: jax.Array, *, frames: int, tokens_per_frame: i
 
 
 @functools.partial(jax.jit, static_argnames=("frames", "tokens_per_frame", "window", "scale", "max_gap"))
-def eligible_heads(q: jax.Array, k: jax.Array, *, frames: int, tokens_per_frame: int, window: int,
-                   scale: float | None = None, max_gap: float = DEFAULT_MAX_GAP) -> tuple[jax.Array, jax.Array]:
+def eligible_heads(
+    q: jax.Array,
+    k: jax.Array,
+    *,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    scale: float | None = None,
+    max_gap: float = DEFAULT_MAX_GAP,
+) -> tuple[jax.Array, jax.Array]:
     """Per-head flags (heads,) bool: True = the bounded path is safe; and the eligible share (f32)."""
     gap = gap_estimate(q, k, frames=frames, tokens_per_frame=tokens_per_frame, window=window, scale=scale)
     flags = gap <= max_gap
@@ -144,8 +161,14 @@ def eligible_heads(q: jax.Array, k: jax.Array, *, frames: int, tokens_per_frame:
 
 
 @functools.partial(jax.jit, static_argnames=("scale",))
-def bounded_reference(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | np.ndarray,
-                      eligible: jax.Array, scale: float | None = None) -> jax.Array:
+def bounded_reference(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | np.ndarray,
+    eligible: jax.Array,
+    scale: float | None = None,
+) -> jax.Array:
     """Bounded softmax in plain JAX at token level, written independently of the kernel's tables.
 
     Keys are explicitly centred; R_i is the max centred-key norm over row i's True mask entries;
@@ -170,8 +193,24 @@ def bounded_reference(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array 
 # ---- the kernel -----------------------------------------------------------------------------------
 
 
-def _kernel(q_block_ref, k_block_ref, eligible_ref, radius_ref, q_ref, k_ref, v_ref, c_ref, o_ref,
-            m_sc, l_sc, acc_sc, *, scale: float, frames: int, blocks_per_frame: int):
+def _kernel(
+    q_block_ref,
+    k_block_ref,
+    eligible_ref,
+    radius_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    c_ref,
+    o_ref,
+    m_sc,
+    l_sc,
+    acc_sc,
+    *,
+    scale: float,
+    frames: int,
+    blocks_per_frame: int,
+):
     """One live (query block, key block) pair of one head; the head's flag picks the path.
 
     Bounded path: m is the precomputed bound, fixed for the whole row; no max, no rescale.
@@ -215,27 +254,55 @@ def _kernel(q_block_ref, k_block_ref, eligible_ref, radius_ref, q_ref, k_ref, v_
         o_ref[...] = (acc_sc[...] / l_sc[...]).astype(o_ref.dtype)
 
 
-def cost_estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: int, window: int,
-                  block: int | None = None, itemsize: int = 2) -> pl.CostEstimate:
+def cost_estimate(
+    *,
+    heads: int,
+    head_dim: int,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    block: int | None = None,
+    itemsize: int = 2,
+) -> pl.CostEstimate:
     """Cost of the kernel: as the block-sparse one, plus the centre reads and the per-row bound.
 
     Transcendentals are counted for the worst case (every head on the fallback path, with its
     rescale exps): the flags are data, unknown when the program is scheduled.
     """
-    base = bs.cost_estimate(heads=heads, head_dim=head_dim, frames=frames,
-                            tokens_per_frame=tokens_per_frame, window=window, block=block,
-                            itemsize=itemsize, rescale=True)
+    base = bs.cost_estimate(
+        heads=heads,
+        head_dim=head_dim,
+        frames=frames,
+        tokens_per_frame=tokens_per_frame,
+        window=window,
+        block=block,
+        itemsize=itemsize,
+        rescale=True,
+    )
     seq = frames * tokens_per_frame
     extra_flops = heads * seq * 4 * head_dim  # |q|^2 and q . c per row
     extra_bytes = heads * (head_dim * 4 + 4 + frames * 4)  # centre, flag, radius table
-    return pl.CostEstimate(flops=base.flops + extra_flops, transcendentals=base.transcendentals + heads * seq,
-                           bytes_accessed=base.bytes_accessed + extra_bytes)
+    return pl.CostEstimate(
+        flops=base.flops + extra_flops,
+        transcendentals=base.transcendentals + heads * seq,
+        bytes_accessed=base.bytes_accessed + extra_bytes,
+    )
 
 
-def bounded_softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: int, tokens_per_frame: int,
-                              window: int, block: int | None = None, scale: float | None = None,
-                              max_gap: float = DEFAULT_MAX_GAP, eligible: jax.Array | None = None,
-                              interpret: bool | None = None) -> jax.Array:
+def bounded_softmax_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    block: int | None = None,
+    scale: float | None = None,
+    max_gap: float = DEFAULT_MAX_GAP,
+    eligible: jax.Array | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """Block-sparse SR attention with the bounded softmax on eligible heads, online on the rest.
 
     Same grid as `kernels.blocksparse.blocksparse_attention` (only live blocks, one pass, no
@@ -250,8 +317,9 @@ def bounded_softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frame
     table = bs.live_table(frames, tokens_per_frame, window, block)
     centre, radius, _ = key_stats(k, frames=frames, tokens_per_frame=tokens_per_frame, window=window)
     if eligible is None:
-        eligible, _ = eligible_heads(q, k, frames=frames, tokens_per_frame=tokens_per_frame,
-                                     window=window, scale=scale, max_gap=max_gap)
+        eligible, _ = eligible_heads(
+            q, k, frames=frames, tokens_per_frame=tokens_per_frame, window=window, scale=scale, max_gap=max_gap
+        )
     q_spec, k_spec, v_spec, o_spec = bs.pair_specs(block, head_dim)
     c_spec = pl.BlockSpec((None, 1, head_dim), lambda h, p, *_: (h, 0, 0))
     grid_spec = pltpu.PrefetchScalarGridSpec(
@@ -259,26 +327,40 @@ def bounded_softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, frame
         grid=(heads, table.n_pairs),
         in_specs=[q_spec, k_spec, v_spec, c_spec],
         out_specs=o_spec,
-        scratch_shapes=[pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, 1), jnp.float32),
-                        pltpu.VMEM((block, head_dim), jnp.float32)],
+        scratch_shapes=[
+            pltpu.VMEM((block, 1), jnp.float32),
+            pltpu.VMEM((block, 1), jnp.float32),
+            pltpu.VMEM((block, head_dim), jnp.float32),
+        ],
     )
-    kernel = functools.partial(_kernel, scale=scale, frames=frames,
-                               blocks_per_frame=tokens_per_frame // block)
+    kernel = functools.partial(_kernel, scale=scale, frames=frames, blocks_per_frame=tokens_per_frame // block)
     call = pl.pallas_call(
         kernel,
         grid_spec=grid_spec,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         compiler_params=bs.compiler_params(),
-        cost_estimate=cost_estimate(heads=heads, head_dim=head_dim, frames=frames,
-                                    tokens_per_frame=tokens_per_frame, window=window, block=block,
-                                    itemsize=jnp.dtype(q.dtype).itemsize),
+        cost_estimate=cost_estimate(
+            heads=heads,
+            head_dim=head_dim,
+            frames=frames,
+            tokens_per_frame=tokens_per_frame,
+            window=window,
+            block=block,
+            itemsize=jnp.dtype(q.dtype).itemsize,
+        ),
         interpret=bs.resolve_interpret(interpret),
         name="sr_bounded_softmax_attention",
     )
-    return call(jnp.asarray(table.q_block), jnp.asarray(table.k_block),
-                jnp.asarray(eligible).astype(jnp.int32).reshape(heads),
-                radius.reshape(heads * frames).astype(jnp.float32),
-                q, k, v, centre[:, None, :])
+    return call(
+        jnp.asarray(table.q_block),
+        jnp.asarray(table.k_block),
+        jnp.asarray(eligible).astype(jnp.int32).reshape(heads),
+        radius.reshape(heads * frames).astype(jnp.float32),
+        q,
+        k,
+        v,
+        centre[:, None, :],
+    )
 
 
 bounded_softmax_attention_jit = jax.jit(bounded_softmax_attention, static_argnames=_STATIC)

@@ -44,8 +44,17 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels.blocksparse import default_scale, dot_pv, dot_qk, resolve_interpret
 from kernels.target import mosaic_flags
 
-__all__ = ["NAME", "cost_estimate", "default_blocks", "dense_attention_bytes", "dense_attention_flops", "fetches",
-           "flash_attention", "flash_attention_jit", "flash_reference"]
+__all__ = [
+    "NAME",
+    "cost_estimate",
+    "default_blocks",
+    "dense_attention_bytes",
+    "dense_attention_flops",
+    "fetches",
+    "flash_attention",
+    "flash_attention_jit",
+    "flash_reference",
+]
 
 NAME = "dit_flash_attention"  # the pallas_call name: how a compiled program's kernel is found again
 LANES = 128  # TPU vector lanes: key blocks that are multiples of this keep the logits tile lane-dense
@@ -88,6 +97,7 @@ def default_blocks(seq: int) -> tuple[int, int]:
     runs the online softmax across key blocks. When nothing divides, the whole sequence, which
     Mosaic accepts as a block of any length.
     """
+
     def largest(rules) -> int:
         for step, limit in rules:
             sizes = _divisors(seq, step, min(limit, seq // 2))
@@ -101,8 +111,10 @@ def default_blocks(seq: int) -> tuple[int, int]:
 def _check_blocks(seq: int, block_q: int, block_k: int) -> None:
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if b < 1 or seq % b or (b != seq and b % 8):
-            raise ValueError(f"{name}={b} must divide the sequence ({seq} tokens) and be a multiple of 8 "
-                             "(a sublane tile) unless it is the whole sequence")
+            raise ValueError(
+                f"{name}={b} must divide the sequence ({seq} tokens) and be a multiple of 8 "
+                "(a sublane tile) unless it is the whole sequence"
+            )
 
 
 def fetches(outer: int, middle: int, inner: int, index_changes_with_inner: bool) -> int:
@@ -118,8 +130,9 @@ def fetches(outer: int, middle: int, inner: int, index_changes_with_inner: bool)
     return outer * middle
 
 
-def cost_estimate(*, heads: int, seq: int, head_dim: int, block_q: int, block_k: int,
-                  itemsize: int = 2) -> pl.CostEstimate:
+def cost_estimate(
+    *, heads: int, seq: int, head_dim: int, block_q: int, block_k: int, itemsize: int = 2
+) -> pl.CostEstimate:
     """What the kernel does, counted over the blocks it visits (all of them: there is no mask).
 
     flops: 2 b_q b_k d for q k^T plus 2 b_q b_k d for p v per (query block, key block) pair and
@@ -132,10 +145,10 @@ def cost_estimate(*, heads: int, seq: int, head_dim: int, block_q: int, block_k:
     pairs = heads * nq * nk
     flops = 4 * pairs * block_q * block_k * head_dim
     trans = pairs * block_q * block_k + pairs * block_q
-    rows = (fetches(heads, nq, nk, False) * block_q + 2 * fetches(heads, nq, nk, True) * block_k
-            + heads * seq)  # q, k + v, out
-    return pl.CostEstimate(flops=int(flops), transcendentals=int(trans),
-                           bytes_accessed=int(rows * head_dim * itemsize))
+    rows = (
+        fetches(heads, nq, nk, False) * block_q + 2 * fetches(heads, nq, nk, True) * block_k + heads * seq
+    )  # q, k + v, out
+    return pl.CostEstimate(flops=int(flops), transcendentals=int(trans), bytes_accessed=int(rows * head_dim * itemsize))
 
 
 # ---- the kernel -----------------------------------------------------------------------------
@@ -165,9 +178,16 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, acc_sc, *, scale: float):
         o_ref[...] = (acc_sc[...] / l_sc[...]).astype(o_ref.dtype)
 
 
-def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, block_q: int | None = None,
-                    block_k: int | None = None, scale: float | None = None,
-                    interpret: bool | None = None) -> jax.Array:
+def flash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    scale: float | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """Dense softmax attention, one pass over key blocks per query block, no (S, S) array.
 
     q, k, v: (heads, S, head_dim) of one dtype (bf16 in the model; float32 for exactness tests).
@@ -192,13 +212,23 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, block_q: int | 
         in_specs=[q_spec, kv_spec, kv_spec],
         out_specs=q_spec,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-        scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
-                        pltpu.VMEM((block_q, head_dim), jnp.float32)],
+        scratch_shapes=[
+            pltpu.VMEM((block_q, 1), jnp.float32),
+            pltpu.VMEM((block_q, 1), jnp.float32),
+            pltpu.VMEM((block_q, head_dim), jnp.float32),
+        ],
         # Heads and query blocks are independent; key blocks carry the softmax state, in order.
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                             flags=mosaic_flags() or None),
-        cost_estimate=cost_estimate(heads=heads, seq=seq, head_dim=head_dim, block_q=block_q, block_k=block_k,
-                                    itemsize=jnp.dtype(q.dtype).itemsize),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"), flags=mosaic_flags() or None
+        ),
+        cost_estimate=cost_estimate(
+            heads=heads,
+            seq=seq,
+            head_dim=head_dim,
+            block_q=block_q,
+            block_k=block_k,
+            itemsize=jnp.dtype(q.dtype).itemsize,
+        ),
         interpret=resolve_interpret(interpret),
         name=NAME,
     )(q, k, v)
@@ -220,4 +250,3 @@ def dense_attention_bytes(*, heads: int, seq: int, head_dim: int, itemsize: int 
 def dense_attention_flops(*, heads: int, seq: int, head_dim: int) -> int:
     """The same matmul flops as the kernel: 4 S^2 d per head (softmax elementwise work not counted)."""
     return 4 * heads * seq * seq * head_dim
-

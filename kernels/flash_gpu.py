@@ -46,8 +46,9 @@ def gpu_blocks(seq: int) -> int | None:
     return next((b for b in BLOCKS if b <= seq and seq % b == 0), None)
 
 
-def flash_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: float | None = None,
-                        interpret: bool = False) -> jax.Array:
+def flash_attention_gpu(
+    q: jax.Array, k: jax.Array, v: jax.Array, *, scale: float | None = None, interpret: bool = False
+) -> jax.Array:
     """Dense softmax attention through JAX's Triton flash kernel. q, k, v: (heads, S, head_dim) of one
     dtype; ``scale`` defaults to 1/sqrt(head_dim) (F.scaled_dot_product_attention's). Returns
     (heads, S, head_dim) in q's dtype. Raises ValueError when no block divides S (``gpu_blocks``).
@@ -65,8 +66,15 @@ def flash_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: floa
     def to_kernel(x: jax.Array) -> jax.Array:  # (heads, S, hd) -> (1, S, heads, hd)
         return x.transpose(1, 0, 2)[None]
 
-    out = gpu_attention.mha(to_kernel(q), to_kernel(k), to_kernel(v), segment_ids=None, sm_scale=scale,
-                            block_sizes=gpu_attention.BlockSizes(block_q=block, block_k=block), interpret=interpret)
+    out = gpu_attention.mha(
+        to_kernel(q),
+        to_kernel(k),
+        to_kernel(v),
+        segment_ids=None,
+        sm_scale=scale,
+        block_sizes=gpu_attention.BlockSizes(block_q=block, block_k=block),
+        interpret=interpret,
+    )
     return out[0].transpose(1, 0, 2)
 
 
@@ -93,6 +101,8 @@ def estimate(*, heads: int, seq: int, head_dim: int, itemsize: int = 2) -> dict[
     """One call's cost on one device, as declared with the kernel's route (the compile adds it per
     call site: XLA's cost model cannot see into a Triton kernel): flops, one exp per logit, and the
     HBM bytes with L2 reuse (``cost_bytes``)."""
-    return {"flops": float(cost_flops(heads=heads, seq=seq, head_dim=head_dim)),
-            "transcendentals": float(heads * seq * seq),
-            "bytes accessed": float(cost_bytes(heads=heads, seq=seq, head_dim=head_dim, itemsize=itemsize))}
+    return {
+        "flops": float(cost_flops(heads=heads, seq=seq, head_dim=head_dim)),
+        "transcendentals": float(heads * seq * seq),
+        "bytes accessed": float(cost_bytes(heads=heads, seq=seq, head_dim=head_dim, itemsize=itemsize)),
+    }

@@ -76,8 +76,10 @@ def default_block(tokens: int, limit: int = 512) -> int:
     """
     sizes = [b for b in aligned_block_sizes(tokens) if b <= limit]
     if not sizes:
-        raise ValueError(f"tokens per frame ({tokens}) has no block size that is a multiple of "
-                         f"{SUBLANE_BF16}, divides it and is <= {limit}")
+        raise ValueError(
+            f"tokens per frame ({tokens}) has no block size that is a multiple of "
+            f"{SUBLANE_BF16}, divides it and is <= {limit}"
+        )
     return sizes[-1]
 
 
@@ -203,13 +205,20 @@ def live_block_table(frames: int, tokens: int, window: int, block: int, q_block:
     """
     for size in (block, block if q_block is None else q_block):
         if size not in aligned_block_sizes(tokens):
-            raise ValueError(f"block {size} is not a multiple of {SUBLANE_BF16} dividing tokens "
-                             f"per frame {tokens}; aligned sizes: {aligned_block_sizes(tokens)}")
+            raise ValueError(
+                f"block {size} is not a multiple of {SUBLANE_BF16} dividing tokens "
+                f"per frame {tokens}; aligned sizes: {aligned_block_sizes(tokens)}"
+            )
     codes = block_live_map(frames, tokens, window, block, q_block)
     assert not (codes == PARTIAL).any(), "aligned blocks cannot be partial"
     qi, ki = np.nonzero(codes == FULL)  # row-major: grouped by q, ascending k
-    return LiveTable(q_block=qi.astype(np.int32), k_block=ki.astype(np.int32),
-                     block=block, n_blocks=codes.shape[1], q_size=None if q_block in (None, block) else q_block)
+    return LiveTable(
+        q_block=qi.astype(np.int32),
+        k_block=ki.astype(np.int32),
+        block=block,
+        n_blocks=codes.shape[1],
+        q_size=None if q_block in (None, block) else q_block,
+    )
 
 
 def kv_fetches(table: LiveTable) -> int:

@@ -218,7 +218,12 @@ def default_block_tokens(tokens: int, cap: int = 512) -> int:
 
 
 def cost_estimate(
-    tokens: int, dim: int, heads: int, x_itemsize: int = 4, has_bias: bool = True, block_heads: int | None = None,
+    tokens: int,
+    dim: int,
+    heads: int,
+    x_itemsize: int = 4,
+    has_bias: bool = True,
+    block_heads: int | None = None,
     block_tokens: int | None = None,
 ) -> pl.CostEstimate:
     """What the kernel does for ``tokens`` tokens, counted op by op and copy by copy.

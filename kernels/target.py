@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 __all__ = ["KernelTarget", "kernel_target", "interpret_default", "mosaic_flags"]
+
 
 @dataclass(frozen=True)
 class KernelTarget:

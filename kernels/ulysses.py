@@ -30,7 +30,6 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable
-from typing import Union
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +55,7 @@ __all__ = [
 ]
 
 # attention_fn(q, k, v, mask) with q, k, v (heads, S, head_dim) and mask (S, S) bool or None.
-AttentionFn = Callable[[jax.Array, jax.Array, jax.Array, Union[jax.Array, None]], jax.Array]
+AttentionFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array | None], jax.Array]
 # mask_fn(q_idx (S, 1) int32, k_idx (1, S) int32) -> (S, S) bool, True = may attend.
 MaskFn = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -111,7 +110,7 @@ class FrameWindow:
         return jnp.where(fq == 0, fk == 0, video)
 
 
-MaskSpec = Union[jax.Array, np.ndarray, MaskFn, FrameWindow, None]
+MaskSpec = jax.Array | np.ndarray | MaskFn | FrameWindow | None
 
 
 def frame_window_mask(frames: int, tokens: int, window: int) -> jax.Array:
@@ -181,7 +180,9 @@ def pack_groups(q: jax.Array, k: jax.Array, v: jax.Array, groups: int) -> jax.Ar
 
 def _check(heads: int, seq_len: int, groups: int, size: int) -> None:
     if groups < 1 or heads % groups or (heads // groups) % size:
-        raise ValueError(f"heads / groups must be a multiple of the axis size: heads={heads}, groups={groups}, P={size}")
+        raise ValueError(
+            f"heads / groups must be a multiple of the axis size: heads={heads}, groups={groups}, P={size}"
+        )
     if seq_len % size:
         raise ValueError(f"sequence length {seq_len} not divisible by the axis size {size}")
 

@@ -77,8 +77,19 @@ def key_runs(qb, *, block: int, frames: int, tokens_per_frame: int, window: int,
     return end0, start1, maximum(start1, minimum(div(hi + (block - 1), block), n_blocks))
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale: float, block: int, frames: int, tokens_per_frame: int,
-            window: int, n_blocks: int):
+def _kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    o_ref,
+    *,
+    scale: float,
+    block: int,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    n_blocks: int,
+):
     from jax.experimental.pallas import triton as plgpu
 
     t, seq = tokens_per_frame, frames * tokens_per_frame
@@ -105,16 +116,28 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale: float, block: int, frames: int
         return acc_new, m_new, l_new
 
     end0, start1, end1 = key_runs(qb, block=block, frames=frames, tokens_per_frame=t, window=window, n_blocks=n_blocks)
-    state = (jnp.zeros(q.shape, jnp.float32), jnp.full((block,), -jnp.inf, jnp.float32),
-             jnp.zeros((block,), jnp.float32))
+    state = (
+        jnp.zeros(q.shape, jnp.float32),
+        jnp.full((block,), -jnp.inf, jnp.float32),
+        jnp.zeros((block,), jnp.float32),
+    )
     state = lax.fori_loop(0, end0, step, state)
     acc, _, l = lax.fori_loop(start1, end1, step, state)
     o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
 
 
-def window_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: int, tokens_per_frame: int,
-                         window: int, scale: float | None = None, block: int = BLOCK,
-                         interpret: bool = False) -> jax.Array:
+def window_attention_gpu(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    scale: float | None = None,
+    block: int = BLOCK,
+    interpret: bool = False,
+) -> jax.Array:
     """Attention under the SR frame-window mask (frame 0 and +-``window`` frames), as one Triton
     kernel. q, k, v: (heads, frames * tokens_per_frame, head_dim) of one dtype; ``scale`` defaults
     to 1/sqrt(head_dim). Returns (heads, S, head_dim) in q's dtype. ``interpret`` runs it through the
@@ -136,14 +159,23 @@ def window_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, frames: in
             return x
         return jnp.pad(x, ((0, 0), (0, padded_seq - seq), (0, padded_dim - head_dim)))
 
-    kernel = functools.partial(_kernel, scale=scale, block=block, frames=frames, tokens_per_frame=tokens_per_frame,
-                               window=window, n_blocks=n_blocks)
+    kernel = functools.partial(
+        _kernel,
+        scale=scale,
+        block=block,
+        frames=frames,
+        tokens_per_frame=tokens_per_frame,
+        window=window,
+        n_blocks=n_blocks,
+    )
     out = pl.pallas_call(
         kernel,
         grid=(n_blocks, heads),
-        in_specs=[pl.BlockSpec((None, block, padded_dim), lambda i, h: (h, i, 0)),
-                  pl.BlockSpec((None, padded_seq, padded_dim), lambda i, h: (h, 0, 0)),
-                  pl.BlockSpec((None, padded_seq, padded_dim), lambda i, h: (h, 0, 0))],
+        in_specs=[
+            pl.BlockSpec((None, block, padded_dim), lambda i, h: (h, i, 0)),
+            pl.BlockSpec((None, padded_seq, padded_dim), lambda i, h: (h, 0, 0)),
+            pl.BlockSpec((None, padded_seq, padded_dim), lambda i, h: (h, 0, 0)),
+        ],
         out_specs=pl.BlockSpec((None, block, padded_dim), lambda i, h: (h, i, 0)),
         out_shape=jax.ShapeDtypeStruct((heads, padded_seq, padded_dim), q.dtype),
         compiler_params=plgpu.CompilerParams(num_warps=4 if padded_dim <= 64 else 8, num_stages=2),
@@ -158,14 +190,24 @@ def visited_blocks(*, frames: int, tokens_per_frame: int, window: int, block: in
     n_blocks = -(-(frames * tokens_per_frame) // block)
     total = 0
     for qb in range(n_blocks):
-        end0, start1, end1 = key_runs(qb, block=block, frames=frames, tokens_per_frame=tokens_per_frame,
-                                   window=window, n_blocks=n_blocks)
+        end0, start1, end1 = key_runs(
+            qb, block=block, frames=frames, tokens_per_frame=tokens_per_frame, window=window, n_blocks=n_blocks
+        )
         total += end0 + (end1 - start1)
     return total
 
 
-def estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: int, window: int, itemsize: int = 2,
-             block: int = BLOCK, l2_reuse: bool = True) -> dict[str, float]:
+def estimate(
+    *,
+    heads: int,
+    head_dim: int,
+    frames: int,
+    tokens_per_frame: int,
+    window: int,
+    itemsize: int = 2,
+    block: int = BLOCK,
+    l2_reuse: bool = True,
+) -> dict[str, float]:
     """One call's cost on one device, as declared with the route (the compile adds it per call site:
     XLA's cost model cannot see into a Triton kernel). flops: the two matmuls of every visited step
     (2 x block^2 x head_dim each); one exp per visited logit; bytes: q, k, v and the output once
@@ -175,6 +217,8 @@ def estimate(*, heads: int, head_dim: int, frames: int, tokens_per_frame: int, w
     seq = frames * tokens_per_frame
     one = heads * seq * head_dim * itemsize
     kv = 2 * one if l2_reuse else 2 * heads * steps * block * d * itemsize
-    return {"flops": float(4 * heads * steps * block * block * d),
-            "transcendentals": float(heads * steps * block * block),
-            "bytes accessed": float(2 * one + kv)}
+    return {
+        "flops": float(4 * heads * steps * block * block * d),
+        "transcendentals": float(heads * steps * block * block),
+        "bytes accessed": float(2 * one + kv),
+    }

@@ -83,7 +83,9 @@ class MLP(nn.Module):
 # ---- rotary position embedding over (frame, row, col) ------------------------------------------
 
 
-def rope_tables(frames: int, rows: int, cols: int, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    frames: int, rows: int, cols: int, head_dim: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin (S, head_dim / 2) for S = frames * rows * cols tokens in frame-major, row, col order.
 
     The head_dim / 2 rotation pairs are split between the axes: a third each to row and column
@@ -113,9 +115,17 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 @torch.library.custom_op("avatar::pre_attention", mutates_args=())
-def pre_attention(x: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None, q_norm: torch.Tensor,
-                  k_norm: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int,
-                  eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pre_attention(
+    x: torch.Tensor,
+    w_qkv: torch.Tensor,
+    b_qkv: torch.Tensor | None,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    heads: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The pre-attention chain as one op: qkv projection -> per-head RMS norm of q, k -> rotary.
 
     x (S, D) -> q, k, v (heads, S, head_dim) bf16. In eager PyTorch this is exactly the unfused
@@ -164,11 +174,22 @@ class SelfAttention(nn.Module):
         # one op `pre_attention`, which a build can route to the fused kernel.
         self.fused_preattn = False
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         S, D = x.shape  # (S, D): the whole sequence of the chunk
         if self.fused_preattn and self.qkv.k_split == 1:
-            q, k, v = pre_attention(x, self.qkv.weight, self.qkv.bias, self.q_norm.weight, self.k_norm.weight,
-                                    rope[0], rope[1], self.heads, self.q_norm.eps)
+            q, k, v = pre_attention(
+                x,
+                self.qkv.weight,
+                self.qkv.bias,
+                self.q_norm.weight,
+                self.k_norm.weight,
+                rope[0],
+                rope[1],
+                self.heads,
+                self.q_norm.eps,
+            )
             y = attention(q, k, v, mask)  # (nh, S, hs) bf16
             return self.proj(y.transpose(0, 1).reshape(S, D))
         qkv = self.qkv(x).view(S, 3, self.heads, self.head_dim).permute(1, 2, 0, 3)  # (3, nh, S, hs)

@@ -185,63 +185,103 @@ class PipelineConfig:
             if not ok:
                 problems.append(message)
 
-        for name in ("frames_per_chunk", "height", "width", "latent_channels", "vae_scale",
-                     "sr_scale", "n_mels", "fps", "sample_rate"):
+        for name in (
+            "frames_per_chunk",
+            "height",
+            "width",
+            "latent_channels",
+            "vae_scale",
+            "sr_scale",
+            "n_mels",
+            "fps",
+            "sample_rate",
+        ):
             need(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        need(self.residual_dtype in RESIDUAL_DTYPES,
-             f"residual_dtype must be one of {RESIDUAL_DTYPES}, got {self.residual_dtype!r}")
+        need(
+            self.residual_dtype in RESIDUAL_DTYPES,
+            f"residual_dtype must be one of {RESIDUAL_DTYPES}, got {self.residual_dtype!r}",
+        )
         need(self.matmul_k_split >= 1, f"matmul_k_split must be >= 1, got {self.matmul_k_split}")
-        need(self.attention_kernel in ATTENTION_KERNELS,
-             f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
+        need(
+            self.attention_kernel in ATTENTION_KERNELS,
+            f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}",
+        )
         need(self.ulysses_groups >= 1, f"ulysses_groups must be >= 1, got {self.ulysses_groups}")
-        need(self.sr.ulysses_groups >= 0, f"sr.ulysses_groups must be >= 0 (0: ulysses_groups), got {self.sr.ulysses_groups}")
-        need(self.dit.attention in DIT_ATTENTION_KERNELS,
-             f"dit.attention must be one of {DIT_ATTENTION_KERNELS}, got {self.dit.attention!r}")
+        need(
+            self.sr.ulysses_groups >= 0,
+            f"sr.ulysses_groups must be >= 0 (0: ulysses_groups), got {self.sr.ulysses_groups}",
+        )
+        need(
+            self.dit.attention in DIT_ATTENTION_KERNELS,
+            f"dit.attention must be one of {DIT_ATTENTION_KERNELS}, got {self.dit.attention!r}",
+        )
         if problems:  # the arithmetic below needs positive sizes
             raise ConfigError(f"config {self.name!r}: " + "; ".join(problems))
 
-        need(self.sample_rate % self.fps == 0,
-             f"fps ({self.fps}) must divide sample_rate ({self.sample_rate}): whole samples per frame")
-        need(self.n_mels <= self.samples_per_frame // 2 + 1,
-             f"n_mels ({self.n_mels}) exceeds the {self.samples_per_frame // 2 + 1} DFT bins of one frame")
+        need(
+            self.sample_rate % self.fps == 0,
+            f"fps ({self.fps}) must divide sample_rate ({self.sample_rate}): whole samples per frame",
+        )
+        need(
+            self.n_mels <= self.samples_per_frame // 2 + 1,
+            f"n_mels ({self.n_mels}) exceeds the {self.samples_per_frame // 2 + 1} DFT bins of one frame",
+        )
         levels = self.vae_scale.bit_length() - 1
         need(self.vae_scale == 1 << levels, f"vae_scale must be a power of two, got {self.vae_scale}")
-        need(len(self.vae.channels) == levels + 1,
-             f"vae.channels needs log2(vae_scale) + 1 = {levels + 1} entries, got {len(self.vae.channels)}")
-        need(self.vae.norm_stats in ("grouped", "per_channel"),
-             f"vae.norm_stats must be grouped or per_channel, got {self.vae.norm_stats!r}")
-        need(self.vae.weights in VAE_WEIGHT_LAYOUTS,
-             f"vae.weights must be one of {VAE_WEIGHT_LAYOUTS}, got {self.vae.weights!r}")
-        need(all(c % self.vae.groups == 0 for c in self.vae.channels),
-             f"vae.groups ({self.vae.groups}) must divide every vae.channels entry {self.vae.channels}")
+        need(
+            len(self.vae.channels) == levels + 1,
+            f"vae.channels needs log2(vae_scale) + 1 = {levels + 1} entries, got {len(self.vae.channels)}",
+        )
+        need(
+            self.vae.norm_stats in ("grouped", "per_channel"),
+            f"vae.norm_stats must be grouped or per_channel, got {self.vae.norm_stats!r}",
+        )
+        need(
+            self.vae.weights in VAE_WEIGHT_LAYOUTS,
+            f"vae.weights must be one of {VAE_WEIGHT_LAYOUTS}, got {self.vae.weights!r}",
+        )
+        need(
+            all(c % self.vae.groups == 0 for c in self.vae.channels),
+            f"vae.groups ({self.vae.groups}) must divide every vae.channels entry {self.vae.channels}",
+        )
 
         for stage in ("dit", "sr"):
             s = getattr(self, stage)
             for name in ("dim", "depth", "heads", "patch", "mlp_ratio"):
                 need(getattr(s, name) >= 1, f"{stage}.{name} must be >= 1, got {getattr(s, name)}")
-            need(s.heads % MESH_SIZE == 0,
-                 f"{stage}.heads ({s.heads}) must be a multiple of {MESH_SIZE}: Ulysses gives each "
-                 f"device of the {MESH_SIZE}-device mesh whole heads")
+            need(
+                s.heads % MESH_SIZE == 0,
+                f"{stage}.heads ({s.heads}) must be a multiple of {MESH_SIZE}: Ulysses gives each "
+                f"device of the {MESH_SIZE}-device mesh whole heads",
+            )
             need(s.dim % max(s.heads, 1) == 0, f"{stage}.heads ({s.heads}) must divide {stage}.dim ({s.dim})")
             groups, which = self.ulysses_groups, "ulysses_groups"
             if stage == "sr" and self.sr.ulysses_groups:
                 groups, which = self.sr.ulysses_groups, "sr.ulysses_groups"
-            need(s.heads % (MESH_SIZE * max(groups, 1)) == 0,
-                 f"{stage}.heads ({s.heads}) must split into {which} ({groups}) groups of "
-                 f"whole heads per device ({MESH_SIZE} devices)")
+            need(
+                s.heads % (MESH_SIZE * max(groups, 1)) == 0,
+                f"{stage}.heads ({s.heads}) must split into {which} ({groups}) groups of "
+                f"whole heads per device ({MESH_SIZE} devices)",
+            )
             head_dim = s.dim // max(s.heads, 1)
-            need(head_dim % 2 == 0 and head_dim >= 6,
-                 f"{stage} head_dim ({head_dim}) must be even and >= 6: rotary covers (frame, row, col)")
+            need(
+                head_dim % 2 == 0 and head_dim >= 6,
+                f"{stage} head_dim ({head_dim}) must be even and >= 6: rotary covers (frame, row, col)",
+            )
         need(self.dit.steps >= 1, f"dit.steps must be >= 1, got {self.dit.steps}")
         need(self.sr.window >= 0, f"sr.window must be >= 0, got {self.sr.window}")
 
         # Ulysses splits each sequence into MESH_SIZE equal shards.
-        need(self.dit_sequence() % MESH_SIZE == 0,
-             f"DiT sequence {self.frames_per_chunk} frames x {self.dit_tokens_per_frame} tokens = "
-             f"{self.dit_sequence()} must be a multiple of {MESH_SIZE}")
-        need(self.sr_sequence() % MESH_SIZE == 0,
-             f"SR sequence ({self.frames_per_chunk} + 1) frames x {self.sr_tokens_per_frame} tokens = "
-             f"{self.sr_sequence()} must be a multiple of {MESH_SIZE}")
+        need(
+            self.dit_sequence() % MESH_SIZE == 0,
+            f"DiT sequence {self.frames_per_chunk} frames x {self.dit_tokens_per_frame} tokens = "
+            f"{self.dit_sequence()} must be a multiple of {MESH_SIZE}",
+        )
+        need(
+            self.sr_sequence() % MESH_SIZE == 0,
+            f"SR sequence ({self.frames_per_chunk} + 1) frames x {self.sr_tokens_per_frame} tokens = "
+            f"{self.sr_sequence()} must be a multiple of {MESH_SIZE}",
+        )
         # The SR mask is frame-aligned. Attention blocks that are multiples of 16 (the finest bf16
         # tiling along the sequence) can divide a frame's token span exactly, so every block is
         # wholly inside or outside the mask.
@@ -299,16 +339,28 @@ _CONFIGS = {
         # CI: one 8-frame chunk renders in seconds on 2 CPU cores through XLA.
         # SR grid 12x20 = 240 tokens/frame (240 % 128 = 112: misaligned), DiT grid 6x10 = 60.
         PipelineConfig(
-            name="tiny", frames_per_chunk=8, height=48, width=80, latent_channels=8,
-            vae_scale=4, sr_scale=2, n_mels=32,
+            name="tiny",
+            frames_per_chunk=8,
+            height=48,
+            width=80,
+            latent_channels=8,
+            vae_scale=4,
+            sr_scale=2,
+            n_mels=32,
             dit=DiTConfig(dim=64, depth=2, heads=8, steps=4),
             sr=SRConfig(dim=64, depth=2, heads=8, window=1),
             vae=VAEConfig(channels=(32, 32, 16), groups=8),
         ),
         # Benchmarks on a laptop: SR grid 24x40 = 960 tokens/frame (960 % 128 = 64), DiT 12x20 = 240.
         PipelineConfig(
-            name="small", frames_per_chunk=8, height=96, width=160, latent_channels=16,
-            vae_scale=4, sr_scale=2, n_mels=64,
+            name="small",
+            frames_per_chunk=8,
+            height=96,
+            width=160,
+            latent_channels=16,
+            vae_scale=4,
+            sr_scale=2,
+            n_mels=64,
             dit=DiTConfig(dim=128, depth=4, heads=8, steps=8),
             sr=SRConfig(dim=128, depth=4, heads=8, window=1),
             vae=VAEConfig(channels=(64, 64, 32), groups=16),
@@ -321,8 +373,16 @@ _CONFIGS = {
         # SR grid 92x160 (736 rows cropped to 720), patch 2 -> 46x80 = 3680 tokens/frame
         # (3680 % 128 = 96); 17 frames -> 62560 SR tokens. DiT 46x80 cells, patch 2 -> 920/frame.
         PipelineConfig(
-            name="avatar-720p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=720, width=1280, latent_channels=16,
-            vae_scale=8, sr_scale=2, n_mels=80,
+            name="avatar-720p",
+            frames_per_chunk=16,
+            scan_layers=True,
+            attention_kernel="blocksparse",
+            height=720,
+            width=1280,
+            latent_channels=16,
+            vae_scale=8,
+            sr_scale=2,
+            n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2, ulysses_groups=3),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated", norm_stats="per_channel"),
@@ -332,8 +392,16 @@ _CONFIGS = {
         # 4x, so the DiT renders motion on a 34x60 cell grid, patch 2 -> 17x30 = 510 tokens/frame:
         # at 2x (2040 tokens/frame) its compute floor alone was 1.7x the 320 ms deadline.
         PipelineConfig(
-            name="avatar-1080p", frames_per_chunk=16, scan_layers=True, attention_kernel="blocksparse", height=1080, width=1920, latent_channels=16,
-            vae_scale=8, sr_scale=4, n_mels=80,
+            name="avatar-1080p",
+            frames_per_chunk=16,
+            scan_layers=True,
+            attention_kernel="blocksparse",
+            height=1080,
+            width=1920,
+            latent_channels=16,
+            vae_scale=8,
+            sr_scale=4,
+            n_mels=80,
             dit=DiTConfig(dim=5120, depth=36, heads=40, steps=4, patch=2, attention="flash"),
             sr=SRConfig(dim=3072, depth=12, heads=24, window=2, patch=2, ulysses_groups=3),
             vae=VAEConfig(channels=(512, 512, 256, 128), groups=32, weights="replicated", norm_stats="per_channel"),

@@ -19,10 +19,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from avatar_release.pipeline import run_blocks
 from model.attention import MLP, Linear, SelfAttention, rope_tables
 from model.config import PipelineConfig
 from model.patches import image_tokens, patchify, unpatchify
-from avatar_release.pipeline import run_blocks
 
 
 def log_mel(audio: torch.Tensor, frames: int, sample_rate: int, n_mels: int) -> torch.Tensor:

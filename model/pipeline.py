@@ -12,14 +12,13 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from model.attention import Linear, SelfAttention
 from model.chunks import audio_chunks, num_frames
 from model.config import STAGES, PipelineConfig
-from model.attention import Linear, SelfAttention
 from model.dit import MotionDiT
 from model.noise import chunk_noise
 from model.sr import SuperResolution
 from model.vae import VAEDecoder
-
 
 Signature = list[tuple[str, tuple[int, ...], str]]
 
@@ -57,7 +56,9 @@ class AvatarPipeline(nn.Module):
         c = self.config
         image = torch.from_numpy(np.ascontiguousarray(image_u8, dtype=np.uint8))
         if tuple(image.shape) != (c.height, c.width, 3):
-            raise ValueError(f"image must have shape {(c.height, c.width, 3)} for config {c.name!r}, got {tuple(image.shape)}")
+            raise ValueError(
+                f"image must have shape {(c.height, c.width, 3)} for config {c.name!r}, got {tuple(image.shape)}"
+            )
         prev = torch.zeros(c.latent_channels, *c.dit_grid)  # the first chunk continues from nothing
         out = []
         for i, chunk in enumerate(audio_chunks(c, audio)):

@@ -13,7 +13,8 @@ need it).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from avatar_release.pipeline import (
     Analysis,
@@ -37,23 +38,42 @@ __all__ = ["pipeline", "LEVERS", "BAND_VARIANTS"]
 LEVERS = {
     "matmul_k_split": Lever("reassociation", "K-tiled matmuls: float32 partial products summed in another order"),
     "residual_dtype": Lever("precision", "the write-up's rejected lever: DiT/SR residual stream in bf16"),
-    "attention_kernel": Lever("reassociation", "Pallas attention kernels: the softmax sums run block by block "
-                              "(and with a fixed bound)"),
-    "dit.attention": Lever("reassociation", "flash kernel for the DiT's attention: the softmax sums run key block "
-                           "by key block with a rescaled float32 accumulator"),
-    "vae.weights": Lever("reassociation", "the decoder's weights replicated, each device decoding its own frames: "
-                         "XLA:CPU sums a whole convolution in another order than one split over output channels "
-                         "(tiny: 1 level in about 0.5% of values)"),
-    "vae.norm_stats": Lever("reassociation", "the decoder's GroupNorm statistics from per-channel means (no reshape "
-                            "of the full-size activation): the same two-pass mean and variance summed in another order"),
-    "fused_preattn": Lever("reassociation", "fused pre-attention kernel: the qkv dot as one bf16 x bf16 -> f32 dot "
-                           "instead of the model's f32 form"),
-    "ulysses_groups": Lever("reassociation", "G = 1 is the GSPMD path, G > 1 the shard_map path (a differently fused "
-                            "softmax); between G > 1 values per-head math is bit-exact (tests/kernels/test_ulysses.py)"),
-    "sr.ulysses_groups": Lever("reassociation", "the SR attention's own head-group count: as ulysses_groups, for "
-                               "the SR alone"),
-    "scan_layers": Lever("reassociation", "blocks as one lax.scan over stacked weights: the same per-block math, "
-                         "fused differently (tiny: 2.4% of pixels off by one level)"),
+    "attention_kernel": Lever(
+        "reassociation", "Pallas attention kernels: the softmax sums run block by block (and with a fixed bound)"
+    ),
+    "dit.attention": Lever(
+        "reassociation",
+        "flash kernel for the DiT's attention: the softmax sums run key block "
+        "by key block with a rescaled float32 accumulator",
+    ),
+    "vae.weights": Lever(
+        "reassociation",
+        "the decoder's weights replicated, each device decoding its own frames: "
+        "XLA:CPU sums a whole convolution in another order than one split over output channels "
+        "(tiny: 1 level in about 0.5% of values)",
+    ),
+    "vae.norm_stats": Lever(
+        "reassociation",
+        "the decoder's GroupNorm statistics from per-channel means (no reshape "
+        "of the full-size activation): the same two-pass mean and variance summed in another order",
+    ),
+    "fused_preattn": Lever(
+        "reassociation",
+        "fused pre-attention kernel: the qkv dot as one bf16 x bf16 -> f32 dot instead of the model's f32 form",
+    ),
+    "ulysses_groups": Lever(
+        "reassociation",
+        "G = 1 is the GSPMD path, G > 1 the shard_map path (a differently fused "
+        "softmax); between G > 1 values per-head math is bit-exact (tests/kernels/test_ulysses.py)",
+    ),
+    "sr.ulysses_groups": Lever(
+        "reassociation", "the SR attention's own head-group count: as ulysses_groups, for the SR alone"
+    ),
+    "scan_layers": Lever(
+        "reassociation",
+        "blocks as one lax.scan over stacked weights: the same per-block math, "
+        "fused differently (tiny: 2.4% of pixels off by one level)",
+    ),
 }
 
 # What `gate calibrate` measures the band from: the same model with every matmul's contraction
@@ -89,8 +109,9 @@ def _signature(config: PipelineConfig, frames: int) -> dict[str, StageSignature]
     from model.pipeline import stage_inputs, stage_outputs
 
     ins, outs = stage_inputs(config, frames), stage_outputs(config, frames)
-    return {s: StageSignature(tuple(TensorSpec(*t) for t in ins[s]), tuple(TensorSpec(*t) for t in outs[s]))
-            for s in STAGES}
+    return {
+        s: StageSignature(tuple(TensorSpec(*t) for t in ins[s]), tuple(TensorSpec(*t) for t in outs[s])) for s in STAGES
+    }
 
 
 def _chunk_program(config: PipelineConfig) -> RequestProgram:
@@ -99,11 +120,15 @@ def _chunk_program(config: PipelineConfig) -> RequestProgram:
     # to the next chunk (chunk k+1 starts where chunk k ended) and the uint8 frames delivered, by
     # the names of stage_inputs / stage_outputs.
     return RequestProgram(
-        inputs=(RequestInput.image("image", height=config.height, width=config.width),
-                RequestInput.audio("audio", sample_rate=config.sample_rate, samples_per_frame=config.samples_per_frame),
-                RequestInput.noise("noise")),
+        inputs=(
+            RequestInput.image("image", height=config.height, width=config.width),
+            RequestInput.audio("audio", sample_rate=config.sample_rate, samples_per_frame=config.samples_per_frame),
+            RequestInput.noise("noise"),
+        ),
         delivers=Delivery.video("frames", height=config.height, width=config.width),
-        fps=config.fps, carry={"prev_latent": "last_latent"})
+        fps=config.fps,
+        carry={"prev_latent": "last_latent"},
+    )
 
 
 @contextlib.contextmanager
@@ -119,8 +144,11 @@ def _trace_context(config: PipelineConfig, target: TargetContext) -> Iterator[No
 def _attention(ctx: AnalysisContext) -> dict:
     from model.analyze import analyze_attention
 
-    return analyze_attention(ctx.spec.name, eligibility=not ctx.options.get("no_eligibility", False),
-                             collectives=not ctx.options.get("no_collectives", False))
+    return analyze_attention(
+        ctx.spec.name,
+        eligibility=not ctx.options.get("no_eligibility", False),
+        collectives=not ctx.options.get("no_collectives", False),
+    )
 
 
 def _attention_text(r: dict) -> str:
@@ -151,9 +179,13 @@ def _floors(ctx: AnalysisContext) -> dict:
 
     o = ctx.options
     config = PipelineConfig.from_dict(dict(o["config_doc"]))
-    return {bucket: {f.stage: {**f.to_json(), "flops_per_chip": f.flops / o["chips"]}
-                     for f in stage_floors(config, frames, o["peak"], o["bandwidth"], o["chips"])}
-            for bucket, frames in o["buckets"].items()}
+    return {
+        bucket: {
+            f.stage: {**f.to_json(), "flops_per_chip": f.flops / o["chips"]}
+            for f in stage_floors(config, frames, o["peak"], o["bandwidth"], o["chips"])
+        }
+        for bucket, frames in o["buckets"].items()
+    }
 
 
 pipeline = Pipeline(
@@ -171,10 +203,18 @@ pipeline = Pipeline(
     band_variants=BAND_VARIANTS,
     gate_requests=GateRequests(images=(0, 1), audio=(0, 1), seed=0),
     analyses={
-        "attention": Analysis(_attention, "Mask live fraction, block counts (128 tiles vs aligned), bounded-softmax "
-                              "eligibility, all-to-all bytes of the SR attention", text=_attention_text),
-        "schedule": Analysis(_schedule, "Hidden vs exposed all-to-alls of one SR attention layer compiled for the "
-                             "target, per head-group count", text=_schedule_text, needs_target=True),
+        "attention": Analysis(
+            _attention,
+            "Mask live fraction, block counts (128 tiles vs aligned), bounded-softmax "
+            "eligibility, all-to-all bytes of the SR attention",
+            text=_attention_text,
+        ),
+        "schedule": Analysis(
+            _schedule,
+            "Hidden vs exposed all-to-alls of one SR attention layer compiled for the target, per head-group count",
+            text=_schedule_text,
+            needs_target=True,
+        ),
         "floors": Analysis(_floors, "Analytic flops, bytes and time floors per stage of a build's config"),
     },
     source_packages=("model", "kernels"),

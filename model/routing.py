@@ -40,8 +40,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kernels.target import kernel_target
 
@@ -68,7 +68,9 @@ class AttentionRoute:
 
     @property
     def default(self) -> bool:
-        return self.kernel == "xla" and self.dit_kernel == "xla" and self.groups_for(True) == self.groups_for(False) == 1
+        return (
+            self.kernel == "xla" and self.dit_kernel == "xla" and self.groups_for(True) == self.groups_for(False) == 1
+        )
 
     def via_kernels(self, masked: bool) -> bool:
         """Does a call go through the shard_map chain (kernels.ulysses) rather than GSPMD?
@@ -88,7 +90,7 @@ class AttentionRoute:
         that have a Triton form; ``for_platform`` routes the others away), the interpreter elsewhere."""
         return {"tpu": "pallas-mosaic", "gpu": "pallas-triton"}.get(self.platform, "pallas-interpret")
 
-    def for_platform(self) -> tuple["AttentionRoute", dict[str, str]]:
+    def for_platform(self) -> tuple[AttentionRoute, dict[str, str]]:
         """The route this platform can compile, and why a requested kernel was replaced (by what
         it was asked for). On a GPU the Mosaic-only kernels give way to XLA's ops; the DiT's flash
         attention (JAX's Triton kernel) and the SR's block-sparse attention (``kernels.window_gpu``)
@@ -101,20 +103,29 @@ class AttentionRoute:
             why["attention (frame-window mask)"] = (
                 "kernels/bounded_softmax.py is written for Mosaic (a scalar-prefetch grid, VMEM scratch) and has "
                 "no Triton form, so XLA's masked attention runs instead (the logits of each head written to HBM); "
-                "attention_kernel = \"blocksparse\" has one (kernels/window_gpu.py)")
+                'attention_kernel = "blocksparse" has one (kernels/window_gpu.py)'
+            )
             kernel = "xla"
         if self.fused_preattn:
-            why["pre-attention"] = ("kernels/preattn.py is written for Mosaic (VMEM scratch, TPU compiler "
-                                    "parameters): the same chain runs as XLA ops (kernels.preattn.preattn_reference)")
+            why["pre-attention"] = (
+                "kernels/preattn.py is written for Mosaic (VMEM scratch, TPU compiler "
+                "parameters): the same chain runs as XLA ops (kernels.preattn.preattn_reference)"
+            )
         return dataclasses.replace(self, kernel=kernel), why
 
     @classmethod
-    def from_config(cls, config, platform: str = "cpu", kernel_flags: dict | None = None) -> "AttentionRoute":
-        return cls(kernel=config.attention_kernel, dit_kernel=config.dit.attention, groups=config.ulysses_groups,
-                   sr_groups=config.sr.ulysses_groups,
-                   sr_tokens_per_frame=config.sr_tokens_per_frame, sr_window=config.sr.window,
-                   fused_preattn=config.fused_preattn, platform=platform,
-                   kernel_flags=tuple(sorted((kernel_flags or {}).items())))
+    def from_config(cls, config, platform: str = "cpu", kernel_flags: dict | None = None) -> AttentionRoute:
+        return cls(
+            kernel=config.attention_kernel,
+            dit_kernel=config.dit.attention,
+            groups=config.ulysses_groups,
+            sr_groups=config.sr.ulysses_groups,
+            sr_tokens_per_frame=config.sr_tokens_per_frame,
+            sr_window=config.sr.window,
+            fused_preattn=config.fused_preattn,
+            platform=platform,
+            kernel_flags=tuple(sorted((kernel_flags or {}).items())),
+        )
 
 
 Declare = Callable[..., None]  # (kernel, *, requested, used, reason="", program_kernel="", estimate=None) -> None
@@ -129,17 +140,25 @@ def _body(route: AttentionRoute, seq_len: int, masked: bool, declare: Declare):
             from kernels.flash_gpu import flash_attention_gpu, gpu_blocks
 
             if gpu_blocks(seq_len) is None:
-                declare("attention (unmasked)", requested="flash", used="xla",
-                        reason=f"JAX's Triton flash kernel needs a power-of-two block of 16..128 tokens dividing "
-                               f"the sequence; none divides {seq_len}")
+                declare(
+                    "attention (unmasked)",
+                    requested="flash",
+                    used="xla",
+                    reason=f"JAX's Triton flash kernel needs a power-of-two block of 16..128 tokens dividing "
+                    f"the sequence; none divides {seq_len}",
+                )
                 return ulysses.reference_attention, None
 
             def flash_gpu(q, k, v, m):  # per device, inside the Ulysses chain: (heads here, S, head_dim)
                 from kernels.flash_gpu import NAME, estimate
 
-                declare("attention (unmasked)", requested="flash", used="pallas-triton", program_kernel=NAME,
-                        estimate=estimate(heads=q.shape[0], seq=q.shape[1], head_dim=q.shape[2],
-                                          itemsize=q.dtype.itemsize))
+                declare(
+                    "attention (unmasked)",
+                    requested="flash",
+                    used="pallas-triton",
+                    program_kernel=NAME,
+                    estimate=estimate(heads=q.shape[0], seq=q.shape[1], head_dim=q.shape[2], itemsize=q.dtype.itemsize),
+                )
                 return flash_attention_gpu(q, k, v)
 
             return flash_gpu, None
@@ -152,30 +171,48 @@ def _body(route: AttentionRoute, seq_len: int, masked: bool, declare: Declare):
         return ulysses.reference_attention, None
     t = route.sr_tokens_per_frame
     if t <= 0 or seq_len % t:
-        raise RoutingError(f"masked attention over {seq_len} tokens is not a whole number of {t}-token frames; "
-                           "the attention kernels only know the SR frame-window mask")
+        raise RoutingError(
+            f"masked attention over {seq_len} tokens is not a whole number of {t}-token frames; "
+            "the attention kernels only know the SR frame-window mask"
+        )
     frames, window = seq_len // t, route.sr_window
     mask = ulysses.FrameWindow(frames, t, window)
     if route.kernel == "blocksparse" and route.platform == "gpu":
+
         def window_gpu(q, k, v, m):  # per device, inside the Ulysses chain: (heads here, S, head_dim)
             from kernels.window_gpu import NAME, estimate, window_attention_gpu
 
-            declare("attention (frame-window mask)", requested="blocksparse", used="pallas-triton", program_kernel=NAME,
-                    estimate=estimate(heads=q.shape[0], head_dim=q.shape[2], frames=frames, tokens_per_frame=t,
-                                      window=window, itemsize=q.dtype.itemsize))
+            declare(
+                "attention (frame-window mask)",
+                requested="blocksparse",
+                used="pallas-triton",
+                program_kernel=NAME,
+                estimate=estimate(
+                    heads=q.shape[0],
+                    head_dim=q.shape[2],
+                    frames=frames,
+                    tokens_per_frame=t,
+                    window=window,
+                    itemsize=q.dtype.itemsize,
+                ),
+            )
             return window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=t, window=window)
 
         return window_gpu, mask
     if route.kernel == "blocksparse":
         from kernels.blocksparse import blocksparse_attention
 
-        return (lambda q, k, v, m: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=t, window=window),
-                mask)
+        return (
+            lambda q, k, v, m: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=t, window=window),
+            mask,
+        )
     if route.kernel == "bounded":
         from kernels.bounded_softmax import bounded_softmax_attention
 
-        return (lambda q, k, v, m: bounded_softmax_attention(q, k, v, frames=frames, tokens_per_frame=t,
-                                                             window=window), mask)
+        return (
+            lambda q, k, v, m: bounded_softmax_attention(q, k, v, frames=frames, tokens_per_frame=t, window=window),
+            mask,
+        )
     return ulysses.reference_attention, mask
 
 
@@ -221,12 +258,15 @@ def head_sharded_attention(mesh, axis: str, route: AttentionRoute | None = None,
         from kernels.ulysses import ulysses_attention
 
         if query.ndim != 3 or is_causal or dropout_p or scale is not None:
-            raise RoutingError("the attention kernels take (heads, S, head_dim) inputs with the default scale, "
-                               f"no dropout, not causal; got shape {tuple(query.shape)}")
+            raise RoutingError(
+                "the attention kernels take (heads, S, head_dim) inputs with the default scale, "
+                f"no dropout, not causal; got shape {tuple(query.shape)}"
+            )
         q, k, v = (interop.jax_view(t) for t in (query, key, value))
         fn, mask = _body(route, q.shape[1], attn_mask is not None, declare)
-        out = ulysses_attention(q, k, v, mesh=mesh, axis=axis, groups=route.groups_for(attn_mask is not None), mask=mask,
-                                attention_fn=fn)
+        out = ulysses_attention(
+            q, k, v, mesh=mesh, axis=axis, groups=route.groups_for(attn_mask is not None), mask=mask, attention_fn=fn
+        )
         return interop.torch_view(out)
 
     def fused_preattn(x, w_qkv, b_qkv, q_norm, k_norm, cos, sin, heads, eps):

@@ -46,19 +46,19 @@ def _probe_heads(heads: int, size: int, groups: tuple[int, ...]) -> int:
     return heads if heads % step == 0 else -(-heads // step) * step
 
 
-def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 4), *,
-                   progress=lambda msg: None) -> list[ScheduleProbe]:
+def probe_schedule(
+    pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 4), *, progress=lambda msg: None
+) -> list[ScheduleProbe]:
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from kernels.target import kernel_target
-    from kernels.blocksparse import blocksparse_attention
-    from kernels.ulysses import FrameWindow, ulysses_attention
-    from model.config import get_config
-
     from avatar_release.compile import make_mesh, schedule_of, target_devices
     from avatar_release.specs import load_flag_profile, load_pipeline, load_target
+    from kernels.blocksparse import blocksparse_attention
+    from kernels.target import kernel_target
+    from kernels.ulysses import FrameWindow, ulysses_attention
+    from model.config import get_config
 
     spec, tgt = load_pipeline(pipeline), load_target(target)
     flags = load_flag_profile(tgt.flag_profile)
@@ -68,9 +68,14 @@ def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 
     t, frames, window = config.sr_tokens_per_frame, config.frames_per_chunk + 1, config.sr.window
     hd = config.sr.dim // config.sr.heads
     heads = _probe_heads(config.sr.heads, size, groups)
-    note = "" if heads == config.sr.heads else (
-        f"the model's {config.sr.heads} heads ({config.sr.heads // size} per device) do not split into "
-        f"{', '.join(map(str, groups))} groups; probed with {heads} heads of {hd}")
+    note = (
+        ""
+        if heads == config.sr.heads
+        else (
+            f"the model's {config.sr.heads} heads ({config.sr.heads // size} per device) do not split into "
+            f"{', '.join(map(str, groups))} groups; probed with {heads} heads of {hd}"
+        )
+    )
     dim, seq = heads * hd, frames * t
 
     def attend(q, k, v, m):
@@ -84,11 +89,13 @@ def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 
     w_o = jax.ShapeDtypeStruct((dim, dim), jnp.bfloat16, sharding=shard(axis, None))
     out = []
     for g in groups:
+
         def layer(x, w_qkv, w_o, g=g):
             qkv = jnp.dot(x, w_qkv.T, preferred_element_type=jnp.float32).astype(jnp.bfloat16)
             q, k, v = qkv.reshape(seq, 3, heads, hd).transpose(1, 2, 0, 3)  # 3 x (heads, S, hd)
-            o = ulysses_attention(q, k, v, mesh=mesh, axis=axis, groups=g, mask=FrameWindow(frames, t, window),
-                                  attention_fn=attend)
+            o = ulysses_attention(
+                q, k, v, mesh=mesh, axis=axis, groups=g, mask=FrameWindow(frames, t, window), attention_fn=attend
+            )
             return jnp.dot(o.transpose(1, 0, 2).reshape(seq, dim), w_o.T, preferred_element_type=jnp.float32)
 
         with kernel_target(tgt.platform, flags.kernel_flags):
@@ -97,20 +104,40 @@ def probe_schedule(pipeline: str, target: str, groups: tuple[int, ...] = (1, 2, 
         compiled = lowered.compile(compiler_options=dict(flags.compiler_options))
         seconds = time.perf_counter() - t0
         s = schedule_of(compiled.as_text())
-        progress(f"G={g}: {s.all_to_alls} all-to-alls, {s.async_pairs} async pairs, {s.hidden} hidden, "
-                 f"{s.exposed} exposed ({seconds:.1f}s)")
-        out.append(ScheduleProbe(g, heads, hd, seq, s.all_to_alls, s.async_pairs, s.synchronous, s.hidden,
-                                 s.exposed, round(seconds, 3), note))
+        progress(
+            f"G={g}: {s.all_to_alls} all-to-alls, {s.async_pairs} async pairs, {s.hidden} hidden, "
+            f"{s.exposed} exposed ({seconds:.1f}s)"
+        )
+        out.append(
+            ScheduleProbe(
+                g,
+                heads,
+                hd,
+                seq,
+                s.all_to_alls,
+                s.async_pairs,
+                s.synchronous,
+                s.hidden,
+                s.exposed,
+                round(seconds, 3),
+                note,
+            )
+        )
     return out
 
 
 def schedule_text(r: dict) -> str:
     """The probes of ``probe_schedule`` (as JSON) as terminal lines."""
     probes = r["probes"]
-    lines = [f"{r['pipeline']} on {r['target']}: one SR attention layer, {probes[0]['sequence']} tokens, "
-             f"{probes[0]['heads']} heads x {probes[0]['head_dim']} (compiler schedule, not a measurement)"]
+    lines = [
+        f"{r['pipeline']} on {r['target']}: one SR attention layer, {probes[0]['sequence']} tokens, "
+        f"{probes[0]['heads']} heads x {probes[0]['head_dim']} (compiler schedule, not a measurement)"
+    ]
     if probes[0]["note"]:
         lines.append(f"  note: {probes[0]['note']}")
-    lines += [f"  G={p['groups']}: {p['all_to_alls']} all-to-alls, {p['async_pairs']} async pairs, {p['hidden']} "
-              f"hidden behind compute, {p['exposed']} exposed" for p in probes]
+    lines += [
+        f"  G={p['groups']}: {p['all_to_alls']} all-to-alls, {p['async_pairs']} async pairs, {p['hidden']} "
+        f"hidden behind compute, {p['exposed']} exposed"
+        for p in probes
+    ]
     return "\n".join(lines)

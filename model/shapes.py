@@ -27,8 +27,15 @@ from dataclasses import asdict, dataclass, field
 
 from model.config import MESH_SIZE, PipelineConfig
 
-__all__ = ["StageFloor", "ShapeReport", "ICI_IN_BYTES_PER_SECOND", "param_counts", "stage_floors", "shape_report",
-           "report_for_pipeline"]
+__all__ = [
+    "StageFloor",
+    "ShapeReport",
+    "ICI_IN_BYTES_PER_SECOND",
+    "param_counts",
+    "stage_floors",
+    "shape_report",
+    "report_for_pipeline",
+]
 
 _BF16, _F32 = 2, 4
 # Cloud TPU v6e documentation: 800 GB/s of bidirectional inter-chip interconnect (ICI) bandwidth
@@ -60,17 +67,29 @@ def _dit_params(c: PipelineConfig) -> tuple[int, int]:
     d, p, r = c.dit.dim, c.dit.patch, c.dit.mlp_ratio
     cell = c.vae_scale * c.sr_scale
     block = _split(_attention_params(d, c.dit.heads), _mlp_params(d, r), _lin(d, 6 * d))
-    outside = _split(_lin(c.latent_channels * p * p, d), _lin(c.latent_channels * p * p, d),
-                     _lin(3 * (cell * p) ** 2, d), _lin(c.n_mels, d), _lin(d, d), _lin(c.dit.freq_dim, d),
-                     _lin(d, d), _lin(d, 2 * d), _lin(d, c.latent_channels * p * p))
+    outside = _split(
+        _lin(c.latent_channels * p * p, d),
+        _lin(c.latent_channels * p * p, d),
+        _lin(3 * (cell * p) ** 2, d),
+        _lin(c.n_mels, d),
+        _lin(d, d),
+        _lin(c.dit.freq_dim, d),
+        _lin(d, d),
+        _lin(d, 2 * d),
+        _lin(d, c.latent_channels * p * p),
+    )
     return block[0] * c.dit.depth + outside[0], block[1] * c.dit.depth + outside[1]
 
 
 def _sr_params(c: PipelineConfig) -> tuple[int, int]:
     d, p, r = c.sr.dim, c.sr.patch, c.sr.mlp_ratio
     block = _split(_attention_params(d, c.sr.heads), _mlp_params(d, r), (0, 2 * d))  # + 2 RMS norms
-    outside = _split(_lin(c.latent_channels * p * p, d), _lin(3 * (c.vae_scale * p) ** 2, d), (0, d),
-                     _lin(d, c.latent_channels * p * p))
+    outside = _split(
+        _lin(c.latent_channels * p * p, d),
+        _lin(3 * (c.vae_scale * p) ** 2, d),
+        (0, d),
+        _lin(d, c.latent_channels * p * p),
+    )
     return block[0] * c.sr.depth + outside[0], block[1] * c.sr.depth + outside[1]
 
 
@@ -79,7 +98,7 @@ def _vae_convs(c: PipelineConfig) -> list[tuple[int, int, int, bool]]:
     ch = c.vae.channels
     convs = [(c.latent_channels, ch[0], 1, False)]
     for i, ci in enumerate(ch):
-        area = 4 ** i  # level i runs at 2^i x the SR grid per side
+        area = 4**i  # level i runs at 2^i x the SR grid per side
         convs += [(ci, ci, area, False), (ci, ci, area, False)]  # the level's ResBlock
         if i + 1 < len(ch):
             convs.append((ci, ch[i + 1], 4 ** (i + 1), True))  # Upsample: 2x nearest, then the conv
@@ -133,8 +152,13 @@ class StageFloor:
         return max(self.floor_seconds, self.gather_seconds)
 
     def to_json(self) -> dict:
-        return {**asdict(self), "bytes_per_chip": self.bytes_per_chip, "floor_seconds": self.floor_seconds,
-                "bound": self.bound, "floor_with_gathers_seconds": self.floor_with_gathers_seconds}
+        return {
+            **asdict(self),
+            "bytes_per_chip": self.bytes_per_chip,
+            "floor_seconds": self.floor_seconds,
+            "bound": self.bound,
+            "floor_with_gathers_seconds": self.floor_with_gathers_seconds,
+        }
 
 
 @dataclass(frozen=True)
@@ -165,10 +189,13 @@ class ShapeReport:
         return sum(s.floor_with_gathers_seconds for s in self.stages)
 
     def to_json(self) -> dict:
-        return {**{k: v for k, v in asdict(self).items() if k != "stages"},
-                "stages": [s.to_json() for s in self.stages], "floor_seconds": self.floor_seconds,
-                "floor_over_deadline": self.floor_seconds / self.deadline_seconds,
-                "floor_with_gathers_seconds": self.floor_with_gathers_seconds}
+        return {
+            **{k: v for k, v in asdict(self).items() if k != "stages"},
+            "stages": [s.to_json() for s in self.stages],
+            "floor_seconds": self.floor_seconds,
+            "floor_over_deadline": self.floor_seconds / self.deadline_seconds,
+            "floor_with_gathers_seconds": self.floor_with_gathers_seconds,
+        }
 
 
 def _live_pairs(frames: int, window: int) -> int:
@@ -189,38 +216,79 @@ def _transformer_activation_bytes(tokens: int, dim: int, ratio: int, residual: i
     return tokens * dim * (4 * residual + 2 * (3 + 1) * _BF16 + 2 * ratio * _BF16)
 
 
-def stage_floors(c: PipelineConfig, frames: int, peak_flops: float, bandwidth: float,
-                 chips: int = MESH_SIZE, ici_bandwidth: float = ICI_IN_BYTES_PER_SECOND) -> list[StageFloor]:
+def stage_floors(
+    c: PipelineConfig,
+    frames: int,
+    peak_flops: float,
+    bandwidth: float,
+    chips: int = MESH_SIZE,
+    ici_bandwidth: float = ICI_IN_BYTES_PER_SECOND,
+) -> list[StageFloor]:
     """Flops, minimum bytes and time floors of each stage for one chunk of ``frames`` frames."""
     residual = _F32 if c.residual_dtype == "float32" else _BF16
     peak = chips * peak_flops
 
     def stage(name, passes, tokens, flops, attn, weights, acts) -> StageFloor:
         gathered = weights * (chips - 1) / chips
-        return StageFloor(name, passes, tokens, flops, attn, weights, acts / chips, flops / peak,
-                          (weights + acts / chips) / bandwidth, gathered, gathered / ici_bandwidth)
+        return StageFloor(
+            name,
+            passes,
+            tokens,
+            flops,
+            attn,
+            weights,
+            acts / chips,
+            flops / peak,
+            (weights + acts / chips) / bandwidth,
+            gathered,
+            gathered / ici_bandwidth,
+        )
 
     # DiT: `steps` passes over F x T_d tokens, dense attention; conditioning once per chunk.
     d, r, steps = c.dit.dim, c.dit.mlp_ratio, c.dit.steps
     s = frames * c.dit_tokens_per_frame
-    cp = c.latent_channels * c.dit.patch ** 2
+    cp = c.latent_channels * c.dit.patch**2
     cell = c.vae_scale * c.sr_scale * c.dit.patch
     attn = 4.0 * s * s * d * c.dit.depth * steps
-    per_step = (c.dit.depth * (_transformer_block_flops(s, d, r) + 2.0 * frames * d * 6 * d)
-                + 2.0 * s * cp * d + 2.0 * s * d * cp + 2.0 * frames * d * 2 * d + 4.0 * d * d)
+    per_step = (
+        c.dit.depth * (_transformer_block_flops(s, d, r) + 2.0 * frames * d * 6 * d)
+        + 2.0 * s * cp * d
+        + 2.0 * s * d * cp
+        + 2.0 * frames * d * 2 * d
+        + 4.0 * d * d
+    )
     once = 2.0 * c.dit_tokens_per_frame * d * (3 * cell * cell + cp) + 2.0 * frames * d * (c.n_mels + d)
-    dit = stage("dit", steps, s, steps * per_step + attn + once, attn, steps * _weight_bytes(_dit_params(c)),
-                steps * c.dit.depth * _transformer_activation_bytes(s, d, r, residual))
+    dit = stage(
+        "dit",
+        steps,
+        s,
+        steps * per_step + attn + once,
+        attn,
+        steps * _weight_bytes(_dit_params(c)),
+        steps * c.dit.depth * _transformer_activation_bytes(s, d, r, residual),
+    )
 
     # SR: one pass over (F + 1) x T tokens; attention over the frame-window mask's live blocks.
     d, r, t = c.sr.dim, c.sr.mlp_ratio, c.sr_tokens_per_frame
     s = (frames + 1) * t
-    cp = c.latent_channels * c.sr.patch ** 2
+    cp = c.latent_channels * c.sr.patch**2
     attn = 4.0 * _live_pairs(frames + 1, c.sr.window) * t * t * d * c.sr.depth
-    flops = (c.sr.depth * _transformer_block_flops(s, d, r) + attn + 2.0 * frames * t * cp * d
-             + 2.0 * t * 3 * (c.vae_scale * c.sr.patch) ** 2 * d + 2.0 * frames * t * d * cp)
-    sr = stage("sr", 1, s, flops, attn, _weight_bytes(_sr_params(c)),
-               c.sr.depth * _transformer_activation_bytes(s, d, r, residual))
+    flops = (
+        c.sr.depth * _transformer_block_flops(s, d, r)
+        + attn
+        + 2.0 * frames * t * cp * d
+        + 2.0 * t * 3 * (c.vae_scale * c.sr.patch) ** 2 * d
+        + 2.0 * frames * t * d * cp
+    )
+    sr = stage(
+        "sr",
+        1,
+        s,
+        flops,
+        attn,
+        _weight_bytes(_sr_params(c)),
+        c.sr.depth * _transformer_activation_bytes(s, d, r, residual),
+    )
 
     # VAE: frames split over the chips; each conv reads its input and writes its output once (f32,
     # as the decoder keeps them); norms, activations and the nearest upsample fused into the convs.
@@ -232,20 +300,30 @@ def stage_floors(c: PipelineConfig, frames: int, peak_flops: float, bandwidth: f
         flops += 2.0 * 9 * ci * co * out_px
         acts += _F32 * (ci * in_px + co * out_px)
     acts += frames * c.height * c.width * (3 + 3)  # the photo read and the uint8 frames written
-    vae = stage("vae", 1, frames * c.decoded_size[0] * c.decoded_size[1], flops, 0.0,
-                _weight_bytes(_vae_params(c)), acts)
+    vae = stage(
+        "vae", 1, frames * c.decoded_size[0] * c.decoded_size[1], flops, 0.0, _weight_bytes(_vae_params(c)), acts
+    )
     return [dit, sr, vae]
 
 
-def shape_report(c: PipelineConfig, frames: int, peak_flops: float, bandwidth: float,
-                 chips: int = MESH_SIZE) -> ShapeReport:
+def shape_report(
+    c: PipelineConfig, frames: int, peak_flops: float, bandwidth: float, chips: int = MESH_SIZE
+) -> ShapeReport:
     params = param_counts(c)
     return ShapeReport(
-        config=c.name, frames=frames, fps=c.fps, deadline_seconds=frames / c.fps, params=params,
+        config=c.name,
+        frames=frames,
+        fps=c.fps,
+        deadline_seconds=frames / c.fps,
+        params=params,
         transformer_bf16_bytes=_BF16 * (params["dit"] + params["sr"]),
-        dit_tokens=c.dit_sequence(frames), dit_steps=c.dit.steps, sr_tokens=c.sr_sequence(frames),
-        sr_window=c.sr.window, sr_live_fraction=_live_pairs(frames + 1, c.sr.window) / (frames + 1) ** 2,
-        stages=stage_floors(c, frames, peak_flops, bandwidth, chips))
+        dit_tokens=c.dit_sequence(frames),
+        dit_steps=c.dit.steps,
+        sr_tokens=c.sr_sequence(frames),
+        sr_window=c.sr.window,
+        sr_live_fraction=_live_pairs(frames + 1, c.sr.window) / (frames + 1) ** 2,
+        stages=stage_floors(c, frames, peak_flops, bandwidth, chips),
+    )
 
 
 def report_for_pipeline(pipeline: str, target: str = "tpu-v6e-8") -> list[ShapeReport]:
@@ -256,27 +334,35 @@ def report_for_pipeline(pipeline: str, target: str = "tpu-v6e-8") -> list[ShapeR
 
     spec, t = load_pipeline(pipeline), load_target(target)
     if not (t.peak_flops_per_second and t.hbm_bytes_per_second):
-        raise SpecError(f"target {target} declares no peak_flops_per_second / hbm_bytes_per_second: "
-                        "floors need the device's published peaks (see manifests/targets/tpu-v6e-8.toml)")
+        raise SpecError(
+            f"target {target} declares no peak_flops_per_second / hbm_bytes_per_second: "
+            "floors need the device's published peaks (see manifests/targets/tpu-v6e-8.toml)"
+        )
     c = get_config(spec.config)
-    return [shape_report(c, b.frames, t.peak_flops_per_second, t.hbm_bytes_per_second, t.device_count)
-            for b in spec.buckets]
+    return [
+        shape_report(c, b.frames, t.peak_flops_per_second, t.hbm_bytes_per_second, t.device_count) for b in spec.buckets
+    ]
 
 
 def _markdown(reports: list[ShapeReport]) -> str:
-    rows = ["| config | stage | flops | HBM bytes/chip | compute floor | memory floor | bound "
-            "| ICI gather floor |",
-            "|---|---|---:|---:|---:|---:|---|---:|"]
+    rows = [
+        "| config | stage | flops | HBM bytes/chip | compute floor | memory floor | bound | ICI gather floor |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
     for r in reports:
         name = f"{r.config}, {r.frames} frames"
         for s in r.stages:
-            rows.append(f"| {name} | {s.stage} | {s.flops:.3g} | {s.bytes_per_chip / 1e9:.1f} GB | "
-                        f"{s.compute_seconds * 1e3:.1f} ms | {s.memory_seconds * 1e3:.1f} ms | {s.bound} | "
-                        f"{s.gather_seconds * 1e3:.1f} ms |")
+            rows.append(
+                f"| {name} | {s.stage} | {s.flops:.3g} | {s.bytes_per_chip / 1e9:.1f} GB | "
+                f"{s.compute_seconds * 1e3:.1f} ms | {s.memory_seconds * 1e3:.1f} ms | {s.bound} | "
+                f"{s.gather_seconds * 1e3:.1f} ms |"
+            )
         d = r.deadline_seconds
-        rows.append(f"| {name} | **sum** | | | | | **{r.floor_seconds * 1e3:.0f} ms = "
-                    f"{r.floor_seconds / d:.2f} of {d * 1e3:.0f} ms** | **{r.floor_with_gathers_seconds * 1e3:.0f} ms "
-                    f"= {r.floor_with_gathers_seconds / d:.2f}** |")
+        rows.append(
+            f"| {name} | **sum** | | | | | **{r.floor_seconds * 1e3:.0f} ms = "
+            f"{r.floor_seconds / d:.2f} of {d * 1e3:.0f} ms** | **{r.floor_with_gathers_seconds * 1e3:.0f} ms "
+            f"= {r.floor_with_gathers_seconds / d:.2f}** |"
+        )
     return "\n".join(rows)
 
 
@@ -287,7 +373,9 @@ if __name__ == "__main__":  # python -m model.shapes: the doc's table
     reps = [r for n in names for r in report_for_pipeline(n)]
     for r in reps:
         p = r.params
-        print(f"{r.config}: params dit {p['dit'] / 1e9:.2f}B sr {p['sr'] / 1e9:.2f}B vae {p['vae'] / 1e6:.1f}M; "
-              f"transformers {r.transformer_bf16_bytes / 1e9:.1f} GB bf16; DiT {r.dit_tokens} tokens x "
-              f"{r.dit_steps} steps; SR {r.sr_tokens} tokens, window {r.sr_window}, live {r.sr_live_fraction:.3f}")
+        print(
+            f"{r.config}: params dit {p['dit'] / 1e9:.2f}B sr {p['sr'] / 1e9:.2f}B vae {p['vae'] / 1e6:.1f}M; "
+            f"transformers {r.transformer_bf16_bytes / 1e9:.1f} GB bf16; DiT {r.dit_tokens} tokens x "
+            f"{r.dit_steps} steps; SR {r.sr_tokens} tokens, window {r.sr_window}, live {r.sr_live_fraction:.3f}"
+        )
     print(_markdown(reps))

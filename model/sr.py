@@ -17,10 +17,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from avatar_release.pipeline import replicated, run_blocks
 from model.attention import MLP, Linear, RMSNorm, SelfAttention, rope_tables
 from model.config import PipelineConfig
 from model.patches import image_tokens, patchify, unpatchify, upsample_nearest
-from avatar_release.pipeline import replicated, run_blocks
 
 
 def frame_window_mask(frames: int, tokens: int, window: int, device: torch.device) -> torch.Tensor:

@@ -20,7 +20,6 @@ from model.errors import WeightsError
 from model.pipeline import AvatarPipeline
 from model.vae import Conv2d, GroupNorm
 
-
 # Stand-in weights are scaled below variance-preserving (gain 1) so that the random network is
 # contractive, as a trained diffusion model is. At gain 1 a random transformer sits at the edge
 # of chaos: any rounding change (a reordered fp32 sum) grows through the bf16 casts until every

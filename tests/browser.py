@@ -34,13 +34,26 @@ class Browser:
         # overwrite one with the other.
         to_child_r, from_child_w = (_above(fd, 5) for fd in (to_child_r, from_child_w))
 
-        args = [exe, "--headless=new", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu",
-                "--no-first-run", "--no-default-browser-check", f"--user-data-dir={self._profile}", "about:blank"]
+        args = [
+            exe,
+            "--headless=new",
+            "--remote-debugging-pipe",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            f"--user-data-dir={self._profile}",
+            "about:blank",
+        ]
         # bash puts the pipe ends on fd 3 (commands in) and fd 4 (responses out), then
         # becomes Chromium; no preexec hook, so no fork of this (multithreaded) process.
         script = f'exec "$@" 3<&{to_child_r} 4>&{from_child_w}'
-        self.proc = subprocess.Popen(["/bin/bash", "-c", script, "bash", *args], pass_fds=(to_child_r, from_child_w),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            ["/bin/bash", "-c", script, "bash", *args],
+            pass_fds=(to_child_r, from_child_w),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self._buf = b""
@@ -74,8 +87,11 @@ class Browser:
         self.wait_for(f"location.href === {json.dumps(url)} && document.readyState === 'complete'")
 
     def eval(self, expression: str):
-        res = self._send("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
-                                              "returnByValue": True}, session=self._session)
+        res = self._send(
+            "Runtime.evaluate",
+            {"expression": expression, "awaitPromise": True, "returnByValue": True},
+            session=self._session,
+        )
         if "exceptionDetails" in res:
             raise RuntimeError(f"page script failed: {res['exceptionDetails'].get('text')} in {expression!r}")
         return res.get("result", {}).get("value")

@@ -65,38 +65,72 @@ class BuildCache:
         self.compiles = 0
         self.served = 0
 
-    def identity(self, pipeline: str, target: str, *, overrides: dict[str, str] | None = None,
-                 weights_path: str | None = None, executable_format: str = "xla-executable") -> str:
+    def identity(
+        self,
+        pipeline: str,
+        target: str,
+        *,
+        overrides: dict[str, str] | None = None,
+        weights_path: str | None = None,
+        executable_format: str = "xla-executable",
+    ) -> str:
         """The cache key: a digest over what goes into the build id, from the build's plan."""
         from avatar_release.compile._plan import plan_build  # the plan, not the compile: a second or two
 
-        plan = plan_build(pipeline, target, weights_path=weights_path, overrides=dict(overrides or {}),
-                          executable_format=executable_format, progress=lambda msg: None)
+        plan = plan_build(
+            pipeline,
+            target,
+            weights_path=weights_path,
+            overrides=dict(overrides or {}),
+            executable_format=executable_format,
+            progress=lambda msg: None,
+        )
         doc = {
-            "spec": _plain(plan.spec), "config": _plain(plan.config), "overrides": plan.overrides,
-            "source": plan.source_digest, "weights": plan.weights_label,
+            "spec": _plain(plan.spec),
+            "config": _plain(plan.config),
+            "overrides": plan.overrides,
+            "source": plan.source_digest,
+            "weights": plan.weights_label,
             "weights_file": hashlib.sha256(Path(weights_path).read_bytes()).hexdigest() if weights_path else None,
-            "target": _plain(plan.target), "flags": plan.flags.digest(), "platform": _plain(plan.platform),
-            "format": plan.executable_format, "project": str(plan.project.root),
+            "target": _plain(plan.target),
+            "flags": plan.flags.digest(),
+            "platform": _plain(plan.platform),
+            "format": plan.executable_format,
+            "project": str(plan.project.root),
         }
         text = json.dumps(doc, sort_keys=True, default=str)
         return f"{plan.spec.name}-{plan.target.name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
-    def compile(self, pipeline: str = "tiny", target: str = "cpu-8", *, registry: Any,
-                overrides: dict[str, str] | None = None, weights_path: str | None = None,
-                executable_format: str = "xla-executable", move_dev: bool = True) -> Any:
+    def compile(
+        self,
+        pipeline: str = "tiny",
+        target: str = "cpu-8",
+        *,
+        registry: Any,
+        overrides: dict[str, str] | None = None,
+        weights_path: str | None = None,
+        executable_format: str = "xla-executable",
+        move_dev: bool = True,
+    ) -> Any:
         """What ``compile_build(pipeline, target, registry=registry, ...)`` returns, the build
         compiled at most once per session and published into ``registry``."""
         from avatar_release.registry import LocalRegistry
 
-        key = self.identity(pipeline, target, overrides=overrides, weights_path=weights_path,
-                            executable_format=executable_format)
+        key = self.identity(
+            pipeline, target, overrides=overrides, weights_path=weights_path, executable_format=executable_format
+        )
         entry = self.root / key
         with FileLock(str(entry) + ".lock"):
             if not (entry / "result.pickle").is_file():
-                result = self._compile_build(pipeline, target, registry=LocalRegistry(entry / "reg"),
-                                             overrides=overrides, weights_path=weights_path,
-                                             executable_format=executable_format, move_dev=False)
+                result = self._compile_build(
+                    pipeline,
+                    target,
+                    registry=LocalRegistry(entry / "reg"),
+                    overrides=overrides,
+                    weights_path=weights_path,
+                    executable_format=executable_format,
+                    move_dev=False,
+                )
                 assert result.manifest is not None
                 (entry / "manifest.json").write_bytes(result.manifest.to_json_bytes())
                 (entry / "result.pickle").write_bytes(pickle.dumps(result))  # written last: the entry is complete
@@ -105,19 +139,34 @@ class BuildCache:
                 self.compiles += 1
         self.served += 1
         cached = pickle.loads((entry / "result.pickle").read_bytes())
-        return self._publish(cached, LocalRegistry(entry / "reg"), (entry / "manifest.json").read_bytes(),
-                             registry, move_dev=move_dev)
+        return self._publish(
+            cached, LocalRegistry(entry / "reg"), (entry / "manifest.json").read_bytes(), registry, move_dev=move_dev
+        )
 
     def in_place_of_compile_build(self) -> Any:
         """A ``compile_build`` answered from this cache, for code that calls it itself (``calibrate``):
         patch it over ``avatar_release.compile.compile_build`` while that code runs."""
 
-        def compile_build(pipeline: str = "tiny", target: str = "cpu-8", *, registry: Any,
-                          overrides: dict[str, str] | None = None, weights_path: str | None = None,
-                          executable_format: str = "xla-executable", move_dev: bool = True,
-                          progress: Any = None) -> Any:
-            return self.compile(pipeline, target, registry=registry, overrides=overrides, weights_path=weights_path,
-                                executable_format=executable_format, move_dev=move_dev)
+        def compile_build(
+            pipeline: str = "tiny",
+            target: str = "cpu-8",
+            *,
+            registry: Any,
+            overrides: dict[str, str] | None = None,
+            weights_path: str | None = None,
+            executable_format: str = "xla-executable",
+            move_dev: bool = True,
+            progress: Any = None,
+        ) -> Any:
+            return self.compile(
+                pipeline,
+                target,
+                registry=registry,
+                overrides=overrides,
+                weights_path=weights_path,
+                executable_format=executable_format,
+                move_dev=move_dev,
+            )
 
         return compile_build
 

@@ -28,9 +28,7 @@ import sys
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-).strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # This run's own config directory: first use makes a gate key, a reviewer key ("ana") and a
 # local trust policy there, never in the user's home.
@@ -46,23 +44,28 @@ import pytest  # noqa: E402
 
 # Shared fixture: the real OCI registry server (started only by the tests that ask for it).
 from tests.oci_server import oci_server  # noqa: E402,F401
+
 # ... and the serving app on loopback around a fake build (tests/serving_fakes.py).
 from tests.serving_fakes import serve  # noqa: E402,F401
+
 # need_extra answers the extra marker below; the hook lists a skip for a missing tool at the test
 # that asked for it (a hook counts where pytest finds it: in this module's names).
 from tests.tools import need_extra, pytest_runtest_makereport  # noqa: E402,F401
 
 # Fixtures that compile a pipeline (or a batch of programs); a test using one, directly or
 # through another fixture, is slow.
-COMPILING_FIXTURES = frozenset({
-    "build_cache",  # below: builds compiled once per session (tests/build_cache.py)
-    "built_registry",  # tests/integration/conftest.py: the session's tiny cpu-8 build (~40 s)
-    "registry_copy",  # a private copy of built_registry
-    "gated",  # tests/integration/test_gates.py: reference builds gated in fresh serving processes
-    "tpu_build",  # tests/integration/test_tpu_target.py: tiny for tpu-v6e-8 through libtpu
-    "gpu_build",  # tests/integration/test_gpu_target.py: tiny for gpu-h100-8 through the CUDA plugin
-    "window_programs",  # tests/kernels/test_ulysses.py: four Ulysses programs over 8 devices
-})
+COMPILING_FIXTURES = frozenset(
+    {
+        "build_cache",  # below: builds compiled once per session (tests/build_cache.py)
+        "built_registry",  # tests/integration/conftest.py: the session's tiny cpu-8 build (~40 s)
+        "registry_copy",  # a private copy of built_registry
+        "gated",  # tests/integration/test_gates.py: reference builds gated in fresh serving processes
+        "tpu_build",  # tests/integration/test_tpu_target.py: tiny for tpu-v6e-8 through libtpu
+        "gpu_build",  # tests/integration/test_gpu_target.py: tiny for gpu-h100-8 through the CUDA plugin
+        "window_programs",  # tests/kernels/test_ulysses.py: four Ulysses programs over 8 devices
+    }
+)
+
 
 @pytest.fixture(scope="session")
 def build_cache(tmp_path_factory):
@@ -82,6 +85,7 @@ def _own_state_dir(tmp_path_factory, monkeypatch):
 
 # An unmarked test slower than this (setup + call + teardown) is reported at the end of the run.
 FAST_LANE_LIMIT_S = 5.0
+
 
 def pytest_configure(config):
     # pytest-xdist declares it when installed; without it the marks below are still known names
@@ -120,10 +124,11 @@ def pytest_terminal_summary(terminalreporter):
     log = cache_dir(factory.getbasetemp()) / "compiles.log" if factory is not None else None
     if log is not None and log.is_file():  # what the session compiled for its tests (tests/build_cache.py)
         builds = log.read_text().split()[::2]
-        terminalreporter.write_line(f"build cache: {len(builds)} build(s) compiled once each for the session: "
-                                    + ", ".join(sorted(builds)))
+        terminalreporter.write_line(
+            f"build cache: {len(builds)} build(s) compiled once each for the session: " + ", ".join(sorted(builds))
+        )
     over = sorted(((s, n) for n, s in _unmarked_seconds.items() if s > FAST_LANE_LIMIT_S), reverse=True)
     if over:
-        terminalreporter.section("tests not marked slow that took over %.0f s" % FAST_LANE_LIMIT_S)
+        terminalreporter.section(f"tests not marked slow that took over {FAST_LANE_LIMIT_S:.0f} s")
         for seconds, nodeid in over:
             terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}  (compiles? mark it slow)")

@@ -16,12 +16,29 @@ from click.testing import CliRunner, Result
 
 from avatar_release.errors import CRASH_EXIT_CODE
 from avatar_release.records import (
-    BUILD_SCHEMA_VERSION, Manifest, build_id_for, manifest_identity, manifest_seal, parse_record,
+    BUILD_SCHEMA_VERSION,
+    Manifest,
+    build_id_for,
+    manifest_identity,
+    manifest_seal,
+    parse_record,
 )
 from avatar_release.registry import Registry, read_manifest
 
-__all__ = ["DATA", "BENCHMARKS", "stored_manifest", "cpu_manifest", "manifest_of", "put_stand_in_build", "with_release_state",
-           "signed_holder", "local_blob_path", "cli", "cli_json", "run_smoke"]
+__all__ = [
+    "DATA",
+    "BENCHMARKS",
+    "stored_manifest",
+    "cpu_manifest",
+    "manifest_of",
+    "put_stand_in_build",
+    "with_release_state",
+    "signed_holder",
+    "local_blob_path",
+    "cli",
+    "cli_json",
+    "run_smoke",
+]
 
 DATA = Path(__file__).resolve().parent / "data"
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -92,29 +109,46 @@ def cli(*args: str | Path) -> Result:
 
     res = CliRunner().invoke(group, [str(a) for a in args], catch_exceptions=False)
     assert res.exit_code != CRASH_EXIT_CODE and "Traceback" not in res.output, (
-        f"avatar-release {' '.join(map(str, args))} crashed:\n{res.output[-4000:]}")
+        f"avatar-release {' '.join(map(str, args))} crashed:\n{res.output[-4000:]}"
+    )
     return res
 
 
-def cli_json(cwd: Path, *args: str | Path, env: Mapping[str, str], rc: int = 0, timeout: float | None = 600,
-             program: Sequence[str] = (sys.executable, "-m", "avatar_release")) -> dict:
+def cli_json(
+    cwd: Path,
+    *args: str | Path,
+    env: Mapping[str, str],
+    rc: int = 0,
+    timeout: float | None = 600,
+    program: Sequence[str] = (sys.executable, "-m", "avatar_release"),
+) -> dict:
     """`avatar-release ARGS --json` as its users run it: another process, in ``cwd``, with ``env``.
 
     Asserts the exit code is ``rc`` (the output in the message when not) and returns the one JSON
     document printed. ``program``: how the CLI is started (``("avatar-release",)``: the installed script).
     """
-    proc = subprocess.run([*program, *map(str, args), "--json"], cwd=cwd, env=dict(env), capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == rc, (f"avatar-release {' '.join(map(str, args))}: exit {proc.returncode}, expected {rc}\n"
-                                   f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+    proc = subprocess.run(
+        [*program, *map(str, args), "--json"], cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == rc, (
+        f"avatar-release {' '.join(map(str, args))}: exit {proc.returncode}, expected {rc}\n"
+        f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
+    )
     return json.loads(proc.stdout)
 
 
 def run_smoke(script: str, *args: str | Path, out: Path, timeout: float = 600) -> Any:
     """``python benchmarks/SCRIPT --smoke ARGS --out OUT`` in OUT's directory, as a user runs a
     benchmark; returns the JSON it wrote. A failure shows the benchmark's own output."""
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), "--smoke", *map(str, args), "--out", str(out)],
-                          capture_output=True, text=True, cwd=out.parent, timeout=timeout)
-    assert proc.returncode == 0, (f"benchmarks/{script} --smoke: exit {proc.returncode}\n"
-                                  f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--smoke", *map(str, args), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=out.parent,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, (
+        f"benchmarks/{script} --smoke: exit {proc.returncode}\n"
+        f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
+    )
     return json.loads(out.read_text())

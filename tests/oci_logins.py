@@ -47,14 +47,47 @@ def pki(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("pki")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     for name in ("ca", "other-ca"):
-        _openssl("req", "-x509", *ec, "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-                 "-subj", f"/CN=avatar-release test {name}", "-addext", "basicConstraints=critical,CA:TRUE",
-                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+        _openssl(
+            "req",
+            "-x509",
+            *ec,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-subj",
+            f"/CN=avatar-release test {name}",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            cwd=d,
+        )
     _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1", cwd=d)
-    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
-                               "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf", cwd=d)
+    (d / "ext.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n"
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        cwd=d,
+    )
     return {"ca": d / "ca.pem", "other_ca": d / "other-ca.pem", "cert": d / "server.pem", "key": d / "server.key"}
 
 
@@ -84,8 +117,9 @@ def basic_server(pki, tmp_path_factory):
     bcrypt = module("bcrypt")
     exe = binary("docker-registry")
     root = tmp_path_factory.mktemp("oci-basic-tls")
-    (root / "htpasswd").write_text("".join(
-        f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=4)).decode()}\n" for u, p in USERS.items()))
+    (root / "htpasswd").write_text(
+        "".join(f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=4)).decode()}\n" for u, p in USERS.items())
+    )
     auth = f"  htpasswd:\n    realm: avatar-test\n    path: {root / 'htpasswd'}\n"
     server = OciServer(exe, root, tls=(pki["cert"], pki["key"]), auth=auth, ca=pki["ca"]).start()
     try:
@@ -113,18 +147,26 @@ class TokenIssuer:
     service, issuer = "avatar-test", "avatar-test-issuer"
 
     def __init__(self, root: Path, pki: dict[str, Path]):
+        import datetime as dt
+
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import NameOID
-        import datetime as dt
 
         self.key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "avatar-test token signer")])
-        now = dt.datetime.now(dt.timezone.utc)
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(self.key.public_key())
-                .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
-                .not_valid_after(now + dt.timedelta(days=2)).sign(self.key, hashes.SHA256()))
+        now = dt.datetime.now(dt.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=2))
+            .sign(self.key, hashes.SHA256())
+        )
         self.bundle = root / "token-signer.pem"
         self.bundle.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         self.x5c = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
@@ -174,8 +216,16 @@ class TokenIssuer:
         if self.expired_next:
             self.expired_next -= 1
             exp = now - 3600  # past the registry's 60 s leeway
-        claims = {"iss": self.issuer, "sub": user or "", "aud": self.service, "exp": exp, "nbf": now - 5,
-                  "iat": now, "jti": uuid.uuid4().hex, "access": access}
+        claims = {
+            "iss": self.issuer,
+            "sub": user or "",
+            "aud": self.service,
+            "exp": exp,
+            "nbf": now - 5,
+            "iat": now,
+            "jti": uuid.uuid4().hex,
+            "access": access,
+        }
         self.issued.append((user or "", scopes))
         return 200, json.dumps({"token": self.sign(claims), "expires_in": self.expires_in}).encode()
 
@@ -200,8 +250,10 @@ def token_setup(pki, tmp_path_factory):
     exe = binary("docker-registry")
     root = tmp_path_factory.mktemp("oci-token")
     issuer = TokenIssuer(root, pki)
-    auth = (f"  token:\n    realm: {issuer.realm}\n    service: {issuer.service}\n    issuer: {issuer.issuer}\n"
-            f"    rootcertbundle: {issuer.bundle}\n")
+    auth = (
+        f"  token:\n    realm: {issuer.realm}\n    service: {issuer.service}\n    issuer: {issuer.issuer}\n"
+        f"    rootcertbundle: {issuer.bundle}\n"
+    )
     server = OciServer(exe, root, auth=auth).start()
     try:
         yield server, issuer

@@ -31,15 +31,14 @@ _INDEX = "application/vnd.oci.image.index.v1+json"
 class MemoryResponse:
     """An HTTP answer in memory (the :class:`avatar_release.registry.oci.HttpResponse` surface)."""
 
-    def __init__(self, status_code: int, headers: Mapping[str, str] | None = None, body: bytes = b"",
-                 url: str = ""):
+    def __init__(self, status_code: int, headers: Mapping[str, str] | None = None, body: bytes = b"", url: str = ""):
         self.status_code, self.url = status_code, url
         self.headers = _Headers(headers or {})
         self.content = body
 
     def iter_content(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:
         for i in range(0, len(self.content), max(1, chunk_size)):
-            yield self.content[i: i + chunk_size]
+            yield self.content[i : i + chunk_size]
 
     def close(self) -> None:
         pass
@@ -71,8 +70,11 @@ class _Repo:
 
 
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], bytes]:
-    return status, {"Content-Type": "application/json"}, json.dumps(
-        {"errors": [{"code": code, "message": message}]}).encode()
+    return (
+        status,
+        {"Content-Type": "application/json"},
+        json.dumps({"errors": [{"code": code, "message": message}]}).encode(),
+    )
 
 
 class MemoryDistribution:
@@ -101,12 +103,17 @@ class MemoryDistribution:
         return MemoryResponse(status, hdrs, b"" if method == "HEAD" else body, url)
 
     # ---- routing ----------------------------------------------------------------------------
-    def _route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
-               data: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _route(
+        self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], data: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         if path in ("/v2", "/v2/"):
             return 200, {}, b"{}"
-        for marker, handler in (("/blobs/uploads/", self._upload), ("/manifests/", self._manifest),
-                                ("/blobs/", self._blob), ("/referrers/", self._referrers)):
+        for marker, handler in (
+            ("/blobs/uploads/", self._upload),
+            ("/manifests/", self._manifest),
+            ("/blobs/", self._blob),
+            ("/referrers/", self._referrers),
+        ):
             if marker in path:
                 repo, _, rest = path.removeprefix("/v2/").partition(marker)
                 return handler(method, repo, rest, query, headers, data)
@@ -126,8 +133,9 @@ class MemoryDistribution:
             hdrs["Link"] = f'</v2/{repo}/tags/list?n={n}&last={page[-1]}>; rel="next"'
         return 200, hdrs, json.dumps({"name": repo, "tags": page}).encode()
 
-    def _blob(self, method: str, repo: str, digest: str, query: dict[str, list[str]], headers: dict[str, str],
-              data: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _blob(
+        self, method: str, repo: str, digest: str, query: dict[str, list[str]], headers: dict[str, str], data: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         blob = self.blobs.get(digest)
         if method not in ("GET", "HEAD"):
             return _error(405, "UNSUPPORTED", "the operation is unsupported")
@@ -135,8 +143,9 @@ class MemoryDistribution:
             return _error(404, "BLOB_UNKNOWN", "blob unknown to registry")
         return 200, {"Content-Length": str(len(blob)), "Docker-Content-Digest": digest}, blob
 
-    def _upload(self, method: str, repo: str, session: str, query: dict[str, list[str]],
-                headers: dict[str, str], data: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _upload(
+        self, method: str, repo: str, session: str, query: dict[str, list[str]], headers: dict[str, str], data: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         if method == "POST" and not session:
             session = uuid.uuid4().hex
             self.uploads[session] = bytearray()
@@ -162,8 +171,9 @@ class MemoryDistribution:
             return 201, {"Location": f"/v2/{repo}/blobs/{digest}", "Docker-Content-Digest": digest}, b""
         return _error(405, "UNSUPPORTED", "the operation is unsupported")
 
-    def _manifest(self, method: str, repo: str, ref: str, query: dict[str, list[str]], headers: dict[str, str],
-                  data: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _manifest(
+        self, method: str, repo: str, ref: str, query: dict[str, list[str]], headers: dict[str, str], data: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         if method == "PUT":
             return self._put_manifest(repo, ref, headers.get("Content-Type", ""), data)
         if method not in ("GET", "HEAD"):
@@ -186,8 +196,11 @@ class MemoryDistribution:
         store = self.repos.setdefault(repo, _Repo())
         named = [doc.get("config")] + list(doc.get("layers") or []) if isinstance(doc, dict) else []
         missing = [d["digest"] for d in named if isinstance(d, dict) and d.get("digest") not in self.blobs]
-        missing += [d["digest"] for d in (doc.get("manifests") or []) if isinstance(doc, dict)
-                    and isinstance(d, dict) and d.get("digest") not in store.manifests]
+        missing += [
+            d["digest"]
+            for d in (doc.get("manifests") or [])
+            if isinstance(doc, dict) and isinstance(d, dict) and d.get("digest") not in store.manifests
+        ]
         if missing:
             return _error(400, "MANIFEST_BLOB_UNKNOWN", f"blob unknown to registry: {missing[0]}")
         store.manifests[digest] = (media, data)
@@ -199,8 +212,9 @@ class MemoryDistribution:
             hdrs["OCI-Subject"] = str(subject.get("digest"))
         return 201, hdrs, b""
 
-    def _referrers(self, method: str, repo: str, digest: str, query: dict[str, list[str]],
-                   headers: dict[str, str], data: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _referrers(
+        self, method: str, repo: str, digest: str, query: dict[str, list[str]], headers: dict[str, str], data: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         if not self.referrers_api:
             return 404, {"Content-Type": "text/plain"}, b"404 page not found"
         store = self.repos.get(repo) or _Repo()
@@ -208,8 +222,15 @@ class MemoryDistribution:
         for d, (media, body) in store.manifests.items():
             doc = json.loads(body)
             if isinstance(doc, dict) and (doc.get("subject") or {}).get("digest") == digest:
-                found.append({"mediaType": media, "digest": d, "size": len(body),
-                              "artifactType": doc.get("artifactType"), "annotations": doc.get("annotations", {})})
+                found.append(
+                    {
+                        "mediaType": media,
+                        "digest": d,
+                        "size": len(body),
+                        "artifactType": doc.get("artifactType"),
+                        "annotations": doc.get("annotations", {}),
+                    }
+                )
         hdrs = {"Content-Type": _INDEX}
         if "artifactType" in query:
             found = [f for f in found if f["artifactType"] == query["artifactType"][0]]

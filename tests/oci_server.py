@@ -35,8 +35,16 @@ def _free_port() -> int:
 class OciServer:
     """One distribution process serving ``root``; ``host`` is ``127.0.0.1:PORT``."""
 
-    def __init__(self, exe: str, root: Path, port: int | None = None, *, tls: tuple[Path, Path] | None = None,
-                 auth: str = "", ca: Path | None = None):
+    def __init__(
+        self,
+        exe: str,
+        root: Path,
+        port: int | None = None,
+        *,
+        tls: tuple[Path, Path] | None = None,
+        auth: str = "",
+        ca: Path | None = None,
+    ):
         """``tls``: (certificate, key) to serve HTTPS; ``auth``: the ``auth:`` section of the config
         (htpasswd or token), indented YAML; ``ca``: what the readiness probe trusts."""
         self.exe, self.root = exe, Path(root)
@@ -68,8 +76,9 @@ class OciServer:
         self.root.mkdir(parents=True, exist_ok=True)
         cfg = self._config()
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([self.exe, "serve", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                [self.exe, "serve", str(cfg)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -25,8 +25,14 @@ from avatar_release.records import (
 from avatar_release.records.stored import STORED_NAMESPACES
 from tests.helpers import DATA, cpu_manifest, put_stand_in_build
 
-__all__ = ["publish_stand_in", "environment_of", "signed_gate_result", "publish_with_blobs", "gate_with_frames",
-           "records_of"]
+__all__ = [
+    "publish_stand_in",
+    "environment_of",
+    "signed_gate_result",
+    "publish_with_blobs",
+    "gate_with_frames",
+    "records_of",
+]
 
 
 def publish_stand_in(reg: Any, suffix: str) -> tuple[str, str, Manifest]:
@@ -41,16 +47,27 @@ def publish_stand_in(reg: Any, suffix: str) -> tuple[str, str, Manifest]:
 def environment_of(m: Manifest, **changes: Any) -> EnvironmentRecord:
     """The environment a gate of ``m`` ran in (its platform), with ``changes`` applied."""
     p = m.platform
-    fields = dict(fingerprint="sha256:" + "1" * 64, backend=p.backend, platform_version=p.platform_version,
-                  device_kind=p.device_kind, device_count=p.device_count, jax="0.10.2",
-                  jaxlib=m.toolchain.jaxlib, cpu_features=p.cpu_features)
+    fields = dict(
+        fingerprint="sha256:" + "1" * 64,
+        backend=p.backend,
+        platform_version=p.platform_version,
+        device_kind=p.device_kind,
+        device_count=p.device_count,
+        jax="0.10.2",
+        jaxlib=m.toolchain.jaxlib,
+        cpu_features=p.cpu_features,
+    )
     fields.update(changes)
     return EnvironmentRecord(**fields)
 
 
 def _one_request_gate_set() -> GateSetRecord:
-    return GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
-        GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=1, buckets=["f8"])])
+    return GateSetRecord(
+        name="t",
+        version=1,
+        digest="sha256:" + "0" * 64,
+        requests=[GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=1, buckets=["f8"])],
+    )
 
 
 _TICKS = iter(range(10**6))
@@ -61,22 +78,47 @@ def _clock() -> str:
     return f"2026-12-01T00:00:{next(_TICKS):09d}Z"
 
 
-def signed_gate_result(reg: Any, build_id: str, digest: str, m: Manifest, status: str = "passed",
-                       against: tuple[str, str] | None = None, created_at: str | None = None,
-                       below: tuple[int, ...] = (0,), target_spec_digest: str | None = None,
-                       **env_changes: Any) -> str:
+def signed_gate_result(
+    reg: Any,
+    build_id: str,
+    digest: str,
+    m: Manifest,
+    status: str = "passed",
+    against: tuple[str, str] | None = None,
+    created_at: str | None = None,
+    below: tuple[int, ...] = (0,),
+    target_spec_digest: str | None = None,
+    **env_changes: Any,
+) -> str:
     """A signed gate result; ``against``: (build id, digest) it was compared with (None: nothing);
     ``below``: the frames its band gate put below the band (what a review must show)."""
-    baseline = None if against is None else BaselineRef(build_id=against[0], digest=against[1],
-                                                        gate_result_digest="sha256:" + "c" * 64)
-    r = GateResult(status=status, build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
-                   target_spec_digest=target_spec_digest,
-                   baseline=baseline, tier=None if against is None else 1, environment=environment_of(m, **env_changes),
-                   tool={}, gate_set=_one_request_gate_set(),
-                   gates=[GateEvidence(name="similarity-band", status="below-band", summary="x",
-                                       details={"frames_below": list(below)})],
-                   frame_sha256=[["h"]], frames_blob=BlobRef(digest="sha256:" + "b" * 64, size=1, media_type="x"),
-                   created_at=created_at or _clock(), created_by="test")
+    baseline = (
+        None
+        if against is None
+        else BaselineRef(build_id=against[0], digest=against[1], gate_result_digest="sha256:" + "c" * 64)
+    )
+    r = GateResult(
+        status=status,
+        build_id=build_id,
+        build_digest=digest,
+        pipeline="tiny",
+        target="cpu-8",
+        target_spec_digest=target_spec_digest,
+        baseline=baseline,
+        tier=None if against is None else 1,
+        environment=environment_of(m, **env_changes),
+        tool={},
+        gate_set=_one_request_gate_set(),
+        gates=[
+            GateEvidence(
+                name="similarity-band", status="below-band", summary="x", details={"frames_below": list(below)}
+            )
+        ],
+        frame_sha256=[["h"]],
+        frames_blob=BlobRef(digest="sha256:" + "b" * 64, size=1, media_type="x"),
+        created_at=created_at or _clock(),
+        created_by="test",
+    )
     return save_result(reg, r)
 
 
@@ -111,12 +153,23 @@ def publish_with_blobs(reg: Any, suffix: str = "a", version: int | None = None) 
 def gate_with_frames(reg: Any, build_id: str, digest: str, m: Manifest) -> str:
     """A stored, signed, passing gate result whose frames blob is real (copy verifies every blob)."""
     frames = b"frame-bytes" * 10
-    r = GateResult(status="passed", build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
-                   baseline=None, tier=None, environment=environment_of(m), tool={}, gate_set=_one_request_gate_set(),
-                   gates=[GateEvidence(name="similarity-band", status="passed", summary="x")],
-                   frame_sha256=[["h"]], frames_blob=BlobRef(digest=reg.put_blob(frames), size=len(frames),
-                                                              media_type="application/octet-stream"),
-                   created_at="t0", created_by="test")
+    r = GateResult(
+        status="passed",
+        build_id=build_id,
+        build_digest=digest,
+        pipeline="tiny",
+        target="cpu-8",
+        baseline=None,
+        tier=None,
+        environment=environment_of(m),
+        tool={},
+        gate_set=_one_request_gate_set(),
+        gates=[GateEvidence(name="similarity-band", status="passed", summary="x")],
+        frame_sha256=[["h"]],
+        frames_blob=BlobRef(digest=reg.put_blob(frames), size=len(frames), media_type="application/octet-stream"),
+        created_at="t0",
+        created_by="test",
+    )
     return save_result(reg, r, subject_digest=m.content_digest())
 
 

@@ -27,14 +27,35 @@ FPS, SR, SPF, H, W = 25, 16000, 640, 48, 64
 
 
 def fake_build(build_id="fake-1"):
-    program = ChunkProgram(stages=["s"], image_input="image", audio_input="audio", noise_input="noise", carry={},
-                           deliver="frames", fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
+    program = ChunkProgram(
+        stages=["s"],
+        image_input="image",
+        audio_input="audio",
+        noise_input="noise",
+        carry={},
+        deliver="frames",
+        fps=FPS,
+        sample_rate=SR,
+        samples_per_frame=SPF,
+        height=H,
+        width=W,
+    )
     platform = SimpleNamespace(backend="cpu", device_kind="cpu", device_count=8)
-    manifest = SimpleNamespace(program=program, pipeline="tiny", target="cpu-8", platform=platform,
-                               buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)],
-                               content_digest=lambda: "sha256:" + build_id.ljust(64, "1"))
-    return SimpleNamespace(manifest=manifest, build_id=build_id, digest="sha256:" + build_id.ljust(64, "0"),
-                           guard=CompileGuard(), timings=LoadTimings())
+    manifest = SimpleNamespace(
+        program=program,
+        pipeline="tiny",
+        target="cpu-8",
+        platform=platform,
+        buckets=[SimpleNamespace(name="f8", frames=8), SimpleNamespace(name="f4", frames=4)],
+        content_digest=lambda: "sha256:" + build_id.ljust(64, "1"),
+    )
+    return SimpleNamespace(
+        manifest=manifest,
+        build_id=build_id,
+        digest="sha256:" + build_id.ljust(64, "0"),
+        guard=CompileGuard(),
+        timings=LoadTimings(),
+    )
 
 
 class FakeStream:
@@ -77,8 +98,11 @@ def serve(monkeypatch):
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
-        server = uvicorn.Server(uvicorn_config(app, ServerConfig(header_timeout=0.5, max_connections=8,
-                                                                 max_connections_per_client=per_client)))
+        server = uvicorn.Server(
+            uvicorn_config(
+                app, ServerConfig(header_timeout=0.5, max_connections=8, max_connections_per_client=per_client)
+            )
+        )
         t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         t.start()
         while not server.started:
@@ -103,8 +127,8 @@ def mp4_boxes(data: bytes) -> list[str]:
     """Top-level MP4 box types, in order."""
     out, i = [], 0
     while i + 8 <= len(data):
-        size, kind = struct.unpack(">I4s", data[i:i + 8])
-        size = struct.unpack(">Q", data[i + 8:i + 16])[0] if size == 1 else size
+        size, kind = struct.unpack(">I4s", data[i : i + 8])
+        size = struct.unpack(">Q", data[i + 8 : i + 16])[0] if size == 1 else size
         assert size >= 8, f"bad box at {i}"
         out.append(kind.decode("latin-1"))
         i += size

@@ -40,7 +40,9 @@ def standin_build():
 
     manifest = cpu_manifest()
     fns = {"dit": _dit, "sr": _sr, "vae": _vae}
-    stages = {(e.stage, e.bucket): LoadedStage(e, fns[e.stage], [None] * len(e.inputs), {})
-              for e in manifest.executables}
-    return LoadedBuild(resolved=None, manifest=manifest, registry="stand-in", mesh=None, stages=stages,
-                       timings=LoadTimings())
+    stages = {
+        (e.stage, e.bucket): LoadedStage(e, fns[e.stage], [None] * len(e.inputs), {}) for e in manifest.executables
+    }
+    return LoadedBuild(
+        resolved=None, manifest=manifest, registry="stand-in", mesh=None, stages=stages, timings=LoadTimings()
+    )

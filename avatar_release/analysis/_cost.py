@@ -75,14 +75,23 @@ class ChunkEstimate:
 def _per_run(c: dict[str, float], scale: float) -> tuple[float, float, float, str]:
     """flops, bytes, transcendentals of one run of the program, and how they were counted."""
     if all(f"{k} per run" in c for k in ("flops", "bytes accessed")):
-        return (c["flops per run"], c["bytes accessed per run"], c.get("transcendentals per run", 0.0),
-                "per-run (every loop counted as it turns)")
-    return (c.get("flops", 0.0) * scale, c.get("bytes accessed", 0.0) * scale, c.get("transcendentals", 0.0) * scale,
-            "loop-scaled (XLA's figures x the traced scan trip ratio)")
+        return (
+            c["flops per run"],
+            c["bytes accessed per run"],
+            c.get("transcendentals per run", 0.0),
+            "per-run (every loop counted as it turns)",
+        )
+    return (
+        c.get("flops", 0.0) * scale,
+        c.get("bytes accessed", 0.0) * scale,
+        c.get("transcendentals", 0.0) * scale,
+        "loop-scaled (XLA's figures x the traced scan trip ratio)",
+    )
 
 
-def _stage(entry: ExecutableEntry, peak_flops: float | None, bandwidth: float | None, ici: float | None
-           ) -> StageEstimate:
+def _stage(
+    entry: ExecutableEntry, peak_flops: float | None, bandwidth: float | None, ici: float | None
+) -> StageEstimate:
     c, scale = entry.cost, entry.cost_loop_scale
     flops, nbytes, transcendentals, counted = _per_run(c, scale)
     roofline = bound = compute = memory = share = seconds = None
@@ -102,14 +111,33 @@ def _stage(entry: ExecutableEntry, peak_flops: float | None, bandwidth: float | 
     else:
         optimal = raw * scale
     sc = getattr(entry, "schedule", None)
-    return StageEstimate(entry.key, flops, nbytes, transcendentals, scale,
-                         roofline, bound, optimal, note, compute, memory, share,
-                         None if sc is None else sc.all_to_alls, None if sc is None else sc.hidden,
-                         None if sc is None else sc.exposed, counted, moved, exposed, wire, seconds)
+    return StageEstimate(
+        entry.key,
+        flops,
+        nbytes,
+        transcendentals,
+        scale,
+        roofline,
+        bound,
+        optimal,
+        note,
+        compute,
+        memory,
+        share,
+        None if sc is None else sc.all_to_alls,
+        None if sc is None else sc.hidden,
+        None if sc is None else sc.exposed,
+        counted,
+        moved,
+        exposed,
+        wire,
+        seconds,
+    )
 
 
-def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: float | None,
-                    ici: float | None = None) -> list[ChunkEstimate]:
+def estimate_chunks(
+    manifest: Manifest, peak_flops: float | None, bandwidth: float | None, ici: float | None = None
+) -> list[ChunkEstimate]:
     """One estimate per bucket: its stages' estimates summed, against F / fps seconds. ``ici``:
     bytes per second arriving at a device over the interconnect, to charge exposed collectives."""
     out = []
@@ -122,9 +150,18 @@ def estimate_chunks(manifest: Manifest, peak_flops: float | None, bandwidth: flo
         deadline = b.frames / fps
         computes = [s.compute_seconds for s in stages if s.compute_seconds is not None]
         compute = sum(computes) if stages and len(computes) == len(stages) else None
-        out.append(ChunkEstimate(b.name, b.frames, deadline, total, None if total is None else total / deadline,
-                                 stages, compute_seconds=compute,
-                                 compute_share=compute / total if compute is not None and total else None,
-                                 all_to_alls_hidden=sum(s.all_to_alls_hidden or 0 for s in stages),
-                                 all_to_alls_exposed=sum(s.all_to_alls_exposed or 0 for s in stages)))
+        out.append(
+            ChunkEstimate(
+                b.name,
+                b.frames,
+                deadline,
+                total,
+                None if total is None else total / deadline,
+                stages,
+                compute_seconds=compute,
+                compute_share=compute / total if compute is not None and total else None,
+                all_to_alls_hidden=sum(s.all_to_alls_hidden or 0 for s in stages),
+                all_to_alls_exposed=sum(s.all_to_alls_exposed or 0 for s in stages),
+            )
+        )
     return out

@@ -77,8 +77,10 @@ _ARGS = "avatar_release.args"  # ctx.meta key: the arguments as typed
 COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("_analyze_cmds", "Static analyses: of a pipeline config (attention, schedule) or of a build."),
     "approve": ("_release_cmds", "Sign a release approval of REF for prod (the second role)."),
-    "autotune": ("_tune_cmds",
-                 "Measure a GPU build's configs on its GPUs; publish it compiled with them as a new build."),
+    "autotune": (
+        "_tune_cmds",
+        "Measure a GPU build's configs on its GPUs; publish it compiled with them as a new build.",
+    ),
     "compile": ("_build_cmds", "Trace, AOT-compile and publish a build; points the dev channel at it."),
     "completion": ("_completion_cmds", "Print the shell completion script (bash, zsh, fish)."),
     "copy": ("_registry_cmds", "Mirror build REF with everything that belongs to it into another registry."),
@@ -141,8 +143,10 @@ class _Group(ExitCodesGroup):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list from ``COMMANDS``: nothing is imported to show it."""
-        rows = [(n, COMMANDS[n][1] if n in COMMANDS else (self.commands[n].get_short_help_str())) for n in
-                self.list_commands(ctx)]
+        rows = [
+            (n, COMMANDS[n][1] if n in COMMANDS else (self.commands[n].get_short_help_str()))
+            for n in self.list_commands(ctx)
+        ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -150,8 +154,9 @@ class _Group(ExitCodesGroup):
         ctx.meta[_ARGS] = tuple(args)  # what was typed: a usage error still answers --json
         return super().parse_args(ctx, args)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
-                                                                         list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
             hint = did_you_mean(args[0], self.list_commands(ctx))
             raise click.UsageError(f"no command {args[0]!r}{hint}; see `avatar-release --help`", ctx)
@@ -162,8 +167,13 @@ class _Group(ExitCodesGroup):
             return super().invoke(ctx)
         except AvatarReleaseError as e:
             if ctx.meta.get(_JSON):
-                payload = {"ok": False, "error": type(e).__name__, "message": str(e), "exit_code": e.exit_code,
-                           **e.details}
+                payload = {
+                    "ok": False,
+                    "error": type(e).__name__,
+                    "message": str(e),
+                    "exit_code": e.exit_code,
+                    **e.details,
+                }
                 fit = getattr(e, "fit", None)
                 if fit is not None:  # DoesNotFit: the numbers, for CI and benchmarks
                     payload["memory_fit"] = fit.model_dump()
@@ -173,8 +183,13 @@ class _Group(ExitCodesGroup):
         except click.UsageError as e:
             if not (ctx.meta.get(_JSON) or "--json" in ctx.meta.get(_ARGS, ())):
                 raise
-            payload = {"ok": False, "error": "UsageError", "message": e.format_message(), "exit_code": e.exit_code,
-                       "usage": e.ctx.get_usage() if e.ctx else None}
+            payload = {
+                "ok": False,
+                "error": "UsageError",
+                "message": e.format_message(),
+                "exit_code": e.exit_code,
+                "usage": e.ctx.get_usage() if e.ctx else None,
+            }
             click.echo(json.dumps(payload, indent=2, sort_keys=True))
             e.show()
             ctx.exit(e.exit_code)
@@ -192,8 +207,15 @@ def _remember_json(ctx: click.Context, param: click.Parameter, value: bool) -> b
     return value
 
 
-json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json, expose_value=True,
-                           is_eager=True, help="Print a machine-readable result (errors too) on stdout.")
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=_remember_json,
+    expose_value=True,
+    is_eager=True,
+    help="Print a machine-readable result (errors too) on stdout.",
+)
 
 
 # What a bug report needs beside our own version: the compilers and runtimes a build depends on,
@@ -219,9 +241,15 @@ def _show_versions(ctx: click.Context, param: click.Parameter, value: bool) -> N
 
 
 @click.group(cls=_Group)
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_versions,
-              help="Show avatar-release's version and those of jax, jaxlib, libtpu, the CUDA plugin, torch and "
-                   "torchax, then exit.")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_versions,
+    help="Show avatar-release's version and those of jax, jaxlib, libtpu, the CUDA plugin, torch and "
+    "torchax, then exit.",
+)
 def cli() -> None:
     """Compiled XLA programs as release artifacts: compile, gate, promote, render."""
 

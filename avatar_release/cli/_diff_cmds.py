@@ -43,8 +43,11 @@ def diff_table(d: BuildDiff, sections: tuple[str, ...]) -> str:
     kw = max(len("FIELD"), *(len(r.key) for r in rows))
     sw = max(len("SECTION"), *(len(r.section) for r in rows))
     lines = [*head, "", f"{'SECTION':<{sw}}  {'FIELD':<{kw}}  {'A':<{_WIDTH}}  {'B':<{_WIDTH}}  CHANGE".rstrip()]
-    lines += [f"{r.section:<{sw}}  {r.key:<{kw}}  {_cell(r.a):<{_WIDTH}}  {_cell(r.b):<{_WIDTH}}  "
-              f"{_change(r.a, r.b)}".rstrip() for r in rows]
+    lines += [
+        f"{r.section:<{sw}}  {r.key:<{kw}}  {_cell(r.a):<{_WIDTH}}  {_cell(r.b):<{_WIDTH}}  "
+        f"{_change(r.a, r.b)}".rstrip()
+        for r in rows
+    ]
     agree = [s for s in sections if d.same.get(s) and not any(r.section == s for r in rows)]
     if agree:
         lines += ["", "the same: " + ", ".join(f"{s} ({d.same[s]} fields)" for s in agree)]
@@ -56,14 +59,24 @@ def diff_table(d: BuildDiff, sections: tuple[str, ...]) -> str:
 @cli.command("diff")
 @click.argument("a", metavar="A", shell_complete=complete_ref, callback=nonempty_ref)
 @click.argument("b", metavar="B", shell_complete=complete_ref, callback=nonempty_ref)
-@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
-              help="Show only these sections (repeatable; default: all).")
-@click.option("--exit-code", is_flag=True, help="Exit 1 when the builds differ in more than bookkeeping (as git diff "
-              "--exit-code): for a CI step that expects a rebuild to be the same build.")
+@click.option(
+    "--section",
+    "sections",
+    multiple=True,
+    type=click.Choice(SECTIONS),
+    help="Show only these sections (repeatable; default: all).",
+)
+@click.option(
+    "--exit-code",
+    is_flag=True,
+    help="Exit 1 when the builds differ in more than bookkeeping (as git diff "
+    "--exit-code): for a CI step that expects a rebuild to be the same build.",
+)
 @registry_option
 @json_option
-def diff_cmd(a: str, b: str, sections: tuple[str, ...], exit_code: bool, registry_uri: str | None,
-             as_json: bool) -> None:
+def diff_cmd(
+    a: str, b: str, sections: tuple[str, ...], exit_code: bool, registry_uri: str | None, as_json: bool
+) -> None:
     """What differs between builds A and B (channels, build ids or digests): toolchain, platform, flags,
     overrides, config, source and weights digests, executables (HLO digests, sizes, cost estimates,
     memory) and gate verdicts with what they were compared with."""
@@ -73,6 +86,8 @@ def diff_cmd(a: str, b: str, sections: tuple[str, ...], exit_code: bool, registr
     payload["differences"] = [r for r in payload["differences"] if r["section"] in chosen]
     failure = None
     if exit_code and not d.identical:
-        failure = Refusal(f"{d.a.build_id} and {d.b.build_id} differ in {len(d.substantive)} fields beyond "
-                          "bookkeeping and gate verdicts")
+        failure = Refusal(
+            f"{d.a.build_id} and {d.b.build_id} differ in {len(d.substantive)} fields beyond "
+            "bookkeeping and gate verdicts"
+        )
     _finish(as_json, payload, diff_table(d, chosen), failure)

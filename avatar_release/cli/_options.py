@@ -16,8 +16,16 @@ from ..records import CHANNELS
 from ..registry import find_registry, open_registry
 from ..specs import use_project
 
-__all__ = ["registry_option", "new_registry_option", "project_option", "channel_choice", "SuggestingChoice",
-           "signing_options", "complete_ref", "CHANNELS"]
+__all__ = [
+    "registry_option",
+    "new_registry_option",
+    "project_option",
+    "channel_choice",
+    "SuggestingChoice",
+    "signing_options",
+    "complete_ref",
+    "CHANNELS",
+]
 
 
 def _found_registry(create: bool) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
@@ -31,16 +39,29 @@ def _found_registry(create: bool) -> Callable[[click.Context, click.Parameter, s
     return callback
 
 
-_REGISTRY_HELP = ("Registry: a directory, file://PATH, oci://HOST[:PORT]/REPO (oci+http://, oci+https://), "
-                  "gar://projects/P/locations/L/repositories/R, memory://NAME, or a name from avatar-release.toml. "
-                  "Default: $AVATAR_RELEASE_REGISTRY, then the config files' default, then the nearest "
-                  ".avatar-release/ upward (see `avatar-release registries`).")
-registry_option = click.option("--registry", "registry_uri", default=None, callback=_found_registry(False),
-                               metavar="URI|PATH|NAME", help=_REGISTRY_HELP)
+_REGISTRY_HELP = (
+    "Registry: a directory, file://PATH, oci://HOST[:PORT]/REPO (oci+http://, oci+https://), "
+    "gar://projects/P/locations/L/repositories/R, memory://NAME, or a name from avatar-release.toml. "
+    "Default: $AVATAR_RELEASE_REGISTRY, then the config files' default, then the nearest "
+    ".avatar-release/ upward (see `avatar-release registries`)."
+)
+registry_option = click.option(
+    "--registry",
+    "registry_uri",
+    default=None,
+    callback=_found_registry(False),
+    metavar="URI|PATH|NAME",
+    help=_REGISTRY_HELP,
+)
 # For the commands that may start a registry: when none is found, ./.avatar-release is created.
-new_registry_option = click.option("--registry", "registry_uri", default=None, callback=_found_registry(True),
-                                   metavar="URI|PATH|NAME", help=_REGISTRY_HELP + " If none is found, "
-                                   "./.avatar-release is created.")
+new_registry_option = click.option(
+    "--registry",
+    "registry_uri",
+    default=None,
+    callback=_found_registry(True),
+    metavar="URI|PATH|NAME",
+    help=_REGISTRY_HELP + " If none is found, ./.avatar-release is created.",
+)
 
 
 def _use_project(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -50,16 +71,27 @@ def _use_project(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 project_option = click.option(
-    "--project", "project_dir", default=None, callback=_use_project, expose_value=False, metavar="DIR",
+    "--project",
+    "project_dir",
+    default=None,
+    callback=_use_project,
+    expose_value=False,
+    metavar="DIR",
     help="The project holding manifests/ and the pipeline's code (default: the nearest directory upward "
-         "from here that holds manifests/; or $AVATAR_RELEASE_PROJECT).",
+    "from here that holds manifests/; or $AVATAR_RELEASE_PROJECT).",
 )
+
+
 def nonempty_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A build reference given as "" (an unset shell variable) is a usage error naming the argument,
     not a lookup of nothing or an option parsed as the reference."""
     if value is not None and not value.strip():
-        raise click.BadParameter(f"{param.human_readable_name} is empty: give a build id, a digest or a channel "
-                                 "(`avatar-release ls` lists them)", ctx=ctx, param=param)
+        raise click.BadParameter(
+            f"{param.human_readable_name} is empty: give a build id, a digest or a channel "
+            "(`avatar-release ls` lists them)",
+            ctx=ctx,
+            param=param,
+        )
     return value
 
 
@@ -72,9 +104,11 @@ def complete_ref(ctx: click.Context, param: click.Parameter, incomplete: str) ->
         builds = [b.build_id for b in reg.list_builds()]
     except Exception:  # noqa: BLE001 - completion must never print a traceback into a shell
         return []
-    return [CompletionItem(n, help=h) for n, h in [*((c, "channel") for c in channels),
-                                                   *((b, "build") for b in reversed(builds))]
-            if n.startswith(incomplete)]
+    return [
+        CompletionItem(n, help=h)
+        for n, h in [*((c, "channel") for c in channels), *((b, "build") for b in reversed(builds))]
+        if n.startswith(incomplete)
+    ]
 
 
 class SuggestingChoice(click.Choice):
@@ -85,8 +119,11 @@ class SuggestingChoice(click.Choice):
             return super().convert(value, param, ctx)
         except click.BadParameter:
             choices = [str(c) for c in self.choices]
-            self.fail(f"{value!r} is not one of {', '.join(map(repr, choices))}{did_you_mean(str(value), choices)}",
-                      param, ctx)
+            self.fail(
+                f"{value!r} is not one of {', '.join(map(repr, choices))}{did_you_mean(str(value), choices)}",
+                param,
+                ctx,
+            )
 
 
 channel_choice = SuggestingChoice(list(CHANNELS))
@@ -96,7 +133,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])  # a command function, options adde
 
 
 def signing_options(f: _F) -> _F:
-    f = click.option("--valid-days", default=30.0, show_default=True, type=float,
-                     help="How long the signed statement stays valid.")(f)
-    return click.option("--sign-key", default=None, envvar="AVATAR_RELEASE_SIGNING_KEY",
-                        help="Ed25519 private key: sign a statement for the move (pods with the public key need it).")(f)
+    f = click.option(
+        "--valid-days", default=30.0, show_default=True, type=float, help="How long the signed statement stays valid."
+    )(f)
+    return click.option(
+        "--sign-key",
+        default=None,
+        envvar="AVATAR_RELEASE_SIGNING_KEY",
+        help="Ed25519 private key: sign a statement for the move (pods with the public key need it).",
+    )(f)

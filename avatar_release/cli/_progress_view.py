@@ -29,8 +29,7 @@ def _wants_bars(stream: IO[str]) -> bool:
 class ProgressView:
     """A ``progress(message)`` callable for the command line (see the module's docstring)."""
 
-    def __init__(self, stream: IO[str] | None = None, *, bars: bool | None = None,
-                 clock: Any = time.monotonic) -> None:
+    def __init__(self, stream: IO[str] | None = None, *, bars: bool | None = None, clock: Any = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.bars = _wants_bars(self.stream) if bars is None else bars
         self._clock = clock
@@ -64,8 +63,16 @@ class ProgressView:
         bar = self._open.get(t.task)
         if bar is None:
             scale = t.unit == "B"
-            bar = tqdm(total=t.total, desc=f"  {t.task}", unit=t.unit or "it", unit_scale=scale,
-                       unit_divisor=1000 if scale else 1, file=self.stream, leave=True, dynamic_ncols=True)
+            bar = tqdm(
+                total=t.total,
+                desc=f"  {t.task}",
+                unit=t.unit or "it",
+                unit_scale=scale,
+                unit_divisor=1000 if scale else 1,
+                file=self.stream,
+                leave=True,
+                dynamic_ncols=True,
+            )
             self._open[t.task] = bar
         bar.n = t.done
         bar.refresh()

@@ -22,8 +22,11 @@ def specs_group() -> None:
 
 @specs_group.command("schema")
 # A plain argument, not click.Choice: a mistyped kind gets "did you mean" and the list (exit 2).
-@click.argument("kind", required=False, shell_complete=lambda ctx, param, incomplete: [
-    k for k in SPEC_KINDS if k.startswith(incomplete)])
+@click.argument(
+    "kind",
+    required=False,
+    shell_complete=lambda ctx, param, incomplete: [k for k in SPEC_KINDS if k.startswith(incomplete)],
+)
 def schema_cmd(kind: str | None) -> None:
     """Print the JSON Schema of KIND (pipeline, target, flags, levers, band); without KIND, every kind's
     schema, keyed by kind.

@@ -11,9 +11,9 @@ import click
 from .. import _atomic
 from ..errors import NotFoundError
 from ..registry import Registry, open_registry, read_manifest
+from ..trust.evidence import attestation_refs
 from ..trust.keys import load_private_key
 from ..trust.policy import load_policy
-from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
 from ..trust.state_files import NAMESPACE, versioned_name
 from ..trust.state_read import ReleaseState, load_state
@@ -27,15 +27,21 @@ def _keys(paths: tuple[str, ...]) -> list[Any]:
 
 
 def _state_json(state: ReleaseState) -> dict[str, Any]:
-    out: dict[str, Any] = {"registry_id": state.registry_id, "sequence": state.sequence,
-                           "root_version": state.root.signed.version,
-                           "timestamp": {"version": state.timestamp.signed.version,
-                                         "expires": state.timestamp.signed.expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
-                           "channels": {}}
+    out: dict[str, Any] = {
+        "registry_id": state.registry_id,
+        "sequence": state.sequence,
+        "root_version": state.root.signed.version,
+        "timestamp": {
+            "version": state.timestamp.signed.version,
+            "expires": state.timestamp.signed.expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "channels": {},
+    }
     for channel in ("dev", "staging", "prod"):
         h = state.holder(channel)
-        out["channels"][channel] = None if h is None else {"build_id": h.build_id, "manifest_digest": h.manifest_digest,
-                                                           "version": h.version}
+        out["channels"][channel] = (
+            None if h is None else {"build_id": h.build_id, "manifest_digest": h.manifest_digest, "version": h.version}
+        )
     out["revoked"] = sorted(t.removeprefix("revoked/") for t in state.roles["revoked"].signed.targets)
     return out
 
@@ -43,14 +49,21 @@ def _state_json(state: ReleaseState) -> dict[str, Any]:
 def _state_human(verb: str, state: ReleaseState) -> str:
     j = _state_json(state)
     chans = ", ".join(f"{c} -> {v['build_id'] if v else '(empty)'}" for c, v in j["channels"].items())
-    return (f"{verb}: root v{j['root_version']}, sequence {j['sequence']}, timestamp v{j['timestamp']['version']} "
-            f"expires {j['timestamp']['expires']}\n  {chans}"
-            + (f"\n  revoked: {', '.join(j['revoked'])}" if j["revoked"] else ""))
+    return (
+        f"{verb}: root v{j['root_version']}, sequence {j['sequence']}, timestamp v{j['timestamp']['version']} "
+        f"expires {j['timestamp']['expires']}\n  {chans}"
+        + (f"\n  revoked: {', '.join(j['revoked'])}" if j["revoked"] else "")
+    )
 
 
-_key_option = click.option("--sign-key", "sign_keys", multiple=True, metavar="KEY",
-                           help="A private key to sign with (repeat; also AVATAR_RELEASE_STATE_KEYS and this "
-                                "machine's first-use keys, where the trust policy names them).")
+_key_option = click.option(
+    "--sign-key",
+    "sign_keys",
+    multiple=True,
+    metavar="KEY",
+    help="A private key to sign with (repeat; also AVATAR_RELEASE_STATE_KEYS and this "
+    "machine's first-use keys, where the trust policy names them).",
+)
 
 
 @cli.group("registry")
@@ -73,8 +86,20 @@ def _unsigned_history(reg: Registry) -> dict[str, list[HistoryItem]]:
     out: dict[str, list[HistoryItem]] = {}
     for e in reg.history():
         m = read_manifest(reg, e.to_digest)[1]
-        out.setdefault(e.channel, []).append(HistoryItem(e.channel, e.action, e.to_build, m.content_digest(), e.who,
-                                                         e.when, e.reason, e.from_build, None, e.gate_result_digest))
+        out.setdefault(e.channel, []).append(
+            HistoryItem(
+                e.channel,
+                e.action,
+                e.to_build,
+                m.content_digest(),
+                e.who,
+                e.when,
+                e.reason,
+                e.from_build,
+                None,
+                e.gate_result_digest,
+            )
+        )
     return out
 
 
@@ -96,8 +121,16 @@ def upgrade_cmd(sign_keys: tuple[str, ...], registry_uri: str | None, as_json: b
         found = revocations(reg, build_id, m.content_digest(), policy.revoker_keys())
         if found:
             ref = next(r for r in attestation_refs(reg, build_id) if r.digest == found[0].envelope_digest)
-            revoked.append({"build_id": build_id, "manifest_digest": m.content_digest(), "envelope": ref,
-                            "reason": found[0].reason, "by": found[0].by, "at": found[0].at})
+            revoked.append(
+                {
+                    "build_id": build_id,
+                    "manifest_digest": m.content_digest(),
+                    "envelope": ref,
+                    "reason": found[0].reason,
+                    "by": found[0].by,
+                    "at": found[0].at,
+                }
+            )
     state = upgrade_state(reg, policy, _unsigned_history(reg), revoked, given=_keys(sign_keys))
     _emit(as_json, {"ok": True, **_state_json(state)}, _state_human(f"signed the state of {reg.uri}", state))
 
@@ -112,18 +145,33 @@ def migrate_cmd(registry_uri: str | None, as_json: bool) -> None:
     reg = open_registry(registry_uri, create=False)
     migrate = getattr(reg, "migrate_tags", None)
     if migrate is None:
-        _emit(as_json, {"ok": True, "moved": [], "present": [], "too_long": []},
-              f"{reg.uri}: one layout only (not an OCI repository): nothing to migrate")
+        _emit(
+            as_json,
+            {"ok": True, "moved": [], "present": [], "too_long": []},
+            f"{reg.uri}: one layout only (not an OCI repository): nothing to migrate",
+        )
         return
     done = migrate()
-    lines = [f"{reg.uri}: {len(done.moved)} tag(s) moved to the current layout"
-             + (f", {len(done.present)} already there" if done.present else "")]
+    lines = [
+        f"{reg.uri}: {len(done.moved)} tag(s) moved to the current layout"
+        + (f", {len(done.present)} already there" if done.present else "")
+    ]
     lines += [f"  {old} -> {new}" for old, new in done.moved]
     if done.too_long:
-        lines.append(f"  not moved, today's name would pass the 128 characters of an OCI tag: {', '.join(done.too_long)} "
-                     "(compile those builds again: their ids are too long for this layout)")
-    _emit(as_json, {"ok": True, "moved": [list(m) for m in done.moved], "present": list(done.present),
-                    "too_long": list(done.too_long)}, "\n".join(lines))
+        lines.append(
+            f"  not moved, today's name would pass the 128 characters of an OCI tag: {', '.join(done.too_long)} "
+            "(compile those builds again: their ids are too long for this layout)"
+        )
+    _emit(
+        as_json,
+        {
+            "ok": True,
+            "moved": [list(m) for m in done.moved],
+            "present": list(done.present),
+            "too_long": list(done.too_long),
+        },
+        "\n".join(lines),
+    )
 
 
 @registry_group.command("refresh")
@@ -139,8 +187,14 @@ def refresh_cmd(sign_keys: tuple[str, ...], registry_uri: str | None, as_json: b
 
 
 @registry_group.command("rotate")
-@click.option("--old-root-key", "old_keys", multiple=True, required=True, metavar="KEY",
-              help="The current root keys (their threshold) that vouch for the new root (repeat).")
+@click.option(
+    "--old-root-key",
+    "old_keys",
+    multiple=True,
+    required=True,
+    metavar="KEY",
+    help="The current root keys (their threshold) that vouch for the new root (repeat).",
+)
 @_key_option
 @registry_option
 @json_option
@@ -153,10 +207,20 @@ def rotate_cmd(old_keys: tuple[str, ...], sign_keys: tuple[str, ...], registry_u
 
 
 @registry_group.command("root")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the root metadata here (what pods pin with --trust-root); default: print it.")
-@click.option("--version", "version", type=int, default=1, show_default=True,
-              help="Which root version (a pod pinned to any version follows the chain to the newest).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the root metadata here (what pods pin with --trust-root); default: print it.",
+)
+@click.option(
+    "--version",
+    "version",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Which root version (a pod pinned to any version follows the chain to the newest).",
+)
 @registry_option
 @json_option
 def root_cmd(out: Path | None, version: int, registry_uri: str | None, as_json: bool) -> None:
@@ -165,13 +229,18 @@ def root_cmd(out: Path | None, version: int, registry_uri: str | None, as_json: 
     state = load_state(reg, load_policy())
     data = reg.get_record(NAMESPACE, versioned_name("root", version))
     if data is None:
-        raise click.BadParameter(f"the registry has root versions 1..{state.root.signed.version}", param_hint="--version")
+        raise click.BadParameter(
+            f"the registry has root versions 1..{state.root.signed.version}", param_hint="--version"
+        )
     if out is None:
         click.echo(data.decode())
         return
     _atomic.write_bytes(out, data)
-    _emit(as_json, {"ok": True, "out": str(out), "version": version, "registry_id": state.registry_id},
-          f"wrote root v{version} of {reg.uri} to {out}: pin it in pods with --trust-root {out}")
+    _emit(
+        as_json,
+        {"ok": True, "out": str(out), "version": version, "registry_id": state.registry_id},
+        f"wrote root v{version} of {reg.uri} to {out}: pin it in pods with --trust-root {out}",
+    )
 
 
 @registry_group.command("status")

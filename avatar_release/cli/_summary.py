@@ -36,15 +36,26 @@ def gate_summary(result: GateResult, digest: str, report: str | None, next_comma
     """A gate result as Markdown: verdict, one row per gate, the worst frames, where the report is."""
     icon = {"passed": "✅", "failed": "❌", "needs-review": "👀"}.get(result.status, "")
     base = result.baseline.build_id if result.baseline else "none"
-    lines = [f"### Gate {icon} `{result.status}`: `{result.build_id}`", "",
-             f"baseline `{base}`" + (f", tier {result.tier}" if result.tier else "")
-             + f", gate set {result.gate_set.name} v{result.gate_set.version}, {result.seconds.get('total', 0):.1f}s", "",
-             "| gate | verdict | evidence |", "|---|---|---|"]
+    lines = [
+        f"### Gate {icon} `{result.status}`: `{result.build_id}`",
+        "",
+        f"baseline `{base}`"
+        + (f", tier {result.tier}" if result.tier else "")
+        + f", gate set {result.gate_set.name} v{result.gate_set.version}, {result.seconds.get('total', 0):.1f}s",
+        "",
+        "| gate | verdict | evidence |",
+        "|---|---|---|",
+    ]
     lines += [f"| {g.name} | {g.status} | {_cell(g.summary)} |" for g in result.gates]
     worst = _worst_frames(result)
     if worst:
-        lines += ["", f"Worst frames vs the baseline ({len(worst)} lowest PSNR):", "",
-                  "| frame | PSNR dB | max abs diff |", "|---|---|---|"]
+        lines += [
+            "",
+            f"Worst frames vs the baseline ({len(worst)} lowest PSNR):",
+            "",
+            "| frame | PSNR dB | max abs diff |",
+            "|---|---|---|",
+        ]
         lines += [f"| {_cell(f.label)} | {f.psnr_db} | {f.max_abs_diff} |" for f in worst]
     lines += ["", f"result `{digest}`"]
     if report:
@@ -59,9 +70,11 @@ def promote_summary(r: MoveResult, next_command: str | None) -> str:
     if e is None:  # not r.changed
         text = f"### Promote: `{d.channel}` already points at `{d.build_id}`"
     else:
-        text = (f"### Promoted ✅ `{d.channel}`: `{r.previous or '(empty)'}` → `{d.build_id}`\n\n"
-                f"history #{e.sequence} by {e.who}"
-                + (f", gate result `{d.gate_result_digest}`" if d.gate_result_digest else ""))
+        text = (
+            f"### Promoted ✅ `{d.channel}`: `{r.previous or '(empty)'}` → `{d.build_id}`\n\n"
+            f"history #{e.sequence} by {e.who}"
+            + (f", gate result `{d.gate_result_digest}`" if d.gate_result_digest else "")
+        )
     return text + (f"\n\nnext: `{next_command}`" if next_command else "")
 
 

@@ -3,11 +3,11 @@
 Needs the ``compile`` extra (torch, torchax). Nothing is imported until called.
 """
 
+from ._autotune_results import AutotuneResults, read_results
 from ._build import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, CompileResult, compile_build
 from ._devices import make_mesh, target_devices
 from ._evidence import schedule_of
 from ._overrides import apply_overrides, override_keys, parse_set_args
-from ._autotune_results import AutotuneResults, read_results
 from ._rebuild import RebuildReport, rebuild, rebuild_manifest
 from ._tune import AutotuneReport, autotune_build
 

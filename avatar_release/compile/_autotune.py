@@ -18,9 +18,10 @@ measurement.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..records import AutotuneFinding, AutotuneRecord, BlobRef
 from ._autotune_results import AutotuneResults
@@ -29,8 +30,11 @@ __all__ = ["autotune_finding", "autotune_record", "AUTOTUNE_OPTIONS", "AutotuneP
 
 RESULTS_MEDIA_TYPE = "application/vnd.avatar-release.autotune-results.v1.textproto+zstd"
 # Options naming files on the compiling host: recorded by what they held (the results' digest), not the path.
-_PATH_OPTIONS = ("xla_gpu_load_autotune_results_from", "xla_gpu_dump_autotune_results_to",
-                 "xla_gpu_per_fusion_autotune_cache_dir")
+_PATH_OPTIONS = (
+    "xla_gpu_load_autotune_results_from",
+    "xla_gpu_dump_autotune_results_to",
+    "xla_gpu_per_fusion_autotune_cache_dir",
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class AutotunePlan:
             options["xla_gpu_load_autotune_results_from"] = str(self.results_file)
             options["xla_gpu_require_complete_aot_autotune_results"] = self.require_complete
         return options  # a dump is one file a stage: the compile names it (compile._build._stage_options)
+
 
 # Compiler options that decide what XLA:GPU autotunes; recorded as the flag profile sets them.
 AUTOTUNE_OPTIONS = (
@@ -93,23 +98,42 @@ def autotune_finding(hlo: str) -> AutotuneFinding:
         if m and " fusion(" in line:
             gemms += m.group(1) in _GEMM_KINDS
             blocks += m.group(1) in _BLOCK_KINDS
-    return AutotuneFinding(convolutions_at_run_time=conv_at_run_time, gemm_fusions=gemms, cublas_calls=cublas,
-                           block_fusions=blocks)
+    return AutotuneFinding(
+        convolutions_at_run_time=conv_at_run_time, gemm_fusions=gemms, cublas_calls=cublas, block_fusions=blocks
+    )
 
 
-def autotune_record(hlos: Mapping[str, str], options: Mapping[str, Any], *, deviceless: bool,
-                    results: AutotuneResults | None = None, results_blob: BlobRef | None = None) -> AutotuneRecord:
+def autotune_record(
+    hlos: Mapping[str, str],
+    options: Mapping[str, Any],
+    *,
+    deviceless: bool,
+    results: AutotuneResults | None = None,
+    results_blob: BlobRef | None = None,
+) -> AutotuneRecord:
     """The build's record: ``hlos`` by executable key, ``options`` the compile's (the flag profile's,
     and any an :class:`AutotunePlan` added), ``results`` the autotune results it loaded."""
     findings = {key: autotune_finding(text) for key, text in hlos.items()}
     settings = {k: options[k] for k in AUTOTUNE_OPTIONS if k in options and k not in _PATH_OPTIONS}
-    select_first = bool(options.get("xla_gpu_deterministic_ops") or options.get("xla_gpu_exclude_nondeterministic_ops")
-                        or options.get("xla_gpu_autotune_level") == 0)
+    select_first = bool(
+        options.get("xla_gpu_deterministic_ops")
+        or options.get("xla_gpu_exclude_nondeterministic_ops")
+        or options.get("xla_gpu_autotune_level") == 0
+    )
     loaded: dict[str, Any] = {}
     if results is not None:
-        loaded = {"results": results.digest, "results_blob": results_blob, "results_size": len(results.text),
-                  "results_entries": results.entries,
-                  "complete_required": bool(options.get("xla_gpu_require_complete_aot_autotune_results"))}
-    return AutotuneRecord(deviceless=deviceless, select_first=select_first, settings=settings, executables=findings,
-                          convolutions_at_run_time=sum(f.convolutions_at_run_time for f in findings.values()),
-                          **loaded)
+        loaded = {
+            "results": results.digest,
+            "results_blob": results_blob,
+            "results_size": len(results.text),
+            "results_entries": results.entries,
+            "complete_required": bool(options.get("xla_gpu_require_complete_aot_autotune_results")),
+        }
+    return AutotuneRecord(
+        deviceless=deviceless,
+        select_first=select_first,
+        settings=settings,
+        executables=findings,
+        convolutions_at_run_time=sum(f.convolutions_at_run_time for f in findings.values()),
+        **loaded,
+    )

@@ -52,13 +52,17 @@ def merge_results(parts: list[bytes], *, where: str) -> AutotuneResults:
         part_scalars, part_blocks = _outline(data, what)
         for name, value in part_scalars.items():
             if scalars.setdefault(name, value) != value:
-                raise InputError(f"{what}: {name}: {value}, where an earlier part says {scalars[name]}: results from "
-                                 "different XLA versions cannot be merged")
+                raise InputError(
+                    f"{what}: {name}: {value}, where an earlier part says {scalars[name]}: results from "
+                    "different XLA versions cannot be merged"
+                )
         blocks.update(part_blocks)
     version = scalars.get("version")
     if version is None or not version.isdigit():
-        raise InputError(f"{where}: no `version: N` line: expected XLA's AutotuneResults in text form (what "
-                         "xla_gpu_dump_autotune_results_to writes to a .textproto file)")
+        raise InputError(
+            f"{where}: no `version: N` line: expected XLA's AutotuneResults in text form (what "
+            "xla_gpu_dump_autotune_results_to writes to a .textproto file)"
+        )
     head = "".join(f"{k}: {v}\n" for k, v in sorted(scalars.items()))
     text = (head + "".join(b + "\n" for b in sorted(blocks))).encode()
     entries = sum(1 for b in blocks if b.startswith("results"))
@@ -72,12 +76,16 @@ def _outline(data: bytes, where: str) -> tuple[dict[str, str], list[str]]:
     try:
         text = data.decode()
     except UnicodeDecodeError as e:
-        raise InputError(f"{where}: not UTF-8 text at byte {e.start}: expected the text form of XLA's "
-                         "AutotuneResults (dump it to a file ending in .textproto, not .pb)") from None
+        raise InputError(
+            f"{where}: not UTF-8 text at byte {e.start}: expected the text form of XLA's "
+            "AutotuneResults (dump it to a file ending in .textproto, not .pb)"
+        ) from None
     control = _CONTROL.search(text)
     if control is not None:
-        raise InputError(f"{where}: not text: a control character at character {control.start()}: expected the text "
-                         "form of XLA's AutotuneResults (dump it to a file ending in .textproto, not .pb)")
+        raise InputError(
+            f"{where}: not text: a control character at character {control.start()}: expected the text "
+            "form of XLA's AutotuneResults (dump it to a file ending in .textproto, not .pb)"
+        )
     scalars: dict[str, str] = {}
     blocks: list[str] = []
     pos, n = 0, len(text)
@@ -87,7 +95,7 @@ def _outline(data: bytes, where: str) -> tuple[dict[str, str], list[str]]:
             return scalars, blocks
         m = _NAME.match(text, pos)
         if m is None:
-            raise InputError(f"{where}: line {_line(text, pos)}: expected a field name, found {text[pos:pos + 20]!r}")
+            raise InputError(f"{where}: line {_line(text, pos)}: expected a field name, found {text[pos : pos + 20]!r}")
         if text.startswith("{", m.end()):
             end = _block_end(text, m.end(), where)
             blocks.append(text[pos:end].strip())
@@ -97,8 +105,9 @@ def _outline(data: bytes, where: str) -> tuple[dict[str, str], list[str]]:
         if s is None:
             raise InputError(f"{where}: line {_line(text, pos)}: field {m.group(1)} has no value")
         if scalars.setdefault(s.group(1), s.group(2)) != s.group(2):
-            raise InputError(f"{where}: line {_line(text, pos)}: {s.group(1)} given twice ({scalars[s.group(1)]}, "
-                             f"then {s.group(2)})")
+            raise InputError(
+                f"{where}: line {_line(text, pos)}: {s.group(1)} given twice ({scalars[s.group(1)]}, then {s.group(2)})"
+            )
         pos = s.end()
 
 
@@ -136,5 +145,4 @@ def _block_end(text: str, start: int, where: str) -> int:
             if depth == 0:
                 return i + 1
         i += 1
-    raise InputError(f"{where}: a block opened on line {_line(text, start)} is never closed "
-                     "(a truncated file?)")
+    raise InputError(f"{where}: a block opened on line {_line(text, start)} is never closed (a truncated file?)")

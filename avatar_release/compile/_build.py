@@ -12,9 +12,10 @@ import concurrent.futures
 import dataclasses
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .._progress import Tick
 from ..errors import InputError
@@ -95,14 +96,25 @@ def compile_build(
     """
     t_start = time.perf_counter()
     _check_compression(weight_compression)
-    plan = plan_build(pipeline, target, weights_path=weights_path, overrides=overrides or {},
-                      executable_format=executable_format, progress=progress)
+    plan = plan_build(
+        pipeline,
+        target,
+        weights_path=weights_path,
+        overrides=overrides or {},
+        executable_format=executable_format,
+        progress=progress,
+    )
     _check_source(plan, expect_source)
     lowered = _trace(plan, progress)
     with tempfile.TemporaryDirectory(prefix="avatar-release-autotune-") as scratch:
         autotune = _results_on_disk(autotune, Path(scratch))
-        compiled = _compile(lowered, plan, side_by_side=concurrent_compile and plan.target.concurrent_compile,
-                            autotune=autotune, progress=progress)
+        compiled = _compile(
+            lowered,
+            plan,
+            side_by_side=concurrent_compile and plan.target.concurrent_compile,
+            autotune=autotune,
+            progress=progress,
+        )
     package = package_build(plan, compiled.stages, progress, autotune=autotune, weight_compression=weight_compression)
     manifest = package.manifest
     result = _result(plan, package, compiled, registry)
@@ -123,8 +135,10 @@ def compile_build(
 
 def _check_compression(weight_compression: str) -> None:
     if weight_compression not in WEIGHT_COMPRESSIONS:
-        raise InputError(f"weight compression {weight_compression!r}: expected one of {', '.join(WEIGHT_COMPRESSIONS)} "
-                         "(--weight-compression)")
+        raise InputError(
+            f"weight compression {weight_compression!r}: expected one of {', '.join(WEIGHT_COMPRESSIONS)} "
+            "(--weight-compression)"
+        )
 
 
 def _result(plan: BuildPlan, package: Package, compiled: _Compiled, registry: Registry) -> CompileResult:
@@ -145,9 +159,11 @@ def _result(plan: BuildPlan, package: Package, compiled: _Compiled, registry: Re
 
 def _check_source(plan: BuildPlan, expected: str | None) -> None:
     if expected is not None and plan.source_digest != expected:
-        raise InputError(f"pipeline {plan.spec.name}: this checkout's source is {plan.source_digest}, the build's is "
-                         f"{expected}: recompiling a build needs the source it was built from (check out the "
-                         "commit it was compiled at)")
+        raise InputError(
+            f"pipeline {plan.spec.name}: this checkout's source is {plan.source_digest}, the build's is "
+            f"{expected}: recompiling a build needs the source it was built from (check out the "
+            "commit it was compiled at)"
+        )
 
 
 def _trace(plan: BuildPlan, progress: Callable[[str], None]) -> list[LoweredStage]:
@@ -159,8 +175,13 @@ def _trace(plan: BuildPlan, progress: Callable[[str], None]) -> list[LoweredStag
     # lower_stage names its files relative to the project or an import root (compile/_locations.py).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as tracer:
         for sp in plan.stages:
-            ls = tracer.submit(lower_stage, sp, plan.mesh, export=plan.executable_format == "jax-export",
-                               project_root=plan.project.root).result()
+            ls = tracer.submit(
+                lower_stage,
+                sp,
+                plan.mesh,
+                export=plan.executable_format == "jax-export",
+                project_root=plan.project.root,
+            ).result()
             progress(f"{sp.stage}/{sp.bucket}: traced {ls.trace_seconds:.2f}s, lowered {ls.lower_seconds:.2f}s")
             lowered.append(ls)
             progress(Tick("trace", len(lowered), len(plan.stages), "stage"))
@@ -194,8 +215,14 @@ def _stage_options(plan: BuildPlan, autotune: AutotunePlan | None, ls: LoweredSt
     return options
 
 
-def _compile(lowered: list[LoweredStage], plan: BuildPlan, *, side_by_side: bool, autotune: AutotunePlan | None,
-             progress: Callable[[str], None]) -> _Compiled:
+def _compile(
+    lowered: list[LoweredStage],
+    plan: BuildPlan,
+    *,
+    side_by_side: bool,
+    autotune: AutotunePlan | None,
+    progress: Callable[[str], None],
+) -> _Compiled:
     """Step 3: compile every distinct lowered program under the target's flag profile; a program
     identical to one already compiled (a bucket-independent stage's other buckets) shares it."""
     t_compile = time.perf_counter()
@@ -236,13 +263,16 @@ def _publish(registry: Registry, package: Package, progress: Callable[[str], Non
     # build shares), only renews its garbage-collection grace; say how much is new.
     new = {d: b for d, b in package.blobs.items() if not registry.has_blob(d)}
     kept = len(package.blobs) - len(new)
-    progress(f"publishing {build_id} to {registry.uri}: {len(new)} new blobs, {sum(map(len, new.values())) / 1e6:.1f} MB"
-             + (f" ({kept} already stored)" if kept else ""))
+    progress(
+        f"publishing {build_id} to {registry.uri}: {len(new)} new blobs, {sum(map(len, new.values())) / 1e6:.1f} MB"
+        + (f" ({kept} already stored)" if kept else "")
+    )
     # Side by side: an OCI registry takes several uploads at once; each put is atomic on its own.
     blobs = list(package.blobs.values())
     total, sent = sum(map(len, blobs)), 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(PUBLISH_WORKERS, len(blobs) or 1),
-                                               thread_name_prefix="publish") as pool:
+    with concurrent.futures.ThreadPoolExecutor(
+        max_workers=min(PUBLISH_WORKERS, len(blobs) or 1), thread_name_prefix="publish"
+    ) as pool:
         futures = {pool.submit(registry.put_blob, b): len(b) for b in blobs}
         for fut in concurrent.futures.as_completed(futures):
             fut.result()

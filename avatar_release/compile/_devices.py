@@ -64,8 +64,9 @@ def target_devices(target: TargetSpec) -> list:
             live = _live_gpus(target, text)
             if live is not None:
                 return live
-            topo = topologies.get_topology_desc(platform=GPU_PLUGIN_PLATFORM, topology_name="", target_config=text,
-                                                topology=target.topology)
+            topo = topologies.get_topology_desc(
+                platform=GPU_PLUGIN_PLATFORM, topology_name="", target_config=text, topology=target.topology
+            )
         else:
             topo = topologies.get_topology_desc(target.topology, platform=target.platform)
     except Exception as e:  # noqa: BLE001 - report whatever the plugin says, with the fix
@@ -106,7 +107,8 @@ def measuring_gpus(target: TargetSpec) -> list:
     raise EnvironmentMismatch(
         f"target {target.name}: autotuning measures on the build's own GPUs, {want}; {have}. "
         "Run `avatar-release autotune` on such a host, or pass --results FILE with results recorded there",
-        {"gpus": (want, have)})
+        {"gpus": (want, have)},
+    )
 
 
 def _live_gpus(target: TargetSpec, description: str) -> list | None:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .._dtypes import itemsize
 from ..records import ArraySpec, ExecutableEntry, KernelRecord, MemoryFit, ScheduleRecord
@@ -32,13 +32,40 @@ INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)
 _HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s")
 # Instructions that do work on the device's compute units (anything that is not data
 # movement, bookkeeping or another collective). A pair with one of these inside is hidden.
-COMPUTE_OPCODES = frozenset({
-    "fusion", "convolution", "dot", "custom-call", "reduce", "reduce-window", "select-and-scatter",
-    "scatter", "gather", "sort", "map", "add", "multiply", "subtract", "divide", "exponential",
-    "while", "conditional", "call", "rng", "cholesky", "triangular-solve", "fft",
-})
-_HOST_CALLBACK_TARGETS = ("xla_python_cpu_callback", "xla_python_gpu_callback", "xla_ffi_python_cpu_callback",
-                          "xla_ffi_python_gpu_callback", "xla_ffi_partitioned_python_cpu_callback")
+COMPUTE_OPCODES = frozenset(
+    {
+        "fusion",
+        "convolution",
+        "dot",
+        "custom-call",
+        "reduce",
+        "reduce-window",
+        "select-and-scatter",
+        "scatter",
+        "gather",
+        "sort",
+        "map",
+        "add",
+        "multiply",
+        "subtract",
+        "divide",
+        "exponential",
+        "while",
+        "conditional",
+        "call",
+        "rng",
+        "cholesky",
+        "triangular-solve",
+        "fft",
+    }
+)
+_HOST_CALLBACK_TARGETS = (
+    "xla_python_cpu_callback",
+    "xla_python_gpu_callback",
+    "xla_ffi_python_cpu_callback",
+    "xla_ffi_python_gpu_callback",
+    "xla_ffi_partitioned_python_cpu_callback",
+)
 
 
 class HloText:
@@ -62,7 +89,7 @@ class HloText:
 
     def body(self, name: str) -> list[str]:
         start, end = self.spans[name]
-        return self.lines[start + 1:end]
+        return self.lines[start + 1 : end]
 
 
 # Collectives, by what arrives at one device of a group of P: (P - 1) / P of the result for the
@@ -154,8 +181,13 @@ def schedule_of(hlo: str) -> ScheduleRecord:
     pairs = sum(not c.synchronous for c in found)
     hidden = sum(c.hidden for c in found)
     synchronous = len(found) - pairs
-    return ScheduleRecord(all_to_alls=pairs + synchronous, async_pairs=pairs, synchronous=synchronous,
-                          hidden=hidden, exposed=pairs - hidden + synchronous)
+    return ScheduleRecord(
+        all_to_alls=pairs + synchronous,
+        async_pairs=pairs,
+        synchronous=synchronous,
+        hidden=hidden,
+        exposed=pairs - hidden + synchronous,
+    )
 
 
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -174,7 +206,7 @@ def _kernel_name(line: str) -> str:
 
 
 def _mosaic_flags(line: str) -> dict:
-    m = re.search(r'backend_config=(\{.*\})\s*(?:,\s*\w+=|$)', line)
+    m = re.search(r"backend_config=(\{.*\})\s*(?:,\s*\w+=|$)", line)
     flags: dict = {}
     if not m:
         return flags
@@ -221,12 +253,15 @@ def kernels_in(hlo: str, names: tuple[str, ...] | list[str] = ()) -> list[Kernel
         m = _OP_NAME.search(line)
         if m:
             interpreted.update(k for k in names if f"/{k}/" in m.group(1))
-    records = [KernelRecord(name=n, backend="mosaic", count=len(fl), flags=_common(fl))
-               for n, fl in sorted(mosaic.items())]
-    records += [KernelRecord(name=n, backend="triton", count=len(fl), flags=_common(fl))
-                for n, fl in sorted(triton.items())]
-    records += [KernelRecord(name=n, backend="interpret", count=None)
-                for n in sorted(interpreted - set(mosaic) - set(triton))]
+    records = [
+        KernelRecord(name=n, backend="mosaic", count=len(fl), flags=_common(fl)) for n, fl in sorted(mosaic.items())
+    ]
+    records += [
+        KernelRecord(name=n, backend="triton", count=len(fl), flags=_common(fl)) for n, fl in sorted(triton.items())
+    ]
+    records += [
+        KernelRecord(name=n, backend="interpret", count=None) for n in sorted(interpreted - set(mosaic) - set(triton))
+    ]
     return records
 
 
@@ -258,12 +293,24 @@ def memory_fit(entries: Sequence[ExecutableEntry], capacity: int, mesh_size: int
     peak_key, peak = "", -1
     for e in entries:
         m = e.memory
-        working = (m.get("argument_size", 0) - weights[e.stage] + m.get("output_size", 0) + m.get("temp_size", 0)
-                   + m.get("generated_code_size", 0) - m.get("alias_size", 0))
+        working = (
+            m.get("argument_size", 0)
+            - weights[e.stage]
+            + m.get("output_size", 0)
+            + m.get("temp_size", 0)
+            + m.get("generated_code_size", 0)
+            - m.get("alias_size", 0)
+        )
         if working > peak:
             peak_key, peak = e.key, working
     resident = sum(weights.values())
     total = resident + max(peak, 0)
-    return MemoryFit(capacity_bytes=capacity, weights_bytes=resident, peak_stage=peak_key,
-                     peak_working_bytes=max(peak, 0), total_bytes=total, fits=total <= capacity,
-                     weight_sharding=weight_sharding)
+    return MemoryFit(
+        capacity_bytes=capacity,
+        weights_bytes=resident,
+        peak_stage=peak_key,
+        peak_working_bytes=max(peak, 0),
+        total_bytes=total,
+        fits=total <= capacity,
+        weight_sharding=weight_sharding,
+    )

@@ -11,7 +11,8 @@ Pallas kernels' own cost estimates are counted: the work a transformer's time is
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Iterator, cast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are set
     from jax.core import ShapedArray

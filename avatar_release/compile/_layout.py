@@ -12,7 +12,8 @@ once per chunk), the reference tokens reach any layout by a local slice.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..pipeline import layout_hints
 
@@ -26,6 +27,7 @@ __all__ = ["pinned_layouts"]
 @contextlib.contextmanager
 def pinned_layouts(mesh: Mesh) -> Iterator[None]:
     """While tracing for ``mesh``: layout hints pin shardings (a 1-device mesh: no-op)."""
+
     def hint(x: torch.Tensor, layout: str) -> torch.Tensor:
         # Lazy (compile extra): torch and torchax load only while tracing a PyTorch stage.
         import jax

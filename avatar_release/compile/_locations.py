@@ -62,8 +62,7 @@ def import_roots(project_root: str | os.PathLike | None = None) -> list[str]:
     """The folders a file name is made relative to: the project, every ``sys.path`` folder and
     the folder the toolchain is imported from (an editable install need not be on ``sys.path``),
     deepest first."""
-    return sorted(_folders([project_root, Path(__file__).resolve().parents[2], *sys.path]),
-                  key=lambda r: (-len(r), r))
+    return sorted(_folders([project_root, Path(__file__).resolve().parents[2], *sys.path]), key=lambda r: (-len(r), r))
 
 
 def installed_roots() -> list[str]:
@@ -71,8 +70,16 @@ def installed_roots() -> list[str]:
     interpreter's, and the toolchain's package (an editable install lies in a checkout)."""
     here = Path(__file__).parent.parent  # avatar_release/, as imported and resolved (_folders)
     paths = sysconfig.get_paths()
-    return sorted(_folders([here, paths.get("purelib"), paths.get("platlib"),
-                            *(p for p in sys.path if isinstance(p, str) and Path(p).name in PACKAGE_FOLDERS)]))
+    return sorted(
+        _folders(
+            [
+                here,
+                paths.get("purelib"),
+                paths.get("platlib"),
+                *(p for p in sys.path if isinstance(p, str) and Path(p).name in PACKAGE_FOLDERS),
+            ]
+        )
+    )
 
 
 def location_pattern(roots: Iterable[str]) -> str:
@@ -95,10 +102,12 @@ def portable_locations(project_root: str | os.PathLike | None = None) -> Iterato
     from jax._src import config as jax_config
 
     pattern = location_pattern(import_roots(project_root))
-    with (_frames_left_out(installed_roots()),
-          jax_config.hlo_source_file_canonicalization_regex(pattern),
-          jax_config.include_full_tracebacks_in_locations(FULL_TRACEBACKS),
-          jax_config.traceback_in_locations_limit(TRACEBACK_FRAMES)):
+    with (
+        _frames_left_out(installed_roots()),
+        jax_config.hlo_source_file_canonicalization_regex(pattern),
+        jax_config.include_full_tracebacks_in_locations(FULL_TRACEBACKS),
+        jax_config.traceback_in_locations_limit(TRACEBACK_FRAMES),
+    ):
         yield
 
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from ._evidence import INSTR, HloText, collectives, hlo_array_bytes
 
@@ -73,10 +74,13 @@ class RunCost:
         return [body for body, trips in self.loops if trips is None]
 
     def as_cost(self) -> dict[str, float]:
-        return {PER_RUN_KEYS["flops"]: self.flops, PER_RUN_KEYS["bytes accessed"]: self.bytes_accessed,
-                PER_RUN_KEYS["transcendentals"]: self.transcendentals,
-                PER_RUN_KEYS["collective bytes"]: self.collective_bytes,
-                PER_RUN_KEYS["exposed collective bytes"]: self.exposed_collective_bytes}
+        return {
+            PER_RUN_KEYS["flops"]: self.flops,
+            PER_RUN_KEYS["bytes accessed"]: self.bytes_accessed,
+            PER_RUN_KEYS["transcendentals"]: self.transcendentals,
+            PER_RUN_KEYS["collective bytes"]: self.collective_bytes,
+            PER_RUN_KEYS["exposed collective bytes"]: self.exposed_collective_bytes,
+        }
 
 
 class _Module(HloText):
@@ -160,8 +164,9 @@ def _triton_name(line: str) -> str:
     return next((parts[i - 1] for i, part in enumerate(parts) if part.startswith("pallas_call") and i), "")
 
 
-def _kernel_costs(module: _Module, name: str,
-                  estimates: Mapping[str, Mapping[str, float]] | None = None) -> tuple[dict[str, float], int]:
+def _kernel_costs(
+    module: _Module, name: str, estimates: Mapping[str, Mapping[str, float]] | None = None
+) -> tuple[dict[str, float], int]:
     """The CostEstimates of the Pallas calls written directly in computation ``name``; for its
     cuDNN convolutions and Triton kernels, their operand and result bytes and their flops (a
     convolution's counted, a Triton kernel's from ``estimates``)."""
@@ -175,8 +180,9 @@ def _kernel_costs(module: _Module, name: str,
             continue
         if _TRITON_CALL in line:
             est = (estimates or {}).get(_triton_name(line))
-            total["bytes accessed"] += float(est["bytes accessed"]) if est and "bytes accessed" in est \
-                else _io_bytes(line, shapes)
+            total["bytes accessed"] += (
+                float(est["bytes accessed"]) if est and "bytes accessed" in est else _io_bytes(line, shapes)
+            )
             if est:
                 total["flops"] += float(est.get("flops", 0))
                 total["transcendentals"] += float(est.get("transcendentals", 0))
@@ -207,12 +213,18 @@ def _collective_bytes(module: _Module, name: str, devices: int) -> tuple[float, 
     if devices <= 1:
         return 0.0, 0.0
     found = collectives(module, name)
-    return (sum(c.arriving_bytes(devices) for c in found),
-            sum(c.arriving_bytes(devices) for c in found if not c.hidden))
+    return (
+        sum(c.arriving_bytes(devices) for c in found),
+        sum(c.arriving_bytes(devices) for c in found if not c.hidden),
+    )
 
 
-def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset(),
-                    estimates: Mapping[str, Mapping[str, float]] | None = None) -> tuple[dict[str, float], int]:
+def _kernels_within(
+    module: _Module,
+    name: str,
+    seen: frozenset = frozenset(),
+    estimates: Mapping[str, Mapping[str, float]] | None = None,
+) -> tuple[dict[str, float], int]:
     """Pallas estimates in ``name`` and the computations it calls outright (loops excluded)."""
     total, n = _kernel_costs(module, name, estimates)
     for callee in module.callees(name) - seen - {name}:
@@ -223,14 +235,20 @@ def _kernels_within(module: _Module, name: str, seen: frozenset = frozenset(),
     return total, n
 
 
-def run_cost(hlo_text: str, client: Client | None = None, *, devices: int = 1,
-             kernel_estimates: Mapping[str, Mapping[str, float]] | None = None) -> RunCost:
+def run_cost(
+    hlo_text: str,
+    client: Client | None = None,
+    *,
+    devices: int = 1,
+    kernel_estimates: Mapping[str, Mapping[str, float]] | None = None,
+) -> RunCost:
     """Trip-weighted cost of a compiled module's HLO text (``compiled.as_text()``), and the bytes
     its collectives bring to each of ``devices`` devices (hidden or exposed by the schedule).
     ``kernel_estimates``: one call's cost, by kernel name, for kernels with no estimate in the program."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
     from jax._src.lib import xla_client
+
     # jaxlib ships no stub for its private _hlo extension (the HLO text parser), only the module itself
     from jaxlib import _hlo  # type: ignore[attr-defined]
 
@@ -276,5 +294,12 @@ def run_cost(hlo_text: str, client: Client | None = None, *, devices: int = 1,
         return cost
 
     total = full(module.entry)
-    return RunCost(total["flops"], total["bytes accessed"], total["transcendentals"], loops, kernels,
-                   total["collective bytes"], total["exposed collective bytes"])
+    return RunCost(
+        total["flops"],
+        total["bytes accessed"],
+        total["transcendentals"],
+        loops,
+        kernels,
+        total["collective bytes"],
+        total["exposed collective bytes"],
+    )

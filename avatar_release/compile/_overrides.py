@@ -85,7 +85,8 @@ def _coerce(key: str, text: str, hint: Any, current: Any) -> Any:
         if target not in (bool, int, float, str):
             raise InputError(f"--set {key}: field of type {target.__name__} cannot be set from the command line")
     kind = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}.get(
-        target.__name__, f"a {target.__name__}")
+        target.__name__, f"a {target.__name__}"
+    )
     raise InputError(f"--set {key}={text}: expected {kind} (current value {current!r})")
 
 
@@ -112,8 +113,9 @@ def apply_overrides(config: _Config, overrides: dict[str, str]) -> tuple[_Config
             config = _apply_one(config, key.split("."), key, text)
         except KeyError:
             keys = override_keys(config)
-            raise InputError(f"--set {key}: unknown key{did_you_mean(key, keys)}; settable keys are: "
-                             f"{', '.join(keys)}") from None
+            raise InputError(
+                f"--set {key}: unknown key{did_you_mean(key, keys)}; settable keys are: {', '.join(keys)}"
+            ) from None
         except ValueError as e:  # the config's own constraints, checked as it is rebuilt
             raise InputError(f"--set {key}={text}: {e}") from None
         value = config

@@ -46,8 +46,14 @@ from ._plan import ABSTRACT_WEIGHTS, BuildPlan
 from ._stage import CompiledStage
 from ._weights import WEIGHT_CHUNKING, chunk_table_digest, pack_chunks
 
-__all__ = ["EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE", "NOISE_RECIPES", "ExecutableReport", "Package",
-           "package_build"]
+__all__ = [
+    "EXECUTABLE_MEDIA_TYPE",
+    "WEIGHTS_MEDIA_TYPE",
+    "NOISE_RECIPES",
+    "ExecutableReport",
+    "Package",
+    "package_build",
+]
 
 EXECUTABLE_MEDIA_TYPE = "application/vnd.avatar-release.executable.v1+zstd"
 WEIGHTS_MEDIA_TYPE = "application/vnd.avatar-release.weights.safetensors.v1+zstd"
@@ -76,8 +82,14 @@ class Package:
     reports: list[ExecutableReport]  # one per executable, in stage x bucket order
 
 
-def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Callable[[str], None], *,
-                  autotune: AutotunePlan | None = None, weight_compression: str = "none") -> Package:
+def package_build(
+    plan: BuildPlan,
+    compiled: list[CompiledStage],
+    progress: Callable[[str], None],
+    *,
+    autotune: AutotunePlan | None = None,
+    weight_compression: str = "none",
+) -> Package:
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     blobs: dict[str, bytes] = {}
     weights = _weights_record(plan, blobs, weight_compression)
@@ -88,8 +100,14 @@ def package_build(plan: BuildPlan, compiled: list[CompiledStage], progress: Call
         entries.append(_executable_entry(cs, z, plan.executable_format))
         p, ev = cs.plan, cs.evidence
         reports.append(
-            ExecutableReport(p.stage + "/" + p.bucket, len(cs.payload), len(z),
-                             round(ev.trace_seconds, 3), round(ev.lower_seconds, 3), round(ev.compile_seconds, 3))
+            ExecutableReport(
+                p.stage + "/" + p.bucket,
+                len(cs.payload),
+                len(z),
+                round(ev.trace_seconds, 3),
+                round(ev.lower_seconds, 3),
+                round(ev.compile_seconds, 3),
+            )
         )
     fit = _check_fit(plan, entries, progress)
     tuned = _autotune(plan, compiled, autotune, cctx, blobs)
@@ -120,8 +138,14 @@ def _abstract_weights(plan: BuildPlan) -> WeightsRecord:
     params = {p.name: p for sp in plan.stages for p in sp.params}  # buckets of a stage share its weights
     shapes = [(k, list(p.shape), p.dtype) for k, p in sorted(params.items())]
     size = sum(math.prod(shape) * itemsize(dtype) for _, shape, dtype in shapes)
-    return WeightsRecord(blob=None, raw_size=size, raw_digest=sha256_digest(canonical_json(shapes)),
-                         tensors=len(shapes), source=ABSTRACT_WEIGHTS, materialized=False)
+    return WeightsRecord(
+        blob=None,
+        raw_size=size,
+        raw_digest=sha256_digest(canonical_json(shapes)),
+        tensors=len(shapes),
+        source=ABSTRACT_WEIGHTS,
+        materialized=False,
+    )
 
 
 def _executable_entry(cs: CompiledStage, z: bytes, executable_format: str) -> ExecutableEntry:
@@ -142,19 +166,24 @@ def _executable_entry(cs: CompiledStage, z: bytes, executable_format: str) -> Ex
     )
 
 
-def _check_fit(plan: BuildPlan, entries: list[ExecutableEntry],
-               progress: Callable[[str], None]) -> MemoryFit | None:
+def _check_fit(plan: BuildPlan, entries: list[ExecutableEntry], progress: Callable[[str], None]) -> MemoryFit | None:
     """None when the target declares no per-device capacity; DoesNotFit when over it."""
     tgt = plan.target
     if not tgt.hbm_bytes_per_device:
         return None
     fit = memory_fit(entries, tgt.hbm_bytes_per_device, tgt.device_count, tgt.weight_sharding)
-    progress(f"memory per device: {_gib(fit.total_bytes)} of {_gib(fit.capacity_bytes)} "
-             f"(weights {_gib(fit.weights_bytes)}, {tgt.weight_sharding}; "
-             f"peak working set {_gib(fit.peak_working_bytes)} in {fit.peak_stage})")
+    progress(
+        f"memory per device: {_gib(fit.total_bytes)} of {_gib(fit.capacity_bytes)} "
+        f"(weights {_gib(fit.weights_bytes)}, {tgt.weight_sharding}; "
+        f"peak working set {_gib(fit.peak_working_bytes)} in {fit.peak_stage})"
+    )
     if not fit.fits:
-        replaced = [f"{sp.stage} {r.kernel}: {r.requested} was asked for, {r.used} runs ({r.reason})"
-                    for sp in plan.stages for r in sp.routes.values() if r.used != r.requested and r.reason]
+        replaced = [
+            f"{sp.stage} {r.kernel}: {r.requested} was asked for, {r.used} runs ({r.reason})"
+            for sp in plan.stages
+            for r in sp.routes.values()
+            if r.used != r.requested and r.reason
+        ]
         raise DoesNotFit(_does_not_fit(plan.spec.name, tgt, fit, entries, sorted(set(replaced))), fit)
     return fit
 
@@ -163,28 +192,38 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
-def _does_not_fit(pipeline: str, tgt: TargetSpec, fit: MemoryFit, entries: list[ExecutableEntry],
-                  replaced: list[str] | None = None) -> str:
+def _does_not_fit(
+    pipeline: str, tgt: TargetSpec, fit: MemoryFit, entries: list[ExecutableEntry], replaced: list[str] | None = None
+) -> str:
     peak = next(e for e in entries if e.key == fit.peak_stage)
     m = peak.memory
     parts = ", ".join(f"{k.removesuffix('_size')} {_gib(v)}" for k, v in m.items() if v)
     fixes = []
     if tgt.weight_sharding != "fsdp":
-        fixes.append("shard the weights (a target with weight_sharding = \"fsdp\")")
+        fixes.append('shard the weights (a target with weight_sharding = "fsdp")')
     fixes += ["a smaller bucket (fewer frames per chunk)"]
     if replaced:  # the pipeline asked for a kernel this target cannot compile (its kernel_routes)
         fixes.append(f"a kernel for {tgt.platform} where the pipeline routed around one: {'; '.join(replaced)}")
     else:
-        fixes.append("the frame-aligned attention kernel (--set attention_kernel=blocksparse) instead of dense attention")
-    return (f"{pipeline} does not fit {tgt.name}: it needs {_gib(fit.total_bytes)} per device, the device has "
-            f"{_gib(fit.capacity_bytes)} (over by {_gib(fit.total_bytes - fit.capacity_bytes)}). Resident weights "
-            f"of all stages: {_gib(fit.weights_bytes)} ({fit.weight_sharding}); largest working set: "
-            f"{_gib(fit.peak_working_bytes)} in {fit.peak_stage} (XLA memory_analysis: {parts}). "
-            f"Nothing was published. Options: {'; '.join(fixes)}")
+        fixes.append(
+            "the frame-aligned attention kernel (--set attention_kernel=blocksparse) instead of dense attention"
+        )
+    return (
+        f"{pipeline} does not fit {tgt.name}: it needs {_gib(fit.total_bytes)} per device, the device has "
+        f"{_gib(fit.capacity_bytes)} (over by {_gib(fit.total_bytes - fit.capacity_bytes)}). Resident weights "
+        f"of all stages: {_gib(fit.weights_bytes)} ({fit.weight_sharding}); largest working set: "
+        f"{_gib(fit.peak_working_bytes)} in {fit.peak_stage} (XLA memory_analysis: {parts}). "
+        f"Nothing was published. Options: {'; '.join(fixes)}"
+    )
 
 
-def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableEntry],
-              fit: MemoryFit | None, autotune: AutotuneRecord | None = None) -> Manifest:
+def _manifest(
+    plan: BuildPlan,
+    weights: WeightsRecord,
+    entries: list[ExecutableEntry],
+    fit: MemoryFit | None,
+    autotune: AutotuneRecord | None = None,
+) -> Manifest:
     spec, tgt, flags, config = plan.spec, plan.target, plan.flags, plan.config
     flags_rec = FlagProfileRecord(
         name=flags.name,
@@ -200,12 +239,20 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
     program = _program(plan)
     # The identity: a hash over everything that changes the binary or its output (records/identity.py).
     identity = identity_digest(
-        pipeline=spec.name, entry=spec.entry, config=config_doc, overrides=plan.overrides, source=src,
-        weights=weights.raw_digest, target=tgt.name, flags=identity_flags(flags_rec, BUILD_SCHEMA_VERSION),
-        jax=tools.jax, jaxlib=tools.jaxlib,
+        pipeline=spec.name,
+        entry=spec.entry,
+        config=config_doc,
+        overrides=plan.overrides,
+        source=src,
+        weights=weights.raw_digest,
+        target=tgt.name,
+        flags=identity_flags(flags_rec, BUILD_SCHEMA_VERSION),
+        jax=tools.jax,
+        jaxlib=tools.jaxlib,
         platform=plan.platform.model_dump(mode="json"),
         executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in entries],
-        noise=NOISE_RECIPES[spec.noise], autotune_results=autotune.results if autotune else None,
+        noise=NOISE_RECIPES[spec.noise],
+        autotune_results=autotune.results if autotune else None,
     )
     manifest = Manifest(
         build_id=build_id_for(spec.name, tgt.name, identity),
@@ -223,23 +270,32 @@ def _manifest(plan: BuildPlan, weights: WeightsRecord, entries: list[ExecutableE
         toolchain=tools,
         platform=plan.platform,
         # height x width: the delivered video's; 1 x 1 for audio or tensors (the fields must be positive)
-        buckets=[Bucket(name=b.name, frames=b.frames, height=max(program.height, 1),
-                       width=max(program.width, 1)) for b in spec.buckets],
+        buckets=[
+            Bucket(name=b.name, frames=b.frames, height=max(program.height, 1), width=max(program.width, 1))
+            for b in spec.buckets
+        ],
         program=program,
         executables=entries,
         memory_fit=fit,
         levers={k: LeverRecord(effect=v.effect, note=v.note) for k, v in sorted(plan.pipeline.levers.items())},
-        gate_requests=GateRequestsRecord(images=list(plan.pipeline.gate_requests.images),
-                                         audio=list(plan.pipeline.gate_requests.audio),
-                                         seed=plan.pipeline.gate_requests.seed),
+        gate_requests=GateRequestsRecord(
+            images=list(plan.pipeline.gate_requests.images),
+            audio=list(plan.pipeline.gate_requests.audio),
+            seed=plan.pipeline.gate_requests.seed,
+        ),
         autotune=autotune,
         kernel_routes=_kernel_routes(plan),
     )
     return manifest.model_copy(update={"seal": manifest_seal(manifest)})
 
 
-def _autotune(plan: BuildPlan, compiled: list[CompiledStage], autotune: AutotunePlan | None,
-              cctx: zstandard.ZstdCompressor, blobs: dict[str, bytes]) -> AutotuneRecord | None:
+def _autotune(
+    plan: BuildPlan,
+    compiled: list[CompiledStage],
+    autotune: AutotunePlan | None,
+    cctx: zstandard.ZstdCompressor,
+    blobs: dict[str, bytes],
+) -> AutotuneRecord | None:
     """GPU builds: what XLA:GPU chose without measuring (compile/_autotune.py), and the autotune
     results the compile loaded, kept as a blob; None elsewhere."""
     if plan.target.platform != "gpu" or plan.executable_format != "xla-executable":
@@ -251,8 +307,13 @@ def _autotune(plan: BuildPlan, compiled: list[CompiledStage], autotune: Autotune
         z = cctx.compress(results.text)
         blobs[sha256_digest(z)] = z
         ref = BlobRef(digest=sha256_digest(z), size=len(z), media_type=RESULTS_MEDIA_TYPE)
-    return autotune_record(hlos, options, deviceless=plan.platform.platform_version.startswith("topology:"),
-                           results=results, results_blob=ref)
+    return autotune_record(
+        hlos,
+        options,
+        deviceless=plan.platform.platform_version.startswith("topology:"),
+        results=results,
+        results_blob=ref,
+    )
 
 
 def _kernel_routes(plan: BuildPlan) -> dict[str, list[KernelRouteRecord]] | None:
@@ -260,10 +321,17 @@ def _kernel_routes(plan: BuildPlan) -> dict[str, list[KernelRouteRecord]] | None
     routes = {}
     for sp in plan.stages:  # buckets of a stage share one declaration
         if sp.routes and sp.stage not in routes:
-            routes[sp.stage] = [KernelRouteRecord(kernel=r.kernel, requested=r.requested, used=r.used, reason=r.reason,
-                                                  program_kernel=r.program_kernel,
-                                                  estimate=dict(r.estimate) if r.estimate else None)
-                                for _, r in sorted(sp.routes.items())]
+            routes[sp.stage] = [
+                KernelRouteRecord(
+                    kernel=r.kernel,
+                    requested=r.requested,
+                    used=r.used,
+                    reason=r.reason,
+                    program_kernel=r.program_kernel,
+                    estimate=dict(r.estimate) if r.estimate else None,
+                )
+                for _, r in sorted(sp.routes.items())
+            ]
     return routes or None
 
 
@@ -271,12 +339,20 @@ def _program(plan: BuildPlan) -> ChunkProgram:
     prog = plan.program
     image, audio, noise = prog.of_kind("image"), prog.of_kind("audio"), prog.of_kind("noise")
     d = prog.delivers
-    talking_head = ([(i.kind, i.required) for i in prog.inputs] == [("image", True), ("audio", True), ("noise", False)]
-                    and d.kind == "video")
+    talking_head = [(i.kind, i.required) for i in prog.inputs] == [
+        ("image", True),
+        ("audio", True),
+        ("noise", False),
+    ] and d.kind == "video"
     # The sizes the runtime works at: the video's (else the picture's) and the audio's (in or out).
     height, width = (d.height, d.width) if d.kind == "video" else (image.shape[0], image.shape[1]) if image else (0, 0)
-    sample_rate, spf = ((audio.sample_rate, audio.samples_per_frame) if audio else
-                        (d.sample_rate, d.samples_per_frame) if d.kind == "audio" else (0, 0))
+    sample_rate, spf = (
+        (audio.sample_rate, audio.samples_per_frame)
+        if audio
+        else (d.sample_rate, d.samples_per_frame)
+        if d.kind == "audio"
+        else (0, 0)
+    )
     return ChunkProgram(
         stages=list(plan.pipeline.stages),
         image_input=image.name if image else None,
@@ -291,11 +367,23 @@ def _program(plan: BuildPlan) -> ChunkProgram:
         height=height,
         width=width,
         # A talking head's manifest stays as it was (records/build.py): its declaration is derived.
-        inputs=None if talking_head else [
-            RequestInputRecord(name=i.name, kind=i.kind, required=i.required, shape=list(i.shape), dtype=i.dtype,
-                               sample_rate=i.sample_rate, samples_per_frame=i.samples_per_frame)
-            for i in prog.inputs],
-        delivers=None if talking_head else DeliveryRecord(kind=d.kind, outputs=list(d.outputs),
-                                                          sample_rate=d.sample_rate,
-                                                          samples_per_frame=d.samples_per_frame),
+        inputs=None
+        if talking_head
+        else [
+            RequestInputRecord(
+                name=i.name,
+                kind=i.kind,
+                required=i.required,
+                shape=list(i.shape),
+                dtype=i.dtype,
+                sample_rate=i.sample_rate,
+                samples_per_frame=i.samples_per_frame,
+            )
+            for i in prog.inputs
+        ],
+        delivers=None
+        if talking_head
+        else DeliveryRecord(
+            kind=d.kind, outputs=list(d.outputs), sample_rate=d.sample_rate, samples_per_frame=d.samples_per_frame
+        ),
     )

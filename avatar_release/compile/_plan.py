@@ -10,9 +10,11 @@ and one StagePlan per stage x bucket.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any
 
 import numpy as np
 
@@ -28,10 +30,10 @@ from ..pipeline import (
     TargetContext,
     author_error,
     calling,
+    check_request_program,
     defined_at,
     load_entry,
     project_source_digest,
-    check_request_program,
     request_program,
     returned,
     signature_of,
@@ -39,7 +41,14 @@ from ..pipeline import (
 )
 from ..records import ArraySpec, Platform
 from ..specs import (
-    FlagProfile, PipelineSpec, Project, TargetSpec, find_project, load_flag_profile, load_pipeline, load_target,
+    FlagProfile,
+    PipelineSpec,
+    Project,
+    TargetSpec,
+    find_project,
+    load_flag_profile,
+    load_pipeline,
+    load_target,
     target_description,
 )
 from ._devices import make_mesh, target_devices
@@ -111,8 +120,9 @@ def plan_build(
     with calling(where, f"configs[{spec.config!r}] (its __post_init__ or validate, with the overrides)", root):
         config, applied = apply_overrides(config, overrides)
     with calling(where, "chunk_program(config)", root):
-        program = request_program(returned(pipe.chunk_program(config), where, "chunk_program(config)"),
-                                  f"pipeline spec {spec.name}")
+        program = request_program(
+            returned(pipe.chunk_program(config), where, "chunk_program(config)"), f"pipeline spec {spec.name}"
+        )
     signatures = {b.name: signature_of(pipe, config, b.frames, where, root) for b in spec.buckets}
     for b in spec.buckets:
         check_request_program(f"pipeline spec {spec.name}, bucket {b.name}", program, signatures[b.name], b.frames)
@@ -129,17 +139,39 @@ def plan_build(
     stage_objs = {s: _stage_object(pipe, tree, s, where, root) for s in pipe.stages}
     host = None if weights_label == ABSTRACT_WEIGHTS else _host_tensors(stage_objs)
     n_tensors = 0 if host is None else len(host)
-    context = functools.partial(TargetContext, name=tgt.name, platform=tgt.platform, mesh=mesh,
-                                axis=tgt.mesh_axes[0], kernel_flags=dict(flags.kernel_flags))
+    context = functools.partial(
+        TargetContext,
+        name=tgt.name,
+        platform=tgt.platform,
+        mesh=mesh,
+        axis=tgt.mesh_axes[0],
+        kernel_flags=dict(flags.kernel_flags),
+    )
     stages = _stage_plans(pipe, config, stage_objs, spec, signatures, tgt, context, root)
-    return BuildPlan(spec=spec, target=tgt, flags=flags, executable_format=executable_format, platform=platform,
-                     mesh=mesh, pipeline=pipe, project=project, source_digest=project_source_digest(pipe, spec, project),
-                     config=config, overrides=applied, program=program, tree=tree, weights_label=weights_label,
-                     weight_tensors=host, weights_tensors=n_tensors, stages=stages)
+    return BuildPlan(
+        spec=spec,
+        target=tgt,
+        flags=flags,
+        executable_format=executable_format,
+        platform=platform,
+        mesh=mesh,
+        pipeline=pipe,
+        project=project,
+        source_digest=project_source_digest(pipe, spec, project),
+        config=config,
+        overrides=applied,
+        program=program,
+        tree=tree,
+        weights_label=weights_label,
+        weight_tensors=host,
+        weights_tensors=n_tensors,
+        stages=stages,
+    )
 
 
-def _load_tree(pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: str | None,
-               root: Path | None = None) -> tuple[Any, str]:
+def _load_tree(
+    pipe: Pipeline, spec: PipelineSpec, config: Any, weights_path: str | None, root: Path | None = None
+) -> tuple[Any, str]:
     where = f"pipeline spec {spec.name}"
     if spec.weights.source == "abstract" and weights_path is None:
         # Shapes only: the module tree lives on the meta device and no value is ever computed.
@@ -173,8 +205,10 @@ def _stage_object(pipe: Pipeline, tree: Any, stage: str, where: str, root: Path 
         import torch  # the compile extra's: a stage that is no JaxStage is a torch module
 
         if not isinstance(obj, torch.nn.Module):
-            raise ContractError(f"{where}: {member} must return a torch.nn.Module or a JaxStage, got "
-                                f"{type(obj).__name__}. The pipeline contract: {CONTRACT_PAGE}")
+            raise ContractError(
+                f"{where}: {member} must return a torch.nn.Module or a JaxStage, got "
+                f"{type(obj).__name__}. The pipeline contract: {CONTRACT_PAGE}"
+            )
     return obj
 
 
@@ -186,7 +220,9 @@ def _host_tensors(stage_objs: dict[str, Any]) -> list[HostTensor]:
         if isinstance(obj, JaxStage):
             for k, v in obj.params.items():
                 a = np.ascontiguousarray(np.asarray(v))
-                out.append(HostTensor(f"{stage}.{k}", dtype_name(a.dtype), tuple(a.shape), a.reshape(-1).view(np.uint8)))
+                out.append(
+                    HostTensor(f"{stage}.{k}", dtype_name(a.dtype), tuple(a.shape), a.reshape(-1).view(np.uint8))
+                )
         else:
             import torch  # the compile extra's: the pipeline's stages are torch modules
 
@@ -197,9 +233,16 @@ def _host_tensors(stage_objs: dict[str, Any]) -> list[HostTensor]:
     return out
 
 
-def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: PipelineSpec,
-                 signatures: dict[str, dict[str, StageSignature]], tgt: TargetSpec,
-                 context: Callable[..., TargetContext], root: Path | None = None) -> list[StagePlan]:
+def _stage_plans(
+    pipe: Pipeline,
+    config: Any,
+    stage_objs: dict[str, Any],
+    spec: PipelineSpec,
+    signatures: dict[str, dict[str, StageSignature]],
+    tgt: TargetSpec,
+    context: Callable[..., TargetContext],
+    root: Path | None = None,
+) -> list[StagePlan]:
     axis, size = tgt.mesh_axes[0], tgt.mesh_shape[0]
     where, signature_at = f"pipeline spec {spec.name}", defined_at(pipe.signature, root)
     plans = []
@@ -209,22 +252,31 @@ def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: 
         try:
             shard = tgt.weight_sharding == "fsdp" and weight_layout_of(obj) == "sharded"
         except ValueError as e:
-            raise ContractError(f"pipeline spec {spec.name}: stage {stage}: {e}. The pipeline contract: "
-                                f"{CONTRACT_PAGE} (layout hints)") from None
+            raise ContractError(
+                f"pipeline spec {spec.name}: stage {stage}: {e}. The pipeline contract: {CONTRACT_PAGE} (layout hints)"
+            ) from None
 
         def weight_spec(shape: tuple[int, ...], shard: bool = shard) -> list[str | None]:
             return fsdp_spec(shape, axis, size) if shard else [None] * len(shape)
 
         states, jax_func = stage_function(obj)
         keys = sorted(states)
-        params = [ArraySpec(name=f"{stage}.{k}", shape=list(states[k][0]), dtype=dtype_name(states[k][1]),
-                            sharding=weight_spec(tuple(states[k][0]))) for k in keys]
+        params = [
+            ArraySpec(
+                name=f"{stage}.{k}",
+                shape=list(states[k][0]),
+                dtype=dtype_name(states[k][1]),
+                sharding=weight_spec(tuple(states[k][0])),
+            )
+            for k in keys
+        ]
 
         routes: dict[str, Any] = {}  # what the pipeline declares while tracing the stage (every bucket)
 
-        def trace(stage: str = stage, routes: dict[str, Any] = routes) -> ContextManager[Any]:
-            return returned(pipe.trace_context(config, context(stage=stage, routes=routes)), where,
-                            "trace_context(config, target)")
+        def trace(stage: str = stage, routes: dict[str, Any] = routes) -> AbstractContextManager[Any]:
+            return returned(
+                pipe.trace_context(config, context(stage=stage, routes=routes)), where, "trace_context(config, target)"
+            )
 
         for b in spec.buckets:
             sig = signatures[b.name][stage]
@@ -232,17 +284,29 @@ def _stage_plans(pipe: Pipeline, config: Any, stage_objs: dict[str, Any], spec: 
             # (leading dim over the mesh axis when it divides): one stage's outputs are then
             # exactly the next stage's inputs, so serving never needs a resharding program,
             # and each device works on its slice instead of all of it.
-            plans.append(StagePlan(
-                stage=stage, bucket=b.name, jax_func=jax_func, params=params, param_keys=keys,
-                inputs=[ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size))
-                        for t in sig.inputs],
-                outputs=[ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size))
-                         for t in sig.outputs],
-                trace_context=trace,
-                routes=routes,
-                where=where,
-                signature_at=signature_at,
-            ))
+            plans.append(
+                StagePlan(
+                    stage=stage,
+                    bucket=b.name,
+                    jax_func=jax_func,
+                    params=params,
+                    param_keys=keys,
+                    inputs=[
+                        ArraySpec(
+                            name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size)
+                        )
+                        for t in sig.inputs
+                    ],
+                    outputs=[
+                        ArraySpec(
+                            name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size)
+                        )
+                        for t in sig.outputs
+                    ],
+                    trace_context=trace,
+                    routes=routes,
+                    where=where,
+                    signature_at=signature_at,
+                )
+            )
     return plans
-
-

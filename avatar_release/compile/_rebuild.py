@@ -6,8 +6,9 @@ serialized bytes are not), so those, the weights digest and the identity are com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import CompileError, IntegrityError
 from ..records import Manifest
@@ -23,9 +24,13 @@ __all__ = ["RebuildReport", "rebuild", "rebuild_manifest", "build_inputs", "kept
 def build_inputs(m: Manifest) -> dict[str, Any]:
     """What compiling ``m`` again takes: its pipeline, target, weights source and overrides."""
     source = m.weights.source
-    return {"pipeline": m.pipeline, "target": m.target, "overrides": {k: str(v) for k, v in m.overrides.items()},
-            "weights_path": None if source.startswith(("init:", "abstract")) else source,
-            "weight_compression": m.weights.compression or "none"}
+    return {
+        "pipeline": m.pipeline,
+        "target": m.target,
+        "overrides": {k: str(v) for k, v in m.overrides.items()},
+        "weights_path": None if source.startswith(("init:", "abstract")) else source,
+        "weight_compression": m.weights.compression or "none",
+    }
 
 
 def kept_autotune(registry: Registry, m: Manifest) -> AutotunePlan | None:
@@ -50,20 +55,26 @@ class RebuildReport:
     differences: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"build_id": self.build_id, "rebuilt_id": self.rebuilt_id, "identical": self.identical,
-                "differences": self.differences}
+        return {
+            "build_id": self.build_id,
+            "rebuilt_id": self.rebuilt_id,
+            "identical": self.identical,
+            "differences": self.differences,
+        }
 
 
 def rebuild(ref: str, registry: Registry, *, progress: Callable[[str], None] = lambda msg: None) -> RebuildReport:
     return rebuild_manifest(ref, registry, progress=progress)[0]
 
 
-def rebuild_manifest(ref: str, registry: Registry, *,
-                     progress: Callable[[str], None] = lambda msg: None) -> tuple[RebuildReport, Manifest]:
+def rebuild_manifest(
+    ref: str, registry: Registry, *, progress: Callable[[str], None] = lambda msg: None
+) -> tuple[RebuildReport, Manifest]:
     """(report, the rebuilt manifest): recompile without publishing, and compare."""
     _, m = read_manifest(registry, ref)
-    again = compile_build(**build_inputs(m), registry=registry, autotune=kept_autotune(registry, m), publish=False,
-                          progress=progress).manifest
+    again = compile_build(
+        **build_inputs(m), registry=registry, autotune=kept_autotune(registry, m), publish=False, progress=progress
+    ).manifest
     if again is None:  # compile_build always packages one; None here is a compiler fault, not a difference
         raise CompileError(f"rebuild of {ref}: the compile returned no manifest to compare")
     diffs: list[dict] = []

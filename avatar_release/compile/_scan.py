@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ..pipeline import block_runner, stationary_params
 
@@ -31,8 +32,9 @@ if TYPE_CHECKING:  # only for annotations: torch and JAX load only while tracing
 __all__ = ["scanned_blocks"]
 
 
-def _scan(blocks: Sequence[torch.nn.Module], x: torch.Tensor, *args: torch.Tensor,
-          mesh: Mesh | None = None) -> torch.Tensor:
+def _scan(
+    blocks: Sequence[torch.nn.Module], x: torch.Tensor, *args: torch.Tensor, mesh: Mesh | None = None
+) -> torch.Tensor:
     # Lazy (compile extra): torch and torchax load only while tracing a PyTorch stage.
     import jax
     import jax.numpy as jnp
@@ -47,8 +49,10 @@ def _scan(blocks: Sequence[torch.nn.Module], x: torch.Tensor, *args: torch.Tenso
     per_block = [dict(b.named_parameters()) for b in blocks]
     for i, params in enumerate(per_block):
         if list(params) != names:
-            raise ValueError(f"block {i} of the stack has parameters {list(params)[:4]}..., block 0 has "
-                             f"{names[:4]}...: only identical blocks can be scanned")
+            raise ValueError(
+                f"block {i} of the stack has parameters {list(params)[:4]}..., block 0 has "
+                f"{names[:4]}...: only identical blocks can be scanned"
+            )
     stacked = {n: jnp.stack([interop.jax_view(p[n]) for p in per_block]) for n in names}
     const = interop.jax_view(args)
 
@@ -57,11 +61,13 @@ def _scan(blocks: Sequence[torch.nn.Module], x: torch.Tensor, *args: torch.Tenso
     def body(h: jax.Array, params: dict[str, jax.Array]) -> tuple[jax.Array, None]:
         if mesh is not None and mesh.size > 1:  # FSDP: this layer's weights gathered whole, here
             whole = NamedSharding(mesh, PartitionSpec())
-            params = {n: p if n in stationary else jax.lax.with_sharding_constraint(p, whole)
-                      for n, p in params.items()}
+            params = {
+                n: p if n in stationary else jax.lax.with_sharding_constraint(p, whole) for n, p in params.items()
+            }
         with env:
-            out = torch.func.functional_call(first, interop.torch_view(params),
-                                             (interop.torch_view(h), *interop.torch_view(const)))
+            out = torch.func.functional_call(
+                first, interop.torch_view(params), (interop.torch_view(h), *interop.torch_view(const))
+            )
         return interop.jax_view(out), None
 
     out, _ = jax.lax.scan(body, interop.jax_view(x), stacked)

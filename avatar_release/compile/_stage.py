@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any
 
 from .._digest import sha256_digest
 from .._dtypes import dtype_name, np_dtype
@@ -28,8 +30,16 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
     from jax.stages import Compiled
     from jax.tree_util import PyTreeDef
 
-__all__ = ["StagePlan", "LoweredStage", "CompiledStage", "fsdp_spec", "lower_stage", "compile_stage", "shared_stage",
-           "check_outputs"]
+__all__ = [
+    "StagePlan",
+    "LoweredStage",
+    "CompiledStage",
+    "fsdp_spec",
+    "lower_stage",
+    "compile_stage",
+    "shared_stage",
+    "check_outputs",
+]
 
 
 def fsdp_spec(shape: tuple[int, ...], axis: str, size: int) -> list[str | None]:
@@ -50,7 +60,7 @@ class StagePlan:
     outputs: list[ArraySpec]
     # () -> the pipeline's trace context for this stage (its kernel routing for the target):
     # entered around every trace of the stage.
-    trace_context: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    trace_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
     # The kernel routes the pipeline declares in that context (pipeline.KernelRoute by kernel name),
     # shared by the stage's buckets; the manifest's kernel_routes.
     routes: dict[str, Any] = field(default_factory=dict)
@@ -86,8 +96,9 @@ def _sharding(mesh: Mesh, spec: list[str | None]) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
-def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False,
-                project_root: str | os.PathLike | None = None) -> LoweredStage:
+def lower_stage(
+    plan: StagePlan, mesh: Mesh, *, export: bool = False, project_root: str | os.PathLike | None = None
+) -> LoweredStage:
     """Trace and lower ``plan`` (and export it, with ``export``) with portable source locations:
     file names relative to ``project_root`` or an import root (_locations.py), so the program, and
     the build id, are the same from any folder, user and machine."""
@@ -126,13 +137,18 @@ def lower_stage(plan: StagePlan, mesh: Mesh, *, export: bool = False,
         raise
     except Exception as e:  # noqa: BLE001
         if author_frame(e, project_root) is not None:  # raised in the pipeline's code: its author's to fix
-            raise author_error(e, plan.where or "pipeline", f"stage(tree, {plan.stage!r}) (bucket {plan.bucket}), "
-                               "while traced,", project_root) from e
+            raise author_error(
+                e,
+                plan.where or "pipeline",
+                f"stage(tree, {plan.stage!r}) (bucket {plan.bucket}), while traced,",
+                project_root,
+            ) from e
         raise CompileError(
             f"stage {plan.stage}/{plan.bucket}: tracing or lowering failed: {type(e).__name__}: {str(e)[:500]}"
         ) from e
-    return LoweredStage(plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr), mesh.size,
-                        pallas_kernels(traced.jaxpr))
+    return LoweredStage(
+        plan, lowered, t1 - t0, t2 - t1, exported, loop_scale(traced.jaxpr), mesh.size, pallas_kernels(traced.jaxpr)
+    )
 
 
 def check_outputs(plan: StagePlan, outputs: tuple[Any, ...]) -> None:
@@ -142,11 +158,15 @@ def check_outputs(plan: StagePlan, outputs: tuple[Any, ...]) -> None:
     where, page = _where(plan), _PAGE
     if len(outputs) != len(declared):
         traced = ", ".join(_aval(o) for o in outputs)
-        raise ContractError(f"{where}: declares {len(declared)} outputs ({', '.join(s.name for s in declared)}), "
-                            f"the traced program returns {len(outputs)} ({traced}). {page}")
-    wrong = [f"output {s.name!r} is declared {_spec(s.shape, s.dtype)}, traced {_aval(o)}"
-             for s, o in zip(declared, outputs)
-             if _aval(o) != _spec(s.shape, s.dtype)]
+        raise ContractError(
+            f"{where}: declares {len(declared)} outputs ({', '.join(s.name for s in declared)}), "
+            f"the traced program returns {len(outputs)} ({traced}). {page}"
+        )
+    wrong = [
+        f"output {s.name!r} is declared {_spec(s.shape, s.dtype)}, traced {_aval(o)}"
+        for s, o in zip(declared, outputs)
+        if _aval(o) != _spec(s.shape, s.dtype)
+    ]
     if wrong:
         raise ContractError(f"{where}: {'; '.join(wrong)}. {page}")
 
@@ -184,8 +204,7 @@ def _fingerprint(executable: Compiled) -> str | None:
     return raw.decode() if isinstance(raw, bytes) else (str(raw) if raw is not None else None)
 
 
-def _loaded_fingerprint(compiled: Compiled, payload: bytes, in_tree: PyTreeDef,
-                        out_tree: PyTreeDef) -> str | None:
+def _loaded_fingerprint(compiled: Compiled, payload: bytes, in_tree: PyTreeDef, out_tree: PyTreeDef) -> str | None:
     """The fingerprint a loader will see: that of ``payload`` deserialized (never run).
 
     Not ``compiled``'s own: XLA:CPU rewrites the HLO's stack-frame metadata when it serializes,
@@ -200,8 +219,9 @@ def _loaded_fingerprint(compiled: Compiled, payload: bytes, in_tree: PyTreeDef,
     if runtime is None or _fingerprint(compiled) is None:  # (a runtime executable is what has the fingerprint)
         return None
     try:  # our own bytes, just produced in this process: jax's unrestricted loader is fine here
-        loaded = deserialize_and_load(payload, in_tree, out_tree, backend=runtime.client,
-                                      execution_devices=runtime.local_devices())
+        loaded = deserialize_and_load(
+            payload, in_tree, out_tree, backend=runtime.client, execution_devices=runtime.local_devices()
+        )
     except Exception:  # noqa: BLE001 - a backend that cannot load what it compiled: no fingerprint to check
         return None
     return _fingerprint(loaded)
@@ -250,9 +270,13 @@ def compile_stage(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compile
 def shared_stage(ls: LoweredStage, compiled: CompiledStage) -> CompiledStage:
     """``ls`` as the executable ``compiled`` already is (the same program, _share.py): its blob and
     evidence, with ``ls``'s own trace and lower times and no compile time of its own."""
-    evidence = compiled.evidence.model_copy(update={
-        "trace_seconds": round(ls.trace_seconds, 4), "lower_seconds": round(ls.lower_seconds, 4),
-        "compile_seconds": 0.0})
+    evidence = compiled.evidence.model_copy(
+        update={
+            "trace_seconds": round(ls.trace_seconds, 4),
+            "lower_seconds": round(ls.lower_seconds, 4),
+            "compile_seconds": 0.0,
+        }
+    )
     return CompiledStage(plan=ls.plan, payload=compiled.payload, evidence=evidence, compiled=compiled.compiled)
 
 
@@ -274,9 +298,11 @@ def _xla_compile(ls: LoweredStage, compiler_options: dict[str, Any]) -> Compiled
         if "No such compile option" in msg:
             hint = " — the flag profile names an option this XLA does not know; fix or remove it in manifests/flags/"
         elif "autotune_cache_hit_required" in msg or "Failed to get configs for" in msg:
-            hint = (" — the autotune results lack a config for this program (measured for other programs, another "
-                    "GPU or another XLA?): measure them again on the build's GPUs (avatar-release autotune BUILD "
-                    "there), or accept XLA's defaults for what is missing (--allow-incomplete)")
+            hint = (
+                " — the autotune results lack a config for this program (measured for other programs, another "
+                "GPU or another XLA?): measure them again on the build's GPUs (avatar-release autotune BUILD "
+                "there), or accept XLA's defaults for what is missing (--allow-incomplete)"
+            )
         raise CompileError(f"stage {plan.stage}/{plan.bucket}: XLA compile failed: {msg[:500]}{hint}") from None
 
 
@@ -297,8 +323,13 @@ def _xla_memory(compiled: Compiled) -> dict[str, int]:
     memory: dict[str, int] = {}
     try:
         ma = compiled.memory_analysis()
-        for name in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
-                     "alias_size_in_bytes", "generated_code_size_in_bytes"):
+        for name in (
+            "argument_size_in_bytes",
+            "output_size_in_bytes",
+            "temp_size_in_bytes",
+            "alias_size_in_bytes",
+            "generated_code_size_in_bytes",
+        ):
             if hasattr(ma, name):
                 memory[name.removesuffix("_in_bytes")] = int(getattr(ma, name))
     except Exception:  # noqa: BLE001

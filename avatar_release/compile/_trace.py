@@ -9,7 +9,8 @@ parameter's name, shape and dtype: the values are arguments of the compiled exec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..pipeline import JaxStage
 from ._outputs import unpack

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import CompileError, InputError
 from ..records import Manifest, check_identity
@@ -51,18 +52,33 @@ class AutotuneReport:
     wall_seconds: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"build_id": self.build_id, "tuned_id": self.tuned_id, "digest": self.digest, "created": self.created,
-                "measured_on": self.measured_on, "results": self.results.digest,
-                "results_entries": self.results.entries, "results_size": len(self.results.text),
-                "complete_required": self.complete_required,
-                "convolutions_at_run_time": {"before": self.convolutions_at_run_time[0],
-                                             "after": self.convolutions_at_run_time[1]},
-                "wall_seconds": round(self.wall_seconds, 3)}
+        return {
+            "build_id": self.build_id,
+            "tuned_id": self.tuned_id,
+            "digest": self.digest,
+            "created": self.created,
+            "measured_on": self.measured_on,
+            "results": self.results.digest,
+            "results_entries": self.results.entries,
+            "results_size": len(self.results.text),
+            "complete_required": self.complete_required,
+            "convolutions_at_run_time": {
+                "before": self.convolutions_at_run_time[0],
+                "after": self.convolutions_at_run_time[1],
+            },
+            "wall_seconds": round(self.wall_seconds, 3),
+        }
 
 
-def autotune_build(ref: str, registry: Registry, *, results: AutotuneResults | None = None,
-                   require_complete: bool = True, save_results: Path | None = None,
-                   progress: Callable[[str], None] = lambda msg: None) -> AutotuneReport:
+def autotune_build(
+    ref: str,
+    registry: Registry,
+    *,
+    results: AutotuneResults | None = None,
+    require_complete: bool = True,
+    save_results: Path | None = None,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> AutotuneReport:
     """Tune the GPU build ``ref`` names (see the module) and publish the tuned build; dev is left alone."""
     t0 = time.perf_counter()
     _, m = read_manifest(registry, ref)
@@ -76,23 +92,40 @@ def autotune_build(ref: str, registry: Registry, *, results: AutotuneResults | N
         results = _measure(m, registry, progress)
     if save_results is not None:
         save_results.write_bytes(results.text)
-    progress(f"compiling {m.build_id} with {results.entries} autotune results ({results.digest[:19]}), "
-             + ("every config required" if require_complete else "XLA's defaults where one is missing"))
-    tuned = compile_build(**build_inputs(m), registry=registry, expect_source=m.source_digest, move_dev=False,
-                          autotune=AutotunePlan(results=results, require_complete=require_complete),
-                          progress=progress)
+    progress(
+        f"compiling {m.build_id} with {results.entries} autotune results ({results.digest[:19]}), "
+        + ("every config required" if require_complete else "XLA's defaults where one is missing")
+    )
+    tuned = compile_build(
+        **build_inputs(m),
+        registry=registry,
+        expect_source=m.source_digest,
+        move_dev=False,
+        autotune=AutotunePlan(results=results, require_complete=require_complete),
+        progress=progress,
+    )
     assert tuned.manifest is not None and tuned.manifest.autotune is not None  # a GPU build always records it
-    return AutotuneReport(m.build_id, tuned.build_id, tuned.digest, tuned.created, measured_on, results,
-                          require_complete, (before, tuned.manifest.autotune.convolutions_at_run_time),
-                          time.perf_counter() - t0)
+    return AutotuneReport(
+        m.build_id,
+        tuned.build_id,
+        tuned.digest,
+        tuned.created,
+        measured_on,
+        results,
+        require_complete,
+        (before, tuned.manifest.autotune.convolutions_at_run_time),
+        time.perf_counter() - t0,
+    )
 
 
 def _tunable(m: Manifest) -> int:
     """What the build leaves to tune at start (convolutions); InputError for a build with nothing to tune."""
     if m.platform.backend != "gpu" or m.autotune is None:
-        raise InputError(f"build {m.build_id} is a {m.platform.backend} build: autotune is for GPU builds (XLA:GPU "
-                         "picks GEMM tilings and convolution algorithms by measuring them on the device; "
-                         f"{m.platform.backend} builds have nothing to measure)")
+        raise InputError(
+            f"build {m.build_id} is a {m.platform.backend} build: autotune is for GPU builds (XLA:GPU "
+            "picks GEMM tilings and convolution algorithms by measuring them on the device; "
+            f"{m.platform.backend} builds have nothing to measure)"
+        )
     return m.autotune.convolutions_at_run_time
 
 
@@ -100,10 +133,18 @@ def _measure(m: Manifest, registry: Registry, progress: Callable[[str], None]) -
     """Compile the build's source on this host's GPUs, XLA writing what it chose; the files merged."""
     with tempfile.TemporaryDirectory(prefix="avatar-release-measure-") as scratch:
         out = Path(scratch)
-        compile_build(**build_inputs(m), registry=registry, expect_source=m.source_digest, publish=False,
-                      autotune=AutotunePlan(dump_to=out), progress=progress)
+        compile_build(
+            **build_inputs(m),
+            registry=registry,
+            expect_source=m.source_digest,
+            publish=False,
+            autotune=AutotunePlan(dump_to=out),
+            progress=progress,
+        )
         parts = [p.read_bytes() for p in sorted(out.glob("*.textproto"))]
     if not parts:
-        raise CompileError(f"build {m.build_id}: XLA wrote no autotune results while compiling on the GPUs "
-                           "(xla_gpu_dump_autotune_results_to): nothing to tune with")
+        raise CompileError(
+            f"build {m.build_id}: XLA wrote no autotune results while compiling on the GPUs "
+            "(xla_gpu_dump_autotune_results_to): nothing to tune with"
+        )
     return merge_results(parts, where=f"autotune results measured for {m.build_id}")

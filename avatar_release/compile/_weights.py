@@ -25,8 +25,15 @@ import zstandard
 from .._digest import blake3_digest, canonical_json, sha256_digest
 from ..records import WEIGHT_CHUNK_BYTES, WEIGHT_CHUNKING, WEIGHT_COMPRESSIONS, BlobRef, WeightChunk, WeightTensor
 
-__all__ = ["HostTensor", "plan_chunks", "pack_chunks", "chunk_table_digest", "WEIGHT_CHUNK_MEDIA_TYPE",
-           "RAW_WEIGHT_CHUNK_MEDIA_TYPE", "WEIGHT_CHUNKING"]
+__all__ = [
+    "HostTensor",
+    "plan_chunks",
+    "pack_chunks",
+    "chunk_table_digest",
+    "WEIGHT_CHUNK_MEDIA_TYPE",
+    "RAW_WEIGHT_CHUNK_MEDIA_TYPE",
+    "WEIGHT_CHUNKING",
+]
 
 WEIGHT_CHUNK_MEDIA_TYPE = "application/vnd.avatar-release.weights.chunk.v1+zstd"
 RAW_WEIGHT_CHUNK_MEDIA_TYPE = "application/vnd.avatar-release.weights.chunk.v1"  # v8, compression "none"
@@ -68,13 +75,14 @@ def _raw_size(table: list[WeightTensor]) -> int:
     return max((t.offset + t.nbytes for t in table), default=0)
 
 
-def _pack_one(table: list[WeightTensor], by_name: dict[str, HostTensor], level: int,
-              compression: str | None) -> tuple[WeightChunk, bytes]:
+def _pack_one(
+    table: list[WeightTensor], by_name: dict[str, HostTensor], level: int, compression: str | None
+) -> tuple[WeightChunk, bytes]:
     """One chunk: its record and its stored bytes. ``compression`` None: the v5-v7 form (zstd, no
     BLAKE3), kept for tests that write older builds."""
     raw = np.zeros(_raw_size(table), dtype=np.uint8)  # alignment gaps stay zero: the bytes are deterministic
     for t in table:
-        raw[t.offset: t.offset + t.nbytes] = by_name[t.name].data
+        raw[t.offset : t.offset + t.nbytes] = by_name[t.name].data
     digest = sha256_digest(raw.data)
     if compression == "none":
         stored, media_type = raw.tobytes(), RAW_WEIGHT_CHUNK_MEDIA_TYPE
@@ -83,14 +91,24 @@ def _pack_one(table: list[WeightTensor], by_name: dict[str, HostTensor], level: 
         stored, media_type = zstandard.ZstdCompressor(level=level).compress(raw.data), WEIGHT_CHUNK_MEDIA_TYPE
         stored_digest = sha256_digest(stored)
     fast = None if compression is None else blake3_digest(raw.data)
-    chunk = WeightChunk(blob=BlobRef(digest=stored_digest, size=len(stored), media_type=media_type),
-                        raw_size=int(raw.nbytes), raw_digest=digest, tensors=table, raw_blake3=fast)
+    chunk = WeightChunk(
+        blob=BlobRef(digest=stored_digest, size=len(stored), media_type=media_type),
+        raw_size=int(raw.nbytes),
+        raw_digest=digest,
+        tensors=table,
+        raw_blake3=fast,
+    )
     return chunk, stored
 
 
-def pack_chunks(tensors: list[HostTensor], *, level: int, max_bytes: int = WEIGHT_CHUNK_BYTES,
-                workers: int | None = None, compression: str | None = "none"
-                ) -> tuple[list[WeightChunk], dict[str, bytes]]:
+def pack_chunks(
+    tensors: list[HostTensor],
+    *,
+    level: int,
+    max_bytes: int = WEIGHT_CHUNK_BYTES,
+    workers: int | None = None,
+    compression: str | None = "none",
+) -> tuple[list[WeightChunk], dict[str, bytes]]:
     """(the chunks, {digest: stored bytes}), chunks packed side by side in ``workers`` threads;
     ``compression`` "none" (raw) or "zstd" at ``level`` (v8), or None for the v5-v7 form."""
     if compression is not None and compression not in WEIGHT_COMPRESSIONS:
@@ -109,7 +127,11 @@ def chunk_table_digest(chunks: list[WeightChunk], compression: str | None = None
     """What ``weights.raw_digest`` is: in v5-v7 every chunk's raw digest and the tensors it holds;
     in v8 (``compression`` given) also how the chunks are stored and their BLAKE3 digests, so a
     build stored another way is another build."""
-    table = [[c.raw_digest, c.raw_size, [t.model_dump(mode="json") for t in c.tensors]]
-             + ([c.raw_blake3] if compression is not None else []) for c in chunks]
-    return sha256_digest(canonical_json(table if compression is None else {"compression": compression,
-                                                                             "chunks": table}))
+    table = [
+        [c.raw_digest, c.raw_size, [t.model_dump(mode="json") for t in c.tensors]]
+        + ([c.raw_blake3] if compression is not None else [])
+        for c in chunks
+    ]
+    return sha256_digest(
+        canonical_json(table if compression is None else {"compression": compression, "chunks": table})
+    )

@@ -17,7 +17,11 @@ import numpy as np
 
 from ..records import Band, GateEvidence, GateSetRecord
 from ..records.gate import (
-    BitExactDetails, FrameDifference, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
+    BitExactDetails,
+    FrameDifference,
+    SimilarityBandDetails,
+    TwinBaselineDetails,
+    ZeroRecompileDetails,
 )
 from .metrics import max_abs_diff, metric_name, similarity_db
 
@@ -65,53 +69,75 @@ def zero_recompile(runs: list[tuple[str, int, list[dict[str, Any]]]]) -> GateEvi
     total = sum(n for _, n, _ in runs)
     events = [{"run": label, **e} for label, _, evs in runs for e in evs]
     if total == 0:
-        return GateEvidence(name="zero-recompile", status="passed",
-                            summary=f"0 compiles in {len(runs)} fresh-process runs of the gate set",
-                            ).with_details(ZeroRecompileDetails(runs=[label for label, _, _ in runs]))
+        return GateEvidence(
+            name="zero-recompile",
+            status="passed",
+            summary=f"0 compiles in {len(runs)} fresh-process runs of the gate set",
+        ).with_details(ZeroRecompileDetails(runs=[label for label, _, _ in runs]))
     where = sorted({e.get("during", "?") for e in events})
     return GateEvidence(
-        name="zero-recompile", status="failed",
+        name="zero-recompile",
+        status="failed",
         summary=f"{total} XLA compile(s) while serving; during: " + "; ".join(where),
     ).with_details(ZeroRecompileDetails(compiles=total, events=events[:_LIST_LIMIT]))
 
 
-def twin_baseline(gs: GateSetRecord, a_hashes: list[str], b_hashes: list[str],
-                  a: np.ndarray, b: np.ndarray) -> GateEvidence:
+def twin_baseline(
+    gs: GateSetRecord, a_hashes: list[str], b_hashes: list[str], a: np.ndarray, b: np.ndarray
+) -> GateEvidence:
     """Two fresh runs of one build must hash identical, frame by frame."""
     differ = [i for i, (x, y) in enumerate(zip(a_hashes, b_hashes)) if x != y]
     if len(a_hashes) != len(b_hashes):
-        return GateEvidence(name="twin-baseline", status="failed",
-                            summary=f"the twins delivered {len(a_hashes)} and {len(b_hashes)} {_unit(a)}s",
-                            ).with_details(TwinBaselineDetails(frames=[len(a_hashes), len(b_hashes)]))
+        return GateEvidence(
+            name="twin-baseline",
+            status="failed",
+            summary=f"the twins delivered {len(a_hashes)} and {len(b_hashes)} {_unit(a)}s",
+        ).with_details(TwinBaselineDetails(frames=[len(a_hashes), len(b_hashes)]))
     if not differ:
-        return GateEvidence(name="twin-baseline", status="passed",
-                            summary=f"two fresh runs hash identical on all {len(a_hashes)} {_unit(a)}s")
+        return GateEvidence(
+            name="twin-baseline",
+            status="passed",
+            summary=f"two fresh runs hash identical on all {len(a_hashes)} {_unit(a)}s",
+        )
     first, unit, metric = differ[0], _unit(a), metric_name(a)
     return GateEvidence(
-        name="twin-baseline", status="failed",
-        summary=(f"non-deterministic: the twins differ on {len(differ)} of {len(a_hashes)} {unit}s, "
-                 f"first at {_label(gs, a, first)} (max abs diff {_diff(a[first], b[first])}, "
-                 f"{metric} {similarity_db(a[first], b[first]):.2f} dB); nothing can be compared against this build"),
-    ).with_details(TwinBaselineDetails(
-        differing_frames=len(differ),
-        first=FrameDifference(frame=first, label=_label(gs, a, first),
-                              max_abs_diff=_diff(a[first], b[first]),
-                              psnr_db=_db(similarity_db(a[first], b[first]))),
-        frames=differ[:_LIST_LIMIT],
-    ))
+        name="twin-baseline",
+        status="failed",
+        summary=(
+            f"non-deterministic: the twins differ on {len(differ)} of {len(a_hashes)} {unit}s, "
+            f"first at {_label(gs, a, first)} (max abs diff {_diff(a[first], b[first])}, "
+            f"{metric} {similarity_db(a[first], b[first]):.2f} dB); nothing can be compared against this build"
+        ),
+    ).with_details(
+        TwinBaselineDetails(
+            differing_frames=len(differ),
+            first=FrameDifference(
+                frame=first,
+                label=_label(gs, a, first),
+                max_abs_diff=_diff(a[first], b[first]),
+                psnr_db=_db(similarity_db(a[first], b[first])),
+            ),
+            frames=differ[:_LIST_LIMIT],
+        )
+    )
 
 
-def bit_exact(gs: GateSetRecord, cand_hashes: list[str], base_hashes: list[str],
-              cand: np.ndarray, base: np.ndarray | None) -> GateEvidence:
+def bit_exact(
+    gs: GateSetRecord, cand_hashes: list[str], base_hashes: list[str], cand: np.ndarray, base: np.ndarray | None
+) -> GateEvidence:
     """Per-frame sha256 equal to the baseline's recorded hashes."""
     unit, metric = _unit(cand), metric_name(cand)
     if len(cand_hashes) != len(base_hashes):
-        return GateEvidence(name="bit-exact", status="failed",
-                            summary=f"{len(cand_hashes)} {unit}s vs the baseline's {len(base_hashes)}")
+        return GateEvidence(
+            name="bit-exact",
+            status="failed",
+            summary=f"{len(cand_hashes)} {unit}s vs the baseline's {len(base_hashes)}",
+        )
     differ = [i for i, (x, y) in enumerate(zip(cand_hashes, base_hashes)) if x != y]
     if not differ:
-        return GateEvidence(name="bit-exact", status="passed",
-                            summary=f"all {len(cand_hashes)} {unit} hashes equal the baseline's")
+        return GateEvidence(
+            name="bit-exact", status="passed", summary=f"all {len(cand_hashes)} {unit} hashes equal the baseline's"
+        )
     listed: list[FrameDifference] = []
     worst_diff: int | float = 0
     worst_psnr = math.inf
@@ -122,15 +148,24 @@ def bit_exact(gs: GateSetRecord, cand_hashes: list[str], base_hashes: list[str],
             d, p = _diff(cand[i], base[i]), similarity_db(cand[i], base[i])
             worst_diff, worst_psnr = max(worst_diff, d), min(worst_psnr, p)
         if len(listed) < _LIST_LIMIT:
-            listed.append(FrameDifference(frame=i, label=_label(gs, cand, i), max_abs_diff=d,
-                                          psnr_db=None if p is None else _db(p)))
+            listed.append(
+                FrameDifference(
+                    frame=i, label=_label(gs, cand, i), max_abs_diff=d, psnr_db=None if p is None else _db(p)
+                )
+            )
     return GateEvidence(
-        name="bit-exact", status="failed",
-        summary=(f"{len(differ)} of {len(cand_hashes)} {unit}s differ from the baseline "
-                 f"(first: {_label(gs, cand, differ[0])}; worst max abs diff {worst_diff}, "
-                 f"lowest {metric} {worst_psnr:.2f} dB)"),
-    ).with_details(BitExactDetails(differing_frames=len(differ), worst_max_abs_diff=worst_diff,
-                                   lowest_psnr_db=_db(worst_psnr), frames=listed))
+        name="bit-exact",
+        status="failed",
+        summary=(
+            f"{len(differ)} of {len(cand_hashes)} {unit}s differ from the baseline "
+            f"(first: {_label(gs, cand, differ[0])}; worst max abs diff {worst_diff}, "
+            f"lowest {metric} {worst_psnr:.2f} dB)"
+        ),
+    ).with_details(
+        BitExactDetails(
+            differing_frames=len(differ), worst_max_abs_diff=worst_diff, lowest_psnr_db=_db(worst_psnr), frames=listed
+        )
+    )
 
 
 def similarity_band(gs: GateSetRecord, cand: np.ndarray, base: np.ndarray, band: Band) -> GateEvidence:
@@ -139,12 +174,12 @@ def similarity_band(gs: GateSetRecord, cand: np.ndarray, base: np.ndarray, band:
     for video; ``failed`` for audio and tensors, which have no blind review."""
     psnrs = per_frame_psnr(cand, base)
     diffs = [_diff(x, y) for x, y in zip(cand, base)]
-    below = [i for i, (p, d) in enumerate(zip(psnrs, diffs))
-             if p < band.psnr_floor_db or d > band.max_abs_diff_ceiling]
+    below = [i for i, (p, d) in enumerate(zip(psnrs, diffs)) if p < band.psnr_floor_db or d > band.max_abs_diff_ceiling]
     finite = [p for p in psnrs if not math.isinf(p)]
     unit, metric = _unit(cand), metric_name(cand)
     details = SimilarityBandDetails(
-        psnr_floor_db=band.psnr_floor_db, max_abs_diff_ceiling=band.max_abs_diff_ceiling,
+        psnr_floor_db=band.psnr_floor_db,
+        max_abs_diff_ceiling=band.max_abs_diff_ceiling,
         min_psnr_db=_db(min(psnrs)) if psnrs else None,
         median_psnr_db=_db(sorted(finite)[len(finite) // 2]) if finite else None,
         max_abs_diff=max(diffs) if diffs else 0,
@@ -153,18 +188,26 @@ def similarity_band(gs: GateSetRecord, cand: np.ndarray, base: np.ndarray, band:
     )
     if not below:
         return GateEvidence(
-            name="similarity-band", status="passed",
-            summary=(f"all {len(psnrs)} {unit}s inside the band (lowest {metric} {min(psnrs):.2f} dB >= "
-                     f"{band.psnr_floor_db:.2f}; max abs diff {max(diffs)} <= {band.max_abs_diff_ceiling})"),
+            name="similarity-band",
+            status="passed",
+            summary=(
+                f"all {len(psnrs)} {unit}s inside the band (lowest {metric} {min(psnrs):.2f} dB >= "
+                f"{band.psnr_floor_db:.2f}; max abs diff {max(diffs)} <= {band.max_abs_diff_ceiling})"
+            ),
         ).with_details(details)
     i = min(below, key=lambda k: psnrs[k])
     video = unit == "frame"
     return GateEvidence(
-        name="similarity-band", status="below-band" if video else "failed",
-        summary=(f"{len(below)} of {len(psnrs)} {unit}s below the band; worst {_label(gs, cand, i)}: "
-                 f"{metric} {psnrs[i]:.2f} dB (floor {band.psnr_floor_db:.2f}), max abs diff {diffs[i]} "
-                 f"(ceiling {band.max_abs_diff_ceiling}); "
-                 + ("needs a blind review" if video else
-                    "failed: the blind review shows video frames, and none is available for delivered audio or "
-                    "tensors")),
+        name="similarity-band",
+        status="below-band" if video else "failed",
+        summary=(
+            f"{len(below)} of {len(psnrs)} {unit}s below the band; worst {_label(gs, cand, i)}: "
+            f"{metric} {psnrs[i]:.2f} dB (floor {band.psnr_floor_db:.2f}), max abs diff {diffs[i]} "
+            f"(ceiling {band.max_abs_diff_ceiling}); "
+            + (
+                "needs a blind review"
+                if video
+                else "failed: the blind review shows video frames, and none is available for delivered audio or tensors"
+            )
+        ),
     ).with_details(details)

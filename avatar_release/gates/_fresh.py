@@ -43,24 +43,40 @@ class GateRun:
         return [h for req in self.frame_sha256 for h in req]
 
 
-def chunk_ticks(progress: Callable[[str], None], task: str, gs: GateSetRecord,
-                requests: list[str] | None = None) -> Callable[[int], None]:
+def chunk_ticks(
+    progress: Callable[[str], None], task: str, gs: GateSetRecord, requests: list[str] | None = None
+) -> Callable[[int], None]:
     """A fresh run's ``on_chunk`` that reports ``task: n/total chunks`` (a progress bar on a terminal):
     the total is every planned bucket of the gate set's requests (or of the named ones)."""
     total = sum(len(r.buckets) for r in gs.requests if requests is None or r.name in requests)
     return lambda done: progress(Tick(task, done, total, "chunk"))
 
 
-def fresh_run(registry_uri: str, digest: str, gate_set_digest: str, *, label: str,
-              requests: list[str] | None = None, on_chunk: Callable[[int], None] | None = None) -> GateRun:
+def fresh_run(
+    registry_uri: str,
+    digest: str,
+    gate_set_digest: str,
+    *,
+    label: str,
+    requests: list[str] | None = None,
+    on_chunk: Callable[[int], None] | None = None,
+) -> GateRun:
     """One run of the gate set (or of the named ``requests``, a shard's slice) in a new Python
     process that only loads and serves. ``on_chunk(n)`` hears the number of chunks rendered so
     far, as the worker reports each one (its stdout, one JSON line per chunk)."""
     with tempfile.TemporaryDirectory(prefix="avatar-gate-") as tmp:
         job = Path(tmp) / "job.json"
-        job.write_text(json.dumps({"registry": registry_uri, "digest": digest,
-                                   "gate_set_digest": gate_set_digest, "out_dir": tmp,
-                                   **({"requests": requests} if requests is not None else {})}))
+        job.write_text(
+            json.dumps(
+                {
+                    "registry": registry_uri,
+                    "digest": digest,
+                    "gate_set_digest": gate_set_digest,
+                    "out_dir": tmp,
+                    **({"requests": requests} if requests is not None else {}),
+                }
+            )
+        )
         env = dict(os.environ)
         env.pop("XLA_FLAGS", None)  # the worker sets the device count from the manifest
         t0 = time.perf_counter()
@@ -75,10 +91,18 @@ def fresh_run(registry_uri: str, digest: str, gate_set_digest: str, *, label: st
             raise GateInfraError(f"gate run {label} failed in its fresh process: {err}")
         run = json.loads((Path(tmp) / "run.json").read_text())
         frames = np.load(Path(tmp) / "frames.npy", allow_pickle=False)
-    return GateRun(frames=frames, frame_sha256=run["frame_sha256"], compiles=run["compiles"],
-                   compile_events=run["compile_events"], chunks=run["chunks"],
-                   environment=run["environment"], heavy_modules=run["heavy_modules"],
-                   seconds=run["seconds"], wall_seconds=wall, host=run.get("host", ""))
+    return GateRun(
+        frames=frames,
+        frame_sha256=run["frame_sha256"],
+        compiles=run["compiles"],
+        compile_events=run["compile_events"],
+        chunks=run["chunks"],
+        environment=run["environment"],
+        heavy_modules=run["heavy_modules"],
+        seconds=run["seconds"],
+        wall_seconds=wall,
+        host=run.get("host", ""),
+    )
 
 
 def _is_chunk_event(line: str) -> bool:
@@ -89,14 +113,20 @@ def _is_chunk_event(line: str) -> bool:
         return False
 
 
-def _run_worker(job: Path, env: dict[str, str], label: str,
-                on_chunk: Callable[[int], None] | None) -> tuple[int, str, str]:
+def _run_worker(
+    job: Path, env: dict[str, str], label: str, on_chunk: Callable[[int], None] | None
+) -> tuple[int, str, str]:
     """Run the worker on ``job``: (exit status, its last stdout line, its stderr). Chunk events on
     stdout go to ``on_chunk`` as they arrive; stderr goes to a file (an unread pipe could fill and
     block the worker); past RUN_TIMEOUT_S the worker is killed and the run is a GateInfraError."""
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "avatar_release.gates._worker", str(job)],
-                                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "avatar_release.gates._worker", str(job)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
         timed_out = threading.Event()
 
         def _kill() -> None:

@@ -55,8 +55,10 @@ def render_gate_set(job: dict) -> dict:
     configure_for_manifest(manifest)  # before JAX starts: the devices the build was compiled for
     gs = gate_set(manifest)
     if gs.digest != job["gate_set_digest"]:
-        raise GateInfraError(f"gate set digest {gs.digest} differs from the parent's {job['gate_set_digest']}; "
-                             "the worker and the gate must run the same avatar-release")
+        raise GateInfraError(
+            f"gate set digest {gs.digest} differs from the parent's {job['gate_set_digest']}; "
+            "the worker and the gate must run the same avatar-release"
+        )
     t0 = time.perf_counter()
     build = load(resolved.digest, registry, strict=False)
     load_seconds = time.perf_counter() - t0
@@ -68,15 +70,24 @@ def render_gate_set(job: dict) -> dict:
     t0 = time.perf_counter()
     wanted = job.get("requests")
     if wanted is not None and set(wanted) - {r.name for r in gs.requests}:
-        raise GateInfraError(f"requests {sorted(set(wanted) - {r.name for r in gs.requests})} are not in gate set "
-                             f"{gs.name} v{gs.version}")
+        raise GateInfraError(
+            f"requests {sorted(set(wanted) - {r.name for r in gs.requests})} are not in gate set "
+            f"{gs.name} v{gs.version}"
+        )
     for req in gs.requests:
         if wanted is not None and req.name not in wanted:
             continue
         given = gate_request_inputs(manifest, req)
         first = len(delivered)
-        out, report = render(build, given.image, given.audio, seed=req.seed, frames=given.frames, values=given.values,
-                             on_chunk=functools.partial(_say_chunk, req.name, None if video else delivered))
+        out, report = render(
+            build,
+            given.image,
+            given.audio,
+            seed=req.seed,
+            frames=given.frames,
+            values=given.values,
+            on_chunk=functools.partial(_say_chunk, req.name, None if video else delivered),
+        )
         if video:
             frames.append(out)
             hashes.append([frame_sha256(f) for f in out])
@@ -90,8 +101,11 @@ def render_gate_set(job: dict) -> dict:
     # package (the top-level package of the entry the manifest names), whichever project it is.
     parts = manifest.model_entry.partition(":")[0].split(".")
     pipeline_package = ".".join(parts[:2] if parts[0] == "avatar_release" else parts[:1])  # (builds before v4)
-    heavy = sorted(m for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.pipeline",
-                               pipeline_package) if m in sys.modules)
+    heavy = sorted(
+        m
+        for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.pipeline", pipeline_package)
+        if m in sys.modules
+    )
     return {
         "ok": True,
         "build_id": manifest.build_id,
@@ -103,8 +117,11 @@ def render_gate_set(job: dict) -> dict:
         "environment": env.model_dump(mode="json"),
         "heavy_modules": heavy,
         "host": socket.gethostname(),
-        "seconds": {"load": round(load_seconds, 4), "render": round(render_seconds, 4),
-                    "process": round(time.perf_counter() - t_start, 4)},
+        "seconds": {
+            "load": round(load_seconds, 4),
+            "render": round(render_seconds, 4),
+            "process": round(time.perf_counter() - t_start, 4),
+        },
     }
 
 
@@ -114,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = render_gate_set(job)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises the typed error
-        out = {"ok": False, "error": f"{type(e).__name__}: {e}",
-               "exit_code": e.exit_code if isinstance(e, AvatarReleaseError) else 70}
+        out = {
+            "ok": False,
+            "error": f"{type(e).__name__}: {e}",
+            "exit_code": e.exit_code if isinstance(e, AvatarReleaseError) else 70,
+        }
         print(json.dumps(out))
         return 1
     _atomic.write_json(Path(job["out_dir"]) / "run.json", result)  # the parent reads it whole or not at all

@@ -21,9 +21,10 @@ the environment and the per-variant statistics it came from.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -62,8 +63,10 @@ def load_band(pipeline: str, target: str, path: str | Path | None = None) -> tup
     data = p.read_bytes()
     band = parse_record(Band, data, where=str(p))
     if (band.pipeline, band.target) != (pipeline, target):
-        raise SpecError(f"{p}: band was measured for {band.pipeline} on {band.target}, "
-                        f"not {pipeline} on {target}; recalibrate or pass the right --band")
+        raise SpecError(
+            f"{p}: band was measured for {band.pipeline} on {band.target}, "
+            f"not {pipeline} on {target}; recalibrate or pass the right --band"
+        )
     return band, sha256_digest(data), p
 
 
@@ -96,8 +99,10 @@ def calibrate(
     each variant against the reference, and write the band with its provenance."""
     variants = list(variants or _declared_variants(pipeline))
     if not variants:
-        raise InputError(f"gate calibrate: pipeline {pipeline} declares no band_variants; give at least one "
-                         "--variant KEY=VALUE (an override that reorders reductions, e.g. a split contraction)")
+        raise InputError(
+            f"gate calibrate: pipeline {pipeline} declares no band_variants; give at least one "
+            "--variant KEY=VALUE (an override that reorders reductions, e.g. a split contraction)"
+        )
     if margin_db < 0:
         raise InputError(f"--margin-db {margin_db}: must be >= 0")
     ref, builds = _compile_all(pipeline, target, registry, variants, progress)
@@ -107,17 +112,30 @@ def calibrate(
     measured, lowest, ceiling = _measure_variants(registry, ref, builds, gs, reference, progress)
     tools = toolchain(with_compile_tools=False)
     video = manifest.program.delivery().kind == "video"
-    method = ("per-frame PSNR and max abs pixel difference of each variant's gate-set frames vs "
-              "the reference's; floor = lowest PSNR - margin, rounded down to 0.01 dB; "
-              "ceiling = largest difference") if video else (
-              "per-chunk SNR and max abs difference of each variant's delivered chunks vs the reference's; "
-              "floor = lowest SNR - margin, rounded down to 0.01 dB; ceiling = largest difference")
+    method = (
+        (
+            "per-frame PSNR and max abs pixel difference of each variant's gate-set frames vs "
+            "the reference's; floor = lowest PSNR - margin, rounded down to 0.01 dB; "
+            "ceiling = largest difference"
+        )
+        if video
+        else (
+            "per-chunk SNR and max abs difference of each variant's delivered chunks vs the reference's; "
+            "floor = lowest SNR - margin, rounded down to 0.01 dB; ceiling = largest difference"
+        )
+    )
     band = Band(
-        pipeline=pipeline, target=target, metric="psnr" if video else "snr",
+        pipeline=pipeline,
+        target=target,
+        metric="psnr" if video else "snr",
         psnr_floor_db=round(math.floor((lowest - margin_db) * 100) / 100, 2),
-        max_abs_diff_ceiling=ceiling, margin_db=margin_db,
-        reference_build=ref.build_id, reference_digest=ref.digest, variants=measured,
-        gate_set=gs, environment=environment_record(manifest.platform.backend),
+        max_abs_diff_ceiling=ceiling,
+        margin_db=margin_db,
+        reference_build=ref.build_id,
+        reference_digest=ref.digest,
+        variants=measured,
+        gate_set=gs,
+        environment=environment_record(manifest.platform.backend),
         tool={"avatar_release": tools.avatar_release, "jax": tools.jax, "jaxlib": tools.jaxlib},
         measured_at=utcnow(),
         method=method,
@@ -128,8 +146,9 @@ def calibrate(
     return CalibrationResult(band, path, sha256_digest(data))
 
 
-def _compile_all(pipeline: str, target: str, registry: Registry, variants: list[dict[str, str]],
-                 progress: Callable[[str], None]) -> tuple[CompileResult, list[tuple[dict[str, str], CompileResult]]]:
+def _compile_all(
+    pipeline: str, target: str, registry: Registry, variants: list[dict[str, str]], progress: Callable[[str], None]
+) -> tuple[CompileResult, list[tuple[dict[str, str], CompileResult]]]:
     """(the reference build, (variant, its build) for each variant); none moves the dev channel."""
     # Lazy: the gate worker imports this package and must not import the compiler.
     from ..compile import compile_build
@@ -139,28 +158,47 @@ def _compile_all(pipeline: str, target: str, registry: Registry, variants: list[
     builds = []
     for v in variants:
         progress(f"compiling variant {v}")
-        builds.append((v, compile_build(pipeline, target, registry=registry, overrides=v, move_dev=False,
-                                        progress=progress)))
+        builds.append(
+            (v, compile_build(pipeline, target, registry=registry, overrides=v, move_dev=False, progress=progress))
+        )
     return ref, builds
 
 
-def _reference_run(registry: Registry, ref: CompileResult, gs: GateSetRecord,
-                   progress: Callable[[str], None]) -> GateRun:
+def _reference_run(
+    registry: Registry, ref: CompileResult, gs: GateSetRecord, progress: Callable[[str], None]
+) -> GateRun:
     """The reference's gate-set run, rendered twice in fresh processes; Refusal if the two differ."""
     progress("rendering the gate set: reference, twice")
-    r1 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #1",
-                   on_chunk=chunk_ticks(progress, "reference run 1 of 2", gs))
-    r2 = fresh_run(registry.uri, ref.digest, gs.digest, label="reference #2",
-                   on_chunk=chunk_ticks(progress, "reference run 2 of 2", gs))
+    r1 = fresh_run(
+        registry.uri,
+        ref.digest,
+        gs.digest,
+        label="reference #1",
+        on_chunk=chunk_ticks(progress, "reference run 1 of 2", gs),
+    )
+    r2 = fresh_run(
+        registry.uri,
+        ref.digest,
+        gs.digest,
+        label="reference #2",
+        on_chunk=chunk_ticks(progress, "reference run 2 of 2", gs),
+    )
     if r1.flat_hashes != r2.flat_hashes:
-        raise Refusal(f"reference build {ref.build_id} is not deterministic (two fresh runs differ); "
-                      "a band measured against it would be meaningless")
+        raise Refusal(
+            f"reference build {ref.build_id} is not deterministic (two fresh runs differ); "
+            "a band measured against it would be meaningless"
+        )
     return r1
 
 
-def _measure_variants(registry: Registry, ref: CompileResult, builds: list[tuple[dict[str, str], CompileResult]],
-                      gs: GateSetRecord, reference: GateRun, progress: Callable[[str], None],
-                      ) -> tuple[list[BandVariant], float, int | float]:
+def _measure_variants(
+    registry: Registry,
+    ref: CompileResult,
+    builds: list[tuple[dict[str, str], CompileResult]],
+    gs: GateSetRecord,
+    reference: GateRun,
+    progress: Callable[[str], None],
+) -> tuple[list[BandVariant], float, int | float]:
     """(per-variant statistics, the lowest finite PSNR of any variant, the largest pixel difference);
     Refusal when no variant changed a frame."""
     measured: list[BandVariant] = []
@@ -170,23 +208,32 @@ def _measure_variants(registry: Registry, ref: CompileResult, builds: list[tuple
         if b.digest == ref.digest:
             raise InputError(f"variant {v} compiled to the reference build itself; it changes nothing")
         progress(f"rendering the gate set: variant {v}")
-        run = fresh_run(registry.uri, b.digest, gs.digest, label=f"variant {v}",
-                        on_chunk=chunk_ticks(progress, f"variant {v}", gs))
+        run = fresh_run(
+            registry.uri, b.digest, gs.digest, label=f"variant {v}", on_chunk=chunk_ticks(progress, f"variant {v}", gs)
+        )
         psnrs = per_frame_psnr(run.frames, reference.frames)
         video = run.frames.dtype == np.uint8  # else an audio or tensors build's delivered chunks (float)
-        diffs = [int(d) if video else float(d) for d in (max_abs_diff(x, y) for x, y in zip(run.frames,
-                                                                                             reference.frames))]
+        diffs = [
+            int(d) if video else float(d) for d in (max_abs_diff(x, y) for x, y in zip(run.frames, reference.frames))
+        ]
         finite = sorted(p for p in psnrs if not math.isinf(p))
-        measured.append(BandVariant(
-            overrides=dict(v), build_id=b.build_id,
-            min_psnr_db=round(finite[0], 4) if finite else None,
-            median_psnr_db=round(finite[len(finite) // 2], 4) if finite else None,
-            max_abs_diff=max(diffs), identical_frames=len(psnrs) - len(finite), frames=len(psnrs),
-        ))
+        measured.append(
+            BandVariant(
+                overrides=dict(v),
+                build_id=b.build_id,
+                min_psnr_db=round(finite[0], 4) if finite else None,
+                median_psnr_db=round(finite[len(finite) // 2], 4) if finite else None,
+                max_abs_diff=max(diffs),
+                identical_frames=len(psnrs) - len(finite),
+                frames=len(psnrs),
+            )
+        )
         if finite:
             lowest = min(lowest, finite[0])
         ceiling = max(ceiling, max(diffs))
     if math.isinf(lowest):
-        raise Refusal("no variant changed a single frame: the band would be empty. Choose variants "
-                      "that reorder reductions in the model (e.g. --variant matmul_k_split=2)")
+        raise Refusal(
+            "no variant changed a single frame: the band would be empty. Choose variants "
+            "that reorder reductions in the model (e.g. --variant matmul_k_split=2)"
+        )
     return measured, lowest, ceiling

@@ -38,8 +38,15 @@ from ..media import DEFAULT_FIT, FIT_RESAMPLE, fit_image, sample_audio, sample_i
 from ..records import ChunkProgram, GateRequestRecord, GateSetRecord, Manifest, RequestInputRecord
 from ..runtime import plan_chunks
 
-__all__ = ["GATE_SET_NAME", "GATE_SET_VERSION", "SAMPLE_TEXT", "GateInputs", "gate_set", "gate_request_inputs",
-           "sample_tensor"]
+__all__ = [
+    "GATE_SET_NAME",
+    "GATE_SET_VERSION",
+    "SAMPLE_TEXT",
+    "GateInputs",
+    "gate_set",
+    "gate_request_inputs",
+    "sample_tensor",
+]
 
 GATE_SET_NAME = "avatar-default"
 GATE_SET_VERSION = 3
@@ -73,9 +80,9 @@ def sample_tensor(spec: RequestInputRecord) -> np.ndarray:
 
 
 def _text(spec: RequestInputRecord) -> np.ndarray:
-    data = SAMPLE_TEXT.encode("utf-8")[:spec.shape[0]]
+    data = SAMPLE_TEXT.encode("utf-8")[: spec.shape[0]]
     out = np.zeros(spec.shape[0], np.uint8)
-    out[:len(data)] = np.frombuffer(data, np.uint8)
+    out[: len(data)] = np.frombuffer(data, np.uint8)
     return out
 
 
@@ -106,8 +113,11 @@ def gate_request_inputs(manifest: Manifest, req: GateRequestRecord) -> GateInput
         if track.shape[0] < n:
             track = np.pad(track, (0, n - track.shape[0]))
         audio = np.ascontiguousarray(track[:n], dtype=np.float32)
-    values = {i.name: (_text(i) if i.kind == "text" else sample_tensor(i))
-              for i in p.request_inputs() if i.kind in ("text", "tensor")}
+    values = {
+        i.name: (_text(i) if i.kind == "text" else sample_tensor(i))
+        for i in p.request_inputs()
+        if i.kind in ("text", "tensor")
+    }
     return GateInputs(image, audio, req.frames, values)
 
 
@@ -125,19 +135,36 @@ def gate_set(manifest: Manifest) -> GateSetRecord:
         )
     # The pipeline's declared requests (manifest v4), else the defaults: the pairs stay in one order.
     declared = manifest.gate_requests
-    images, audio, seed = ((declared.images, declared.audio, declared.seed) if declared is not None
-                           else (_IMAGES, _AUDIO, _SEED))
+    images, audio, seed = (
+        (declared.images, declared.audio, declared.seed) if declared is not None else (_IMAGES, _AUDIO, _SEED)
+    )
     p = manifest.program
     has_image, has_audio = p.input_of("image") is not None, p.input_of("audio") is not None
-    names = {(True, True): "image{i}-audio{a}", (True, False): "image{i}", (False, True): "audio{a}",
-             (False, False): "request"}
+    names = {
+        (True, True): "image{i}-audio{a}",
+        (True, False): "image{i}",
+        (False, True): "audio{a}",
+        (False, False): "request",
+    }
     requests = [
-        GateRequestRecord(name=names[has_image, has_audio].format(i=i, a=a), image_variant=i, audio_variant=a,
-                          seed=seed, frames=frames, buckets=[b for b, _, _ in plan])
-        for i in (images if has_image else (0,)) for a in (audio if has_audio else (0,))
+        GateRequestRecord(
+            name=names[has_image, has_audio].format(i=i, a=a),
+            image_variant=i,
+            audio_variant=a,
+            seed=seed,
+            frames=frames,
+            buckets=[b for b, _, _ in plan],
+        )
+        for i in (images if has_image else (0,))
+        for a in (audio if has_audio else (0,))
     ]
-    spec = {"name": GATE_SET_NAME, "version": GATE_SET_VERSION, "program": [p.height, p.width, p.fps, p.sample_rate],
-            "fit": {"rule": _FIT, "resample": FIT_RESAMPLE}, "requests": [r.model_dump(mode="json") for r in requests]}
+    spec = {
+        "name": GATE_SET_NAME,
+        "version": GATE_SET_VERSION,
+        "program": [p.height, p.width, p.fps, p.sample_rate],
+        "fit": {"rule": _FIT, "resample": FIT_RESAMPLE},
+        "requests": [r.model_dump(mode="json") for r in requests],
+    }
     if not _talking_head(p):  # what the requests feed is part of what they are
         spec["inputs"] = [i.model_dump(mode="json") for i in p.request_inputs()]
         spec["delivers"] = p.delivery().model_dump(mode="json")
@@ -147,5 +174,4 @@ def gate_set(manifest: Manifest) -> GateSetRecord:
         for part in (given.image, given.audio, *given.values.values()):
             if part is not None:
                 h.update(part.tobytes())
-    return GateSetRecord(name=GATE_SET_NAME, version=GATE_SET_VERSION,
-                         digest=h.digest, requests=requests)
+    return GateSetRecord(name=GATE_SET_NAME, version=GATE_SET_VERSION, digest=h.digest, requests=requests)

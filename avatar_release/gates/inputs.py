@@ -46,8 +46,15 @@ class GateInputFile:
         return None if allowed is None else self.digest in allowed
 
     def to_json(self, pins: GateInputPins) -> dict[str, object]:
-        return {"kind": self.kind, "name": self.name, "path": str(self.path), "digest": self.digest,
-                "about": self.about, "error": self.error, "allowed": self.allowed(pins)}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "path": str(self.path),
+            "digest": self.digest,
+            "about": self.about,
+            "error": self.error,
+            "allowed": self.allowed(pins),
+        }
 
 
 def gate_input_files(extra_bands: Iterable[str | Path] = ()) -> list[GateInputFile]:
@@ -65,9 +72,14 @@ def _band(path: Path) -> GateInputFile:
         band = parse_record(Band, data, where=str(path))
     except (OSError, AvatarReleaseError) as e:
         return GateInputFile("band", path.name, path, None, error=str(e))
-    return GateInputFile("band", path.name, path, sha256_digest(data),
-                         f"{band.pipeline} on {band.target}: PSNR >= {band.psnr_floor_db} dB, max abs diff <= "
-                         f"{band.max_abs_diff_ceiling}")
+    return GateInputFile(
+        "band",
+        path.name,
+        path,
+        sha256_digest(data),
+        f"{band.pipeline} on {band.target}: PSNR >= {band.psnr_floor_db} dB, max abs diff <= "
+        f"{band.max_abs_diff_ceiling}",
+    )
 
 
 def _target(name: str, path: Path) -> GateInputFile:
@@ -75,8 +87,13 @@ def _target(name: str, path: Path) -> GateInputFile:
         spec = load_target(name)
     except AvatarReleaseError as e:
         return GateInputFile("target", name, path, None, error=str(e))
-    return GateInputFile("target", name, path, spec.digest(),
-                         f"{spec.platform} x {spec.device_count}" + (f", {spec.topology}" if spec.topology else ""))
+    return GateInputFile(
+        "target",
+        name,
+        path,
+        spec.digest(),
+        f"{spec.platform} x {spec.device_count}" + (f", {spec.topology}" if spec.topology else ""),
+    )
 
 
 def _levers() -> GateInputFile:
@@ -85,14 +102,20 @@ def _levers() -> GateInputFile:
         doc, digest, _ = read_levers(path)
     except AvatarReleaseError as e:
         return GateInputFile("levers", path.name, path, None, error=str(e))
-    return GateInputFile("levers", path.name, path, digest,
-                         f"{len(doc.get('options', {}))} compiler option(s)"
-                         + (", toolchain" if "toolchain" in doc else ""))
+    return GateInputFile(
+        "levers",
+        path.name,
+        path,
+        digest,
+        f"{len(doc.get('options', {}))} compiler option(s)" + (", toolchain" if "toolchain" in doc else ""),
+    )
 
 
 # ----------------------------------------------------------------------------- the section
-_KEPT = ("allowed by the policy now, no file here has it (an earlier one: keep it while builds gated under it "
-         "may still roll back)")
+_KEPT = (
+    "allowed by the policy now, no file here has it (an earlier one: keep it while builds gated under it "
+    "may still roll back)"
+)
 
 
 def _status(f: GateInputFile, pins: GateInputPins, policy: str) -> str:
@@ -121,15 +144,20 @@ def gate_inputs_toml(files: list[GateInputFile], pins: GateInputPins, policy: st
     file is and whether ``pins`` (those of the policy in force, named ``policy``) allow it now. Digests
     the policy allows that no file here has (an earlier band, kept for rollbacks) are kept, marked."""
     root = manifests_dir()
-    lines = [f"# The files a gate decides by in {root}, by the digest its results name them by.",
-             f"# Pasted into the trust policy ({policy}), only these decide a verdict that promotes.",
-             "[gate_inputs]"]
+    lines = [
+        f"# The files a gate decides by in {root}, by the digest its results name them by.",
+        f"# Pasted into the trust policy ({policy}), only these decide a verdict that promotes.",
+        "[gate_inputs]",
+    ]
     for kind, key, allowed in (("band", "bands", pins.bands), ("levers", "levers", pins.levers)):
         found = [f for f in files if f.kind == kind]
         lines.append(f"{key} = [")
         for f in found:
-            lines.append(f"    # {_comment(f, root, pins, policy)}" if f.digest is None
-                         else f"    {_str(f.digest)},  # {_comment(f, root, pins, policy)}")
+            lines.append(
+                f"    # {_comment(f, root, pins, policy)}"
+                if f.digest is None
+                else f"    {_str(f.digest)},  # {_comment(f, root, pins, policy)}"
+            )
         lines += [f"    {_str(d)},  # {_KEPT}" for d in allowed or () if d not in {f.digest for f in found}]
         lines.append("]")
     lines += ["", "[gate_inputs.targets]  # target -> its spec digest (a list: any of them)"]
@@ -141,8 +169,13 @@ def gate_inputs_toml(files: list[GateInputFile], pins: GateInputPins, policy: st
             continue
         also = [d for d in pinned.get(name, ()) if d != f.digest]
         value = _str(f.digest) if not also else "[" + ", ".join(map(_str, (f.digest, *also))) + "]"
-        lines.append(f"{_str(name)} = {value}  # {_comment(f, root, pins, policy)}"
-                     + (f"; the others are {_KEPT}" if also else ""))
-    lines += [f"{_str(name)} = [{', '.join(map(_str, digests))}]  # {_KEPT}"
-              for name, digests in pinned.items() if name not in targets]
+        lines.append(
+            f"{_str(name)} = {value}  # {_comment(f, root, pins, policy)}"
+            + (f"; the others are {_KEPT}" if also else "")
+        )
+    lines += [
+        f"{_str(name)} = [{', '.join(map(_str, digests))}]  # {_KEPT}"
+        for name, digests in pinned.items()
+        if name not in targets
+    ]
     return "\n".join(lines) + "\n"

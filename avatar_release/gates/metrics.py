@@ -20,8 +20,16 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["frame_sha256", "delivered_sha256", "chunk_units", "psnr", "snr_db", "similarity_db", "metric_name",
-           "max_abs_diff"]
+__all__ = [
+    "frame_sha256",
+    "delivered_sha256",
+    "chunk_units",
+    "psnr",
+    "snr_db",
+    "similarity_db",
+    "metric_name",
+    "max_abs_diff",
+]
 
 
 def frame_sha256(frame: np.ndarray) -> str:
@@ -46,17 +54,21 @@ def delivered_sha256(outputs: Mapping[str, np.ndarray]) -> str:
 def chunk_units(chunks: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
     """Delivered chunks as one float64 (chunks, longest) array: each row a chunk's outputs flattened
     and concatenated, zero-padded to the longest (padding adds nothing to SNR's sums)."""
-    rows = [np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in c.values()]) if c else
-            np.zeros(0) for c in chunks]
+    rows = [
+        np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in c.values()]) if c else np.zeros(0)
+        for c in chunks
+    ]
     out = np.zeros((len(rows), max((r.size for r in rows), default=0)), np.float64)
     for i, r in enumerate(rows):
-        out[i, :r.size] = r
+        out[i, : r.size] = r
     return out
 
 
 def _same_shape(a: np.ndarray, b: np.ndarray, what: str) -> None:
     if a.shape != b.shape:
-        raise InputError(f"{what}: shapes differ, {tuple(a.shape)} vs {tuple(b.shape)}; compare frames of the same size")
+        raise InputError(
+            f"{what}: shapes differ, {tuple(a.shape)} vs {tuple(b.shape)}; compare frames of the same size"
+        )
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -83,7 +95,7 @@ def snr_db(a: np.ndarray, b: np.ndarray) -> float:
     noise = float(np.sum((a64 - b64) ** 2))
     if noise == 0.0:
         return math.inf
-    signal = float(np.sum(b64 ** 2))
+    signal = float(np.sum(b64**2))
     return -math.inf if signal == 0.0 else 10.0 * math.log10(signal / noise)
 
 

@@ -44,8 +44,9 @@ def png_data_uri(rgb: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(encode_png(rgb)).decode()
 
 
-def psnr_plot_svg(psnrs: list[float], floor: float | None, boundaries: list[int], *, width: int = 760,
-                  height: int = 220) -> str:
+def psnr_plot_svg(
+    psnrs: list[float], floor: float | None, boundaries: list[int], *, width: int = 760, height: int = 220
+) -> str:
     """Per-frame PSNR as an SVG polyline; identical frames drawn at the top as 'identical'."""
     finite = [p for p in psnrs if not math.isinf(p)] + ([floor] if floor else [])
     top = (max(finite) if finite else 60.0) + 1.5
@@ -62,26 +63,34 @@ def psnr_plot_svg(psnrs: list[float], floor: float | None, boundaries: list[int]
         v = top if math.isinf(v) else v
         return mt + H * (top - v) / (top - bottom)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="per-frame PSNR">',
-             f'<rect x="{ml}" y="{mt}" width="{W}" height="{H}" fill="#fafafa" stroke="#ccc"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" aria-label="per-frame PSNR">',
+        f'<rect x="{ml}" y="{mt}" width="{W}" height="{H}" fill="#fafafa" stroke="#ccc"/>',
+    ]
     for k in range(5):
         v = bottom + (top - bottom) * k / 4
         parts.append(f'<text x="{ml - 4}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end">{v:.1f}</text>')
     for bnd in boundaries:
         parts.append(f'<line x1="{x(bnd):.1f}" y1="{mt}" x2="{x(bnd):.1f}" y2="{mt + H}" stroke="#ddd"/>')
     if floor is not None:
-        parts.append(f'<line x1="{ml}" y1="{y(floor):.1f}" x2="{ml + W}" y2="{y(floor):.1f}" '
-                     f'stroke="#c00" stroke-dasharray="4 3"/>')
-        parts.append(f'<text x="{ml + W - 4}" y="{y(floor) - 4:.1f}" font-size="10" fill="#c00" '
-                     f'text-anchor="end">band floor {floor:.2f} dB</text>')
+        parts.append(
+            f'<line x1="{ml}" y1="{y(floor):.1f}" x2="{ml + W}" y2="{y(floor):.1f}" '
+            f'stroke="#c00" stroke-dasharray="4 3"/>'
+        )
+        parts.append(
+            f'<text x="{ml + W - 4}" y="{y(floor) - 4:.1f}" font-size="10" fill="#c00" '
+            f'text-anchor="end">band floor {floor:.2f} dB</text>'
+        )
     pts = " ".join(f"{x(i):.1f},{y(p):.1f}" for i, p in enumerate(psnrs))
     parts.append(f'<polyline points="{pts}" fill="none" stroke="#246" stroke-width="1.5"/>')
     for i, p in enumerate(psnrs):
         colour = "#2a2" if math.isinf(p) else ("#c00" if floor is not None and p < floor else "#246")
         parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p):.1f}" r="2" fill="{colour}"/>')
-    parts.append(f'<text x="{ml}" y="{height - 6}" font-size="10">frame (gate-set order); '
-                 f'PSNR dB vs baseline; identical frames at the top in green</text>')
+    parts.append(
+        f'<text x="{ml}" y="{height - 6}" font-size="10">frame (gate-set order); '
+        f"PSNR dB vs baseline; identical frames at the top in green</text>"
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -103,8 +112,15 @@ def _samples(result: GateResult, cand: np.ndarray, base: np.ndarray | None, limi
     return sorted(order[:limit])
 
 
-def write_report(folder: str | Path, result: GateResult, result_digest: str, cand: np.ndarray,
-                 base: np.ndarray | None, *, review_page: str | None = None) -> Path:
+def write_report(
+    folder: str | Path,
+    result: GateResult,
+    result_digest: str,
+    cand: np.ndarray,
+    base: np.ndarray | None,
+    *,
+    review_page: str | None = None,
+) -> Path:
     """Write ``index.html`` and ``result.json`` into ``folder``; returns the HTML path.
 
     ``review_page``: a blind review of this result is open (the link to its page); the report
@@ -118,40 +134,53 @@ def write_report(folder: str | Path, result: GateResult, result_digest: str, can
         f'<tr><td>{e(g.name)}</td><td class="{e(g.status)}">{e(g.status)}</td><td>{e(g.summary)}</td></tr>'
         for g in result.gates
     )
-    base_txt = (f"{e(result.baseline.build_id)} <code>{e(result.baseline.digest)}</code>"
-                if result.baseline else "none (first build: zero-recompile and twin gates only)")
+    base_txt = (
+        f"{e(result.baseline.build_id)} <code>{e(result.baseline.digest)}</code>"
+        if result.baseline
+        else "none (first build: zero-recompile and twin gates only)"
+    )
     tier_txt = (f"tier {result.tier}: " + e("; ".join(result.tier_reasons))) if result.tier else "—"
-    body = [f"<h1>Gate report: {e(result.build_id)}</h1>",
-            f'<p>Status: <b class="{e(result.status)}">{e(result.status)}</b></p>',
-            "<table>",
-            f"<tr><th>build</th><td><code>{e(result.build_digest)}</code></td></tr>",
-            f"<tr><th>baseline</th><td>{base_txt}</td></tr>",
-            f"<tr><th>tier</th><td>{tier_txt}</td></tr>",
-            f"<tr><th>gate set</th><td>{e(result.gate_set.name)} v{result.gate_set.version}: "
-            f"{len(result.gate_set.requests)} requests, {result.gate_set.frames} frames "
-            f"<code>{e(result.gate_set.digest)}</code></td></tr>",
-            f"<tr><th>environment</th><td>{e(result.environment.backend)} {e(result.environment.device_kind)} "
-            f"x{result.environment.device_count}, jaxlib {e(result.environment.jaxlib)} "
-            f"<code>{e(result.environment.fingerprint)}</code></td></tr>",
-            f"<tr><th>result</th><td><code>{e(result_digest)}</code> (result.json)</td></tr>",
-            "</table>",
-            "<h2>Gates</h2><table><tr><th>gate</th><th>status</th><th>evidence</th></tr>", rows, "</table>"]
+    body = [
+        f"<h1>Gate report: {e(result.build_id)}</h1>",
+        f'<p>Status: <b class="{e(result.status)}">{e(result.status)}</b></p>',
+        "<table>",
+        f"<tr><th>build</th><td><code>{e(result.build_digest)}</code></td></tr>",
+        f"<tr><th>baseline</th><td>{base_txt}</td></tr>",
+        f"<tr><th>tier</th><td>{tier_txt}</td></tr>",
+        f"<tr><th>gate set</th><td>{e(result.gate_set.name)} v{result.gate_set.version}: "
+        f"{len(result.gate_set.requests)} requests, {result.gate_set.frames} frames "
+        f"<code>{e(result.gate_set.digest)}</code></td></tr>",
+        f"<tr><th>environment</th><td>{e(result.environment.backend)} {e(result.environment.device_kind)} "
+        f"x{result.environment.device_count}, jaxlib {e(result.environment.jaxlib)} "
+        f"<code>{e(result.environment.fingerprint)}</code></td></tr>",
+        f"<tr><th>result</th><td><code>{e(result_digest)}</code> (result.json)</td></tr>",
+        "</table>",
+        "<h2>Gates</h2><table><tr><th>gate</th><th>status</th><th>evidence</th></tr>",
+        rows,
+        "</table>",
+    ]
     if review_page:
-        body.append(f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
-                    f"review</a> (served by <code>avatar-release review {e(result.build_id)} --serve</code>).</p>")
+        body.append(
+            f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
+            f"review</a> (served by <code>avatar-release review {e(result.build_id)} --serve</code>).</p>"
+        )
     if base is not None:
         body += _plot(result, cand, base)
     if review_page:
         # An open blind review: a labelled baseline/candidate frame (or its heat map) next to the
         # unlabelled pairs would tell a reviewer which side is which. Shown after the decision.
-        body.append("<h2>Sample frames</h2><p>Sealed while the blind review is open: labelled baseline and "
-                    "candidate frames and their difference heat maps are not in this report. After the decision, "
-                    f"<code>avatar-release review {e(result.build_id)}</code> reveals which side was the candidate "
-                    "in each pair, and a later gate report shows the frames.</p>")
+        body.append(
+            "<h2>Sample frames</h2><p>Sealed while the blind review is open: labelled baseline and "
+            "candidate frames and their difference heat maps are not in this report. After the decision, "
+            f"<code>avatar-release review {e(result.build_id)}</code> reveals which side was the candidate "
+            "in each pair, and a later gate report shows the frames.</p>"
+        )
     elif cand.dtype == np.uint8:  # pictures of video frames; an audio or tensors build has only the plot
         body += _sample_frames(result, cand, base)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
-            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
+        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
+    )
     out = folder / "index.html"
     _atomic.write_text(out, page)
     return out
@@ -167,25 +196,31 @@ def _plot(result: GateResult, cand: np.ndarray, base: np.ndarray) -> list[str]:
         bounds.append(k)
     band = result.band_used()
     floor = band.psnr_floor_db if band is not None else None
-    return [f"<h2>Per-{'frame' if video else 'chunk'} {metric_name(cand)} vs baseline</h2>",
-            psnr_plot_svg(psnrs, floor, bounds)]
+    return [
+        f"<h2>Per-{'frame' if video else 'chunk'} {metric_name(cand)} vs baseline</h2>",
+        psnr_plot_svg(psnrs, floor, bounds),
+    ]
 
 
 def _sample_frames(result: GateResult, cand: np.ndarray, base: np.ndarray | None) -> list[str]:
     """The worst frames (or evenly spread ones without a baseline), labelled, with heat maps."""
     e = html.escape
     body = []
-    body.append("<h2>Sample frames</h2><table><tr><th>frame</th>"
-                + ("<th>baseline</th><th>candidate</th><th>difference</th>" if base is not None else "<th>candidate</th>")
-                + "</tr>")
+    body.append(
+        "<h2>Sample frames</h2><table><tr><th>frame</th>"
+        + ("<th>baseline</th><th>candidate</th><th>difference</th>" if base is not None else "<th>candidate</th>")
+        + "</tr>"
+    )
     for i in _samples(result, cand, base):
         cells = [f"<td>{e(frame_label(result.gate_set, i))}</td>"]
         if base is not None:
             d = int(np.abs(cand[i].astype(np.int16) - base[i].astype(np.int16)).max())
             cells.append(f'<td><img class="frame" src="{png_data_uri(base[i])}"></td>')
             cells.append(f'<td><img class="frame" src="{png_data_uri(cand[i])}"></td>')
-            cells.append(f'<td><img class="frame" src="{png_data_uri(heatmap(cand[i], base[i]))}">'
-                         f"<br>max abs diff {d} (white = {max(d, 1)})</td>")
+            cells.append(
+                f'<td><img class="frame" src="{png_data_uri(heatmap(cand[i], base[i]))}">'
+                f"<br>max abs diff {d} (white = {max(d, 1)})</td>"
+            )
         else:
             cells.append(f'<td><img class="frame" src="{png_data_uri(cand[i])}"></td>')
         body.append("<tr>" + "".join(cells) + "</tr>")

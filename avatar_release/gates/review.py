@@ -53,5 +53,17 @@ from .review_page import review_frames, review_page
 from .review_server import ReviewServer, serve_review
 from .review_status import ReviewStatus, review_status
 
-__all__ = ["MAX_PAIRS", "CHOICES", "new_review", "review_frames", "review_page", "unseal_order", "record_answer",
-           "decide", "ReviewStatus", "review_status", "ReviewServer", "serve_review"]
+__all__ = [
+    "MAX_PAIRS",
+    "CHOICES",
+    "new_review",
+    "review_frames",
+    "review_page",
+    "unseal_order",
+    "record_answer",
+    "decide",
+    "ReviewStatus",
+    "review_status",
+    "ReviewServer",
+    "serve_review",
+]

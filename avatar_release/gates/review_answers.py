@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # only for annotations: cryptography loads when a key is used
 __all__ = ["reviewer_signer", "record_answer", "save_answers"]
 
 
-def reviewer_signer(reviewer: str | None, signer: Signer, policy: TrustPolicy | None, *, what: str
-                    ) -> tuple[Ed25519PrivateKey, str, TrustPolicy]:
+def reviewer_signer(
+    reviewer: str | None, signer: Signer, policy: TrustPolicy | None, *, what: str
+) -> tuple[Ed25519PrivateKey, str, TrustPolicy]:
     """(private key, reviewer name, policy) once the policy names ``reviewer`` with that key.
 
     ``reviewer`` defaults to this machine's reviewer, ``signer`` (a private key or its path) to
@@ -40,14 +41,18 @@ def reviewer_signer(reviewer: str | None, signer: Signer, policy: TrustPolicy | 
     policy = policy or load_policy()
     reviewer = (reviewer or local_identity().reviewer).strip()
     if reviewer not in policy.reviewers:
-        raise Refusal(f"reviewer {reviewer!r} is not named by the trust policy {policy.path} (reviewers: "
-                      f"{', '.join(policy.reviewers) or 'none'}); add them under [review] with their public key")
+        raise Refusal(
+            f"reviewer {reviewer!r} is not named by the trust policy {policy.path} (reviewers: "
+            f"{', '.join(policy.reviewers) or 'none'}); add them under [review] with their public key"
+        )
     key = _load_signer(signer) or local_identity().reviewer_key()
     have = key_id(key.public_key())
     if not owns_name(policy, reviewer, (have,)):
-        raise Refusal(f"reviewer {reviewer!r}: the trust policy {policy.path} knows them by key "
-                      f"{key_id(policy.keys[reviewer])}, but this {what} would be signed with {have}; sign with "
-                      "their key (--reviewer-key)")
+        raise Refusal(
+            f"reviewer {reviewer!r}: the trust policy {policy.path} knows them by key "
+            f"{key_id(policy.keys[reviewer])}, but this {what} would be signed with {have}; sign with "
+            "their key (--reviewer-key)"
+        )
     return key, reviewer, policy
 
 
@@ -58,17 +63,27 @@ def _load_signer(signer: Signer) -> Ed25519PrivateKey | None:
     return load_private_key(signer)
 
 
-def save_answers(registry: Registry, review: ReviewRecord, answers: dict[int, ReviewAnswer], **update: Any
-                 ) -> ReviewRecord:
+def save_answers(
+    registry: Registry, review: ReviewRecord, answers: dict[int, ReviewAnswer], **update: Any
+) -> ReviewRecord:
     """Store ``review`` with its answer mirror rebuilt from ``answers`` (and ``update`` applied)."""
-    review = review.model_copy(update={"schema_version": REVIEW_SCHEMA_VERSION,
-                                       "answers": [answers[k] for k in sorted(answers)], **update})
+    review = review.model_copy(
+        update={"schema_version": REVIEW_SCHEMA_VERSION, "answers": [answers[k] for k in sorted(answers)], **update}
+    )
     save_review(registry, review)
     return review
 
 
-def record_answer(registry: Registry, build_id: str, pair: int, choice: str, *, reviewer: str | None = None,
-                  signer: Signer = None, policy: TrustPolicy | None = None) -> ReviewRecord:
+def record_answer(
+    registry: Registry,
+    build_id: str,
+    pair: int,
+    choice: str,
+    *,
+    reviewer: str | None = None,
+    signer: Signer = None,
+    policy: TrustPolicy | None = None,
+) -> ReviewRecord:
     """Record one blind answer, signed by ``reviewer`` (default: this machine's reviewer) with
     ``signer`` (their private key or its path; default: this machine's reviewer key).
 
@@ -90,11 +105,22 @@ def record_answer(registry: Registry, build_id: str, pair: int, choice: str, *, 
     signed = signed_answers(registry, review, policy, subject)
     if pair in signed:
         raise Refusal(f"pair {pair} was already answered (by {signed[pair].reviewer}); answers are final")
-    predicate = {"build_id": build_id, "gate_result_digest": review.gate_result_digest,
-                 "order_commitment": review.order_commitment, "pair": pair, "frame": review.frames[pair],
-                 "choice": choice, "reviewer": reviewer, "at": utcnow()}
-    sign_and_store(registry, key, kind="review-answer", build_id=build_id, subject_digest=subject,
-                   predicate=predicate)
-    signed[pair] = ReviewAnswer(pair=pair, choice=choice, at=predicate["at"], reviewer=reviewer,
-                                evidence=sha256_digest(canonical_json(predicate)))
+    predicate = {
+        "build_id": build_id,
+        "gate_result_digest": review.gate_result_digest,
+        "order_commitment": review.order_commitment,
+        "pair": pair,
+        "frame": review.frames[pair],
+        "choice": choice,
+        "reviewer": reviewer,
+        "at": utcnow(),
+    }
+    sign_and_store(registry, key, kind="review-answer", build_id=build_id, subject_digest=subject, predicate=predicate)
+    signed[pair] = ReviewAnswer(
+        pair=pair,
+        choice=choice,
+        at=predicate["at"],
+        reviewer=reviewer,
+        evidence=sha256_digest(canonical_json(predicate)),
+    )
     return save_answers(registry, review, signed)

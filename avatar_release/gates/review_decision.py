@@ -25,8 +25,16 @@ if TYPE_CHECKING:
 __all__ = ["decide"]
 
 
-def decide(registry: Registry, build_id: str, *, approve: bool, reviewer: str | None, note: str,
-           signer: Signer = None, policy: TrustPolicy | None = None) -> ReviewRecord:
+def decide(
+    registry: Registry,
+    build_id: str,
+    *,
+    approve: bool,
+    reviewer: str | None,
+    note: str,
+    signer: Signer = None,
+    policy: TrustPolicy | None = None,
+) -> ReviewRecord:
     """Record the final decision on a build that needs review, signed by the reviewer.
 
     ``reviewer`` must be named by the trust policy (``policy``, default: the one in force) and
@@ -52,13 +60,29 @@ def decide(registry: Registry, build_id: str, *, approve: bool, reviewer: str | 
         order, salt = None, None  # a rejection can only hold a build back: record it anyway
     if order is not None:
         signed = {k: a.model_copy(update={"preferred": preferred(a.choice, order[k])}) for k, a in signed.items()}
-    decision = ReviewDecision(decision="approved" if approve else "rejected", reviewer=reviewer, note=note,
-                              at=utcnow(), answers=[signed[k].evidence for k in sorted(signed)],
-                              order_commitment=review.order_commitment)
-    sign_and_store(registry, key, kind="review-decision", build_id=build_id, subject_digest=subject,
-                   predicate={"build_id": build_id, "gate_result_digest": digest, **decision.model_dump(mode="json")})
-    return save_answers(registry, review, signed, decision=decision,
-                        **({"candidate_left": order, "order_salt": salt} if order is not None else {}))
+    decision = ReviewDecision(
+        decision="approved" if approve else "rejected",
+        reviewer=reviewer,
+        note=note,
+        at=utcnow(),
+        answers=[signed[k].evidence for k in sorted(signed)],
+        order_commitment=review.order_commitment,
+    )
+    sign_and_store(
+        registry,
+        key,
+        kind="review-decision",
+        build_id=build_id,
+        subject_digest=subject,
+        predicate={"build_id": build_id, "gate_result_digest": digest, **decision.model_dump(mode="json")},
+    )
+    return save_answers(
+        registry,
+        review,
+        signed,
+        decision=decision,
+        **({"candidate_left": order, "order_salt": salt} if order is not None else {}),
+    )
 
 
 def _decidable(registry: Registry, build_id: str) -> tuple[ReviewRecord, str]:
@@ -69,14 +93,18 @@ def _decidable(registry: Registry, build_id: str) -> tuple[ReviewRecord, str]:
     result, digest = latest
     review = load_review(registry, build_id)
     if review is None or result.status != "needs-review":
-        raise Refusal(f"build {build_id}: its latest gate result is {result.status!r}; only a build that "
-                      "needs review can be approved or rejected")
+        raise Refusal(
+            f"build {build_id}: its latest gate result is {result.status!r}; only a build that "
+            "needs review can be approved or rejected"
+        )
     if review.decision is not None:
         d = review.decision
         raise Refusal(f"build {build_id} was already {d.decision} by {d.reviewer} at {d.at}; decisions are final")
     if review.gate_result_digest != digest:
-        raise Refusal(f"the open review is for gate result {review.gate_result_digest}, the latest is {digest}; "
-                      f"re-run `avatar-release gate {build_id}`")
+        raise Refusal(
+            f"the open review is for gate result {review.gate_result_digest}, the latest is {digest}; "
+            f"re-run `avatar-release gate {build_id}`"
+        )
     return review, digest
 
 
@@ -90,6 +118,6 @@ def _require_every_pair(review: ReviewRecord, signed: dict[int, ReviewAnswer], p
     raise Refusal(
         f"build {review.build_id}: {len(missing)} of {n} blind pairs unanswered (no answer signed by a reviewer "
         f"the trust policy {policy.path} names: pairs {listed})"
-        + (f"; {unsigned} answer(s) in the review record carry no valid signature and do not count" if unsigned
-           else "")
-        + f". Answer them first (avatar-release review {review.build_id} --serve), then approve")
+        + (f"; {unsigned} answer(s) in the review record carry no valid signature and do not count" if unsigned else "")
+        + f". Answer them first (avatar-release review {review.build_id} --serve), then approve"
+    )

@@ -31,8 +31,19 @@ from ..trust.evidence import verified
 from ..trust.policy import TrustPolicy
 from .store import load_review
 
-__all__ = ["MAX_PAIRS", "CHOICES", "pairs_for", "review_subject", "owns_name", "signer_gap", "ANOTHER_RESULT",
-           "signed_answers", "unsigned_in_record", "ReviewOutcome", "review_outcome"]
+__all__ = [
+    "MAX_PAIRS",
+    "CHOICES",
+    "pairs_for",
+    "review_subject",
+    "owns_name",
+    "signer_gap",
+    "ANOTHER_RESULT",
+    "signed_answers",
+    "unsigned_in_record",
+    "ReviewOutcome",
+    "review_outcome",
+]
 
 MAX_PAIRS = 24
 CHOICES = ("left", "right", "same")
@@ -73,22 +84,31 @@ def signer_gap(att: Attestation, policy: TrustPolicy, gate_result_digest: str) -
     return None
 
 
-def signed_answers(registry: Registry, review: ReviewRecord, policy: TrustPolicy, subject: str
-                   ) -> dict[int, ReviewAnswer]:
+def signed_answers(
+    registry: Registry, review: ReviewRecord, policy: TrustPolicy, subject: str
+) -> dict[int, ReviewAnswer]:
     """{pair: answer} from answer attestations that count (see the module's rules)."""
-    good, _ = verified(registry, review.build_id, kind="review-answer", trusted=policy.reviewer_keys(),
-                       subject_digest=subject)
+    good, _ = verified(
+        registry, review.build_id, kind="review-answer", trusted=policy.reviewer_keys(), subject_digest=subject
+    )
     out: dict[int, ReviewAnswer] = {}
     for att, digest in good:
         p = att.predicate
         pair = p.get("pair")
-        if (signer_gap(att, policy, review.gate_result_digest) is not None
-                or p.get("order_commitment") != review.order_commitment
-                or not isinstance(pair, int) or isinstance(pair, bool) or not 0 <= pair < len(review.frames)
-                or p.get("frame") != review.frames[pair] or p.get("choice") not in CHOICES or pair in out):
+        if (
+            signer_gap(att, policy, review.gate_result_digest) is not None
+            or p.get("order_commitment") != review.order_commitment
+            or not isinstance(pair, int)
+            or isinstance(pair, bool)
+            or not 0 <= pair < len(review.frames)
+            or p.get("frame") != review.frames[pair]
+            or p.get("choice") not in CHOICES
+            or pair in out
+        ):
             continue  # another review, a name the key does not belong to, or a pair already answered
-        out[pair] = ReviewAnswer(pair=pair, choice=p["choice"], at=str(p.get("at", "")), reviewer=p["reviewer"],
-                                 evidence=digest)
+        out[pair] = ReviewAnswer(
+            pair=pair, choice=p["choice"], at=str(p.get("at", "")), reviewer=p["reviewer"], evidence=digest
+        )
     return out
 
 
@@ -115,11 +135,19 @@ def _below(result: GateResult) -> list[int] | None:
     return list(band.frames_below) if band is not None and band.frames_below is not None else None
 
 
-def review_outcome(registry: Registry, build_id: str, result: GateResult, gate_result_digest: str,
-                   subject_digest: str, policy: TrustPolicy, approvals: int) -> ReviewOutcome:
+def review_outcome(
+    registry: Registry,
+    build_id: str,
+    result: GateResult,
+    gate_result_digest: str,
+    subject_digest: str,
+    policy: TrustPolicy,
+    approvals: int,
+) -> ReviewOutcome:
     """What the signed review evidence about this gate result says, re-verified from scratch."""
-    decisions, _ = verified(registry, build_id, kind="review-decision", trusted=policy.reviewer_keys(),
-                            subject_digest=subject_digest)
+    decisions, _ = verified(
+        registry, build_id, kind="review-decision", trusted=policy.reviewer_keys(), subject_digest=subject_digest
+    )
     review = load_review(registry, build_id)
     approvers: set[str] = set()
     ignored: list[str] = []
@@ -146,8 +174,15 @@ def review_outcome(registry: Registry, build_id: str, result: GateResult, gate_r
     return ReviewOutcome(status, tuple(sorted(approvers)), tuple(ignored))
 
 
-def _approval_gap(registry: Registry, review: ReviewRecord | None, decision: dict, result: GateResult,
-                  gate_result_digest: str, subject: str, policy: TrustPolicy) -> str | None:
+def _approval_gap(
+    registry: Registry,
+    review: ReviewRecord | None,
+    decision: dict,
+    result: GateResult,
+    gate_result_digest: str,
+    subject: str,
+    policy: TrustPolicy,
+) -> str | None:
     """Why a signed approval does not count (None: it does)."""
     if review is None or review.gate_result_digest != gate_result_digest:
         return "no review record for this gate result"

@@ -34,9 +34,14 @@ def new_review(result: GateResult, result_digest: str, below: list[int], *, seed
     key = load_seal_key()
     sealed = seal(key, canonical_json(order), _aad(result.build_id, result_digest, commitment))
     return ReviewRecord(
-        build_id=result.build_id, build_digest=result.build_digest, gate_result_digest=result_digest,
+        build_id=result.build_id,
+        build_digest=result.build_digest,
+        gate_result_digest=result_digest,
         baseline_digest=result.baseline.digest if result.baseline else "",
-        frames=list(below), order_commitment=commitment, sealed_order=sealed, seal_key_id=key.key_id,
+        frames=list(below),
+        order_commitment=commitment,
+        sealed_order=sealed,
+        seal_key_id=key.key_id,
         created_at=utcnow(),
     )
 
@@ -55,20 +60,25 @@ def unseal_order(review: ReviewRecord) -> tuple[list[bool], str | None]:
         raise TrustError(
             f"review of {review.build_id}: its left/right order was sealed with review seal key "
             f"{review.seal_key_id}, this machine's is {key.key_id} ({key.path}); serve and decide the review "
-            "on the machine that ran the gate, or point AVATAR_RELEASE_REVIEW_SEAL_KEY at that machine's key")
+            "on the machine that ran the gate, or point AVATAR_RELEASE_REVIEW_SEAL_KEY at that machine's key"
+        )
     aad = _aad(review.build_id, review.gate_result_digest, review.order_commitment)
     try:
         doc = json.loads(unseal(key, review.sealed_order, aad))
     except (TrustError, ValueError):
-        raise TrustError(f"review of {review.build_id}: the sealed order does not open under seal key {key.key_id} "
-                         "for this build, gate result and commitment (tampered, or moved from another review)"
-                         ) from None
+        raise TrustError(
+            f"review of {review.build_id}: the sealed order does not open under seal key {key.key_id} "
+            "for this build, gate result and commitment (tampered, or moved from another review)"
+        ) from None
     if sha256_digest(canonical_json(doc)) != review.order_commitment:
-        raise TrustError(f"review of {review.build_id}: the sealed order does not match its commitment "
-                         f"{review.order_commitment}")
+        raise TrustError(
+            f"review of {review.build_id}: the sealed order does not match its commitment {review.order_commitment}"
+        )
     left = doc["candidate_left"]
     if len(left) != len(review.frames):
-        raise TrustError(f"review of {review.build_id}: sealed order has {len(left)} pairs, the review {len(review.frames)}")
+        raise TrustError(
+            f"review of {review.build_id}: sealed order has {len(left)} pairs, the review {len(review.frames)}"
+        )
     return list(left), doc["salt"]
 
 

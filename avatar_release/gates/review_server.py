@@ -51,8 +51,15 @@ class _Response:
         return cls(code, json.dumps(doc).encode(), "application/json")
 
 
-def serve_review(registry: Registry, build_id: str, *, reviewer: str | None = None, reviewer_key: Signer = None,
-                 host: str = "127.0.0.1", port: int = 0) -> ReviewServer:
+def serve_review(
+    registry: Registry,
+    build_id: str,
+    *,
+    reviewer: str | None = None,
+    reviewer_key: Signer = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> ReviewServer:
     """A review server for ``build_id`` answering as ``reviewer`` (checked against the trust
     policy now); call ``.run()`` to serve until Ctrl-C."""
     return ReviewServer(registry, build_id, reviewer=reviewer, reviewer_key=reviewer_key, host=host, port=port)
@@ -64,16 +71,25 @@ class ReviewServer:
     Every path is under ``/<token>/`` (a random token per server, in ``url``); anything else is
     403, so a page or script that does not know the printed address cannot answer or read."""
 
-    def __init__(self, registry: Registry, build_id: str, *, reviewer: str | None = None,
-                 reviewer_key: Signer = None, policy: TrustPolicy | None = None, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        build_id: str,
+        *,
+        reviewer: str | None = None,
+        reviewer_key: Signer = None,
+        policy: TrustPolicy | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.key, self.reviewer, self.policy = reviewer_signer(reviewer, reviewer_key, policy, what="answer")
         review = load_review(registry, build_id)
         if review is None:
             raise NotFoundError(f"no review open for {build_id}: only a gate that ends in needs-review opens one")
         if review.decision is not None:
-            raise Refusal(f"review of {build_id} was already {review.decision.decision}; see "
-                          f"`avatar-release review {build_id}`")
+            raise Refusal(
+                f"review of {build_id} was already {review.decision.decision}; see `avatar-release review {build_id}`"
+            )
         self.registry, self.build_id = registry, build_id
         self.token = secrets.token_urlsafe(24)
         cand, base = review_frames(registry, review)
@@ -88,8 +104,9 @@ class ReviewServer:
     def answer(self, pair: int, choice: str) -> ReviewRecord:
         """Record one signed answer as this server's reviewer (one at a time)."""
         with self._answering:
-            return record_answer(self.registry, self.build_id, pair, choice, reviewer=self.reviewer,
-                                 signer=self.key, policy=self.policy)
+            return record_answer(
+                self.registry, self.build_id, pair, choice, reviewer=self.reviewer, signer=self.key, policy=self.policy
+            )
 
     def route(self, raw_path: str) -> str | None:
         """The path below ``/<token>/``, or None without the session token."""
@@ -106,9 +123,15 @@ class ReviewServer:
         except AvatarReleaseError as e:
             return _Response.json(500, {"error": str(e)})
         if path == "state":
-            return _Response.json(200, {"answered": len(signed), "pairs": len(review.frames),
-                                        "complete": len(signed) == len(review.frames),
-                                        "decided": review.decision is not None})
+            return _Response.json(
+                200,
+                {
+                    "answered": len(signed),
+                    "pairs": len(review.frames),
+                    "complete": len(signed) == len(review.frames),
+                    "decided": review.decision is not None,
+                },
+            )
         m = _HEATMAP.fullmatch(path)
         if m is None:
             return _Response.json(404, {"error": f"no such page {path}"})
@@ -132,8 +155,9 @@ class ReviewServer:
             return _Response.json(409 if isinstance(e, Refusal) else 400, {"error": str(e)})
         except AvatarReleaseError as e:
             return _Response.json(500, {"error": str(e)})
-        return _Response.json(200, {"recorded": True, "answered": len(r.answers),
-                                    "complete": len(r.answers) == len(r.frames)})
+        return _Response.json(
+            200, {"recorded": True, "answered": len(r.answers), "complete": len(r.answers) == len(r.frames)}
+        )
 
     def _signed(self) -> tuple[ReviewRecord, dict[int, ReviewAnswer]]:
         r = load_review(self.registry, self.build_id)
@@ -193,8 +217,11 @@ class _Handler(BaseHTTPRequestHandler):
         """The path below ``/<token>/``, or None (and a 403 sent) without the session token."""
         path = self.server.review.route(self.path)
         if path is None:
-            self._send(_Response.json(403, {"error": "this review needs the address its server printed (with the "
-                                                     "session token)"}))
+            self._send(
+                _Response.json(
+                    403, {"error": "this review needs the address its server printed (with the session token)"}
+                )
+            )
         return path
 
     def do_GET(self) -> None:

@@ -39,17 +39,28 @@ class ReviewStatus:
 
     def as_json(self) -> dict[str, Any]:
         r = self.review
-        doc = {"build_id": r.build_id, "state": self.state, "pairs": len(r.frames),
-               "answered": len(self.signed), "answered_by": self._by_reviewer(), "unsigned_answers_ignored":
-               self.unsigned, "frames": r.frames, "gate_result_digest": r.gate_result_digest,
-               "order_commitment": r.order_commitment, "order": None, "decision": None}
+        doc = {
+            "build_id": r.build_id,
+            "state": self.state,
+            "pairs": len(r.frames),
+            "answered": len(self.signed),
+            "answered_by": self._by_reviewer(),
+            "unsigned_answers_ignored": self.unsigned,
+            "frames": r.frames,
+            "gate_result_digest": r.gate_result_digest,
+            "order_commitment": r.order_commitment,
+            "order": None,
+            "decision": None,
+        }
         if r.decision is None:
             return doc  # sealed: nothing that tells the sides apart
         doc["decision"] = r.decision.model_dump(mode="json")
         if r.candidate_left is not None:
             doc["order"] = {"candidate_left": r.candidate_left, "salt": r.order_salt}
             doc["answers"] = [a.model_dump(mode="json") for a in r.answers]
-            doc["preferences"] = {k: sum(a.preferred == k for a in r.answers) for k in ("candidate", "baseline", "same")}
+            doc["preferences"] = {
+                k: sum(a.preferred == k for a in r.answers) for k in ("candidate", "baseline", "same")
+            }
         return doc
 
     def text(self) -> str:
@@ -57,15 +68,19 @@ class ReviewStatus:
         who = ", ".join(f"{k} {v}" for k, v in sorted(self._by_reviewer().items())) or "nobody yet"
         ignored = f"; {self.unsigned} unsigned answer(s) in the record ignored" if self.unsigned else ""
         if r.decision is None:
-            return (f"{r.build_id}: review {self.state}; {len(self.signed)}/{n} pairs answered, signed ({who})"
-                    f"{ignored}; which side is the candidate stays sealed until the decision")
+            return (
+                f"{r.build_id}: review {self.state}; {len(self.signed)}/{n} pairs answered, signed ({who})"
+                f"{ignored}; which side is the candidate stays sealed until the decision"
+            )
         d = r.decision
         head = f"{r.build_id}: review {d.decision} by {d.reviewer} at {d.at}; {len(self.signed)}/{n} pairs answered"
         if r.candidate_left is None:
             return head + f"{ignored}; the order could not be opened when it was decided (still sealed)"
         prefs = self.as_json()["preferences"]
-        lines = [head + f" (candidate preferred {prefs['candidate']}, baseline {prefs['baseline']}, "
-                        f"no difference {prefs['same']}){ignored}"]
+        lines = [
+            head + f" (candidate preferred {prefs['candidate']}, baseline {prefs['baseline']}, "
+            f"no difference {prefs['same']}){ignored}"
+        ]
         answers = {a.pair: a for a in r.answers}
         for k, frame in enumerate(r.frames):
             side = "left" if r.candidate_left[k] else "right"

@@ -25,7 +25,14 @@ from pathlib import Path
 from ..records import GateResult
 from ..registry import Registry
 from .steps import (
-    Progress, check_inputs, compare, effective_status, never_promotes, store_result, twin_runs, write_reports,
+    Progress,
+    check_inputs,
+    compare,
+    effective_status,
+    never_promotes,
+    store_result,
+    twin_runs,
+    write_reports,
 )
 
 __all__ = ["GateOutcome", "run_gate", "effective_status"]

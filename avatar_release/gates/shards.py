@@ -35,8 +35,17 @@ from ..trust.policy import load_policy
 from ._fresh import GateRun, chunk_ticks, fresh_run
 from .run import GateOutcome
 from .steps import (
-    GateInputs, ProcessRun, Progress, TwinRuns, check_inputs, check_run_environment, compare, never_promotes,
-    store_result, tool_versions, write_reports,
+    GateInputs,
+    ProcessRun,
+    Progress,
+    TwinRuns,
+    check_inputs,
+    check_run_environment,
+    compare,
+    never_promotes,
+    store_result,
+    tool_versions,
+    write_reports,
 )
 from .store import get_frames, put_frames, save_shard, shard_envelopes
 
@@ -70,50 +79,95 @@ def parse_shard(text: str) -> tuple[int, int]:
 def shard_requests(gs: GateSetRecord, index: int, count: int) -> list[str]:
     """The names of shard ``index`` of ``count``'s requests, in gate-set order."""
     if count > len(gs.requests):
-        raise InputError(f"{count} shards for gate set {gs.name} v{gs.version}, which has {len(gs.requests)} "
-                         f"requests: a shard would render nothing; use at most {len(gs.requests)} shards")
+        raise InputError(
+            f"{count} shards for gate set {gs.name} v{gs.version}, which has {len(gs.requests)} "
+            f"requests: a shard would render nothing; use at most {len(gs.requests)} shards"
+        )
     return [r.name for i, r in enumerate(gs.requests) if i % count == index]
 
 
 # ------------------------------------------------------------------------------------ one shard
-def run_shard(ref: str, registry: Registry, *, shard: tuple[int, int], twins: tuple[int, ...] = (1, 2),
-              run_id: str | None = None, progress: Progress = lambda m: None) -> ShardOutcome:
+def run_shard(
+    ref: str,
+    registry: Registry,
+    *,
+    shard: tuple[int, int],
+    twins: tuple[int, ...] = (1, 2),
+    run_id: str | None = None,
+    progress: Progress = lambda m: None,
+) -> ShardOutcome:
     """Render shard ``shard`` = (K, N) of the gate set in fresh processes and store signed partial evidence."""
     index, count = shard
     inputs = check_inputs(registry, ref, "none", None)  # the build, this machine, the gate set
     gs, manifest = inputs.gate_set, inputs.manifest
     names = shard_requests(gs, index, count)
     runs = [_shard_run(registry, inputs, shard, names, twin, progress) for twin in twins]
-    record = GateShard(build_id=manifest.build_id, build_digest=inputs.resolved.digest, pipeline=manifest.pipeline,
-                       target=manifest.target, run_id=run_id, index=index, count=count, gate_set=gs, requests=names,
-                       runs=runs, tool=tool_versions(), created_at=utcnow(), created_by=who())
+    record = GateShard(
+        build_id=manifest.build_id,
+        build_digest=inputs.resolved.digest,
+        pipeline=manifest.pipeline,
+        target=manifest.target,
+        run_id=run_id,
+        index=index,
+        count=count,
+        gate_set=gs,
+        requests=names,
+        runs=runs,
+        tool=tool_versions(),
+        created_at=utcnow(),
+        created_by=who(),
+    )
     progress(f"storing shard {index}/{count}'s signed partial evidence with the build")
     digest = save_shard(registry, record, subject_digest=manifest.content_digest())
     return ShardOutcome(record, digest)
 
 
-def _shard_run(registry: Registry, inputs: GateInputs, shard: tuple[int, int], names: list[str], twin: int,
-               progress: Progress) -> GateShardRun:
+def _shard_run(
+    registry: Registry, inputs: GateInputs, shard: tuple[int, int], names: list[str], twin: int, progress: Progress
+) -> GateShardRun:
     """One twin of the slice ``names`` in a fresh process; its frames stored, its counts recorded."""
     index, count = shard
-    progress(f"shard {index}/{count} twin #{twin}: {len(names)} of {len(inputs.gate_set.requests)} requests "
-             f"({', '.join(names)}) in a fresh process")
-    run = fresh_run(registry.uri, inputs.resolved.digest, inputs.gate_set.digest,
-                    label=_label(index, count, twin), requests=names,
-                    on_chunk=chunk_ticks(progress, f"shard {index}/{count} twin #{twin}", inputs.gate_set, names))
+    progress(
+        f"shard {index}/{count} twin #{twin}: {len(names)} of {len(inputs.gate_set.requests)} requests "
+        f"({', '.join(names)}) in a fresh process"
+    )
+    run = fresh_run(
+        registry.uri,
+        inputs.resolved.digest,
+        inputs.gate_set.digest,
+        label=_label(index, count, twin),
+        requests=names,
+        on_chunk=chunk_ticks(progress, f"shard {index}/{count} twin #{twin}", inputs.gate_set, names),
+    )
     check_run_environment(run, inputs)
-    progress(f"shard {index}/{count} twin #{twin}: {run.frames.shape[0]} frames, {run.compiles} compile(s), "
-             f"{run.wall_seconds:.1f}s")
-    return GateShardRun(twin=twin, host=run.host, environment=inputs.env, frame_sha256=run.frame_sha256,
-                        frames_blob=put_frames(registry, run.frames), compiles=run.compiles,
-                        compile_events=run.compile_events, heavy_modules=run.heavy_modules,
-                        wall_seconds=round(run.wall_seconds, 3))
+    progress(
+        f"shard {index}/{count} twin #{twin}: {run.frames.shape[0]} frames, {run.compiles} compile(s), "
+        f"{run.wall_seconds:.1f}s"
+    )
+    return GateShardRun(
+        twin=twin,
+        host=run.host,
+        environment=inputs.env,
+        frame_sha256=run.frame_sha256,
+        frames_blob=put_frames(registry, run.frames),
+        compiles=run.compiles,
+        compile_events=run.compile_events,
+        heavy_modules=run.heavy_modules,
+        wall_seconds=round(run.wall_seconds, 3),
+    )
 
 
 # ------------------------------------------------------------------------------------ the merge
-def merge_shards(ref: str, registry: Registry, *, baseline: str = "prod", report_dir: str | Path | None = None,
-                 band_file: str | Path | None = None, run_id: str | None = None,
-                 progress: Progress = lambda m: None) -> GateOutcome:
+def merge_shards(
+    ref: str,
+    registry: Registry,
+    *,
+    baseline: str = "prod",
+    report_dir: str | Path | None = None,
+    band_file: str | Path | None = None,
+    run_id: str | None = None,
+    progress: Progress = lambda m: None,
+) -> GateOutcome:
     """Check the stored shards of ``ref`` and decide its gate as one unsharded run would."""
     t_start = time.perf_counter()
     resolved, manifest = read_manifest(registry, ref)
@@ -136,8 +190,9 @@ def _signed_shards(registry: Registry, manifest: Manifest, run_id: str | None) -
     shards, bad = [], []
     for name, envelope in shard_envelopes(registry, manifest.build_id):
         try:
-            att = verify_envelope(envelope, f"gate shard {name}", trusted=trusted, kind="gate-shard",
-                                  subject_digest=subject)
+            att = verify_envelope(
+                envelope, f"gate shard {name}", trusted=trusted, kind="gate-shard", subject_digest=subject
+            )
         except (TrustError, IntegrityError) as e:
             bad.append(str(e))
             continue
@@ -146,9 +201,11 @@ def _signed_shards(registry: Registry, manifest: Manifest, run_id: str | None) -
     shards.sort(key=lambda sd: sd[0].created_at)
     if not shards:
         why = f" ({'; '.join(bad[-3:])})" if bad else ""
-        raise GateInfraError(f"no signed gate shards of {manifest.build_id}{why}: run `avatar-release gate "
-                             f"{manifest.build_id} --shard K/N` for K in 0..N-1 first, signed with a gate key the "
-                             f"trust policy {policy.path} accepts for target {manifest.target}")
+        raise GateInfraError(
+            f"no signed gate shards of {manifest.build_id}{why}: run `avatar-release gate "
+            f"{manifest.build_id} --shard K/N` for K in 0..N-1 first, signed with a gate key the "
+            f"trust policy {policy.path} accepts for target {manifest.target}"
+        )
     want = run_id if run_id is not None else shards[-1][0].run_id
     picked = [(s, d) for s, d in shards if s.run_id == want]
     if not picked:
@@ -169,8 +226,10 @@ def _cover(shards: list[tuple[GateShard, str]], gs: GateSetRecord, build_digest:
             chosen.setdefault(s.index, {})[r.twin] = (s, r, d)
     missing = [f"{k}/{count} twin #{t}" for k in range(count) for t in (1, 2) if t not in chosen.get(k, {})]
     if missing:
-        raise GateInfraError(f"the shards do not cover gate set {gs.name} v{gs.version}: missing {', '.join(missing)}; "
-                             "run them (avatar-release gate BUILD --shard K/N) and merge again")
+        raise GateInfraError(
+            f"the shards do not cover gate set {gs.name} v{gs.version}: missing {', '.join(missing)}; "
+            "run them (avatar-release gate BUILD --shard K/N) and merge again"
+        )
     names = [n for k in range(count) for n in chosen[k][1][0].requests]
     if sorted(names) != sorted(r.name for r in gs.requests) or len(set(names)) != len(names):
         raise GateInfraError(f"the shards rendered {sorted(names)}, the gate set is {[r.name for r in gs.requests]}")
@@ -182,13 +241,17 @@ def _check_shard(s: GateShard, digest: str, gs: GateSetRecord, build_digest: str
     """One partial belongs to this merge: one split, this build, this gate set, its own slice."""
     where = f"shard {s.index}/{s.count} ({digest}, on {', '.join(r.host for r in s.runs)})"
     if s.count != count:
-        raise GateInfraError(f"{where}: split {s.count} ways, the newest shard {count} ways; merge one split "
-                             "(rerun the odd shards, or give each split its own --run-id)")
+        raise GateInfraError(
+            f"{where}: split {s.count} ways, the newest shard {count} ways; merge one split "
+            "(rerun the odd shards, or give each split its own --run-id)"
+        )
     if s.build_digest != build_digest:
         raise GateInfraError(f"{where}: ran build {s.build_digest}, merging {build_digest}")
     if s.gate_set.digest != gs.digest:
-        raise GateInfraError(f"{where}: ran gate set {s.gate_set.name} v{s.gate_set.version} ({s.gate_set.digest}), "
-                             f"this avatar-release's is {gs.digest}; run every shard with one version")
+        raise GateInfraError(
+            f"{where}: ran gate set {s.gate_set.name} v{s.gate_set.version} ({s.gate_set.digest}), "
+            f"this avatar-release's is {gs.digest}; run every shard with one version"
+        )
     if s.requests != shard_requests(gs, s.index, count):
         raise GateInfraError(f"{where}: rendered {s.requests}, its slice is {shard_requests(gs, s.index, count)}")
 
@@ -198,11 +261,14 @@ def _check_one_environment(runs: list[GateShardRun]) -> None:
     first = runs[0]
     for r in runs[1:]:
         if r.environment.fingerprint != first.environment.fingerprint:
-            diff = diff_machines(Machine.of_environment(first.environment), Machine.of_environment(r.environment),
-                                 cpu_features="equal")
+            diff = diff_machines(
+                Machine.of_environment(first.environment), Machine.of_environment(r.environment), cpu_features="equal"
+            )
             raise EnvironmentMismatch(
                 f"shard runs on {first.host} and {r.host} saw different environments ({diff.inline(first.host, r.host)}); "
-                "hashes only compare within one environment: run every shard on matching machines", diff.differences)
+                "hashes only compare within one environment: run every shard on matching machines",
+                diff.differences,
+            )
 
 
 def _label(index: int, count: int, twin: int) -> str:
@@ -218,8 +284,9 @@ def _reassemble(registry: Registry, gs: GateSetRecord, chosen: Chosen) -> TwinRu
     return TwinRuns(a, b, runs=runs_a + runs_b, partials=partials)
 
 
-def _reassembled_twin(registry: Registry, gs: GateSetRecord, chosen: Chosen, twin: int
-                      ) -> tuple[GateRun, list[ProcessRun]]:
+def _reassembled_twin(
+    registry: Registry, gs: GateSetRecord, chosen: Chosen, twin: int
+) -> tuple[GateRun, list[ProcessRun]]:
     """Twin ``twin`` of every shard joined into one run of the whole gate set, and its processes."""
     frames_of = {r.name: r.frames for r in gs.requests}
     per_request: dict[str, tuple[np.ndarray, list[str]]] = {}
@@ -230,7 +297,7 @@ def _reassembled_twin(registry: Registry, gs: GateSetRecord, chosen: Chosen, twi
         at = 0
         for name, hashes in zip(shard.requests, run.frame_sha256):
             n = frames_of[name] if frames.dtype == np.uint8 else len(hashes)  # audio, tensors: a unit per chunk
-            per_request[name] = (frames[at:at + n], hashes)
+            per_request[name] = (frames[at : at + n], hashes)
             at += n
         processes.append(ProcessRun(_label(k, shard.count, twin), run.compiles, run.compile_events, run.host))
     shard_runs = [chosen[k][twin][1] for k in sorted(chosen)]
@@ -239,11 +306,16 @@ def _reassembled_twin(registry: Registry, gs: GateSetRecord, chosen: Chosen, twi
     if parts and parts[0].dtype != np.uint8:  # delivered chunks: each shard padded to its own longest
         width = max(p.shape[1] for p in parts)
         parts = [np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in parts]
-    joined = GateRun(frames=np.concatenate(parts),
-                     frame_sha256=[per_request[n][1] for n in order],
-                     compiles=sum(r.compiles for r in shard_runs),
-                     compile_events=[e for r in shard_runs for e in r.compile_events], chunks=[],
-                     environment=shard_runs[0].environment.model_dump(mode="json"),
-                     heavy_modules=sorted({m for r in shard_runs for m in r.heavy_modules}),
-                     seconds={}, wall_seconds=sum(r.wall_seconds for r in shard_runs), host="")
+    joined = GateRun(
+        frames=np.concatenate(parts),
+        frame_sha256=[per_request[n][1] for n in order],
+        compiles=sum(r.compiles for r in shard_runs),
+        compile_events=[e for r in shard_runs for e in r.compile_events],
+        chunks=[],
+        environment=shard_runs[0].environment.model_dump(mode="json"),
+        heavy_modules=sorted({m for r in shard_runs for m in r.heavy_modules}),
+        seconds={},
+        wall_seconds=sum(r.wall_seconds for r in shard_runs),
+        host="",
+    )
     return joined, processes

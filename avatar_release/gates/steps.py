@@ -12,9 +12,10 @@ so a sharded gate's tiers, band and review are the same code as an unsharded one
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__, _atomic
 from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal, SpecError
@@ -48,9 +49,21 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
-    "Progress", "GateInputs", "ProcessRun", "TwinRuns", "Comparison", "StoredResult",
-    "effective_status", "check_inputs", "check_run_environment", "twin_runs", "compare", "store_result",
-    "write_reports", "never_promotes", "tool_versions",
+    "Progress",
+    "GateInputs",
+    "ProcessRun",
+    "TwinRuns",
+    "Comparison",
+    "StoredResult",
+    "effective_status",
+    "check_inputs",
+    "check_run_environment",
+    "twin_runs",
+    "compare",
+    "store_result",
+    "write_reports",
+    "never_promotes",
+    "tool_versions",
 ]
 
 Progress = Callable[[str], None]
@@ -65,8 +78,12 @@ def effective_status(registry: Registry, build_id: str) -> tuple[str, GateResult
     review = load_review(registry, build_id)
     if review is not None and review.decision is not None and review.decision.decision == "rejected":
         return "rejected", result, digest  # a rejection is final, whatever came later
-    if result.status == "needs-review" and review is not None and review.decision is not None \
-            and review.gate_result_digest == digest:
+    if (
+        result.status == "needs-review"
+        and review is not None
+        and review.decision is not None
+        and review.gate_result_digest == digest
+    ):
         return review.decision.decision, result, digest
     return result.status, result, digest
 
@@ -90,8 +107,9 @@ class GateInputs:
     levers_digest: str | None = None  # the levers.toml that decided the tier (None without a baseline)
 
 
-def check_inputs(registry: Registry, ref: str, baseline: str, band_file: str | Path | None,
-                 env: EnvironmentRecord | None = None) -> GateInputs:
+def check_inputs(
+    registry: Registry, ref: str, baseline: str, band_file: str | Path | None, env: EnvironmentRecord | None = None
+) -> GateInputs:
     """Step 1: refuse bad input (build, machine, baseline, band) before any rendering.
 
     ``env``: where the runs rendered, when that was elsewhere (``gate merge``: the shards'
@@ -107,7 +125,8 @@ def check_inputs(registry: Registry, ref: str, baseline: str, band_file: str | P
         raise EnvironmentMismatch(
             f"build {manifest.build_id} runs on {Machine.of_build(manifest).describe()}; the gate runs had "
             f"{Machine.of_environment(env).describe()} ({here.inline()}). Output gates need matching hardware",
-            here.differences)
+            here.differences,
+        )
     gs = gate_set(manifest)
     base_ref, base_manifest, base_result = _resolve_baseline(registry, baseline, resolved.digest, env, gs.digest)
     inputs = GateInputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None)
@@ -124,16 +143,23 @@ def check_inputs(registry: Registry, ref: str, baseline: str, band_file: str | P
                     f"{band_path}: the band's metric is {band.metric}, but build {manifest.build_id} delivers "
                     f"{delivers}, judged by {wants.upper()} ({'frames' if wants == 'psnr' else 'delivered chunks'}); "
                     f"measure its band: avatar-release gate calibrate --pipeline {manifest.pipeline} "
-                    f"--target {manifest.target}")
+                    f"--target {manifest.target}"
+                )
             inputs.band = band
-            inputs.band_used = BandUsed(path=str(band_path), digest=band_digest, psnr_floor_db=band.psnr_floor_db,
-                                        max_abs_diff_ceiling=band.max_abs_diff_ceiling,
-                                        measured_at=band.measured_at, environment=band.environment.fingerprint)
+            inputs.band_used = BandUsed(
+                path=str(band_path),
+                digest=band_digest,
+                psnr_floor_db=band.psnr_floor_db,
+                max_abs_diff_ceiling=band.max_abs_diff_ceiling,
+                measured_at=band.measured_at,
+                environment=band.environment.fingerprint,
+            )
     return inputs
 
 
-def _resolve_baseline(registry: Registry, baseline: str, resolved_digest: str, env: EnvironmentRecord,
-                      gs_digest: str) -> tuple[BaselineRef | None, Manifest | None, GateResult | None]:
+def _resolve_baseline(
+    registry: Registry, baseline: str, resolved_digest: str, env: EnvironmentRecord, gs_digest: str
+) -> tuple[BaselineRef | None, Manifest | None, GateResult | None]:
     """The baseline named by ``--baseline``, refused unless it passed, here, on this gate set."""
     if baseline == "none":
         return None, None, None
@@ -144,23 +170,33 @@ def _resolve_baseline(registry: Registry, baseline: str, resolved_digest: str, e
         )
     b_resolved, b_manifest = read_manifest(registry, baseline)
     if b_resolved.digest == resolved_digest:
-        raise InputError(f"--baseline {baseline} is {b_resolved.build_id}, the candidate itself; "
-                         "use --baseline none to re-gate a build on its own")
+        raise InputError(
+            f"--baseline {baseline} is {b_resolved.build_id}, the candidate itself; "
+            "use --baseline none to re-gate a build on its own"
+        )
     b_result, b_digest = _verified_baseline(registry, b_resolved, b_manifest)
     if b_result.environment.fingerprint != env.fingerprint:
-        diff = diff_machines(Machine.of_environment(b_result.environment), Machine.of_environment(env),
-                             cpu_features="equal")
+        diff = diff_machines(
+            Machine.of_environment(b_result.environment), Machine.of_environment(env), cpu_features="equal"
+        )
         raise EnvironmentMismatch(
             f"baseline {b_resolved.build_id} was gated in environment {b_result.environment.fingerprint}, this "
             f"machine is {env.fingerprint} ({diff.inline('baseline', 'here')}); hashes only compare within one "
             f"environment. Re-gate the baseline here (avatar-release gate {b_resolved.build_id} --baseline none) "
-            "or gate on a matching machine", diff.differences)
+            "or gate on a matching machine",
+            diff.differences,
+        )
     if b_result.gate_set.digest != gs_digest:
-        raise Refusal(f"baseline {b_resolved.build_id} was gated on gate set {b_result.gate_set.name} "
-                      f"v{b_result.gate_set.version} ({b_result.gate_set.digest}), the candidate's is {gs_digest}; "
-                      "re-gate the baseline with this version of avatar-release")
-    return (BaselineRef(build_id=b_resolved.build_id, digest=b_resolved.digest, gate_result_digest=b_digest),
-            b_manifest, b_result)
+        raise Refusal(
+            f"baseline {b_resolved.build_id} was gated on gate set {b_result.gate_set.name} "
+            f"v{b_result.gate_set.version} ({b_result.gate_set.digest}), the candidate's is {gs_digest}; "
+            "re-gate the baseline with this version of avatar-release"
+        )
+    return (
+        BaselineRef(build_id=b_resolved.build_id, digest=b_resolved.digest, gate_result_digest=b_digest),
+        b_manifest,
+        b_result,
+    )
 
 
 def _verified_baseline(registry: Registry, b_resolved: Resolved, b_manifest: Manifest) -> tuple[GateResult, str]:
@@ -172,15 +208,26 @@ def _verified_baseline(registry: Registry, b_resolved: Resolved, b_manifest: Man
     fix = f"avatar-release gate {b_resolved.build_id} --baseline none"
     if not verdicts:
         why = f" ({'; '.join(r.reason for r in rejected[-2:])})" if rejected else ""
-        raise Refusal(f"baseline {b_resolved.build_id} has no gate result signed by a key the trust policy "
-                      f"{policy.path} accepts for target {b_manifest.target}{why}; a baseline's frames are read only "
-                      f"from verified evidence. Gate it first: {fix}")
+        raise Refusal(
+            f"baseline {b_resolved.build_id} has no gate result signed by a key the trust policy "
+            f"{policy.path} accepts for target {b_manifest.target}{why}; a baseline's frames are read only "
+            f"from verified evidence. Gate it first: {fix}"
+        )
     newest = verdicts[-1]
-    status = verdict_status(registry, b_resolved.build_id, newest, b_manifest, policy, approvals=1,
-                            rejected_unsigned=effective_status(registry, b_resolved.build_id)[0] == "rejected")
+    status = verdict_status(
+        registry,
+        b_resolved.build_id,
+        newest,
+        b_manifest,
+        policy,
+        approvals=1,
+        rejected_unsigned=effective_status(registry, b_resolved.build_id)[0] == "rejected",
+    )
     if status not in ("passed", "approved"):
-        raise Refusal(f"baseline {b_resolved.build_id} did not pass its gates (its newest signed result is "
-                      f"{status!r}, {newest.digest}); choose a baseline that passed")
+        raise Refusal(
+            f"baseline {b_resolved.build_id} did not pass its gates (its newest signed result is "
+            f"{status!r}, {newest.digest}); choose a baseline that passed"
+        )
     return newest.result, newest.digest
 
 
@@ -205,15 +252,18 @@ class TwinRuns:
     partials: dict[str, str] | None = None
 
     def processes(self) -> list[ProcessRun]:
-        return self.runs or [ProcessRun("twin #1", self.a.compiles, self.a.compile_events, self.a.host),
-                             ProcessRun("twin #2", self.b.compiles, self.b.compile_events, self.b.host)]
+        return self.runs or [
+            ProcessRun("twin #1", self.a.compiles, self.a.compile_events, self.a.host),
+            ProcessRun("twin #2", self.b.compiles, self.b.compile_events, self.b.host),
+        ]
 
 
 def check_run_environment(run: GateRun, inputs: GateInputs) -> GateRun:
     """A fresh process must have seen the gate's environment: hashes only compare within one."""
     if run.environment["fingerprint"] != inputs.env.fingerprint:
-        raise GateInfraError(f"a gate run saw environment {run.environment['fingerprint']}, "
-                             f"the gate {inputs.env.fingerprint}")
+        raise GateInfraError(
+            f"a gate run saw environment {run.environment['fingerprint']}, the gate {inputs.env.fingerprint}"
+        )
     return run
 
 
@@ -221,13 +271,20 @@ def twin_runs(registry: Registry, inputs: GateInputs, progress: Progress) -> Twi
     """Step 2: the gate set rendered twice, each in a fresh process that only loads and serves."""
     digest, gs = inputs.resolved.digest, inputs.gate_set
     progress(f"twin run 1 of 2: {gs.frames} frames in a fresh process")
-    run_a = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #1",
-                                            on_chunk=chunk_ticks(progress, "twin run 1 of 2", gs)), inputs)
+    run_a = check_run_environment(
+        fresh_run(
+            registry.uri, digest, gs.digest, label="twin #1", on_chunk=chunk_ticks(progress, "twin run 1 of 2", gs)
+        ),
+        inputs,
+    )
     progress(f"twin run 2 of 2 ({run_a.wall_seconds:.1f}s for the first)")
-    run_b = check_run_environment(fresh_run(registry.uri, digest, gs.digest, label="twin #2",
-                                            on_chunk=chunk_ticks(progress, "twin run 2 of 2", gs)), inputs)
+    run_b = check_run_environment(
+        fresh_run(
+            registry.uri, digest, gs.digest, label="twin #2", on_chunk=chunk_ticks(progress, "twin run 2 of 2", gs)
+        ),
+        inputs,
+    )
     return TwinRuns(run_a, run_b)
-
 
 
 # ------------------------------------------------------------------------ steps 3-4: verdicts
@@ -242,15 +299,22 @@ class Comparison:
 def compare(registry: Registry, inputs: GateInputs, twins: TwinRuns) -> Comparison:
     """Steps 3 and 4: zero recompiles and identical twins; then bit-exact or the band vs the baseline."""
     t_cmp = time.perf_counter()
-    gates = [_zero_recompile(twins), twin_baseline(inputs.gate_set, twins.a.flat_hashes, twins.b.flat_hashes,
-                                                   twins.a.frames, twins.b.frames)]
+    gates = [
+        _zero_recompile(twins),
+        twin_baseline(inputs.gate_set, twins.a.flat_hashes, twins.b.flat_hashes, twins.a.frames, twins.b.frames),
+    ]
     twin_ok = gates[1].status == "passed"
     status = "passed" if gates[0].status == "passed" and twin_ok else "failed"
     base_frames = None
     if inputs.base_result is not None:
         if not twin_ok:
-            gates.append(GateEvidence(name="bit-exact", status="skipped",
-                                      summary="not compared: the twins differ, so no comparison can be trusted"))
+            gates.append(
+                GateEvidence(
+                    name="bit-exact",
+                    status="skipped",
+                    summary="not compared: the twins differ, so no comparison can be trusted",
+                )
+            )
         else:
             base_frames = get_frames(registry, inputs.base_result.frames_blob)
             against, verdict = _against_baseline(inputs, twins.a, base_frames)
@@ -283,9 +347,14 @@ def _against_baseline(inputs: GateInputs, run: GateRun, base_frames: np.ndarray)
         band = [GateEvidence(name="similarity-band", status="skipped", summary="not needed: bit-exact")]
         return [be, *(band if inputs.tier == 2 else [])], "passed"
     if inputs.tier == 1:
-        return [be, GateEvidence(
-            name="similarity-band", status="skipped",
-            summary="not allowed: tier 1 (" + "; ".join(inputs.tier_reasons[:3]) + ") must be bit-exact")], "failed"
+        return [
+            be,
+            GateEvidence(
+                name="similarity-band",
+                status="skipped",
+                summary="not allowed: tier 1 (" + "; ".join(inputs.tier_reasons[:3]) + ") must be bit-exact",
+            ),
+        ], "failed"
     assert inputs.band is not None  # tier 2: check_inputs loaded the band
     sb = similarity_band(gs, run.frames, base_frames, inputs.band)
     if (elsewhere := band_measured_elsewhere(inputs.band, inputs.env)) is not None:
@@ -303,15 +372,22 @@ def band_measured_elsewhere(band: Band, env: EnvironmentRecord) -> str | None:
     theirs = band.environment
     if theirs.fingerprint == env.fingerprint:
         return None
-    diffs = [f"{f} {getattr(theirs, f)} here {getattr(env, f)}" for f in ("backend", "device_kind", "device_count",
-                                                                          "jax", "jaxlib")
-             if getattr(theirs, f) != getattr(env, f)]
+    diffs = [
+        f"{f} {getattr(theirs, f)} here {getattr(env, f)}"
+        for f in ("backend", "device_kind", "device_count", "jax", "jaxlib")
+        if getattr(theirs, f) != getattr(env, f)
+    ]
     ours, its = set(env.cpu_features or []), set(theirs.cpu_features or [])
     if ours != its:
-        diffs.append("cpu features" + "".join(f" +{x}" for x in sorted(ours - its))
-                     + "".join(f" -{x}" for x in sorted(its - ours)))
-    return (f"the band was measured on another machine ({'; '.join(diffs) or 'its fingerprint differs'}): "
-            "`avatar-release gate calibrate` on this hardware measures its own")
+        diffs.append(
+            "cpu features"
+            + "".join(f" +{x}" for x in sorted(ours - its))
+            + "".join(f" -{x}" for x in sorted(its - ours))
+        )
+    return (
+        f"the band was measured on another machine ({'; '.join(diffs) or 'its fingerprint differs'}): "
+        "`avatar-release gate calibrate` on this hardware measures its own"
+    )
 
 
 # ---------------------------------------------------------------------- step 5: store, report
@@ -336,23 +412,40 @@ def _target_spec_digest(target: str) -> str | None:
         return None
 
 
-def store_result(registry: Registry, inputs: GateInputs, twins: TwinRuns, comparison: Comparison, t_start: float,
-                 progress: Progress) -> StoredResult:
+def store_result(
+    registry: Registry, inputs: GateInputs, twins: TwinRuns, comparison: Comparison, t_start: float, progress: Progress
+) -> StoredResult:
     """Step 5a: the frames, the result and (for needs-review, unless already decided) a review."""
     progress("storing the gate result with the build")
     run_a, run_b, manifest = twins.a, twins.b, inputs.manifest
     band = inputs.band_used.model_dump(mode="json") if inputs.band_used is not None else None
     result = GateResult(
-        status=comparison.status, build_id=manifest.build_id, build_digest=inputs.resolved.digest,
-        pipeline=manifest.pipeline, target=manifest.target, target_spec_digest=_target_spec_digest(manifest.target),
+        status=comparison.status,
+        build_id=manifest.build_id,
+        build_digest=inputs.resolved.digest,
+        pipeline=manifest.pipeline,
+        target=manifest.target,
+        target_spec_digest=_target_spec_digest(manifest.target),
         band_digest=inputs.band_used.digest if inputs.band_used is not None else None,
         levers_digest=inputs.levers_digest,
-        baseline=inputs.baseline, tier=inputs.tier, tier_reasons=inputs.tier_reasons, band=band,
-        environment=inputs.env, tool=tool_versions(), gate_set=inputs.gate_set, gates=comparison.gates,
-        frame_sha256=run_a.frame_sha256, frames_blob=put_frames(registry, run_a.frames),
-        seconds={"twin_1": round(run_a.wall_seconds, 3), "twin_2": round(run_b.wall_seconds, 3),
-                 "compare": round(comparison.seconds, 3), "total": round(time.perf_counter() - t_start, 3)},
-        created_at=utcnow(), created_by=who(),
+        baseline=inputs.baseline,
+        tier=inputs.tier,
+        tier_reasons=inputs.tier_reasons,
+        band=band,
+        environment=inputs.env,
+        tool=tool_versions(),
+        gate_set=inputs.gate_set,
+        gates=comparison.gates,
+        frame_sha256=run_a.frame_sha256,
+        frames_blob=put_frames(registry, run_a.frames),
+        seconds={
+            "twin_1": round(run_a.wall_seconds, 3),
+            "twin_2": round(run_b.wall_seconds, 3),
+            "compare": round(comparison.seconds, 3),
+            "total": round(time.perf_counter() - t_start, 3),
+        },
+        created_at=utcnow(),
+        created_by=who(),
     )
     digest = save_result(registry, result, subject_digest=manifest.content_digest())
     return StoredResult(result, digest, _open_review(registry, result, digest, progress))
@@ -373,8 +466,9 @@ def _open_review(registry: Registry, result: GateResult, digest: str, progress: 
     return review
 
 
-def write_reports(report_dir: str | Path | None, stored: StoredResult, twins: TwinRuns,
-                  comparison: Comparison) -> tuple[Path | None, Path | None]:
+def write_reports(
+    report_dir: str | Path | None, stored: StoredResult, twins: TwinRuns, comparison: Comparison
+) -> tuple[Path | None, Path | None]:
     """Step 5b: the HTML report (and the blind review page) -> (report, review page); None without a folder."""
     if report_dir is None:
         return None, None
@@ -385,8 +479,9 @@ def write_reports(report_dir: str | Path | None, stored: StoredResult, twins: Tw
         folder.mkdir(parents=True, exist_ok=True)
         review_path = folder / "review.html"
         _atomic.write_text(review_path, review_page(review, frames[review.frames], base_frames[review.frames]))
-    report = write_report(folder, stored.result, stored.digest, frames, base_frames,
-                          review_page="review.html" if review_path else None)
+    report = write_report(
+        folder, stored.result, stored.digest, frames, base_frames, review_page="review.html" if review_path else None
+    )
     return report, review_path
 
 
@@ -396,8 +491,10 @@ def never_promotes(registry: Registry, inputs: GateInputs, result: GateResult | 
     target spec or lever list the trust policy's ``[gate_inputs]`` does not pin never counts."""
     prod = registry.get_channel("prod")
     if inputs.baseline is None and prod is not None and prod.digest != inputs.resolved.digest:
-        return (f"compared with nothing while prod holds {prod.build_id}: this verdict proves determinism only and "
-                f"never promotes; to promote, gate against prod: avatar-release gate {inputs.resolved.build_id}")
+        return (
+            f"compared with nothing while prod holds {prod.build_id}: this verdict proves determinism only and "
+            f"never promotes; to promote, gate against prod: avatar-release gate {inputs.resolved.build_id}"
+        )
     return None if result is None else _unpinned_note(result)
 
 
@@ -409,7 +506,9 @@ def _unpinned_note(result: GateResult) -> str | None:
     unpinned = unpinned_inputs(result, policy)
     if not unpinned:
         return None
-    return (f"decided by project files the trust policy {policy.path} does not pin "
-            f"({'; '.join(u.describe() for u in unpinned)}): this verdict never promotes; gate with the pinned "
-            "files in place (`avatar-release gate inputs` prints the digests in force), or pin these in the "
-            "policy's [gate_inputs]")
+    return (
+        f"decided by project files the trust policy {policy.path} does not pin "
+        f"({'; '.join(u.describe() for u in unpinned)}): this verdict never promotes; gate with the pinned "
+        "files in place (`avatar-release gate inputs` prints the digests in force), or pin these in the "
+        "policy's [gate_inputs]"
+    )

@@ -21,12 +21,25 @@ from .._digest import sha256_digest
 from .._zstd import DecodeError, declared_size, decode
 from ..errors import IntegrityError
 from ..records import (
-    FRAMES_MEDIA_TYPE, RESULT_MEDIA_TYPE, SHARD_MEDIA_TYPE, BlobRef, GateResult, GateShard, ReviewRecord,
+    FRAMES_MEDIA_TYPE,
+    RESULT_MEDIA_TYPE,
+    SHARD_MEDIA_TYPE,
+    BlobRef,
+    GateResult,
+    GateShard,
+    ReviewRecord,
     parse_record,
 )
 from ..records.stored import (
-    GATE_RESULTS, GATE_SHARDS, REVIEWS, parse_results_index, parse_shard_record, render_results_index,
-    render_shard_record, shard_record_build, shard_record_name,
+    GATE_RESULTS,
+    GATE_SHARDS,
+    REVIEWS,
+    parse_results_index,
+    parse_shard_record,
+    render_results_index,
+    render_shard_record,
+    shard_record_build,
+    shard_record_name,
 )
 from ..registry import Registry
 from ..trust.attest import ENVELOPE_MEDIA_TYPE, attest
@@ -35,8 +48,20 @@ from ..trust.evidence import gate_signing_key, sign_and_store
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = ["put_frames", "get_frames", "save_result", "result_refs", "frames_refs", "latest_result", "get_result",
-           "save_review", "load_review", "save_shard", "shard_refs", "shard_envelopes"]
+__all__ = [
+    "put_frames",
+    "get_frames",
+    "save_result",
+    "result_refs",
+    "frames_refs",
+    "latest_result",
+    "get_result",
+    "save_review",
+    "load_review",
+    "save_shard",
+    "shard_refs",
+    "shard_envelopes",
+]
 
 _RESULTS = GATE_RESULTS.name
 _REVIEWS = REVIEWS.name
@@ -47,8 +72,11 @@ _MAX_FRAMES_BYTES = 1 << 34  # a gate run's delivered frames, raw: far beyond an
 def put_frames(registry: Registry, frames: np.ndarray) -> BlobRef:
     buf = io.BytesIO()
     # uint8 frames (video), or float64 delivered chunks (audio, tensors: metrics.chunk_units)
-    np.save(buf, np.ascontiguousarray(frames, dtype=np.uint8 if frames.dtype == np.uint8 else np.float64),
-            allow_pickle=False)
+    np.save(
+        buf,
+        np.ascontiguousarray(frames, dtype=np.uint8 if frames.dtype == np.uint8 else np.float64),
+        allow_pickle=False,
+    )
     data = zstandard.ZstdCompressor(level=10).compress(buf.getvalue())
     digest = registry.put_blob(data)
     return BlobRef(digest=digest, size=len(data), media_type=FRAMES_MEDIA_TYPE)
@@ -74,15 +102,21 @@ def result_refs(registry: Registry, build_id: str) -> list[BlobRef]:
 
 def frames_refs(registry: Registry, build_id: str) -> list[BlobRef]:
     """The frames blobs the build's gate results refer to (listed in the index since it has had them)."""
-    results, frames = parse_results_index(registry.get_record(_RESULTS, build_id),
-                                          f"registry record {_RESULTS}/{build_id}")
+    results, frames = parse_results_index(
+        registry.get_record(_RESULTS, build_id), f"registry record {_RESULTS}/{build_id}"
+    )
     if frames is not None:
         return frames
     return [get_result(registry, ref).frames_blob for ref in results]  # older indexes
 
 
-def save_result(registry: Registry, result: GateResult, *, subject_digest: str | None = None,
-                signer: Ed25519PrivateKey | None = None) -> str:
+def save_result(
+    registry: Registry,
+    result: GateResult,
+    *,
+    subject_digest: str | None = None,
+    signer: Ed25519PrivateKey | None = None,
+) -> str:
     """Store a gate result and a signed attestation of it; returns the result's digest.
 
     ``subject_digest``: the build's store-independent manifest digest (``Manifest.content_digest()``;
@@ -92,8 +126,14 @@ def save_result(registry: Registry, result: GateResult, *, subject_digest: str |
     """
     data = result.to_json_bytes()
     ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=RESULT_MEDIA_TYPE)
-    sign_and_store(registry, signer or gate_signing_key(), kind="gate-result", build_id=result.build_id,
-                   subject_digest=subject_digest or result.build_digest, predicate=result.model_dump(mode="json"))
+    sign_and_store(
+        registry,
+        signer or gate_signing_key(),
+        kind="gate-result",
+        build_id=result.build_id,
+        subject_digest=subject_digest or result.build_digest,
+        predicate=result.model_dump(mode="json"),
+    )
 
     def add(old: bytes | None) -> bytes:
         where = f"registry record {_RESULTS}/{result.build_id}"
@@ -137,16 +177,22 @@ def load_review(registry: Registry, build_id: str) -> ReviewRecord | None:
     return parse_record(ReviewRecord, raw, where=f"registry record {_REVIEWS}/{build_id}")
 
 
-def save_shard(registry: Registry, shard: GateShard, *, subject_digest: str,
-               signer: Ed25519PrivateKey | None = None) -> str:
+def save_shard(
+    registry: Registry, shard: GateShard, *, subject_digest: str, signer: Ed25519PrivateKey | None = None
+) -> str:
     """Store one shard run's partial evidence, signed like a gate result (attestation kind
     ``gate-shard``), under its own record; returns the partial's digest. Only blobs and a record
     no other shard writes: parallel shards need no registry lock. ``gate merge`` reads only
     partials whose envelope verifies."""
     data = shard.to_json_bytes()
     ref = BlobRef(digest=registry.put_blob(data), size=len(data), media_type=SHARD_MEDIA_TYPE)
-    envelope = attest(signer or gate_signing_key(), kind="gate-shard", build_id=shard.build_id,
-                      subject_digest=subject_digest, predicate=shard.model_dump(mode="json"))
+    envelope = attest(
+        signer or gate_signing_key(),
+        kind="gate-shard",
+        build_id=shard.build_id,
+        subject_digest=subject_digest,
+        predicate=shard.model_dump(mode="json"),
+    )
     env_ref = BlobRef(digest=registry.put_blob(envelope), size=len(envelope), media_type=ENVELOPE_MEDIA_TYPE)
     name = shard_record_name(shard.build_id, shard.index, shard.count, [r.twin for r in shard.runs], shard.run_id)
     registry.put_record(_SHARDS, name, render_shard_record(env_ref, ref, [r.frames_blob for r in shard.runs]))

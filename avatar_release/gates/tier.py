@@ -42,9 +42,11 @@ def read_levers(path: Path | None = None) -> tuple[dict, str, Path]:
     names is of the very bytes that decided its tier."""
     path = path or levers_path()
     if not path.is_file():
-        raise SpecError(f"{path}: missing; it declares which levers may be judged by the similarity band. With none "
-                        f"to declare, write one line, schema_version = 1 (`avatar-release specs schema levers`; "
-                        f"{SPECS_PAGE} > levers)")
+        raise SpecError(
+            f"{path}: missing; it declares which levers may be judged by the similarity band. With none "
+            f"to declare, write one line, schema_version = 1 (`avatar-release specs schema levers`; "
+            f"{SPECS_PAGE} > levers)"
+        )
     data = path.read_bytes()
     try:
         doc = tomllib.loads(data.decode())
@@ -60,8 +62,9 @@ def _declared_overrides(candidate: Manifest, baseline: Manifest) -> dict:
     """Override levers both builds' pipelines declared with the same effect (every manifest in the
     support window records them)."""
     mine, theirs = candidate.levers or {}, baseline.levers or {}
-    return {k: {"effect": v.effect, "note": v.note} for k, v in mine.items()
-            if k in theirs and theirs[k].effect == v.effect}
+    return {
+        k: {"effect": v.effect, "note": v.note} for k, v in mine.items() if k in theirs and theirs[k].effect == v.effect
+    }
 
 
 def decide_tier(candidate: Manifest, baseline: Manifest, levers: dict | None = None) -> TierDecision:
@@ -100,11 +103,16 @@ def decide_tier(candidate: Manifest, baseline: Manifest, levers: dict | None = N
         if co.get(name) == bo.get(name):
             continue
         if name in known_options:
-            tier2.append(f"compiler option {name}: {bo.get(name)} -> {co.get(name)} ({known_options[name].get('effect')})")
+            tier2.append(
+                f"compiler option {name}: {bo.get(name)} -> {co.get(name)} ({known_options[name].get('effect')})"
+            )
         else:
             tier1.append(f"compiler option {name}: {bo.get(name)} -> {co.get(name)} is not declared, so tier 1")
-    same("flag env/kernel flags", (candidate.flags.env_flags, candidate.flags.kernel_flags),
-         (baseline.flags.env_flags, baseline.flags.kernel_flags))
+    same(
+        "flag env/kernel flags",
+        (candidate.flags.env_flags, candidate.flags.kernel_flags),
+        (baseline.flags.env_flags, baseline.flags.kernel_flags),
+    )
 
     for tool in ("jax", "jaxlib"):
         a, b = getattr(candidate.toolchain, tool), getattr(baseline.toolchain, tool)

@@ -17,8 +17,14 @@ from ..trust.evidence import Rejected, verified
 from ..trust.policy import TrustPolicy, UnpinnedInput
 from .review_evidence import review_outcome
 
-__all__ = ["SignedVerdict", "signed_verdicts", "compared_with", "describe_comparison", "verdict_status",
-           "unpinned_inputs"]
+__all__ = [
+    "SignedVerdict",
+    "signed_verdicts",
+    "compared_with",
+    "describe_comparison",
+    "verdict_status",
+    "unpinned_inputs",
+]
 
 
 @dataclass(frozen=True)
@@ -32,12 +38,18 @@ class SignedVerdict:
         return self.result.baseline.digest if self.result.baseline is not None else None
 
 
-def signed_verdicts(registry: Registry, build_id: str, manifest: Manifest,
-                    policy: TrustPolicy) -> tuple[list[SignedVerdict], list[Rejected]]:
+def signed_verdicts(
+    registry: Registry, build_id: str, manifest: Manifest, policy: TrustPolicy
+) -> tuple[list[SignedVerdict], list[Rejected]]:
     """Every gate result of ``build_id`` signed by a key ``policy`` trusts for the build's target, made
     for exactly this manifest, oldest first by its signed ``created_at``; and the rejected envelopes."""
-    good, rejected = verified(registry, build_id, kind="gate-result", trusted=policy.gate_keys(manifest.target),
-                              subject_digest=manifest.content_digest())
+    good, rejected = verified(
+        registry,
+        build_id,
+        kind="gate-result",
+        trusted=policy.gate_keys(manifest.target),
+        subject_digest=manifest.content_digest(),
+    )
     verdicts = [SignedVerdict(GateResult.model_validate(att.predicate), digest, att.key_ids) for att, digest in good]
     verdicts = [v for v in verdicts if v.result.build_id == build_id]
     verdicts.sort(key=lambda v: v.result.created_at)
@@ -54,16 +66,25 @@ def describe_comparison(v: SignedVerdict) -> str:
     return "compared with nothing (--baseline none)" if b is None else f"compared with {b.build_id}"
 
 
-def verdict_status(registry: Registry, build_id: str, verdict: SignedVerdict, manifest: Manifest,
-                   policy: TrustPolicy, *, approvals: int, rejected_unsigned: bool) -> str:
+def verdict_status(
+    registry: Registry,
+    build_id: str,
+    verdict: SignedVerdict,
+    manifest: Manifest,
+    policy: TrustPolicy,
+    *,
+    approvals: int,
+    rejected_unsigned: bool,
+) -> str:
     """What a signed verdict lets through: its status, a needs-review decided by signed reviewer
     decisions, and 'rejected' whenever the build was rejected (a rejection is final; honouring an
     unsigned one can only hold a build back)."""
     if rejected_unsigned:
         return "rejected"
     if verdict.result.status == "needs-review":
-        return review_outcome(registry, build_id, verdict.result, verdict.digest, manifest.content_digest(), policy,
-                              approvals).status
+        return review_outcome(
+            registry, build_id, verdict.result, verdict.digest, manifest.content_digest(), policy, approvals
+        ).status
     return verdict.result.status
 
 
@@ -73,5 +94,9 @@ def unpinned_inputs(result: GateResult, policy: TrustPolicy) -> list[UnpinnedInp
     lever list that sent it there."""
     band_gate = result.gate("similarity-band")
     return policy.gate_inputs.unpinned(
-        target=result.target, target_spec=result.target_spec_digest, band=result.band_judged_by(),
-        levers=result.levers_digest, band_judged=band_gate is not None and band_gate.status != "skipped")
+        target=result.target,
+        target_spec=result.target_spec_digest,
+        band=result.band_judged_by(),
+        levers=result.levers_digest,
+        band_judged=band_gate is not None and band_gate.status != "skipped",
+    )

@@ -7,7 +7,6 @@ initialises the JAX backend.
 from __future__ import annotations
 
 from ._diff import ALL_FIELDS, RUN_FIELDS, Machine, MachineDiff, diff_machines
-from ._quiet import quiet_jax_import
 from ._host import (
     backend_initialized,
     configure_compile_env,
@@ -22,12 +21,29 @@ from ._host import (
 )
 from ._native_log import NativeNote, native_log_filter
 from ._process import MAX_DEVICES, MAX_HOST_DEVICES, PROCESS_FLAGS, check_process_fields
+from ._quiet import quiet_jax_import
 
 __all__ = [
     "quiet_jax_import",
-    "Machine", "MachineDiff", "diff_machines", "ALL_FIELDS", "RUN_FIELDS",
-    "backend_initialized", "configure_compile_env", "configure_for_manifest", "configure_host_devices",
-    "current_platform", "environment_record", "host_cpu_features", "missing_env_flags", "toolchain", "who",
-    "NativeNote", "native_log_filter",
-    "check_process_fields", "MAX_DEVICES", "MAX_HOST_DEVICES", "PROCESS_FLAGS",
+    "Machine",
+    "MachineDiff",
+    "diff_machines",
+    "ALL_FIELDS",
+    "RUN_FIELDS",
+    "backend_initialized",
+    "configure_compile_env",
+    "configure_for_manifest",
+    "configure_host_devices",
+    "current_platform",
+    "environment_record",
+    "host_cpu_features",
+    "missing_env_flags",
+    "toolchain",
+    "who",
+    "NativeNote",
+    "native_log_filter",
+    "check_process_fields",
+    "MAX_DEVICES",
+    "MAX_HOST_DEVICES",
+    "PROCESS_FLAGS",
 ]

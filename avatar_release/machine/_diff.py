@@ -8,7 +8,8 @@ Each says which fields it compares; none keeps a field list of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields as dc_fields
+from dataclasses import dataclass
+from dataclasses import fields as dc_fields
 from typing import Literal
 
 from ..records import EnvironmentRecord, Manifest, Platform
@@ -41,23 +42,41 @@ class Machine:
         # device reports that string, so it is not compared (the device kind and count, and jaxlib
         # with the plugin it pins, still are).
         version = None if p.platform_version.startswith("topology:") else p.platform_version
-        return cls(backend=p.backend, platform_version=version, device_kind=p.device_kind,
-                   device_count=p.device_count, jax=manifest.toolchain.jax, jaxlib=manifest.toolchain.jaxlib,
-                   cpu_features=None if p.cpu_features is None else tuple(p.cpu_features))
+        return cls(
+            backend=p.backend,
+            platform_version=version,
+            device_kind=p.device_kind,
+            device_count=p.device_count,
+            jax=manifest.toolchain.jax,
+            jaxlib=manifest.toolchain.jaxlib,
+            cpu_features=None if p.cpu_features is None else tuple(p.cpu_features),
+        )
 
     @classmethod
     def of_platform(cls, platform: Platform, *, jax: str | None, jaxlib: str | None) -> Machine:
         """A live machine described as a Platform record (``machine.current_platform``)."""
-        return cls(backend=platform.backend, platform_version=platform.platform_version,
-                   device_kind=platform.device_kind, device_count=platform.device_count, jax=jax, jaxlib=jaxlib,
-                   cpu_features=None if platform.cpu_features is None else tuple(platform.cpu_features))
+        return cls(
+            backend=platform.backend,
+            platform_version=platform.platform_version,
+            device_kind=platform.device_kind,
+            device_count=platform.device_count,
+            jax=jax,
+            jaxlib=jaxlib,
+            cpu_features=None if platform.cpu_features is None else tuple(platform.cpu_features),
+        )
 
     @classmethod
     def of_environment(cls, env: EnvironmentRecord) -> Machine:
         """Where a gate ran (an EnvironmentRecord)."""
-        return cls(backend=env.backend, platform_version=env.platform_version, device_kind=env.device_kind,
-                   device_count=env.device_count, jax=env.jax, jaxlib=env.jaxlib,
-                   cpu_features=None if env.cpu_features is None else tuple(env.cpu_features))
+        return cls(
+            backend=env.backend,
+            platform_version=env.platform_version,
+            device_kind=env.device_kind,
+            device_count=env.device_count,
+            jax=env.jax,
+            jaxlib=env.jaxlib,
+            cpu_features=None if env.cpu_features is None else tuple(env.cpu_features),
+        )
 
     def describe(self) -> str:
         return f"{self.backend}: {self.device_kind} x {self.device_count}"
@@ -79,8 +98,13 @@ class MachineDiff:
         return "; ".join(f"{k}: {expected} {e}, {actual} {a}" for k, (e, a) in self.differences.items())
 
 
-def diff_machines(expected: Machine, actual: Machine, *, fields: tuple[str, ...] = ALL_FIELDS,
-                  cpu_features: Literal["subset", "equal"] = "subset") -> MachineDiff:
+def diff_machines(
+    expected: Machine,
+    actual: Machine,
+    *,
+    fields: tuple[str, ...] = ALL_FIELDS,
+    cpu_features: Literal["subset", "equal"] = "subset",
+) -> MachineDiff:
     """Compare ``fields`` of two machines.
 
     ``cpu_features="subset"``: the expected ISA extensions must all be present on the actual

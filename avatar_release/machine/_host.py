@@ -43,9 +43,27 @@ __all__ = [
 # ISA extensions XLA:CPU may generate code for. A build made on a host with one of them
 # can crash (SIGILL) on a host without it, so the loader requires build ⊆ host.
 _ISA_FLAGS = (
-    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2",
-    "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16",
-    "avx512_vnni", "avx512vbmi", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
+    "sse4_1",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "bmi1",
+    "bmi2",
+    "avx512f",
+    "avx512bw",
+    "avx512cd",
+    "avx512dq",
+    "avx512vl",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx512vbmi",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
 )
 _COUNT_FLAG = "--xla_force_host_platform_device_count"
 
@@ -62,8 +80,10 @@ def backend_initialized() -> bool:
 def configure_host_devices(count: int) -> None:
     """Ask XLA:CPU for ``count`` virtual devices. Must run before the backend starts."""
     if not 1 <= count <= MAX_HOST_DEVICES:  # a manifest's count is refused before (check_process_fields)
-        raise InputError(f"{count} host devices asked for: expected 1 to {MAX_HOST_DEVICES} "
-                         "(avatar_release.machine.MAX_HOST_DEVICES)")
+        raise InputError(
+            f"{count} host devices asked for: expected 1 to {MAX_HOST_DEVICES} "
+            "(avatar_release.machine.MAX_HOST_DEVICES)"
+        )
     quiet_jax_import()
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_COUNT_FLAG)]
     wanted = flags + [f"{_COUNT_FLAG}={count}"]
@@ -158,8 +178,9 @@ def host_cpu_features() -> list[str]:
     return []
 
 
-def current_platform(devices: Sequence[jax.Device], mesh_axes: list[str], mesh_shape: list[int],
-                     topology: str | None = None) -> Platform:
+def current_platform(
+    devices: Sequence[jax.Device], mesh_axes: list[str], mesh_shape: list[int], topology: str | None = None
+) -> Platform:
     """Describe ``devices`` (live or from a topology description) as a Platform record."""
     d0 = devices[0]
     backend = d0.platform

@@ -14,18 +14,22 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 _GLOG = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ ([\w.+-]+):\d+\] (.*)$")
 _SEVERITY = {"I": "info", "W": "warning", "E": "error", "F": "fatal"}
 # Lines that only ever follow a glog line or announce it: dropped with it.
-_NOISE = (re.compile(r"^WARNING: Logging before InitGoogle\(\) is written to STDERR$"),
-          re.compile(r"^=== Source Location Trace: ===\s*$"),
-          re.compile(r"^[\w/.-]+\.cc:\d+$"))
-_REMAT = re.compile(r"cannot go from sharding (\{.*?\}) to (\{.*?\}) efficiently for HLO operation %[\w.]+ = "
-                    r"(\S+) (\w+)\(")
+_NOISE = (
+    re.compile(r"^WARNING: Logging before InitGoogle\(\) is written to STDERR$"),
+    re.compile(r"^=== Source Location Trace: ===\s*$"),
+    re.compile(r"^[\w/.-]+\.cc:\d+$"),
+)
+_REMAT = re.compile(
+    r"cannot go from sharding (\{.*?\}) to (\{.*?\}) efficiently for HLO operation %[\w.]+ = "
+    r"(\S+) (\w+)\("
+)
 
 
 @dataclass
@@ -47,9 +51,11 @@ def summarize(source: str, message: str) -> str:
     """The gist of a compiler log message, in one line."""
     m = _REMAT.search(message)
     if "Involuntary full rematerialization" in message and m:
-        return (f"involuntary full rematerialization of {m.group(3)} {m.group(4)}: the SPMD partitioner cannot "
-                f"reshard {m.group(1)} -> {m.group(2)}, so it replicates the tensor first (a sharding the "
-                f"program should express differently; it costs memory and time, not correctness)")
+        return (
+            f"involuntary full rematerialization of {m.group(3)} {m.group(4)}: the SPMD partitioner cannot "
+            f"reshard {m.group(1)} -> {m.group(2)}, so it replicates the tensor first (a sharding the "
+            f"program should express differently; it costs memory and time, not correctness)"
+        )
     message = re.sub(r"\s*(This issue will be fixed|Contact Shardy|As the last resort).*$", "", message)
     return message if len(message) <= 240 else message[:237] + "..."
 

@@ -61,8 +61,10 @@ _FLAG = re.compile(r"--(?P<name>[a-z0-9_]+)(?:=(?P<value>\S*))?")
 
 
 def _refuse(manifest: Manifest, field: str, value: object, allowed: str) -> IntegrityError:
-    return IntegrityError(f"build {manifest.build_id}: manifest field {field} is {value!r}; {allowed}. Refused before "
-                          "anything from the manifest reaches XLA: a forged or corrupted manifest — republish the build")
+    return IntegrityError(
+        f"build {manifest.build_id}: manifest field {field} is {value!r}; {allowed}. Refused before "
+        "anything from the manifest reaches XLA: a forged or corrupted manifest — republish the build"
+    )
 
 
 def _flag_error(flag: str) -> str | None:
@@ -72,8 +74,10 @@ def _flag_error(flag: str) -> str | None:
         return "expected one --name=value with no spaces (XLA_FLAGS is split on whitespace)"
     name, value = m["name"], m["value"]
     if name not in PROCESS_FLAGS:
-        return (f"{name!r} is not an XLA flag a flag profile may set (known: {', '.join(sorted(PROCESS_FLAGS))}; "
-                "avatar_release/machine/_process.py PROCESS_FLAGS)")
+        return (
+            f"{name!r} is not an XLA flag a flag profile may set (known: {', '.join(sorted(PROCESS_FLAGS))}; "
+            "avatar_release/machine/_process.py PROCESS_FLAGS)"
+        )
     allowed = PROCESS_FLAGS[name]
     if (value is None and allowed != _BOOL) or (value is not None and not re.fullmatch(allowed, value)):
         return f"--{name} takes {allowed.replace('|', ' or ')}"
@@ -87,14 +91,23 @@ def check_process_fields(manifest: Manifest) -> None:
     most = MAX_HOST_DEVICES if cpu else MAX_DEVICES
     if not 1 <= p.device_count <= most:
         what = "the host devices XLA:CPU would be asked for" if cpu else "the largest device slice there is"
-        raise _refuse(manifest, "platform.device_count", p.device_count,
-                      f"expected 1 to {most} for a {p.backend} build ({what})")
+        raise _refuse(
+            manifest, "platform.device_count", p.device_count, f"expected 1 to {most} for a {p.backend} build ({what})"
+        )
     if not p.mesh_shape or len(p.mesh_shape) != len(p.mesh_axes) or any(n < 1 for n in p.mesh_shape):
-        raise _refuse(manifest, "platform.mesh_shape", p.mesh_shape,
-                      f"expected one size of at least 1 for each of platform.mesh_axes {p.mesh_axes}")
+        raise _refuse(
+            manifest,
+            "platform.mesh_shape",
+            p.mesh_shape,
+            f"expected one size of at least 1 for each of platform.mesh_axes {p.mesh_axes}",
+        )
     if math.prod(p.mesh_shape) != p.device_count:
-        raise _refuse(manifest, "platform.mesh_shape", p.mesh_shape,
-                      f"expected sizes whose product is platform.device_count, {p.device_count}")
+        raise _refuse(
+            manifest,
+            "platform.mesh_shape",
+            p.mesh_shape,
+            f"expected sizes whose product is platform.device_count, {p.device_count}",
+        )
     for i, flag in enumerate(manifest.flags.env_flags):
         error = _flag_error(flag) if isinstance(flag, str) else "expected a string"
         if error:

@@ -31,8 +31,10 @@ from types import ModuleType
 __all__ = ["quiet_jax_import", "PLUGIN_NOISE"]
 
 _PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
-PLUGIN_NOISE = re.compile(rb"^[IW]\d{4} [\d:.]+\s+\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your "
-                          rb"machine, GPU will not be used\.$")
+PLUGIN_NOISE = re.compile(
+    rb"^[IW]\d{4} [\d:.]+\s+\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your "
+    rb"machine, GPU will not be used\.$"
+)
 _PREINIT = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
@@ -93,6 +95,7 @@ class _QuietLoader(importlib.abc.Loader):
             self.inner.exec_module(module)
         init = getattr(module, "initialize", None)
         if module.__name__ in _JAX_PLUGINS and callable(init):
+
             def initialize() -> object:
                 with _filtered_fd2():
                     return init()
@@ -109,8 +112,9 @@ class _QuietJax(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.pending = {"jax", *_JAX_PLUGINS}
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.pending:
             return None
         self.pending.discard(fullname)

@@ -43,8 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     aud.add_argument("src")
     aud.add_argument("out")
     aud.add_argument("--rate", type=int, default=16000, help="sample rate in Hz (default 16000)")
-    aud.add_argument("--seconds", type=float, default=None,
-                     help=f"keep only the first N seconds (default: all, up to {DEFAULT_MAX_AUDIO_SECONDS:g} s)")
+    aud.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help=f"keep only the first N seconds (default: all, up to {DEFAULT_MAX_AUDIO_SECONDS:g} s)",
+    )
     return p
 
 
@@ -58,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             report = {"out": args.out, "fit": loaded.fit.to_json()}
         else:
             cut = args.seconds is not None
-            stream = stream_audio(args.src, sample_rate=args.rate, cut=cut,
-                                  max_seconds=args.seconds if cut else DEFAULT_MAX_AUDIO_SECONDS)
+            stream = stream_audio(
+                args.src, sample_rate=args.rate, cut=cut, max_seconds=args.seconds if cut else DEFAULT_MAX_AUDIO_SECONDS
+            )
             write_wav(args.out, stream.read(), args.rate)
             if stream.source is None:  # pragma: no cover - read() completes a pass or raises
                 raise InputError(f"audio {args.src}: decoding did not finish")

@@ -18,7 +18,16 @@ from pathlib import Path
 from .. import _atomic
 from ..errors import InputError
 
-__all__ = ["PathLike", "input_file", "read_head", "output_path", "check_output", "scratch_beside", "write_output", "describe_head"]
+__all__ = [
+    "PathLike",
+    "input_file",
+    "read_head",
+    "output_path",
+    "check_output",
+    "scratch_beside",
+    "write_output",
+    "describe_head",
+]
 
 PathLike = str | os.PathLike
 
@@ -92,8 +101,7 @@ def scratch_beside(target: Path, suffix: str) -> Path:
     """
     check_output(target)
     try:
-        fd, name = tempfile.mkstemp(prefix=f"{_atomic.TMP_PREFIX}{target.name[:48]}.", suffix=suffix,
-                                    dir=target.parent)
+        fd, name = tempfile.mkstemp(prefix=f"{_atomic.TMP_PREFIX}{target.name[:48]}.", suffix=suffix, dir=target.parent)
     except OSError as exc:
         raise _bad_output(target, exc) from exc
     os.close(fd)

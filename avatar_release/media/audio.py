@@ -60,8 +60,10 @@ __all__ = [
     "write_wav",
 ]
 
-ACCEPTED_AUDIO = ("WAV (8/16/24/32-bit PCM or float, any rate, any channels), MP3, M4A/AAC "
-                  "(or the audio of an MP4), FLAC, Ogg (Vorbis, Opus), WebM/Matroska, AIFF")
+ACCEPTED_AUDIO = (
+    "WAV (8/16/24/32-bit PCM or float, any rate, any channels), MP3, M4A/AAC "
+    "(or the audio of an MP4), FLAC, Ogg (Vorbis, Opus), WebM/Matroska, AIFF"
+)
 # 30 minutes: 115 MB of float32 at 16 kHz. A bound, so one request cannot fill the host when the
 # track is read whole; a streamed render (``avatar_release.serving.render_to_files``) sets its own.
 DEFAULT_MAX_AUDIO_SECONDS = 1800.0
@@ -76,10 +78,22 @@ _EXPORT_AS = "export it as WAV, MP3, M4A or FLAC (any recorder or audio editor d
 # documented defaults except linear_interp, pinned off, and the internal format, pinned to
 # 16-bit so the downmix and resampling arithmetic is integer).
 RESAMPLER = (
-    ("resampler", "swr"), ("tsf", "s16p"), ("filter_type", "kaiser"), ("kaiser_beta", "9"),
-    ("filter_size", "32"), ("phase_shift", "10"), ("linear_interp", "0"), ("exact_rational", "1"),
-    ("cutoff", "0.97"), ("dither_method", "0"), ("matrix_encoding", "none"), ("clev", "0.707107"),
-    ("slev", "0.707107"), ("lfe_mix_level", "0"), ("rmvol", "1"), ("rematrix_maxval", "0"),
+    ("resampler", "swr"),
+    ("tsf", "s16p"),
+    ("filter_type", "kaiser"),
+    ("kaiser_beta", "9"),
+    ("filter_size", "32"),
+    ("phase_shift", "10"),
+    ("linear_interp", "0"),
+    ("exact_rational", "1"),
+    ("cutoff", "0.97"),
+    ("dither_method", "0"),
+    ("matrix_encoding", "none"),
+    ("clev", "0.707107"),
+    ("slev", "0.707107"),
+    ("lfe_mix_level", "0"),
+    ("rmvol", "1"),
+    ("rematrix_maxval", "0"),
 )
 
 # (container name for messages, ffmpeg demuxer)
@@ -190,8 +204,16 @@ class AudioStream:
     With ``cut`` the first ``max_seconds`` are kept; without it a longer file is refused.
     """
 
-    def __init__(self, path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
-                 chunk_seconds: float = _CHUNK_SECONDS, cut: bool = False, longer_fix: str | None = None):
+    def __init__(
+        self,
+        path: PathLike,
+        *,
+        sample_rate: int,
+        max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
+        chunk_seconds: float = _CHUNK_SECONDS,
+        cut: bool = False,
+        longer_fix: str | None = None,
+    ):
         self.where = str(path)
         self.longer_fix = longer_fix  # the caller's own way past the bound, added to the refusal
         try:
@@ -200,8 +222,10 @@ class AudioStream:
         except (TypeError, ValueError):
             raise InputError(f"audio {path}: sample_rate, max_seconds and chunk_seconds must be numbers") from None
         if self.sample_rate <= 0 or not (math.isfinite(max_s) and max_s > 0) or not chunk_s > 0:
-            raise InputError(f"audio {path}: sample rate {sample_rate} Hz, max {max_seconds} s, chunk "
-                             f"{chunk_seconds} s; expected positive numbers")
+            raise InputError(
+                f"audio {path}: sample rate {sample_rate} Hz, max {max_seconds} s, chunk "
+                f"{chunk_seconds} s; expected positive numbers"
+            )
         self.max_seconds = max_s
         self.max_samples = int(round(max_s * self.sample_rate))
         self.chunk_samples = max(1, int(round(chunk_s * self.sample_rate)))
@@ -220,12 +244,27 @@ class AudioStream:
         self.source: AudioSource | None = None
 
     def _input(self) -> list[str]:
-        return [ffmpeg_exe(), "-hide_banner", "-nostdin", "-nostats", "-loglevel", "info", "-cpuflags", "0",
-                "-protocol_whitelist", "file", "-f", self.demuxer, "-i", "file:" + str(self.path.absolute())]
+        return [
+            ffmpeg_exe(),
+            "-hide_banner",
+            "-nostdin",
+            "-nostats",
+            "-loglevel",
+            "info",
+            "-cpuflags",
+            "0",
+            "-protocol_whitelist",
+            "file",
+            "-f",
+            self.demuxer,
+            "-i",
+            "file:" + str(self.path.absolute()),
+        ]
 
     def _command(self) -> list[str]:
-        af = "aresample=" + ":".join([f"osr={self.sample_rate}", "ochl=mono", "osf=s16"]
-                                     + [f"{k}={v}" for k, v in RESAMPLER])
+        af = "aresample=" + ":".join(
+            [f"osr={self.sample_rate}", "ochl=mono", "osf=s16"] + [f"{k}={v}" for k, v in RESAMPLER]
+        )
         return self._input() + ["-map", "0:a:0", "-af", af, "-c:a", "pcm_s16le", "-f", "s16le", "pipe:1"]
 
     def probe(self) -> AudioProbe:
@@ -235,18 +274,23 @@ class AudioStream:
         """
         cmd = self._input()  # and no output: ffmpeg prints what it found and stops
         try:
-            res = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 timeout=60)
+            res = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise MediaError(f"audio {self.where}: cannot run ffmpeg ({cmd[0]}) to read the header: {exc}") from exc
         log = res.stderr.decode("utf-8", "replace")
         if not _INPUT_RE.search(log):
-            raise InputError(f"audio {self.where}: cannot read this {self.container} file's header; the file is "
-                             f"damaged or truncated; {_EXPORT_AS}:\n" + stderr_tail(log))
+            raise InputError(
+                f"audio {self.where}: cannot read this {self.container} file's header; the file is "
+                f"damaged or truncated; {_EXPORT_AS}:\n" + stderr_tail(log)
+            )
         codec, rate, channels = _found(log)
         if codec is None:
-            raise InputError(f"audio {self.where}: {self.container} file has no audio stream; give a file "
-                             f"with speech in it ({ACCEPTED_AUDIO})")
+            raise InputError(
+                f"audio {self.where}: {self.container} file has no audio stream; give a file "
+                f"with speech in it ({ACCEPTED_AUDIO})"
+            )
         m = _DURATION_RE.search(log)
         seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else None
         return AudioProbe(self.container, codec, rate, channels, seconds)
@@ -256,8 +300,9 @@ class AudioStream:
         a long render is refused before it starts, not when decoding reaches the bound."""
         found = self.probe()
         if not self.cut and found.seconds is not None and found.seconds > self.max_seconds + _HEADER_SLACK_SECONDS:
-            parts = [found.container] + [x for x in (found.codec, f"{found.source_rate} Hz" if found.source_rate
-                                                     else None, found.channels) if x]
+            parts = [found.container] + [
+                x for x in (found.codec, f"{found.source_rate} Hz" if found.source_rate else None, found.channels) if x
+            ]
             raise InputError(
                 f"audio {self.where}: {', '.join(parts)} of {found.seconds:.1f} s (from its header) is longer than "
                 f"the bound of {self.max_seconds:g} s; {self._keep_first()}"
@@ -265,8 +310,10 @@ class AudioStream:
         return found
 
     def _keep_first(self) -> str:
-        fix = (f"keep the first {self.max_seconds:g} s with: python -m avatar_release.media audio {self.where} "
-               f"short.wav --seconds {self.max_seconds:g}")
+        fix = (
+            f"keep the first {self.max_seconds:g} s with: python -m avatar_release.media audio {self.where} "
+            f"short.wav --seconds {self.max_seconds:g}"
+        )
         return fix + (f", or {self.longer_fix}" if self.longer_fix else "")
 
     def _describe(self, log: str) -> str:
@@ -321,21 +368,32 @@ class AudioStream:
         """The record of a complete pass, or the InputError that says why there is none."""
         if rc not in (0, None):  # None: we stopped ffmpeg ourselves at max_seconds
             if "matches no streams" in log:
-                raise InputError(f"audio {self.where}: {self.container} file has no audio stream; give a file "
-                                 f"with speech in it ({ACCEPTED_AUDIO})")
+                raise InputError(
+                    f"audio {self.where}: {self.container} file has no audio stream; give a file "
+                    f"with speech in it ({ACCEPTED_AUDIO})"
+                )
             raise InputError(
                 f"audio {self.where}: cannot decode this {self._describe(log)} file (ffmpeg exit {rc}); "
                 f"the file is damaged or truncated; {_EXPORT_AS}:\n" + stderr_tail(log)
             )
         if total == 0:
-            raise InputError(f"audio {self.where}: {self._describe(log)} contains no samples (0 seconds); "
-                             "give a file with speech in it")
+            raise InputError(
+                f"audio {self.where}: {self._describe(log)} contains no samples (0 seconds); "
+                "give a file with speech in it"
+            )
         codec, rate, channels = _found(log)
         return AudioSource(
-            path=self.where, container=self.container, codec=codec, source_rate=rate, channels=channels,
-            sample_rate=self.sample_rate, samples=total, sha256=digest.digest,
+            path=self.where,
+            container=self.container,
+            codec=codec,
+            source_rate=rate,
+            channels=channels,
+            sample_rate=self.sample_rate,
+            samples=total,
+            sha256=digest.digest,
             decoder=f"ffmpeg {ffmpeg_version()} -cpuflags 0 aresample "
-                    + ":".join(f"{k}={v}" for k, v in RESAMPLER) + " s16 -> k/32767",
+            + ":".join(f"{k}={v}" for k, v in RESAMPLER)
+            + " s16 -> k/32767",
         )
 
     def read(self) -> np.ndarray:
@@ -344,12 +402,24 @@ class AudioStream:
         return np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
 
 
-def stream_audio(path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
-                 chunk_seconds: float = _CHUNK_SECONDS, cut: bool = False,
-                 longer_fix: str | None = None) -> AudioStream:
+def stream_audio(
+    path: PathLike,
+    *,
+    sample_rate: int,
+    max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
+    chunk_seconds: float = _CHUNK_SECONDS,
+    cut: bool = False,
+    longer_fix: str | None = None,
+) -> AudioStream:
     """A speech track decoded incrementally: see :class:`AudioStream`."""
-    return AudioStream(path, sample_rate=sample_rate, max_seconds=max_seconds, chunk_seconds=chunk_seconds, cut=cut,
-                       longer_fix=longer_fix)
+    return AudioStream(
+        path,
+        sample_rate=sample_rate,
+        max_seconds=max_seconds,
+        chunk_seconds=chunk_seconds,
+        cut=cut,
+        longer_fix=longer_fix,
+    )
 
 
 def load_audio(path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) -> LoadedAudio:
@@ -360,8 +430,9 @@ def load_audio(path: PathLike, *, sample_rate: int, max_seconds: float = DEFAULT
     return LoadedAudio(samples, s.source)
 
 
-def load_audio_bytes(data: bytes, *, sample_rate: int, where: str = "<bytes>",
-                     max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) -> LoadedAudio:
+def load_audio_bytes(
+    data: bytes, *, sample_rate: int, where: str = "<bytes>", max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS
+) -> LoadedAudio:
     """:func:`load_audio` for bytes in memory (an HTTP request body), through a private temp file."""
     if not data:
         raise InputError(f"audio {where}: no bytes (empty audio); expected {ACCEPTED_AUDIO}")
@@ -407,8 +478,7 @@ def check_audio(
         )
     if not np.issubdtype(arr.dtype, np.floating):
         raise InputError(
-            f"{where}: dtype {arr.dtype}, expected float samples in [-1, 1]; "
-            "for int16 PCM divide by 32767"
+            f"{where}: dtype {arr.dtype}, expected float samples in [-1, 1]; for int16 PCM divide by 32767"
         )
     if arr.size == 0:
         raise InputError(f"{where}: contains no samples (0 seconds); give audio with speech in it")
@@ -423,9 +493,7 @@ def check_audio(
         )
     seconds = arr.size / float(sample_rate)
     if min_seconds is not None and seconds < min_seconds:
-        raise InputError(
-            f"{where}: {seconds:.3f} s long, expected at least {min_seconds:g} s; give a longer clip"
-        )
+        raise InputError(f"{where}: {seconds:.3f} s long, expected at least {min_seconds:g} s; give a longer clip")
     if max_seconds is not None and seconds > max_seconds:
         raise InputError(
             f"{where}: {seconds:.3f} s long, expected at most {max_seconds:g} s; keep the first "
@@ -455,4 +523,3 @@ def pcm16(samples: np.ndarray) -> bytes:
 def write_wav(path: PathLike, samples: npt.ArrayLike, sample_rate: int) -> Path:
     """Write float mono samples in [-1, 1] as a 16-bit PCM mono WAV, atomically."""
     return write_output(path, encode_wav_bytes(samples, sample_rate))
-

@@ -45,9 +45,10 @@ import dataclasses
 import io
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import IO, TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib import format as npy
@@ -122,10 +123,15 @@ class ImageFit:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "rule": self.rule, "source_format": self.source_format,
-            "source_size": list(self.source_size), "target_size": list(self.target_size),
-            "box": list(self.box), "placed": list(self.placed), "resample": self.resample,
-            "orientation": self.orientation, "decode_scale": self.decode_scale,
+            "rule": self.rule,
+            "source_format": self.source_format,
+            "source_size": list(self.source_size),
+            "target_size": list(self.target_size),
+            "box": list(self.box),
+            "placed": list(self.placed),
+            "resample": self.resample,
+            "orientation": self.orientation,
+            "decode_scale": self.decode_scale,
         }
 
 
@@ -147,17 +153,22 @@ def _pillow() -> ModuleType:
 def _check_max_pixels(max_pixels: int) -> int:
     mp = int(max_pixels)
     if not 0 < mp <= MAX_PIXELS_CEILING:
-        raise InputError(f"max_pixels {max_pixels}: expected 1 to {MAX_PIXELS_CEILING} ({MAX_PIXELS_CEILING / 1e6:g} MP)")
+        raise InputError(
+            f"max_pixels {max_pixels}: expected 1 to {MAX_PIXELS_CEILING} ({MAX_PIXELS_CEILING / 1e6:g} MP)"
+        )
     return mp
 
 
 def _too_many_pixels(where: str, found: str, pixels: int, max_pixels: int) -> InputError:
     fix = "export a smaller copy (the pipeline fits any size to its own resolution, so e.g. 4000x3000 loses nothing)"
     if pixels <= MAX_PIXELS_CEILING:  # within what may be allowed for one picture: the converter can
-        fix += (f", or fit it once with a higher bound: python -m avatar_release.media image {where} fitted.png "
-                f"--size <pipeline WIDTHxHEIGHT> --max-pixels {pixels}, and render fitted.png")
-    return InputError(f"image {where}: {found}, more than the bound of {max_pixels / 1e6:g} MP "
-                      f"({max_pixels} pixels); {fix}")
+        fix += (
+            f", or fit it once with a higher bound: python -m avatar_release.media image {where} fitted.png "
+            f"--size <pipeline WIDTHxHEIGHT> --max-pixels {pixels}, and render fitted.png"
+        )
+    return InputError(
+        f"image {where}: {found}, more than the bound of {max_pixels / 1e6:g} MP ({max_pixels} pixels); {fix}"
+    )
 
 
 def _check_fit_rule(rule: str) -> str:
@@ -176,9 +187,7 @@ def _to_rgb(im: PILImage, where: str) -> PILImage:
         gray = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
         return _pillow().fromarray(np.repeat(gray[:, :, None], 3, axis=2))
     if mode not in _TO_RGB_MODES:
-        raise InputError(
-            f"image {where}: pixel mode {mode!r} is not supported, expected {ACCEPTED_IMAGES}; {_SAVE_AS}"
-        )
+        raise InputError(f"image {where}: pixel mode {mode!r} is not supported, expected {ACCEPTED_IMAGES}; {_SAVE_AS}")
     if mode == "P" and "transparency" in im.info:
         im = im.convert("RGBA")  # expands the palette's alpha too, then dropped below
     return im if im.mode == "RGB" else im.convert("RGB")
@@ -207,8 +216,9 @@ def _draft(im: PILImage, scale_for: ScaleFor | None) -> int:
     return s
 
 
-def _decode_pil(fp: IO[bytes], where: str, max_pixels: int, head: bytes, scale_for: ScaleFor | None = None
-                ) -> tuple[PILImage, str, int, int]:
+def _decode_pil(
+    fp: IO[bytes], where: str, max_pixels: int, head: bytes, scale_for: ScaleFor | None = None
+) -> tuple[PILImage, str, int, int]:
     """Open with three decoders only, check the header's size, decode (a JPEG at the scale
     ``scale_for`` picks from its oriented full size), orient.
 
@@ -226,8 +236,9 @@ def _decode_pil(fp: IO[bytes], where: str, max_pixels: int, head: bytes, scale_f
                 fmt = im.format or "?"
                 width, height = im.size
                 if width * height > max_pixels:  # header only: nothing decoded yet
-                    raise _too_many_pixels(where, f"{fmt} of {width}x{height} = {width * height / 1e6:.1f} MP",
-                                           width * height, max_pixels)
+                    raise _too_many_pixels(
+                        where, f"{fmt} of {width}x{height} = {width * height / 1e6:.1f} MP", width * height, max_pixels
+                    )
                 scale = _draft(im, scale_for)
                 im.load()
                 orientation = _exif_orientation(im)
@@ -286,10 +297,14 @@ def _decode_npy(data: bytes, where: str, max_pixels: int) -> np.ndarray:
             "(or (height, width) gray, (height, width, 4) RGBA)"
         )
     if shape[0] * shape[1] > max_pixels:
-        raise _too_many_pixels(where, f".npy of {shape[1]}x{shape[0]} = {shape[0] * shape[1] / 1e6:.1f} MP",
-                               shape[0] * shape[1], max_pixels)
+        raise _too_many_pixels(
+            where,
+            f".npy of {shape[1]}x{shape[0]} = {shape[0] * shape[1] / 1e6:.1f} MP",
+            shape[0] * shape[1],
+            max_pixels,
+        )
     count = int(np.prod(shape))
-    body = data[bio.tell():]
+    body = data[bio.tell() :]
     if len(body) != count:
         raise InputError(
             f"image {where}: .npy holds {len(body)} bytes of pixels, its header promises {count}; "
@@ -304,8 +319,9 @@ def _decode_npy(data: bytes, where: str, max_pixels: int) -> np.ndarray:
     return np.ascontiguousarray(arr[:, :, :3])
 
 
-def _decode(data_or_path: bytes | Path, where: str, max_pixels: int,
-            scale_for: ScaleFor | None = None) -> tuple[PILImage | np.ndarray, str, int, int]:
+def _decode(
+    data_or_path: bytes | Path, where: str, max_pixels: int, scale_for: ScaleFor | None = None
+) -> tuple[PILImage | np.ndarray, str, int, int]:
     """(Pillow RGB image or uint8 array, format, orientation, decode scale) from bytes or a file."""
     if isinstance(data_or_path, Path):
         p = input_file(data_or_path, "image")
@@ -341,8 +357,12 @@ def _resample(img: PILImage, box: tuple[int, int, int, int], scale: int, size: t
     Image = _pillow()
     if scale > 1:  # the smallest region of decoded pixels holding the box
         region = (box[0] // scale, box[1] // scale, -(-box[2] // scale), -(-box[3] // scale))
-        exact: tuple[float, float, float, float] = (box[0] / scale - region[0], box[1] / scale - region[1],
-                                                     box[2] / scale - region[0], box[3] / scale - region[1])
+        exact: tuple[float, float, float, float] = (
+            box[0] / scale - region[0],
+            box[1] / scale - region[1],
+            box[2] / scale - region[0],
+            box[3] / scale - region[1],
+        )
     else:
         region, exact = box, (0, 0, box[2] - box[0], box[3] - box[1])
     fx = int((exact[2] - exact[0]) / size[0] / REDUCING_GAP) or 1  # Pillow's own reducing_gap rule
@@ -362,8 +382,18 @@ def _check_target(tw: int, th: int, where: str) -> tuple[int, int]:
     return tw, th
 
 
-def _fit(img: PILImage | np.ndarray, fmt: str, orientation: int, *, height: int, width: int, rule: str, where: str,
-         pipeline: str | None, scale: int = 1) -> LoadedImage:
+def _fit(
+    img: PILImage | np.ndarray,
+    fmt: str,
+    orientation: int,
+    *,
+    height: int,
+    width: int,
+    rule: str,
+    where: str,
+    pipeline: str | None,
+    scale: int = 1,
+) -> LoadedImage:
     """Fit a decoded picture (``scale``: decoded at 1/scale of its size) to ``width`` x ``height``."""
     (dh, dw) = img.shape[:2] if isinstance(img, np.ndarray) else img.size[::-1]
     w, h = dw * scale, dh * scale  # the source's own size, in which the record is written
@@ -391,8 +421,9 @@ def _fit(img: PILImage | np.ndarray, fmt: str, orientation: int, *, height: int,
     return LoadedImage(np.array(out, dtype=np.uint8), fit)
 
 
-def fit_image(rgb: np.ndarray, *, height: int, width: int, rule: str = DEFAULT_FIT,
-              where: str = "image") -> tuple[np.ndarray, ImageFit]:
+def fit_image(
+    rgb: np.ndarray, *, height: int, width: int, rule: str = DEFAULT_FIT, where: str = "image"
+) -> tuple[np.ndarray, ImageFit]:
     """Fit an (H, W, 3) uint8 array to ``width`` x ``height`` by ``rule``: (pixels, record).
 
     ``cover``: scale so the target is filled and centre-crop the excess (the crop box is the
@@ -403,35 +434,64 @@ def fit_image(rgb: np.ndarray, *, height: int, width: int, rule: str = DEFAULT_F
     arr = np.asarray(rgb)
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3 or 0 in arr.shape:
         raise InputError(f"{where}: {arr.dtype} {tuple(arr.shape)}, expected (height, width, 3) uint8 RGB")
-    res = _fit(np.ascontiguousarray(arr), "array", 1, height=height, width=width,
-               rule=_check_fit_rule(rule), where=where, pipeline=None)
+    res = _fit(
+        np.ascontiguousarray(arr),
+        "array",
+        1,
+        height=height,
+        width=width,
+        rule=_check_fit_rule(rule),
+        where=where,
+        pipeline=None,
+    )
     return res.pixels, res.fit
 
 
-def _load(src: bytes | Path, where: str, *, height: int, width: int, fit: str, pipeline: str | None,
-          max_pixels: int) -> LoadedImage:
+def _load(
+    src: bytes | Path, where: str, *, height: int, width: int, fit: str, pipeline: str | None, max_pixels: int
+) -> LoadedImage:
     rule, mp = _check_fit_rule(fit), _check_max_pixels(max_pixels)
     tw, th = _check_target(width, height, where)
     img, fmt, orientation, scale = _decode(src, where, mp, lambda w, h: jpeg_scale(rule, w, h, tw, th))
     return _fit(img, fmt, orientation, height=th, width=tw, rule=rule, where=where, pipeline=pipeline, scale=scale)
 
 
-def load_image(path: PathLike, *, height: int, width: int, fit: str = DEFAULT_FIT,
-               pipeline: str | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+def load_image(
+    path: PathLike,
+    *,
+    height: int,
+    width: int,
+    fit: str = DEFAULT_FIT,
+    pipeline: str | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> LoadedImage:
     """Read a reference picture and fit it to ``width`` x ``height``: pixels and the fit record."""
-    return _load(Path(path), str(path), height=height, width=width, fit=fit, pipeline=pipeline,
-                 max_pixels=max_pixels)
+    return _load(Path(path), str(path), height=height, width=width, fit=fit, pipeline=pipeline, max_pixels=max_pixels)
 
 
-def load_image_bytes(data: bytes, *, height: int, width: int, fit: str = DEFAULT_FIT, where: str = "<bytes>",
-                     pipeline: str | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+def load_image_bytes(
+    data: bytes,
+    *,
+    height: int,
+    width: int,
+    fit: str = DEFAULT_FIT,
+    where: str = "<bytes>",
+    pipeline: str | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> LoadedImage:
     """:func:`load_image` for bytes already in memory (an HTTP request body)."""
     return _load(data, where, height=height, width=width, fit=fit, pipeline=pipeline, max_pixels=max_pixels)
 
 
-def read_image(path: PathLike, *, height: int | None = None, width: int | None = None,
-               fit: str = DEFAULT_FIT, pipeline: str | None = None,
-               max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def read_image(
+    path: PathLike,
+    *,
+    height: int | None = None,
+    width: int | None = None,
+    fit: str = DEFAULT_FIT,
+    pipeline: str | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> np.ndarray:
     """A picture as (H, W, 3) uint8 RGB: at its own size, or fitted when ``height``/``width`` are given."""
     if height is None and width is None:
         img, _, _, _ = _decode(Path(path), str(path), _check_max_pixels(max_pixels))

@@ -21,19 +21,55 @@ from ..errors import InputError
 from .audio import write_wav
 from .image import write_png
 
-__all__ = ["NORM_WINDOW_S", "PIECE_S", "SampleFiles", "sample_audio", "sample_audio_pieces", "sample_count",
-           "sample_image", "write_samples"]
+__all__ = [
+    "NORM_WINDOW_S",
+    "PIECE_S",
+    "SampleFiles",
+    "sample_audio",
+    "sample_audio_pieces",
+    "sample_count",
+    "sample_image",
+    "write_samples",
+]
 
 # Colour schemes per variant (background top, background bottom, skin, hair, iris, lips, shirt).
 _PALETTES = [
-    dict(bg_top=(70, 110, 170), bg_bottom=(190, 205, 225), skin=(232, 190, 160), hair=(70, 45, 30),
-         iris=(60, 100, 60), lips=(185, 80, 85), shirt=(40, 70, 120)),
-    dict(bg_top=(150, 80, 60), bg_bottom=(235, 200, 150), skin=(165, 115, 85), hair=(25, 20, 20),
-         iris=(70, 50, 30), lips=(140, 60, 60), shirt=(120, 40, 50)),
-    dict(bg_top=(50, 120, 90), bg_bottom=(200, 230, 200), skin=(245, 215, 195), hair=(200, 150, 60),
-         iris=(50, 90, 150), lips=(200, 100, 110), shirt=(60, 60, 60)),
-    dict(bg_top=(90, 70, 140), bg_bottom=(220, 210, 240), skin=(200, 150, 115), hair=(110, 60, 30),
-         iris=(40, 40, 40), lips=(170, 70, 70), shirt=(200, 170, 60)),
+    dict(
+        bg_top=(70, 110, 170),
+        bg_bottom=(190, 205, 225),
+        skin=(232, 190, 160),
+        hair=(70, 45, 30),
+        iris=(60, 100, 60),
+        lips=(185, 80, 85),
+        shirt=(40, 70, 120),
+    ),
+    dict(
+        bg_top=(150, 80, 60),
+        bg_bottom=(235, 200, 150),
+        skin=(165, 115, 85),
+        hair=(25, 20, 20),
+        iris=(70, 50, 30),
+        lips=(140, 60, 60),
+        shirt=(120, 40, 50),
+    ),
+    dict(
+        bg_top=(50, 120, 90),
+        bg_bottom=(200, 230, 200),
+        skin=(245, 215, 195),
+        hair=(200, 150, 60),
+        iris=(50, 90, 150),
+        lips=(200, 100, 110),
+        shirt=(60, 60, 60),
+    ),
+    dict(
+        bg_top=(90, 70, 140),
+        bg_bottom=(220, 210, 240),
+        skin=(200, 150, 115),
+        hair=(110, 60, 30),
+        iris=(40, 40, 40),
+        lips=(170, 70, 70),
+        shirt=(200, 170, 60),
+    ),
 ]
 
 # Geometry offsets per variant (face centre shift in x/y, face scale, eye spacing, mouth width).
@@ -49,7 +85,9 @@ def _check_size(height: int, width: int) -> tuple[int, int]:
     try:
         h, w = int(height), int(width)
     except (TypeError, ValueError):
-        raise InputError(f"sample image: size {width!r}x{height!r}, expected positive integers (width x height)") from None
+        raise InputError(
+            f"sample image: size {width!r}x{height!r}, expected positive integers (width x height)"
+        ) from None
     if h < 8 or w < 8:
         raise InputError(f"sample image: size {w}x{h}, expected at least 8x8 (width x height)")
     return h, w
@@ -128,7 +166,8 @@ def _paint_head(c: _Canvas, img: np.ndarray, pal: dict[str, np.ndarray], geo: di
     c.paint(img, c.ellipse(fx, fy, frx, fry), pal["skin"])  # face
     # Fringe: hair over the forehead, cut by an ellipse so the face shows below it.
     fringe = c.ellipse(fx, fy - 0.24 * s, frx * 1.02, 0.12 * s) * (
-        1.0 - c.ellipse(fx, fy + 0.02 * s, frx * 0.95, fry * 0.93))
+        1.0 - c.ellipse(fx, fy + 0.02 * s, frx * 0.95, fry * 0.93)
+    )
     c.paint(img, np.clip(fringe * 1.0, 0.0, 1.0), pal["hair"])
     c.paint(img, c.ellipse(fx + 0.02 * s, fy - 0.25 * s, frx * 0.9, 0.07 * s), pal["hair"])
 
@@ -154,8 +193,13 @@ def _paint_features(c: _Canvas, img: np.ndarray, pal: dict[str, np.ndarray], geo
 
 # Vowel formants (F1, F2, F3) in Hz, roughly /a/, /e/, /i/, /o/, /u/.
 _VOWELS = np.array(
-    [[730.0, 1090.0, 2440.0], [530.0, 1840.0, 2480.0], [270.0, 2290.0, 3010.0],
-     [570.0, 840.0, 2410.0], [300.0, 870.0, 2240.0]],
+    [
+        [730.0, 1090.0, 2440.0],
+        [530.0, 1840.0, 2480.0],
+        [270.0, 2290.0, 3010.0],
+        [570.0, 840.0, 2410.0],
+        [300.0, 870.0, 2240.0],
+    ],
     dtype=np.float64,
 )
 
@@ -194,8 +238,11 @@ class _Voice:
 
     def f0(self, t: np.ndarray) -> np.ndarray:
         # Pitch contour: slow declination-like drift plus a faster intonation wobble.
-        return self.base_f0 * (1.0 + 0.08 * np.sin(2 * np.pi * 0.35 * t + self.phase_off)
-                               + 0.04 * np.sin(2 * np.pi * 1.7 * t + 2 * self.phase_off))
+        return self.base_f0 * (
+            1.0
+            + 0.08 * np.sin(2 * np.pi * 0.35 * t + self.phase_off)
+            + 0.04 * np.sin(2 * np.pi * 1.7 * t + 2 * self.phase_off)
+        )
 
     def block(self, a: int, b: int) -> np.ndarray:
         sr, v = self.sr, self.v
@@ -234,10 +281,10 @@ class _Voice:
         ramp = np.arange(self.fade, dtype=np.float64) / self.fade
         head = slice(a, min(b, self.fade))
         if head.start < head.stop:
-            signal[head.start - a:head.stop - a] *= ramp[head]
+            signal[head.start - a : head.stop - a] *= ramp[head]
         tail0 = max(a, self.n - self.fade)
         if tail0 < b:
-            signal[tail0 - a:] *= ramp[::-1][tail0 - (self.n - self.fade):b - (self.n - self.fade)]
+            signal[tail0 - a :] *= ramp[::-1][tail0 - (self.n - self.fade) : b - (self.n - self.fade)]
         return signal
 
 

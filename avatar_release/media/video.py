@@ -101,16 +101,48 @@ class _H264Pipe:
         self.shape, self.where, self.count = shape, where, 0
         self._pad = ((0, height % 2), (0, width % 2), (0, 0))  # yuv420p needs even sizes
         cmd = [
-            exe, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
-            "-f", "rawvideo", "-pix_fmt", "rgb24",
-            "-s", f"{width + width % 2}x{height + height % 2}", "-r", repr(fps), "-i", "pipe:0",
-            "-map", "0:v:0",
-            "-c:v", "libx264", "-preset", preset, "-crf", str(int(crf)),
+            exe,
+            "-hide_banner",
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "rgb24",
+            "-s",
+            f"{width + width % 2}x{height + height % 2}",
+            "-r",
+            repr(fps),
+            "-i",
+            "pipe:0",
+            "-map",
+            "0:v:0",
+            "-c:v",
+            "libx264",
+            "-preset",
+            preset,
+            "-crf",
+            str(int(crf)),
             # RGB -> BT.709 limited-range YUV, tagged as such so players convert back correctly.
-            "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-            "-pix_fmt", "yuv420p",
-            "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
-            "-movflags", "+faststart", "-f", "mp4", str(out),
+            "-vf",
+            "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
+            "-pix_fmt",
+            "yuv420p",
+            "-colorspace",
+            "bt709",
+            "-color_primaries",
+            "bt709",
+            "-color_trc",
+            "bt709",
+            "-color_range",
+            "tv",
+            "-movflags",
+            "+faststart",
+            "-f",
+            "mp4",
+            str(out),
         ]
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: ffmpeg's log can never block it
         try:
@@ -155,8 +187,10 @@ class _H264Pipe:
         rc = self._proc.wait()
         try:
             if rc != 0:
-                raise MediaError(f"video {self.where}: ffmpeg failed (exit {rc}) encoding {self.count} frames:\n"
-                                 + stderr_tail(self._stderr()))
+                raise MediaError(
+                    f"video {self.where}: ffmpeg failed (exit {rc}) encoding {self.count} frames:\n"
+                    + stderr_tail(self._stderr())
+                )
         finally:
             self._err.close()
         return self.count
@@ -181,8 +215,9 @@ class Mp4Writer:
     as it was (scratch files carry ``_atomic.TMP_PREFIX``, so a killed process's are swept). Odd widths/heights are padded to even by repeating the last column/row.
     """
 
-    def __init__(self, path: PathLike, *, fps: float, sample_rate: int | None = None, crf: int = 18,
-                 preset: str = "veryfast"):
+    def __init__(
+        self, path: PathLike, *, fps: float, sample_rate: int | None = None, crf: int = 18, preset: str = "veryfast"
+    ):
         self.where, self.target = str(path), Path(path)
         self.fps = _check_fps(fps, self.where)
         self.sample_rate = None if sample_rate is None else int(sample_rate)
@@ -202,7 +237,7 @@ class Mp4Writer:
         self._scratch.append(p)
         return p
 
-    def __enter__(self) -> "Mp4Writer":
+    def __enter__(self) -> Mp4Writer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -218,8 +253,9 @@ class Mp4Writer:
         frame = _as_rgb_frame(frame, f"video {self.where}: frame {self.frames}")
         if self._video is None:
             self._video_path = self._new_scratch(".video.mp4")
-            self._video = _H264Pipe(self._exe, self._video_path, frame.shape, self.fps, self._crf, self._preset,
-                                    self.where)
+            self._video = _H264Pipe(
+                self._exe, self._video_path, frame.shape, self.fps, self._crf, self._preset, self.where
+            )
         self._video.write(frame)
 
     def add_frames(self, frames: Iterable[np.ndarray] | np.ndarray) -> None:
@@ -230,8 +266,9 @@ class Mp4Writer:
     def add_audio(self, samples: Any) -> None:
         """Append mono float samples in [-1, 1] to the audio track (written to disk at once)."""
         if self.sample_rate is None:
-            raise InputError(f"video {self.where}: audio given without sample_rate; pass sample_rate=16000 "
-                             "(or the audio's rate)")
+            raise InputError(
+                f"video {self.where}: audio given without sample_rate; pass sample_rate=16000 (or the audio's rate)"
+            )
         arr = np.asarray(samples)
         if arr.ndim == 1 and arr.size == 0:
             return
@@ -255,11 +292,37 @@ class Mp4Writer:
                 pcm = self._fit_audio(max(1, int(round(count / self.fps * self.sample_rate))))
                 _run_ffmpeg(
                     [
-                        self._exe, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
-                        "-i", str(self._video_path),
-                        "-f", "s16le", "-ar", str(self.sample_rate), "-ch_layout", "mono", "-i", str(pcm),
-                        "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k",
-                        "-movflags", "+faststart", "-f", "mp4", str(tmp_mp4),
+                        self._exe,
+                        "-hide_banner",
+                        "-nostdin",
+                        "-loglevel",
+                        "error",
+                        "-y",
+                        "-i",
+                        str(self._video_path),
+                        "-f",
+                        "s16le",
+                        "-ar",
+                        str(self.sample_rate),
+                        "-ch_layout",
+                        "mono",
+                        "-i",
+                        str(pcm),
+                        "-map",
+                        "0:v:0",
+                        "-map",
+                        "1:a:0",
+                        "-c:v",
+                        "copy",
+                        "-c:a",
+                        "aac",
+                        "-b:a",
+                        "128k",
+                        "-movflags",
+                        "+faststart",
+                        "-f",
+                        "mp4",
+                        str(tmp_mp4),
                     ],
                     f"video {self.where}: ffmpeg failed adding the audio track",
                 )
@@ -320,11 +383,14 @@ def write_mp4(
     _check_fps(fps, str(path))
     if audio is not None:
         if sample_rate is None:
-            raise InputError(f"video {path}: audio given without sample_rate; pass sample_rate=16000 (or the audio's rate)")
+            raise InputError(
+                f"video {path}: audio given without sample_rate; pass sample_rate=16000 (or the audio's rate)"
+            )
         audio = check_audio(audio, sample_rate=sample_rate, where=f"audio for video {path}")
     it = _iter_frames(frames)
-    with Mp4Writer(path, fps=fps, sample_rate=sample_rate if audio is not None else None, crf=crf,
-                   preset=preset) as writer:
+    with Mp4Writer(
+        path, fps=fps, sample_rate=sample_rate if audio is not None else None, crf=crf, preset=preset
+    ) as writer:
         if audio is not None:
             writer.add_audio(audio)
         writer.add_frames(it)
@@ -337,9 +403,7 @@ def _run_ffmpeg(cmd: list[str], failure: str) -> None:
     except OSError as exc:
         raise MediaError(f"{failure}: cannot start ffmpeg ({cmd[0]}): {exc}") from exc
     if res.returncode != 0:
-        raise MediaError(
-            f"{failure} (exit {res.returncode}):\n" + stderr_tail(res.stderr.decode("utf-8", "replace"))
-        )
+        raise MediaError(f"{failure} (exit {res.returncode}):\n" + stderr_tail(res.stderr.decode("utf-8", "replace")))
 
 
 _STREAM_RE = re.compile(r"Stream #\d+:\d+[^:]*: (Video|Audio): ([A-Za-z0-9_]+)(.*)")
@@ -360,7 +424,9 @@ def probe_mp4(path: PathLike, *, count_frames: bool = True) -> Mp4Probe:
         raise InputError(f"video {where}: file not found; check the path")
     res = subprocess.run(
         [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", str(p)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     text = res.stderr.decode("utf-8", "replace")
     video_codec = audio_codec = None
@@ -398,8 +464,22 @@ def probe_mp4(path: PathLike, *, count_frames: bool = True) -> Mp4Probe:
 
 def _decode_cmd(p: Path) -> list[str]:
     return [
-        ffmpeg_exe(), "-hide_banner", "-nostdin", "-loglevel", "error", "-i", str(p),
-        "-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1",
+        ffmpeg_exe(),
+        "-hide_banner",
+        "-nostdin",
+        "-loglevel",
+        "error",
+        "-i",
+        str(p),
+        "-map",
+        "0:v:0",
+        "-fps_mode",
+        "passthrough",
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "rgb24",
+        "pipe:1",
     ]
 
 
@@ -418,7 +498,10 @@ def _count_frames(p: Path) -> int:
         rc = proc.wait()
         if rc != 0:
             err.seek(0)
-            raise MediaError(f"video {p}: ffmpeg could not decode it (exit {rc}):\n" + stderr_tail(err.read().decode("utf-8", "replace")))
+            raise MediaError(
+                f"video {p}: ffmpeg could not decode it (exit {rc}):\n"
+                + stderr_tail(err.read().decode("utf-8", "replace"))
+            )
     return total // frame_bytes
 
 
@@ -431,7 +514,7 @@ def read_mp4_frames(path: PathLike) -> np.ndarray:
     info = probe_mp4(p, count_frames=False)
     if not info.width or not info.height:
         raise MediaError(f"video {p}: cannot tell the frame size from ffmpeg's output")
-    res = subprocess.run(_decode_cmd(p), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    res = subprocess.run(_decode_cmd(p), stdin=subprocess.DEVNULL, capture_output=True)
     if res.returncode != 0:
         raise MediaError(
             f"video {p}: ffmpeg could not decode it (exit {res.returncode}):\n"

@@ -59,12 +59,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._progress import Tick
 from .._digest import is_digest
+from .._progress import Tick
 from ..errors import ConflictError, IntegrityError, NotFoundError
+from ..promote.signed import SignedChannels
 from ..records import BlobRef, Manifest, parse_record
 from ..records.stored import STATEMENTS, STORED_NAMESPACES, TIMESTAMPS
-from ..promote.signed import SignedChannels
 from ..registry import CHANNELS, OciRegistry, Registry, Resolved
 from ..trust.policy import TrustPolicy, load_policy
 from ..trust.state_moves import open_state, signed_move
@@ -141,8 +141,9 @@ class _Copier:
                 tick = Tick(f"copy {self.report.build_id} ({len(refs)} blobs)", done[1], total, "B")
             progress(tick)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(refs) or 1)),
-                                thread_name_prefix="avatar-release-copy") as pool:
+        with ThreadPoolExecutor(
+            max_workers=max(1, min(workers, len(refs) or 1)), thread_name_prefix="avatar-release-copy"
+        ) as pool:
             futures = [pool.submit(one, r) for r in refs]
         for f in futures:
             f.result()  # re-raises the first blob that failed, after every worker has stopped
@@ -178,8 +179,10 @@ def _manifest_blobs(manifest_bytes: bytes) -> list[BlobRef]:
     def walk(node: object) -> None:
         if isinstance(node, dict):
             if is_digest(str(node.get("digest", ""))) and isinstance(node.get("size"), int) and "media_type" in node:
-                out.setdefault(node["digest"], BlobRef(digest=node["digest"], size=node["size"],
-                                                       media_type=str(node["media_type"])))
+                out.setdefault(
+                    node["digest"],
+                    BlobRef(digest=node["digest"], size=node["size"], media_type=str(node["media_type"])),
+                )
                 return
             for v in node.values():
                 walk(v)
@@ -222,8 +225,17 @@ def _statement_digest(raw: bytes) -> str | None:
         return None
 
 
-def _copy_channel(src: Registry, dst: Registry, channel: str, manifest: Manifest, who: str,
-                  copier: _Copier, report: CopyReport, policy: TrustPolicy, src_state: ReleaseState | None) -> None:
+def _copy_channel(
+    src: Registry,
+    dst: Registry,
+    channel: str,
+    manifest: Manifest,
+    who: str,
+    copier: _Copier,
+    report: CopyReport,
+    policy: TrustPolicy,
+    src_state: ReleaseState | None,
+) -> None:
     report.channel = channel
     if src_state is not None:
         held = src_state.holder(channel)
@@ -235,10 +247,19 @@ def _copy_channel(src: Registry, dst: Registry, channel: str, manifest: Manifest
     for ref in evidence:  # attestation envelopes: copied with the build's records; any its index lost, by digest
         copier.blob(ref)
     state = open_state(dst, policy, init_if_new=True)
-    _, move, _ = signed_move(dst, policy, state, channel, dst.resolve(report.destination_digest), manifest,
-                             action="promote", who=who, reason=f"copied from {src.uri}",
-                             gate_result_digest=held.gate_result_digest if held is not None and here else None,
-                             evidence=evidence)
+    _, move, _ = signed_move(
+        dst,
+        policy,
+        state,
+        channel,
+        dst.resolve(report.destination_digest),
+        manifest,
+        action="promote",
+        who=who,
+        reason=f"copied from {src.uri}",
+        gate_result_digest=held.gate_result_digest if held is not None and here else None,
+        evidence=evidence,
+    )
     report.channel_moved = move is not None
     if not here:
         return  # the source's signature is for another build
@@ -265,9 +286,18 @@ STREAM_ABOVE = 64 << 20
 COPY_WORKERS = 4
 
 
-def copy_build(src: Registry, dst: Registry, ref: str, *, channel: str | None = None,
-               who: str = "avatar-release copy", stream_above: int = STREAM_ABOVE, workers: int = COPY_WORKERS,
-               progress: Callable[[str], None] = lambda line: None, policy: TrustPolicy | None = None) -> CopyReport:
+def copy_build(
+    src: Registry,
+    dst: Registry,
+    ref: str,
+    *,
+    channel: str | None = None,
+    who: str = "avatar-release copy",
+    stream_above: int = STREAM_ABOVE,
+    workers: int = COPY_WORKERS,
+    progress: Callable[[str], None] = lambda line: None,
+    policy: TrustPolicy | None = None,
+) -> CopyReport:
     """Copy the build ``ref`` names (channel, build id, digest) from ``src`` into ``dst``; see the module.
 
     Between two OCI registries, blobs of ``stream_above`` bytes or more go through a temporary file
@@ -285,8 +315,10 @@ def copy_build(src: Registry, dst: Registry, ref: str, *, channel: str | None = 
     manifest_bytes = src.get_manifest_bytes(resolved.digest)
     manifest = parse_record(Manifest, manifest_bytes, where=f"{src.uri} manifest {resolved.digest}")
     if manifest.build_id != resolved.build_id:
-        raise IntegrityError(f"{src.uri}: manifest {resolved.digest} says build {manifest.build_id}, "
-                             f"the registry calls it {resolved.build_id}")
+        raise IntegrityError(
+            f"{src.uri}: manifest {resolved.digest} says build {manifest.build_id}, "
+            f"the registry calls it {resolved.build_id}"
+        )
     report = CopyReport(manifest.build_id, src.uri, dst.uri, resolved.digest)
     copier = _Copier(src, dst, report, stream_above)
     copier.blobs(_manifest_blobs(manifest_bytes), workers, progress)

@@ -63,8 +63,9 @@ class GcReport:
         return dict(self.__dict__)
 
 
-def collect_garbage(reg: Registry, *, prune_builds: bool = False, min_age_s: float = 3600.0,
-                    dry_run: bool = False) -> GcReport:
+def collect_garbage(
+    reg: Registry, *, prune_builds: bool = False, min_age_s: float = 3600.0, dry_run: bool = False
+) -> GcReport:
     if not isinstance(reg, Collectable):
         raise InputError(f"gc: {reg.uri} is not a directory-like store; use the registry server's own gc")
     report = GcReport(dry_run=dry_run)
@@ -136,6 +137,7 @@ def _signed_builds(reg: Registry) -> set[str]:
 
 def _reachable(reg: _CollectableRegistry, keep: list[BuildRef], report: GcReport) -> set[str]:
     """Every blob a kept build or a kept side record refers to."""
+
     def fetch(ref: BlobRef) -> bytes:
         return reg.get_blob(ref.digest, ref.size)
 

@@ -60,20 +60,25 @@ def _reput(dst: Registry, src: Registry, ref: BlobRef, data: bytes | None = None
     """Good bytes of ``ref`` from ``src`` (verified by digest there) into ``dst``, then read back."""
     good = src.get_blob(ref.digest, ref.size) if data is None else data
     if sha256_digest(good) != ref.digest or len(good) != ref.size:
-        raise IntegrityError(f"repair: blob {ref.digest} in {src.uri} fails verification too; "
-                             "repair from a registry that holds a good copy")
+        raise IntegrityError(
+            f"repair: blob {ref.digest} in {src.uri} fails verification too; "
+            "repair from a registry that holds a good copy"
+        )
     landed = dst.put_blob(good)
     if landed != ref.digest:
         raise IntegrityError(f"repair: blob {ref.digest} was stored in {dst.uri} as {landed}")
     after = _fault(dst, ref)
     if after is not None:
-        raise RegistryError(f"repair: blob {ref.digest} in {dst.uri} still fails after it was put again ({after}); "
-                            "the store keeps the damaged bytes under that digest: delete the blob there, then run "
-                            "`avatar-release copy` from the good registry")
+        raise RegistryError(
+            f"repair: blob {ref.digest} in {dst.uri} still fails after it was put again ({after}); "
+            "the store keeps the damaged bytes under that digest: delete the blob there, then run "
+            "`avatar-release copy` from the good registry"
+        )
 
 
-def repair_build(dst: Registry, src: Registry, ref: str, *,
-                 progress: Callable[[str], None] = lambda m: None) -> RepairReport:
+def repair_build(
+    dst: Registry, src: Registry, ref: str, *, progress: Callable[[str], None] = lambda m: None
+) -> RepairReport:
     """Re-put every blob of build ``ref`` in ``dst`` that fails verification, from ``src``."""
     resolved = dst.resolve(ref)
     report = RepairReport(resolved.build_id, resolved.digest, src.uri, dst.uri)

@@ -26,6 +26,15 @@ from ._contract import (
     signature_of,
 )
 from ._entry import load_entry, project_source_digest
+from ._hints import (
+    WEIGHT_LAYOUTS,
+    block_runner,
+    layout_hints,
+    replicated,
+    run_blocks,
+    stationary_params,
+    weight_layout_of,
+)
 from ._io import (
     DELIVERY_KINDS,
     INPUT_KINDS,
@@ -35,15 +44,6 @@ from ._io import (
     RequestProgram,
     check_request_program,
     request_program,
-)
-from ._hints import (
-    WEIGHT_LAYOUTS,
-    block_runner,
-    layout_hints,
-    replicated,
-    run_blocks,
-    stationary_params,
-    weight_layout_of,
 )
 
 __all__ = [

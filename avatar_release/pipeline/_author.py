@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import AvatarReleaseError, ContractError
 
@@ -76,8 +77,10 @@ def author_error(exc: BaseException, where: str, member: str, root: str | os.Pat
     """ContractError: ``member`` (the pipeline's code) raised ``exc``, at its innermost project frame."""
     frame = author_frame(exc, root)
     at = f" at {frame}" if frame else ""
-    return ContractError(f"{where}: {member} raised {_text(exc)}{at}. This is the pipeline's code: fix it there. "
-                         f"The pipeline contract: {CONTRACT_PAGE}")
+    return ContractError(
+        f"{where}: {member} raised {_text(exc)}{at}. This is the pipeline's code: fix it there. "
+        f"The pipeline contract: {CONTRACT_PAGE}"
+    )
 
 
 @contextlib.contextmanager
@@ -95,8 +98,9 @@ def calling(where: str, member: str, root: str | os.PathLike | None) -> Iterator
 def returned(value: Any, where: str, member: str) -> Any:
     """``value``, unless the factory ``member`` returned None (a function without ``return``)."""
     if value is None:
-        raise ContractError(f"{where}: factory {member} returned None; did it forget `return`? "
-                            f"The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: factory {member} returned None; did it forget `return`? The pipeline contract: {CONTRACT_PAGE}"
+        )
     return value
 
 

@@ -17,8 +17,10 @@ import contextlib
 import dataclasses
 import inspect
 import os
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast, ContextManager, Mapping, Sequence, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ContractError, SpecError
 from ..specs import FlagProfile, PipelineSpec, TargetSpec
@@ -28,9 +30,24 @@ from ._io import ChunkProgramSpec, RequestProgram
 if TYPE_CHECKING:
     from jax.sharding import Mesh
 
-__all__ = ["CONTRACT_PAGE", "ContractError", "TensorSpec", "StageSignature", "ChunkProgramSpec", "Lever",
-           "LEVER_EFFECTS", "GateRequests", "TargetContext", "KernelRoute", "AnalysisContext", "Analysis", "JaxStage", "Pipeline",
-           "check_pipeline", "signature_of"]
+__all__ = [
+    "CONTRACT_PAGE",
+    "ContractError",
+    "TensorSpec",
+    "StageSignature",
+    "ChunkProgramSpec",
+    "Lever",
+    "LEVER_EFFECTS",
+    "GateRequests",
+    "TargetContext",
+    "KernelRoute",
+    "AnalysisContext",
+    "Analysis",
+    "JaxStage",
+    "Pipeline",
+    "check_pipeline",
+    "signature_of",
+]
 
 LEVER_EFFECTS = ("reassociation", "precision")
 
@@ -84,8 +101,16 @@ class TargetContext:
     # Where ``declare_route`` records (the toolchain's, one per stage; the manifest's kernel_routes).
     routes: dict[str, KernelRoute] = field(default_factory=dict, repr=False)
 
-    def declare_route(self, kernel: str, *, requested: str, used: str, reason: str = "", program_kernel: str = "",
-                      estimate: Mapping[str, float] | None = None) -> None:
+    def declare_route(
+        self,
+        kernel: str,
+        *,
+        requested: str,
+        used: str,
+        reason: str = "",
+        program_kernel: str = "",
+        estimate: Mapping[str, float] | None = None,
+    ) -> None:
         """Say how one of the pipeline's kernels is routed for this target (recorded in the build's
         manifest, ``kernel_routes``): what its config asked for, what the program carries, and why
         they differ (e.g. a Pallas kernel that does not lower for this platform). Declaring the same
@@ -95,8 +120,9 @@ class TargetContext:
         carries no ``pl.CostEstimate`` of its own (a Pallas kernel lowered through Triton), its name
         in the program (the ``pallas_call`` name) and the cost of one call on one device ("flops",
         "bytes accessed", "transcendentals"); the compile adds it for every call site it finds."""
-        self.routes[kernel] = KernelRoute(kernel, requested, used, reason, program_kernel,
-                                          dict(estimate) if estimate else None)
+        self.routes[kernel] = KernelRoute(
+            kernel, requested, used, reason, program_kernel, dict(estimate) if estimate else None
+        )
 
 
 @dataclass(frozen=True)
@@ -147,7 +173,7 @@ class JaxStage:
     params: Mapping[str, Any]  # name -> array (its shape and dtype are what is compiled)
 
 
-def _no_context(config: Any, target: TargetContext) -> ContextManager[None]:
+def _no_context(config: Any, target: TargetContext) -> AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
@@ -169,7 +195,7 @@ class Pipeline:
     signature: Callable[[Any, int], Mapping[str, StageSignature]]  # (config, frames) -> per stage
     # config -> how a request flows chunk by chunk: its inputs by kind, carry, what it delivers (_io)
     chunk_program: Callable[[Any], RequestProgram | ChunkProgramSpec]
-    trace_context: Callable[[Any, TargetContext], ContextManager[Any]] = _no_context
+    trace_context: Callable[[Any, TargetContext], AbstractContextManager[Any]] = _no_context
     levers: Mapping[str, Lever] = field(default_factory=dict)  # override key -> lever (tier 2)
     gate_requests: GateRequests = GateRequests()
     # Overrides `gate calibrate` builds to measure the band from: the same math, reductions reordered.
@@ -185,8 +211,10 @@ class Pipeline:
         with calling(f"pipeline {self.name}", f"configs[{name!r}]", root):
             config = returned(self.configs[name](), f"pipeline {self.name}", f"configs[{name!r}]")
         if not dataclasses.is_dataclass(config) or isinstance(config, type):
-            raise ContractError(f"pipeline {self.name}: configs[{name!r}]() returned {type(config).__name__}, "
-                                f"not a dataclass instance; see {CONTRACT_PAGE} (configs)")
+            raise ContractError(
+                f"pipeline {self.name}: configs[{name!r}]() returned {type(config).__name__}, "
+                f"not a dataclass instance; see {CONTRACT_PAGE} (configs)"
+            )
         return config
 
 
@@ -207,8 +235,9 @@ _OPTIONAL = ("trace_context", "levers", "gate_requests", "band_variants", "analy
 
 def _refuse(where: str, member: str, expected: str, got: Any) -> ContractError:
     shown = "missing" if got is _MISSING else f"got {type(got).__name__} {_short(got)}"
-    return ContractError(f"{where}: member {member!r} must be {expected}; {shown}. "
-                         f"The pipeline contract: {CONTRACT_PAGE}")
+    return ContractError(
+        f"{where}: member {member!r} must be {expected}; {shown}. The pipeline contract: {CONTRACT_PAGE}"
+    )
 
 
 _MISSING = object()
@@ -229,9 +258,11 @@ def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) 
         try:
             inspect.signature(obj).bind()
         except TypeError as e:
-            raise ContractError(f"{where}: names a callable that cannot be called with no arguments ({e}); an "
-                                f"entry names a Pipeline, or a function of no arguments returning one. "
-                                f"The pipeline contract: {CONTRACT_PAGE}") from None
+            raise ContractError(
+                f"{where}: names a callable that cannot be called with no arguments ({e}); an "
+                f"entry names a Pipeline, or a function of no arguments returning one. "
+                f"The pipeline contract: {CONTRACT_PAGE}"
+            ) from None
         except ValueError:  # no signature to read (a builtin): calling it tells
             pass
         with calling(where, "the entry function", root):
@@ -239,11 +270,15 @@ def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) 
     members: dict[str, Any] = {}
     for member, expected in _REQUIRED:
         value = getattr(obj, member, _MISSING)
-        ok = {
-            "name": lambda v: isinstance(v, str) and v,
-            "stages": lambda v: isinstance(v, (tuple, list)) and v and all(isinstance(s, str) and s for s in v),
-            "configs": lambda v: isinstance(v, Mapping) and v and all(callable(c) for c in v.values()),
-        }.get(member, callable)(value) if value is not _MISSING else False
+        ok = (
+            {
+                "name": lambda v: isinstance(v, str) and v,
+                "stages": lambda v: isinstance(v, (tuple, list)) and v and all(isinstance(s, str) and s for s in v),
+                "configs": lambda v: isinstance(v, Mapping) and v and all(callable(c) for c in v.values()),
+            }.get(member, callable)(value)
+            if value is not _MISSING
+            else False
+        )
         if not ok:
             raise _refuse(where, member, expected, value)
         members[member] = value
@@ -255,20 +290,25 @@ def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) 
     if len(set(members["stages"])) != len(members["stages"]):
         raise _refuse(where, "stages", "a tuple of distinct names", members["stages"])
     if "trace_context" in members and not callable(members["trace_context"]):
-        raise _refuse(where, "trace_context", "a function (config, TargetContext) -> context manager",
-                      members["trace_context"])
-    for member, kind, expected in (("levers", Lever, "a mapping of override key -> Lever"),
-                                   ("analyses", Analysis, "a mapping of name -> Analysis")):
+        raise _refuse(
+            where, "trace_context", "a function (config, TargetContext) -> context manager", members["trace_context"]
+        )
+    for member, kind, expected in (
+        ("levers", Lever, "a mapping of override key -> Lever"),
+        ("analyses", Analysis, "a mapping of name -> Analysis"),
+    ):
         value = members.get(member, {})
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, kind)
-                                                     for k, v in value.items()):
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, kind) for k, v in value.items()
+        ):
             raise _refuse(where, member, expected, value)
     if not isinstance(members.get("gate_requests", GateRequests()), GateRequests):
         raise _refuse(where, "gate_requests", "a GateRequests", members["gate_requests"])
     variants = members.get("band_variants", ())
     if not isinstance(variants, (tuple, list)) or not all(
-            isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
-            for v in variants):
+        isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+        for v in variants
+    ):
         raise _refuse(where, "band_variants", "a tuple of {override key: value string} mappings", variants)
     members["band_variants"] = tuple(dict(v) for v in variants)
     packages = members.get("source_packages", ())
@@ -278,21 +318,26 @@ def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) 
     return obj if isinstance(obj, Pipeline) else Pipeline(**members)
 
 
-def signature_of(pipeline: Pipeline, config: Any, frames: int, where: str,
-                 root: str | os.PathLike | None = None) -> dict[str, StageSignature]:
+def signature_of(
+    pipeline: Pipeline, config: Any, frames: int, where: str, root: str | os.PathLike | None = None
+) -> dict[str, StageSignature]:
     """``pipeline.signature(config, frames)``, checked: one StageSignature of TensorSpecs per stage."""
     with calling(where, f"signature(config, {frames})", root):
         sigs = returned(pipeline.signature(config, frames), where, f"signature(config, {frames})")
     if not isinstance(sigs, Mapping) or set(sigs) != set(pipeline.stages):
         got = sorted(sigs) if isinstance(sigs, Mapping) else type(sigs).__name__
-        raise ContractError(f"{where}: signature(config, {frames}) must map every stage {list(pipeline.stages)} to a "
-                            f"StageSignature; got {got}. The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: signature(config, {frames}) must map every stage {list(pipeline.stages)} to a "
+            f"StageSignature; got {got}. The pipeline contract: {CONTRACT_PAGE}"
+        )
     out = {}
     for stage in pipeline.stages:
         sig = sigs[stage]
         if not isinstance(sig, StageSignature):
-            raise ContractError(f"{where}: signature(...)[{stage!r}] must be a StageSignature, got "
-                                f"{type(sig).__name__}. The pipeline contract: {CONTRACT_PAGE}")
+            raise ContractError(
+                f"{where}: signature(...)[{stage!r}] must be a StageSignature, got "
+                f"{type(sig).__name__}. The pipeline contract: {CONTRACT_PAGE}"
+            )
         out[stage] = StageSignature(_tensors(sig.inputs, where, stage), _tensors(sig.outputs, where, stage))
     return out
 
@@ -300,15 +345,22 @@ def signature_of(pipeline: Pipeline, config: Any, frames: int, where: str,
 def _tensors(items: Sequence[Any], where: str, stage: str) -> tuple[TensorSpec, ...]:
     out = []
     for t in items:
-        name, shape, dtype = (t.name, t.shape, t.dtype) if isinstance(t, TensorSpec) else (
-            t if isinstance(t, (tuple, list)) and len(t) == 3 else (None, None, None))
+        name, shape, dtype = (
+            (t.name, t.shape, t.dtype)
+            if isinstance(t, TensorSpec)
+            else (t if isinstance(t, (tuple, list)) and len(t) == 3 else (None, None, None))
+        )
         if name is not None:
             try:
                 out.append(TensorSpec(str(name), tuple(int(d) for d in cast(Any, shape)), str(dtype)))
             except (TypeError, ValueError):
-                raise ContractError(f"{where}: stage {stage}: {str(name)!r}'s shape must be a tuple of ints, got "
-                                    f"{_short(shape)}. The pipeline contract: {CONTRACT_PAGE}") from None
+                raise ContractError(
+                    f"{where}: stage {stage}: {str(name)!r}'s shape must be a tuple of ints, got "
+                    f"{_short(shape)}. The pipeline contract: {CONTRACT_PAGE}"
+                ) from None
         else:
-            raise ContractError(f"{where}: stage {stage}: a signature entry must be a TensorSpec or a "
-                                f"(name, shape, dtype) tuple, got {_short(t)}. The pipeline contract: {CONTRACT_PAGE}")
+            raise ContractError(
+                f"{where}: stage {stage}: a signature entry must be a TensorSpec or a "
+                f"(name, shape, dtype) tuple, got {_short(t)}. The pipeline contract: {CONTRACT_PAGE}"
+            )
     return tuple(out)

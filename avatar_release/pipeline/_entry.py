@@ -19,20 +19,26 @@ def load_entry(spec: PipelineSpec, project: Project | None = None) -> Pipeline:
     where = f"pipeline spec {spec.name}: entry {spec.entry!r}"
     module_name, sep, attr = spec.entry.partition(":")
     if not sep or not module_name or not attr:
-        raise ContractError(f"{where}: expected 'package.module:attribute' (e.g. 'model.release:pipeline'). "
-                            f"The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: expected 'package.module:attribute' (e.g. 'model.release:pipeline'). "
+            f"The pipeline contract: {CONTRACT_PAGE}"
+        )
     try:
         module = project.import_module(module_name)
     except ImportError as e:
-        raise ContractError(f"{where}: cannot be imported from project {project.root} (found {project.found_by}): "
-                            f"{e}. Pass --project DIR for the project that holds this pipeline's code") from None
+        raise ContractError(
+            f"{where}: cannot be imported from project {project.root} (found {project.found_by}): "
+            f"{e}. Pass --project DIR for the project that holds this pipeline's code"
+        ) from None
     except Exception as e:  # noqa: BLE001 - the module's own code raised while it was imported
         raise author_error(e, where, f"importing {module_name}", project.root) from e
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ContractError(f"{where}: module {module_name} ({getattr(module, '__file__', '?')}) has no "
-                                f"attribute {attr!r}. The pipeline contract: {CONTRACT_PAGE}")
+            raise ContractError(
+                f"{where}: module {module_name} ({getattr(module, '__file__', '?')}) has no "
+                f"attribute {attr!r}. The pipeline contract: {CONTRACT_PAGE}"
+            )
         obj = getattr(obj, part)
     return check_pipeline(obj, where, project.root)
 

@@ -21,13 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only for annotations: a pipeline brings its own torch
     import torch
 
-__all__ = ["WEIGHT_LAYOUTS", "replicated", "layout_hints", "weight_layout_of", "stationary_params",
-           "run_blocks", "block_runner"]
+__all__ = [
+    "WEIGHT_LAYOUTS",
+    "replicated",
+    "layout_hints",
+    "weight_layout_of",
+    "stationary_params",
+    "run_blocks",
+    "block_runner",
+]
 
 WEIGHT_LAYOUTS = ("sharded", "replicated")
 
@@ -37,7 +45,7 @@ _HINT: contextvars.ContextVar[Hint | None] = contextvars.ContextVar("layout_hint
 _RUNNER: contextvars.ContextVar[Runner | None] = contextvars.ContextVar("block_runner", default=None)
 
 
-def replicated(x: "torch.Tensor") -> "torch.Tensor":
+def replicated(x: torch.Tensor) -> torch.Tensor:
     """``x``, to be held whole by every device (identity outside a compiler's trace)."""
     hint = _HINT.get()
     return x if hint is None else hint(x, "replicated")
@@ -61,7 +69,7 @@ def weight_layout_of(module: Any) -> str:
     return layout
 
 
-def stationary_params(block: "torch.nn.Module") -> set[str]:
+def stationary_params(block: torch.nn.Module) -> set[str]:
     """Names of ``block``'s parameters under sub-modules marked ``weight_layout = "stationary"``."""
     out: set[str] = set()
     for prefix, module in block.named_modules():
@@ -70,7 +78,7 @@ def stationary_params(block: "torch.nn.Module") -> set[str]:
     return out
 
 
-def run_blocks(blocks: "torch.nn.ModuleList", x: "torch.Tensor", *args: Any, scan: bool = False) -> "torch.Tensor":
+def run_blocks(blocks: torch.nn.ModuleList, x: torch.Tensor, *args: Any, scan: bool = False) -> torch.Tensor:
     """x -> blocks[-1](... blocks[0](x, *args) ..., *args). ``args`` are the same for every block.
 
     ``scan=True`` asks a compiler to run the stack as one loop over stacked weights (compile time

@@ -41,8 +41,17 @@ from typing import Any
 from ..errors import ContractError
 from ._author import CONTRACT_PAGE
 
-__all__ = ["INPUT_KINDS", "DELIVERY_KINDS", "RESERVED_FIELDS", "RequestInput", "Delivery", "RequestProgram",
-           "ChunkProgramSpec", "request_program", "check_request_program"]
+__all__ = [
+    "INPUT_KINDS",
+    "DELIVERY_KINDS",
+    "RESERVED_FIELDS",
+    "RequestInput",
+    "Delivery",
+    "RequestProgram",
+    "ChunkProgramSpec",
+    "request_program",
+    "check_request_program",
+]
 
 INPUT_KINDS = ("image", "audio", "text", "tensor", "noise", "time")
 DELIVERY_KINDS = ("video", "audio", "tensors")
@@ -152,13 +161,20 @@ def request_program(program: Any, where: str) -> RequestProgram:
     if isinstance(program, ChunkProgramSpec):
         p = program
         return RequestProgram(
-            inputs=(RequestInput.image(p.image, height=p.height, width=p.width),
-                    RequestInput.audio(p.audio, sample_rate=p.sample_rate, samples_per_frame=p.samples_per_frame),
-                    RequestInput.noise(p.noise)),
-            delivers=Delivery.video(p.deliver, height=p.height, width=p.width), fps=p.fps, carry=dict(p.carry))
+            inputs=(
+                RequestInput.image(p.image, height=p.height, width=p.width),
+                RequestInput.audio(p.audio, sample_rate=p.sample_rate, samples_per_frame=p.samples_per_frame),
+                RequestInput.noise(p.noise),
+            ),
+            delivers=Delivery.video(p.deliver, height=p.height, width=p.width),
+            fps=p.fps,
+            carry=dict(p.carry),
+        )
     if not isinstance(program, RequestProgram):
-        raise ContractError(f"{where}: chunk_program(config) must return a RequestProgram (or the older "
-                            f"ChunkProgramSpec), got {type(program).__name__}. The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: chunk_program(config) must return a RequestProgram (or the older "
+            f"ChunkProgramSpec), got {type(program).__name__}. The pipeline contract: {CONTRACT_PAGE}"
+        )
     _check_declaration(program, where)
     return program
 
@@ -169,19 +185,25 @@ def _check_declaration(p: RequestProgram, where: str) -> None:
     if not isinstance(p.fps, int) or p.fps <= 0:
         wrong.append(f"fps must be a positive int, got {p.fps!r}")
     if not isinstance(p.inputs, (tuple, list)) or not all(isinstance(i, RequestInput) for i in p.inputs):
-        raise ContractError(f"{where}: RequestProgram.inputs must be a tuple of RequestInput (RequestInput.image(...), "
-                            f".audio, .text, .tensor, .noise). The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: RequestProgram.inputs must be a tuple of RequestInput (RequestInput.image(...), "
+            f".audio, .text, .tensor, .noise). The pipeline contract: {CONTRACT_PAGE}"
+        )
     if not isinstance(p.delivers, Delivery):
-        raise ContractError(f"{where}: RequestProgram.delivers must be a Delivery (Delivery.video(...), .audio, "
-                            f".tensors), got {type(p.delivers).__name__}. The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: RequestProgram.delivers must be a Delivery (Delivery.video(...), .audio, "
+            f".tensors), got {type(p.delivers).__name__}. The pipeline contract: {CONTRACT_PAGE}"
+        )
     names = [i.name for i in p.inputs]
     wrong += [f"input {n!r} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
     for i in p.inputs:
         if i.kind not in INPUT_KINDS:
             wrong.append(f"input {i.name!r}: kind {i.kind!r} is none of {', '.join(INPUT_KINDS)}")
         elif i.kind in ("text", "tensor") and i.name in RESERVED_FIELDS:
-            wrong.append(f"{i.kind} input {i.name!r}: the name is a field of every render request "
-                         f"({', '.join(RESERVED_FIELDS)}); rename the stage input")
+            wrong.append(
+                f"{i.kind} input {i.name!r}: the name is a field of every render request "
+                f"({', '.join(RESERVED_FIELDS)}); rename the stage input"
+            )
         elif i.kind == "audio" and not (i.sample_rate > 0 and i.samples_per_frame > 0):
             wrong.append(f"audio input {i.name!r}: sample_rate and samples_per_frame must be positive")
         elif i.kind in ("image", "text", "tensor") and (not i.shape or any(d <= 0 for d in i.shape)):
@@ -193,38 +215,55 @@ def _check_declaration(p: RequestProgram, where: str) -> None:
     if d.kind not in DELIVERY_KINDS:
         wrong.append(f"delivers kind {d.kind!r} is none of {', '.join(DELIVERY_KINDS)}")
     elif not d.outputs or (d.kind != "tensors" and len(d.outputs) != 1):
-        wrong.append(f"delivers {d.kind} names {len(d.outputs)} outputs; " +
-                     ("at least one" if d.kind == "tensors" else "exactly one"))
+        wrong.append(
+            f"delivers {d.kind} names {len(d.outputs)} outputs; "
+            + ("at least one" if d.kind == "tensors" else "exactly one")
+        )
     elif d.kind == "video" and not (d.height > 0 and d.width > 0):
         wrong.append("delivered video: height and width must be positive")
     elif d.kind == "audio" and not (d.sample_rate > 0 and d.samples_per_frame > 0):
         wrong.append("delivered audio: sample_rate and samples_per_frame must be positive")
     if wrong:
-        raise ContractError(f"{where}: chunk_program's RequestProgram: {'; '.join(wrong)}. "
-                            f"The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: chunk_program's RequestProgram: {'; '.join(wrong)}. The pipeline contract: {CONTRACT_PAGE}"
+        )
 
 
 def check_request_program(where: str, program: RequestProgram, sigs: Mapping[str, Any], frames: int) -> None:
     """Every name the program wires exists where it must, and every input and delivered output is
     declared in the stage signatures as the runtime feeds and reads it (shape, dtype), for a bucket
     of ``frames`` frames: refused here (exit 2), not in a serving pod."""
-    declared = {t.name: (stage, kind, t) for stage, s in sigs.items()
-                for kind, ts in (("input", s.inputs), ("output", s.outputs)) for t in ts}
+    declared = {
+        t.name: (stage, kind, t)
+        for stage, s in sigs.items()
+        for kind, ts in (("input", s.inputs), ("output", s.outputs))
+        for t in ts
+    }
     inputs = {t.name for s in sigs.values() for t in s.inputs}
     outputs = {t.name for s in sigs.values() for t in s.outputs}
     wrong = [f"{i.kind} input {i.name!r} is no stage's input" for i in program.inputs if i.name not in inputs]
     wrong += [f"carry {k!r} is no stage's input" for k in program.carry if k not in inputs]
     wrong += [f"carry {k!r} -> {v!r}: {v!r} is no stage's output" for k, v in program.carry.items() if v not in outputs]
-    wrong += [f"delivered {program.delivers.kind} {n!r} is no stage's output" for n in program.delivers.outputs
-              if n not in outputs]
+    wrong += [
+        f"delivered {program.delivers.kind} {n!r} is no stage's output"
+        for n in program.delivers.outputs
+        if n not in outputs
+    ]
     # (what, name, shape (None: any), dtype ("": any), how the runtime feeds or reads it)
     expected: list[tuple[str, str, tuple[int, ...] | None, str, str]] = []
     for i in program.inputs:
         if i.kind == "image":
             expected.append(("the image", i.name, i.shape, "uint8", f"height {i.shape[0]} x width {i.shape[1]} x 3"))
         elif i.kind == "audio":
-            expected.append(("the audio", i.name, (frames * i.samples_per_frame,), "float32",
-                             f"{frames} frames x {i.samples_per_frame} samples"))
+            expected.append(
+                (
+                    "the audio",
+                    i.name,
+                    (frames * i.samples_per_frame,),
+                    "float32",
+                    f"{frames} frames x {i.samples_per_frame} samples",
+                )
+            )
         elif i.kind == "noise":
             expected.append(("the noise", i.name, None, "float32", "standard normal"))
         elif i.kind == "time":
@@ -233,19 +272,37 @@ def check_request_program(where: str, program: RequestProgram, sigs: Mapping[str
             expected.append((f"the {i.kind} input", i.name, i.shape, i.dtype, "as the input declares"))
     d = program.delivers
     if d.kind == "video":
-        expected.append(("the delivered video", d.outputs[0], (frames, d.height, d.width, 3), "uint8",
-                         f"height {d.height} x width {d.width} x 3 channels, {frames} frames"))
+        expected.append(
+            (
+                "the delivered video",
+                d.outputs[0],
+                (frames, d.height, d.width, 3),
+                "uint8",
+                f"height {d.height} x width {d.width} x 3 channels, {frames} frames",
+            )
+        )
     elif d.kind == "audio":
-        expected.append(("the delivered audio", d.outputs[0], (frames * d.samples_per_frame,), "float32",
-                         f"{frames} frames x {d.samples_per_frame} samples"))
+        expected.append(
+            (
+                "the delivered audio",
+                d.outputs[0],
+                (frames * d.samples_per_frame,),
+                "float32",
+                f"{frames} frames x {d.samples_per_frame} samples",
+            )
+        )
     for what, name, shape, dtype, why in expected:
         if name not in declared:
             continue
         stage, kind, t = declared[name]
         if (shape is not None and tuple(t.shape) != tuple(shape)) or (dtype and t.dtype != dtype):
             want = f"{tuple(shape) if shape is not None else '(any shape)'} {dtype or '(any dtype)'}"
-            wrong.append(f"{what} {name!r} (stage {stage} {kind}) is declared {tuple(t.shape)} {t.dtype}, "
-                         f"expected {want} ({why})")
+            wrong.append(
+                f"{what} {name!r} (stage {stage} {kind}) is declared {tuple(t.shape)} {t.dtype}, "
+                f"expected {want} ({why})"
+            )
     if wrong:
-        raise ContractError(f"{where}: chunk_program does not match the stage signatures: {'; '.join(wrong)}. "
-                            f"The pipeline contract: {CONTRACT_PAGE}")
+        raise ContractError(
+            f"{where}: chunk_program does not match the stage signatures: {'; '.join(wrong)}. "
+            f"The pipeline contract: {CONTRACT_PAGE}"
+        )

@@ -58,8 +58,13 @@ class BuildDiff:
 
     def to_json(self) -> dict[str, Any]:
         side = lambda r: {"ref": r.ref, "build_id": r.build_id, "digest": r.digest}  # noqa: E731
-        return {"a": side(self.a), "b": side(self.b), "identical": self.identical,
-                "differences": [d.to_json() for d in self.differences], "same": dict(self.same)}
+        return {
+            "a": side(self.a),
+            "b": side(self.b),
+            "identical": self.identical,
+            "differences": [d.to_json() for d in self.differences],
+            "same": dict(self.same),
+        }
 
 
 _BOOKKEEPING = ("build_id", "created_at", "created_by", "seal")
@@ -75,10 +80,17 @@ def _flat(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _executable_fields(e: ExecutableEntry) -> dict[str, Any]:
-    out: dict[str, Any] = {"format": e.format, "hlo_digest": e.hlo_digest, "fingerprint": e.fingerprint,
-                           "raw_digest": e.raw_digest, "raw_size": e.raw_size, "stored_size": e.blob.size,
-                           "params": len(e.params), "inputs": [f"{a.name}{a.shape}" for a in e.inputs],
-                           "outputs": [f"{a.name}{a.shape}" for a in e.outputs]}
+    out: dict[str, Any] = {
+        "format": e.format,
+        "hlo_digest": e.hlo_digest,
+        "fingerprint": e.fingerprint,
+        "raw_digest": e.raw_digest,
+        "raw_size": e.raw_size,
+        "stored_size": e.blob.size,
+        "params": len(e.params),
+        "inputs": [f"{a.name}{a.shape}" for a in e.inputs],
+        "outputs": [f"{a.name}{a.shape}" for a in e.outputs],
+    }
     out |= {f"cost.{k}": v for k, v in sorted(e.cost.items())}
     out |= {f"memory.{k}": v for k, v in sorted(e.memory.items())}
     out["kernels"] = sorted(k.name for k in e.kernels)
@@ -91,23 +103,40 @@ def _gate_fields(registry: Registry, build_id: str) -> dict[str, Any]:
     against = None
     if result is not None:
         against = result.baseline.build_id if result.baseline is not None else "nothing (--baseline none)"
-    return {"status": status, "compared_with": against, "tier": None if result is None else result.tier,
-            "compile_gate": None if compiled is None else compiled.status}
+    return {
+        "status": status,
+        "compared_with": against,
+        "tier": None if result is None else result.tier,
+        "compile_gate": None if compiled is None else compiled.status,
+    }
 
 
 def _sections(registry: Registry, m: Manifest) -> dict[str, dict[str, Any]]:
     weights = m.weights
-    inputs = {"source_digest": m.source_digest, "weights.raw_digest": weights.raw_digest,
-              "weights.raw_size": weights.raw_size, "weights.tensors": weights.tensors,
-              "weights.source": weights.source, "weights.chunking": weights.chunking,
-              "weights.chunks": None if weights.chunks is None else len(weights.chunks)}
+    inputs = {
+        "source_digest": m.source_digest,
+        "weights.raw_digest": weights.raw_digest,
+        "weights.raw_size": weights.raw_size,
+        "weights.tensors": weights.tensors,
+        "weights.source": weights.source,
+        "weights.chunking": weights.chunking,
+        "weights.chunks": None if weights.chunks is None else len(weights.chunks),
+    }
     executables = {f"{e.key}.{k}": v for e in m.executables for k, v in _executable_fields(e).items()}
     executables |= {f"{e.key}": "present" for e in m.executables}
     return {
-        "build": {"build_id": m.build_id, "pipeline": m.pipeline, "target": m.target, "model_entry": m.model_entry,
-                  "identity": m.identity, "seal": m.seal, "schema_version": m.schema_version,
-                  "created_at": m.created_at, "created_by": m.created_by,
-                  "buckets": [f"{b.name}:{b.frames}x{b.height}x{b.width}" for b in m.buckets]},
+        "build": {
+            "build_id": m.build_id,
+            "pipeline": m.pipeline,
+            "target": m.target,
+            "model_entry": m.model_entry,
+            "identity": m.identity,
+            "seal": m.seal,
+            "schema_version": m.schema_version,
+            "created_at": m.created_at,
+            "created_by": m.created_by,
+            "buckets": [f"{b.name}:{b.frames}x{b.height}x{b.width}" for b in m.buckets],
+        },
         "toolchain": m.toolchain.model_dump(mode="json"),
         "platform": m.platform.model_dump(mode="json"),
         "flags": dict(_flat("", m.flags.model_dump(mode="json"))),

@@ -38,27 +38,40 @@ class MovePlan:
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision
-        return {"dry_run": True, "action": self.action, "channel": d.channel, "from": self.from_build,
-                "to": d.build_id, "digest": d.digest, "would_change": self.changes, "gate_status": d.gate_status,
-                "gate_result_digest": d.gate_result_digest, "approvals": list(d.approvals),
-                "would_sign_approval": self.signs_approval,
-                "undoes": self.undoes.model_dump(mode="json") if self.undoes else None}
+        return {
+            "dry_run": True,
+            "action": self.action,
+            "channel": d.channel,
+            "from": self.from_build,
+            "to": d.build_id,
+            "digest": d.digest,
+            "would_change": self.changes,
+            "gate_status": d.gate_status,
+            "gate_result_digest": d.gate_result_digest,
+            "approvals": list(d.approvals),
+            "would_sign_approval": self.signs_approval,
+            "undoes": self.undoes.model_dump(mode="json") if self.undoes else None,
+        }
 
     def text(self) -> str:
         d = self.decision
         verb = "would promote" if self.action == "promote" else "would roll back"
         if not self.changes:
             return f"dry run: {d.channel} already points at {d.build_id}: nothing would change"
-        lines = [f"dry run: {verb} {d.channel} {self.from_build or '(empty)'} -> {d.build_id}",
-                 f"  gate {d.gate_status} ({d.gate_result_digest})"]
+        lines = [
+            f"dry run: {verb} {d.channel} {self.from_build or '(empty)'} -> {d.build_id}",
+            f"  gate {d.gate_status} ({d.gate_result_digest})",
+        ]
         if d.approvals:
             lines.append(f"  release approved by {', '.join(d.approvals)}")
         if self.signs_approval:
             lines.append("  the promotion would sign the release approval with this machine's release key")
         if self.undoes is not None:
             u = self.undoes
-            lines.append(f"  undoes #{u.sequence} ({u.action} by {u.who} at {u.when[:19]}: "
-                         f"{u.from_build or '(empty)'} -> {u.to_build})")
+            lines.append(
+                f"  undoes #{u.sequence} ({u.action} by {u.who} at {u.when[:19]}: "
+                f"{u.from_build or '(empty)'} -> {u.to_build})"
+            )
         lines.append("  nothing was written")
         return "\n".join(lines)
 
@@ -68,9 +81,18 @@ def _channels(registry: Registry) -> tuple[SignedChannels, TrustPolicy]:
     return SignedChannels(registry, load_state(registry, policy)), policy
 
 
-def _decided(decide: Callable[[], Decision], registry: Registry, resolved: Resolved, manifest: Manifest,
-             channel: str, policy: TrustPolicy, channels: SignedChannels, *, what: str, against_prod: bool
-             ) -> tuple[Decision, bool]:
+def _decided(
+    decide: Callable[[], Decision],
+    registry: Registry,
+    resolved: Resolved,
+    manifest: Manifest,
+    channel: str,
+    policy: TrustPolicy,
+    channels: SignedChannels,
+    *,
+    what: str,
+    against_prod: bool,
+) -> tuple[Decision, bool]:
     """The decision; where only a release approval is missing and this machine would sign it, the
     decision the real move makes after signing (and True)."""
     try:
@@ -78,8 +100,16 @@ def _decided(decide: Callable[[], Decision], registry: Registry, resolved: Resol
     except NeedsApproval:
         if _local_approver_key(policy) is None:
             raise
-        admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy,
-                                       channels=channels, against_prod=against_prod)
+        admitted = check_gate_evidence(
+            registry,
+            resolved,
+            manifest,
+            what=what,
+            channel=channel,
+            policy=policy,
+            channels=channels,
+            against_prod=against_prod,
+        )
         return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest), True
 
 
@@ -89,8 +119,15 @@ def plan_promotion(registry: Registry, ref: str, channel: str) -> MovePlan:
     holder = channels.state.holder(channel) if channel in CHANNELS else None
     decision, signs = _decided(
         lambda: check_promotion(registry, resolved, manifest, channel, policy, channels=channels),
-        registry, resolved, manifest, channel, policy, channels, what=f"promote {resolved.build_id} to {channel}",
-        against_prod=True)
+        registry,
+        resolved,
+        manifest,
+        channel,
+        policy,
+        channels,
+        what=f"promote {resolved.build_id} to {channel}",
+        against_prod=True,
+    )
     return MovePlan("promote", decision, holder.build_id if holder else None, signs_approval=signs)
 
 
@@ -110,8 +147,15 @@ def plan_rollback(registry: Registry, channel: str, *, to: str | None = None) ->
     resolved, manifest = channels.resolve(to)
     decision, signs = _decided(
         lambda: check_rollback_target(registry, resolved, manifest, channel, policy, channels=channels),
-        registry, resolved, manifest, channel, policy, channels, what=f"roll {channel} back to {resolved.build_id}",
-        against_prod=False)
+        registry,
+        resolved,
+        manifest,
+        channel,
+        policy,
+        channels,
+        what=f"roll {channel} back to {resolved.build_id}",
+        against_prod=False,
+    )
     undoes = None
     if undone is not None:
         undoes = next(e for e in channels.history(channel) if e.sequence == undone.version)

@@ -35,8 +35,14 @@ from typing import NoReturn
 
 from ..errors import InputError, Refusal, SpecError
 from ..gates import (
-    SignedVerdict, compared_with, describe_comparison, effective_status, review_outcome, signed_verdicts,
-    unpinned_inputs, verdict_status,
+    SignedVerdict,
+    compared_with,
+    describe_comparison,
+    effective_status,
+    review_outcome,
+    signed_verdicts,
+    unpinned_inputs,
+    verdict_status,
 )
 from ..gates.compile_gate import load_compile_gate
 from ..machine import Machine, diff_machines
@@ -81,9 +87,17 @@ def _check_channel(channel: str) -> None:
 GATE_MACHINE_FIELDS = ("backend", "device_kind", "device_count", "jaxlib", "cpu_features")
 
 
-def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manifest, *, what: str,
-                        channels: SignedChannels, channel: str = "staging", policy: TrustPolicy | None = None,
-                        against_prod: bool = True) -> Admitted:
+def check_gate_evidence(
+    registry: Registry,
+    resolved: Resolved,
+    manifest: Manifest,
+    *,
+    what: str,
+    channels: SignedChannels,
+    channel: str = "staging",
+    policy: TrustPolicy | None = None,
+    against_prod: bool = True,
+) -> Admitted:
     """The deciding signed verdict when the build's *signed* gate evidence lets it through.
 
     Only attestations whose signature verifies under a key the trust policy names for the
@@ -105,40 +119,69 @@ def check_gate_evidence(registry: Registry, resolved: Resolved, manifest: Manife
     verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
     if not verdicts:
-        _refuse_ungated(registry, resolved, manifest, policy, what, fix, bool(rejected) or shown is not None,
-                        "; ".join(r.reason for r in rejected[-3:]))
+        _refuse_ungated(
+            registry,
+            resolved,
+            manifest,
+            policy,
+            what,
+            fix,
+            bool(rejected) or shown is not None,
+            "; ".join(r.reason for r in rejected[-3:]),
+        )
     prod = channels.get_channel("prod")
     other_prod = prod if prod is not None and prod.digest != resolved.digest else None
     verdict = _deciding(verdicts, other_prod, resolved, what, against_prod)
     _check_target_digest(verdict, target, what, fix)
     _check_gate_inputs(verdict, policy, what, fix)
     approvals = policy.prod_approvals if channel == "prod" else 1
-    status = verdict_status(registry, resolved.build_id, verdict, manifest, policy, approvals=approvals,
-                            rejected_unsigned=shown_status == "rejected")
+    status = verdict_status(
+        registry,
+        resolved.build_id,
+        verdict,
+        manifest,
+        policy,
+        approvals=approvals,
+        rejected_unsigned=shown_status == "rejected",
+    )
     if status not in ("passed", "approved"):
         _refuse_status(registry, resolved, manifest, policy, verdict, status, approvals, other_prod, what, fix)
-    diff = diff_machines(Machine.of_build(manifest), Machine.of_environment(verdict.result.environment),
-                         fields=GATE_MACHINE_FIELDS)
+    diff = diff_machines(
+        Machine.of_build(manifest), Machine.of_environment(verdict.result.environment), fields=GATE_MACHINE_FIELDS
+    )
     if diff:
-        raise Refusal(f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
-                      f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware")
+        raise Refusal(
+            f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
+            f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware"
+        )
     return Admitted(status, verdict.digest, verdict)
 
 
-def _refuse_ungated(registry: Registry, resolved: Resolved, manifest: Manifest, policy: TrustPolicy, what: str,
-                    fix: str, has_evidence: bool, why: str) -> NoReturn:
+def _refuse_ungated(
+    registry: Registry,
+    resolved: Resolved,
+    manifest: Manifest,
+    policy: TrustPolicy,
+    what: str,
+    fix: str,
+    has_evidence: bool,
+    why: str,
+) -> NoReturn:
     """No signed verdict counts: say whether there is foreign evidence, a compile gate only, or nothing."""
     if has_evidence:
-        raise Refusal(f"{what}: {resolved.build_id} has gate evidence, but none signed by a key the trust policy "
-                      f"{policy.path} accepts for target {manifest.target} "
-                      f"({why or 'no attestation was stored with it'}). Unsigned or foreign evidence "
-                      f"never promotes; {fix} with a trusted gate key")
+        raise Refusal(
+            f"{what}: {resolved.build_id} has gate evidence, but none signed by a key the trust policy "
+            f"{policy.path} accepts for target {manifest.target} "
+            f"({why or 'no attestation was stored with it'}). Unsigned or foreign evidence "
+            f"never promotes; {fix} with a trusted gate key"
+        )
     _refuse_compile_gate_only(registry, resolved, manifest, what, fix)
     raise Refusal(f"{what}: {resolved.build_id} has never been gated; {fix} first")
 
 
-def _deciding(verdicts: list[SignedVerdict], other_prod: ChannelState | None, resolved: Resolved, what: str,
-              against_prod: bool) -> SignedVerdict:
+def _deciding(
+    verdicts: list[SignedVerdict], other_prod: ChannelState | None, resolved: Resolved, what: str, against_prod: bool
+) -> SignedVerdict:
     """The verdict that decides (see :func:`check_gate_evidence` on ``against_prod``)."""
     relevant = compared_with(verdicts, other_prod.digest) if other_prod is not None else []
     if not against_prod:
@@ -149,37 +192,54 @@ def _deciding(verdicts: list[SignedVerdict], other_prod: ChannelState | None, re
         return verdicts[-1]
     if not relevant:
         seen = "; ".join(sorted({describe_comparison(v) for v in verdicts}))
-        raise Refusal(f"{what}: prod holds {other_prod.build_id} now, and no signed gate result of {resolved.build_id} "
-                      f"compares with it (its results: {seen}). A comparison with nothing proves determinism only "
-                      f"and never promotes past a prod that exists; gate it against prod: "
-                      f"avatar-release gate {resolved.build_id}")
+        raise Refusal(
+            f"{what}: prod holds {other_prod.build_id} now, and no signed gate result of {resolved.build_id} "
+            f"compares with it (its results: {seen}). A comparison with nothing proves determinism only "
+            f"and never promotes past a prod that exists; gate it against prod: "
+            f"avatar-release gate {resolved.build_id}"
+        )
     return relevant[-1]
 
 
-def _refuse_status(registry: Registry, resolved: Resolved, manifest: Manifest, policy: TrustPolicy,
-                   verdict: SignedVerdict, status: str, approvals: int, other_prod: ChannelState | None, what: str,
-                   fix: str) -> NoReturn:
+def _refuse_status(
+    registry: Registry,
+    resolved: Resolved,
+    manifest: Manifest,
+    policy: TrustPolicy,
+    verdict: SignedVerdict,
+    status: str,
+    approvals: int,
+    other_prod: ChannelState | None,
+    what: str,
+    fix: str,
+) -> NoReturn:
     """The deciding verdict does not let the build through: say why and what to do."""
     why = ""
     if status == "needs-review":
-        outcome = review_outcome(registry, resolved.build_id, verdict.result, verdict.digest,
-                                 manifest.content_digest(), policy, approvals)
+        outcome = review_outcome(
+            registry, resolved.build_id, verdict.result, verdict.digest, manifest.content_digest(), policy, approvals
+        )
         why = f" (signed review evidence that does not count: {outcome.why()})" if outcome.ignored else ""
-    extra = {"needs-review": f"{why}; answer its blind review (avatar-release review {resolved.build_id} --serve) "
-                             "and approve it",
-             "rejected": "; a rejected build is never promoted",
-             "failed": f"; see the gate report, or {fix} again after fixing it"}.get(status, "")
+    extra = {
+        "needs-review": f"{why}; answer its blind review (avatar-release review {resolved.build_id} --serve) "
+        "and approve it",
+        "rejected": "; a rejected build is never promoted",
+        "failed": f"; see the gate report, or {fix} again after fixing it",
+    }.get(status, "")
     against = f", {describe_comparison(verdict)}" if other_prod is not None else ""
-    raise Refusal(f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} "
-                  f"({verdict.digest}{against}){extra}")
+    raise Refusal(
+        f"{what}: the latest signed gate result of {resolved.build_id} is {status!r} ({verdict.digest}{against}){extra}"
+    )
 
 
 def _check_target_digest(verdict: SignedVerdict, target: TargetSpec, what: str, fix: str) -> None:
     """A verdict that names its target spec's digest vouches for that spec only."""
     named = verdict.result.target_spec_digest
     if named is not None and named != target.digest():
-        raise Refusal(f"{what}: the gate result {verdict.digest} was made under target spec {target.name} "
-                      f"{named}, but the spec in force is {target.digest()} (the target was redefined since); {fix}")
+        raise Refusal(
+            f"{what}: the gate result {verdict.digest} was made under target spec {target.name} "
+            f"{named}, but the spec in force is {target.digest()} (the target was redefined since); {fix}"
+        )
 
 
 def _check_gate_inputs(verdict: SignedVerdict, policy: TrustPolicy, what: str, fix: str) -> None:
@@ -192,7 +252,8 @@ def _check_gate_inputs(verdict: SignedVerdict, policy: TrustPolicy, what: str, f
             f"does not pin: {'; '.join(u.describe() for u in unpinned)}. Only pinned files decide a verdict that "
             f"promotes; {fix} with the pinned files in place (`avatar-release gate inputs` prints the digests of "
             "the files in force), or, if these files are to be trusted, add their digests to [gate_inputs] in "
-            "the trust policy")
+            "the trust policy"
+        )
 
 
 # The backends a target spec's platform names (jax calls the CUDA backend "cuda" or "gpu").
@@ -205,8 +266,9 @@ def _check_target_scope(manifest: Manifest, what: str) -> TargetSpec:
     try:
         tgt = load_target(manifest.target)
     except SpecError as e:
-        raise Refusal(f"{what}: cannot check that the build is a {manifest.target} program, so no key may vouch "
-                      f"for it ({e})") from None
+        raise Refusal(
+            f"{what}: cannot check that the build is a {manifest.target} program, so no key may vouch for it ({e})"
+        ) from None
     p = manifest.platform
     wrong = []
     if p.backend not in _BACKENDS.get(tgt.platform, (tgt.platform,)):
@@ -214,12 +276,16 @@ def _check_target_scope(manifest: Manifest, what: str) -> TargetSpec:
     if p.device_count != tgt.device_count:
         wrong.append(f"{p.device_count} devices (declared {tgt.device_count})")
     if (list(p.mesh_axes), list(p.mesh_shape)) != (list(tgt.mesh_axes), list(tgt.mesh_shape)):
-        wrong.append(f"mesh {dict(zip(p.mesh_axes, p.mesh_shape))} (declared {dict(zip(tgt.mesh_axes, tgt.mesh_shape))})")
+        wrong.append(
+            f"mesh {dict(zip(p.mesh_axes, p.mesh_shape))} (declared {dict(zip(tgt.mesh_axes, tgt.mesh_shape))})"
+        )
     if tgt.topology is not None and p.topology != tgt.topology:
         wrong.append(f"topology {p.topology} (declared {tgt.topology})")
     if wrong:
-        raise Refusal(f"{what}: the manifest says target {manifest.target}, but the program is not one: "
-                      f"{'; '.join(wrong)}. A relabelled build gets no key's trust; compile it for the target")
+        raise Refusal(
+            f"{what}: the manifest says target {manifest.target}, but the program is not one: "
+            f"{'; '.join(wrong)}. A relabelled build gets no key's trust; compile it for the target"
+        )
     return tgt
 
 
@@ -227,13 +293,22 @@ def _refuse_compile_gate_only(registry: Registry, resolved: Resolved, manifest: 
     compiled = load_compile_gate(registry, resolved.build_id)
     if compiled is not None:
         p = manifest.platform
-        raise Refusal(f"{what}: {resolved.build_id} has only a compile gate ({compiled.status}), which proves what "
-                      f"holds without hardware; output gates need a run on {p.backend}: {p.device_kind} x "
-                      f"{p.device_count} first ({fix} on such a host). CPU-only evidence never promotes past dev")
+        raise Refusal(
+            f"{what}: {resolved.build_id} has only a compile gate ({compiled.status}), which proves what "
+            f"holds without hardware; output gates need a run on {p.backend}: {p.device_kind} x "
+            f"{p.device_count} first ({fix} on such a host). CPU-only evidence never promotes past dev"
+        )
 
 
-def check_promotion(registry: Registry, resolved: Resolved, manifest: Manifest, channel: str,
-                    policy: TrustPolicy | None = None, *, channels: SignedChannels) -> Decision:
+def check_promotion(
+    registry: Registry,
+    resolved: Resolved,
+    manifest: Manifest,
+    channel: str,
+    policy: TrustPolicy | None = None,
+    *,
+    channels: SignedChannels,
+) -> Decision:
     _check_channel(channel)
     what = f"promote {resolved.build_id} to {channel}"
     if channel == "dev":
@@ -241,28 +316,46 @@ def check_promotion(registry: Registry, resolved: Resolved, manifest: Manifest, 
         if status == "rejected":
             raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")
         channels.check_not_revoked(resolved.build_id, what)
-        check_not_revoked(registry, resolved.build_id, manifest.content_digest(),
-                          (policy or load_policy()).revoker_keys(), what=what)
+        check_not_revoked(
+            registry, resolved.build_id, manifest.content_digest(), (policy or load_policy()).revoker_keys(), what=what
+        )
         return Decision(channel, resolved.build_id, resolved.digest, status, digest)
     policy = policy or load_policy()
-    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy,
-                                   channels=channels)
+    admitted = check_gate_evidence(
+        registry, resolved, manifest, what=what, channel=channel, policy=policy, channels=channels
+    )
     approvals: tuple[str, ...] = ()
     counted: list = []
     if channel == "prod":
         staging = channels.get_channel("staging")
         if staging is None or staging.digest != resolved.digest:
             now = staging.build_id if staging else "empty"
-            raise Refusal(f"{what}: only the build in staging may go to prod (staging is {now}); "
-                          f"promote it to staging first: avatar-release promote {resolved.build_id} --to staging")
+            raise Refusal(
+                f"{what}: only the build in staging may go to prod (staging is {now}); "
+                f"promote it to staging first: avatar-release promote {resolved.build_id} --to staging"
+            )
         counted = check_release_roles(registry, resolved.build_id, manifest, admitted.verdict, policy, what=what)
         approvals = tuple(a.describe() for a in counted)
-    return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest,
-                    approvals, tuple(a.digest for a in counted))
+    return Decision(
+        channel,
+        resolved.build_id,
+        resolved.digest,
+        admitted.status,
+        admitted.gate_result_digest,
+        approvals,
+        tuple(a.digest for a in counted),
+    )
 
 
-def check_rollback_target(registry: Registry, resolved: Resolved, manifest: Manifest, channel: str,
-                          policy: TrustPolicy | None = None, *, channels: SignedChannels) -> Decision:
+def check_rollback_target(
+    registry: Registry,
+    resolved: Resolved,
+    manifest: Manifest,
+    channel: str,
+    policy: TrustPolicy | None = None,
+    *,
+    channels: SignedChannels,
+) -> Decision:
     """A rollback is a promotion to a build the channel held before (its signed history says so):
     the same evidence, approvals and revocation checks, except that the build need not be in
     staging, and the newest verdict of any comparison decides unless a verdict against prod now failed."""
@@ -271,8 +364,10 @@ def check_rollback_target(registry: Registry, resolved: Resolved, manifest: Mani
     policy = policy or load_policy()
     been_there = any(m.manifest_digest == manifest.content_digest() for m in channels.moves(channel))
     if not been_there:
-        raise Refusal(f"{what}: {resolved.build_id} was never in {channel} (by its signed history); that is a "
-                      "promotion, not a rollback")
+        raise Refusal(
+            f"{what}: {resolved.build_id} was never in {channel} (by its signed history); that is a "
+            "promotion, not a rollback"
+        )
     if channel == "dev":
         channels.check_not_revoked(resolved.build_id, what)
         check_not_revoked(registry, resolved.build_id, manifest.content_digest(), policy.revoker_keys(), what=what)
@@ -280,10 +375,18 @@ def check_rollback_target(registry: Registry, resolved: Resolved, manifest: Mani
         if status == "rejected":
             raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")
         return Decision(channel, resolved.build_id, resolved.digest, status, digest)
-    admitted = check_gate_evidence(registry, resolved, manifest, what=what, channel=channel, policy=policy,
-                                   against_prod=False, channels=channels)
+    admitted = check_gate_evidence(
+        registry, resolved, manifest, what=what, channel=channel, policy=policy, against_prod=False, channels=channels
+    )
     counted = []
     if channel == "prod":
         counted = check_release_roles(registry, resolved.build_id, manifest, admitted.verdict, policy, what=what)
-    return Decision(channel, resolved.build_id, resolved.digest, admitted.status, admitted.gate_result_digest,
-                    tuple(a.describe() for a in counted), tuple(a.digest for a in counted))
+    return Decision(
+        channel,
+        resolved.build_id,
+        resolved.digest,
+        admitted.status,
+        admitted.gate_result_digest,
+        tuple(a.describe() for a in counted),
+        tuple(a.digest for a in counted),
+    )

@@ -37,9 +37,11 @@ class SignedChannels:
             raise NotFoundError(f"channel {ref} is empty in the signed release state of {self.registry.uri}")
         resolved, manifest = read_manifest(self.registry, holder.build_id)
         if manifest.content_digest() != holder.manifest_digest:
-            raise TrustError(f"channel {ref}: the signed state names {holder.build_id} with manifest "
-                             f"{holder.manifest_digest}, but this registry's {holder.build_id} is "
-                             f"{manifest.content_digest()}; the build was replaced under its id")
+            raise TrustError(
+                f"channel {ref}: the signed state names {holder.build_id} with manifest "
+                f"{holder.manifest_digest}, but this registry's {holder.build_id} is "
+                f"{manifest.content_digest()}; the build was replaced under its id"
+            )
         return Resolved(ref, resolved.build_id, resolved.digest, "channel"), manifest
 
     def get_channel(self, channel: str) -> ChannelState | None:
@@ -48,8 +50,13 @@ class SignedChannels:
             return None
         resolved, _ = self.resolve(channel)
         head = self.moves(channel)[-1]
-        return ChannelState(channel=channel, build_id=holder.build_id, digest=resolved.digest,
-                            sequence=holder.version, updated_at=head.when)
+        return ChannelState(
+            channel=channel,
+            build_id=holder.build_id,
+            digest=resolved.digest,
+            sequence=holder.version,
+            updated_at=head.when,
+        )
 
     def moves(self, channel: str) -> list[MoveRecord]:
         """The channel's signed moves, oldest first."""
@@ -64,9 +71,11 @@ class SignedChannels:
     def check_not_revoked(self, build_id: str, what: str) -> None:
         found = self.state.revocation(build_id)
         if found is not None:
-            raise Revoked(f"{what}: {build_id} is revoked by {found.get('by', '?')} at {found.get('at', '?')} (signed "
-                          f"release state): {found.get('reason', '')}. A revoked build never moves or loads again; "
-                          "release a fixed build instead")
+            raise Revoked(
+                f"{what}: {build_id} is revoked by {found.get('by', '?')} at {found.get('at', '?')} (signed "
+                f"release state): {found.get('reason', '')}. A revoked build never moves or loads again; "
+                "release a fixed build instead"
+            )
 
 
 def evidence_ref(registry: Registry, build_id: str, predicate_digest: str) -> BlobRef:

@@ -23,8 +23,15 @@ from ..trust.policy import TrustPolicy, load_policy
 from ..trust.revocation import revocations
 from ..trust.state_read import ReleaseState, load_state, state_exists
 
-__all__ = ["BuildStatus", "ChannelCheck", "ReleaseStatus", "Verdict", "release_status", "channel_checks",
-           "build_verdicts"]
+__all__ = [
+    "BuildStatus",
+    "ChannelCheck",
+    "ReleaseStatus",
+    "Verdict",
+    "release_status",
+    "channel_checks",
+    "build_verdicts",
+]
 
 
 @dataclass(frozen=True)
@@ -85,18 +92,28 @@ class ChannelCheck:
         said = f"{self.expected_build} ({self.expected_digest})" if self.expected_build else "nothing"
         points = f"points at {self.build_id} ({self.digest})" if self.build_id else "has no pointer"
         if not self.signed:
-            return (f"channel {self.channel} {points} but its history says {said}: the pointer was moved outside "
-                    "avatar-release or replayed; re-promote the intended build")
-        return (f"channel {self.channel} {points} but the signed release state names {said}: the pointer (a mirror "
-                "of the signed state) was moved outside avatar-release or replayed. Promote, rollback and pods with "
-                "a pinned root follow the signed state; pods without one follow the pointer until the channel's "
-                "next signed move writes it again")
+            return (
+                f"channel {self.channel} {points} but its history says {said}: the pointer was moved outside "
+                "avatar-release or replayed; re-promote the intended build"
+            )
+        return (
+            f"channel {self.channel} {points} but the signed release state names {said}: the pointer (a mirror "
+            "of the signed state) was moved outside avatar-release or replayed. Promote, rollback and pods with "
+            "a pinned root follow the signed state; pods without one follow the pointer until the channel's "
+            "next signed move writes it again"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"channel": self.channel, "build_id": self.build_id, "digest": self.digest,
-                "expected_build": self.expected_build, "expected_digest": self.expected_digest,
-                "against": "signed release state" if self.signed else "history",
-                "consistent": self.consistent, "problem": self.problem}
+        return {
+            "channel": self.channel,
+            "build_id": self.build_id,
+            "digest": self.digest,
+            "expected_build": self.expected_build,
+            "expected_digest": self.expected_digest,
+            "against": "signed release state" if self.signed else "history",
+            "consistent": self.consistent,
+            "problem": self.problem,
+        }
 
 
 @dataclass(frozen=True)
@@ -110,9 +127,13 @@ class ReleaseStatus:
         return [c.problem for c in self.channels if c.problem]
 
     def to_json(self) -> dict[str, Any]:
-        return {"registry": self.registry, "builds": [b.to_json() for b in self.builds],
-                "channels": {c.channel: c.holder for c in self.channels if c.holder},
-                "channel_checks": [c.to_json() for c in self.channels], "problems": self.problems}
+        return {
+            "registry": self.registry,
+            "builds": [b.to_json() for b in self.builds],
+            "channels": {c.channel: c.holder for c in self.channels if c.holder},
+            "channel_checks": [c.to_json() for c in self.channels],
+            "problems": self.problems,
+        }
 
 
 def channel_checks(registry: Registry, state: ReleaseState | None = None) -> list[ChannelCheck]:
@@ -132,11 +153,18 @@ def channel_checks(registry: Registry, state: ReleaseState | None = None) -> lis
         holder, pointer = state.holder(channel), pointers.get(channel)
         if holder is None and pointer is None:
             continue
-        out.append(ChannelCheck(
-            channel, pointer.build_id if pointer else None, pointer.digest if pointer else None,
-            holder.build_id if holder else None, holder.manifest_digest if holder else None, signed=True,
-            consistent=_pointer_content(registry, pointer.digest if pointer else None)
-            == (holder.manifest_digest if holder else None)))
+        out.append(
+            ChannelCheck(
+                channel,
+                pointer.build_id if pointer else None,
+                pointer.digest if pointer else None,
+                holder.build_id if holder else None,
+                holder.manifest_digest if holder else None,
+                signed=True,
+                consistent=_pointer_content(registry, pointer.digest if pointer else None)
+                == (holder.manifest_digest if holder else None),
+            )
+        )
     return out
 
 
@@ -155,8 +183,9 @@ def build_verdicts(registry: Registry, build_id: str, policy: TrustPolicy) -> li
     no trusted signature backs (listed, never promoted), oldest first by their own time."""
     _, manifest = read_manifest(registry, build_id)
     signed, _ = signed_verdicts(registry, build_id, manifest, policy)
-    rows = {v.digest: Verdict(v.digest, v.result.status, describe_comparison(v), v.result.created_at, True)
-            for v in signed}
+    rows = {
+        v.digest: Verdict(v.digest, v.result.status, describe_comparison(v), v.result.created_at, True) for v in signed
+    }
     for ref in result_refs(registry, build_id):
         try:
             r = get_result(registry, ref)
@@ -164,8 +193,11 @@ def build_verdicts(registry: Registry, build_id: str, policy: TrustPolicy) -> li
             continue  # damaged: `verify` names it; a listing goes on
         digest = sha256_digest(canonical_json(r.model_dump(mode="json")))
         if digest not in rows:
-            against = "compared with nothing (--baseline none)" if r.baseline is None else \
-                f"compared with {r.baseline.build_id}"
+            against = (
+                "compared with nothing (--baseline none)"
+                if r.baseline is None
+                else f"compared with {r.baseline.build_id}"
+            )
             rows[digest] = Verdict(digest, r.status, against, r.created_at, False)
     return sorted(rows.values(), key=lambda v: v.created_at)
 
@@ -184,10 +216,17 @@ def release_status(registry: Registry, *, verdicts: bool = False) -> ReleaseStat
         gate, result, _ = effective_status(registry, b.build_id)
         against = None if result is None else (result.baseline.build_id if result.baseline else "nothing")
         revoked = revocations(registry, b.build_id, None, None)
-        builds.append(BuildStatus(
-            build_id=b.build_id, digest=b.digest, published_at=b.published_at,
-            channels=sorted(on.get(b.build_id, [])),
-            gate=gate, compile_gate=compiled.status if compiled else None, compared_with=against,
-            revoked=revoked[0].describe() if revoked else None,
-            verdicts=build_verdicts(registry, b.build_id, policy) if verdicts and policy is not None else None))
+        builds.append(
+            BuildStatus(
+                build_id=b.build_id,
+                digest=b.digest,
+                published_at=b.published_at,
+                channels=sorted(on.get(b.build_id, [])),
+                gate=gate,
+                compile_gate=compiled.status if compiled else None,
+                compared_with=against,
+                revoked=revoked[0].describe() if revoked else None,
+                verdicts=build_verdicts(registry, b.build_id, policy) if verdicts and policy is not None else None,
+            )
+        )
     return ReleaseStatus(registry.uri, builds, checks)

@@ -19,7 +19,7 @@ like tampering.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -27,8 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .._digest import DIGEST_RE, canonical_json, sha256_digest
 from ..errors import IntegrityError, SchemaVersionError
 
-__all__ = ["Record", "BlobRef", "parse_record", "readable_versions", "utcnow", "check_digest_fields",
-           "SUPPORTED_VERSIONS", "oldest_supported", "UPGRADE", "RECORD_FORMATS_PAGE"]
+__all__ = [
+    "Record",
+    "BlobRef",
+    "parse_record",
+    "readable_versions",
+    "utcnow",
+    "check_digest_fields",
+    "SUPPORTED_VERSIONS",
+    "oldest_supported",
+    "UPGRADE",
+    "RECORD_FORMATS_PAGE",
+]
 
 # How many schema versions of each record kind this tool reads: the current one and the previous.
 SUPPORTED_VERSIONS = 2
@@ -36,25 +46,32 @@ SUPPORTED_VERSIONS = 2
 RECORD_FORMATS_PAGE = "docs site: Reference > Record formats, support window"
 
 # What to do with a record older than the window, by kind: write it again with this avatar-release.
-_REGATE = ("run the gate again with this avatar-release (`avatar-release gate BUILD`); the gate key signs "
-           "the new evidence")
+_REGATE = (
+    "run the gate again with this avatar-release (`avatar-release gate BUILD`); the gate key signs the new evidence"
+)
 UPGRADE: dict[str, str] = {
     "avatar-release/build": (
         "compile the build again with this avatar-release (`avatar-release compile --pipeline PIPELINE --target "
         "TARGET`: builds are reproducible, the same program comes out under a new build id, since the identity "
-        "covers the version), then gate and promote it; signatures over the old manifest do not carry over"),
+        "covers the version), then gate and promote it; signatures over the old manifest do not carry over"
+    ),
     "avatar-release/gate-result": _REGATE,
     "avatar-release/compile-gate": _REGATE,
     "avatar-release/gate-shard": _REGATE,
     "avatar-release/band": "measure the band again with this avatar-release (`avatar-release gate calibrate`)",
-    "avatar-release/review": ("hold the blind review again with this avatar-release (`avatar-release review BUILD`); "
-                              "reviewers sign their new answers"),
-    "avatar-release/statement": ("re-sign the channel's statement with this avatar-release (`avatar-release keys sign "
-                                 "CHANNEL --key KEY`)"),
+    "avatar-release/review": (
+        "hold the blind review again with this avatar-release (`avatar-release review BUILD`); "
+        "reviewers sign their new answers"
+    ),
+    "avatar-release/statement": (
+        "re-sign the channel's statement with this avatar-release (`avatar-release keys sign CHANNEL --key KEY`)"
+    ),
     "avatar-release/timestamp": "refresh it with this avatar-release (`avatar-release keys refresh CHANNEL`)",
 }
-_UPGRADE_OTHER = ("read it with the avatar-release that wrote it, or write it again with this one (the registry's "
-                  "records: `avatar-release registry upgrade`)")
+_UPGRADE_OTHER = (
+    "read it with the avatar-release that wrote it, or write it again with this one (the registry's "
+    "records: `avatar-release registry upgrade`)"
+)
 
 
 def oldest_supported(current: int) -> int:
@@ -63,7 +80,7 @@ def oldest_supported(current: int) -> int:
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Record(BaseModel):
@@ -133,12 +150,19 @@ def parse_record(cls: type[Record], data: bytes, *, where: str) -> Any:
     if not isinstance(version, int) or isinstance(version, bool):
         raise IntegrityError(f"{where}: missing or non-integer schema_version (got {version!r})")
     if not lo <= version <= hi:
-        fix = ("it was written by a newer avatar-release: upgrade avatar-release to read it" if version > hi
-               else f"it is older than the support window (the current version and the one before): "
-                    f"{UPGRADE.get(kind, _UPGRADE_OTHER)}")
+        fix = (
+            "it was written by a newer avatar-release: upgrade avatar-release to read it"
+            if version > hi
+            else f"it is older than the support window (the current version and the one before): "
+            f"{UPGRADE.get(kind, _UPGRADE_OTHER)}"
+        )
         raise SchemaVersionError(
             f"{where}: {kind} schema_version {version}, this avatar-release reads {lo}..{hi}; {fix} "
-            f"({RECORD_FORMATS_PAGE})", kind=kind, found=version, supported=(lo, hi))
+            f"({RECORD_FORMATS_PAGE})",
+            kind=kind,
+            found=version,
+            supported=(lo, hi),
+        )
     try:
         return cls.model_validate(raw)
     except ValidationError as e:

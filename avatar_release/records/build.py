@@ -394,11 +394,19 @@ class ChunkProgram(Record):
         """The declared request inputs; without ``inputs`` (a talking head), its photo, audio and noise."""
         if self.inputs is not None:
             return list(self.inputs)
-        return [RequestInputRecord(name=str(self.image_input), kind="image", shape=[self.height, self.width, 3],
-                                   dtype="uint8"),
-                RequestInputRecord(name=str(self.audio_input), kind="audio", dtype="float32",
-                                   sample_rate=self.sample_rate, samples_per_frame=self.samples_per_frame),
-                RequestInputRecord(name=str(self.noise_input), kind="noise", required=False, dtype="float32")]
+        return [
+            RequestInputRecord(
+                name=str(self.image_input), kind="image", shape=[self.height, self.width, 3], dtype="uint8"
+            ),
+            RequestInputRecord(
+                name=str(self.audio_input),
+                kind="audio",
+                dtype="float32",
+                sample_rate=self.sample_rate,
+                samples_per_frame=self.samples_per_frame,
+            ),
+            RequestInputRecord(name=str(self.noise_input), kind="noise", required=False, dtype="float32"),
+        ]
 
     def input_of(self, kind: str) -> RequestInputRecord | None:
         """The request input of ``kind`` (image, audio and noise are declared at most once)."""
@@ -411,8 +419,11 @@ class ChunkProgram(Record):
     @property
     def talking_head(self) -> bool:
         """Photo and audio in, video out: the shape every build had before inputs were declared."""
-        return (self.input_of("image") is not None and self.input_of("audio") is not None
-                and self.delivery().kind == "video")
+        return (
+            self.input_of("image") is not None
+            and self.input_of("audio") is not None
+            and self.delivery().kind == "video"
+        )
 
 
 class LeverRecord(Record):

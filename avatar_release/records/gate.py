@@ -280,12 +280,17 @@ class Band(Record):
     schema_version: int = BAND_SCHEMA_VERSION
     pipeline: str
     target: str
-    psnr_floor_db: float = Field(description="every frame (or, metric snr, every delivered chunk) of a tier-2 "
-                                             "candidate must reach this PSNR (or SNR) in dB")
-    max_abs_diff_ceiling: int | float = Field(description="no pixel may move more than this many levels (metric "
-                                                          "snr: no delivered value more than this)")
-    metric: Literal["psnr", "snr"] = Field("psnr", description="psnr: video frames (every version-1 band); snr: an "
-                                                               "audio or tensors build's delivered chunks")
+    psnr_floor_db: float = Field(
+        description="every frame (or, metric snr, every delivered chunk) of a tier-2 "
+        "candidate must reach this PSNR (or SNR) in dB"
+    )
+    max_abs_diff_ceiling: int | float = Field(
+        description="no pixel may move more than this many levels (metric snr: no delivered value more than this)"
+    )
+    metric: Literal["psnr", "snr"] = Field(
+        "psnr",
+        description="psnr: video frames (every version-1 band); snr: an audio or tensors build's delivered chunks",
+    )
     margin_db: float  # subtracted from the lowest measured PSNR
     reference_build: str
     reference_digest: str

@@ -49,22 +49,45 @@ from .._digest import canonical_json, sha256_digest
 from ..errors import IntegrityError
 from .build import BUILD_SCHEMA_VERSION, FlagProfileRecord, Manifest
 
-__all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_seal", "build_id_for",
-           "check_identity"]
+__all__ = ["identity_digest", "identity_flags", "manifest_identity", "manifest_seal", "build_id_for", "check_identity"]
 
 
-def identity_digest(*, pipeline: str, entry: str, config: dict[str, Any], overrides: dict[str, Any], source: str,
-                    weights: str, target: str, flags: dict[str, Any] | str, jax: str, jaxlib: str,
-                    platform: dict[str, Any], executables: Iterable[tuple[str, str, str, str | None]], noise: str,
-                    schema_version: int = BUILD_SCHEMA_VERSION, autotune_results: str | None = None) -> str:
+def identity_digest(
+    *,
+    pipeline: str,
+    entry: str,
+    config: dict[str, Any],
+    overrides: dict[str, Any],
+    source: str,
+    weights: str,
+    target: str,
+    flags: dict[str, Any] | str,
+    jax: str,
+    jaxlib: str,
+    platform: dict[str, Any],
+    executables: Iterable[tuple[str, str, str, str | None]],
+    noise: str,
+    schema_version: int = BUILD_SCHEMA_VERSION,
+    autotune_results: str | None = None,
+) -> str:
     """The identity digest over these fields (``executables``: key, format, scheduled-HLO digest,
     fingerprint of each); ``flags`` is what :func:`identity_flags` gives for the schema version;
     ``autotune_results`` the digest of the autotune results the compile loaded (v7), covered only
     when there are any, so every identity before them stays what it was."""
     fields: dict[str, Any] = {
-        "pipeline": pipeline, "entry": entry, "config": config, "overrides": overrides, "source": source,
-        "weights": weights, "target": target, "flags": flags, "jax": jax, "jaxlib": jaxlib, "platform": platform,
-        "executables": [list(e) for e in executables], "noise": noise,
+        "pipeline": pipeline,
+        "entry": entry,
+        "config": config,
+        "overrides": overrides,
+        "source": source,
+        "weights": weights,
+        "target": target,
+        "flags": flags,
+        "jax": jax,
+        "jaxlib": jaxlib,
+        "platform": platform,
+        "executables": [list(e) for e in executables],
+        "noise": noise,
         "schema_version": schema_version,  # (in every identity since manifest version 3)
     }
     if autotune_results is not None:
@@ -83,12 +106,20 @@ def identity_flags(flags_record: FlagProfileRecord, schema_version: int | None =
 def manifest_identity(m: Manifest) -> str:
     """The identity a manifest's own fields hash to."""
     return identity_digest(
-        pipeline=m.pipeline, entry=m.model_entry, config=m.config, overrides=m.overrides, source=m.source_digest,
-        weights=m.weights.raw_digest, target=m.target, flags=identity_flags(m.flags, m.schema_version),
+        pipeline=m.pipeline,
+        entry=m.model_entry,
+        config=m.config,
+        overrides=m.overrides,
+        source=m.source_digest,
+        weights=m.weights.raw_digest,
+        target=m.target,
+        flags=identity_flags(m.flags, m.schema_version),
         jax=m.toolchain.jax,
-        jaxlib=m.toolchain.jaxlib, platform=m.platform.model_dump(mode="json"),
+        jaxlib=m.toolchain.jaxlib,
+        platform=m.platform.model_dump(mode="json"),
         executables=[(e.key, e.format, e.hlo_digest, e.fingerprint) for e in m.executables],
-        noise=m.program.noise_recipe, schema_version=m.schema_version,
+        noise=m.program.noise_recipe,
+        schema_version=m.schema_version,
         autotune_results=m.autotune.results if m.autotune else None,
     )
 
@@ -109,8 +140,9 @@ def manifest_seal(m: Manifest) -> str:
         "executables": [[e.key, e.blob.digest, e.raw_digest] for e in m.executables],
     }
     if m.weights.chunks is not None:  # v5: every chunk's stored and raw digest (v8: and its BLAKE3)
-        doc["weight_chunks"] = [[c.blob.digest, c.raw_digest] + ([c.raw_blake3] if c.raw_blake3 else [])
-                                for c in m.weights.chunks]
+        doc["weight_chunks"] = [
+            [c.blob.digest, c.raw_digest] + ([c.raw_blake3] if c.raw_blake3 else []) for c in m.weights.chunks
+        ]
     return sha256_digest(canonical_json(doc))
 
 
@@ -124,8 +156,10 @@ def check_identity(m: Manifest) -> None:
             "the manifest was edited or mixes entries from another build; refusing it"
         )
     if m.seal is None:  # every manifest since version 2 is sealed when it is packaged
-        raise IntegrityError(f"build {m.build_id}: manifest v{m.schema_version} carries no seal; "
-                             "every build since version 2 is sealed: refusing it")
+        raise IntegrityError(
+            f"build {m.build_id}: manifest v{m.schema_version} carries no seal; "
+            "every build since version 2 is sealed: refusing it"
+        )
     sealed = manifest_seal(m)
     if sealed != m.seal:
         raise IntegrityError(

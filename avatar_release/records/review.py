@@ -45,7 +45,6 @@ class ReviewDecision(Record):
 class ReviewRecord(Record):
     """A blind frame-by-frame review of a build whose output fell below the band."""
 
-
     kind: Literal["avatar-release/review"] = "avatar-release/review"
     schema_version: int = REVIEW_SCHEMA_VERSION
     build_id: str

@@ -27,8 +27,10 @@ def schema_files() -> dict[str, type[Record]]:
 
 
 def render_schemas() -> dict[str, str]:
-    return {name: json.dumps(cls.model_json_schema(), indent=2, sort_keys=True) + "\n"
-            for name, cls in schema_files().items()}
+    return {
+        name: json.dumps(cls.model_json_schema(), indent=2, sort_keys=True) + "\n"
+        for name, cls in schema_files().items()
+    }
 
 
 def write_schemas(directory: Path) -> list[Path]:

@@ -46,7 +46,7 @@ class StatementPayload(Record):
 
 
 class TimestampPayload(Record):
-    """"As of ``issued_at``, the newest move of ``channel`` is ``sequence`` (to ``build_digest``)."
+    """ "As of ``issued_at``, the newest move of ``channel`` is ``sequence`` (to ``build_digest``)."
 
     Valid for hours, not days: a pod with no memory of its own (a restarted container) accepts a
     promotion statement only with an unexpired timestamp naming its sequence, so an older

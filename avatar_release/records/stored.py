@@ -28,11 +28,30 @@ from ..errors import IntegrityError
 from ._base import BlobRef, parse_record
 from .gate import GateResult
 
-__all__ = ["StoredNamespace", "STORED_NAMESPACES", "GATE_RESULTS", "GATE_SHARDS", "COMPILE_GATES", "REVIEWS",
-           "STATEMENTS", "ATTESTATIONS", "TIMESTAMPS", "RELEASE_STATE", "parse_results_index", "render_results_index",
-           "parse_attestations_index", "render_attestations_index", "shard_record_name", "shard_record_build",
-           "parse_shard_record", "render_shard_record", "ShardRecord", "Attachment", "DSSE_ENVELOPE",
-           "PROMOTION_STATEMENT"]
+__all__ = [
+    "StoredNamespace",
+    "STORED_NAMESPACES",
+    "GATE_RESULTS",
+    "GATE_SHARDS",
+    "COMPILE_GATES",
+    "REVIEWS",
+    "STATEMENTS",
+    "ATTESTATIONS",
+    "TIMESTAMPS",
+    "RELEASE_STATE",
+    "parse_results_index",
+    "render_results_index",
+    "parse_attestations_index",
+    "render_attestations_index",
+    "shard_record_name",
+    "shard_record_build",
+    "parse_shard_record",
+    "render_shard_record",
+    "ShardRecord",
+    "Attachment",
+    "DSSE_ENVELOPE",
+    "PROMOTION_STATEMENT",
+]
 
 # fetch(BlobRef) -> verified bytes: how a roots function reads a blob it must look inside.
 Fetch = Callable[[BlobRef], bytes]
@@ -106,14 +125,16 @@ def parse_results_index(raw: bytes | None, where: str) -> tuple[list[BlobRef], l
         frames = doc.get("frames")
         return results, (None if frames is None else [BlobRef(**r) for r in frames])
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise IntegrityError(f"{where}: not a gate-results index (expected {{'results': [...], 'frames': [...]}})") \
-            from None
+        raise IntegrityError(
+            f"{where}: not a gate-results index (expected {{'results': [...], 'frames': [...]}})"
+        ) from None
 
 
 def render_results_index(results: list[BlobRef], frames: list[BlobRef]) -> bytes:
     # The frames are listed too, so stores that keep only what records reference keep them.
-    return json.dumps({"results": [r.model_dump() for r in results],
-                       "frames": [f.model_dump() for f in frames]}).encode()
+    return json.dumps(
+        {"results": [r.model_dump() for r in results], "frames": [f.model_dump() for f in frames]}
+    ).encode()
 
 
 def _gate_results_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
@@ -149,15 +170,19 @@ def parse_shard_record(raw: bytes, where: str) -> ShardRecord:
     """A shard run's record: its signed envelope, its partial and the frames the partial names."""
     try:
         doc = json.loads(raw)
-        return {"envelope": BlobRef(**doc["envelope"]), "shard": BlobRef(**doc["shard"]),
-                "frames": [BlobRef(**r) for r in doc["frames"]]}
+        return {
+            "envelope": BlobRef(**doc["envelope"]),
+            "shard": BlobRef(**doc["shard"]),
+            "frames": [BlobRef(**r) for r in doc["frames"]],
+        }
     except (ValueError, KeyError, TypeError, AttributeError):
         raise IntegrityError(f"{where}: not a gate-shard record (expected {{'envelope', 'shard', 'frames'}})") from None
 
 
 def render_shard_record(envelope: BlobRef, shard: BlobRef, frames: list[BlobRef]) -> bytes:
-    return json.dumps({"envelope": envelope.model_dump(), "shard": shard.model_dump(),
-                       "frames": [f.model_dump() for f in frames]}).encode()
+    return json.dumps(
+        {"envelope": envelope.model_dump(), "shard": shard.model_dump(), "frames": [f.model_dump() for f in frames]}
+    ).encode()
 
 
 def _gate_shards_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
@@ -216,18 +241,34 @@ def _no_blobs(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
     return []
 
 
-GATE_RESULTS = StoredNamespace("gate-results", "build", "every gate result of a build and its frames",
-                               _gate_results_roots)
-GATE_SHARDS = StoredNamespace("gate-shards", "build", "one sharded gate run's signed partial evidence and frames",
-                              _gate_shards_roots, build_of=shard_record_build, attachments=_shard_attachments)
+GATE_RESULTS = StoredNamespace(
+    "gate-results", "build", "every gate result of a build and its frames", _gate_results_roots
+)
+GATE_SHARDS = StoredNamespace(
+    "gate-shards",
+    "build",
+    "one sharded gate run's signed partial evidence and frames",
+    _gate_shards_roots,
+    build_of=shard_record_build,
+    attachments=_shard_attachments,
+)
 COMPILE_GATES = StoredNamespace("compile-gates", "build", "the compile gate's result for a build", _no_blobs)
 REVIEWS = StoredNamespace("reviews", "build", "the blind review of a build below the band", _no_blobs)
-STATEMENTS = StoredNamespace("statements", "channel", "the signed statement for where a channel points", _no_blobs,
-                             attachments=_statement_attachments)
+STATEMENTS = StoredNamespace(
+    "statements",
+    "channel",
+    "the signed statement for where a channel points",
+    _no_blobs,
+    attachments=_statement_attachments,
+)
 TIMESTAMPS = StoredNamespace("timestamps", "channel", "the short-lived signed newest sequence of a channel", _no_blobs)
-ATTESTATIONS = StoredNamespace("attestations", "build", "signed evidence about a build (DSSE envelopes)",
-                               _attestation_roots, attachments=_attestation_attachments)
-
+ATTESTATIONS = StoredNamespace(
+    "attestations",
+    "build",
+    "signed evidence about a build (DSSE envelopes)",
+    _attestation_roots,
+    attachments=_attestation_attachments,
+)
 
 
 def _release_state_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
@@ -248,9 +289,11 @@ def _release_state_roots(raw: bytes, name: str, fetch: Fetch) -> list[BlobRef]:
     return out
 
 
-RELEASE_STATE = StoredNamespace("release-state", "registry", "the signed release state: TUF metadata of every role",
-                                _release_state_roots)
+RELEASE_STATE = StoredNamespace(
+    "release-state", "registry", "the signed release state: TUF metadata of every role", _release_state_roots
+)
 
-STORED_NAMESPACES: dict[str, StoredNamespace] = {ns.name: ns for ns in (GATE_RESULTS, GATE_SHARDS, COMPILE_GATES,
-                                                                        REVIEWS, STATEMENTS, ATTESTATIONS, TIMESTAMPS,
-                                                                        RELEASE_STATE)}
+STORED_NAMESPACES: dict[str, StoredNamespace] = {
+    ns.name: ns
+    for ns in (GATE_RESULTS, GATE_SHARDS, COMPILE_GATES, REVIEWS, STATEMENTS, ATTESTATIONS, TIMESTAMPS, RELEASE_STATE)
+}

@@ -12,8 +12,14 @@ from .._digest import BLAKE3_RE
 from ._base import BlobRef, Record, check_digest_fields
 from ._omit import _omit_when_none
 
-__all__ = ["WEIGHT_CHUNK_BYTES", "WEIGHT_CHUNKING", "WEIGHT_COMPRESSIONS", "WeightTensor", "WeightChunk",
-           "WeightsRecord"]
+__all__ = [
+    "WEIGHT_CHUNK_BYTES",
+    "WEIGHT_CHUNKING",
+    "WEIGHT_COMPRESSIONS",
+    "WeightTensor",
+    "WeightChunk",
+    "WeightsRecord",
+]
 
 # v5's chunk rule: tensors in name order, packed greedily into chunks of at most this many raw
 # bytes (a larger tensor is a chunk of its own), each tensor starting on a 64-byte boundary.

@@ -41,8 +41,9 @@ def checked_blob(data: B, digest: str, size: int, where: str) -> B:
     return data
 
 
-def checked_stream(pieces: Iterable[bytes], digest: str, size: int, where: str,
-                   sink: Callable[[Iterator[bytes]], T]) -> T:
+def checked_stream(
+    pieces: Iterable[bytes], digest: str, size: int, where: str, sink: Callable[[Iterator[bytes]], T]
+) -> T:
     """``sink(chunks)`` over the pieces of a stored blob, then the same rule as :func:`checked_blob`.
 
     The sink sees at most ``size`` + 1 bytes (then the stream stops) and is handed them as they
@@ -67,13 +68,17 @@ def checked_stream(pieces: Iterable[bytes], digest: str, size: int, where: str,
         pass
     if seen.size != size:
         got = f"more than {size}" if seen.size > size else str(seen.size)
-        raise IntegrityError(f"blob {digest} in {where}: size {got} bytes, manifest says {size}; "
-                             "the store is corrupted or was tampered with — repair it from a registry holding "
-                             "the same build: `avatar-release repair BUILD --from REGISTRY`")
+        raise IntegrityError(
+            f"blob {digest} in {where}: size {got} bytes, manifest says {size}; "
+            "the store is corrupted or was tampered with — repair it from a registry holding "
+            "the same build: `avatar-release repair BUILD --from REGISTRY`"
+        )
     if seen.digest != digest:
-        raise IntegrityError(f"blob {digest} in {where}: content hashes to {seen.digest}; "
-                             "the store is corrupted or was tampered with — repair it from a registry holding "
-                             "the same build: `avatar-release repair BUILD --from REGISTRY`")
+        raise IntegrityError(
+            f"blob {digest} in {where}: content hashes to {seen.digest}; "
+            "the store is corrupted or was tampered with — repair it from a registry holding "
+            "the same build: `avatar-release repair BUILD --from REGISTRY`"
+        )
     return result
 
 
@@ -81,9 +86,11 @@ def check_size(got: int, digest: str, size: int, where: str) -> None:
     """The size rule alone, for a store that copies a blob on this node unhashed (``NodeBlobs``:
     the caller checks the content against the digest its signed manifest names)."""
     if got != size:
-        raise IntegrityError(f"blob {digest} in {where}: size {f'more than {size}' if got > size else got} bytes, "
-                             f"manifest says {size}; the store is corrupted or was tampered with — repair it from a "
-                             "registry holding the same build: `avatar-release repair BUILD --from REGISTRY`")
+        raise IntegrityError(
+            f"blob {digest} in {where}: size {f'more than {size}' if got > size else got} bytes, "
+            f"manifest says {size}; the store is corrupted or was tampered with — repair it from a "
+            "registry holding the same build: `avatar-release repair BUILD --from REGISTRY`"
+        )
 
 
 def copy_into(pieces: Iterable[bytes], out: memoryview, size: int) -> int:
@@ -91,6 +98,6 @@ def copy_into(pieces: Iterable[bytes], out: memoryview, size: int) -> int:
     got = 0
     for piece in pieces:
         take = max(0, min(len(piece), size - got))
-        out[got: got + take] = piece[:take]
+        out[got : got + take] = piece[:take]
         got += len(piece)
     return got

@@ -55,10 +55,10 @@ class ChannelSwap(Protocol):
     def repaired_history(self, op: str) -> list[HistoryEntry]: ...
     def current(self, channel: str) -> Current | None: ...
     def next_sequence(self, entries: list[HistoryEntry]) -> int: ...
-    def unrecorded(self, channel: str, current: Current | None, entries: list[HistoryEntry],
-                   sequence: int) -> list[HistoryEntry]: ...
-    def commit(self, entry: HistoryEntry, first: list[HistoryEntry], entries: list[HistoryEntry],
-               op: str) -> None: ...
+    def unrecorded(
+        self, channel: str, current: Current | None, entries: list[HistoryEntry], sequence: int
+    ) -> list[HistoryEntry]: ...
+    def commit(self, entry: HistoryEntry, first: list[HistoryEntry], entries: list[HistoryEntry], op: str) -> None: ...
 
 
 def conflict(channel: str, action: str, expected: str | None, current: Current | None) -> ConflictError:
@@ -86,10 +86,17 @@ def compare_and_swap(store: ChannelSwap, move: Move) -> HistoryEntry | None:
         sequence = store.next_sequence(entries)
         first = store.unrecorded(move.channel, current, entries, sequence)
         entry = HistoryEntry(
-            sequence=sequence + len(first), channel=move.channel, action=move.action,
-            from_build=current.build_id if current else None, from_digest=current.digest if current else None,
-            to_build=move.resolved.build_id, to_digest=move.resolved.digest,
-            who=move.who, when=utcnow(), reason=move.reason, gate_result_digest=move.gate_result_digest,
+            sequence=sequence + len(first),
+            channel=move.channel,
+            action=move.action,
+            from_build=current.build_id if current else None,
+            from_digest=current.digest if current else None,
+            to_build=move.resolved.build_id,
+            to_digest=move.resolved.digest,
+            who=move.who,
+            when=utcnow(),
+            reason=move.reason,
+            gate_result_digest=move.gate_result_digest,
         )
         store.commit(entry, first, entries, op)
         return entry

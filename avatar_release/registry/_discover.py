@@ -34,8 +34,18 @@ from .._paths import config_dir
 from .._suggest import did_you_mean
 from ..errors import InputError, NotFoundError
 
-__all__ = ["RegistryChoice", "RegistryConfig", "NamedRegistry", "find_registry", "load_config", "config_files",
-           "PROJECT_CONFIG", "DEFAULT_DIR", "ENV_REGISTRY", "ENV_CONFIG"]
+__all__ = [
+    "RegistryChoice",
+    "RegistryConfig",
+    "NamedRegistry",
+    "find_registry",
+    "load_config",
+    "config_files",
+    "PROJECT_CONFIG",
+    "DEFAULT_DIR",
+    "ENV_REGISTRY",
+    "ENV_CONFIG",
+]
 
 PROJECT_CONFIG = "avatar-release.toml"
 DEFAULT_DIR = ".avatar-release"
@@ -73,8 +83,13 @@ class RegistryChoice:
     found: bool = True
 
     def to_dict(self) -> dict[str, object]:
-        return {"uri": self.uri, "source": self.source, "name": self.name, "looked": list(self.looked),
-                "found": self.found}
+        return {
+            "uri": self.uri,
+            "source": self.source,
+            "name": self.name,
+            "looked": list(self.looked),
+            "found": self.found,
+        }
 
 
 def _is_uri(value: str) -> bool:
@@ -125,8 +140,10 @@ def load_config(path: Path) -> RegistryConfig:
     data = parse_model(RegistryConfigFile, doc, where=f"registry config {path}", error=InputError, footer=fix)
     named = {n: NamedRegistry(n, _entry_uri(n, t, path), path) for n, t in data.registries.items()}
     if data.default is not None and data.default not in named:
-        raise InputError(f"{path}: default = {data.default!r} names no [registries.{data.default}] table"
-                         f"{did_you_mean(data.default, named)}; defined: {', '.join(sorted(named)) or 'none'}")
+        raise InputError(
+            f"{path}: default = {data.default!r} names no [registries.{data.default}] table"
+            f"{did_you_mean(data.default, named)}; defined: {', '.join(sorted(named)) or 'none'}"
+        )
     return RegistryConfig(path, data.default, named)
 
 
@@ -157,8 +174,9 @@ def _by_name(value: str, configs: list[RegistryConfig]) -> NamedRegistry | None:
     return None
 
 
-def _explicit(value: str, how: str, configs: list[RegistryConfig], *, create: bool, cwd: Path,
-              looked: list[str]) -> RegistryChoice:
+def _explicit(
+    value: str, how: str, configs: list[RegistryConfig], *, create: bool, cwd: Path, looked: list[str]
+) -> RegistryChoice:
     """``--registry`` / ``$AVATAR_RELEASE_REGISTRY``: a URI, a configured name, or a path."""
     if _is_uri(value):
         return RegistryChoice(value, how, looked=tuple(looked))
@@ -181,13 +199,20 @@ def _compile_here(here: Path, env: Mapping[str, str]) -> str:
     one (none upward, no $AVATAR_RELEASE_PROJECT) the command names ``--project DIR``."""
     if env.get("AVATAR_RELEASE_PROJECT") or any((d / "manifests").is_dir() for d in _upward(here)):
         return "`avatar-release compile --pipeline PIPELINE --target TARGET`"
-    return ("`avatar-release compile --project DIR --pipeline PIPELINE --target TARGET` (DIR: the project, the "
-            "directory holding manifests/; none is here or above)")
+    return (
+        "`avatar-release compile --project DIR --pipeline PIPELINE --target TARGET` (DIR: the project, the "
+        "directory holding manifests/; none is here or above)"
+    )
 
 
-def find_registry(explicit: str | None = None, *, create: bool = False, cwd: Path | None = None,
-                  environ: Mapping[str, str] | None = None,
-                  configs: list[RegistryConfig] | None = None) -> RegistryChoice:
+def find_registry(
+    explicit: str | None = None,
+    *,
+    create: bool = False,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    configs: list[RegistryConfig] | None = None,
+) -> RegistryChoice:
     """The registry to use (see the module's docstring for the order).
 
     With ``create`` (a command that may make a new local registry), nothing found means
@@ -216,10 +241,12 @@ def find_registry(explicit: str | None = None, *, create: bool = False, cwd: Pat
     looked.append(f"{DEFAULT_DIR}/ with builds: none in {here.absolute()} or any directory above")
     fallback = str(here.absolute() / DEFAULT_DIR)
     if create:
-        return RegistryChoice(fallback, f"none found: a new one in {here.absolute()}", looked=tuple(looked),
-                              found=False)
+        return RegistryChoice(
+            fallback, f"none found: a new one in {here.absolute()}", looked=tuple(looked), found=False
+        )
     raise NotFoundError(
-        "no registry found. Looked at:\n" + "".join(f"  - {w}\n" for w in looked)
+        "no registry found. Looked at:\n"
+        + "".join(f"  - {w}\n" for w in looked)
         + f"  fix: create one here with {_compile_here(here, env)}, pass "
         f"--registry PATH|URI|NAME, set ${ENV_REGISTRY}, or name a default in {PROJECT_CONFIG} "
         "(see `avatar-release registries --help`)"

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import InputError, RegistryError
@@ -93,12 +94,23 @@ def parse_gar_uri(uri: str) -> GarLocation:
     keys = ("projects", "locations", "repositories")
     if len(parts) < 6 or tuple(parts[0:6:2]) != keys or (len(parts) > 6 and (len(parts) < 8 or parts[6] != "packages")):
         raise InputError(f"registry {uri!r}: expected {_FORM}")
-    project = _check("project", parts[1], _PROJECT_RE, "6-30 lowercase letters, digits or '-', starting with a "
-                     "letter (domain-scoped projects are not supported)", uri)
-    location = _check("location", parts[3], _LOCATION_RE,
-                      "a region such as us-central1 or a multi-region such as us", uri)
-    repository = _check("repository", parts[5], _REPOSITORY_RE,
-                        "lowercase letters, digits and '-', starting with a letter, at most 63 characters", uri)
+    project = _check(
+        "project",
+        parts[1],
+        _PROJECT_RE,
+        "6-30 lowercase letters, digits or '-', starting with a letter (domain-scoped projects are not supported)",
+        uri,
+    )
+    location = _check(
+        "location", parts[3], _LOCATION_RE, "a region such as us-central1 or a multi-region such as us", uri
+    )
+    repository = _check(
+        "repository",
+        parts[5],
+        _REPOSITORY_RE,
+        "lowercase letters, digits and '-', starting with a letter, at most 63 characters",
+        uri,
+    )
     package = "/".join(parts[7:]) or DEFAULT_PACKAGE
     _check("image", package, _PACKAGE_RE, "lowercase path components such as avatar-release or team/avatar", uri)
     return GarLocation(project, location, repository, package)
@@ -217,13 +229,22 @@ class GarRegistry(OciRegistry):
         self.gar = gar = parse_gar_uri(uri)
         location = _endpoint_location(endpoint, gar) if endpoint else OciLocation("https", gar.host, gar.oci_repo)
         where = f"registry {location.host}/{location.repo}"
-        hint = (f"grant this identity roles/artifactregistry.reader (to load) or roles/artifactregistry.writer "
-                f"(to publish and promote) on {gar.repository_name}, and check the credentials in use with "
-                "`gcloud auth application-default print-access-token`")
+        hint = (
+            f"grant this identity roles/artifactregistry.reader (to load) or roles/artifactregistry.writer "
+            f"(to publish and promote) on {gar.repository_name}, and check the credentials in use with "
+            "`gcloud auth application-default print-access-token`"
+        )
         token = GoogleToken(where, credentials, token_provider)
-        super().__init__(uri, session=session, retry=retry, lock_dir=lock_dir, lock_timeout=lock_timeout,
-                         location=location, auth=TokenAuth(token, hint),
-                         tag_lister=GarTags(gar, where, token, tags_client, hint))
+        super().__init__(
+            uri,
+            session=session,
+            retry=retry,
+            lock_dir=lock_dir,
+            lock_timeout=lock_timeout,
+            location=location,
+            auth=TokenAuth(token, hint),
+            tag_lister=GarTags(gar, where, token, tags_client, hint),
+        )
 
 
 def _endpoint_location(endpoint: str, gar: GarLocation) -> OciLocation:

@@ -91,7 +91,7 @@ class KVRegistry(KVCollection, abc.ABC):
         """The bytes at ``key`` (at most ``limit``) in pieces, or None when absent; a store that can
         read a part at a time (a file) overrides this so a blob is never held whole."""
         data = self._read(key, limit=limit)
-        return None if data is None else iter([data[i: i + BLOB_CHUNK] for i in range(0, len(data), BLOB_CHUNK)])
+        return None if data is None else iter([data[i : i + BLOB_CHUNK] for i in range(0, len(data), BLOB_CHUNK)])
 
     def get_blob(self, digest: str, size: int) -> bytes:
         """Fetch by digest, reading at most ``size`` + 1 bytes, and verify both."""
@@ -127,9 +127,11 @@ class KVRegistry(KVCollection, abc.ABC):
         missing = [d for d in refs if not self.has_blob(d)]
         if missing:
             # IntegrityError, as an OCI registry's refusal of such a manifest (the conformance suite)
-            raise IntegrityError(f"publish {build_id}: blobs {missing[:3]} are missing from {self.uri} "
-                                 "(never pushed, or removed by a concurrent gc); nothing was committed — "
-                                 "publish again")
+            raise IntegrityError(
+                f"publish {build_id}: blobs {missing[:3]} are missing from {self.uri} "
+                "(never pushed, or removed by a concurrent gc); nothing was committed — "
+                "publish again"
+            )
 
     def get_manifest_bytes(self, digest: str) -> bytes:
         data = self._read(self._blob_key(digest))
@@ -157,8 +159,9 @@ class KVRegistry(KVCollection, abc.ABC):
         doc = _parse_json(raw, where)
         fields = ("build_id", "digest", "published_at")
         if not isinstance(doc, dict) or not all(isinstance(doc.get(f), str) for f in fields):
-            raise IntegrityError(f"{where}: not a build reference (expected an object with string fields "
-                                 f"{', '.join(fields)})")
+            raise IntegrityError(
+                f"{where}: not a build reference (expected an object with string fields {', '.join(fields)})"
+            )
         name = key.rsplit("/", 1)[-1]
         if doc["build_id"] != name:
             raise IntegrityError(f"{where}: names build {doc['build_id']!r}, but is stored as {name!r}")
@@ -185,12 +188,17 @@ class KVRegistry(KVCollection, abc.ABC):
             state = self.get_channel(name)
             return None if state is None else Resolved(name, state.build_id, state.digest, "channel")
 
-        return resolve_ref(ref, self.uri, Lookups(
-            by_digest=by_digest, channel=channel,
-            exact_build=lambda i: next((b.digest for b in all_builds() if b.build_id == i), None),
-            builds_with_prefix=lambda p: [b.build_id for b in all_builds() if b.build_id.startswith(p)],
-            latest=lambda: [b.build_id for b in all_builds()],
-        ))
+        return resolve_ref(
+            ref,
+            self.uri,
+            Lookups(
+                by_digest=by_digest,
+                channel=channel,
+                exact_build=lambda i: next((b.digest for b in all_builds() if b.build_id == i), None),
+                builds_with_prefix=lambda p: [b.build_id for b in all_builds() if b.build_id.startswith(p)],
+                latest=lambda: [b.build_id for b in all_builds()],
+            ),
+        )
 
     # ---- channels and history -----------------------------------------------------------
     def get_channel(self, channel: str) -> ChannelState | None:
@@ -208,8 +216,9 @@ class KVRegistry(KVCollection, abc.ABC):
         """One part ("state" or "entry") of a channel file, as bytes for parse_record."""
         doc = _parse_json(raw, self._where(key))
         if not isinstance(doc, dict) or not isinstance(doc.get(part), dict):
-            raise IntegrityError(f"{self._where(key)}: not a channel file (expected an object with "
-                                 "'state' and 'entry' objects)")
+            raise IntegrityError(
+                f"{self._where(key)}: not a channel file (expected an object with 'state' and 'entry' objects)"
+            )
         return json.dumps(doc[part]).encode()
 
     def list_channels(self) -> list[ChannelState]:
@@ -285,13 +294,19 @@ class KVRegistry(KVCollection, abc.ABC):
         """Compare-and-swap a channel to ``resolved`` (:func:`._cas.compare_and_swap`); None when it
         already points there. ``expected_digest`` is what the caller saw the channel point at when
         it decided (None for an empty channel); anything else now means a concurrent move won."""
-        return compare_and_swap(_KVSwap(self), Move(channel, resolved, expected_digest, action, who, reason,
-                                                    gate_result_digest))
+        return compare_and_swap(
+            _KVSwap(self), Move(channel, resolved, expected_digest, action, who, reason, gate_result_digest)
+        )
 
     def _commit_move(self, entry: HistoryEntry) -> None:
         """The channel file first (atomically, carrying its entry), then the history line."""
-        state = ChannelState(channel=entry.channel, build_id=entry.to_build, digest=entry.to_digest,
-                             sequence=entry.sequence, updated_at=entry.when)
+        state = ChannelState(
+            channel=entry.channel,
+            build_id=entry.to_build,
+            digest=entry.to_digest,
+            sequence=entry.sequence,
+            updated_at=entry.when,
+        )
         doc = {"state": state.model_dump(mode="json"), "entry": entry.model_dump(mode="json")}
         self._write_atomic(f"channels/{entry.channel}.json", json.dumps(doc, sort_keys=True).encode())
         self._append("history.jsonl", entry.to_json_bytes() + b"\n")
@@ -348,8 +363,9 @@ class _KVSwap:
     def next_sequence(self, entries: list[HistoryEntry]) -> int:
         return max((e.sequence for e in entries), default=0) + 1
 
-    def unrecorded(self, channel: str, current: Current | None, entries: list[HistoryEntry],
-                   sequence: int) -> list[HistoryEntry]:
+    def unrecorded(
+        self, channel: str, current: Current | None, entries: list[HistoryEntry], sequence: int
+    ) -> list[HistoryEntry]:
         return []  # every move here goes through this store: the channel file carries its entry
 
     def commit(self, entry: HistoryEntry, first: list[HistoryEntry], entries: list[HistoryEntry], op: str) -> None:
@@ -360,8 +376,7 @@ def _parse_json(raw: bytes, where: str) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
-        raise IntegrityError(f"{where}: not valid JSON ({e}); the registry is corrupted or was tampered with") \
-            from None
+        raise IntegrityError(f"{where}: not valid JSON ({e}); the registry is corrupted or was tampered with") from None
 
 
 def _manifest_blob_refs(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -36,8 +36,7 @@ class LocalRegistry(KVRegistry):
         self.root = Path(root).absolute()
         self.uri = str(self.root)
         # O_NOFOLLOW: a symlinked .lock would have writers create or lock a file outside the store
-        self._writer = FileLock(self.root / ".lock", timeout=lock_timeout, what=f"registry {self.root}",
-                                nofollow=True)
+        self._writer = FileLock(self.root / ".lock", timeout=lock_timeout, what=f"registry {self.root}", nofollow=True)
         if create:
             try:
                 for sub in ("blobs/sha256", "builds", "channels", "records", "tmp"):
@@ -51,10 +50,12 @@ class LocalRegistry(KVRegistry):
             with contextlib.suppress(OSError):
                 self.sweep()
         elif not (self.root / "builds").is_dir():
-            raise NotFoundError(f"registry {self.root}: not found (no builds/ directory there); create one with "
-                                "`avatar-release compile --pipeline PIPELINE --target TARGET --registry PATH` "
-                                "(inside a project, the directory holding manifests/, or with --project DIR), or "
-                                "name an existing one with --registry (see `avatar-release registries`)")
+            raise NotFoundError(
+                f"registry {self.root}: not found (no builds/ directory there); create one with "
+                "`avatar-release compile --pipeline PIPELINE --target TARGET --registry PATH` "
+                "(inside a project, the directory holding manifests/, or with --project DIR), or "
+                "name an existing one with --registry (see `avatar-release registries`)"
+            )
 
     def _path(self, key: str) -> Path:
         p = (self.root / key).resolve()
@@ -100,7 +101,7 @@ class LocalRegistry(KVRegistry):
             with open(self._path(key), "rb", buffering=0) as f:
                 got = 0
                 while got < size:
-                    k = f.readinto(out[got: size])
+                    k = f.readinto(out[got:size])
                     if not k:
                         break
                     got += k
@@ -116,8 +117,10 @@ class LocalRegistry(KVRegistry):
         """The staging area, refused when it is a symlink: writes would land wherever it points."""
         tmp = self.root / "tmp"
         if tmp.is_symlink():
-            raise IntegrityError(f"registry {self.root}: {tmp} is a symlink (to {os.readlink(tmp)}); a store writes "
-                                 f"only inside itself. Replace it with a directory: rm {tmp} && mkdir {tmp}")
+            raise IntegrityError(
+                f"registry {self.root}: {tmp} is a symlink (to {os.readlink(tmp)}); a store writes "
+                f"only inside itself. Replace it with a directory: rm {tmp} && mkdir {tmp}"
+            )
         return tmp
 
     def _write_atomic(self, key: str, data: bytes) -> None:

@@ -32,8 +32,9 @@ class FileLock:
     ``nofollow``: refuse a symlinked lock file (a store's own lock must live inside the store).
     """
 
-    def __init__(self, path: str | os.PathLike, *, timeout: float = DEFAULT_LOCK_TIMEOUT, what: str,
-                 nofollow: bool = False):
+    def __init__(
+        self, path: str | os.PathLike, *, timeout: float = DEFAULT_LOCK_TIMEOUT, what: str, nofollow: bool = False
+    ):
         self.path, self.timeout, self.what, self.nofollow = Path(path), timeout, what, nofollow
         self._tls = threading.local()
 
@@ -70,7 +71,8 @@ class FileLock:
             if self.nofollow and self.path.is_symlink():
                 raise IntegrityError(
                     f"{self.what}: {self.path} is a symlink (to {os.readlink(self.path)}); refused. "
-                    f"Remove it (rm {self.path}): the store recreates its lock file") from None
+                    f"Remove it (rm {self.path}): the store recreates its lock file"
+                ) from None
             raise RegistryError(
                 f"{self.what}: cannot open the writer lock {self.path} ({e.strerror}); make it writable, or for "
                 "an OCI store set AVATAR_RELEASE_LOCK_DIR to a writable directory shared by this machine's writers"

@@ -39,11 +39,16 @@ class MemoryRegistry(KVRegistry):
         return float("inf")  # no clock: everything counts as old enough to collect
 
     def _list(self, prefix: str) -> list[str]:
-        return sorted(k for k in self._data if k.startswith(prefix) and "/" not in k[len(prefix):])
+        return sorted(k for k in self._data if k.startswith(prefix) and "/" not in k[len(prefix) :])
 
     def _list_dirs(self, prefix: str) -> list[str]:
-        return sorted({prefix + k[len(prefix):].split("/", 1)[0] for k in self._data
-                       if k.startswith(prefix) and "/" in k[len(prefix):]})
+        return sorted(
+            {
+                prefix + k[len(prefix) :].split("/", 1)[0]
+                for k in self._data
+                if k.startswith(prefix) and "/" in k[len(prefix) :]
+            }
+        )
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:

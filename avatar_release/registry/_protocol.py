@@ -8,9 +8,9 @@ default), an in-memory fake for unit tests.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from collections.abc import Iterator
-from typing import Any, Callable, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from ..errors import InputError
 from ..records import CHANNELS, ChannelState, HistoryEntry

@@ -43,8 +43,10 @@ def resolve_ref(ref: str, uri: str, look: Lookups) -> Resolved:
     if is_digest(ref):
         return look.by_digest(ref)
     if not plausible_name(ref):
-        raise NotFoundError(f"unknown build or channel {ref!r} in {uri}: not a valid name (lowercase letters, "
-                            f"digits, '.', '_', '-'){did_you_mean(ref, [*CHANNELS, *look.latest()])}")
+        raise NotFoundError(
+            f"unknown build or channel {ref!r} in {uri}: not a valid name (lowercase letters, "
+            f"digits, '.', '_', '-'){did_you_mean(ref, [*CHANNELS, *look.latest()])}"
+        )
     at = look.channel(ref)
     if at is not None:
         return at
@@ -60,11 +62,17 @@ def resolve_ref(ref: str, uri: str, look: Lookups) -> Resolved:
         raise NotFoundError(f"build reference {ref!r} is ambiguous in {uri}: {', '.join(ids[:5])}")
     if ref in CHANNELS:
         held = {c: r.build_id for c in CHANNELS if c != ref and (r := look.channel(c)) is not None}
-        hint = (f"; channels that hold a build: {', '.join(f'{c} ({b})' for c, b in held.items())}" if held
-                else "; no channel holds a build yet")
-        raise NotFoundError(f"channel {ref!r} is empty in {uri}: nothing has been promoted to it yet{hint}"
-                            ).with_details(empty_channel=ref, channels_holding=held)
+        hint = (
+            f"; channels that hold a build: {', '.join(f'{c} ({b})' for c, b in held.items())}"
+            if held
+            else "; no channel holds a build yet"
+        )
+        raise NotFoundError(
+            f"channel {ref!r} is empty in {uri}: nothing has been promoted to it yet{hint}"
+        ).with_details(empty_channel=ref, channels_holding=held)
     latest = look.latest()
     known = ", ".join(latest[-5:]) or "none"
-    raise NotFoundError(f"unknown build or channel {ref!r} in {uri}{did_you_mean(ref, [*CHANNELS, *latest])} "
-                        f"(latest builds: {known}); see `avatar-release ls`")
+    raise NotFoundError(
+        f"unknown build or channel {ref!r} in {uri}{did_you_mean(ref, [*CHANNELS, *latest])} "
+        f"(latest builds: {known}); see `avatar-release ls`"
+    )

@@ -17,8 +17,9 @@ from ._weights import place_weights, sharding_of
 __all__ = ["assemble"]
 
 
-def assemble(manifest: Manifest, executables: Mapping[str, Any], host_weights: Mapping[str, np.ndarray], *,
-             strict: bool = False) -> LoadedBuild:
+def assemble(
+    manifest: Manifest, executables: Mapping[str, Any], host_weights: Mapping[str, np.ndarray], *, strict: bool = False
+) -> LoadedBuild:
     """``manifest``'s stages over ``executables`` (jax Compiled, by executable key) with
     ``host_weights`` placed on the build's mesh; the guard counts compiles (``strict``: refuses them)."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
@@ -26,8 +27,17 @@ def assemble(manifest: Manifest, executables: Mapping[str, Any], host_weights: M
 
     p = manifest.platform
     mesh = jax.sharding.Mesh(np.array(devices_for(manifest)).reshape(p.mesh_shape), tuple(p.mesh_axes))
-    stages = {(e.stage, e.bucket): LoadedStage(e, executables[e.key], [sharding_of(mesh, s) for s in e.inputs], {})
-              for e in manifest.executables}
+    stages = {
+        (e.stage, e.bucket): LoadedStage(e, executables[e.key], [sharding_of(mesh, s) for s in e.inputs], {})
+        for e in manifest.executables
+    }
     place_weights(manifest, stages, dict(host_weights), mesh)
-    return LoadedBuild(Resolved("jit", manifest.build_id, "", "jit"), manifest, "memory", mesh, stages, LoadTimings(),
-                       CompileGuard(strict=strict))
+    return LoadedBuild(
+        Resolved("jit", manifest.build_id, "", "jit"),
+        manifest,
+        "memory",
+        mesh,
+        stages,
+        LoadTimings(),
+        CompileGuard(strict=strict),
+    )

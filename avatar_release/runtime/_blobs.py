@@ -30,8 +30,17 @@ from ..records import WEIGHT_CHUNK_BYTES, BlobRef, Manifest
 from ..specs import load_target
 from ._inflate import inflate
 
-__all__ = ["BlobCheck", "build_blobs", "weight_blobs", "raw_of", "codec_of", "check_bounds", "memory_cap", "decompress",
-           "MAX_ZSTD_RATIO"]
+__all__ = [
+    "BlobCheck",
+    "build_blobs",
+    "weight_blobs",
+    "raw_of",
+    "codec_of",
+    "check_bounds",
+    "memory_cap",
+    "decompress",
+    "MAX_ZSTD_RATIO",
+]
 
 # The most raw bytes per stored byte a blob may declare. Measured 2026-12-01 at the packager's
 # zstd level 9: tiny on cpu-8, executables dit 10.5x, sr 5.8x (6.6x with matmul_k_split=2),
@@ -137,8 +146,10 @@ def memory_cap(manifest: Manifest) -> tuple[int, str]:
         devices = target.hbm_bytes_per_device * target.device_count
         if devices < cap:
             cap = devices
-            why = (f"the memory of target {target.name}'s devices, {target.device_count} x "
-                   f"{target.hbm_bytes_per_device} bytes = {_gib(devices)}")
+            why = (
+                f"the memory of target {target.name}'s devices, {target.device_count} x "
+                f"{target.hbm_bytes_per_device} bytes = {_gib(devices)}"
+            )
     return cap, why
 
 
@@ -150,8 +161,10 @@ def _bound_error(manifest: Manifest, what: str, ref: BlobRef, raw_size: int) -> 
     # initialised tensors compresses a thousandfold), and the total is still bounded by memory_cap.
     if codec_of(manifest, what) == "none":  # v8 raw chunk: the blob is the raw bytes
         if raw_size != ref.size:
-            return (f"build {manifest.build_id}: {what}: a raw (uncompressed) chunk of {ref.size} bytes declares "
-                    f"{raw_size} raw bytes; the manifest is malformed")
+            return (
+                f"build {manifest.build_id}: {what}: a raw (uncompressed) chunk of {ref.size} bytes declares "
+                f"{raw_size} raw bytes; the manifest is malformed"
+            )
         return None
     exempt = WEIGHT_CHUNK_BYTES if what.startswith("weights chunk ") else RATIO_EXEMPT_BYTES
     allowed = max(MAX_ZSTD_RATIO * ref.size, exempt)

@@ -74,14 +74,16 @@ def _pieces(audio: np.ndarray | Iterable[np.ndarray], where: str) -> Iterator[np
     for piece in audio:
         arr = np.asarray(piece)
         if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.floating) or arr.size == 0):
-            raise InputError(f"{where}: a piece of shape {arr.shape} and dtype {arr.dtype}; expected mono "
-                             "float samples (1-D)")
+            raise InputError(
+                f"{where}: a piece of shape {arr.shape} and dtype {arr.dtype}; expected mono float samples (1-D)"
+            )
         if arr.size:
             yield arr
 
 
-def feed_chunks(manifest: Manifest, audio: np.ndarray | Iterable[np.ndarray], *,
-                where: str = "audio") -> Iterator[ChunkAudio]:
+def feed_chunks(
+    manifest: Manifest, audio: np.ndarray | Iterable[np.ndarray], *, where: str = "audio"
+) -> Iterator[ChunkAudio]:
     """The chunks of ``audio`` (one array, or any iterable of 1-D float pieces), as :func:`plan_chunks` plans them."""
     spf = manifest.program.samples_per_frame
     largest = max(b.frames for b in manifest.buckets) * spf
@@ -118,5 +120,6 @@ def feed_chunks(manifest: Manifest, audio: np.ndarray | Iterable[np.ndarray], *,
         index += 1
         first += frames
     if index == 0:
-        raise InputError(f"{where}: no samples; expected a non-empty mono float32 waveform at "
-                         f"{manifest.program.sample_rate} Hz")
+        raise InputError(
+            f"{where}: no samples; expected a non-empty mono float32 waveform at {manifest.program.sample_rate} Hz"
+        )

@@ -35,11 +35,12 @@ def tuned_at_first_run(hlo_text: str) -> int:
     """cuDNN convolutions in a compiled program that choose their algorithm on its first run."""
     return sum(1 for line in hlo_text.splitlines() if _TUNED_AT_FIRST_RUN.search(line))
 
+
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 _lock = threading.Lock()
 _installed = False
-_active: list["CompileGuard"] = []
+_active: list[CompileGuard] = []
 
 
 def _listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
@@ -74,7 +75,7 @@ class CompileGuard:
     events: list[dict[str, Any]] = field(default_factory=list)
     context: str = "outside any stage call"
 
-    def start(self) -> "CompileGuard":
+    def start(self) -> CompileGuard:
         _install()
         with _lock:
             if self not in _active:
@@ -89,16 +90,22 @@ class CompileGuard:
     def _record(self, duration: float, meta: Mapping[str, object]) -> None:
         self.count += 1
         self.seconds += duration
-        self.events.append({"during": self.context, "seconds": round(duration, 4),
-                            **{k: str(v) for k, v in meta.items()}})
+        self.events.append(
+            {"during": self.context, "seconds": round(duration, 4), **{k: str(v) for k, v in meta.items()}}
+        )
 
     def record_first_run_tuning(self, convolutions: int) -> None:
         """Count a stage's first run as a compile: it chooses ``convolutions`` cuDNN algorithms
         (XLA measures candidates on the device), which JAX reports as no event of its own."""
-        self._record(0.0, {"autotune_at_first_run": f"{convolutions} cuDNN convolution(s) choose their "
-                           "algorithm on this first run (compiled without the device: algorithm -1)"})
+        self._record(
+            0.0,
+            {
+                "autotune_at_first_run": f"{convolutions} cuDNN convolution(s) choose their "
+                "algorithm on this first run (compiled without the device: algorithm -1)"
+            },
+        )
 
-    def __enter__(self) -> "CompileGuard":
+    def __enter__(self) -> CompileGuard:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,8 +39,8 @@ from ..trust.revocation import check_not_revoked
 from ..trust.state_pod import PinnedRoot, VerifiedChannel, verify_channel_state
 from ..trust.statements import TIMESTAMP_VALIDITY, AcceptedState, verify_channel
 from ._blobs import check_bounds
-from ._inflate import StreamTimes, fetch_inflated
 from ._guard import CompileGuard, tuned_at_first_run
+from ._inflate import StreamTimes, fetch_inflated
 from ._reuse import Shared, shared_with
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ._weights import place_weights, sharding_of, stream_weights
@@ -50,8 +51,18 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from jax.sharding import Mesh
 
-__all__ = ["LoadedBuild", "LoadedStage", "LoadTimings", "load", "check_environment", "check_trusted", "revocation_keys",
-           "resolve_channel", "devices_for", "place_weights"]
+__all__ = [
+    "LoadedBuild",
+    "LoadedStage",
+    "LoadTimings",
+    "load",
+    "check_environment",
+    "check_trusted",
+    "revocation_keys",
+    "resolve_channel",
+    "devices_for",
+    "place_weights",
+]
 
 
 @dataclass
@@ -87,8 +98,13 @@ class LoadTimings:
     def to_json(self) -> dict[str, Any]:
         """Each step's seconds, the wall of deserialize + weights, and the total (a pod's health)."""
         steps = {k: round(v, 4) for k, v in vars(self).items() if isinstance(v, float) and k != "side_by_side"}
-        return {**steps, "deserialize_and_weights": round(self.deserialize_and_weights(), 4),
-                "total": round(self.total(), 4), "weight_path": self.weight_path, "shared": self.shared}
+        return {
+            **steps,
+            "deserialize_and_weights": round(self.deserialize_and_weights(), 4),
+            "total": round(self.total(), 4),
+            "weight_path": self.weight_path,
+            "shared": self.shared,
+        }
 
 
 @dataclass(frozen=True)
@@ -175,34 +191,47 @@ def check_environment(manifest: Manifest) -> None:
             f"{str(e).splitlines()[0][:160]})\n"
             f"fix: run it on a host with {p.device_count} {p.device_kind} devices, or compile a build for this "
             "machine's target",
-            {"backend": (p.backend, jax.default_backend()),
-             "device_kind": (p.device_kind, "/".join(sorted({d.device_kind for d in jax.devices()}))),
-             "platform": (expected, described)},
+            {
+                "backend": (p.backend, jax.default_backend()),
+                "device_kind": (p.device_kind, "/".join(sorted({d.device_kind for d in jax.devices()}))),
+                "platform": (expected, described),
+            },
         ) from None
     actual = current_platform(devices, p.mesh_axes, p.mesh_shape, p.topology)
     if len(jax.devices()) != len(devices) and p.backend == "cpu":
         actual = actual.model_copy(update={"device_count": len(jax.devices("cpu"))})
-    diffs = diff_machines(Machine.of_build(manifest), Machine.of_platform(actual, jax=None, jaxlib=jaxlib.__version__),
-                          fields=RUN_FIELDS).differences
+    diffs = diff_machines(
+        Machine.of_build(manifest), Machine.of_platform(actual, jax=None, jaxlib=jaxlib.__version__), fields=RUN_FIELDS
+    ).differences
     missing = missing_env_flags(manifest)
     if missing:
-        diffs["flag_profile"] = (f"{manifest.flags.name} v{manifest.flags.version} with XLA_FLAGS {missing}",
-                                 "those flags absent from XLA_FLAGS")
+        diffs["flag_profile"] = (
+            f"{manifest.flags.name} v{manifest.flags.version} with XLA_FLAGS {missing}",
+            "those flags absent from XLA_FLAGS",
+        )
     if diffs:
         lines = "\n".join(f"  {k}: expected {e!r}, actual {a!r}" for k, (e, a) in diffs.items())
         fix = ""
         if "device_count" in diffs and p.backend == "cpu":
-            fix = (f"\nfix: start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
-                   f"{p.device_count} (the avatar-release CLI does this)")
+            fix = (
+                f"\nfix: start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
+                f"{p.device_count} (the avatar-release CLI does this)"
+            )
         raise EnvironmentMismatch(
             f"build {manifest.build_id} was compiled for another environment; refusing to load:\n{lines}{fix}",
             diffs,
         )
 
 
-def load(ref: str, registry: Registry | str | None = None, *, strict: bool = True,
-         trust: TrustConfig | None = None, workers: int | None = None,
-         serving: LoadedBuild | None = None) -> LoadedBuild:
+def load(
+    ref: str,
+    registry: Registry | str | None = None,
+    *,
+    strict: bool = True,
+    trust: TrustConfig | None = None,
+    workers: int | None = None,
+    serving: LoadedBuild | None = None,
+) -> LoadedBuild:
     """Load a build (channel, build id or digest) ready to serve, or refuse with a reason.
 
     resolve once -> (signature) -> check the machine -> bound, fetch and verify every blob ->
@@ -271,8 +300,13 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
     for e in manifest.executables:
         blob = (e.blob.digest, e.raw_size, e.raw_digest)
         if blob not in fetched:
-            out, times = fetch_inflated(reg, e.blob, (e.raw_size, e.raw_digest),
-                                        where=f"build {manifest.build_id}: executable {e.key}", keep=True)
+            out, times = fetch_inflated(
+                reg,
+                e.blob,
+                (e.raw_size, e.raw_digest),
+                where=f"build {manifest.build_id}: executable {e.key}",
+                keep=True,
+            )
             assert out is not None  # keep=True: the raw bytes come back
             fetched[blob] = out
             spent.add(times)
@@ -281,8 +315,9 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
     return payloads
 
 
-def _side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None,
-                  serving: LoadedBuild | None) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
+def _side_by_side(
+    reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None, serving: LoadedBuild | None
+) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
     """(mesh, loaded stages) of a v5+ build: its executables (each streamed into its raw buffer,
     verified, deserialized, its fingerprint checked) on threads of their own while its weight
     chunks stream and are placed as their shards on others (``_weights.stream_weights``), into
@@ -296,16 +331,26 @@ def _side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings, workers: in
     mesh = Mesh(np.array(devices_for(manifest)).reshape(p.mesh_shape), tuple(p.mesh_axes))
     shared = shared_with(serving, manifest, mesh)
     to_load = [e for e in manifest.executables if e.key not in shared.programs]
-    programs_of = manifest if len(to_load) == len(manifest.executables) else manifest.model_copy(
-        update={"executables": to_load})
+    programs_of = (
+        manifest if len(to_load) == len(manifest.executables) else manifest.model_copy(update={"executables": to_load})
+    )
     # each stage with only the tensors still to place (the manifest's shardings, no program yet)
-    placing = {(e.stage, e.bucket): LoadedStage(e.model_copy(update={"params": [
-        s for s in e.params if (s.name, tuple(s.sharding)) not in shared.arrays]}), None, [], {})
-        for e in manifest.executables}
+    placing = {
+        (e.stage, e.bucket): LoadedStage(
+            e.model_copy(update={"params": [s for s in e.params if (s.name, tuple(s.sharding)) not in shared.arrays]}),
+            None,
+            [],
+            {},
+        )
+        for e in manifest.executables
+    }
     needed = {s.name for ls in placing.values() for s in ls.entry.params}
     chunks = [c for c in manifest.weights.chunks or [] if any(x.name in needed for x in c.tensors)]
-    weights_of = manifest if len(chunks) == len(manifest.weights.chunks or []) else manifest.model_copy(
-        update={"weights": manifest.weights.model_copy(update={"chunks": chunks})})
+    weights_of = (
+        manifest
+        if len(chunks) == len(manifest.weights.chunks or [])
+        else manifest.model_copy(update={"weights": manifest.weights.model_copy(update={"chunks": chunks})})
+    )
 
     def programs() -> dict[tuple[str, str], LoadedStage]:
         return _programs_side_by_side(reg, programs_of, t)
@@ -322,8 +367,11 @@ def _side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings, workers: in
             raise
         t.weights = time.perf_counter() - t0
         fresh = loading.result()
-    loaded = {key: _joined(manifest, e, fresh.get(key), shared, placing[key], mesh)
-              for e in manifest.executables for key in [(e.stage, e.bucket)]}
+    loaded = {
+        key: _joined(manifest, e, fresh.get(key), shared, placing[key], mesh)
+        for e in manifest.executables
+        for key in [(e.stage, e.bucket)]
+    }
     t.side_by_side = time.perf_counter() - t0
     t.shared = shared.to_json() if serving is not None else None
     return mesh, loaded
@@ -361,16 +409,23 @@ def _programs_side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings) ->
     return loaded
 
 
-def _joined(manifest: Manifest, e: ExecutableEntry, fresh: LoadedStage | None, shared: Shared, placed: LoadedStage,
-            mesh: Mesh) -> LoadedStage:
+def _joined(
+    manifest: Manifest, e: ExecutableEntry, fresh: LoadedStage | None, shared: Shared, placed: LoadedStage, mesh: Mesh
+) -> LoadedStage:
     """One stage of the new build: its program (deserialized here, or the serving build's same one,
     whose fingerprint is checked against this manifest) with its weights (placed here, or taken)."""
     if fresh is None:
         same = shared.programs[e.key]
         check_fingerprint(manifest, e, same.executable)
         # the same program object: if it already ran, XLA already chose its code on that first run
-        fresh = LoadedStage(e, same.executable, [sharding_of(mesh, s) for s in e.inputs], {},
-                            tuned_at_first_run=same.tuned_at_first_run, ran=same.ran)
+        fresh = LoadedStage(
+            e,
+            same.executable,
+            [sharding_of(mesh, s) for s in e.inputs],
+            {},
+            tuned_at_first_run=same.tuned_at_first_run,
+            ran=same.ran,
+        )
     fresh.params = dict(placed.params)
     for s in e.params:
         key = (s.name, tuple(s.sharding))
@@ -379,8 +434,9 @@ def _joined(manifest: Manifest, e: ExecutableEntry, fresh: LoadedStage | None, s
     return fresh
 
 
-def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes | bytearray],
-                     t: LoadTimings) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
+def _deserialize_all(
+    manifest: Manifest, payloads: dict[str, bytes | bytearray], t: LoadTimings
+) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
     """(mesh, loaded stages): every executable deserialized onto the build's devices, its
     fingerprint compared with the manifest's (the program the identity names, not another)."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
@@ -407,14 +463,25 @@ def _deserialize_all(manifest: Manifest, payloads: dict[str, bytes | bytearray],
             if exe is None:
                 in_tree = tree_from_text(e.in_tree, e, "in")
                 out_tree = tree_from_text(e.out_tree, e, "out")
-                exe = deserialize_and_load(payload, in_tree, out_tree, backend=backend or devices[0].client,
-                                           execution_devices=devices, what=f"{where}: executable {e.key}")
+                exe = deserialize_and_load(
+                    payload,
+                    in_tree,
+                    out_tree,
+                    backend=backend or devices[0].client,
+                    execution_devices=devices,
+                    what=f"{where}: executable {e.key}",
+                )
             check_fingerprint(manifest, e, exe)
         shared[same] = exe
         # GPU: a shared program's convolutions are chosen on its first run, whichever entry runs it first;
         # counted once, on the entry that loaded it.
-        loaded[(e.stage, e.bucket)] = LoadedStage(e, exe, [sharding_of(mesh, s) for s in e.inputs], {},
-                                                  tuned_at_first_run=0 if again else _tuned_at_first_run(manifest, e, exe))
+        loaded[(e.stage, e.bucket)] = LoadedStage(
+            e,
+            exe,
+            [sharding_of(mesh, s) for s in e.inputs],
+            {},
+            tuned_at_first_run=0 if again else _tuned_at_first_run(manifest, e, exe),
+        )
     t.deserialize = time.perf_counter() - t0
     return mesh, loaded
 
@@ -440,7 +507,9 @@ def revocation_keys(trust: TrustConfig | None) -> dict | None:
     return {key_id(trust.public_key): trust.public_key}
 
 
-def resolve_channel(reg: Registry, ref: str, trust: TrustConfig | None) -> tuple[Resolved, Manifest, VerifiedChannel | None]:
+def resolve_channel(
+    reg: Registry, ref: str, trust: TrustConfig | None
+) -> tuple[Resolved, Manifest, VerifiedChannel | None]:
     """``ref`` read once. With a pinned root and a channel name, from the signed release state only:
     the build it names (TrustError / StateExpired / Revoked when that state says no), whose manifest
     must be the very one it signs. Anything else: the registry's own resolution."""
@@ -448,42 +517,60 @@ def resolve_channel(reg: Registry, ref: str, trust: TrustConfig | None) -> tuple
         resolved, manifest = read_manifest(reg, ref)
         return resolved, manifest, None
     if ref not in CHANNELS:
-        raise TrustError(f"{ref!r} is not a channel; with a trust root a pod serves channels (dev, staging, prod), "
-                         "whose builds the signed release state names")
+        raise TrustError(
+            f"{ref!r} is not a channel; with a trust root a pod serves channels (dev, staging, prod), "
+            "whose builds the signed release state names"
+        )
     verified = verify_channel_state(reg, ref, trust.root)
     if verified.revoked is not None:
         r = verified.revoked
-        raise Revoked(f"load {ref}: {verified.build_id} is revoked in the signed release state by {r.get('by', '?')} "
-                      f"at {r.get('at', '?')}: {r.get('reason', '')}. A revoked build never loads again")
+        raise Revoked(
+            f"load {ref}: {verified.build_id} is revoked in the signed release state by {r.get('by', '?')} "
+            f"at {r.get('at', '?')}: {r.get('reason', '')}. A revoked build never loads again"
+        )
     resolved, manifest = read_manifest(reg, verified.build_id)
     if manifest.content_digest() != verified.manifest_digest:
-        raise TrustError(f"channel {ref}: the signed state names {verified.build_id} with manifest "
-                         f"{verified.manifest_digest}, but the registry's {verified.build_id} is "
-                         f"{manifest.content_digest()}: the build was replaced under its id")
+        raise TrustError(
+            f"channel {ref}: the signed state names {verified.build_id} with manifest "
+            f"{verified.manifest_digest}, but the registry's {verified.build_id} is "
+            f"{manifest.content_digest()}: the build was replaced under its id"
+        )
     return Resolved(ref, resolved.build_id, resolved.digest, "channel"), manifest, verified
 
 
-def check_trusted(reg: Registry, resolved: Resolved, trust: TrustConfig, manifest: Manifest
-                  ) -> StatementPayload | VerifiedChannel:
+def check_trusted(
+    reg: Registry, resolved: Resolved, trust: TrustConfig, manifest: Manifest
+) -> StatementPayload | VerifiedChannel:
     """The channel's signed statement (and fresh timestamp) for this build, checked without JAX: a pod
     calls it before anything from the manifest acts on the process (flags, device count). With a
     pinned root: the signed release state must name this very manifest."""
     if trust.root is not None:
         _, manifest_now, verified = resolve_channel(reg, resolved.ref, trust)
         if manifest_now.content_digest() != manifest.content_digest():
-            raise TrustError(f"channel {resolved.ref}: the signed release state names {manifest_now.build_id}, not "
-                             f"{manifest.build_id}; the channel pointer was moved without signed metadata")
+            raise TrustError(
+                f"channel {resolved.ref}: the signed release state names {manifest_now.build_id}, not "
+                f"{manifest.build_id}; the channel pointer was moved without signed metadata"
+            )
         assert verified is not None
         return verified
     if trust.public_key is None:
         raise TrustError("a trust config with neither a root nor a key trusts nothing")
     if resolved.via != "channel":
-        raise TrustError(f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
-                         "(dev, staging, prod), which carry signed statements")
+        raise TrustError(
+            f"{resolved.ref!r} is a {resolved.via}; with a trust key configured a pod serves channels "
+            "(dev, staging, prod), which carry signed statements"
+        )
     # The statement may bind this store's digest or the store-independent manifest digest (a copied build).
-    return verify_channel(reg, resolved.ref, trust.public_key, digest=resolved.digest, state=trust.state,
-                          require_fresh=trust.require_fresh, content_digest=manifest.content_digest(),
-                          max_age=trust.max_timestamp_age)
+    return verify_channel(
+        reg,
+        resolved.ref,
+        trust.public_key,
+        digest=resolved.digest,
+        state=trust.state,
+        require_fresh=trust.require_fresh,
+        content_digest=manifest.content_digest(),
+        max_age=trust.max_timestamp_age,
+    )
 
 
 def _portable(payload: bytes | bytearray, entry: ExecutableEntry, manifest: Manifest) -> Callable[..., Any]:

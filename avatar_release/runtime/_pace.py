@@ -84,13 +84,19 @@ class Pace:
         """How one chunk over its deadline is shown in progress lines."""
         return "slower than playback (emulated host)" if self.emulated else "MISSED"
 
-    def chunk_line(self, index: int, *, frames: int, bucket: str, seconds: float, deadline: float,
-                   compiles: int) -> str:
+    def chunk_line(
+        self, index: int, *, frames: int, bucket: str, seconds: float, deadline: float, compiles: int
+    ) -> str:
         """One chunk's progress line: its frames, its render time against its deadline, its compiles."""
-        kept = (f"over its {deadline:.2f}s deadline: {self.miss_label()}" if seconds > deadline
-                else f"deadline {deadline:.2f}s met")
-        return (f"chunk {index}: {counted(frames, 'frame')} ({bucket}) in {seconds:.2f}s, {kept}, "
-                f"{counted(compiles, 'compile')}")
+        kept = (
+            f"over its {deadline:.2f}s deadline: {self.miss_label()}"
+            if seconds > deadline
+            else f"deadline {deadline:.2f}s met"
+        )
+        return (
+            f"chunk {index}: {counted(frames, 'frame')} ({bucket}) in {seconds:.2f}s, {kept}, "
+            f"{counted(compiles, 'compile')}"
+        )
 
     def summary(self, tally: PaceTally) -> str:
         """One line for a render's report: the deadline, this host's pace, what chunks over it mean."""
@@ -100,19 +106,33 @@ class Pace:
         if not over:
             return f"{head}; every chunk in time"
         if self.emulated:
-            return (f"{head}; {over} of {n} chunks slower than playback: expected on emulated devices "
-                    "(this host is slower than the target), not a deadline miss")
+            return (
+                f"{head}; {over} of {n} chunks slower than playback: expected on emulated devices "
+                "(this host is slower than the target), not a deadline miss"
+            )
         return f"{head}; {over} of {n} chunks MISSED their deadline on the build's own hardware"
 
     def to_json(self, tally: PaceTally) -> dict[str, Any]:
-        return {"target": self.target, "where": self.where, "emulated": self.emulated, "chunks": tally.chunks,
-                "realtime_factor": tally.realtime_factor, "chunks_over_deadline": tally.over_deadline,
-                "misses_on_target": self.misses(tally)}
+        return {
+            "target": self.target,
+            "where": self.where,
+            "emulated": self.emulated,
+            "chunks": tally.chunks,
+            "realtime_factor": tally.realtime_factor,
+            "chunks_over_deadline": tally.over_deadline,
+            "misses_on_target": self.misses(tally),
+        }
 
 
 def pace_of(manifest: Manifest, host_cores: int | None = None) -> Pace:
     """The build's deadline on this host (see the module's docstring for the rule)."""
     p = manifest.platform
     cores = host_cores if host_cores is not None else (os.cpu_count() or 1)
-    return Pace(target=manifest.target, backend=p.backend, device_kind=p.device_kind, devices=p.device_count,
-                host_cores=cores, emulated=p.backend == "cpu" and p.device_count > 1)
+    return Pace(
+        target=manifest.target,
+        backend=p.backend,
+        device_kind=p.device_kind,
+        devices=p.device_count,
+        host_cores=cores,
+        emulated=p.backend == "cpu" and p.device_count > 1,
+    )

@@ -40,8 +40,11 @@ class Shared:
     raw_bytes: int = 0  # of the tensors taken
 
     def to_json(self) -> dict[str, int]:
-        return {"programs": len(self.programs), "tensors": len({name for name, _ in self.arrays}),
-                "raw_bytes": self.raw_bytes}
+        return {
+            "programs": len(self.programs),
+            "tensors": len({name for name, _ in self.arrays}),
+            "raw_bytes": self.raw_bytes,
+        }
 
 
 def _program(e: ExecutableEntry) -> Program:
@@ -49,8 +52,11 @@ def _program(e: ExecutableEntry) -> Program:
 
 
 def _tensors(manifest: Manifest) -> dict[str, Tensor]:
-    return {t.name: (c.raw_digest, t.offset, t.nbytes, t.dtype, tuple(t.shape))
-            for c in manifest.weights.chunks or [] for t in c.tensors}
+    return {
+        t.name: (c.raw_digest, t.offset, t.nbytes, t.dtype, tuple(t.shape))
+        for c in manifest.weights.chunks or []
+        for t in c.tensors
+    }
 
 
 def _same_devices(serving: LoadedBuild, mesh: Mesh) -> bool:

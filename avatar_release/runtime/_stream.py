@@ -64,7 +64,7 @@ class ChunkTiming:
         return self.seconds > self.deadline
 
     @classmethod
-    def of(cls, c: Chunk) -> "ChunkTiming":
+    def of(cls, c: Chunk) -> ChunkTiming:
         n = c.n_frames if c.n_frames >= 0 else int(c.frames.shape[0])
         return cls(c.index, c.bucket, n, c.first_frame, c.seconds, c.deadline, c.compiles)
 
@@ -93,9 +93,15 @@ class StreamReport:
             "frames": self.frames,
             "deadline_misses": self.misses,
             "per_chunk": [
-                {"index": c.index, "bucket": c.bucket, "frames": c.n_frames,
-                 "seconds": round(c.seconds, 4), "deadline": round(c.deadline, 4),
-                 "missed": c.missed, "compiles": c.compiles}
+                {
+                    "index": c.index,
+                    "bucket": c.bucket,
+                    "frames": c.n_frames,
+                    "seconds": round(c.seconds, 4),
+                    "deadline": round(c.deadline, 4),
+                    "missed": c.missed,
+                    "compiles": c.compiles,
+                }
                 for c in self.chunks
             ],
         }
@@ -121,19 +127,25 @@ def chunk_noise(seed: int, chunk_index: int, shape: tuple[int, ...], recipe: str
 
 
 def _text_bytes(value: object, size: int, where: str) -> np.ndarray:
-    data = (value.encode("utf-8") if isinstance(value, str) else
-            bytes(value) if isinstance(value, (bytes, bytearray)) else None)
+    data = (
+        value.encode("utf-8")
+        if isinstance(value, str)
+        else bytes(value)
+        if isinstance(value, (bytes, bytearray))
+        else None
+    )
     if data is None:
         raise InputError(f"{where}: expected a str (UTF-8 text), got {type(value).__name__}")
     if len(data) > size:
         raise InputError(f"{where}: {len(data)} bytes of UTF-8; the build takes at most {size}; shorten the text")
     out = np.zeros(size, np.uint8)
-    out[:len(data)] = np.frombuffer(data, np.uint8)
+    out[: len(data)] = np.frombuffer(data, np.uint8)
     return out
 
 
-def request_values(build: LoadedBuild, image: np.ndarray | None = None,
-                   values: Mapping[str, object] | None = None) -> dict[str, np.ndarray]:
+def request_values(
+    build: LoadedBuild, image: np.ndarray | None = None, values: Mapping[str, object] | None = None
+) -> dict[str, np.ndarray]:
     """The request's whole-request inputs (image, text, tensor) by input name, checked against the
     build's declaration: a required one missing, a shape or dtype other than declared, or a value
     for no declared input is an InputError naming the input, expected and got. An optional input
@@ -143,8 +155,10 @@ def request_values(build: LoadedBuild, image: np.ndarray | None = None,
     unknown = sorted(n for n in given if n not in declared or declared[n].kind in ("audio", "noise", "time"))
     if unknown:
         takes = [f"{i.name} ({i.kind})" for i in declared.values() if i.kind not in ("audio", "noise", "time")]
-        raise InputError(f"build {build.build_id} declares no input {', '.join(map(repr, unknown))}; it takes "
-                         f"{', '.join(takes) or 'no image, text or tensor input'}")
+        raise InputError(
+            f"build {build.build_id} declares no input {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(takes) or 'no image, text or tensor input'}"
+        )
     if image is not None and prog.input_of("image") is None:
         raise InputError(f"image: build {build.build_id} declares no image input; send none")
     out: dict[str, np.ndarray] = {}
@@ -155,8 +169,9 @@ def request_values(build: LoadedBuild, image: np.ndarray | None = None,
         where = f"{i.kind} input {i.name!r}" if i.kind != "image" else "image"
         if value is None:
             if i.required:
-                raise InputError(f"{where}: build {build.build_id} requires it ({tuple(i.shape)} {i.dtype}); none "
-                                 "given")
+                raise InputError(
+                    f"{where}: build {build.build_id} requires it ({tuple(i.shape)} {i.dtype}); none given"
+                )
             out[i.name] = np.zeros(i.shape, np_dtype(i.dtype))
         elif i.kind == "text":
             out[i.name] = _text_bytes(value, i.shape[0], where)
@@ -173,15 +188,19 @@ def _check_audio(build: LoadedBuild, audio: object) -> None:
     """An array is checked whole, here; the pieces of an iterable as the feed reads them."""
     p = build.manifest.program
     if p.input_of("audio") is None:
-        raise InputError(f"audio: build {build.build_id} declares no audio input; send the number of frames "
-                         "(seconds) instead")
+        raise InputError(
+            f"audio: build {build.build_id} declares no audio input; send the number of frames (seconds) instead"
+        )
     if isinstance(audio, np.ndarray):
         if audio.ndim != 1 or audio.size == 0:
-            raise InputError(f"audio: expected a non-empty mono float32 waveform at {p.sample_rate} Hz, "
-                             f"got shape {audio.shape}")
+            raise InputError(
+                f"audio: expected a non-empty mono float32 waveform at {p.sample_rate} Hz, got shape {audio.shape}"
+            )
     elif not isinstance(audio, Iterable):
-        raise InputError(f"audio: expected a mono float32 waveform at {p.sample_rate} Hz (an array, or an "
-                         f"iterable of 1-D pieces), got {type(audio).__name__}")
+        raise InputError(
+            f"audio: expected a mono float32 waveform at {p.sample_rate} Hz (an array, or an "
+            f"iterable of 1-D pieces), got {type(audio).__name__}"
+        )
 
 
 class _Sources:
@@ -225,8 +244,15 @@ class _Sources:
         return args
 
 
-def _run_stage(build: LoadedBuild, guard: CompileGuard, sources: _Sources, stage: str, bucket: str,
-               env: dict[str, object], fed: ChunkAudio) -> None:
+def _run_stage(
+    build: LoadedBuild,
+    guard: CompileGuard,
+    sources: _Sources,
+    stage: str,
+    bucket: str,
+    env: dict[str, object],
+    fed: ChunkAudio,
+) -> None:
     """One stage call of a chunk, its outputs into ``env``; a compile during it is refused (strict)."""
     ls = build.stages[(stage, bucket)]
     args = sources.args(stage, ls, env, fed)
@@ -253,14 +279,21 @@ def _delivered(build: LoadedBuild, env: dict[str, object], fed: ChunkAudio) -> d
     d = prog.delivery()
     out = {name: np.asarray(env[name]) for name in d.outputs}
     if d.kind == "video":
-        out = {name: a[:fed.deliver] for name, a in out.items()}
+        out = {name: a[: fed.deliver] for name, a in out.items()}
     elif d.kind == "audio":
-        out = {name: a[:fed.deliver * d.samples_per_frame] for name, a in out.items()}
+        out = {name: a[: fed.deliver * d.samples_per_frame] for name, a in out.items()}
     return out
 
 
-def stream(build: LoadedBuild, image: np.ndarray | None = None, audio: np.ndarray | Iterable[np.ndarray] | None = None,
-           *, seed: int = 0, frames: int | None = None, values: Mapping[str, object] | None = None) -> Iterator[Chunk]:
+def stream(
+    build: LoadedBuild,
+    image: np.ndarray | None = None,
+    audio: np.ndarray | Iterable[np.ndarray] | None = None,
+    *,
+    seed: int = 0,
+    frames: int | None = None,
+    values: Mapping[str, object] | None = None,
+) -> Iterator[Chunk]:
     """Yield each chunk's delivered output (uint8 frames of a video) as it completes.
 
     The request's inputs, as the build's program declares them: ``image`` (uint8 H x W x 3, for a
@@ -273,8 +306,10 @@ def stream(build: LoadedBuild, image: np.ndarray | None = None, audio: np.ndarra
     given = request_values(build, image, values)
     declared = prog.input_of("audio")
     if audio is None and declared is not None and declared.required:
-        raise InputError(f"audio: build {build.build_id} requires its audio input {declared.name!r} (mono float32 "
-                         f"at {declared.sample_rate} Hz); none given")
+        raise InputError(
+            f"audio: build {build.build_id} requires its audio input {declared.name!r} (mono float32 "
+            f"at {declared.sample_rate} Hz); none given"
+        )
     if audio is not None:
         _check_audio(build, audio)
         chunks = feed_chunks(build.manifest, audio)
@@ -305,17 +340,32 @@ def stream(build: LoadedBuild, image: np.ndarray | None = None, audio: np.ndarra
                     f"zero-compile guard: XLA compiled while serving chunk {fed.index} of build {build.build_id}",
                     guard.events[before:],
                 )
-            yield Chunk(fed.index, fed.bucket, next(iter(outputs.values())), fed.first_frame, seconds,
-                        fed.deliver / prog.fps, guard.count - before, fed.deliver, outputs)
+            yield Chunk(
+                fed.index,
+                fed.bucket,
+                next(iter(outputs.values())),
+                fed.first_frame,
+                seconds,
+                fed.deliver / prog.fps,
+                guard.count - before,
+                fed.deliver,
+                outputs,
+            )
     finally:
         guard.context = "outside any stage call"
         guard.stop()
 
 
-def render(build: LoadedBuild, image: np.ndarray | None = None,
-           audio: np.ndarray | Iterable[np.ndarray] | None = None, *, seed: int = 0,
-           on_chunk: Callable[[Chunk], None] | None = None, frames: int | None = None,
-           values: Mapping[str, object] | None = None) -> tuple[np.ndarray, StreamReport]:
+def render(
+    build: LoadedBuild,
+    image: np.ndarray | None = None,
+    audio: np.ndarray | Iterable[np.ndarray] | None = None,
+    *,
+    seed: int = 0,
+    on_chunk: Callable[[Chunk], None] | None = None,
+    frames: int | None = None,
+    values: Mapping[str, object] | None = None,
+) -> tuple[np.ndarray, StreamReport]:
     """Render a whole request into one array of frames (gates, tests); ``on_chunk`` sees each chunk
     as it completes. A long render goes to a file chunk by chunk instead
     (``avatar_release.serving.render_to_files``)."""

@@ -45,31 +45,41 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
     from jax.tree_util import PyTreeDef
     from jaxlib.xla_client import Client
 
-__all__ = ["ALLOWED", "ALLOWED_BY_JAX", "allowed_classes", "deserialize_and_load", "classes_in", "tree_from_text",
-           "loaded_fingerprint", "check_fingerprint"]
+__all__ = [
+    "ALLOWED",
+    "ALLOWED_BY_JAX",
+    "allowed_classes",
+    "deserialize_and_load",
+    "classes_in",
+    "tree_from_text",
+    "loaded_fingerprint",
+    "check_fingerprint",
+]
 
 # (module, name) pairs a jax 0.10.2 executable pickle refers to, recorded by the test above.
-_JAX_0_10: frozenset[tuple[str, str]] = frozenset({
-    ("jax", "P"),
-    ("jax._src.core", "ManualAxisType"),
-    ("jax._src.core", "MemorySpace"),
-    ("jax._src.core", "ShapedArray"),
-    ("jax._src.interpreters.pxla", "AllArgsInfo"),
-    ("jax._src.interpreters.pxla", "UnloadedMeshExecutable"),
-    ("jax._src.layout", "Layout"),
-    ("jax._src.linear_util", "DebugInfo"),
-    ("jax._src.mesh", "AbstractDevice"),
-    ("jax._src.mesh", "AbstractMesh"),
-    ("jax._src.mesh", "AxisType"),
-    ("jax._src.mesh", "Mesh"),
-    ("jax._src.named_sharding", "_unpickle_named_sharding"),
-    ("jax._src.stages", "ArgInfo"),
-    ("jaxlib._jax", "DeviceList"),
-    ("ml_dtypes", "bfloat16"),
-    ("numpy", "dtype"),
-    ("numpy", "ndarray"),
-    ("numpy._core.multiarray", "_reconstruct"),
-})
+_JAX_0_10: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("jax", "P"),
+        ("jax._src.core", "ManualAxisType"),
+        ("jax._src.core", "MemorySpace"),
+        ("jax._src.core", "ShapedArray"),
+        ("jax._src.interpreters.pxla", "AllArgsInfo"),
+        ("jax._src.interpreters.pxla", "UnloadedMeshExecutable"),
+        ("jax._src.layout", "Layout"),
+        ("jax._src.linear_util", "DebugInfo"),
+        ("jax._src.mesh", "AbstractDevice"),
+        ("jax._src.mesh", "AbstractMesh"),
+        ("jax._src.mesh", "AxisType"),
+        ("jax._src.mesh", "Mesh"),
+        ("jax._src.named_sharding", "_unpickle_named_sharding"),
+        ("jax._src.stages", "ArgInfo"),
+        ("jaxlib._jax", "DeviceList"),
+        ("ml_dtypes", "bfloat16"),
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        ("numpy._core.multiarray", "_reconstruct"),
+    }
+)
 # jax 0.11 pickles one more: the layout of an argument left to the compiler is the singleton
 # AUTO marker. Recorded 2026-12-04 with jax/jaxlib 0.11.2 (CPU, Python 3.12.1) on a jitted,
 # FSDP-sharded bf16 program (the classes of the 0.10 list, every one, plus this); the H200 check
@@ -95,7 +105,8 @@ def allowed_classes(jax_version: str | None = None) -> frozenset[tuple[str, str]
             f"jax {jax_version}: no allow-list of the classes an executable pickle may name is recorded for jax "
             f"{minor} (recorded: {', '.join(sorted(ALLOWED_BY_JAX))}); refusing to unpickle. Record one: run "
             "tests/integration/test_trust_loading.py under that jax and add its classes to ALLOWED_BY_JAX "
-            "(avatar_release/runtime/_unpickle.py)")
+            "(avatar_release/runtime/_unpickle.py)"
+        )
     return ALLOWED_BY_JAX[minor]
 
 
@@ -172,11 +183,19 @@ def _check_devices(payload: bytes | bytearray, execution_devices: Sequence[jax.D
         raise IntegrityError(
             f"the program was compiled for {len(scan.devices)} device(s) (ids {sorted(scan.devices)[:16]}), and "
             f"the manifest's platform.device_count asks to load it on {len(here)} (ids {sorted(here)[:16]}); "
-            "refused before XLA sees it (a forged or mismatched manifest)")
+            "refused before XLA sees it (a forged or mismatched manifest)"
+        )
 
 
-def deserialize_and_load(payload: bytes | bytearray, in_tree: PyTreeDef, out_tree: PyTreeDef, *, backend: Client,
-                         execution_devices: Sequence[jax.Device], what: str = "executable") -> jax.stages.Compiled:
+def deserialize_and_load(
+    payload: bytes | bytearray,
+    in_tree: PyTreeDef,
+    out_tree: PyTreeDef,
+    *,
+    backend: Client,
+    execution_devices: Sequence[jax.Device],
+    what: str = "executable",
+) -> jax.stages.Compiled:
     """jax.experimental.serialize_executable.deserialize_and_load, with the restricted unpickler.
 
     Every failure is an IntegrityError naming ``what``; nothing is run.
@@ -192,8 +211,10 @@ def deserialize_and_load(payload: bytes | bytearray, in_tree: PyTreeDef, out_tre
     except Exception as e:  # noqa: BLE001 - whatever a malformed stream raises, it is not ours to crash on
         raise IntegrityError(f"{what}: payload does not unpickle as an XLA executable ({_say(e)})") from None
     if not (isinstance(loaded, tuple) and len(loaded) == 3):
-        raise IntegrityError(f"{what}: payload unpickles to {type(loaded).__name__}, not an XLA executable's "
-                             "(executable, args_info, no_kwargs) triple")
+        raise IntegrityError(
+            f"{what}: payload unpickles to {type(loaded).__name__}, not an XLA executable's "
+            "(executable, args_info, no_kwargs) triple"
+        )
     unloaded, args_info_flat, no_kwargs = loaded
     try:
         args_info = in_tree.unflatten(args_info_flat)

@@ -35,15 +35,25 @@ def verify_build(ref: str, registry_uri: str | None = None, *, programs: bool = 
     head: dict[str, Any]
     try:
         check_identity(m)
-        head = {"what": "manifest", "digest": resolved.digest, "size": None, "ok": True,
-                "note": "identity and seal match"}
+        head = {
+            "what": "manifest",
+            "digest": resolved.digest,
+            "size": None,
+            "ok": True,
+            "note": "identity and seal match",
+        }
         configure_for_manifest(m)  # before JAX starts: the devices the build was compiled for
     except IntegrityError as e:
         head = {"what": "manifest", "digest": resolved.digest, "size": None, "ok": False, "error": str(e)}
     # A manifest that fails its own identity is not unpickled, here as in the loader.
     rows = [head] + [c.to_json() for c in check_blobs(reg, m, contents=True, programs=programs and head["ok"])]
-    return {"build_id": m.build_id, "digest": resolved.digest, "ok": all(r["ok"] for r in rows), "programs": programs,
-            "blobs": rows}
+    return {
+        "build_id": m.build_id,
+        "digest": resolved.digest,
+        "ok": all(r["ok"] for r in rows),
+        "programs": programs,
+        "blobs": rows,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- verify
@@ -62,16 +72,27 @@ def _program_checker(manifest: Manifest) -> Callable[[ExecutableEntry, bytes | b
             return f"program not checked: a {entry.format} stage is compiled in the pod"
         if unable is not None:
             return f"program not checked: this machine cannot load the build ({unable})"
-        exe = deserialize_and_load(payload, tree_from_text(entry.in_tree, entry, "in"),
-                                   tree_from_text(entry.out_tree, entry, "out"), backend=devices[0].client,
-                                   execution_devices=devices, what=f"build {manifest.build_id}: executable {entry.key}")
+        exe = deserialize_and_load(
+            payload,
+            tree_from_text(entry.in_tree, entry, "in"),
+            tree_from_text(entry.out_tree, entry, "out"),
+            backend=devices[0].client,
+            execution_devices=devices,
+            what=f"build {manifest.build_id}: executable {entry.key}",
+        )
         return check_fingerprint(manifest, entry, exe)
 
     return check
 
 
-def check_blobs(registry: Registry, manifest: Manifest, *, only: set[str] | None = None, contents: bool = False,
-                programs: bool = False) -> list[BlobCheck]:
+def check_blobs(
+    registry: Registry,
+    manifest: Manifest,
+    *,
+    only: set[str] | None = None,
+    contents: bool = False,
+    programs: bool = False,
+) -> list[BlobCheck]:
     """Check every blob (or those whose ``what`` is in ``only``) without stopping at the first failure.
 
     Always the stored bytes' size and sha256. ``contents``: also the declared sizes against the
@@ -96,9 +117,14 @@ def check_blobs(registry: Registry, manifest: Manifest, *, only: set[str] | None
                 if error:
                     raise IntegrityError(error)
             program = check_program is not None and any(e.key == what for e in manifest.executables)
-            payload, _ = fetch_inflated(registry, ref, (raw_size, raw_digest) if contents else None,
-                                        where=f"build {manifest.build_id}: {what}", keep=program,
-                                        codec=codec_of(manifest, what))
+            payload, _ = fetch_inflated(
+                registry,
+                ref,
+                (raw_size, raw_digest) if contents else None,
+                where=f"build {manifest.build_id}: {what}",
+                keep=program,
+                codec=codec_of(manifest, what),
+            )
             if contents:
                 note = "raw bytes match"
                 if check_program is not None and payload is not None:

@@ -112,16 +112,24 @@ def _wanted(manifest: Manifest, stages: Stages) -> dict[str, list[tuple[LoadedSt
     return out
 
 
-def _place(manifest: Manifest, name: str, arr: np.ndarray, users: list[tuple[LoadedStage, ArraySpec]], mesh: Mesh,
-           placed: Placed) -> None:
+def _place(
+    manifest: Manifest,
+    name: str,
+    arr: np.ndarray,
+    users: list[tuple[LoadedStage, ArraySpec]],
+    mesh: Mesh,
+    placed: Placed,
+) -> None:
     """Place one host tensor once per distinct sharding, each device getting its slice only."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
     for ls, spec in users:
         if list(arr.shape) != spec.shape or dtype_name(arr.dtype) != spec.dtype:
-            raise IntegrityError(f"build {manifest.build_id}: tensor {name!r} is {dtype_name(arr.dtype)}"
-                                 f"{list(arr.shape)}, executable {ls.entry.key} expects {spec.dtype}{spec.shape}")
+            raise IntegrityError(
+                f"build {manifest.build_id}: tensor {name!r} is {dtype_name(arr.dtype)}"
+                f"{list(arr.shape)}, executable {ls.entry.key} expects {spec.dtype}{spec.shape}"
+            )
         key = (name, tuple(spec.sharding))
         if key not in placed:  # weights shared by every bucket of a stage are placed once
             # each device gets its slice only; split along the first dimension, a slice is a
@@ -162,15 +170,19 @@ class _Budget:
             self.cond.notify_all()
 
 
-def _chunk_tensors(manifest: Manifest, i: int, chunk: WeightChunk, raw: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
+def _chunk_tensors(
+    manifest: Manifest, i: int, chunk: WeightChunk, raw: bytes | bytearray | memoryview
+) -> dict[str, np.ndarray]:
     where = f"build {manifest.build_id}: weights chunk {i}"
     out: dict[str, np.ndarray] = {}
     for t in chunk.tensors:
         dt = np_dtype(t.dtype)
         count = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
         if t.nbytes != count * dt.itemsize or t.offset + t.nbytes > chunk.raw_size or t.offset % dt.itemsize:
-            raise IntegrityError(f"{where}: tensor {t.name!r} ({t.dtype}{t.shape}) does not fit its place "
-                                 f"(offset {t.offset}, {t.nbytes} bytes, chunk of {chunk.raw_size})")
+            raise IntegrityError(
+                f"{where}: tensor {t.name!r} ({t.dtype}{t.shape}) does not fit its place "
+                f"(offset {t.offset}, {t.nbytes} bytes, chunk of {chunk.raw_size})"
+            )
         arr = np.frombuffer(raw, dtype=dt, count=count, offset=t.offset).reshape(t.shape)
         arr.flags.writeable = False  # a view into the chunk: nothing may write through it
         out[t.name] = arr
@@ -273,8 +285,9 @@ class _Stored:
         return memoryview(buf)[:size]
 
 
-def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: mmap.mmap, stored: _Stored,
-             where: str) -> tuple[memoryview, float, float, float]:
+def _read_v8(
+    registry: Registry, chunk: WeightChunk, codec: str, buf: mmap.mmap, stored: _Stored, where: str
+) -> tuple[memoryview, float, float, float]:
     """(a v8 chunk's raw bytes in ``buf``, seconds reading, decoding, hashing): read from this
     node's store unhashed, or streamed in through the store's sha256 (a remote store), decoded when
     stored as zstd, then BLAKE3-checked against the manifest: the one hash of each raw byte."""
@@ -305,7 +318,7 @@ def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: mmap.mmap,
             if codec == "none":
                 at = 0
                 for piece in pieces:
-                    raw[at: at + len(piece)] = piece[: max(0, chunk.raw_size - at)]
+                    raw[at : at + len(piece)] = piece[: max(0, chunk.raw_size - at)]
                     at += len(piece)
                 return
             try:
@@ -323,9 +336,11 @@ def _read_v8(registry: Registry, chunk: WeightChunk, codec: str, buf: mmap.mmap,
     t2 = time.perf_counter()
     got = blake3_digest(raw)
     if got != chunk.raw_blake3:
-        raise IntegrityError(f"{where}: blob {chunk.blob.digest}: its bytes hash to {got}, the signed manifest says "
-                             f"{chunk.raw_blake3}; the store is corrupted or was tampered with — repair it from a "
-                             "registry holding the same build: `avatar-release repair BUILD --from REGISTRY`")
+        raise IntegrityError(
+            f"{where}: blob {chunk.blob.digest}: its bytes hash to {got}, the signed manifest says "
+            f"{chunk.raw_blake3}; the store is corrupted or was tampered with — repair it from a "
+            "registry holding the same build: `avatar-release repair BUILD --from REGISTRY`"
+        )
     return raw, reading, decoding, time.perf_counter() - t2
 
 
@@ -340,12 +355,21 @@ def _check_held(manifest: Manifest, chunks: list[WeightChunk], wanted: dict[str,
     held = {t.name for c in chunks for t in c.tensors}
     missing = sorted(set(wanted) - held)
     if missing:
-        raise IntegrityError(f"build {manifest.build_id}: weights lack tensor {missing[0]!r}"
-                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise IntegrityError(
+            f"build {manifest.build_id}: weights lack tensor {missing[0]!r}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
 
 
-def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh: Mesh, *, workers: int | None = None,
-                   budget: int = DEFAULT_WEIGHT_BUDGET) -> WeightStats:
+def stream_weights(
+    registry: Registry,
+    manifest: Manifest,
+    stages: Stages,
+    mesh: Mesh,
+    *,
+    workers: int | None = None,
+    budget: int = DEFAULT_WEIGHT_BUDGET,
+) -> WeightStats:
     """Fetch, verify, (decompress) and place every weight chunk of a v5+ build, side by side."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
@@ -354,9 +378,13 @@ def stream_weights(registry: Registry, manifest: Manifest, stages: Stages, mesh:
     wanted = _wanted(manifest, stages)
     _check_held(manifest, chunks, wanted)
     v8 = manifest.weights.compression is not None
-    stats = WeightStats(chunks=len(chunks), stored_bytes=sum(c.blob.size for c in chunks),
-                        raw_bytes=sum(c.raw_size for c in chunks), compression=manifest.weights.chunk_codec,
-                        read="node" if v8 and isinstance(registry, NodeBlobs) else "stream")
+    stats = WeightStats(
+        chunks=len(chunks),
+        stored_bytes=sum(c.blob.size for c in chunks),
+        raw_bytes=sum(c.raw_size for c in chunks),
+        compression=manifest.weights.chunk_codec,
+        read="node" if v8 and isinstance(registry, NodeBlobs) else "stream",
+    )
     stats.workers = max(1, min(workers or (os.cpu_count() or 1), len(chunks) or 1, 8))
     gate, buffers, stored = _Budget(budget), _Buffers(chunks), _Stored()
     placed: Placed = {}

@@ -13,7 +13,12 @@ streams it into an MP4 (and PNG frames) on disk, one chunk held at a time.
 from ._app import AppConfig, create_app
 from ._errors import CODES, ServeError
 from ._files import (
-    RENDER_MAX_AUDIO_SECONDS, RequestAudio, render_build_to_files, render_to_files, request_audio, request_image,
+    RENDER_MAX_AUDIO_SECONDS,
+    RequestAudio,
+    render_build_to_files,
+    render_to_files,
+    request_audio,
+    request_image,
     request_values_from_text,
 )
 from ._fmp4 import MOVFLAGS, FragmentEncoder

@@ -56,7 +56,14 @@ from ._pod import Pod
 from ._probes import probe
 from ._render import RenderJob
 from ._request import (
-    REQUEST_ID, Limits, RenderInputs, RenderRequest, decode_inputs, parse_request, read_body, request_model,
+    REQUEST_ID,
+    Limits,
+    RenderInputs,
+    RenderRequest,
+    decode_inputs,
+    parse_request,
+    read_body,
+    request_model,
 )
 from ._video import VideoStream, error_response
 
@@ -108,8 +115,11 @@ class _Admission:
 
     def join(self) -> None:
         if self.waiting >= self.cfg.queue + (0 if self.sem.locked() else 1):
-            raise ServeError("queue_full", f"{self.waiting} render(s) already waiting (queue {self.cfg.queue}); retry "
-                             f"in {self.cfg.retry_after} s", headers={"Retry-After": str(self.cfg.retry_after)})
+            raise ServeError(
+                "queue_full",
+                f"{self.waiting} render(s) already waiting (queue {self.cfg.queue}); retry in {self.cfg.retry_after} s",
+                headers={"Retry-After": str(self.cfg.retry_after)},
+            )
         self.waiting += 1
         self.metrics.queue_depth.set(self.waiting)
 
@@ -141,10 +151,11 @@ class _Turn:
         try:
             await asyncio.wait_for(self._adm.sem.acquire(), timeout)
             self._held = True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             retry = self._adm.cfg.retry_after
-            raise ServeError("queue_timeout", f"waited {timeout:g} s for the accelerator",
-                             headers={"Retry-After": str(retry)}) from None
+            raise ServeError(
+                "queue_timeout", f"waited {timeout:g} s for the accelerator", headers={"Retry-After": str(retry)}
+            ) from None
         finally:
             self._leave_queue()
 
@@ -166,8 +177,9 @@ class _Turn:
             self._held = False
             self._adm.sem.release()
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._leave_queue()
         if not self._handed:
             self._release()
@@ -212,8 +224,9 @@ class _Service:
     async def healthz(self, request: Request) -> Response:
         h = self.pod.health()
         fps = self.pod.build.manifest.program.fps
-        h.update(queue_depth=self.admission.waiting, queue=self.cfg.queue,
-                 max_seconds=self.cfg.limits.max_frames(fps) / fps)
+        h.update(
+            queue_depth=self.admission.waiting, queue=self.cfg.queue, max_seconds=self.cfg.limits.max_frames(fps) / fps
+        )
         return JSONResponse(h)
 
     async def metrics(self, request: Request) -> Response:
@@ -249,6 +262,7 @@ class _Service:
 
     def counting(self, handler: Handler) -> Handler:
         """``handler`` with its every answer counted under its route's template (a bounded label)."""
+
         async def endpoint(request: Request) -> Response:
             try:
                 response = await handler(request)
@@ -259,6 +273,7 @@ class _Service:
                 raise
             self._count(request, response.status_code)
             return response
+
         return endpoint
 
     def _count(self, request: Request, status: int) -> None:
@@ -271,11 +286,17 @@ class _Service:
         t0 = time.perf_counter()
         try:
             if self.pod.draining:
-                raise ServeError("draining", "this pod is shutting down; retry on another",
-                                 headers={"Retry-After": str(self.cfg.retry_after)})
+                raise ServeError(
+                    "draining",
+                    "this pod is shutting down; retry on another",
+                    headers={"Retry-After": str(self.cfg.retry_after)},
+                )
             if self.pod.refuses_stale:
-                raise ServeError("trust_expired", f"the signed release state is not fresh ({self.pod.follow.stale}); "
-                                 "retry on another pod", headers={"Retry-After": str(self.cfg.retry_after)})
+                raise ServeError(
+                    "trust_expired",
+                    f"the signed release state is not fresh ({self.pod.follow.stale}); retry on another pod",
+                    headers={"Retry-After": str(self.cfg.retry_after)},
+                )
             req, image, audio = await self._read(request)
             job = await self._admit(req, image, audio, line)
         except ServeError as exc:
@@ -283,8 +304,9 @@ class _Service:
             return self._answer_error(exc, line, t0)
         except AvatarReleaseError as exc:  # e.g. ffmpeg failing on media it accepted: ours, not the client's
             line["reason"] = _reason(exc)
-            return self._answer_error(ServeError("render_failed", "the pod could not prepare this request; its log "
-                                                 "has the details"), line, t0)
+            return self._answer_error(
+                ServeError("render_failed", "the pod could not prepare this request; its log has the details"), line, t0
+            )
         except Exception as exc:  # a defect of ours; the turn has freed the slot, the client gets the app's 500
             _log_internal(request.url.path, exc)
             line["reason"] = _reason(exc)
@@ -295,8 +317,9 @@ class _Service:
         """The request's fields and media bytes; the raw body is dropped before anything waits."""
         limits = self.cfg.limits
         body = await read_body(request.stream(), request.headers.get("content-length"), limits)
-        return await parse_request(request.headers.get("content-type", ""), body, limits,
-                                   request_model(self.pod.build.manifest.program))
+        return await parse_request(
+            request.headers.get("content-type", ""), body, limits, request_model(self.pod.build.manifest.program)
+        )
 
     async def _admit(self, req: RenderRequest, image: bytes | None, audio: bytes | None, line: dict) -> RenderJob:
         """Queue, decode while waiting, take the accelerator and start the job (which then owns it)."""
@@ -310,8 +333,9 @@ class _Service:
             loop = asyncio.get_running_loop()
             return turn.start(lambda on_finish: RenderJob(self.pod, build, inputs, loop, on_finish))
 
-    async def _on_current_build(self, build: LoadedBuild, inputs: RenderInputs, req: RenderRequest,
-                                image: bytes | None, audio: bytes | None) -> tuple[LoadedBuild, RenderInputs]:
+    async def _on_current_build(
+        self, build: LoadedBuild, inputs: RenderInputs, req: RenderRequest, image: bytes | None, audio: bytes | None
+    ) -> tuple[LoadedBuild, RenderInputs]:
         """The build served now (a swap while waiting wins), with the inputs refitted if its shape differs."""
         current = self.pod.build
         if current is not build and _shape(current) != _shape(build):
@@ -328,7 +352,8 @@ class _Service:
         """404 (no route), 405 (a route, another method) and starlette's other HTTP errors, as JSON."""
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
         msg = {404: f"no route {request.url.path[:100]}", 405: f"{request.method} not allowed here"}.get(
-            exc.status_code, clean_message(exc.detail))
+            exc.status_code, clean_message(exc.detail)
+        )
         route = request.scope.get("route")  # the route whose path matched (405), none when no route did (404)
         if route is not None and route.path in self.counted:  # every answer of a counted route, GET /render too
             self._count(request, exc.status_code)
@@ -339,23 +364,33 @@ class _Service:
         return JSONResponse({"error": "internal", "message": _INTERNAL}, status_code=500)
 
 
-def create_app(pod: Pod, cfg: AppConfig = AppConfig(), *,
-               on_startup: Callable[[], None] | None = None) -> Starlette:
+def create_app(pod: Pod, cfg: AppConfig = AppConfig(), *, on_startup: Callable[[], None] | None = None) -> Starlette:
     """The pod's HTTP surface; ``on_startup()`` runs once the app has started on its loop."""
     service = _Service(pod, cfg, on_startup)
     counted: dict[str, Handler] = {  # /render counts its own answers (a stream's status is known at its end)
-        "/v2": service.v2_server, "/v2/health/live": service.v2_live, "/v2/health/ready": service.v2_ready,
-        "/v2/models/{name}": service.v2_model, "/v2/models/{name}/ready": service.v2_model_ready,
-        "/openapi.json": service.openapi}
+        "/v2": service.v2_server,
+        "/v2/health/live": service.v2_live,
+        "/v2/health/ready": service.v2_ready,
+        "/v2/models/{name}": service.v2_model,
+        "/v2/models/{name}/ready": service.v2_model_ready,
+        "/openapi.json": service.openapi,
+    }
     service.counted = frozenset({"/render", *counted})
     app = Starlette(
-        routes=[Route("/livez", service.livez), Route("/readyz", service.readyz), Route("/healthz", service.healthz),
-                Route("/metrics", service.metrics), Route("/render", service.render, methods=["POST"]),
-                *(Route(path, service.counting(handler)) for path, handler in counted.items())],
+        routes=[
+            Route("/livez", service.livez),
+            Route("/readyz", service.readyz),
+            Route("/healthz", service.healthz),
+            Route("/metrics", service.metrics),
+            Route("/render", service.render, methods=["POST"]),
+            *(Route(path, service.counting(handler)) for path, handler in counted.items()),
+        ],
         # starlette types every handler as taking Exception; the one registered for HTTPException is only
         # ever called with one (starlette's own docs write it so)
-        exception_handlers={HTTPException: service.http_error,  # type: ignore[dict-item]
-                            Exception: service.internal_error},
+        exception_handlers={
+            HTTPException: service.http_error,  # type: ignore[dict-item]
+            Exception: service.internal_error,
+        },
         lifespan=service.lifespan,
     )
     app.state.service = service

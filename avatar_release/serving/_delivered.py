@@ -34,9 +34,15 @@ def pcm16(samples: np.ndarray) -> bytes:
 
 def _wav_header(sample_rate: int, samples: int) -> bytes:
     data = samples * 2
-    return (b"RIFF" + struct.pack("<I", 36 + data) + b"WAVE"
-            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
-            + b"data" + struct.pack("<I", data))
+    return (
+        b"RIFF"
+        + struct.pack("<I", 36 + data)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", data)
+    )
 
 
 class WavEncoder:
@@ -47,7 +53,7 @@ class WavEncoder:
         on_bytes(_wav_header(sample_rate, samples))
 
     def write(self, chunk: Chunk) -> None:
-        samples = np.asarray(chunk.frames).reshape(-1)[:self.expected - self.sent]
+        samples = np.asarray(chunk.frames).reshape(-1)[: self.expected - self.sent]
         self.sent += samples.shape[0]
         self._on_bytes(pcm16(samples))
 

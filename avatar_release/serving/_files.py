@@ -41,16 +41,24 @@ from ..records import ChunkProgram, Manifest
 from ..registry import CachedRegistry, Registry, Resolved, open_registry, with_node_cache
 from ..runtime import Chunk, LoadedBuild, PaceTally, StreamReport, TrustConfig, load, pace_of, stream
 
-__all__ = ["RENDER_MAX_AUDIO_SECONDS", "RequestAudio", "render_build_to_files", "render_to_files", "request_audio",
-           "request_image", "request_values_from_text"]
+__all__ = [
+    "RENDER_MAX_AUDIO_SECONDS",
+    "RequestAudio",
+    "render_build_to_files",
+    "render_to_files",
+    "request_audio",
+    "request_image",
+    "request_values_from_text",
+]
 
 # Streamed, a track's length costs render time and disk (the output, and 115 MB of scratch
 # samples per hour at 16 kHz beside it), not memory: the bound is how long one render may run.
 RENDER_MAX_AUDIO_SECONDS = 4 * 3600.0
 
 
-def request_image(program: ChunkProgram, image_path: str | None = None, *, pipeline: str | None = None,
-                  fit: str = DEFAULT_FIT) -> tuple[np.ndarray | None, dict]:
+def request_image(
+    program: ChunkProgram, image_path: str | None = None, *, pipeline: str | None = None, fit: str = DEFAULT_FIT
+) -> tuple[np.ndarray | None, dict]:
     """The picture of the build's image input (a file fitted by ``fit``, or the deterministic sample
     when the input is required: the sample face of a talking head) and how it was read; None for a
     build without an image input, or an optional one not given (the runtime feeds zeros)."""
@@ -76,8 +84,10 @@ def request_values_from_text(program: ChunkProgram, given: dict[str, object]) ->
     for name, value in given.items():
         spec = declared.get(name)
         if spec is None:
-            raise InputError(f"--input {name}=...: this build declares no text or tensor input {name!r} (it has "
-                             f"{', '.join(declared) or 'none'})")
+            raise InputError(
+                f"--input {name}=...: this build declares no text or tensor input {name!r} (it has "
+                f"{', '.join(declared) or 'none'})"
+            )
         if spec.kind == "tensor" and isinstance(value, str):
             try:
                 out[name] = np.load(value, allow_pickle=False)
@@ -102,20 +112,31 @@ class RequestAudio:
         return self._record()
 
 
-def request_audio(program: ChunkProgram, audio_path: str | None = None, *, seconds: float = 1.0,
-                  max_seconds: float = RENDER_MAX_AUDIO_SECONDS) -> RequestAudio | None:
+def request_audio(
+    program: ChunkProgram,
+    audio_path: str | None = None,
+    *,
+    seconds: float = 1.0,
+    max_seconds: float = RENDER_MAX_AUDIO_SECONDS,
+) -> RequestAudio | None:
     """A speech file, streamed and bounded (a file past ``max_seconds`` by its header is refused
     here), or the deterministic sample of ``seconds`` for a required audio input; None for a build
     without an audio input, or an optional one not given (then ``seconds`` sets the length)."""
     declared = program.input_of("audio")
     if declared is None or (not declared.required and not audio_path):
         if audio_path:
-            raise InputError(f"--audio {audio_path}: this build declares no audio input; leave --audio out "
-                             "(--seconds sets the length)")
+            raise InputError(
+                f"--audio {audio_path}: this build declares no audio input; leave --audio out "
+                "(--seconds sets the length)"
+            )
         return None
     if audio_path:
-        decoder = stream_audio(audio_path, sample_rate=program.sample_rate, max_seconds=max_seconds,
-                               longer_fix="render it whole with a larger --max-audio-seconds")
+        decoder = stream_audio(
+            audio_path,
+            sample_rate=program.sample_rate,
+            max_seconds=max_seconds,
+            longer_fix="render it whole with a larger --max-audio-seconds",
+        )
         header = decoder.check_header()
 
         def record() -> dict:
@@ -126,15 +147,30 @@ def request_audio(program: ChunkProgram, audio_path: str | None = None, *, secon
         return RequestAudio(decoder, header.seconds, record)
     # Made piece by piece as the chunks read it: a long --seconds holds one piece at a time.
     pieces = sample_audio_pieces(seconds, sample_rate=program.sample_rate)  # checks seconds
-    return RequestAudio(pieces, sample_count(seconds, program.sample_rate) / program.sample_rate,
-                        lambda: {"path": None, "sample": "sample_audio variant 0", "seconds": seconds,
-                                 "sample_rate": program.sample_rate})
+    return RequestAudio(
+        pieces,
+        sample_count(seconds, program.sample_rate) / program.sample_rate,
+        lambda: {
+            "path": None,
+            "sample": "sample_audio variant 0",
+            "seconds": seconds,
+            "sample_rate": program.sample_rate,
+        },
+    )
 
 
-def render_build_to_files(build: LoadedBuild, image: np.ndarray | None, audio: Iterable[np.ndarray] | None, *,
-                          out_path: str, frames_dir: str | None = None, seed: int = 0,
-                          on_chunk: Callable[[Chunk], None] | None = None, frames: int | None = None,
-                          values: dict[str, object] | None = None) -> tuple[StreamReport, Mp4File]:
+def render_build_to_files(
+    build: LoadedBuild,
+    image: np.ndarray | None,
+    audio: Iterable[np.ndarray] | None,
+    *,
+    out_path: str,
+    frames_dir: str | None = None,
+    seed: int = 0,
+    on_chunk: Callable[[Chunk], None] | None = None,
+    frames: int | None = None,
+    values: dict[str, object] | None = None,
+) -> tuple[StreamReport, Mp4File]:
     """Render ``build`` chunk by chunk into an MP4 (and PNG frames): (StreamReport, Mp4File).
 
     Holds one chunk of samples and one chunk of frames at a time; ``out_path`` appears only
@@ -145,8 +181,9 @@ def render_build_to_files(build: LoadedBuild, image: np.ndarray | None, audio: I
     """
     prog = build.manifest.program
     if prog.delivery().kind != "video":
-        return _render_other(build, image, audio, out_path=out_path, seed=seed, on_chunk=on_chunk, frames=frames,
-                             values=values)
+        return _render_other(
+            build, image, audio, out_path=out_path, seed=seed, on_chunk=on_chunk, frames=frames, values=values
+        )
     frames_to = Path(frames_dir) if frames_dir else None
     if frames_to is not None:
         frames_to.mkdir(parents=True, exist_ok=True)
@@ -158,8 +195,9 @@ def render_build_to_files(build: LoadedBuild, image: np.ndarray | None, audio: I
                 mp4.add_audio(piece)
                 yield piece
 
-        for chunk in stream(build, image, None if audio is None else to_track(audio), seed=seed, frames=frames,
-                            values=values):
+        for chunk in stream(
+            build, image, None if audio is None else to_track(audio), seed=seed, frames=frames, values=values
+        ):
             mp4.add_frames(chunk.frames)
             if frames_to is not None:
                 for i, frame in enumerate(chunk.frames):
@@ -172,9 +210,17 @@ def render_build_to_files(build: LoadedBuild, image: np.ndarray | None, audio: I
     return report, video
 
 
-def _render_other(build: LoadedBuild, image: np.ndarray | None, audio: Iterable[np.ndarray] | None, *,
-                  out_path: str, seed: int, on_chunk: Callable[[Chunk], None] | None, frames: int | None,
-                  values: dict[str, object] | None) -> tuple[StreamReport, Mp4File]:
+def _render_other(
+    build: LoadedBuild,
+    image: np.ndarray | None,
+    audio: Iterable[np.ndarray] | None,
+    *,
+    out_path: str,
+    seed: int,
+    on_chunk: Callable[[Chunk], None] | None,
+    frames: int | None,
+    values: dict[str, object] | None,
+) -> tuple[StreamReport, Mp4File]:
     """An audio (WAV) or tensors (npz) delivery, written atomically: what ``render`` writes for a
     build whose chunks deliver no video."""
     d = build.manifest.program.delivery()
@@ -237,20 +283,40 @@ def render_to_files(
     decode_seconds = time.perf_counter() - t_inputs  # the picture, and the track's header
     t_imp = time.perf_counter()
     import jax  # noqa: F401 - heavy, and timed: JAX starts here, after prepare() set the device count
+
     imports = (t_cli - t_process) + (time.perf_counter() - t_imp)
     # With a trust key the loader resolves the channel itself and checks its signed statement.
     progress(f"loading {manifest.build_id} from {registry.uri}")
     build = load(ref if trust is not None else resolved.digest, registry, strict=True, trust=trust)
     frames = None if audio is not None else max(1, math.ceil(seconds * prog.fps - 1e-9))
-    progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {_length(audio, frames, prog.fps)} to {out_path}")
+    progress(
+        f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {_length(audio, frames, prog.fps)} to {out_path}"
+    )
     pace = pace_of(manifest)
 
     def say(c: Chunk) -> None:
-        progress(pace.chunk_line(c.index, frames=int(c.frames.shape[0]), bucket=c.bucket, seconds=c.seconds,
-                                 deadline=c.deadline, compiles=c.compiles))
+        progress(
+            pace.chunk_line(
+                c.index,
+                frames=int(c.frames.shape[0]),
+                bucket=c.bucket,
+                seconds=c.seconds,
+                deadline=c.deadline,
+                compiles=c.compiles,
+            )
+        )
 
-    report, mp4 = render_build_to_files(build, image, None if audio is None else audio.pieces, out_path=out_path,
-                                        frames_dir=frames_dir, seed=seed, on_chunk=say, frames=frames, values=values)
+    report, mp4 = render_build_to_files(
+        build,
+        image,
+        None if audio is None else audio.pieces,
+        out_path=out_path,
+        frames_dir=frames_dir,
+        seed=seed,
+        on_chunk=say,
+        frames=frames,
+        values=values,
+    )
     return {
         "build_id": build.build_id,
         "digest": build.digest,
@@ -276,12 +342,20 @@ def _length(audio: RequestAudio | None, frames: int | None, fps: int) -> str:
     return f"{audio.seconds:.1f}s of audio" if audio.seconds is not None else "the audio (length not in its header)"
 
 
-def _inputs_record(image_record: dict, audio: RequestAudio | None, frames: int | None, values: dict[str, object] | None,
-                   decode_seconds: float) -> dict[str, Any]:
+def _inputs_record(
+    image_record: dict,
+    audio: RequestAudio | None,
+    frames: int | None,
+    values: dict[str, object] | None,
+    decode_seconds: float,
+) -> dict[str, Any]:
     """How the inputs were read (the render summary's ``inputs``)."""
-    return {"image": image_record,
-            "audio": audio.record() if audio is not None else {"path": None, "frames": frames},
-            **({"values": sorted(values)} if values else {}), "decode_seconds": round(decode_seconds, 4)}
+    return {
+        "image": image_record,
+        "audio": audio.record() if audio is not None else {"path": None, "frames": frames},
+        **({"values": sorted(values)} if values else {}),
+        "decode_seconds": round(decode_seconds, 4),
+    }
 
 
 def _cold_start(build: LoadedBuild, imports: float, report: StreamReport) -> dict[str, float]:

@@ -16,7 +16,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO
 
 import numpy as np
 
@@ -32,9 +33,20 @@ _READ = 64 * 1024
 class FragmentEncoder:
     """``write(frames)`` per chunk, then ``close()``; every byte of the fMP4 goes to ``on_bytes``."""
 
-    def __init__(self, *, width: int, height: int, fps: int, audio: np.ndarray | None, sample_rate: int,
-                 n_frames: int, keyframes: list[int], on_bytes: Callable[[bytes], None],
-                 crf: int = 20, preset: str = "veryfast"):
+    def __init__(
+        self,
+        *,
+        width: int,
+        height: int,
+        fps: int,
+        audio: np.ndarray | None,
+        sample_rate: int,
+        n_frames: int,
+        keyframes: list[int],
+        on_bytes: Callable[[bytes], None],
+        crf: int = 20,
+        preset: str = "veryfast",
+    ):
         self._tmp = tempfile.mkdtemp(prefix="avatar-serve-")
         self._on_bytes = on_bytes
         # The audio is cut or padded with silence to exactly the video's length; None: a video
@@ -51,22 +63,61 @@ class FragmentEncoder:
         self._pad_w, self._pad_h = width % 2, height % 2
         times = ",".join(f"{k / fps:.6f}" for k in keyframes)
         cmd = [
-            ffmpeg_exe(), "-hide_banner", "-nostdin", "-loglevel", "error",
-            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width + self._pad_w}x{height + self._pad_h}",
-            "-r", str(fps), "-i", "pipe:0",
+            ffmpeg_exe(),
+            "-hide_banner",
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "rgb24",
+            "-s",
+            f"{width + self._pad_w}x{height + self._pad_h}",
+            "-r",
+            str(fps),
+            "-i",
+            "pipe:0",
             *sound,
-            "-map", "0:v:0", *(["-map", "1:a:0"] if sound else []),
-            "-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-crf", str(int(crf)),
-            "-force_key_frames", times, "-g", str(max(1, n_frames)),
-            "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p", "-pix_fmt", "yuv420p",
-            "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
+            "-map",
+            "0:v:0",
+            *(["-map", "1:a:0"] if sound else []),
+            "-c:v",
+            "libx264",
+            "-preset",
+            preset,
+            "-tune",
+            "zerolatency",
+            "-crf",
+            str(int(crf)),
+            "-force_key_frames",
+            times,
+            "-g",
+            str(max(1, n_frames)),
+            "-vf",
+            "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
+            "-pix_fmt",
+            "yuv420p",
+            "-colorspace",
+            "bt709",
+            "-color_primaries",
+            "bt709",
+            "-color_trc",
+            "bt709",
+            "-color_range",
+            "tv",
             *(["-c:a", "aac", "-b:a", "128k"] if sound else []),
-            "-movflags", MOVFLAGS, "-f", "mp4", "pipe:1",
+            "-movflags",
+            MOVFLAGS,
+            "-f",
+            "mp4",
+            "pipe:1",
         ]
         self._err = tempfile.TemporaryFile(dir=self._tmp)
         try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-                                          bufsize=0)
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, bufsize=0
+            )
         except OSError as exc:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise MediaError(f"cannot start ffmpeg: {exc.strerror}") from None

@@ -69,8 +69,10 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 _TOO_MANY_BODY = b'{"error": "too_many_connections", "message": "this address holds too many open connections"}'
-_TOO_MANY = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n"
-             b"Content-Length: %d\r\n\r\n%b" % (len(_TOO_MANY_BODY), _TOO_MANY_BODY))
+_TOO_MANY = (
+    b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%b" % (len(_TOO_MANY_BODY), _TOO_MANY_BODY)
+)
 
 
 def _header_timeout_protocol(seconds: float, per_client: int = 0) -> type:
@@ -139,11 +141,18 @@ def uvicorn_config(app: Starlette, cfg: ServerConfig) -> uvicorn.Config:
     # Lazy (heavy): uvicorn loads only when a pod serves; the app itself does not need it.
     import uvicorn
 
-    return uvicorn.Config(app, http=_header_timeout_protocol(cfg.header_timeout, cfg.max_connections_per_client),
-                          log_config=None,
-                          access_log=False, lifespan="on", server_header=False,
-                          timeout_graceful_shutdown=int(cfg.grace), limit_concurrency=cfg.max_connections,
-                          timeout_keep_alive=int(cfg.keep_alive), h11_max_incomplete_event_size=64 * 1024)
+    return uvicorn.Config(
+        app,
+        http=_header_timeout_protocol(cfg.header_timeout, cfg.max_connections_per_client),
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        timeout_graceful_shutdown=int(cfg.grace),
+        limit_concurrency=cfg.max_connections,
+        timeout_keep_alive=int(cfg.keep_alive),
+        h11_max_incomplete_event_size=64 * 1024,
+    )
 
 
 def draining_server(pod: Pod, app: Starlette, cfg: ServerConfig) -> uvicorn.Server:
@@ -175,8 +184,11 @@ def draining_server(pod: Pod, app: Starlette, cfg: ServerConfig) -> uvicorn.Serv
             if self.drain_signal is not None and not self.drain_logged:
                 self.drain_logged = True
                 log_event("draining", signal=signal.Signals(self.drain_signal).name, grace=cfg.grace)
-            if self.drain_signal is not None and not self.should_exit and (
-                    not renders_busy(app) or time.monotonic() >= self.drain_deadline):
+            if (
+                self.drain_signal is not None
+                and not self.should_exit
+                and (not renders_busy(app) or time.monotonic() >= self.drain_deadline)
+            ):
                 self._stop_listening()
             return await super().on_tick(counter)
 
@@ -191,8 +203,9 @@ def draining_server(pod: Pod, app: Starlette, cfg: ServerConfig) -> uvicorn.Serv
     return DrainingServer(uvicorn_config(app, cfg))
 
 
-def run_server(pod: Pod, cfg: ServerConfig,
-               on_ready: Callable[[tuple[str, int], tuple[str, int] | None], None] | None = None) -> None:
+def run_server(
+    pod: Pod, cfg: ServerConfig, on_ready: Callable[[tuple[str, int], tuple[str, int] | None], None] | None = None
+) -> None:
     """Serve until SIGTERM/SIGINT; ``on_ready((host, port), probe (host, port) or None)`` once the
     app has started."""
     sock = _bind(cfg.host, cfg.port)
@@ -204,8 +217,15 @@ def run_server(pod: Pod, cfg: ServerConfig,
         probe_addr = probes.start()
 
     def started() -> None:
-        log_event("ready", host=addr[0], port=addr[1], build=pod.build.build_id, channel=pod.channel,
-                  follow=cfg.follow, probe_port=probe_addr[1] if probe_addr else None)
+        log_event(
+            "ready",
+            host=addr[0],
+            port=addr[1],
+            build=pod.build.build_id,
+            channel=pod.channel,
+            follow=cfg.follow,
+            probe_port=probe_addr[1] if probe_addr else None,
+        )
         if on_ready is not None:
             on_ready(addr, probe_addr)
 

@@ -27,9 +27,13 @@ def log_event(event: str, **fields: object) -> None:
 
 class _JsonHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
-        log_event("server", level=record.levelname.lower(), logger=record.name,
-                  message=clean_message(record.getMessage()),
-                  **({"kind": record.exc_info[0].__name__} if record.exc_info and record.exc_info[0] else {}))
+        log_event(
+            "server",
+            level=record.levelname.lower(),
+            logger=record.name,
+            message=clean_message(record.getMessage()),
+            **({"kind": record.exc_info[0].__name__} if record.exc_info and record.exc_info[0] else {}),
+        )
 
 
 def route_server_logs(level: int = logging.WARNING) -> None:

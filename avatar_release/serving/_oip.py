@@ -39,8 +39,10 @@ def check_model(pod: Pod, name: str) -> LoadedBuild:
     """The build served when ``name`` is its pipeline; else ``not_found`` (404), naming what is served."""
     build = pod.build
     if name != build.manifest.pipeline:
-        raise ServeError("not_found", f"no model {name[:100]!r} here; this pod serves {build.manifest.pipeline!r} "
-                                      f"(build {build.build_id})")
+        raise ServeError(
+            "not_found",
+            f"no model {name[:100]!r} here; this pod serves {build.manifest.pipeline!r} (build {build.build_id})",
+        )
     return build
 
 
@@ -61,67 +63,179 @@ def _inputs(build: LoadedBuild, limits: Limits) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in p.request_inputs():
         if i.kind == "image":
-            out.append({"name": "image", "datatype": "BYTES", "shape": [1], "parameters": {
-                "accepts": ACCEPTED_IMAGES, "optional": True,
-                "absent": "the sample picture" if i.required else "zeros (a black picture)",
-                "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
-                "fit": fits, "fit_default": _default("fit"), "max_pixels": limits.max_image_pixels}})
+            out.append(
+                {
+                    "name": "image",
+                    "datatype": "BYTES",
+                    "shape": [1],
+                    "parameters": {
+                        "accepts": ACCEPTED_IMAGES,
+                        "optional": True,
+                        "absent": "the sample picture" if i.required else "zeros (a black picture)",
+                        "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
+                        "fit": fits,
+                        "fit_default": _default("fit"),
+                        "max_pixels": limits.max_image_pixels,
+                    },
+                }
+            )
         elif i.kind == "audio":
-            out.append({"name": "audio", "datatype": "BYTES", "shape": [1], "parameters": {
-                "accepts": ACCEPTED_AUDIO, "optional": True,
-                "absent": "sample audio of `seconds`" if i.required else "silence of `seconds`",
-                "decoded": {"name": i.name, "datatype": "FP32", "shape": [-1], "sample_rate": i.sample_rate,
-                            "samples_per_frame": i.samples_per_frame},
-                "max_seconds": max_seconds(build, limits)}})
+            out.append(
+                {
+                    "name": "audio",
+                    "datatype": "BYTES",
+                    "shape": [1],
+                    "parameters": {
+                        "accepts": ACCEPTED_AUDIO,
+                        "optional": True,
+                        "absent": "sample audio of `seconds`" if i.required else "silence of `seconds`",
+                        "decoded": {
+                            "name": i.name,
+                            "datatype": "FP32",
+                            "shape": [-1],
+                            "sample_rate": i.sample_rate,
+                            "samples_per_frame": i.samples_per_frame,
+                        },
+                        "max_seconds": max_seconds(build, limits),
+                    },
+                }
+            )
         elif i.kind == "noise":
-            out.append({"name": "seed", "datatype": "INT64", "shape": [1], "parameters": {
-                "optional": True, "default": _default("seed"), "noise_input": i.name,
-                "noise_recipe": p.noise_recipe}})
+            out.append(
+                {
+                    "name": "seed",
+                    "datatype": "INT64",
+                    "shape": [1],
+                    "parameters": {
+                        "optional": True,
+                        "default": _default("seed"),
+                        "noise_input": i.name,
+                        "noise_recipe": p.noise_recipe,
+                    },
+                }
+            )
         elif i.kind == "text":
-            out.append({"name": i.name, "datatype": "BYTES", "shape": [1], "parameters": {
-                "optional": not i.required, "encoding": "utf-8", "max_bytes": i.shape[0],
-                "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)}}})
+            out.append(
+                {
+                    "name": i.name,
+                    "datatype": "BYTES",
+                    "shape": [1],
+                    "parameters": {
+                        "optional": not i.required,
+                        "encoding": "utf-8",
+                        "max_bytes": i.shape[0],
+                        "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
+                    },
+                }
+            )
         elif i.kind == "tensor":
-            out.append({"name": i.name, "datatype": _OIP_TYPES.get(i.dtype, i.dtype.upper()), "shape": list(i.shape),
-                        "parameters": {"optional": not i.required, "json": "nested arrays"}})
-    out.append({"name": "seconds", "datatype": "FP64", "shape": [1], "parameters": {
-        "optional": True, "default": _default("seconds"), "max": max_seconds(build, limits),
-        "used": "only when no audio is sent" if p.input_of("audio") is not None else "the request's length"}})
+            out.append(
+                {
+                    "name": i.name,
+                    "datatype": _OIP_TYPES.get(i.dtype, i.dtype.upper()),
+                    "shape": list(i.shape),
+                    "parameters": {"optional": not i.required, "json": "nested arrays"},
+                }
+            )
+    out.append(
+        {
+            "name": "seconds",
+            "datatype": "FP64",
+            "shape": [1],
+            "parameters": {
+                "optional": True,
+                "default": _default("seconds"),
+                "max": max_seconds(build, limits),
+                "used": "only when no audio is sent" if p.input_of("audio") is not None else "the request's length",
+            },
+        }
+    )
     return out
 
 
 # numpy dtype -> the Open Inference Protocol's tensor datatype
-_OIP_TYPES = {"bool": "BOOL", "uint8": "UINT8", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
-              "float16": "FP16", "bfloat16": "BF16", "float32": "FP32", "float64": "FP64"}
+_OIP_TYPES = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "bfloat16": "BF16",
+    "float32": "FP32",
+    "float64": "FP64",
+}
 
 
 def _outputs(build: LoadedBuild) -> list[dict[str, Any]]:
     p = build.manifest.program
     d = p.delivery()
     if d.kind == "audio":
-        return [{"name": "audio", "datatype": "BYTES", "shape": [1], "parameters": {
-            "content_type": "audio/wav", "route": "POST /render", "streamed": "16-bit mono PCM WAV, chunked",
-            "samples": {"name": d.outputs[0], "datatype": "FP32", "shape": [-1]}, "audio_sample_rate": d.sample_rate,
-            "samples_per_frame": d.samples_per_frame, "fps": p.fps}}]
+        return [
+            {
+                "name": "audio",
+                "datatype": "BYTES",
+                "shape": [1],
+                "parameters": {
+                    "content_type": "audio/wav",
+                    "route": "POST /render",
+                    "streamed": "16-bit mono PCM WAV, chunked",
+                    "samples": {"name": d.outputs[0], "datatype": "FP32", "shape": [-1]},
+                    "audio_sample_rate": d.sample_rate,
+                    "samples_per_frame": d.samples_per_frame,
+                    "fps": p.fps,
+                },
+            }
+        ]
     if d.kind == "tensors":
-        return [{"name": "tensors", "datatype": "BYTES", "shape": [1], "parameters": {
-            "content_type": "application/x-npz", "route": "POST /render",
-            "streamed": "one .npz after the last chunk, arrays named <output>/<chunk index>",
-            "outputs": list(d.outputs), "fps": p.fps}}]
+        return [
+            {
+                "name": "tensors",
+                "datatype": "BYTES",
+                "shape": [1],
+                "parameters": {
+                    "content_type": "application/x-npz",
+                    "route": "POST /render",
+                    "streamed": "one .npz after the last chunk, arrays named <output>/<chunk index>",
+                    "outputs": list(d.outputs),
+                    "fps": p.fps,
+                },
+            }
+        ]
     sound = "H.264 + AAC" if p.input_of("audio") is not None else "H.264, no audio track"
-    return [{"name": "video", "datatype": "BYTES", "shape": [1], "parameters": {
-        "content_type": "video/mp4", "route": "POST /render", "streamed": f"fragmented MP4 ({sound}), chunked",
-        "frames": {"name": p.deliver, "datatype": "UINT8", "shape": [-1, p.height, p.width, 3], "fps": p.fps},
-        "audio_sample_rate": p.sample_rate}}]
+    return [
+        {
+            "name": "video",
+            "datatype": "BYTES",
+            "shape": [1],
+            "parameters": {
+                "content_type": "video/mp4",
+                "route": "POST /render",
+                "streamed": f"fragmented MP4 ({sound}), chunked",
+                "frames": {"name": p.deliver, "datatype": "UINT8", "shape": [-1, p.height, p.width, 3], "fps": p.fps},
+                "audio_sample_rate": p.sample_rate,
+            },
+        }
+    ]
 
 
 def model_metadata(pod: Pod, build: LoadedBuild, limits: Limits) -> dict[str, Any]:
     """``GET /v2/models/{name}``: OIP's fields, then ours (which build exactly, where from, its shapes)."""
     m = build.manifest
-    return {"name": m.pipeline, "versions": [build.build_id], "platform": f"avatar-release/{m.platform.backend}",
-            "inputs": _inputs(build, limits), "outputs": _outputs(build),
-            "build_id": build.build_id, "digest": build.digest, "channel": pod.channel, "target": m.target,
-            "fps": m.program.fps, "buckets": {b.name: b.frames for b in m.buckets}}
+    return {
+        "name": m.pipeline,
+        "versions": [build.build_id],
+        "platform": f"avatar-release/{m.platform.backend}",
+        "inputs": _inputs(build, limits),
+        "outputs": _outputs(build),
+        "build_id": build.build_id,
+        "digest": build.digest,
+        "channel": pod.channel,
+        "target": m.target,
+        "fps": m.program.fps,
+        "buckets": {b.name: b.frames for b in m.buckets},
+    }
 
 
 def model_ready(pod: Pod, build: LoadedBuild) -> tuple[int, dict[str, Any]]:

@@ -30,14 +30,30 @@ __all__ = ["openapi_document", "RENDER_ERRORS", "RETRY_AFTER", "VIDEO_HEADERS"]
 
 # What POST /render can answer besides its video (the parser's, the admission's, the render's, the
 # protocol's per-address cap) and which of those come with Retry-After (``_app``).
-RENDER_ERRORS = ("invalid_json", "invalid_request", "invalid_image", "invalid_audio", "duration_too_long",
-                 "body_timeout", "body_too_large", "unsupported_media_type", "queue_full", "too_many_connections",
-                 "render_failed", "internal", "queue_timeout", "draining", "render_timeout")
+RENDER_ERRORS = (
+    "invalid_json",
+    "invalid_request",
+    "invalid_image",
+    "invalid_audio",
+    "duration_too_long",
+    "body_timeout",
+    "body_too_large",
+    "unsupported_media_type",
+    "queue_full",
+    "too_many_connections",
+    "render_failed",
+    "internal",
+    "queue_timeout",
+    "draining",
+    "render_timeout",
+)
 RETRY_AFTER = ("queue_full", "queue_timeout", "draining")
 # The streamed answer's headers (``_video``), beside Content-Type: video/mp4.
 VIDEO_HEADERS: dict[str, tuple[str, str]] = {
-    "X-Request-Id": ("string", "the request's X-Request-Id when it matches the pattern, else one the pod made; the "
-                               "pod's log line carries it"),
+    "X-Request-Id": (
+        "string",
+        "the request's X-Request-Id when it matches the pattern, else one the pod made; the pod's log line carries it",
+    ),
     "X-Build-Id": ("string", "the build that rendered this video (a build swap never changes a video half-way)"),
     "X-Frames": ("integer", "frames the whole video has"),
     "X-Compiles": ("integer", "XLA compiles the build has seen while serving (0 on a healthy pod)"),
@@ -66,8 +82,12 @@ def _errors(codes: Iterable[str], retry: Iterable[str] = ()) -> dict[str, dict[s
         schema = {"allOf": [_ref("Error"), {"properties": {"error": {"enum": cs}}}]}
         out[str(status)] = answer = _json(", ".join(cs), schema)
         if with_retry := [c for c in cs if c in retrying]:
-            answer["headers"] = {"Retry-After": {"description": f"seconds; sent with {', '.join(with_retry)}",
-                                                 "schema": {"type": "integer"}}}
+            answer["headers"] = {
+                "Retry-After": {
+                    "description": f"seconds; sent with {', '.join(with_retry)}",
+                    "schema": {"type": "integer"},
+                }
+            }
     return out
 
 
@@ -93,11 +113,17 @@ def _empty_body(build: LoadedBuild) -> str:
         return "an empty body renders the sample picture and audio (the sample face)"
     samples = {"image": "the sample picture", "audio": "sample audio of `seconds`"}
     parts = [samples[i.kind] for i in p.request_inputs() if i.kind in samples and i.required]
-    parts += [f"zeros for {i.name}" for i in p.request_inputs() if i.kind in ("image", "audio", "text", "tensor")
-              and not i.required]
+    parts += [
+        f"zeros for {i.name}"
+        for i in p.request_inputs()
+        if i.kind in ("image", "audio", "text", "tensor") and not i.required
+    ]
     need = [i.name for i in p.request_inputs() if i.kind in ("text", "tensor") and i.required]
-    return ("an empty body renders " + (", ".join(parts) or "`seconds` of video")
-            + (f"; {', '.join(need)} must be sent" if need else ""))
+    return (
+        "an empty body renders "
+        + (", ".join(parts) or "`seconds` of video")
+        + (f"; {', '.join(need)} must be sent" if need else "")
+    )
 
 
 def _request_schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, Any]]:
@@ -114,47 +140,95 @@ def _request_schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, 
         if field in props:
             props[field]["description"] += f" ({_MEDIA[kind]})"
     form_props: dict[str, Any] = {
-        name: {"type": "string", "contentMediaType": "application/octet-stream",
-               "description": f"the {name} file ({_MEDIA[name]}); " + props[f"{name}_b64"]["description"].split("; ")[-1]
-                              .split(" (")[0]}
-        for name in _files(build)}
+        name: {
+            "type": "string",
+            "contentMediaType": "application/octet-stream",
+            "description": f"the {name} file ({_MEDIA[name]}); "
+            + props[f"{name}_b64"]["description"].split("; ")[-1].split(" (")[0],
+        }
+        for name in _files(build)
+    }
     form_props.update({k: v for k, v in props.items() if k not in MEDIA_FIELDS})
-    form = {"type": "object", "properties": form_props, "additionalProperties": False,
-            "description": f"files {', '.join(_files(build)) or '(none)'} and text fields; at most "
-                           f"{limits.max_form_parts} parts"}
+    form = {
+        "type": "object",
+        "properties": form_props,
+        "additionalProperties": False,
+        "description": f"files {', '.join(_files(build)) or '(none)'} and text fields; at most "
+        f"{limits.max_form_parts} parts",
+    }
     return {**defs, "RenderRequest": body, "RenderForm": form}
 
 
 def _schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, Any]]:
     string, integer = {"type": "string"}, {"type": "integer"}
-    tensor = {"type": "object", "required": ["name", "datatype", "shape"],
-              "properties": {"name": string, "datatype": string, "shape": {"type": "array", "items": integer},
-                             "parameters": {"type": "object"}}}
+    tensor = {
+        "type": "object",
+        "required": ["name", "datatype", "shape"],
+        "properties": {
+            "name": string,
+            "datatype": string,
+            "shape": {"type": "array", "items": integer},
+            "parameters": {"type": "object"},
+        },
+    }
     versions = {"type": "array", "items": string, "minItems": 1, "maxItems": 1}
-    model = {"type": "object",
-             "required": ["name", "versions", "platform", "inputs", "outputs", "build_id", "digest", "channel",
-                          "target", "fps", "buckets"],
-             "properties": {"name": string, "versions": versions, "platform": string,
-                            "inputs": {"type": "array", "items": _ref("MetadataTensor")},
-                            "outputs": {"type": "array", "items": _ref("MetadataTensor")},
-                            "build_id": string, "digest": string, "channel": string, "target": string,
-                            "fps": integer, "buckets": {"type": "object", "additionalProperties": integer}}}
+    model = {
+        "type": "object",
+        "required": [
+            "name",
+            "versions",
+            "platform",
+            "inputs",
+            "outputs",
+            "build_id",
+            "digest",
+            "channel",
+            "target",
+            "fps",
+            "buckets",
+        ],
+        "properties": {
+            "name": string,
+            "versions": versions,
+            "platform": string,
+            "inputs": {"type": "array", "items": _ref("MetadataTensor")},
+            "outputs": {"type": "array", "items": _ref("MetadataTensor")},
+            "build_id": string,
+            "digest": string,
+            "channel": string,
+            "target": string,
+            "fps": integer,
+            "buckets": {"type": "object", "additionalProperties": integer},
+        },
+    }
     return {
         **_request_schemas(build, limits),
-        "Error": {"type": "object", "required": ["error", "message"], "additionalProperties": False,
-                  "properties": {"error": {"enum": list(CODES)}, "message": string}},
+        "Error": {
+            "type": "object",
+            "required": ["error", "message"],
+            "additionalProperties": False,
+            "properties": {"error": {"enum": list(CODES)}, "message": string},
+        },
         "Live": {"type": "object", "required": ["live"], "properties": {"live": {"const": True}}},
         "Ready": {"type": "object", "required": ["ready"], "properties": {"ready": {"type": "boolean"}}},
-        "Readyz": {"type": "object", "required": ["ready", "build_id", "digest"],
-                   "properties": {"ready": {"const": True}, "build_id": string, "digest": string}},
+        "Readyz": {
+            "type": "object",
+            "required": ["ready", "build_id", "digest"],
+            "properties": {"ready": {"const": True}, "build_id": string, "digest": string},
+        },
         "Health": {"type": "object", "description": "build, compiles, timings, queue and channel-follow state"},
-        "ServerMetadata": {"type": "object", "required": ["name", "version", "extensions"],
-                           "properties": {"name": string, "version": string,
-                                          "extensions": {"type": "array", "items": string}}},
+        "ServerMetadata": {
+            "type": "object",
+            "required": ["name", "version", "extensions"],
+            "properties": {"name": string, "version": string, "extensions": {"type": "array", "items": string}},
+        },
         "MetadataTensor": tensor,
         "ModelMetadata": model,
-        "ModelReady": {"type": "object", "required": ["name", "versions", "ready"],
-                       "properties": {"name": string, "versions": versions, "ready": {"type": "boolean"}}},
+        "ModelReady": {
+            "type": "object",
+            "required": ["name", "versions", "ready"],
+            "properties": {"name": string, "versions": versions, "ready": {"type": "boolean"}},
+        },
     }
 
 
@@ -162,33 +236,50 @@ def _answer(build: LoadedBuild) -> tuple[str, str]:
     """(content type, description) of what /render answers, by the build's declared delivery."""
     d = build.manifest.program.delivery()
     if d.kind == "audio":
-        return CONTENT_TYPES["audio"], (f"16-bit mono PCM WAV at {d.sample_rate} Hz ({d.samples_per_frame} samples "
-                                        "per frame), header first, then each chunk's samples as it completes")
+        return CONTENT_TYPES["audio"], (
+            f"16-bit mono PCM WAV at {d.sample_rate} Hz ({d.samples_per_frame} samples "
+            "per frame), header first, then each chunk's samples as it completes"
+        )
     if d.kind == "tensors":
-        return CONTENT_TYPES["tensors"], (f"an .npz (numpy.load) of every chunk's {', '.join(d.outputs)}, named "
-                                          "<output>/<chunk index>, sent whole after the last chunk")
+        return CONTENT_TYPES["tensors"], (
+            f"an .npz (numpy.load) of every chunk's {', '.join(d.outputs)}, named "
+            "<output>/<chunk index>, sent whole after the last chunk"
+        )
     return CONTENT_TYPES["video"], "fragmented MP4 (H.264 + AAC), sent chunked as chunks complete"
 
 
 def _render(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
     media, what = _answer(build)
-    video = {"description": f"{what}; an error after the first bytes cuts the body short (the pod's log says why)",
-             "headers": {name: {"description": text, "schema": {"type": kind}}
-                         for name, (kind, text) in VIDEO_HEADERS.items()},
-             "content": {media: {"schema": {"type": "string", "contentMediaType": media}}}}
+    video = {
+        "description": f"{what}; an error after the first bytes cuts the body short (the pod's log says why)",
+        "headers": {
+            name: {"description": text, "schema": {"type": kind}} for name, (kind, text) in VIDEO_HEADERS.items()
+        },
+        "content": {media: {"schema": {"type": "string", "contentMediaType": media}}},
+    }
     return {
         "operationId": "render",
         "summary": f"render {_what(build)} with build {build.build_id}",
-        "parameters": [{"name": "X-Request-Id", "in": "header", "required": False,
-                        "schema": {"type": "string", "pattern": REQUEST_ID.pattern}}],
+        "parameters": [
+            {
+                "name": "X-Request-Id",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "pattern": REQUEST_ID.pattern},
+            }
+        ],
         "requestBody": {
             "required": False,
             "description": f"at most {limits.max_body} bytes (413 past it), arriving within {limits.body_timeout:g} "
-                           f"s (408); {_empty_body(build)}",
-            "content": {"application/json": {"schema": _ref("RenderRequest")},
-                        "multipart/form-data": {"schema": _ref("RenderForm"),
-                                                "encoding": {name: {"contentType": "application/octet-stream"}
-                                                             for name in _files(build)}}}},
+            f"s (408); {_empty_body(build)}",
+            "content": {
+                "application/json": {"schema": _ref("RenderRequest")},
+                "multipart/form-data": {
+                    "schema": _ref("RenderForm"),
+                    "encoding": {name: {"contentType": "application/octet-stream"} for name in _files(build)},
+                },
+            },
+        },
         "responses": {"200": video, **_errors(RENDER_ERRORS, RETRY_AFTER)},
     }
 
@@ -200,39 +291,71 @@ def _get(op: str, summary: str, responses: dict[str, Any], **more: Any) -> dict[
 def openapi_document(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
     """The document for the build served now and the app's limits (both shape ``/render``)."""
     m = build.manifest
-    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"},
-            "description": "the pipeline served", "example": m.pipeline}
+    name = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "the pipeline served",
+        "example": m.pipeline,
+    }
     not_found = _errors(["not_found"])
     return {
         "openapi": "3.1.0",
-        "info": {"title": "avatar-release pod", "version": __version__,
-                 "description": f"Serves build {build.build_id} of pipeline {m.pipeline} (target {m.target}). "
-                                "Every answer that is not a video is JSON {error, message}; any route answers "
-                                "405 method_not_allowed to another method, an unknown path 404 not_found."},
+        "info": {
+            "title": "avatar-release pod",
+            "version": __version__,
+            "description": f"Serves build {build.build_id} of pipeline {m.pipeline} (target {m.target}). "
+            "Every answer that is not a video is JSON {error, message}; any route answers "
+            "405 method_not_allowed to another method, an unknown path 404 not_found.",
+        },
         "x-build": {"build_id": build.build_id, "digest": build.digest, "pipeline": m.pipeline, "target": m.target},
         "paths": {
             "/render": {"post": _render(build, limits)},
             "/livez": _get("livez", "200 while the process serves HTTP", {"200": _json("live", _ref("Live"))}),
-            "/readyz": _get("readyz", "200 once verified, loaded and warm with 0 compiles, and not draining",
-                            {"200": _json("ready", _ref("Readyz")), **_errors(["draining", "not_ready"])}),
+            "/readyz": _get(
+                "readyz",
+                "200 once verified, loaded and warm with 0 compiles, and not draining",
+                {"200": _json("ready", _ref("Readyz")), **_errors(["draining", "not_ready"])},
+            ),
             "/healthz": _get("healthz", "the detailed state", {"200": _json("state", _ref("Health"))}),
-            "/metrics": _get("metrics", "Prometheus metrics (avatar_serve_*)", {"200": {
-                "description": "Prometheus text exposition",
-                "content": {"text/plain": {"schema": {"type": "string"}}}}}),
+            "/metrics": _get(
+                "metrics",
+                "Prometheus metrics (avatar_serve_*)",
+                {
+                    "200": {
+                        "description": "Prometheus text exposition",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            ),
             "/openapi.json": _get("openapi", "this document", {"200": _json("OpenAPI 3.1", {"type": "object"})}),
-            "/v2": _get("serverMetadata", "Open Inference Protocol server metadata",
-                        {"200": _json("server", _ref("ServerMetadata"))}),
-            "/v2/health/live": _get("serverLive", "OIP liveness (as /livez)",
-                                    {"200": _json("live", _ref("Live"))}),
-            "/v2/health/ready": _get("serverReady", "OIP readiness (as /readyz)",
-                                     {"200": _json("ready", _ref("Ready")),
-                                      "503": _json("not ready: draining, or compiled while serving", _ref("Ready"))}),
-            "/v2/models/{name}": _get("modelMetadata", "OIP model metadata: the build served and what /render takes",
-                                      {"200": _json("model", _ref("ModelMetadata")), **not_found}, parameters=[name]),
-            "/v2/models/{name}/ready": _get("modelReady", "OIP model readiness (as /readyz)",
-                                            {"200": _json("ready", _ref("ModelReady")),
-                                             "503": _json("not ready", _ref("ModelReady")), **not_found},
-                                            parameters=[name]),
+            "/v2": _get(
+                "serverMetadata",
+                "Open Inference Protocol server metadata",
+                {"200": _json("server", _ref("ServerMetadata"))},
+            ),
+            "/v2/health/live": _get("serverLive", "OIP liveness (as /livez)", {"200": _json("live", _ref("Live"))}),
+            "/v2/health/ready": _get(
+                "serverReady",
+                "OIP readiness (as /readyz)",
+                {
+                    "200": _json("ready", _ref("Ready")),
+                    "503": _json("not ready: draining, or compiled while serving", _ref("Ready")),
+                },
+            ),
+            "/v2/models/{name}": _get(
+                "modelMetadata",
+                "OIP model metadata: the build served and what /render takes",
+                {"200": _json("model", _ref("ModelMetadata")), **not_found},
+                parameters=[name],
+            ),
+            "/v2/models/{name}/ready": _get(
+                "modelReady",
+                "OIP model readiness (as /readyz)",
+                {"200": _json("ready", _ref("ModelReady")), "503": _json("not ready", _ref("ModelReady")), **not_found},
+                parameters=[name],
+            ),
         },
         "components": {"schemas": _schemas(build, limits)},
     }

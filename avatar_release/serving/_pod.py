@@ -24,10 +24,10 @@ from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..records import Manifest
 from ..registry import Registry, Resolved
-from ..runtime import LoadedBuild, TrustConfig, load, PaceTally, pace_of, resolve_channel, revocation_keys, stream
-from ..trust.state_pod import StateExpired
+from ..runtime import LoadedBuild, PaceTally, TrustConfig, load, pace_of, resolve_channel, revocation_keys, stream
 from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
+from ..trust.state_pod import StateExpired
 from ._errors import clean_message
 from ._log import log_event
 from ._metrics import Metrics
@@ -44,13 +44,19 @@ def warm_up(build: LoadedBuild) -> float:
     before = build.guard.count
     image, audio = p.input_of("image"), p.input_of("audio")
     values = {i.name: np.zeros(i.shape, np_dtype(i.dtype)) for i in p.request_inputs() if i.kind in ("text", "tensor")}
-    for _ in stream(build, None if image is None else sample_image(image.shape[0], image.shape[1]),
-                    None if audio is None else sample_audio(frames / p.fps, sample_rate=audio.sample_rate),
-                    frames=frames, values=values):
+    for _ in stream(
+        build,
+        None if image is None else sample_image(image.shape[0], image.shape[1]),
+        None if audio is None else sample_audio(frames / p.fps, sample_rate=audio.sample_rate),
+        frames=frames,
+        values=values,
+    ):
         pass
     if build.guard.count > before:
-        raise RecompileError(f"warm-up of build {build.build_id} compiled {build.guard.count - before} time(s): "
-                             "not ready", build.guard.events[before:])
+        raise RecompileError(
+            f"warm-up of build {build.build_id} compiled {build.guard.count - before} time(s): not ready",
+            build.guard.events[before:],
+        )
     return time.perf_counter() - t0
 
 
@@ -70,8 +76,16 @@ class FollowState:
 
 
 class Pod:
-    def __init__(self, registry: Registry, channel: str, build: LoadedBuild, *, trust: TrustConfig | None = None,
-                 warm_seconds: float = 0.0, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        registry: Registry,
+        channel: str,
+        build: LoadedBuild,
+        *,
+        trust: TrustConfig | None = None,
+        warm_seconds: float = 0.0,
+        metrics: Metrics | None = None,
+    ):
         self.registry = registry
         self.channel = channel
         self.trust = trust
@@ -104,16 +118,31 @@ class Pod:
 
     def health(self) -> dict[str, Any]:
         b, t = self.build, self.build.timings
-        return {"ready": self.ready, "draining": self.draining, "channel": self.channel, "build_id": b.build_id,
-                "digest": b.digest, "compiles": b.guard.count, "requests": self.requests,
-                "load_seconds": round(t.total(), 4), "load": t.to_json(),
-                "warm_chunk_seconds": round(self.warm_seconds, 4),
-                "fps": b.manifest.program.fps, "buckets": {x.name: x.frames for x in b.manifest.buckets},
-                "deadline": self.deadline_report(),
-                "follow": {"swaps": self.follow.swaps, "last_check": self.follow.last_check,
-                           "last_result": self.follow.last_result, "refused_digest": self.follow.refused_digest,
-                           "refused_reason": self.follow.refused_reason, "revoked": self.follow.revoked,
-                           "stale": self.follow.stale, "signed": self.follow.verified}}
+        return {
+            "ready": self.ready,
+            "draining": self.draining,
+            "channel": self.channel,
+            "build_id": b.build_id,
+            "digest": b.digest,
+            "compiles": b.guard.count,
+            "requests": self.requests,
+            "load_seconds": round(t.total(), 4),
+            "load": t.to_json(),
+            "warm_chunk_seconds": round(self.warm_seconds, 4),
+            "fps": b.manifest.program.fps,
+            "buckets": {x.name: x.frames for x in b.manifest.buckets},
+            "deadline": self.deadline_report(),
+            "follow": {
+                "swaps": self.follow.swaps,
+                "last_check": self.follow.last_check,
+                "last_result": self.follow.last_result,
+                "refused_digest": self.follow.refused_digest,
+                "refused_reason": self.follow.refused_reason,
+                "revoked": self.follow.revoked,
+                "stale": self.follow.stale,
+                "signed": self.follow.verified,
+            },
+        }
 
     # ---------------------------------------------------------------------------- following
     def check_channel(self, *, retry_refused: bool = False) -> str:
@@ -136,8 +165,10 @@ class Pod:
             self.follow.verified = verified.to_json()
             self.metrics.trust_fresh.set(1)
             if verified.revoked is not None and resolved.digest == self.build.digest:
-                self._flag_revoked(f"revoked by {verified.revoked.get('by', '?')} at {verified.revoked.get('at', '?')} "
-                                   f"(signed release state): {verified.revoked.get('reason', '')}")
+                self._flag_revoked(
+                    f"revoked by {verified.revoked.get('by', '?')} at {verified.revoked.get('at', '?')} "
+                    f"(signed release state): {verified.revoked.get('reason', '')}"
+                )
                 return self._result("unchanged")
         if resolved.digest == self.build.digest:
             self._check_served_revoked()
@@ -153,8 +184,13 @@ class Pod:
             self.follow.refused_digest = resolved.digest
             self.follow.refused_reason = clean_message(f"{type(exc).__name__}: {exc}")
             self.metrics.swaps.labels("revoked" if isinstance(exc, Revoked) else "refused").inc()
-            log_event("swap_refused", channel=self.channel, serving=self.build.build_id, digest=resolved.digest,
-                      reason=self.follow.refused_reason)
+            log_event(
+                "swap_refused",
+                channel=self.channel,
+                serving=self.build.build_id,
+                digest=resolved.digest,
+                reason=self.follow.refused_reason,
+            )
             return self._result("refused")
         with self.device_lock:
             old, self.build, self.warm_seconds = self.build, new, warm
@@ -163,8 +199,15 @@ class Pod:
         self.metrics.revoked.set(0)
         self.metrics.swaps.labels("swapped").inc()
         self.metrics.set_build(new, self.channel)
-        log_event("swapped", channel=self.channel, old=old.build_id, new=new.build_id, digest=new.digest,
-                  warm_chunk_seconds=round(warm, 4), load_seconds=round(new.timings.total(), 4))
+        log_event(
+            "swapped",
+            channel=self.channel,
+            old=old.build_id,
+            new=new.build_id,
+            digest=new.digest,
+            warm_chunk_seconds=round(warm, 4),
+            load_seconds=round(new.timings.total(), 4),
+        )
         return self._result("swapped")
 
     def _check_served_revoked(self) -> None:
@@ -211,7 +254,9 @@ class Pod:
                     self.check_channel(retry_refused=woken)
                 except Exception as exc:  # a registry hiccup: keep serving, try again next poll
                     self.follow.last_result = "error"
-                    log_event("follow_error", channel=self.channel, reason=clean_message(f"{type(exc).__name__}: {exc}"))
+                    log_event(
+                        "follow_error", channel=self.channel, reason=clean_message(f"{type(exc).__name__}: {exc}")
+                    )
 
         t = threading.Thread(target=loop, name="channel-follow", daemon=True)
         t.start()
@@ -230,8 +275,9 @@ def follow_wait(poll_seconds: float, rng: random.Random) -> float:
     return poll_seconds * rng.uniform(1.0 - FOLLOW_JITTER, 1.0 + FOLLOW_JITTER)
 
 
-def _load(registry: Registry, ref: str, resolved: Resolved, trust: TrustConfig | None,
-          serving: LoadedBuild | None = None) -> LoadedBuild:
+def _load(
+    registry: Registry, ref: str, resolved: Resolved, trust: TrustConfig | None, serving: LoadedBuild | None = None
+) -> LoadedBuild:
     # With a trust key or root the channel is loaded by name (its signed statement, or the signed
     # release state, is checked); without, the digest resolved here is what every fetch uses.
     # A swap (``serving``): the programs and weights the new build shares byte for byte with the
@@ -244,8 +290,14 @@ def _load(registry: Registry, ref: str, resolved: Resolved, trust: TrustConfig |
 Prepare = Callable[[Registry, str], tuple[Resolved, Manifest]]
 
 
-def start_pod(registry: Registry, ref: str, *, trust: TrustConfig | None = None, prepare: Prepare | None = None,
-              metrics: Metrics | None = None) -> Pod:
+def start_pod(
+    registry: Registry,
+    ref: str,
+    *,
+    trust: TrustConfig | None = None,
+    prepare: Prepare | None = None,
+    metrics: Metrics | None = None,
+) -> Pod:
     """A pod ready to serve ``ref``: devices prepared for the build, verified (and its signed
     statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles."""
     resolved, _ = prepare(registry, ref) if prepare else resolve_channel(registry, ref, trust)[:2]

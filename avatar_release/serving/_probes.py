@@ -66,8 +66,7 @@ def probe(pod: Pod, path: str) -> tuple[int, dict[str, object]]:
     if path == "/v2/health/ready":
         status, _ = readiness(pod)
         return status, {"ready": status == 200}
-    return 404, {"error": "not_found",
-                 "message": f"the probe port answers {', '.join(PROBE_PATHS)}, not {path[:100]}"}
+    return 404, {"error": "not_found", "message": f"the probe port answers {', '.join(PROBE_PATHS)}, not {path[:100]}"}
 
 
 class ClientCaps:
@@ -129,8 +128,16 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 
 
 class ProbeServer:
-    def __init__(self, pod: Pod, host: str, port: int, *, per_client: int = 8, max_connections: int = 256,
-                 header_timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        pod: Pod,
+        host: str,
+        port: int,
+        *,
+        per_client: int = 8,
+        max_connections: int = 256,
+        header_timeout: float = 2.0,
+    ) -> None:
         self.pod, self.host, self.port = pod, host, port
         self.caps = ClientCaps(per_client)
         self.max_connections = max_connections
@@ -152,7 +159,8 @@ class ProbeServer:
             tarpit = self._tarpit = Tarpit(loop)
             try:
                 server = self._server = loop.run_until_complete(
-                    asyncio.start_server(self._handle, self.host, self.port, limit=8192, backlog=512))
+                    asyncio.start_server(self._handle, self.host, self.port, limit=8192, backlog=512)
+                )
                 self.address = server.sockets[0].getsockname()[:2]
             except BaseException as e:  # noqa: BLE001 - reported to start() below
                 failed.append(e)
@@ -195,15 +203,25 @@ class ProbeServer:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout)
             parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
             method, path = parts[0], (parts[1] if len(parts) > 1 else "").split("?", 1)[0]
-            status, doc = probe(self.pod, path) if method in ("GET", "HEAD") else (
-                405, {"error": "method_not_allowed", "message": "probes are GET"})
+            status, doc = (
+                probe(self.pod, path)
+                if method in ("GET", "HEAD")
+                else (405, {"error": "method_not_allowed", "message": "probes are GET"})
+            )
             body = json.dumps(doc).encode()
-            writer.write(f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: application/json\r\n"
-                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                         + (body if method != "HEAD" else b""))
+            writer.write(
+                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + (body if method != "HEAD" else b"")
+            )
             await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError,
-                UnicodeDecodeError):
+        except (
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            UnicodeDecodeError,
+        ):
             pass  # a slow, oversized or broken request: closed without an answer
         finally:
             self.caps.release(peer)

@@ -35,8 +35,14 @@ class RenderJob:
     ``on_finish()`` runs on ``loop`` once the started thread ends, whatever ended it (the app's
     turn passes it the accelerator slot's release); a job never started never calls it."""
 
-    def __init__(self, pod: Pod, build: LoadedBuild, inputs: RenderInputs, loop: asyncio.AbstractEventLoop,
-                 on_finish: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        pod: Pod,
+        build: LoadedBuild,
+        inputs: RenderInputs,
+        loop: asyncio.AbstractEventLoop,
+        on_finish: Callable[[], None],
+    ) -> None:
         self.pod, self.build, self.inputs, self._loop, self._on_finish = pod, build, inputs, loop, on_finish
         self.events: asyncio.Queue = asyncio.Queue()
         self.pace = pace_of(build.manifest)  # what a chunk over its playback time means for this build here
@@ -53,7 +59,7 @@ class RenderJob:
         self.keyframes = sorted(set(self.keyframes))
         self._thread = threading.Thread(target=self._run, name="render", daemon=True)
 
-    def start(self) -> "RenderJob":
+    def start(self) -> RenderJob:
         self._thread.start()
         return self
 
@@ -73,16 +79,32 @@ class RenderJob:
                 m.in_flight.inc()
                 try:
                     if d.kind == "audio":
-                        enc = WavEncoder(sample_rate=d.sample_rate, samples=self.n_frames * d.samples_per_frame,
-                                         on_bytes=lambda b: self._put("bytes", b))
+                        enc = WavEncoder(
+                            sample_rate=d.sample_rate,
+                            samples=self.n_frames * d.samples_per_frame,
+                            on_bytes=lambda b: self._put("bytes", b),
+                        )
                     elif d.kind == "tensors":
                         enc = NpzEncoder(on_bytes=lambda b: self._put("bytes", b))
                     else:
-                        enc = FragmentEncoder(width=p.width, height=p.height, fps=p.fps, audio=self.inputs.audio,
-                                              sample_rate=p.sample_rate, n_frames=self.n_frames,
-                                              keyframes=self.keyframes, on_bytes=lambda b: self._put("bytes", b))
-                    for chunk in stream(self.build, self.inputs.image, self.inputs.audio, seed=self.inputs.seed,
-                                        frames=self.inputs.frames, values=self.inputs.values):
+                        enc = FragmentEncoder(
+                            width=p.width,
+                            height=p.height,
+                            fps=p.fps,
+                            audio=self.inputs.audio,
+                            sample_rate=p.sample_rate,
+                            n_frames=self.n_frames,
+                            keyframes=self.keyframes,
+                            on_bytes=lambda b: self._put("bytes", b),
+                        )
+                    for chunk in stream(
+                        self.build,
+                        self.inputs.image,
+                        self.inputs.audio,
+                        seed=self.inputs.seed,
+                        frames=self.inputs.frames,
+                        values=self.inputs.values,
+                    ):
                         self._account(chunk)
                         if isinstance(enc, FragmentEncoder):
                             enc.write(chunk.frames)

@@ -44,8 +44,18 @@ from ._errors import ServeError
 if TYPE_CHECKING:
     from starlette.types import Message
 
-__all__ = ["Limits", "RenderRequest", "RenderInputs", "FORM_FILES", "MEDIA_FIELDS", "REQUEST_ID", "read_body",
-           "parse_request", "decode_inputs", "request_model"]
+__all__ = [
+    "Limits",
+    "RenderRequest",
+    "RenderInputs",
+    "FORM_FILES",
+    "MEDIA_FIELDS",
+    "REQUEST_ID",
+    "read_body",
+    "parse_request",
+    "decode_inputs",
+    "request_model",
+]
 
 # The multipart body's file parts; a JSON body sends the same media base64 in MEDIA_FIELDS, which a
 # multipart body may not use. The OpenAPI document (``_openapi``) reads both from here.
@@ -76,22 +86,35 @@ class RenderRequest(BaseModel):
     seconds: float = Field(1.0, gt=0, description="length of the sample audio when no audio is sent")
     seed: int = Field(0, ge=0, lt=2**63, description="noise seed (builds with the seeded recipe)")
     fit: Literal["cover", "contain", "exact"] = Field(
-        "cover", description="how a picture of another shape meets the build's size: cropped (cover), padded "
-                             "(contain) or stretched (exact)")
-    image_b64: str | None = Field(None, description="the reference picture, base64; the sample picture when absent",
-                                  json_schema_extra={"contentEncoding": "base64"})
-    audio_b64: str | None = Field(None, description="the speech track, base64; sample audio of `seconds` when absent",
-                                  json_schema_extra={"contentEncoding": "base64"})
+        "cover",
+        description="how a picture of another shape meets the build's size: cropped (cover), padded "
+        "(contain) or stretched (exact)",
+    )
+    image_b64: str | None = Field(
+        None,
+        description="the reference picture, base64; the sample picture when absent",
+        json_schema_extra={"contentEncoding": "base64"},
+    )
+    audio_b64: str | None = Field(
+        None,
+        description="the speech track, base64; sample audio of `seconds` when absent",
+        json_schema_extra={"contentEncoding": "base64"},
+    )
     # older keys, read as image_b64 / audio_b64
-    image_png_b64: str | None = Field(None, description="older name of image_b64",
-                                      json_schema_extra={"contentEncoding": "base64", "deprecated": True})
-    audio_wav_b64: str | None = Field(None, description="older name of audio_b64",
-                                      json_schema_extra={"contentEncoding": "base64", "deprecated": True})
+    image_png_b64: str | None = Field(
+        None, description="older name of image_b64", json_schema_extra={"contentEncoding": "base64", "deprecated": True}
+    )
+    audio_wav_b64: str | None = Field(
+        None, description="older name of audio_b64", json_schema_extra={"contentEncoding": "base64", "deprecated": True}
+    )
 
 
 def _is_talking_head(p: ChunkProgram) -> bool:
-    return (p.talking_head and p.input_of("noise") is not None
-            and not any(i.kind in ("text", "tensor") for i in p.request_inputs()))
+    return (
+        p.talking_head
+        and p.input_of("noise") is not None
+        and not any(i.kind in ("text", "tensor") for i in p.request_inputs())
+    )
 
 
 def request_model(program: ChunkProgram) -> type[BaseModel]:
@@ -100,31 +123,56 @@ def request_model(program: ChunkProgram) -> type[BaseModel]:
     if _is_talking_head(program):
         return RenderRequest
     base = RenderRequest.model_fields
-    fields: dict[str, Any] = {"seconds": (float, Field(1.0, gt=0, description="length of the request (seconds x "
-                                                                       f"{program.fps} fps frames)" +
-                                                       ("; the audio's length when audio is sent"
-                                                        if program.input_of("audio") else "")))}
+    fields: dict[str, Any] = {
+        "seconds": (
+            float,
+            Field(
+                1.0,
+                gt=0,
+                description="length of the request (seconds x "
+                f"{program.fps} fps frames)"
+                + ("; the audio's length when audio is sent" if program.input_of("audio") else ""),
+            ),
+        )
+    }
     if program.input_of("noise") is not None:
         fields["seed"] = (int, base["seed"])
     if (image := program.input_of("image")) is not None:
         absent = "the sample picture" if image.required else "zeros (a black picture)"
         fields["fit"] = (Literal["cover", "contain", "exact"], base["fit"])
-        for key, what in (("image_b64", f"the image input {image.name!r} ({image.shape[0]} x {image.shape[1]}), "
-                                        f"base64; {absent} when absent"), ("image_png_b64", "older name of image_b64")):
+        for key, what in (
+            (
+                "image_b64",
+                f"the image input {image.name!r} ({image.shape[0]} x {image.shape[1]}), base64; {absent} when absent",
+            ),
+            ("image_png_b64", "older name of image_b64"),
+        ):
             fields[key] = (str | None, Field(None, description=what, json_schema_extra=base[key].json_schema_extra))
     if (audio := program.input_of("audio")) is not None:
         absent = "sample audio of `seconds`" if audio.required else "silence of `seconds`"
-        for key, what in (("audio_b64", f"the audio input {audio.name!r} (mono at {audio.sample_rate} Hz), base64; "
-                                        f"{absent} when absent"), ("audio_wav_b64", "older name of audio_b64")):
+        for key, what in (
+            (
+                "audio_b64",
+                f"the audio input {audio.name!r} (mono at {audio.sample_rate} Hz), base64; {absent} when absent",
+            ),
+            ("audio_wav_b64", "older name of audio_b64"),
+        ):
             fields[key] = (str | None, Field(None, description=what, json_schema_extra=base[key].json_schema_extra))
     for i in program.request_inputs():
         need = "required" if i.required else "optional: zeros when absent"
         if i.kind == "text":
-            fields[i.name] = (str | None, Field(None, description=f"the text input {i.name!r}: at most {i.shape[0]} "
-                                                                 f"bytes of UTF-8 ({need})"))
+            fields[i.name] = (
+                str | None,
+                Field(None, description=f"the text input {i.name!r}: at most {i.shape[0]} bytes of UTF-8 ({need})"),
+            )
         elif i.kind == "tensor":
-            fields[i.name] = (list[Any] | None, Field(None, description=f"the tensor input {i.name!r}: {i.dtype} "
-                                                                       f"{list(i.shape)} as nested arrays ({need})"))
+            fields[i.name] = (
+                list[Any] | None,
+                Field(
+                    None,
+                    description=f"the tensor input {i.name!r}: {i.dtype} {list(i.shape)} as nested arrays ({need})",
+                ),
+            )
     return create_model("RenderRequest", __config__=RenderRequest.model_config, **fields)
 
 
@@ -155,14 +203,15 @@ async def read_body(receive_stream: AsyncIterable[bytes], content_length: str | 
         async for piece in receive_stream:
             n += len(piece)
             if n > limits.max_body:
-                raise ServeError("body_too_large", f"body past {limits.max_body} bytes; this pod takes at most "
-                                                   f"{limits.max_body}")
+                raise ServeError(
+                    "body_too_large", f"body past {limits.max_body} bytes; this pod takes at most {limits.max_body}"
+                )
             parts.append(piece)
         return b"".join(parts)
 
     try:
         return await asyncio.wait_for(read(), limits.body_timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ServeError("body_timeout", f"the body did not arrive within {limits.body_timeout:g} s") from None
 
 
@@ -179,8 +228,9 @@ def _model(doc: dict[str, Any], *, strict: bool, model: type[BaseModel] = Render
         raise ServeError("invalid_request", f"{field}: {first['msg']} ({len(exc.errors())} problem(s))") from None
 
 
-async def parse_request(content_type: str, body: bytes, limits: Limits, model: type[BaseModel] = RenderRequest
-                        ) -> tuple[Any, bytes | None, bytes | None]:
+async def parse_request(
+    content_type: str, body: bytes, limits: Limits, model: type[BaseModel] = RenderRequest
+) -> tuple[Any, bytes | None, bytes | None]:
     """(fields, image bytes, audio bytes) from a JSON or multipart body; ``model``: the build's
     (:func:`request_model`)."""
     ctype = (content_type or "application/json").split(";")[0].strip().lower()
@@ -188,14 +238,17 @@ async def parse_request(content_type: str, body: bytes, limits: Limits, model: t
         return await _parse_multipart(content_type, body, limits, model)
     # JSON only when the request says JSON (or says nothing): a form or text body is not parsed as JSON.
     if ctype not in ("application/json", "") and not (ctype.startswith("application/") and ctype.endswith("+json")):
-        raise ServeError("unsupported_media_type", f"content type {ctype!r}; send application/json or "
-                                                   "multipart/form-data")
+        raise ServeError(
+            "unsupported_media_type", f"content type {ctype!r}; send application/json or multipart/form-data"
+        )
     try:
         doc = json.loads(body or b"{}", parse_constant=_no_constants)
     except ServeError:
         raise
     except (ValueError, RecursionError) as exc:
-        raise ServeError("invalid_json", f"body is not JSON ({type(exc).__name__} at {getattr(exc, 'pos', '?')})") from None
+        raise ServeError(
+            "invalid_json", f"body is not JSON ({type(exc).__name__} at {getattr(exc, 'pos', '?')})"
+        ) from None
     if not isinstance(doc, dict):
         raise ServeError("invalid_request", f"body must be a JSON object, got {type(doc).__name__}")
     req = _model(doc, strict=True, model=model)
@@ -218,8 +271,9 @@ def _b64(text: str | None, what: str) -> bytes | None:
         raise ServeError(f"invalid_{what}", f"{what}_b64 is not valid base64") from None
 
 
-async def _parse_multipart(content_type: str, body: bytes, limits: Limits, model: type[BaseModel] = RenderRequest
-                           ) -> tuple[Any, bytes | None, bytes | None]:
+async def _parse_multipart(
+    content_type: str, body: bytes, limits: Limits, model: type[BaseModel] = RenderRequest
+) -> tuple[Any, bytes | None, bytes | None]:
     sent = False
 
     async def replay() -> Message:  # the body was already read (bounded); hand it to the form parser once
@@ -231,8 +285,9 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits, model
 
     scope = {"type": "http", "method": "POST", "headers": [(b"content-type", content_type.encode("latin-1"))]}
     try:
-        form = await Request(scope, replay).form(max_files=2, max_fields=limits.max_form_parts,
-                                                 max_part_size=limits.max_body)
+        form = await Request(scope, replay).form(
+            max_files=2, max_fields=limits.max_form_parts, max_part_size=limits.max_body
+        )
     except Exception as exc:  # the parser's own errors (bad boundary, too many parts)
         raise ServeError("invalid_request", f"multipart body not readable: {getattr(exc, 'detail', exc)}") from None
     fields: dict[str, str] = {}
@@ -269,8 +324,9 @@ async def _parse_multipart(content_type: str, body: bytes, limits: Limits, model
     return req, files.get("image"), files.get("audio")
 
 
-def decode_inputs(build: LoadedBuild, req: Any, image: bytes | None, audio: bytes | None,
-                  limits: Limits) -> RenderInputs:
+def decode_inputs(
+    build: LoadedBuild, req: Any, image: bytes | None, audio: bytes | None, limits: Limits
+) -> RenderInputs:
     """Pixels, samples and the other declared inputs at the build's size and rate, within the
     build-derived bounds (blocking). A required picture or track left out is the sample (the
     sample face, for a talking head); an optional one left out is fed zeros by the runtime."""
@@ -286,35 +342,56 @@ def decode_inputs(build: LoadedBuild, req: Any, image: bytes | None, audio: byte
         pixels = sample_image(img.shape[0], img.shape[1])
     elif img is not None and image is not None:
         try:
-            pixels = load_image_bytes(image, height=img.shape[0], width=img.shape[1], fit=getattr(req, "fit", "cover"),
-                                      where="request image", pipeline=build.manifest.pipeline,
-                                      max_pixels=limits.max_image_pixels).pixels
+            pixels = load_image_bytes(
+                image,
+                height=img.shape[0],
+                width=img.shape[1],
+                fit=getattr(req, "fit", "cover"),
+                where="request image",
+                pipeline=build.manifest.pipeline,
+                max_pixels=limits.max_image_pixels,
+            ).pixels
         except InputError as exc:
             raise ServeError("invalid_image", str(exc)) from None
     samples: np.ndarray | None = None
     if audio is None and req.seconds > max_seconds:
-        raise ServeError("duration_too_long", f"seconds {req.seconds:g}; build {build.build_id} serves at most "
-                                              f"{max_seconds:g} s ({max_frames} frames at {p.fps} fps) per request")
+        raise ServeError(
+            "duration_too_long",
+            f"seconds {req.seconds:g}; build {build.build_id} serves at most "
+            f"{max_seconds:g} s ({max_frames} frames at {p.fps} fps) per request",
+        )
     if snd is not None and audio is None and snd.required:
         samples = sample_audio(req.seconds, sample_rate=snd.sample_rate)
     elif snd is not None and audio is not None:
         try:
-            samples = load_audio_bytes(audio, sample_rate=snd.sample_rate, where="request audio",
-                                       max_seconds=max_seconds).samples
+            samples = load_audio_bytes(
+                audio, sample_rate=snd.sample_rate, where="request audio", max_seconds=max_seconds
+            ).samples
         except InputError as exc:
             if "longer than the bound" in str(exc):
-                raise ServeError("duration_too_long", f"request audio is longer than {max_seconds:g} s, the most "
-                                                      f"build {build.build_id} serves per request") from None
+                raise ServeError(
+                    "duration_too_long",
+                    f"request audio is longer than {max_seconds:g} s, the most "
+                    f"build {build.build_id} serves per request",
+                ) from None
             raise ServeError("invalid_audio", str(exc)) from None
         if samples.size == 0:
             raise ServeError("invalid_audio", "request audio decodes to no samples")
-    frames = (-(-samples.shape[0] // p.samples_per_frame) if samples is not None
-              else max(1, math.ceil(req.seconds * p.fps - 1e-9)))
+    frames = (
+        -(-samples.shape[0] // p.samples_per_frame)
+        if samples is not None
+        else max(1, math.ceil(req.seconds * p.fps - 1e-9))
+    )
     values = _values(build, req)
-    return RenderInputs(None if pixels is None else np.ascontiguousarray(pixels),
-                        None if samples is None else np.ascontiguousarray(samples, dtype=np.float32),
-                        getattr(req, "seed", 0), "none" if img is None else "sample" if image is None else "request",
-                        "none" if snd is None else "sample" if audio is None else "request", frames, values)
+    return RenderInputs(
+        None if pixels is None else np.ascontiguousarray(pixels),
+        None if samples is None else np.ascontiguousarray(samples, dtype=np.float32),
+        getattr(req, "seed", 0),
+        "none" if img is None else "sample" if image is None else "request",
+        "none" if snd is None else "sample" if audio is None else "request",
+        frames,
+        values,
+    )
 
 
 def _values(build: LoadedBuild, req: Any) -> dict[str, np.ndarray]:
@@ -326,23 +403,30 @@ def _values(build: LoadedBuild, req: Any) -> dict[str, np.ndarray]:
         value = getattr(req, i.name, None)
         if value is None:
             if i.required:
-                raise ServeError("invalid_request", f"{i.name}: build {build.build_id} requires its {i.kind} input "
-                                                    f"{i.name!r} ({i.dtype} {list(i.shape)}); none sent")
+                raise ServeError(
+                    "invalid_request",
+                    f"{i.name}: build {build.build_id} requires its {i.kind} input "
+                    f"{i.name!r} ({i.dtype} {list(i.shape)}); none sent",
+                )
             continue
         if i.kind == "text":
             data = value.encode("utf-8")
             if len(data) > i.shape[0]:
-                raise ServeError("invalid_request", f"{i.name}: {len(data)} bytes of UTF-8; build {build.build_id} "
-                                                    f"takes at most {i.shape[0]}")
+                raise ServeError(
+                    "invalid_request",
+                    f"{i.name}: {len(data)} bytes of UTF-8; build {build.build_id} takes at most {i.shape[0]}",
+                )
             arr = np.zeros(i.shape[0], np.uint8)
-            arr[:len(data)] = np.frombuffer(data, np.uint8)
+            arr[: len(data)] = np.frombuffer(data, np.uint8)
         else:
             try:
                 arr = np.asarray(value, dtype=np_dtype(i.dtype))
             except (TypeError, ValueError, OverflowError):
                 raise ServeError("invalid_request", f"{i.name}: not an array of {i.dtype} numbers") from None
             if arr.shape != tuple(i.shape):
-                raise ServeError("invalid_request", f"{i.name}: shape {list(arr.shape)}; build {build.build_id} "
-                                                    f"takes {i.dtype} {list(i.shape)}")
+                raise ServeError(
+                    "invalid_request",
+                    f"{i.name}: shape {list(arr.shape)}; build {build.build_id} takes {i.dtype} {list(i.shape)}",
+                )
         out[i.name] = arr
     return out

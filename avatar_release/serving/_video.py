@@ -63,10 +63,11 @@ class VideoStream:
         """Wait for the job's next event and answer it; False once the answer is over."""
         try:
             kind, value = await asyncio.wait_for(self.job.events.get(), max(0.0, self.deadline - time.perf_counter()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.job.cancel.set()
-            await self._fail(send, 504, ServeError("render_timeout", f"render took longer than "
-                                                                     f"{self.request_timeout:g} s"))
+            await self._fail(
+                send, 504, ServeError("render_timeout", f"render took longer than {self.request_timeout:g} s")
+            )
             return False
         if kind == "bytes":
             await self._send_bytes(send, value)
@@ -101,10 +102,13 @@ class VideoStream:
 
     async def _render_failed(self, send: Send, exc: BaseException) -> None:
         self.line["reason"] = clean_message(f"{type(exc).__name__}: {exc}")
-        public = (f"build {self.job.build.build_id} compiled while serving; this pod is no longer ready"
-                  if isinstance(exc, RecompileError) else
-                  clean_message(str(exc)) if isinstance(exc, AvatarReleaseError) else
-                  "render failed; the pod's log has the details")
+        public = (
+            f"build {self.job.build.build_id} compiled while serving; this pod is no longer ready"
+            if isinstance(exc, RecompileError)
+            else clean_message(str(exc))
+            if isinstance(exc, AvatarReleaseError)
+            else "render failed; the pod's log has the details"
+        )
         await self._fail(send, 500, ServeError("render_failed", public))
 
     async def _fail(self, send: Send, status: int, exc: ServeError) -> None:
@@ -118,14 +122,30 @@ class VideoStream:
     def _account(self) -> None:
         s = self.job.stats
         self.pod.metrics.requests.labels("/render", str(self.status)).inc()
-        log_event("request", **self.line, status=self.status, **({"error": self.code} if self.code else {}),
-                  duration=round(time.perf_counter() - self.t0, 4), chunks=s.pace.chunks, frames=s.frames,
-                  misses=self.job.pace.misses(s.pace), over_playback=s.pace.over_deadline,
-                  realtime_factor=s.pace.realtime_factor, compiles=s.compiles, bytes=self.sent,
-                  ttff=None if self.ttff is None else round(self.ttff, 4), streamed=self.started)
+        log_event(
+            "request",
+            **self.line,
+            status=self.status,
+            **({"error": self.code} if self.code else {}),
+            duration=round(time.perf_counter() - self.t0, 4),
+            chunks=s.pace.chunks,
+            frames=s.frames,
+            misses=self.job.pace.misses(s.pace),
+            over_playback=s.pace.over_deadline,
+            realtime_factor=s.pace.realtime_factor,
+            compiles=s.compiles,
+            bytes=self.sent,
+            ttff=None if self.ttff is None else round(self.ttff, 4),
+            streamed=self.started,
+        )
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
         b = self.job.build
-        return [(b"content-type", CONTENT_TYPES[b.manifest.program.delivery().kind].encode()), (b"x-request-id", self.line["id"].encode()),
-                (b"x-build-id", b.build_id.encode()), (b"x-frames", str(self.job.n_frames).encode()),
-                (b"x-compiles", str(b.guard.count).encode()), (b"cache-control", b"no-store")]
+        return [
+            (b"content-type", CONTENT_TYPES[b.manifest.program.delivery().kind].encode()),
+            (b"x-request-id", self.line["id"].encode()),
+            (b"x-build-id", b.build_id.encode()),
+            (b"x-frames", str(self.job.n_frames).encode()),
+            (b"x-compiles", str(b.guard.count).encode()),
+            (b"cache-control", b"no-store"),
+        ]

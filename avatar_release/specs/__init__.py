@@ -17,6 +17,7 @@ from ._load import (
     manifests_dir,
     target_description,
 )
+from ._project import MANIFESTS_ENV, PROJECT_ENV, Project, find_project, use_project
 from ._schema import (
     SPEC_KINDS,
     LeverEntry,
@@ -27,7 +28,6 @@ from ._schema import (
     spec_schema,
     validate_levers,
 )
-from ._project import MANIFESTS_ENV, PROJECT_ENV, Project, find_project, use_project
 
 __all__ = [
     "SPEC_SCHEMA_VERSION",

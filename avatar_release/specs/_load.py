@@ -14,8 +14,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .._digest import canonical_json, sha256_digest
 from .._config_files import describe_validation_error as describe_problems
+from .._digest import canonical_json, sha256_digest
 from .._suggest import did_you_mean
 from ..errors import SpecError
 from ._project import find_project
@@ -44,8 +44,12 @@ SPECS_PAGE = "docs site: Reference > Spec formats"
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    schema_version: int = Field(SPEC_SCHEMA_VERSION, ge=1, le=SPEC_SCHEMA_VERSION,
-                                description="the format's version; this avatar-release reads 1")
+    schema_version: int = Field(
+        SPEC_SCHEMA_VERSION,
+        ge=1,
+        le=SPEC_SCHEMA_VERSION,
+        description="the format's version; this avatar-release reads 1",
+    )
 
 
 _S = TypeVar("_S", bound=_Spec)
@@ -63,35 +67,43 @@ class TargetSpec(_Spec):
     topology: str | None = Field(None, description='TPU/GPU topology, e.g. "2x4" or "1x1x8" (GPU: required)')
     # Device memory per device (bytes). When set, a build whose per-device working set does
     # not fit (XLA's memory_analysis) is refused at compile.
-    hbm_bytes_per_device: int | None = Field(None, gt=0, description="device memory per device; set: a build "
-                                             "that does not fit is refused at compile")
+    hbm_bytes_per_device: int | None = Field(
+        None, gt=0, description="device memory per device; set: a build that does not fit is refused at compile"
+    )
     # Published peak rates of one device, for the compiler-estimate roofline in `analyze`.
     peak_flops_per_second: float | None = Field(None, gt=0, description="one device's published peak (analyze)")
     hbm_bytes_per_second: float | None = Field(None, gt=0, description="one device's memory bandwidth (analyze)")
     # Bytes per second that can arrive at one device over the interconnect: what a collective
     # the schedule leaves exposed costs in the estimate (its wire time, nothing computed beside).
-    ici_bytes_per_second: float | None = Field(None, gt=0, description="interconnect bytes/s into one device "
-                                               "(analyze: exposed collectives)")
+    ici_bytes_per_second: float | None = Field(
+        None, gt=0, description="interconnect bytes/s into one device (analyze: exposed collectives)"
+    )
     # "fsdp": weights sharded over the mesh axis by their first dimension (the default);
     # "replicated": every device holds every weight (exists to measure what FSDP buys).
     weight_sharding: Literal["fsdp", "replicated"] = Field(
-        "fsdp", description='"fsdp": weights sharded by their first dimension; "replicated": on every device')
+        "fsdp", description='"fsdp": weights sharded by their first dimension; "replicated": on every device'
+    )
     # Compile a build's stages side by side in one process (threads). False where the compiler
     # is not safe doing so (see the target's own comment); serial is the fallback, not an error.
     concurrent_compile: bool = Field(True, description="compile stages side by side (false: one at a time)")
     # Environment defaults for compiling through a topology description on a host without the
     # devices (libtpu reads them at start-up instead of querying cloud metadata). Set only when
     # the variable is unset, before JAX starts.
-    compile_env: dict[str, str] = Field({}, description="environment defaults for compiling without the devices "
-                                                      "(set only when unset)")
+    compile_env: dict[str, str] = Field(
+        {}, description="environment defaults for compiling without the devices (set only when unset)"
+    )
     # GPU targets: the target description XLA compiles for without the device (a
     # stream_executor.GpuTargetConfigProto in text form: a file under manifests/, e.g.
     # "gpu/h100_sxm.txtpb"), pinned by the sha256 of its bytes. load_target refuses a spec whose
     # file is missing or differs; the digest is part of this spec's digest and of the build identity.
-    target_config: str | None = Field(None, description='GPU: the target description under manifests/, e.g. '
-                                                     '"gpu/h100_sxm.txtpb" (a GpuTargetConfigProto in text form)')
-    target_config_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
-                                             description="GPU: the sha256 of target_config's bytes")
+    target_config: str | None = Field(
+        None,
+        description="GPU: the target description under manifests/, e.g. "
+        '"gpu/h100_sxm.txtpb" (a GpuTargetConfigProto in text form)',
+    )
+    target_config_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="GPU: the sha256 of target_config's bytes"
+    )
 
     def digest(self) -> str:
         """What gate evidence names: the spec as declared (a redefined target is another digest)."""
@@ -132,8 +144,10 @@ class WeightsSpec(_Spec):
 
     # "init" (deterministic random from seed), "abstract" (shapes only: compile-only builds whose
     # weights are never materialised, e.g. production shapes), or a safetensors path.
-    source: str = Field("init", description='"init" (random from seed), "abstract" (shapes only, compile-only '
-                                            'builds) or a .safetensors path')
+    source: str = Field(
+        "init",
+        description='"init" (random from seed), "abstract" (shapes only, compile-only builds) or a .safetensors path',
+    )
     seed: int = Field(0, description='the seed of "init" weights')
 
 
@@ -147,7 +161,8 @@ class PipelineSpec(_Spec):
     weights: WeightsSpec = Field(WeightsSpec(), description="the [weights] table")
     # "seeded": chunk noise from (request seed, chunk index); "entropy": fresh noise per request.
     noise: Literal["seeded", "entropy"] = Field(
-        "seeded", description='"seeded": chunk noise from (request seed, chunk index); "entropy": fresh per request')
+        "seeded", description='"seeded": chunk noise from (request seed, chunk index); "entropy": fresh per request'
+    )
     description: str = Field("", description="free text about the pipeline")
 
 
@@ -172,8 +187,10 @@ def _load(kind: str, label: str, name: str, cls: type[_S]) -> _S:
     path = manifests_dir() / kind / f"{name}.toml"
     if "/" in name or name.startswith(".") or not path.is_file():
         specs = list_specs(kind)
-        raise SpecError(f"unknown {label} {name!r}{did_you_mean(name, specs)} (known: {', '.join(specs) or 'none'}); "
-                        f"specs live in {path.parent}")
+        raise SpecError(
+            f"unknown {label} {name!r}{did_you_mean(name, specs)} (known: {', '.join(specs) or 'none'}); "
+            f"specs live in {path.parent}"
+        )
     try:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
@@ -198,8 +215,7 @@ def load_target(name: str) -> TargetSpec:
     t = _load("targets", "target", name, TargetSpec)
     if len(t.mesh_axes) != len(t.mesh_shape) or _prod(t.mesh_shape) != t.device_count:
         raise SpecError(
-            f"target {name}: mesh {dict(zip(t.mesh_axes, t.mesh_shape))} does not cover "
-            f"device_count {t.device_count}"
+            f"target {name}: mesh {dict(zip(t.mesh_axes, t.mesh_shape))} does not cover device_count {t.device_count}"
         )
     if t.platform == "gpu" or t.target_config is not None:
         target_description(t)  # present, inside manifests/, and the pinned bytes
@@ -221,10 +237,12 @@ def target_description(t: TargetSpec) -> TargetDescription:
     if t.platform != "gpu":
         raise SpecError(f"{where}: target_config is for GPU targets; platform {t.platform!r} takes none")
     if not t.target_config or not t.target_config_sha256 or not t.topology:
-        raise SpecError(f"{where}: a GPU target names its target description and its sha256 "
-                        "(target_config = \"gpu/<device>.txtpb\", target_config_sha256 = \"<hex>\") and a topology "
-                        "(\"<slices>x<hosts>x<devices per host>\", e.g. \"1x1x8\"); "
-                        f"`avatar-release specs schema target`, {SPECS_PAGE} > target")
+        raise SpecError(
+            f"{where}: a GPU target names its target description and its sha256 "
+            '(target_config = "gpu/<device>.txtpb", target_config_sha256 = "<hex>") and a topology '
+            '("<slices>x<hosts>x<devices per host>", e.g. "1x1x8"); '
+            f"`avatar-release specs schema target`, {SPECS_PAGE} > target"
+        )
     root = manifests_dir().resolve()
     path = (root / t.target_config).resolve()
     if root not in path.parents or not path.is_file():
@@ -232,8 +250,10 @@ def target_description(t: TargetSpec) -> TargetDescription:
     raw = path.read_bytes()
     got = hashlib.sha256(raw).hexdigest()
     if got != t.target_config_sha256:
-        raise SpecError(f"{where}: {path} has sha256 {got}, the target pins {t.target_config_sha256}: the description "
-                        "changed; restore it, or pin the new file (a new digest is a new target: re-gate its builds)")
+        raise SpecError(
+            f"{where}: {path} has sha256 {got}, the target pins {t.target_config_sha256}: the description "
+            "changed; restore it, or pin the new file (a new digest is a new target: re-gate its builds)"
+        )
     return TargetDescription(path, raw.decode(), "sha256:" + got)
 
 
@@ -244,9 +264,11 @@ def load_flag_profile(name: str) -> FlagProfile:
 def load_pipeline(name: str) -> PipelineSpec:
     p = _load("pipelines", "pipeline", name, PipelineSpec)
     if not p.buckets:
-        raise SpecError(f"pipeline {name}: declares no shape buckets; add one [[buckets]] table per chunk shape, "
-                        f"each with name (str) and frames (int > 0), e.g. [[buckets]] name = \"f8\" frames = 8 "
-                        f"({SPECS_PAGE})")
+        raise SpecError(
+            f"pipeline {name}: declares no shape buckets; add one [[buckets]] table per chunk shape, "
+            f'each with name (str) and frames (int > 0), e.g. [[buckets]] name = "f8" frames = 8 '
+            f"({SPECS_PAGE})"
+        )
     names = [b.name for b in p.buckets]
     if len(set(names)) != len(names):
         raise SpecError(f"pipeline {name}: duplicate bucket names {names}")

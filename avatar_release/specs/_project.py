@@ -57,9 +57,11 @@ def use_project(path: str | os.PathLike) -> Project:
     """Make ``path`` the project of this process and of every process it starts (``--project``)."""
     root = Path(path).expanduser().resolve()
     if not (root / "manifests").is_dir():
-        raise SpecError(f"--project {path}: {root} holds no manifests/ folder; a project is the directory with "
-                        "manifests/pipelines/, manifests/targets/ and manifests/flags/ (and the code its "
-                        "pipeline entry names)")
+        raise SpecError(
+            f"--project {path}: {root} holds no manifests/ folder; a project is the directory with "
+            "manifests/pipelines/, manifests/targets/ and manifests/flags/ (and the code its "
+            "pipeline entry names)"
+        )
     os.environ[PROJECT_ENV] = str(root)
     return Project(root, f"--project / {PROJECT_ENV}")
 

@@ -18,12 +18,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .._suggest import did_you_mean
 from ..errors import SpecError
 from ..records import Band
-from ._load import (SPEC_SCHEMA_VERSION, SPECS_PAGE, FlagProfile, PipelineSpec, TargetSpec, _Spec,
-                    describe_validation_error)
+from ._load import (
+    SPEC_SCHEMA_VERSION,
+    SPECS_PAGE,
+    FlagProfile,
+    PipelineSpec,
+    TargetSpec,
+    _Spec,
+    describe_validation_error,
+)
 
-__all__ = ["SpecKind", "SPEC_KINDS", "LeverEntry", "LeversSpec", "spec_schema", "load_levers_spec",
-           "validate_levers", "levers_warning", "fields_of"]
-
+__all__ = [
+    "SpecKind",
+    "SPEC_KINDS",
+    "LeverEntry",
+    "LeversSpec",
+    "spec_schema",
+    "load_levers_spec",
+    "validate_levers",
+    "levers_warning",
+    "fields_of",
+]
 
 
 class LeverEntry(BaseModel):
@@ -32,7 +47,8 @@ class LeverEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     effect: Literal["reassociation", "precision"] = Field(
         description='"reassociation": the same math with reductions in another order; "precision": a '
-                    "narrower type somewhere (the band decides)")
+        "narrower type somewhere (the band decides)"
+    )
     note: str = Field("", description="why it is a lever (shown to reviewers)")
 
 
@@ -41,8 +57,9 @@ class LeversSpec(_Spec):
     similarity band (tier 2) instead of bit for bit (tier 1). Read by `gate` against prod; `compile`
     warns when it is missing."""
 
-    schema_version: int = Field(ge=1, le=SPEC_SCHEMA_VERSION, description="the format's version; this "
-                                "avatar-release reads 1")  # required here: the gate has always demanded it
+    schema_version: int = Field(
+        ge=1, le=SPEC_SCHEMA_VERSION, description="the format's version; this avatar-release reads 1"
+    )  # required here: the gate has always demanded it
     options: dict[str, LeverEntry] = Field({}, description="compiler options by name")
     toolchain: LeverEntry | None = Field(None, description="present: a jax/jaxlib upgrade may be tier 2")
 
@@ -55,13 +72,16 @@ class SpecKind:
     format: str  # "TOML" | "JSON"
 
 
-SPEC_KINDS: dict[str, SpecKind] = {k.name: k for k in (
-    SpecKind("pipeline", "manifests/pipelines/<name>.toml", PipelineSpec, "TOML"),
-    SpecKind("target", "manifests/targets/<name>.toml", TargetSpec, "TOML"),
-    SpecKind("flags", "manifests/flags/<name>.toml", FlagProfile, "TOML"),
-    SpecKind("levers", "manifests/levers.toml", LeversSpec, "TOML"),
-    SpecKind("band", "manifests/bands/<pipeline>-<target>.json (written by `gate calibrate`)", Band, "JSON"),
-)}
+SPEC_KINDS: dict[str, SpecKind] = {
+    k.name: k
+    for k in (
+        SpecKind("pipeline", "manifests/pipelines/<name>.toml", PipelineSpec, "TOML"),
+        SpecKind("target", "manifests/targets/<name>.toml", TargetSpec, "TOML"),
+        SpecKind("flags", "manifests/flags/<name>.toml", FlagProfile, "TOML"),
+        SpecKind("levers", "manifests/levers.toml", LeversSpec, "TOML"),
+        SpecKind("band", "manifests/bands/<pipeline>-<target>.json (written by `gate calibrate`)", Band, "JSON"),
+    )
+}
 
 
 def spec_schema(kind: str) -> dict[str, Any]:
@@ -105,6 +125,8 @@ def levers_warning(path: Path) -> str | None:
     against prod does, and would refuse only after the whole compile), SpecError when it is invalid."""
     if load_levers_spec(path) is not None:
         return None
-    return (f"{path} is missing: this compile goes on, but `gate` against prod reads it to decide the tier and "
-            "refuses without it. With no levers to declare, write one line, schema_version = 1 (every difference "
-            f"from prod is then judged bit for bit); `avatar-release specs schema levers`, {SPECS_PAGE} > levers")
+    return (
+        f"{path} is missing: this compile goes on, but `gate` against prod reads it to decide the tier and "
+        "refuses without it. With no levers to declare, write one line, schema_version = 1 (every difference "
+        f"from prod is then judged bit for bit); `avatar-release specs schema levers`, {SPECS_PAGE} > levers"
+    )

@@ -6,5 +6,14 @@ Nothing here runs at import; ``cryptography`` is imported only when a key is use
 from .keys import generate_keypair, key_id, load_private_key, load_public_key
 from .statements import AcceptedState, StatementPayload, read_statement, sign, verify
 
-__all__ = ["generate_keypair", "key_id", "load_private_key", "load_public_key", "AcceptedState",
-           "StatementPayload", "read_statement", "sign", "verify"]
+__all__ = [
+    "generate_keypair",
+    "key_id",
+    "load_private_key",
+    "load_public_key",
+    "AcceptedState",
+    "StatementPayload",
+    "read_statement",
+    "sign",
+    "verify",
+]

@@ -30,8 +30,16 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
     from securesystemslib.signer import CryptoSigner
 
-__all__ = ["PAYLOAD_TYPE", "STATEMENT_TYPE", "PREDICATE_TYPES", "ENVELOPE_MEDIA_TYPE", "Attestation", "attest",
-           "open_envelope", "verify_envelope"]
+__all__ = [
+    "PAYLOAD_TYPE",
+    "STATEMENT_TYPE",
+    "PREDICATE_TYPES",
+    "ENVELOPE_MEDIA_TYPE",
+    "Attestation",
+    "attest",
+    "open_envelope",
+    "verify_envelope",
+]
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -70,8 +78,9 @@ def _signer(private_key: Ed25519PrivateKey) -> CryptoSigner:
     return CryptoSigner(private_key, public)
 
 
-def attest(private_key: Ed25519PrivateKey, *, kind: str, build_id: str, subject_digest: str,
-           predicate: dict[str, Any]) -> bytes:
+def attest(
+    private_key: Ed25519PrivateKey, *, kind: str, build_id: str, subject_digest: str, predicate: dict[str, Any]
+) -> bytes:
     """Sign ``predicate`` about one build; returns the envelope as canonical JSON bytes."""
     # Lazy (heavy): securesystemslib loads only when evidence is signed or read.
     from securesystemslib.dsse import Envelope
@@ -101,9 +110,13 @@ def _parse(data: bytes, where: str) -> tuple[str, bytes, list[tuple[str, bytes]]
     try:
         st = json.loads(payload)
         subject = st["subject"][0]
-        att = Attestation(predicate_type=st["predicateType"], build_id=subject["name"],
-                          subject_digest="sha256:" + subject["digest"]["sha256"], predicate=st["predicate"],
-                          key_ids=())
+        att = Attestation(
+            predicate_type=st["predicateType"],
+            build_id=subject["name"],
+            subject_digest="sha256:" + subject["digest"]["sha256"],
+            predicate=st["predicate"],
+            key_ids=(),
+        )
     except (ValueError, KeyError, TypeError, IndexError) as e:
         raise IntegrityError(f"{where}: not an in-toto Statement ({type(e).__name__}: {e})") from None
     if st.get("_type") != STATEMENT_TYPE or not isinstance(att.predicate, dict):
@@ -122,8 +135,9 @@ def open_envelope(data: bytes, where: str) -> Attestation:
     return _parse(data, where)[3]
 
 
-def verify_envelope(data: bytes, where: str, *, trusted: dict[str, Ed25519PublicKey], kind: str,
-                    subject_digest: str | None = None) -> Attestation:
+def verify_envelope(
+    data: bytes, where: str, *, trusted: dict[str, Ed25519PublicKey], kind: str, subject_digest: str | None = None
+) -> Attestation:
     """Verify an envelope against ``trusted`` public keys ({key id: key}) and return its statement.
 
     Refuses (TrustError) an envelope with no signature by a trusted key, a predicate of another
@@ -151,10 +165,10 @@ def verify_envelope(data: bytes, where: str, *, trusted: dict[str, Ed25519Public
     if not accepted:
         raise TrustError(
             f"{where}: no valid signature by a trusted key (signed by {', '.join(found) or 'nobody'}; "
-            f"the trust policy accepts {', '.join(sorted(trusted))} for {kind} evidence)")
+            f"the trust policy accepts {', '.join(sorted(trusted))} for {kind} evidence)"
+        )
     if att.predicate_type != PREDICATE_TYPES[kind]:
         raise TrustError(f"{where}: predicate type {att.predicate_type!r}, expected {PREDICATE_TYPES[kind]!r}")
     if subject_digest is not None and att.subject_digest != subject_digest:
         raise TrustError(f"{where}: signed for build {att.build_id} ({att.subject_digest}), expected {subject_digest}")
     return Attestation(att.predicate_type, att.build_id, att.subject_digest, att.predicate, tuple(sorted(accepted)))
-

@@ -31,8 +31,15 @@ from .state_write import record_evidence
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["store_attestation", "attestation_refs", "read_attestations", "verified", "Rejected", "gate_signing_key",
-           "sign_and_store"]
+__all__ = [
+    "store_attestation",
+    "attestation_refs",
+    "read_attestations",
+    "verified",
+    "Rejected",
+    "gate_signing_key",
+    "sign_and_store",
+]
 
 
 def gate_signing_key() -> Ed25519PrivateKey:
@@ -53,8 +60,15 @@ def store_attestation(registry: Registry, build_id: str, envelope: bytes) -> Blo
     return ref
 
 
-def sign_and_store(registry: Registry, private_key: Ed25519PrivateKey, *, kind: str, build_id: str,
-                   subject_digest: str, predicate: dict[str, Any]) -> BlobRef:
+def sign_and_store(
+    registry: Registry,
+    private_key: Ed25519PrivateKey,
+    *,
+    kind: str,
+    build_id: str,
+    subject_digest: str,
+    predicate: dict[str, Any],
+) -> BlobRef:
     """Sign, store and index an envelope; in a registry with a signed release state, also list it in
     the evidence role (signed with the keys this process holds: the signing key among them)."""
     envelope = attest(private_key, kind=kind, build_id=build_id, subject_digest=subject_digest, predicate=predicate)
@@ -65,16 +79,19 @@ def sign_and_store(registry: Registry, private_key: Ed25519PrivateKey, *, kind: 
             record_evidence(registry, policy, build_id=build_id, envelope=ref, kind=kind, given=(private_key,))
         except TrustError as e:
             # Stored and indexed, but not listed: hiding it from the index would hide it. Say so.
-            sys.stderr.write(f"warning: {kind} evidence {ref.digest} of {build_id} is stored but not listed in the "
-                             f"signed release state ({e})\n")
+            sys.stderr.write(
+                f"warning: {kind} evidence {ref.digest} of {build_id} is stored but not listed in the "
+                f"signed release state ({e})\n"
+            )
     return ref
 
 
 def attestation_refs(registry: Registry, build_id: str) -> list[BlobRef]:
     """The build's envelopes: its attestation index, and every one the signed release state's
     evidence role lists that the index lacks (an index edited to hide one hides nothing)."""
-    refs = parse_attestations_index(registry.get_record(ATTESTATIONS.name, build_id),
-                                    f"registry record {ATTESTATIONS.name}/{build_id}")
+    refs = parse_attestations_index(
+        registry.get_record(ATTESTATIONS.name, build_id), f"registry record {ATTESTATIONS.name}/{build_id}"
+    )
     listed = _listed(registry, build_id)
     return refs + [r for r in listed if r.digest not in {x.digest for x in refs}]
 
@@ -112,8 +129,9 @@ class Rejected:
     reason: str
 
 
-def verified(registry: Registry, build_id: str, *, kind: str, trusted: dict[str, Ed25519PublicKey], subject_digest: str
-             ) -> tuple[list[tuple[Attestation, str]], list[Rejected]]:
+def verified(
+    registry: Registry, build_id: str, *, kind: str, trusted: dict[str, Ed25519PublicKey], subject_digest: str
+) -> tuple[list[tuple[Attestation, str]], list[Rejected]]:
     """Every envelope of ``kind`` about this build that verifies under ``trusted`` keys for
     ``subject_digest``: [(attestation, digest of its predicate's canonical bytes)], plus the
     rejected ones with their reasons. Envelopes of other kinds are skipped silently."""

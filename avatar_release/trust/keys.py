@@ -20,7 +20,14 @@ from ..errors import InputError, TrustError
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["generate_keypair", "write_public_key", "load_private_key", "load_public_key", "key_id", "refuse_loose_permissions"]
+__all__ = [
+    "generate_keypair",
+    "write_public_key",
+    "load_private_key",
+    "load_public_key",
+    "key_id",
+    "refuse_loose_permissions",
+]
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:
@@ -37,7 +44,9 @@ def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path
     # Lazy (heavy): cryptography loads only when a key is used.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import (
-        Encoding, NoEncryption, PrivateFormat,
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
     )
 
     d = Path(directory)
@@ -60,8 +69,9 @@ def generate_keypair(directory: str | Path, name: str = "release") -> tuple[Path
         try:
             os.link(tmp, priv_path)
         except FileExistsError:
-            raise InputError(f"{priv_path} already exists; keys are never overwritten (choose another --out or "
-                             "--name)") from None
+            raise InputError(
+                f"{priv_path} already exists; keys are never overwritten (choose another --out or --name)"
+            ) from None
     finally:
         os.unlink(tmp)
     write_public_key(priv_path)
@@ -94,8 +104,10 @@ def refuse_loose_permissions(path: Path, what: str) -> None:
     except OSError:
         return  # the caller's own "no such file" says it better
     if mode & 0o022:
-        raise TrustError(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(mode):04o}): anyone who "
-                         f"can change it chooses which keys are trusted, so it is not used. Fix: chmod go-w {path}")
+        raise TrustError(
+            f"{what} {path} is writable by group or others (mode {stat.S_IMODE(mode):04o}): anyone who "
+            f"can change it chooses which keys are trusted, so it is not used. Fix: chmod go-w {path}"
+        )
 
 
 def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:

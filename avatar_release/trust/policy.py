@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
@@ -58,14 +58,28 @@ from .._paths import config_dir
 from .._suggest import did_you_mean
 from ..errors import InputError
 from .keys import (
-    generate_keypair, key_id, load_private_key, load_public_key, refuse_loose_permissions, write_public_key,
+    generate_keypair,
+    key_id,
+    load_private_key,
+    load_public_key,
+    refuse_loose_permissions,
+    write_public_key,
 )
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["TrustPolicy", "StateSection", "GateInputPins", "UnpinnedInput", "LocalIdentity", "config_dir",
-           "local_identity", "load_policy", "POLICY_SCHEMA_VERSION"]
+__all__ = [
+    "TrustPolicy",
+    "StateSection",
+    "GateInputPins",
+    "UnpinnedInput",
+    "LocalIdentity",
+    "config_dir",
+    "local_identity",
+    "load_policy",
+    "POLICY_SCHEMA_VERSION",
+]
 
 POLICY_SCHEMA_VERSION = 1
 
@@ -123,8 +137,12 @@ def _upgrade_local_policy(path: Path) -> None:
     except OSError:
         return
     if text.startswith(_LOCAL_MARK) and "[release]" not in text:
-        _atomic.write_text(path, text.rstrip("\n").replace('[gate]', 'local-release = "keys/release.pub"\n\n[gate]', 1)
-                           + "\n\n" + _LOCAL_RELEASE)
+        _atomic.write_text(
+            path,
+            text.rstrip("\n").replace("[gate]", 'local-release = "keys/release.pub"\n\n[gate]', 1)
+            + "\n\n"
+            + _LOCAL_RELEASE,
+        )
 
 
 def _user() -> str:
@@ -147,15 +165,13 @@ def _local_policy_text(reviewer: str) -> str:
         '"*" = ["local-gate"]\n\n'
         "[review]\n"
         f"reviewers = [{_toml_str(reviewer)}]\n"
-        "prod_approvals = 1\n\n"
-        + _LOCAL_RELEASE
+        "prod_approvals = 1\n\n" + _LOCAL_RELEASE
     )
 
 
 # Prod takes gate evidence and a release approval by another key; on one laptop this machine's
 # release key is that second key, and `promote --to prod` signs the approval with it.
 _LOCAL_RELEASE = '[release]\napprovers = ["local-release"]\nroles = 2\n'
-
 
 
 def _toml_str(s: str) -> str:
@@ -198,8 +214,9 @@ class _ReviewFile(ConfigModel):
 
 class _ReleaseFile(ConfigModel):
     approvers: list[str] = Field([], description="key names whose signed release approval prod needs")
-    roles: int = Field(2, ge=1, le=2, description="2: prod needs gate evidence and an approval by another key; "
-                                                  "1: gate evidence alone")
+    roles: int = Field(
+        2, ge=1, le=2, description="2: prod needs gate evidence and an approval by another key; 1: gate evidence alone"
+    )
 
 
 class _TimestampsFile(ConfigModel):
@@ -212,7 +229,8 @@ class _StateFile(ConfigModel):
     online: list[str] = Field([], description="keys that sign snapshot and timestamp on every move and refresh")
     timestamp_minutes: float = Field(60, ge=1, le=7 * 24 * 60, description="how long a timestamp vouches")
     channels: dict[Literal["dev", "staging", "prod"], list[str]] = Field(
-        {}, description="who may sign each channel's metadata")
+        {}, description="who may sign each channel's metadata"
+    )
 
 
 class _GateInputsFile(ConfigModel):
@@ -257,14 +275,27 @@ class StateSection:
 
 def _state_section(p: Path, doc: _StateFile, keys: dict[str, Ed25519PublicKey]) -> StateSection:
     """The ``[state]`` section, every name checked against ``[keys]``."""
-    _defined(p, keys, [("state.root", doc.root), ("state.online", doc.online),
-                       *((f"state.channels.{c}", v) for c, v in doc.channels.items())])
+    _defined(
+        p,
+        keys,
+        [
+            ("state.root", doc.root),
+            ("state.online", doc.online),
+            *((f"state.channels.{c}", v) for c, v in doc.channels.items()),
+        ],
+    )
     if not doc.root_threshold <= max(len(doc.root), 1):
-        raise InputError(f"trust policy {p}: state.root_threshold must be an integer from 1 to the number of root "
-                         f"keys ({len(doc.root) or 1}), got {doc.root_threshold!r}")
-    return StateSection(root=tuple(doc.root), root_threshold=doc.root_threshold, online=tuple(doc.online),
-                        channels={c: tuple(v) for c, v in doc.channels.items()},
-                        timestamp_minutes=float(doc.timestamp_minutes))
+        raise InputError(
+            f"trust policy {p}: state.root_threshold must be an integer from 1 to the number of root "
+            f"keys ({len(doc.root) or 1}), got {doc.root_threshold!r}"
+        )
+    return StateSection(
+        root=tuple(doc.root),
+        root_threshold=doc.root_threshold,
+        online=tuple(doc.online),
+        channels={c: tuple(v) for c, v in doc.channels.items()},
+        timestamp_minutes=float(doc.timestamp_minutes),
+    )
 
 
 def _defined(p: Path, keys: dict[str, Ed25519PublicKey], uses: Iterable[tuple[str, list[str]]]) -> None:
@@ -272,8 +303,10 @@ def _defined(p: Path, keys: dict[str, Ed25519PublicKey], uses: Iterable[tuple[st
     for where, names in uses:
         missing = [n for n in names if n not in keys]
         if missing:
-            raise InputError(f"trust policy {p}: {where} names {missing}, which [keys] does not define"
-                             f"{did_you_mean(missing[0], keys)}")
+            raise InputError(
+                f"trust policy {p}: {where} names {missing}, which [keys] does not define"
+                f"{did_you_mean(missing[0], keys)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -333,19 +366,36 @@ def load_policy(path: str | os.PathLike | None = None) -> TrustPolicy:
     refuse_loose_permissions(p, "trust policy")
     raw = read_toml(p, what="trust policy", error=InputError, footer=_POLICY_PAGE)
     if raw.get("schema_version") != POLICY_SCHEMA_VERSION:
-        raise InputError(f"trust policy {p}: schema_version {raw.get('schema_version')!r}, this avatar-release "
-                         f"reads {POLICY_SCHEMA_VERSION}")
+        raise InputError(
+            f"trust policy {p}: schema_version {raw.get('schema_version')!r}, this avatar-release "
+            f"reads {POLICY_SCHEMA_VERSION}"
+        )
     doc = parse_model(_PolicyFile, raw, where=f"trust policy {p}", error=InputError, footer=_POLICY_PAGE)
-    keys = {name: load_public_key(Path(rel) if os.path.isabs(rel) else p.parent / rel)
-            for name, rel in doc.keys.items()}
-    _defined(p, keys, [*((f"gate.{t}", v) for t, v in doc.gate.items()), ("review.reviewers", doc.review.reviewers),
-                       ("release.approvers", doc.release.approvers)])
-    return TrustPolicy(path=p, keys=keys, gate={t: list(v) for t, v in doc.gate.items()},
-                       reviewers=list(doc.review.reviewers), prod_approvals=doc.review.prod_approvals,
-                       key_names={key_id(k): n for n, k in keys.items()},
-                       timestamp_hours=float(doc.timestamps.validity_hours), approvers=list(doc.release.approvers),
-                       roles=doc.release.roles, state=_state_section(p, doc.state, keys),
-                       gate_inputs=_gate_inputs_section(doc.gate_inputs))
+    keys = {
+        name: load_public_key(Path(rel) if os.path.isabs(rel) else p.parent / rel) for name, rel in doc.keys.items()
+    }
+    _defined(
+        p,
+        keys,
+        [
+            *((f"gate.{t}", v) for t, v in doc.gate.items()),
+            ("review.reviewers", doc.review.reviewers),
+            ("release.approvers", doc.release.approvers),
+        ],
+    )
+    return TrustPolicy(
+        path=p,
+        keys=keys,
+        gate={t: list(v) for t, v in doc.gate.items()},
+        reviewers=list(doc.review.reviewers),
+        prod_approvals=doc.review.prod_approvals,
+        key_names={key_id(k): n for n, k in keys.items()},
+        timestamp_hours=float(doc.timestamps.validity_hours),
+        approvers=list(doc.release.approvers),
+        roles=doc.release.roles,
+        state=_state_section(p, doc.state, keys),
+        gate_inputs=_gate_inputs_section(doc.gate_inputs),
+    )
 
 
 # --------------------------------------------------------------------------- [gate_inputs]
@@ -383,8 +433,9 @@ class GateInputPins:
     def pinned(self) -> bool:
         return (self.bands, self.targets, self.levers) != (None, None, None)
 
-    def unpinned(self, *, target: str, target_spec: str | None, band: str | None,
-                 levers: str | None, band_judged: bool) -> list[UnpinnedInput]:
+    def unpinned(
+        self, *, target: str, target_spec: str | None, band: str | None, levers: str | None, band_judged: bool
+    ) -> list[UnpinnedInput]:
         """What a verdict was decided by that this section does not allow (empty: nothing).
 
         The target spec counts for every verdict (it decides which keys vouch); the band and the
@@ -396,8 +447,10 @@ class GateInputPins:
             if target_spec is None or target_spec not in allowed:
                 out.append(UnpinnedInput("target spec", f"targets.{_toml_key(target)}", target_spec, allowed))
         if band_judged:
-            for kind, key, found, allowed_or_none in (("band", "bands", band, self.bands),
-                                                      ("lever list", "levers", levers, self.levers)):
+            for kind, key, found, allowed_or_none in (
+                ("band", "bands", band, self.bands),
+                ("lever list", "levers", levers, self.levers),
+            ):
                 if allowed_or_none is not None and (found is None or found not in allowed_or_none):
                     out.append(UnpinnedInput(kind, key, found, allowed_or_none))
         return out

@@ -47,24 +47,33 @@ class Revocation:
         return f"revoked by {self.by} at {self.at}{signed}: {self.reason}"
 
     def to_json(self) -> dict:
-        return {"build_id": self.build_id, "reason": self.reason, "by": self.by, "at": self.at,
-                "key_ids": list(self.key_ids), "envelope": self.envelope_digest}
+        return {
+            "build_id": self.build_id,
+            "reason": self.reason,
+            "by": self.by,
+            "at": self.at,
+            "key_ids": list(self.key_ids),
+            "envelope": self.envelope_digest,
+        }
 
 
-def revoke(registry: Registry, build_id: str, subject_digest: str, private_key: Ed25519PrivateKey, *, reason: str,
-           by: str) -> Revocation:
+def revoke(
+    registry: Registry, build_id: str, subject_digest: str, private_key: Ed25519PrivateKey, *, reason: str, by: str
+) -> Revocation:
     """Sign and store a revocation of ``build_id`` (manifest content digest ``subject_digest``)."""
     reason = reason.strip()
     if not reason:
         raise InputError("revoke: --reason TEXT is required (it is shown to everyone the revocation refuses)")
     predicate = {"build_id": build_id, "reason": reason, "revoked_by": by, "at": utcnow()}
-    ref = sign_and_store(registry, private_key, kind="revocation", build_id=build_id, subject_digest=subject_digest,
-                         predicate=predicate)
+    ref = sign_and_store(
+        registry, private_key, kind="revocation", build_id=build_id, subject_digest=subject_digest, predicate=predicate
+    )
     return Revocation(build_id, reason, by, predicate["at"], (), ref.digest)
 
 
-def revocations(registry: Registry, build_id: str, subject_digest: str | None,
-                trusted: dict[str, Ed25519PublicKey] | None) -> list[Revocation]:
+def revocations(
+    registry: Registry, build_id: str, subject_digest: str | None, trusted: dict[str, Ed25519PublicKey] | None
+) -> list[Revocation]:
     """The revocations of this build that count: verified under ``trusted`` ({key id: public key}),
     or, with ``trusted`` None, every one that parses (see the module's note). Oldest first.
     ``subject_digest`` None (listing, display only) skips the manifest check."""
@@ -75,23 +84,38 @@ def revocations(registry: Registry, build_id: str, subject_digest: str | None,
             opened = open_envelope(data, where)
             if opened.predicate_type != PREDICATE_TYPES["revocation"]:
                 continue
-            att = opened if trusted is None else verify_envelope(data, where, trusted=trusted, kind="revocation",
-                                                                 subject_digest=subject_digest)
+            att = (
+                opened
+                if trusted is None
+                else verify_envelope(data, where, trusted=trusted, kind="revocation", subject_digest=subject_digest)
+            )
         except (TrustError, IntegrityError):
             continue  # not a revocation we can count; it never lets anything through either
-        if (subject_digest is not None and att.subject_digest != subject_digest) \
-                or att.predicate.get("build_id") != build_id:
+        if (subject_digest is not None and att.subject_digest != subject_digest) or att.predicate.get(
+            "build_id"
+        ) != build_id:
             continue
         p = att.predicate
-        out.append(Revocation(build_id, str(p.get("reason", "")), str(p.get("revoked_by", "?")), str(p.get("at", "")),
-                              att.key_ids, ref.digest))
+        out.append(
+            Revocation(
+                build_id,
+                str(p.get("reason", "")),
+                str(p.get("revoked_by", "?")),
+                str(p.get("at", "")),
+                att.key_ids,
+                ref.digest,
+            )
+        )
     return sorted(out, key=lambda r: r.at)
 
 
-def check_not_revoked(registry: Registry, build_id: str, subject_digest: str,
-                      trusted: dict[str, Ed25519PublicKey] | None, *, what: str) -> None:
+def check_not_revoked(
+    registry: Registry, build_id: str, subject_digest: str, trusted: dict[str, Ed25519PublicKey] | None, *, what: str
+) -> None:
     """Raise ``Revoked`` (exit 1) naming who revoked the build, when and why."""
     found = revocations(registry, build_id, subject_digest, trusted)
     if found:
-        raise Revoked(f"{what}: {build_id} is {found[0].describe()}. A revoked build never moves or loads again; "
-                      "release a fixed build instead")
+        raise Revoked(
+            f"{what}: {build_id} is {found[0].describe()}. A revoked build never moves or loads again; "
+            "release a fixed build instead"
+        )

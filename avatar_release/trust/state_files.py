@@ -28,8 +28,21 @@ if TYPE_CHECKING:
     from tuf.api.metadata import Metadata
     from tuf.ngclient.fetcher import FetcherInterface
 
-__all__ = ["NAMESPACE", "META_URL", "PROD_ROLES_FIELD", "versioned_name", "parse_name", "list_versions", "put_new", "swap_timestamp",
-           "tuf_key", "tuf_signer", "public_key_of", "to_bytes", "registry_fetcher"]
+__all__ = [
+    "NAMESPACE",
+    "META_URL",
+    "PROD_ROLES_FIELD",
+    "versioned_name",
+    "parse_name",
+    "list_versions",
+    "put_new",
+    "swap_timestamp",
+    "tuf_key",
+    "tuf_signer",
+    "public_key_of",
+    "to_bytes",
+    "registry_fetcher",
+]
 
 NAMESPACE = RELEASE_STATE.name
 META_URL = "avatar-release-state:/metadata/"  # what ngclient is told; the fetcher maps it to records
@@ -68,8 +81,10 @@ def put_new(registry: Registry, name: str, data: bytes) -> None:
 
     def write(old: bytes | None) -> bytes:
         if old is not None and old != data:
-            raise ConflictError(f"release state: {name} was written by another promoter at the same time; nothing "
-                                "was changed here, run the command again")
+            raise ConflictError(
+                f"release state: {name} was written by another promoter at the same time; nothing "
+                "was changed here, run the command again"
+            )
         return data
 
     registry.update_record(NAMESPACE, name, write)
@@ -86,8 +101,10 @@ def swap_timestamp(registry: Registry, data: bytes, expected_version: int | None
             except (ValueError, KeyError, TypeError):
                 raise IntegrityError("release state: timestamp.json is not TUF timestamp metadata") from None
         if found != expected_version:
-            raise ConflictError(f"release state: the timestamp moved from version {expected_version} to {found} while "
-                                "this command ran (another promoter); nothing was changed here, run it again")
+            raise ConflictError(
+                f"release state: the timestamp moved from version {expected_version} to {found} while "
+                "this command ran (another promoter); nothing was changed here, run it again"
+            )
         return data
 
     registry.update_record(NAMESPACE, "timestamp.json", write)
@@ -110,8 +127,10 @@ def public_key_of(key: Any) -> Ed25519PublicKey:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     if getattr(key, "keytype", None) != "ed25519":
-        raise IntegrityError(f"release state: key {getattr(key, 'keyid', '?')} is a {getattr(key, 'keytype', '?')} "
-                             "key; avatar-release signs with Ed25519 only")
+        raise IntegrityError(
+            f"release state: key {getattr(key, 'keyid', '?')} is a {getattr(key, 'keytype', '?')} "
+            "key; avatar-release signs with Ed25519 only"
+        )
     return Ed25519PublicKey.from_public_bytes(bytes.fromhex(key.keyval["public"]))
 
 

@@ -66,8 +66,10 @@ def load_pinned_root(path: str | Path) -> PinnedRoot:
     try:
         data = p.read_bytes()
     except OSError as e:
-        raise TrustError(f"trust root {p}: cannot read it ({e.strerror}); copy the registry's root metadata there "
-                         "(avatar-release registry root --out FILE)") from None
+        raise TrustError(
+            f"trust root {p}: cannot read it ({e.strerror}); copy the registry's root metadata there "
+            "(avatar-release registry root --out FILE)"
+        ) from None
     from tuf.api.metadata import Metadata, Root
 
     try:
@@ -91,9 +93,16 @@ class VerifiedChannel:
     revoked: dict[str, Any] | None = None  # the signed revocation of the build, if there is one
 
     def to_json(self) -> dict[str, Any]:
-        return {"channel": self.channel, "build_id": self.build_id, "manifest_digest": self.manifest_digest,
-                "version": self.version, "sequence": self.sequence, "expires": self.expires,
-                "evidence": list(self.evidence), "revoked": self.revoked}
+        return {
+            "channel": self.channel,
+            "build_id": self.build_id,
+            "manifest_digest": self.manifest_digest,
+            "version": self.version,
+            "sequence": self.sequence,
+            "expires": self.expires,
+            "evidence": list(self.evidence),
+            "revoked": self.revoked,
+        }
 
 
 def _updater(registry: Registry, root: PinnedRoot) -> Any:
@@ -121,18 +130,26 @@ def verify_channel_state(registry: Registry, channel: str, root: PinnedRoot) -> 
         up.refresh()
         target = up.get_targetinfo(f"{channel}/build")
     except tx.ExpiredMetadataError as e:
-        raise StateExpired(f"{where}: the signed release state expired ({e}): nobody re-signed its timestamp, or "
-                           "the registry is frozen (old files written back). Run `avatar-release registry refresh` "
-                           "on a schedule well within [state] timestamp_minutes") from None
+        raise StateExpired(
+            f"{where}: the signed release state expired ({e}): nobody re-signed its timestamp, or "
+            "the registry is frozen (old files written back). Run `avatar-release registry refresh` "
+            "on a schedule well within [state] timestamp_minutes"
+        ) from None
     except tx.BadVersionNumberError as e:
-        raise TrustError(f"{where}: the signed release state is older than what this pod already trusted ({e}): "
-                         "the registry was rolled back; nothing from it is loaded") from None
+        raise TrustError(
+            f"{where}: the signed release state is older than what this pod already trusted ({e}): "
+            "the registry was rolled back; nothing from it is loaded"
+        ) from None
     except tx.DownloadHTTPError as e:
-        raise StateMissing(f"{where}: the signed release state is missing ({e}); the registry was never initialised "
-                           "or its state was deleted (avatar-release registry init / upgrade)") from None
+        raise StateMissing(
+            f"{where}: the signed release state is missing ({e}); the registry was never initialised "
+            "or its state was deleted (avatar-release registry init / upgrade)"
+        ) from None
     except (tx.RepositoryError, tx.DownloadError) as e:
-        raise TrustError(f"{where}: the signed release state does not verify from the pinned root {root.path} "
-                         f"({type(e).__name__}: {e})") from None
+        raise TrustError(
+            f"{where}: the signed release state does not verify from the pinned root {root.path} "
+            f"({type(e).__name__}: {e})"
+        ) from None
     except ValueError as e:  # the bootstrap root itself
         raise TrustError(f"{where}: the pinned root {root.path} is not valid root metadata ({e})") from None
     if target is None:
@@ -146,20 +163,36 @@ def verify_channel_state(registry: Registry, channel: str, root: PinnedRoot) -> 
     evidence: tuple[str, ...] = ()
     if channel == "prod":
         needs = targets.signed.unrecognized_fields.get(PROD_ROLES_FIELD, ["gate", "approver"])
-        evidence = _check_prod_evidence(registry, targets, holder.build_id, holder.manifest_digest,
-                                        holder.evidence, needs, where)
+        evidence = _check_prod_evidence(
+            registry, targets, holder.build_id, holder.manifest_digest, holder.evidence, needs, where
+        )
     ts = _trusted(root, "timestamp")
     snap = _trusted(root, "snapshot")
-    return VerifiedChannel(channel, holder.build_id, holder.manifest_digest, holder.version, snap.signed.version,
-                           _iso(ts.signed.expires), evidence, revoked)
+    return VerifiedChannel(
+        channel,
+        holder.build_id,
+        holder.manifest_digest,
+        holder.version,
+        snap.signed.version,
+        _iso(ts.signed.expires),
+        evidence,
+        revoked,
+    )
 
 
 def _iso(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _check_prod_evidence(registry: Registry, targets: Metadata, build_id: str, manifest_digest: str,
-                         refs: tuple[BlobRef, ...], needs: list[str], where: str) -> tuple[str, ...]:
+def _check_prod_evidence(
+    registry: Registry,
+    targets: Metadata,
+    build_id: str,
+    manifest_digest: str,
+    refs: tuple[BlobRef, ...],
+    needs: list[str],
+    where: str,
+) -> tuple[str, ...]:
     """The gate result (gate role) and release approval (approver role, another key) that the
     channel's signed metadata names for this build, each verified here."""
     gate: tuple[Any, str] | None = None
@@ -169,35 +202,53 @@ def _check_prod_evidence(registry: Registry, targets: Metadata, build_id: str, m
             data = registry.get_blob(ref.digest, ref.size)
             kind = open_envelope(data, f"evidence {ref.digest}").predicate_type
         except (NotFoundError, IntegrityError):
-            raise TrustError(f"{where}: evidence {ref.digest} named by the signed state is missing or damaged") from None
+            raise TrustError(
+                f"{where}: evidence {ref.digest} named by the signed state is missing or damaged"
+            ) from None
         if kind == PREDICATE_TYPES["gate-result"] and "gate" in needs:
             keys, threshold = delegated_keys(targets, "gate")
-            att = verify_envelope(data, f"gate evidence {ref.digest}", trusted=keys, kind="gate-result",
-                                  subject_digest=manifest_digest)
+            att = verify_envelope(
+                data, f"gate evidence {ref.digest}", trusted=keys, kind="gate-result", subject_digest=manifest_digest
+            )
             status = att.predicate.get("status")
             if len(att.key_ids) < threshold or att.predicate.get("build_id") != build_id or status == "failed":
-                raise TrustError(f"{where}: the gate evidence {ref.digest} does not let {build_id} into prod (status "
-                                 f"{status!r}, {len(att.key_ids)} of {threshold} gate signatures)")
+                raise TrustError(
+                    f"{where}: the gate evidence {ref.digest} does not let {build_id} into prod (status "
+                    f"{status!r}, {len(att.key_ids)} of {threshold} gate signatures)"
+                )
             gate = (att, sha256_digest(canonical_json(att.predicate)))
         elif kind == PREDICATE_TYPES["release-approval"]:
             approvals.append((ref, data))
     accepted = []
     if "gate" in needs:
         if gate is None:
-            raise TrustError(f"{where}: the signed state names no gate evidence for {build_id}; prod needs the gate "
-                             "role's signed verdict, so a pod never runs an ungated build whatever key moved prod")
+            raise TrustError(
+                f"{where}: the signed state names no gate evidence for {build_id}; prod needs the gate "
+                "role's signed verdict, so a pod never runs an ungated build whatever key moved prod"
+            )
         accepted.append(f"gate-result by {', '.join(gate[0].key_ids)}")
     if "approver" in needs:
         keys, threshold = delegated_keys(targets, "approver")
         for ref, data in approvals:
-            att = verify_envelope(data, f"release approval {ref.digest}", trusted=keys, kind="release-approval",
-                                  subject_digest=manifest_digest)
+            att = verify_envelope(
+                data,
+                f"release approval {ref.digest}",
+                trusted=keys,
+                kind="release-approval",
+                subject_digest=manifest_digest,
+            )
             own = gate is not None and set(att.key_ids) & set(gate[0].key_ids)
-            if len(att.key_ids) >= threshold and not own and gate is not None \
-                    and att.predicate.get("gate_result_digest") == gate[1]:
+            if (
+                len(att.key_ids) >= threshold
+                and not own
+                and gate is not None
+                and att.predicate.get("gate_result_digest") == gate[1]
+            ):
                 accepted.append(f"release-approval by {', '.join(att.key_ids)}")
                 break
         else:
-            raise TrustError(f"{where}: the signed state names no release approval of {build_id}'s gate result by an "
-                             "approver key other than the gate's; prod needs both roles")
+            raise TrustError(
+                f"{where}: the signed state names no release approval of {build_id}'s gate result by an "
+                "approver key other than the gate's; prod needs both roles"
+            )
     return tuple(accepted)

@@ -36,8 +36,19 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from tuf.api.metadata import Metadata
 
-__all__ = ["StateMissing", "Holder", "ReleaseState", "load_state", "moves", "seen_path", "state_exists",
-           "holder_of", "revocation_of", "delegated_keys", "MAX_MOVES"]
+__all__ = [
+    "StateMissing",
+    "Holder",
+    "ReleaseState",
+    "load_state",
+    "moves",
+    "seen_path",
+    "state_exists",
+    "holder_of",
+    "revocation_of",
+    "delegated_keys",
+    "MAX_MOVES",
+]
 
 MAX_MOVES = 1_000_000  # a chain longer than this is not a history, it is an attack on the reader
 
@@ -65,12 +76,20 @@ def holder_of(md: Metadata, channel: str) -> Holder | None:
         return None
     c = target.custom if isinstance(target.custom, dict) else {}
     try:
-        return Holder(channel, str(c["build_id"]), "sha256:" + target.hashes["sha256"], md.signed.version,
-                      BlobRef(**c["move"]), tuple(BlobRef(**e) for e in c.get("evidence") or ()),
-                      c.get("gate_result_digest"))
+        return Holder(
+            channel,
+            str(c["build_id"]),
+            "sha256:" + target.hashes["sha256"],
+            md.signed.version,
+            BlobRef(**c["move"]),
+            tuple(BlobRef(**e) for e in c.get("evidence") or ()),
+            c.get("gate_result_digest"),
+        )
     except (KeyError, TypeError, ValueError) as e:
-        raise IntegrityError(f"release state: {channel}'s metadata v{md.signed.version} names its build without "
-                             f"the fields avatar-release writes ({e})") from None
+        raise IntegrityError(
+            f"release state: {channel}'s metadata v{md.signed.version} names its build without "
+            f"the fields avatar-release writes ({e})"
+        ) from None
 
 
 def revocation_of(md: Metadata, build_id: str) -> dict[str, Any] | None:
@@ -118,8 +137,16 @@ class ReleaseState:
         for path, target in self.roles["evidence"].signed.targets.items():
             if path.startswith(prefix):
                 c = target.custom if isinstance(target.custom, dict) else {}
-                out.append((int(c.get("n", 0)), BlobRef(digest="sha256:" + target.hashes["sha256"],
-                                                         size=target.length, media_type=str(c.get("media_type", "")))))
+                out.append(
+                    (
+                        int(c.get("n", 0)),
+                        BlobRef(
+                            digest="sha256:" + target.hashes["sha256"],
+                            size=target.length,
+                            media_type=str(c.get("media_type", "")),
+                        ),
+                    )
+                )
         return [ref for _, ref in sorted(out, key=lambda x: x[0])]
 
     def keys(self, role: str) -> tuple[dict[str, Ed25519PublicKey], int]:
@@ -154,8 +181,10 @@ def _verify(delegator: Any, role: str, md: Metadata, name: str) -> None:
     try:
         delegator.verify_delegate(role, md.signed_bytes, md.signatures)
     except (UnsignedMetadataError, ValueError) as e:
-        raise TrustError(f"release state: {name} is not signed by the {role} role's threshold of keys ({e}); it was "
-                         "tampered with, or written by keys the root does not name") from None
+        raise TrustError(
+            f"release state: {name} is not signed by the {role} role's threshold of keys ({e}); it was "
+            "tampered with, or written by keys the root does not name"
+        ) from None
     if md.signed.type != ("targets" if role not in ("root", "timestamp", "snapshot") else role):
         raise TrustError(f"release state: {name} is {md.signed.type} metadata, expected {role}")
 
@@ -165,9 +194,12 @@ def _missing(registry: Registry) -> StateMissing:
         return StateMissing(
             f"registry {registry.uri} has channels but no signed release state: decisions read only signed state. "
             "Sign the state it holds now, once, with the root keys of your trust policy: avatar-release registry "
-            "upgrade")
-    return StateMissing(f"registry {registry.uri} has no signed release state; initialise it once with the root keys "
-                        "of your trust policy: avatar-release registry init")
+            "upgrade"
+        )
+    return StateMissing(
+        f"registry {registry.uri} has no signed release state; initialise it once with the root keys "
+        "of your trust policy: avatar-release registry init"
+    )
 
 
 class _Reader:
@@ -179,9 +211,11 @@ class _Reader:
     def read(self, name: str, what: str, *, required: bool = True) -> bytes | None:
         data = self.registry.get_record(NAMESPACE, name)
         if data is None and required:
-            raise TrustError(f"release state: {name} ({what}) is missing from the registry; the signed state was "
-                             "damaged or partly deleted: restore the release-state records from a copy "
-                             "(avatar-release copy) or a backup")
+            raise TrustError(
+                f"release state: {name} ({what}) is missing from the registry; the signed state was "
+                "damaged or partly deleted: restore the release-state records from a copy "
+                "(avatar-release copy) or a backup"
+            )
         self.total += len(data or b"")
         return data
 
@@ -206,9 +240,11 @@ class _Reader:
         _verify(root.signed, "timestamp", ts, "timestamp.json")
         newest = list_versions(self.registry)
         if newest.get("timestamp", 0) > ts.signed.version:
-            raise TrustError(f"release state: timestamp.json is version {ts.signed.version}, but the registry holds "
-                             f"timestamp version {newest['timestamp']}: the timestamp was rolled back; restore the "
-                             "newest (or, if you hold the online key, avatar-release registry refresh signs a newer one)")
+            raise TrustError(
+                f"release state: timestamp.json is version {ts.signed.version}, but the registry holds "
+                f"timestamp version {newest['timestamp']}: the timestamp was rolled back; restore the "
+                "newest (or, if you hold the online key, avatar-release registry refresh signs a newer one)"
+            )
         _check_not_older("timestamp", ts.signed.version, self.seen)
         return ts
 
@@ -219,8 +255,9 @@ class _Reader:
         try:
             meta.verify_length_and_hashes(data)
         except Exception:  # noqa: BLE001 - LengthOrHashMismatchError
-            raise TrustError(f"release state: {name} is not the snapshot the timestamp signs (length or hash differ)") \
-                from None
+            raise TrustError(
+                f"release state: {name} is not the snapshot the timestamp signs (length or hash differ)"
+            ) from None
         snap = _parse(data, name)
         _verify(root.signed, "snapshot", snap, name)
         if snap.signed.version != meta.version:
@@ -239,8 +276,10 @@ class _Reader:
             try:
                 m.verify_length_and_hashes(data)
             except Exception:  # noqa: BLE001 - LengthOrHashMismatchError
-                raise TrustError(f"release state: {name} is not the file the snapshot signs (length or hash differ): "
-                                 "a file mixed in from another copy or registry") from None
+                raise TrustError(
+                    f"release state: {name} is not the file the snapshot signs (length or hash differ): "
+                    "a file mixed in from another copy or registry"
+                ) from None
         md = _parse(data, name)
         _verify(delegator, role, md, name)
         if md.signed.version != m.version:
@@ -249,8 +288,9 @@ class _Reader:
         return md
 
 
-def load_state(registry: Registry, policy: TrustPolicy, *, remember: bool = True, pin_root: bool = True
-               ) -> ReleaseState:
+def load_state(
+    registry: Registry, policy: TrustPolicy, *, remember: bool = True, pin_root: bool = True
+) -> ReleaseState:
     """The verified signed state (see the module's note), or TrustError / StateMissing (exit 4).
     ``pin_root`` False (key rotation only): the registry's newest root need not name the policy's root keys."""
     first = registry.get_record(NAMESPACE, versioned_name("root", 1))
@@ -277,10 +317,12 @@ def _check_root_keys(root: Metadata, policy: TrustPolicy, registry: Registry) ->
     want = {tuf_key(k).keyid for k in state_roles(policy).root.keys.values()}
     have = set(root.signed.roles["root"].keyids)
     if want != have:
-        raise TrustError(f"release state of {registry.uri}: its root (v{root.signed.version}) names other root keys "
-                         f"than the trust policy {policy.path}. Use the trust policy this registry was initialised "
-                         "with (AVATAR_RELEASE_TRUST_POLICY=FILE: your team's, usually in its repository); if you "
-                         "rotated the root keys, sign a new root with the old ones (avatar-release registry rotate)")
+        raise TrustError(
+            f"release state of {registry.uri}: its root (v{root.signed.version}) names other root keys "
+            f"than the trust policy {policy.path}. Use the trust policy this registry was initialised "
+            "with (AVATAR_RELEASE_TRUST_POLICY=FILE: your team's, usually in its repository); if you "
+            "rotated the root keys, sign a new root with the old ones (avatar-release registry rotate)"
+        )
 
 
 def _load_seen(registry_id: str) -> dict[str, int]:
@@ -290,22 +332,30 @@ def _load_seen(registry_id: str) -> dict[str, int]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError):
-        raise TrustError(f"the release state this machine saw ({p}) is unreadable; restore it, or delete it to trust "
-                         "the registry's state as it is now") from None
+        raise TrustError(
+            f"the release state this machine saw ({p}) is unreadable; restore it, or delete it to trust "
+            "the registry's state as it is now"
+        ) from None
     return {k: int(v) for k, v in doc.get("versions", {}).items()} if isinstance(doc, dict) else {}
 
 
 def _check_not_older(role: str, version: int, seen: dict[str, int]) -> None:
     if version < seen.get(role, 0):
-        raise TrustError(f"release state: {role} is version {version}, older than the version {seen[role]} this "
-                         "machine has already seen: the registry's signed state was rolled back. Nothing was "
-                         "decided; restore the newest state (a copy or a backup of the registry)")
+        raise TrustError(
+            f"release state: {role} is version {version}, older than the version {seen[role]} this "
+            "machine has already seen: the registry's signed state was rolled back. Nothing was "
+            "decided; restore the newest state (a copy or a backup of the registry)"
+        )
 
 
 def _remember(registry_id: str, state: ReleaseState) -> None:
-    versions = {"root": state.root.signed.version, "timestamp": state.timestamp.signed.version,
-                "snapshot": state.snapshot.signed.version, "targets": state.targets.signed.version,
-                **{r: md.signed.version for r, md in state.roles.items()}}
+    versions = {
+        "root": state.root.signed.version,
+        "timestamp": state.timestamp.signed.version,
+        "snapshot": state.snapshot.signed.version,
+        "targets": state.targets.signed.version,
+        **{r: md.signed.version for r, md in state.roles.items()},
+    }
     seen = _load_seen(registry_id)
     if all(seen.get(k) == v for k, v in versions.items()):
         return
@@ -320,17 +370,21 @@ def moves(registry: Registry, holder: Holder | None) -> list[MoveRecord]:
     ref = holder.move if holder else None
     while ref is not None:
         if len(out) >= MAX_MOVES:
-            raise IntegrityError(f"release state: {holder.channel if holder else '?'}'s history is longer than "
-                                 f"{MAX_MOVES} moves")
+            raise IntegrityError(
+                f"release state: {holder.channel if holder else '?'}'s history is longer than {MAX_MOVES} moves"
+            )
         try:
             data = registry.get_blob(ref.digest, ref.size)
         except NotFoundError:
-            raise TrustError(f"release state: move record {ref.digest} of {holder.channel if holder else '?'} is "
-                             "missing from the registry; restore it from a copy") from None
+            raise TrustError(
+                f"release state: move record {ref.digest} of {holder.channel if holder else '?'} is "
+                "missing from the registry; restore it from a copy"
+            ) from None
         rec = parse_record(MoveRecord, data, where=f"move record {ref.digest}")
         if holder is not None and rec.channel != holder.channel:
-            raise TrustError(f"release state: move record {ref.digest} is a move of {rec.channel}, inside "
-                             f"{holder.channel}'s history")
+            raise TrustError(
+                f"release state: move record {ref.digest} is a move of {rec.channel}, inside {holder.channel}'s history"
+            )
         out.append(rec)
         ref = rec.previous
     out.reverse()

@@ -37,8 +37,17 @@ from .policy import TrustPolicy, local_identity
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["RoleKeys", "StateRoles", "state_roles", "held_keys", "signers_for", "STATE_KEYS_ENV", "CHANNEL_ROLES", "TOP_ROLES",
-           "LISTED_ROLES"]
+__all__ = [
+    "RoleKeys",
+    "StateRoles",
+    "state_roles",
+    "held_keys",
+    "signers_for",
+    "STATE_KEYS_ENV",
+    "CHANNEL_ROLES",
+    "TOP_ROLES",
+    "LISTED_ROLES",
+]
 
 STATE_KEYS_ENV = "AVATAR_RELEASE_STATE_KEYS"
 CHANNEL_ROLES = ("dev", "staging", "prod")
@@ -91,8 +100,10 @@ def state_roles(policy: TrustPolicy) -> StateRoles:
     movers = [*gate_names, *policy.approvers]
     root = s.root or tuple(policy.approvers) or tuple(gate_names)
     if not root:
-        raise InputError(f"trust policy {policy.path}: no key can be the release state's root: name one in "
-                         "[state] root (or [release] approvers)")
+        raise InputError(
+            f"trust policy {policy.path}: no key can be the release state's root: name one in "
+            "[state] root (or [release] approvers)"
+        )
     channels = {c: _role(policy, c, s.channels.get(c) or movers) for c in CHANNEL_ROLES}
     return StateRoles(
         root=_role(policy, "root", root, s.root_threshold if s.root else 1),
@@ -119,8 +130,10 @@ def held_keys(policy: TrustPolicy, given: Iterable[Ed25519PrivateKey] = ()) -> d
 
     for key in given:
         add(key)
-    for path in [*filter(None, os.environ.get(STATE_KEYS_ENV, "").split(os.pathsep)),
-                 os.environ.get("AVATAR_RELEASE_GATE_KEY", "")]:
+    for path in [
+        *filter(None, os.environ.get(STATE_KEYS_ENV, "").split(os.pathsep)),
+        os.environ.get("AVATAR_RELEASE_GATE_KEY", ""),
+    ]:
         if path:
             add(load_private_key(path))
     ident = local_identity()
@@ -134,6 +147,8 @@ def signers_for(role: RoleKeys, held: dict[str, Ed25519PrivateKey], *, what: str
     """The held keys of ``role`` (all of them, at least its threshold), or TrustError naming what is missing."""
     mine = [held[k] for k in role.keys if k in held]
     if len(mine) < role.threshold:
-        raise TrustError(f"{what}: the {role.describe()} role needs {role.threshold} signature(s) and this process "
-                         f"holds {len(mine)} of its keys; give one with --sign-key KEY or {STATE_KEYS_ENV}=KEY[:KEY]")
+        raise TrustError(
+            f"{what}: the {role.describe()} role needs {role.threshold} signature(s) and this process "
+            f"holds {len(mine)} of its keys; give one with --sign-key KEY or {STATE_KEYS_ENV}=KEY[:KEY]"
+        )
     return mine

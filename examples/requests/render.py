@@ -34,26 +34,35 @@ PIECE = 64 * 1024  # bytes read from the response at a time
 
 def json_request(url: str, image: bytes, audio: bytes, fit: str, seed: int) -> urllib.request.Request:
     """The request as one JSON object; the media base64-encoded (the body grows by a third)."""
-    body = json.dumps({"fit": fit, "seed": seed, "image_b64": base64.b64encode(image).decode("ascii"),
-                       "audio_b64": base64.b64encode(audio).decode("ascii")}).encode("utf-8")
+    body = json.dumps(
+        {
+            "fit": fit,
+            "seed": seed,
+            "image_b64": base64.b64encode(image).decode("ascii"),
+            "audio_b64": base64.b64encode(audio).decode("ascii"),
+        }
+    ).encode("utf-8")
     return urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
 
 
-def multipart_request(url: str, image: tuple[str, bytes], audio: tuple[str, bytes], fit: str,
-                      seed: int) -> urllib.request.Request:
+def multipart_request(
+    url: str, image: tuple[str, bytes], audio: tuple[str, bytes], fit: str, seed: int
+) -> urllib.request.Request:
     """The request as multipart/form-data: files ``image`` and ``audio``, text fields ``fit`` and ``seed``."""
     boundary = f"avatar-release-{uuid.uuid4().hex}"  # random: it must not occur inside the files
     parts: list[bytes] = []
     for name, value in (("fit", fit), ("seed", str(seed))):
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
-                     .encode("utf-8"))
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
     for name, (filename, data) in (("image", image), ("audio", audio)):
-        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
-                "Content-Type: application/octet-stream\r\n\r\n")
+        head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        )
         parts.append(head.encode("utf-8") + data + b"\r\n")
     parts.append(f"--{boundary}--\r\n".encode("ascii"))
-    return urllib.request.Request(url, data=b"".join(parts), method="POST",
-                                  headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    return urllib.request.Request(
+        url, data=b"".join(parts), method="POST", headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    )
 
 
 def send(request: urllib.request.Request, out: Path, timeout: float) -> bool:
@@ -84,22 +93,33 @@ def send(request: urllib.request.Request, out: Path, timeout: float) -> bool:
             received += len(piece)
     part.replace(out)
     headers = response.headers
-    print(f"{out}: {received} bytes, first byte after {first_byte or 0.0:.2f} s, "
-          f"X-Build-Id: {headers.get('X-Build-Id')}, X-Compiles: {headers.get('X-Compiles')}")
+    print(
+        f"{out}: {received} bytes, first byte after {first_byte or 0.0:.2f} s, "
+        f"X-Build-Id: {headers.get('X-Build-Id')}, X-Compiles: {headers.get('X-Compiles')}"
+    )
     return True
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="POST /render to a serving pod (JSON and multipart).")
-    parser.add_argument("url", nargs="?", default=os.environ.get("POD_URL", "http://127.0.0.1:8080"),
-                        help="the pod (default: $POD_URL, else http://127.0.0.1:8080)")
+    parser.add_argument(
+        "url",
+        nargs="?",
+        default=os.environ.get("POD_URL", "http://127.0.0.1:8080"),
+        help="the pod (default: $POD_URL, else http://127.0.0.1:8080)",
+    )
     parser.add_argument("--mode", choices=("json", "multipart", "both"), default="both")
     parser.add_argument("--image", type=Path, default=MEDIA / "face.png", help="JPEG, PNG or WebP")
     parser.add_argument("--audio", type=Path, default=MEDIA / "speech.wav", help="WAV, MP3, M4A, FLAC, Ogg, ...")
     parser.add_argument("--fit", choices=("cover", "contain", "exact"), default="cover")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=Path("."))
-    parser.add_argument("--timeout", type=float, default=300.0, help="longest wait for the pod, at the start or between two pieces (a queued render waits up to 120 s)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="longest wait for the pod, at the start or between two pieces (a queued render waits up to 120 s)",
+    )
     args = parser.parse_args(argv)
 
     endpoint = args.url.rstrip("/") + "/render"
@@ -109,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode in ("json", "both"):
         requests.append(("json", json_request(endpoint, image, audio, args.fit, args.seed)))
     if args.mode in ("multipart", "both"):
-        requests.append(("multipart", multipart_request(endpoint, (args.image.name, image), (args.audio.name, audio),
-                                                        args.fit, args.seed)))
+        requests.append(
+            (
+                "multipart",
+                multipart_request(endpoint, (args.image.name, image), (args.audio.name, audio), args.fit, args.seed),
+            )
+        )
     ok = True
     for mode, request in requests:
         ok = send(request, args.out_dir / f"render-{mode}.mp4", args.timeout) and ok

@@ -18,8 +18,16 @@ import sysconfig
 import tarfile
 from pathlib import Path
 
-_SKIP = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "lib2to3", "__pycache__",
-         "config-3.11-x86_64-linux-gnu"}  # the static libpython: for embedding, not for running
+_SKIP = {
+    "site-packages",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "lib2to3",
+    "__pycache__",
+    "config-3.11-x86_64-linux-gnu",
+}  # the static libpython: for embedding, not for running
 _LDD = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x")
 
 
@@ -29,15 +37,33 @@ REPO = Path(__file__).resolve().parents[2]
 def build_wheel_venv(out: Path) -> tuple[Path, Path]:
     """(wheel, venv) for a wheel of this checkout installed in a fresh venv. Dependencies come from
     pip's configured indexes; nothing comes from the repository but the wheel."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out / "dist"), str(REPO)], check=True, cwd=out)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out / "dist"),
+            str(REPO),
+        ],
+        check=True,
+        cwd=out,
+    )
     (wheel,) = (out / "dist").glob("avatar_release-*.whl")
     venv = out / "venv"
     # Without PYTHONPATH: a checkout on it (its egg-info) would read as "already installed" to pip.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(wheel)], check=True, cwd=out, env=env)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+        check=True,
+        cwd=out,
+        env=env,
+    )
     return wheel, venv
 
 
@@ -45,7 +71,7 @@ def _needed(elves: list[Path]) -> set[str]:
     """Every shared library the given ELF files load, as ldd names them (and as resolved)."""
     found: set[str] = set()
     for chunk in range(0, len(elves), 200):
-        out = subprocess.run(["ldd", *map(str, elves[chunk:chunk + 200])], capture_output=True, text=True)
+        out = subprocess.run(["ldd", *map(str, elves[chunk : chunk + 200])], capture_output=True, text=True)
         for m in _LDD.finditer(out.stdout):
             found.add(m.group(1))
     return found
@@ -81,14 +107,25 @@ def build_base_tar(out: Path, extra_elves: list[Path] = ()) -> Path:
         files += [os.path.join(root, n) for n in names]
     shell = Path(os.path.realpath("/bin/sh"))
     files.append(str(shell))
-    elves = [python.resolve(), *libdir.glob("libpython3*.so*"), shell, *extra_elves,
-             *(p for p in (stdlib / "lib-dynload").glob("*.so") if "tkinter" not in p.name)]
+    elves = [
+        python.resolve(),
+        *libdir.glob("libpython3*.so*"),
+        shell,
+        *extra_elves,
+        *(p for p in (stdlib / "lib-dynload").glob("*.so") if "tkinter" not in p.name),
+    ]
     # System libraries only: a wheel's own bundled libraries (numpy.libs/...) come with the wheel.
     libs = sorted({e for p in _needed(elves) for e in _entries(p) if e.startswith(("/usr/", "/lib"))})
     # libstdc++/libgcc_s: what manylinux wheels expect of the system, as a slim image has them.
     for name in ("libstdc++.so.6", "libgcc_s.so.1"):
-        hit = next((d / name for d in (Path("/usr/lib/x86_64-linux-gnu"), Path("/lib/x86_64-linux-gnu"))
-                    if (d / name).exists()), None)
+        hit = next(
+            (
+                d / name
+                for d in (Path("/usr/lib/x86_64-linux-gnu"), Path("/lib/x86_64-linux-gnu"))
+                if (d / name).exists()
+            ),
+            None,
+        )
         if hit:
             libs += _entries(str(hit))
     with tarfile.open(out, "w") as tar:

@@ -20,8 +20,7 @@ import zstandard
 
 from avatar_release._digest import sha256_digest
 from avatar_release.errors import IntegrityError
-from avatar_release.records import build_id_for, check_identity, manifest_identity, manifest_seal
-from avatar_release.records import Manifest
+from avatar_release.records import Manifest, build_id_for, check_identity, manifest_identity, manifest_seal
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO
@@ -48,14 +47,21 @@ def _republish(reg: LocalRegistry, root, m: Manifest) -> Manifest:
     (root / "builds" / m.build_id).unlink(missing_ok=True)
     digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
     current = reg.get_channel("dev")
-    reg.move_channel("dev", reg.resolve(digest), expected_digest=current.digest if current else None,
-                     action="publish", who="attacker", reason="")
+    reg.move_channel(
+        "dev",
+        reg.resolve(digest),
+        expected_digest=current.digest if current else None,
+        action="publish",
+        who="attacker",
+        reason="",
+    )
     return m
 
 
 def _with_entry(m: Manifest, key: str, **changes) -> Manifest:
-    return m.model_copy(update={"executables": [e.model_copy(update=changes) if e.key == key else e
-                                                for e in m.executables]})
+    return m.model_copy(
+        update={"executables": [e.model_copy(update=changes) if e.key == key else e for e in m.executables]}
+    )
 
 
 def _swap_payload(reg: LocalRegistry, root, build_id: str, key: str, raw: bytes) -> Manifest:
@@ -79,8 +85,9 @@ def test_a_program_swapped_in_under_an_unchanged_build_id_is_refused(registry_co
 
     # B's executable bytes under A's entry: the blob, its raw size and digest; the seal recomputed.
     # The fields the identity covers (hlo_digest, fingerprint) stay A's, so the build id is A's.
-    swapped = _republish(reg, root, _with_entry(ma, "dit/f8", blob=theirs.blob, raw_size=theirs.raw_size,
-                                                raw_digest=theirs.raw_digest))
+    swapped = _republish(
+        reg, root, _with_entry(ma, "dit/f8", blob=theirs.blob, raw_size=theirs.raw_size, raw_digest=theirs.raw_digest)
+    )
     assert swapped.build_id == a.build_id and swapped.identity == ma.identity
     check_identity(swapped)  # identity and seal agree: an unkeyed hash is no defence here
 
@@ -143,8 +150,13 @@ print(json.dumps(out))
 
 
 def _load_in_child(root, ref) -> dict:
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(root), ref], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(root), ref],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -224,8 +236,9 @@ def _with_pid(pid) -> bytes:
     return f.getvalue()
 
 
-@pytest.mark.parametrize("kind", ["truncated", "not-a-triple", "unknown-device", "garbage-executable",
-                                  "too-few-leaves", "another-stage"])
+@pytest.mark.parametrize(
+    "kind", ["truncated", "not-a-triple", "unknown-device", "garbage-executable", "too-few-leaves", "another-stage"]
+)
 def test_malformed_pickles_are_integrity_errors_naming_the_executable(registry_copy, kind):
     root, a = registry_copy
     reg = LocalRegistry(root)
@@ -233,8 +246,9 @@ def test_malformed_pickles_are_integrity_errors_naming_the_executable(registry_c
 
     def raw_of(key):
         e = m.executable(*key.split("/"))
-        return zstandard.ZstdDecompressor().decompress(reg.get_blob(e.blob.digest, e.blob.size),
-                                                       max_output_size=e.raw_size)
+        return zstandard.ZstdDecompressor().decompress(
+            reg.get_blob(e.blob.digest, e.blob.size), max_output_size=e.raw_size
+        )
 
     payload = {
         "truncated": lambda: raw_of("dit/f8")[:5000],
@@ -252,16 +266,22 @@ def test_malformed_pickles_are_integrity_errors_naming_the_executable(registry_c
 
 
 # ------------------------------------------------------------------------------ corrupt registry files
-@pytest.mark.parametrize("path, data, commands", [
-    ("channels/dev.json", b"\x00garbage{", [["ls"], ["inspect", "dev"]]),
-    ("channels/dev.json", b'{"state": 5, "entry": []}', [["ls"], ["inspect", "dev"]]),
-    ("builds/{build}", b"garbage", [["ls"], ["inspect", "{build}"], ["verify", "{build}"]]),
-    ("builds/{build}", b'{"build_id": "tiny-cpu-8-000000000000", "digest": "sha256:00", "published_at": ""}',
-     [["ls"], ["verify", "{build}"]]),
-    ("history.jsonl", b"garbage\n{history}", [["gc", "--prune-builds", "--dry-run"]]),
-    ("records/gate-results/{build}", b"garbage", [["ls"]]),
-    ("records/compile-gates/{build}", b"[1, 2", [["ls"]]),
-])
+@pytest.mark.parametrize(
+    "path, data, commands",
+    [
+        ("channels/dev.json", b"\x00garbage{", [["ls"], ["inspect", "dev"]]),
+        ("channels/dev.json", b'{"state": 5, "entry": []}', [["ls"], ["inspect", "dev"]]),
+        ("builds/{build}", b"garbage", [["ls"], ["inspect", "{build}"], ["verify", "{build}"]]),
+        (
+            "builds/{build}",
+            b'{"build_id": "tiny-cpu-8-000000000000", "digest": "sha256:00", "published_at": ""}',
+            [["ls"], ["verify", "{build}"]],
+        ),
+        ("history.jsonl", b"garbage\n{history}", [["gc", "--prune-builds", "--dry-run"]]),
+        ("records/gate-results/{build}", b"garbage", [["ls"]]),
+        ("records/compile-gates/{build}", b"[1, 2", [["ls"]]),
+    ],
+)
 def test_corrupt_registry_files_are_refused_naming_the_file(registry_copy, path, data, commands):
     root, a = registry_copy
     path = path.format(build=a.build_id)
@@ -299,8 +319,13 @@ def test_a_torn_history_line_from_a_crash_is_still_tolerated(registry_copy):
 def _cli_process(*args, root) -> subprocess.CompletedProcess:
     """`avatar-release ARGS --registry ROOT` in another process: a signal (XLA's abort, a fault)
     shows as a negative return code, where CliRunner would take the test process down with it."""
-    return subprocess.run([sys.executable, "-m", "avatar_release", *map(str, args), "--registry", str(root)],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "avatar_release", *map(str, args), "--registry", str(root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        timeout=600,
+    )
 
 
 def _refused(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -331,20 +356,28 @@ def test_a_manifest_whose_programs_were_compiled_for_other_devices_is_refused(re
     root, a = registry_copy
     forged = _with_platform(LocalRegistry(root), root, a.build_id, device_count=16, mesh_shape=[16])
     why = ("compiled for 8 device(s)", "asks to load it on 16")
-    _refused(_cli_process("render", "--build", forged.build_id, "--out", tmp_path / "out.mp4", "--seconds", "0.3",
-                          root=root), "executable dit/f8", *why)
+    _refused(
+        _cli_process(
+            "render", "--build", forged.build_id, "--out", tmp_path / "out.mp4", "--seconds", "0.3", root=root
+        ),
+        "executable dit/f8",
+        *why,
+    )
     _refused(_cli_process("verify", forged.build_id, root=root), "dit/f8", "sr/f8", "vae/f8", *why)
     # ... and a mesh that does not multiply out to the device count, before anything starts
     odd = _with_platform(LocalRegistry(root), root, a.build_id, mesh_shape=[4])
     _refused(_cli_process("verify", odd.build_id, root=root), "platform.mesh_shape", "[4]", "product")
 
 
-@pytest.mark.parametrize("flag, why", [
-    ("--xla_no_such_flag=1", "'xla_no_such_flag' is not an XLA flag a flag profile may set"),  # XLA: fatal, before
-    ("--xla_dump_to={dump}", "'xla_dump_to' is not an XLA flag"),  # the loader would write there
-    ("--xla_cpu_enable_fast_math=false --xla_dump_to={dump}", "no spaces"),  # one entry, two flags in XLA_FLAGS
-    ("--xla_cpu_enable_fast_math=maybe", "takes true or false"),
-])
+@pytest.mark.parametrize(
+    "flag, why",
+    [
+        ("--xla_no_such_flag=1", "'xla_no_such_flag' is not an XLA flag a flag profile may set"),  # XLA: fatal, before
+        ("--xla_dump_to={dump}", "'xla_dump_to' is not an XLA flag"),  # the loader would write there
+        ("--xla_cpu_enable_fast_math=false --xla_dump_to={dump}", "no spaces"),  # one entry, two flags in XLA_FLAGS
+        ("--xla_cpu_enable_fast_math=maybe", "takes true or false"),
+    ],
+)
 def test_an_unknown_xla_flag_in_a_manifest_is_refused_before_xla_sees_it(registry_copy, tmp_path, flag, why):
     root, a = registry_copy
     reg = LocalRegistry(root)
@@ -352,8 +385,11 @@ def test_an_unknown_xla_flag_in_a_manifest_is_refused_before_xla_sees_it(registr
     flag = flag.format(dump=tmp_path / "dump")
     forged = _republish(reg, root, m.model_copy(update={"flags": m.flags.model_copy(update={"env_flags": [flag]})}))
     out = tmp_path / "out.mp4"
-    _refused(_cli_process("render", "--build", forged.build_id, "--out", out, "--seconds", "0.3", root=root),
-             "flags.env_flags[0]", why)
+    _refused(
+        _cli_process("render", "--build", forged.build_id, "--out", out, "--seconds", "0.3", root=root),
+        "flags.env_flags[0]",
+        why,
+    )
     _refused(_cli_process("verify", forged.build_id, root=root), "flags.env_flags[0]", why)
     assert not out.exists() and not (tmp_path / "dump").exists()  # nothing rendered, nothing dumped
 
@@ -417,17 +453,28 @@ def _with_a_large_weight_chunk(reg: LocalRegistry, root, build_id: str) -> Manif
     _, m = read_manifest(reg, build_id)
     (chunk,) = m.weights.chunks
     stored = reg.get_blob(chunk.blob.digest, chunk.blob.size)
-    raw = stored if m.weights.chunk_codec == "none" else zstandard.ZstdDecompressor().decompress(
-        stored, max_output_size=chunk.raw_size)
+    raw = (
+        stored
+        if m.weights.chunk_codec == "none"
+        else zstandard.ZstdDecompressor().decompress(stored, max_output_size=chunk.raw_size)
+    )
     flat = np.frombuffer(raw, np.uint8)
-    tensors = [HostTensor(t.name, t.dtype, tuple(t.shape), flat[t.offset: t.offset + t.nbytes]) for t in chunk.tensors]
-    tensors.append(HostTensor("zz.unused", "uint8", (3 << 19,), np.random.default_rng(0).integers(0, 256, 3 << 19, np.uint8)))
+    tensors = [HostTensor(t.name, t.dtype, tuple(t.shape), flat[t.offset : t.offset + t.nbytes]) for t in chunk.tensors]
+    tensors.append(
+        HostTensor("zz.unused", "uint8", (3 << 19,), np.random.default_rng(0).integers(0, 256, 3 << 19, np.uint8))
+    )
     chunks, blobs = pack_chunks(tensors, level=WEIGHTS_ZSTD_LEVEL, compression=m.weights.compression)
     assert len(chunks) == 1 and chunks[0].blob.size > 1 << 20
     for z in blobs.values():
         reg.put_blob(z)
-    weights = m.weights.model_copy(update={"chunks": chunks, "raw_size": chunks[0].raw_size, "tensors": len(tensors),
-                                           "raw_digest": chunk_table_digest(chunks, m.weights.compression)})
+    weights = m.weights.model_copy(
+        update={
+            "chunks": chunks,
+            "raw_size": chunks[0].raw_size,
+            "tensors": len(tensors),
+            "raw_digest": chunk_table_digest(chunks, m.weights.compression),
+        }
+    )
     return _republish(reg, root, m.model_copy(update={"weights": weights}))
 
 
@@ -439,9 +486,28 @@ def test_a_weight_chunk_truncated_while_it_loads_is_refused_not_a_signal(registr
     (chunk,) = big.weights.chunks
     path = local_blob_path(root, chunk.blob.digest)
     out = tmp_path / "out.mp4"
-    proc = subprocess.run([sys.executable, "-c", _TRUNCATING_RENDER, str(path), str(chunk.blob.size), "render",
-                           "--build", big.build_id, "--registry", str(root), "--out", str(out), "--seconds", "0.3"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _TRUNCATING_RENDER,
+            str(path),
+            str(chunk.blob.size),
+            "render",
+            "--build",
+            big.build_id,
+            "--registry",
+            str(root),
+            "--out",
+            str(out),
+            "--seconds",
+            "0.3",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        timeout=600,
+    )
     assert "truncated" in proc.stderr and path.stat().st_size == chunk.blob.size // 2  # cut while loading
     _refused(proc, "weights chunk 0", f"size {chunk.blob.size // 2} bytes, manifest says {chunk.blob.size}")
     assert not out.exists()

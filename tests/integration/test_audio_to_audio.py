@@ -45,8 +45,12 @@ def _cli(cwd: Path, *args: str, rc: int = 0) -> dict:
 
 
 def _post(port: int, body: dict) -> tuple[int, Message, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/render", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/render",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
             return resp.status, resp.headers, resp.read()
@@ -90,47 +94,68 @@ def test_an_audio_to_audio_pipeline_is_released_gated_by_its_chunks_and_served_a
     assert [q["name"] for q in doc["result"]["gate_set"]["requests"]] == ["audio0", "audio1"]
     gates = {g["name"]: g for g in doc["result"]["gates"]}
     assert gates["twin-baseline"]["status"] == "passed" and "chunks" in gates["twin-baseline"]["summary"]
-    assert [len(h) for h in doc["result"]["frame_sha256"]] == [len(q["buckets"])
-                                                              for q in doc["result"]["gate_set"]["requests"]]
+    assert [len(h) for h in doc["result"]["frame_sha256"]] == [
+        len(q["buckets"]) for q in doc["result"]["gate_set"]["requests"]
+    ]
 
     assert _cli(project, "promote", build, "--to", "staging", "--registry", reg)["changed"] is True
-    assert _cli(elsewhere, "promote", "staging", "--to", "prod", "--project", str(project), "--registry",
-                reg)["changed"] is True
+    assert (
+        _cli(elsewhere, "promote", "staging", "--to", "prod", "--project", str(project), "--registry", reg)["changed"]
+        is True
+    )
 
     # render: a WAV at the delivered rate, as long as the speech track (in whole frames).
     track = 0.3 * np.sin(np.arange(int(0.5 * SR)) * 2 * np.pi * 220 / SR)
     (tmp_path / "in.wav").write_bytes(_wav(track))
     out = tmp_path / "prod.wav"
-    doc = _cli(elsewhere, "render", "--channel", "prod", "--audio", str(tmp_path / "in.wav"), "--out", str(out),
-               "--registry", reg)
+    doc = _cli(
+        elsewhere,
+        "render",
+        "--channel",
+        "prod",
+        "--audio",
+        str(tmp_path / "in.wav"),
+        "--out",
+        str(out),
+        "--registry",
+        reg,
+    )
     assert doc["build_id"] == build and doc["compiles"] == 0 and doc["frames"] == 13
     rate, rendered = _read_wav(out.read_bytes())
-    assert rate == SR and rendered.shape == (13 * SPF,) and np.abs(rendered[:len(track)]).max() > 0.05
+    assert rate == SR and rendered.shape == (13 * SPF,) and np.abs(rendered[: len(track)]).max() > 0.05
 
     with open(tmp_path / "pod.log", "w") as log:
-        pod = subprocess.Popen([sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel",
-                                "prod", "--port", "0"], cwd=elsewhere, env=_env(), stdout=subprocess.PIPE,
-                               stderr=log, text=True)
+        pod = subprocess.Popen(
+            [sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel", "prod", "--port", "0"],
+            cwd=elsewhere,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     try:
         line = pod.stdout.readline()
         assert line, (tmp_path / "pod.log").read_text()[-3000:]
         ready = json.loads(line)
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == build
         port = ready["port"]
-        status, headers, body = _post(port, {"audio_b64": base64.b64encode(_wav(track[:int(0.4 * SR)])).decode()})
+        status, headers, body = _post(port, {"audio_b64": base64.b64encode(_wav(track[: int(0.4 * SR)])).decode()})
         assert status == 200, body[:300]
         assert headers["Content-Type"] == "audio/wav" and headers["X-Compiles"] == "0"
         assert headers["X-Frames"] == "10" and headers["X-Build-Id"] == build
         rate, served = _read_wav(body)
         assert rate == SR and served.shape == (10 * SPF,)
-        assert np.array_equal(served, rendered[:10 * SPF])  # the same model, the same samples as render's
+        assert np.array_equal(served, rendered[: 10 * SPF])  # the same model, the same samples as render's
         for field in ("seed", "image_b64"):
             status, _, body = _post(port, {field: 3 if field == "seed" else "AAAA"})
             assert status == 400 and json.loads(body)["message"].startswith(f"{field}: Extra inputs are not permitted")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=30) as resp:
             api = json.loads(resp.read())
-        assert set(api["components"]["schemas"]["RenderRequest"]["properties"]) == {"seconds", "audio_b64",
-                                                                                     "audio_wav_b64"}
+        assert set(api["components"]["schemas"]["RenderRequest"]["properties"]) == {
+            "seconds",
+            "audio_b64",
+            "audio_wav_b64",
+        }
         render = api["paths"]["/render"]["post"]
         assert list(render["responses"]["200"]["content"]) == ["audio/wav"]
         assert render["summary"].startswith("render audio (WAV) from audio")

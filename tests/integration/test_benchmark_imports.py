@@ -111,15 +111,20 @@ def _missing_attribute(module: str, chain: list[str]) -> str | None:
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_every_module_attribute_a_benchmark_reads_is_still_there(script):
     """``runtime._load._devices_for`` renamed since: the import resolves, the read does not."""
-    missing = [f"{where}: {why}" for where, module, chain in _attribute_uses(script)
-               if (why := _missing_attribute(module, chain))]
+    missing = [
+        f"{where}: {why}"
+        for where, module, chain in _attribute_uses(script)
+        if (why := _missing_attribute(module, chain))
+    ]
     assert not missing, "renamed or removed since the benchmark was written:\n" + "\n".join(missing)
 
 
 def test_the_attribute_check_finds_a_renamed_private_helper(tmp_path):
     bench = tmp_path / "bench_x.py"
-    bench.write_text("from avatar_release import runtime\nimport avatar_release.runtime._load as load\n"
-                     "def f():\n    runtime._load._devices_for()\n    load.devices_for\n    runtime.assemble.__doc__\n")
+    bench.write_text(
+        "from avatar_release import runtime\nimport avatar_release.runtime._load as load\n"
+        "def f():\n    runtime._load._devices_for()\n    load.devices_for\n    runtime.assemble.__doc__\n"
+    )
     found = {(".".join([m, *c]), _missing_attribute(m, c)) for _, m, c in _attribute_uses(bench)}
     assert ("avatar_release.runtime._load._devices_for", "avatar_release.runtime._load has no '_devices_for'") in found
     assert all(why is None for name, why in found if "_devices_for" not in name), found

@@ -127,8 +127,11 @@ def _gpu_check(doc: Any, build: Any) -> None:
     kernels = doc["kernels"]  # both Triton kernels, through the Pallas interpreter here
     assert kernels["interpreted"] and kernels["window"]["max_abs_err"] < 2e-2 and kernels["flash"]["max_abs_err"] < 2e-2
     assert "kernel_ms" not in kernels["window"]  # no time is claimed for the interpreter
-    assert set(doc["ratios"]) == {"time_to_first_chunk_artifact_over_jit_warm_cache", "steady_chunk_over_deadline",
-                                  "compiles_after_load"}
+    assert set(doc["ratios"]) == {
+        "time_to_first_chunk_artifact_over_jit_warm_cache",
+        "steady_chunk_over_deadline",
+        "compiles_after_load",
+    }
 
 
 def _house(doc: Any, build: Any) -> None:
@@ -371,15 +374,18 @@ SMOKES: dict[str, Smoke] = {
     "kernels": Smoke("bench_kernels.py", _kernels),  # seven XLA compiles of interpret-mode Pallas kernels
     "media": Smoke("bench_media.py", _media, args=("--no-render",), slow=False, timeout=300),
     "media_render": Smoke("bench_media.py", _media_render, timeout=300),  # two fresh rendering processes
-    "node_cache": Smoke("bench_node_cache.py", _node_cache, binaries=("docker-registry",), timeout=300),  # 5 fresh processes
+    "node_cache": Smoke(
+        "bench_node_cache.py", _node_cache, binaries=("docker-registry",), timeout=300
+    ),  # 5 fresh processes
     "policy": Smoke("bench_policy.py", _policy, build=True),
     "probes": Smoke("bench_probes.py", _probes, build=True, timeout=300),
     # the bench leaves the OCI half out without docker-registry; under the switch that fails
     "promote": Smoke("bench_promote.py", _promote, slow=False, optional=("docker-registry",), timeout=300),
     # three registry servers, four child processes; skopeo's half is left out without it
     "registry": Smoke("bench_registry.py", _registry, binaries=("docker-registry",), optional=("skopeo",)),
-    "serving": Smoke("bench_serving.py", _serving, build=True, candidate=("--candidate", {"matmul_k_split": "2"}),
-                     timeout=900),
+    "serving": Smoke(
+        "bench_serving.py", _serving, build=True, candidate=("--candidate", {"matmul_k_split": "2"}), timeout=900
+    ),
     "shards": Smoke("bench_shards.py", _shards, build=True, timeout=900),
     "spine": Smoke("bench_spine.py", _spine, timeout=900),  # two compiles of tiny (the compile and JIT scenarios)
     "state": Smoke("bench_state.py", _state, slow=False, timeout=300),
@@ -418,8 +424,9 @@ def test_smoke_mode(name, request, tmp_path):
             from avatar_release.registry import LocalRegistry
 
             flag, overrides = smoke.candidate
-            other = request.getfixturevalue("build_cache").compile("tiny", "cpu-8", registry=LocalRegistry(root),
-                                                                   overrides=overrides, move_dev=False)
+            other = request.getfixturevalue("build_cache").compile(
+                "tiny", "cpu-8", registry=LocalRegistry(root), overrides=overrides, move_dev=False
+            )
             if flag is not None:
                 args += [flag, other.build_id]
     doc = run_smoke(smoke.script, *args, out=tmp_path / f"{name}.json", timeout=smoke.timeout)
@@ -428,9 +435,13 @@ def test_smoke_mode(name, request, tmp_path):
 
 def _flags(script: Path) -> set[str]:
     tree = ast.parse(script.read_text(), str(script))
-    return {arg.value for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
-            for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)}
+    return {
+        arg.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+        for arg in node.args
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+    }
 
 
 @pytest.mark.parametrize("script", sorted(BENCHMARKS.glob("bench_*.py")), ids=lambda p: p.stem)
@@ -438,4 +449,5 @@ def test_every_benchmark_has_a_smoke_mode_and_a_row_here(script):
     assert {"--smoke", "--out"} <= _flags(script), f"{script.name}: needs --smoke and --out"
     assert script.name in {s.script for s in SMOKES.values()}, (
         f"{script.name} has no smoke test: add a row for it to SMOKES in tests/integration/test_benchmarks.py "
-        "(the script, a check of the JSON its --smoke run writes, and what it needs)")
+        "(the script, a check of the JSON its --smoke run writes, and what it needs)"
+    )

@@ -8,8 +8,9 @@ from avatar_release.registry import LocalRegistry
 from tests.helpers import cli, local_blob_path
 
 
-def test_a_build_asked_for_again_is_not_compiled_again_and_each_registry_holds_its_own(built_registry, build_cache,
-                                                                                       tmp_path):
+def test_a_build_asked_for_again_is_not_compiled_again_and_each_registry_holds_its_own(
+    built_registry, build_cache, tmp_path
+):
     _, first = built_registry  # the session's tiny cpu-8 build, through the cache
     compiled = build_cache.compiles
     a = build_cache.compile("tiny", "cpu-8", registry=LocalRegistry(tmp_path / "a"))

@@ -38,8 +38,9 @@ def test_local_to_oci_to_local_keeps_bytes_ids_and_signatures(oci_server, tmp_pa
     # The OCI digest differs from the directory store's; the statement binds the manifest content, which
     # the OCI manifest names as its config: a trusting pod accepts it there.
     assert there.destination_digest != digest
-    p = verify_channel(oci, "staging", load_public_key(pub), digest=there.destination_digest,
-                       content_digest=m.content_digest())
+    p = verify_channel(
+        oci, "staging", load_public_key(pub), digest=there.destination_digest, content_digest=m.content_digest()
+    )
     assert p.build_id == build_id
     back = LocalRegistry(tmp_path / "back")
     home = copy_build(oci, back, "staging", channel="staging")
@@ -56,10 +57,12 @@ def test_local_to_oci_to_local_keeps_bytes_ids_and_signatures(oci_server, tmp_pa
     again = copy_build(src, oci, "staging", channel="staging")
     assert (again.blobs_copied, again.records_copied, again.build_created) == (0, [], False)
     with capsys.disabled():
-        print(f"\n[measure] copy local->OCI of a {there.blobs_copied}-blob build with "
-              f"{len(there.records_copied)} records: {requests_there} requests, {there.seconds:.2f}s; "
-              f"no-op re-copy: {oci.transport.requests - before} requests, {again.seconds:.2f}s; "
-              f"OCI->local: {requests_home} requests, {home.seconds:.2f}s")
+        print(
+            f"\n[measure] copy local->OCI of a {there.blobs_copied}-blob build with "
+            f"{len(there.records_copied)} records: {requests_there} requests, {there.seconds:.2f}s; "
+            f"no-op re-copy: {oci.transport.requests - before} requests, {again.seconds:.2f}s; "
+            f"OCI->local: {requests_home} requests, {home.seconds:.2f}s"
+        )
 
 
 def test_a_trusting_pod_loads_a_real_build_from_an_oci_copy(registry_copy, oci_server, tmp_path):
@@ -95,8 +98,9 @@ def test_a_trusting_pod_loads_from_a_directory_copy_of_a_build_signed_in_oci(reg
     from avatar_release.trust.statements import AcceptedState
 
     root, result = registry_copy
-    oci = with_release_state(OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST,
-                                         lock_dir=tmp_path / "locks"))
+    oci = with_release_state(
+        OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    )
     published = copy_build(LocalRegistry(root), oci, result.build_id)  # the build only: nothing signed yet
     _, m = read_manifest(oci, result.build_id)
     gate_with_frames(oci, result.build_id, published.destination_digest, m)
@@ -142,8 +146,9 @@ def test_a_statement_signed_in_oci_verifies_in_a_directory_copy_and_in_another_r
     from avatar_release.records.stored import STATEMENTS, TIMESTAMPS
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
 
-    oci = with_release_state(OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST,
-                                         lock_dir=tmp_path / "locks"))
+    oci = with_release_state(
+        OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "locks")
+    )
     build_id, oci_digest, m = publish_with_blobs(oci)
     gate_with_frames(oci, build_id, oci_digest, m)
     priv, pub, _ = generate_keypair(tmp_path / "keys")

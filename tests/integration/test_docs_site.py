@@ -32,8 +32,13 @@ ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = ROOT / "examples" / "requests"
 MEDIA = ROOT / "examples" / "media"
 # Pages whose ```bash blocks a reader copies: each `avatar-release ...` in them must parse.
-COMMAND_PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "examples" / "local-oci-registry.md",
-                 ROOT / "examples" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+COMMAND_PAGES = [
+    ROOT / "README.md",
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "examples" / "local-oci-registry.md",
+    ROOT / "examples" / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+]
 
 
 def _commands() -> list[tuple[tuple[str, ...], click.Command]]:
@@ -58,20 +63,35 @@ def _section(page: str, anchor: str) -> str:
     """The HTML of one command's section: from its heading to the next command's."""
     start = page.index(f'id="{anchor}"')
     after = re.compile(r"<h[23] id=").search(page, start + 1)
-    return page[start:after.start() if after else len(page)]
+    return page[start : after.start() if after else len(page)]
 
 
 def test_the_site_builds_strict_and_its_cli_page_covers_every_command(tmp_path):
     need_extra("docs")
     site = tmp_path / "site"
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "WARNING" not in run.stderr, run.stderr
 
-    for page in ("getting-started", "how-to/registries", "how-to/local-oci-registry", "reference/http-api",
-                 "reference/examples", "reference/cli", "reference/specs", "reference/pipeline-contract",
-                 "concepts/architecture", "concepts/release-guarantee", "concepts/production-shapes"):
+    for page in (
+        "getting-started",
+        "how-to/registries",
+        "how-to/local-oci-registry",
+        "reference/http-api",
+        "reference/examples",
+        "reference/cli",
+        "reference/specs",
+        "reference/pipeline-contract",
+        "concepts/architecture",
+        "concepts/release-guarantee",
+        "concepts/production-shapes",
+    ):
         assert (site / page / "index.html").is_file(), page
     assert not list(site.rglob("*.py")), "the hook scripts under docs/ must not be published"
     # A pipe escaped for a Markdown table (`\|`) inside a code span is printed as typed: `a | b`
@@ -146,6 +166,11 @@ def test_every_command_the_pages_tell_you_to_type_exists():
 def test_sample_media_are_what_their_script_makes():
     sizes = {p.name: p.stat().st_size for p in (MEDIA / "face.png", MEDIA / "speech.wav")}
     assert sum(sizes.values()) < 200_000, sizes
-    check = subprocess.run([sys.executable, str(MEDIA / "make_samples.py"), "--check"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [sys.executable, str(MEDIA / "make_samples.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert check.returncode == 0, check.stderr

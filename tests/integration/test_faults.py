@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from avatar_release.cli import cli
-from avatar_release.errors import EnvironmentMismatch, IntegrityError, InputError, NotFoundError
+from avatar_release.errors import EnvironmentMismatch, InputError, IntegrityError, NotFoundError
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
 from tests.helpers import local_blob_path
@@ -37,29 +37,51 @@ def _flip(path, offset=None):
 
 @pytest.mark.parametrize("kind", ["manifest", "weights", "executable", "gate-frames", "gate-result"])
 def test_a_bit_flip_in_any_kind_of_blob_is_refused_by_name(registry_copy, kind):
-    from avatar_release.records import EnvironmentRecord, GateResult, GateSetRecord
-    from avatar_release.gates.store import get_frames, get_result, put_frames, result_refs, save_result
-    from avatar_release.records import BlobRef
-
     import numpy as np
+
+    from avatar_release.gates.store import get_frames, get_result, put_frames, result_refs, save_result
+    from avatar_release.records import BlobRef, EnvironmentRecord, GateResult, GateSetRecord
 
     root, result = registry_copy
     reg = LocalRegistry(root)
     resolved, m = read_manifest(reg, result.build_id)
     if kind in ("manifest", "weights", "executable"):
-        digest = {"manifest": resolved.digest, "weights": m.weights.chunks[0].blob.digest,
-                  "executable": m.executable("dit", "f8").blob.digest}[kind]
+        digest = {
+            "manifest": resolved.digest,
+            "weights": m.weights.chunks[0].blob.digest,
+            "executable": m.executable("dit", "f8").blob.digest,
+        }[kind]
         _flip(local_blob_path(root, digest))
         with pytest.raises(IntegrityError, match=digest.split(":")[1][:12]):
             load(result.build_id, reg)
         return
     frames = put_frames(reg, np.zeros((2, 4, 4, 3), np.uint8))
-    env = EnvironmentRecord(fingerprint="sha256:" + "1" * 64, backend="cpu", platform_version="x",
-                            device_kind="cpu", device_count=8, jax="0", jaxlib="0")
-    r = GateResult(status="passed", build_id=m.build_id, build_digest=resolved.digest, pipeline="tiny",
-                   target="cpu-8", baseline=None, tier=None, environment=env, tool={},
-                   gate_set=GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[]),
-                   gates=[], frame_sha256=[], frames_blob=frames, created_at="now", created_by="t")
+    env = EnvironmentRecord(
+        fingerprint="sha256:" + "1" * 64,
+        backend="cpu",
+        platform_version="x",
+        device_kind="cpu",
+        device_count=8,
+        jax="0",
+        jaxlib="0",
+    )
+    r = GateResult(
+        status="passed",
+        build_id=m.build_id,
+        build_digest=resolved.digest,
+        pipeline="tiny",
+        target="cpu-8",
+        baseline=None,
+        tier=None,
+        environment=env,
+        tool={},
+        gate_set=GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[]),
+        gates=[],
+        frame_sha256=[],
+        frames_blob=frames,
+        created_at="now",
+        created_by="t",
+    )
     save_result(reg, r)
     ref: BlobRef = result_refs(reg, m.build_id)[-1] if kind == "gate-result" else frames
     _flip(local_blob_path(root, ref.digest))
@@ -98,8 +120,13 @@ def test_a_flag_profile_the_process_lacks_is_an_environment_mismatch(registry_co
     root, result = registry_copy
     reg = LocalRegistry(root)
     _, m = read_manifest(reg, result.build_id)
-    flags = m.flags.model_copy(update={"env_flags": ["--xla_cpu_copy_insertion_use_region_analysis=true"],
-                                       "version": 2, "digest": "sha256:" + "3" * 64})
+    flags = m.flags.model_copy(
+        update={
+            "env_flags": ["--xla_cpu_copy_insertion_use_region_analysis=true"],
+            "version": 2,
+            "digest": "sha256:" + "3" * 64,
+        }
+    )
     f = m.model_copy(update={"flags": flags})
     ident = manifest_identity(f)
     f = f.model_copy(update={"identity": ident, "build_id": build_id_for(f.pipeline, f.target, ident)})
@@ -116,8 +143,12 @@ def test_path_traversal_in_names_is_bad_input_everywhere(registry_copy, name):
     reg = LocalRegistry(root)
     with pytest.raises((InputError, NotFoundError)):
         reg.resolve(name)
-    for call in (lambda: reg.put_build(name, b"{}"), lambda: reg.get_channel(name),
-                 lambda: reg.put_record("gate-results", name, b"{}"), lambda: reg.get_record(name, "x")):
+    for call in (
+        lambda: reg.put_build(name, b"{}"),
+        lambda: reg.get_channel(name),
+        lambda: reg.put_record("gate-results", name, b"{}"),
+        lambda: reg.get_record(name, "x"),
+    ):
         with pytest.raises(InputError, match="invalid"):
             call()
     res = CliRunner().invoke(cli, ["promote", result.build_id, "--to", name, "--registry", str(root)])
@@ -147,8 +178,10 @@ def test_kill_9_mid_promote_leaves_the_old_or_the_new_state(registry_copy, build
     b = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "2"}, move_dev=False)
     digests = {reg.resolve(a.build_id).digest, b.digest}
     for delay in (0.05, 0.13, 0.21, 0.34, 0.55):
-        p = subprocess.Popen([sys.executable, "-c", _PROMOTER, str(root), a.build_id, b.build_id],
-                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+        p = subprocess.Popen(
+            [sys.executable, "-c", _PROMOTER, str(root), a.build_id, b.build_id],
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
         p.wait()
@@ -168,5 +201,6 @@ def test_kill_9_mid_promote_leaves_the_old_or_the_new_state(registry_copy, build
         assert not list(root.rglob("*.tmp*"))  # no temp file left visible as data
     # and the registry still moves normally afterwards
     cur = reg.get_channel("dev")
-    reg.move_channel("dev", reg.resolve(a.build_id), expected_digest=cur.digest, action="promote", who="t",
-                     reason="after")
+    reg.move_channel(
+        "dev", reg.resolve(a.build_id), expected_digest=cur.digest, action="promote", who="t", reason="after"
+    )

@@ -39,7 +39,8 @@ def _pinned_policy(tmp_path: Path, monkeypatch) -> Path:
     path.write_text(
         f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\n'
         f'ana = "{me.reviewer_key_path.with_suffix(".pub")}"\nrelease = "{me.release_key_path.with_suffix(".pub")}"\n'
-        '[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["ana"]\n[release]\napprovers = ["release"]\n\n')
+        '[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["ana"]\n[release]\napprovers = ["release"]\n\n'
+    )
     monkeypatch.setenv("AVATAR_RELEASE_TRUST_POLICY", str(path))
     res = cli("gate", "inputs")
     assert res.exit_code == 0, res.output
@@ -47,8 +48,9 @@ def _pinned_policy(tmp_path: Path, monkeypatch) -> Path:
     return path
 
 
-def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_copy, build_cache, tmp_path,
-                                                                       monkeypatch):
+def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(
+    registry_copy, build_cache, tmp_path, monkeypatch
+):
     root, first = registry_copy
     reg, a = str(root), first.build_id
     policy = _pinned_policy(tmp_path, monkeypatch)
@@ -66,8 +68,10 @@ def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_c
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["status"] == "passed" and doc["result"]["target_spec_digest"] == other_spec != pinned_spec
-    assert not doc["promotable"] and f"target spec {other_spec}, where [gate_inputs] targets.cpu-8 allows " \
-                                     f"{pinned_spec}" in doc["never_promotes"]
+    assert (
+        not doc["promotable"]
+        and f"target spec {other_spec}, where [gate_inputs] targets.cpu-8 allows {pinned_spec}" in doc["never_promotes"]
+    )
     res = cli("promote", a, "--to", "staging", "--registry", reg)
     assert res.exit_code == 1, res.output
     flat = " ".join(res.output.split())
@@ -83,7 +87,9 @@ def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_c
 
     # A bf16 residual stream falls below the measured band (tests/integration/test_gates.py); a project
     # whose band has a floor of 0 dB lets it pass, signed.
-    b = build_cache.compile("tiny", "cpu-8", registry=LocalRegistry(root), overrides={"residual_dtype": "bfloat16"}).build_id
+    b = build_cache.compile(
+        "tiny", "cpu-8", registry=LocalRegistry(root), overrides={"residual_dtype": "bfloat16"}
+    ).build_id
     lowered = _project(tmp_path, "lowered")
     band_file = lowered / "bands" / "tiny-cpu-8.json"
     band = json.loads(band_file.read_text())
@@ -103,8 +109,10 @@ def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(registry_c
     res = cli("promote", b, "--to", "staging", "--registry", reg)
     assert res.exit_code == 1, res.output
     flat = " ".join(res.output.split())
-    assert f"trust policy {policy} does not pin: band {lowered_band}, where [gate_inputs] bands allows " \
-           f"{pinned_band}" in flat
+    assert (
+        f"trust policy {policy} does not pin: band {lowered_band}, where [gate_inputs] bands allows "
+        f"{pinned_band}" in flat
+    )
     assert "`avatar-release gate inputs` prints the digests of the files in force" in flat
     res = cli("history", "staging", "--registry", reg, "--json")
     assert [e["to_build"] for e in json.loads(res.stdout)["entries"]] == [a]  # staging never moved to b

@@ -21,10 +21,12 @@ from avatar_release.gates import calibrate, effective_status, load_band, run_gat
 from avatar_release.gates.gateset import gate_set
 from avatar_release.gates.store import get_frames, latest_result, load_review, save_result
 from avatar_release.records.gate import (
-    BitExactDetails, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
+    BitExactDetails,
+    SimilarityBandDetails,
+    TwinBaselineDetails,
+    ZeroRecompileDetails,
 )
 from avatar_release.registry import LocalRegistry, read_manifest
-
 from tests.browser import Browser
 from tests.tools import binary
 
@@ -99,10 +101,22 @@ def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, tmp_path):
         w = pipe.vae.conv_out.weight
         w[0, 0, 1, 1] = w[0, 0, 1, 1] * 1.5 + 0.01
     save_weights(pipe, tmp_path / "w.safetensors")
-    cand = compile_build("tiny", "cpu-8", registry=gated.reg, weights_path=str(tmp_path / "w.safetensors"),
-                         move_dev=False)
-    res = _cli("gate", cand.build_id, "--baseline", gated.ref, "--registry", str(gated.reg.root),
-               "--report", str(tmp_path / "rep"), "--band", str(gated.band_file), "--json")
+    cand = compile_build(
+        "tiny", "cpu-8", registry=gated.reg, weights_path=str(tmp_path / "w.safetensors"), move_dev=False
+    )
+    res = _cli(
+        "gate",
+        cand.build_id,
+        "--baseline",
+        gated.ref,
+        "--registry",
+        str(gated.reg.root),
+        "--report",
+        str(tmp_path / "rep"),
+        "--band",
+        str(gated.band_file),
+        "--json",
+    )
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)
     r = doc["result"]
@@ -122,10 +136,10 @@ def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, tmp_path):
 
 def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(gated, build_cache, tmp_path):
     exe = binary("chromium")
-    cand = build_cache.compile("tiny", "cpu-8", registry=gated.reg, overrides={"residual_dtype": "bfloat16"},
-                               move_dev=False)
-    out = run_gate(cand.build_id, gated.reg, baseline=gated.ref, band_file=gated.band_file,
-                   report_dir=tmp_path / "rep")
+    cand = build_cache.compile(
+        "tiny", "cpu-8", registry=gated.reg, overrides={"residual_dtype": "bfloat16"}, move_dev=False
+    )
+    out = run_gate(cand.build_id, gated.reg, baseline=gated.ref, band_file=gated.band_file, report_dir=tmp_path / "rep")
     r = out.result
     assert r.status == "needs-review" and r.tier == 2
     band = r.gate("similarity-band")
@@ -156,8 +170,13 @@ def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(ga
         assert "candidate" not in text and "baseline" not in text
         # The heat map is refused until the pair is answered; without the session token, everything is.
         assert browser.eval("fetch('heatmap/0.png').then(r => r.status)") == 403
-        assert browser.eval("fetch('/answer', {method: 'POST', body: JSON.stringify({pair: 0, choice: 'left'})})"
-                            ".then(r => r.status)") == 403
+        assert (
+            browser.eval(
+                "fetch('/answer', {method: 'POST', body: JSON.stringify({pair: 0, choice: 'left'})})"
+                ".then(r => r.status)"
+            )
+            == 403
+        )
         choices = ["left", "right", "same"]
         for k in range(n):
             if k:
@@ -165,8 +184,10 @@ def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(ga
                 browser.wait_for(f"document.getElementById('counter').textContent === 'Pair {k + 1} of {n}'")
             assert browser.eval("document.querySelector('#heat img')") is None
             browser.eval(f"document.querySelector('button[data-choice={choices[k % 3]}]').click()")
-            browser.wait_for("(() => { const i = document.querySelector('#heat img');"
-                             " return i && i.complete && i.naturalWidth > 0; })()")
+            browser.wait_for(
+                "(() => { const i = document.querySelector('#heat img');"
+                " return i && i.complete && i.naturalWidth > 0; })()"
+            )
         assert browser.wait_for("!document.getElementById('done').hidden")
     finally:
         browser.close()
@@ -180,8 +201,18 @@ def test_bf16_residual_stream_falls_below_the_band_and_a_blind_review_decides(ga
     status = json.loads(res.stdout)["review"]
     assert status["answered"] == len(review.frames) and status["order"] is None
     assert "candidate_left" not in res.stdout and "preferred" not in res.stdout
-    res = _cli("review", cand.build_id, "--reject", "--reviewer", "ana", "--note", "mouth edges shimmer",
-               "--registry", str(gated.reg.root), "--json")
+    res = _cli(
+        "review",
+        cand.build_id,
+        "--reject",
+        "--reviewer",
+        "ana",
+        "--note",
+        "mouth edges shimmer",
+        "--registry",
+        str(gated.reg.root),
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["review"]["decision"]["decision"] == "rejected"
     decided = load_review(gated.reg, cand.build_id)
@@ -211,7 +242,9 @@ def test_a_non_deterministic_build_fails_the_twin_baseline(gated, tmp_path, monk
     manifests = tmp_path / "manifests"
     shutil.copytree(manifests_dir(), manifests)
     spec = (manifests / "pipelines" / "tiny.toml").read_text()
-    spec = spec.replace('name = "tiny"', 'name = "tiny-entropy"').replace('config = "tiny"', 'config = "tiny"\nnoise = "entropy"')
+    spec = spec.replace('name = "tiny"', 'name = "tiny-entropy"').replace(
+        'config = "tiny"', 'config = "tiny"\nnoise = "entropy"'
+    )
     (manifests / "pipelines" / "tiny-entropy.toml").write_text(spec)
     monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(manifests))
     cand = compile_build("tiny-entropy", "cpu-8", registry=gated.reg, move_dev=False)
@@ -272,11 +305,23 @@ def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_no
     other = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"}, move_dev=False)
     failed = _cli("gate", other.build_id, "--registry", str(root), "--report", str(tmp_path / "r1"), "--json")
     assert failed.exit_code == 1 and json.loads(failed.stdout)["error"] == "Refusal"
-    alone = _cli("gate", other.build_id, "--baseline", "none", "--registry", str(root),
-                 "--report", str(tmp_path / "r2"), "--json")
+    alone = _cli(
+        "gate",
+        other.build_id,
+        "--baseline",
+        "none",
+        "--registry",
+        str(root),
+        "--report",
+        str(tmp_path / "r2"),
+        "--json",
+    )
     doc = json.loads(alone.stdout)
     assert alone.exit_code == 0 and doc["status"] == "passed" and doc["promotable"] is False
-    assert f"while prod holds {gated.ref}" in doc["never_promotes"] and doc["next"] == f"avatar-release gate {other.build_id}"
+    assert (
+        f"while prod holds {gated.ref}" in doc["never_promotes"]
+        and doc["next"] == f"avatar-release gate {other.build_id}"
+    )
     refused = _cli("promote", other.build_id, "--to", "staging", "--registry", str(root))
     assert refused.exit_code == 1
     # What decides is its newest verdict against prod, and that one failed; the pass against nothing is no verdict.
@@ -289,5 +334,7 @@ def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_no
     listed = json.loads(_cli("ls", "--verdicts", "--registry", str(root), "--json").output)["builds"]
     verdicts = next(b for b in listed if b["build_id"] == other.build_id)["verdicts"]
     assert [(v["status"], v["compared_with"], v["signed"]) for v in verdicts] == [
-        ("failed", f"compared with {gated.ref}", True), ("passed", "compared with nothing (--baseline none)", True)]
+        ("failed", f"compared with {gated.ref}", True),
+        ("passed", "compared with nothing (--baseline none)", True),
+    ]
     assert (tmp_path / "r1" / "index.html").is_file() and (tmp_path / "r2" / "index.html").is_file()

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from avatar_release.cli import cli
 from avatar_release.errors import NotFoundError
+from avatar_release.ops import collect_garbage
 from avatar_release.promote import promote
 from avatar_release.registry import LocalRegistry, read_manifest
-from avatar_release.ops import collect_garbage
 from avatar_release.runtime import load
 from tests.release_records import signed_gate_result
 
@@ -34,8 +34,9 @@ def test_gc_keeps_channels_and_rollback_targets_and_drops_the_rest(registry_copy
     young = collect_garbage(reg)  # default grace period: the fresh orphan is too young
     assert young.deleted_blobs == 0 and young.young_blobs >= 1 and young.pruned_builds == []
 
-    res = CliRunner().invoke(cli, ["gc", "--prune-builds", "--min-age", "0", "--dry-run", "--json",
-                                   "--registry", str(root)])
+    res = CliRunner().invoke(
+        cli, ["gc", "--prune-builds", "--min-age", "0", "--dry-run", "--json", "--registry", str(root)]
+    )
     dry = json.loads(res.stdout)
     before = _blobs(root)
     assert res.exit_code == 0 and dry["pruned_builds"] == [c.build_id] and dry["deleted_blobs"] >= 2

@@ -99,21 +99,31 @@ def test_the_compile_gate_passes_and_analyze_shows_the_h100_roofline_labelled_an
     res = _cli("gate", "compile", result.build_id, "--registry", root, "--json")
     assert res.exit_code == 0, res.output
     checks = {c["name"]: c["status"] for c in json.loads(res.stdout)["result"]["checks"]}
-    assert checks == {"every-bucket": "passed", "flags-present": "passed", "fits-memory": "passed",
-                      "no-host-callbacks": "passed", "reproducible": "passed"}
+    assert checks == {
+        "every-bucket": "passed",
+        "flags-present": "passed",
+        "fits-memory": "passed",
+        "no-host-callbacks": "passed",
+        "reproducible": "passed",
+    }
     res = _cli("analyze", "build", result.build_id, "--registry", root, "--json")
     assert res.exit_code == 0, res.output
     a = json.loads(res.stdout)
     assert "not a measurement" in a["label"]
-    assert a["rates"] == {"peak_flops_per_second": 989.4e12, "hbm_bytes_per_second": 3.35e12,
-                          "ici_bytes_per_second": 450e9}
+    assert a["rates"] == {
+        "peak_flops_per_second": 989.4e12,
+        "hbm_bytes_per_second": 3.35e12,
+        "ici_bytes_per_second": 450e9,
+    }
     (chunk,) = a["chunks"]
     assert chunk["deadline_seconds"] == 8 / 25 and chunk["estimated_seconds"] > 0
     assert {s["key"] for s in chunk["stages"]} == {"dit/f8", "sr/f8", "vae/f8"}
     assert a["autotune"]["deviceless"] and a["kernel_routes"]["sr"][0]["used"] == "pallas-triton"
     text = _cli("analyze", "build", result.build_id, "--registry", root).output
-    assert "against gpu-h100-8's published peaks per device: 989.4 TFLOP/s, 3350 GB/s memory, 450 GB/s arriving " \
-           "over NVLink" in text
+    assert (
+        "against gpu-h100-8's published peaks per device: 989.4 TFLOP/s, 3350 GB/s memory, 450 GB/s arriving "
+        "over NVLink" in text
+    )
     assert "route sr: attention (frame-window mask): blocksparse requested, pallas-triton compiled" in text
 
 
@@ -124,7 +134,9 @@ def test_autotune_measures_only_on_the_builds_own_gpus_and_says_so(gpu_build):
     assert res.exit_code == 5, res.output
     out = json.loads(res.stdout)
     assert out["error"] == "EnvironmentMismatch"
-    assert "measures on the build's own GPUs, 8 x NVIDIA H100 80GB HBM3; this host has no NVIDIA driver" in out["message"]
+    assert (
+        "measures on the build's own GPUs, 8 x NVIDIA H100 80GB HBM3; this host has no NVIDIA driver" in out["message"]
+    )
     assert "--results FILE" in out["message"]
     assert len(LocalRegistry(root, create=False).list_builds()) == before  # nothing compiled, nothing published
 
@@ -150,8 +162,18 @@ def test_a_tuned_build_is_a_new_build_that_keeps_its_results_verifies_and_rebuil
     root, result = gpu_build
     empty, saved = tmp_path / "empty.textproto", tmp_path / "saved.textproto"
     empty.write_text("# nothing measured\nversion: 3\n")
-    res = _cli("autotune", result.build_id, "--results", empty, "--allow-incomplete", "--save-results", saved,
-               "--registry", root, "--json")
+    res = _cli(
+        "autotune",
+        result.build_id,
+        "--results",
+        empty,
+        "--allow-incomplete",
+        "--save-results",
+        saved,
+        "--registry",
+        root,
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["build_id"] == result.build_id and out["tuned_id"] != result.build_id and out["created"]
@@ -161,7 +183,11 @@ def test_a_tuned_build_is_a_new_build_that_keeps_its_results_verifies_and_rebuil
     reg = LocalRegistry(root, create=False)
     _, tuned = read_manifest(reg, out["tuned_id"])
     a = tuned.autotune
-    assert tuned.schema_version == BUILD_SCHEMA_VERSION and a.results == out["results"] and a.results_size == len(b"version: 3\n")
+    assert (
+        tuned.schema_version == BUILD_SCHEMA_VERSION
+        and a.results == out["results"]
+        and a.results_size == len(b"version: 3\n")
+    )
     assert a.settings["xla_gpu_require_complete_aot_autotune_results"] is False
     assert [e.hlo_digest for e in tuned.executables] == [e.hlo_digest for e in result.manifest.executables]
     assert tuned.identity != result.manifest.identity
@@ -215,8 +241,9 @@ def test_an_unknown_gpu_compile_option_fails_the_compile_naming_it(tmp_path, mon
 def test_tiny_compiles_for_one_h200(tmp_path):
     from avatar_release.compile import compile_build
 
-    result = compile_build("tiny", "gpu-h200-1", registry=LocalRegistry(tmp_path / "reg"),
-                           overrides={"dit.attention": "flash"})
+    result = compile_build(
+        "tiny", "gpu-h200-1", registry=LocalRegistry(tmp_path / "reg"), overrides={"dit.attention": "flash"}
+    )
     m = result.manifest
     assert (m.platform.device_kind, m.platform.device_count) == ("NVIDIA H200 141GB HBM3e", 1)
     assert m.platform.target_config == target_description(load_target("gpu-h200-1")).digest
@@ -232,8 +259,24 @@ def test_production_shapes_stream_on_eight_h100s_by_the_estimate_because_both_at
     import sys
 
     reg = tmp_path / "reg"
-    proc = subprocess.run([sys.executable, "-m", "avatar_release", "compile", "--pipeline", "avatar-720p", "--target",
-                           "gpu-h100-8", "--registry", str(reg), "--json"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "compile",
+            "--pipeline",
+            "avatar-720p",
+            "--target",
+            "gpu-h100-8",
+            "--registry",
+            str(reg),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     build_id = json.loads(proc.stdout)["build_id"]
     res = _cli("analyze", "build", build_id, "--registry", reg, "--json")

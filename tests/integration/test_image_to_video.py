@@ -43,8 +43,12 @@ def _cli(cwd: Path, *args: str, rc: int = 0) -> dict:
 
 
 def _post(port: int, body: dict) -> tuple[int, Message, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/render", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/render",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
             return resp.status, resp.headers, resp.read()
@@ -65,8 +69,10 @@ def test_an_image_to_video_pipeline_is_released_served_and_asked_only_for_what_i
     assert [e["key"] for e in doc["executables"]] == ["sway/f8"]
     program = _cli(project, "inspect", build, "--registry", reg)["manifest"]["program"]
     # The declaration, recorded: an image and the frame times in, video out; no audio, no noise.
-    assert [(i["kind"], i["name"], i["required"]) for i in program["inputs"]] == [("image", "image", True),
-                                                                               ("time", "times", False)]
+    assert [(i["kind"], i["name"], i["required"]) for i in program["inputs"]] == [
+        ("image", "image", True),
+        ("time", "times", False),
+    ]
     assert (program["delivers"]["kind"], program["delivers"]["outputs"]) == ("video", ["frames"])
     assert program["audio_input"] is None and program["noise_input"] is None and program["sample_rate"] == 0
 
@@ -74,12 +80,16 @@ def test_an_image_to_video_pipeline_is_released_served_and_asked_only_for_what_i
     doc = _cli(project, "gate", build, "--baseline", "none", "--registry", reg, "--report", str(tmp_path / "r1"))
     assert doc["status"] == "passed"
     assert [q["name"] for q in doc["result"]["gate_set"]["requests"]] == ["image0", "image1"]
-    assert {g["name"]: g["status"] for g in doc["result"]["gates"]} == {"zero-recompile": "passed",
-                                                                        "twin-baseline": "passed"}
+    assert {g["name"]: g["status"] for g in doc["result"]["gates"]} == {
+        "zero-recompile": "passed",
+        "twin-baseline": "passed",
+    }
 
     assert _cli(project, "promote", build, "--to", "staging", "--registry", reg)["changed"] is True
-    assert _cli(elsewhere, "promote", "staging", "--to", "prod", "--project", str(project), "--registry",
-                reg)["changed"] is True
+    assert (
+        _cli(elsewhere, "promote", "staging", "--to", "prod", "--project", str(project), "--registry", reg)["changed"]
+        is True
+    )
 
     # render: the length is --seconds (0.5 s at 25 fps: 13 frames), the video has no audio track.
     out = tmp_path / "prod.mp4"
@@ -89,14 +99,30 @@ def test_an_image_to_video_pipeline_is_released_served_and_asked_only_for_what_i
 
     probe = probe_mp4(out)
     assert (probe.width, probe.height, probe.frames, probe.audio_codec) == (W, H, 13, None)
-    refused = _cli(elsewhere, "render", "--channel", "prod", "--audio", str(ROOT / "examples" / "media" / "speech.wav"),
-                   "--out", str(tmp_path / "x.mp4"), "--registry", reg, rc=2)
+    refused = _cli(
+        elsewhere,
+        "render",
+        "--channel",
+        "prod",
+        "--audio",
+        str(ROOT / "examples" / "media" / "speech.wav"),
+        "--out",
+        str(tmp_path / "x.mp4"),
+        "--registry",
+        reg,
+        rc=2,
+    )
     assert "declares no audio input" in refused["message"]
 
     with open(tmp_path / "pod.log", "w") as log:
-        pod = subprocess.Popen([sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel",
-                                "prod", "--port", "0"], cwd=elsewhere, env=_env(), stdout=subprocess.PIPE,
-                               stderr=log, text=True)
+        pod = subprocess.Popen(
+            [sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel", "prod", "--port", "0"],
+            cwd=elsewhere,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     try:
         line = pod.stdout.readline()
         assert line, (tmp_path / "pod.log").read_text()[-3000:]

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from avatar_release.cli import cli
 from avatar_release.compile import compile_build
 from avatar_release.gates.metrics import psnr
+from avatar_release.media import sample_audio, sample_image
 from avatar_release.registry import LocalRegistry
 from avatar_release.runtime import load, render
-from avatar_release.media import sample_audio, sample_image
 
 
 @pytest.mark.parametrize("override", [{"attention_kernel": "blocksparse"}, {"fused_preattn": "true"}])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cpu_manifest, cli_json, put_stand_in_build
+from tests.helpers import cli_json, cpu_manifest, put_stand_in_build
 
 pytestmark = pytest.mark.slow
 
@@ -23,14 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items()
-            if k not in ("XLA_FLAGS", "AVATAR_RELEASE_PROJECT", "AVATAR_RELEASE_MANIFESTS", "AVATAR_RELEASE_REGISTRY")}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XLA_FLAGS", "AVATAR_RELEASE_PROJECT", "AVATAR_RELEASE_MANIFESTS", "AVATAR_RELEASE_REGISTRY")
+    }
     return {**keep, "AVATAR_RELEASE_CONFIG_DIR": str(tmp_path / "user-config")}
 
 
 def _run(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "avatar_release", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "avatar_release", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_newcomer_outside_the_project_gets_exit_codes_and_fixes_at_every_step(registry_copy, tmp_path):
@@ -83,8 +87,11 @@ def test_a_newcomer_outside_the_project_gets_exit_codes_and_fixes_at_every_step(
     doc = cli_json(home, "promote", "dev", "--to", "staging", "--dry-run", env=env, rc=1)
     assert doc["error"] == "Refusal" and "--project DIR" in doc["message"]  # the target spec is the project's
     doc = cli_json(home, "promote", "dev", "--to", "staging", "--dry-run", "--project", str(ROOT), env=env, rc=1)
-    assert doc["error"] == "Refusal" and "never been gated" in doc["message"] and "gate" in doc["message"].split(
-        "never been gated")[1]
+    assert (
+        doc["error"] == "Refusal"
+        and "never been gated" in doc["message"]
+        and "gate" in doc["message"].split("never been gated")[1]
+    )
     assert LocalRegistry(root).get_channel("staging") is None
 
     # Where nothing names a registry: exit 3, every place looked, and the command that makes one.

@@ -35,7 +35,8 @@ def test_oras_pull_materializes_a_build_as_named_files_each_weight_chunk_named_b
     (chunk,) = m.weights.chunks
     title = f"weights-{chunk.tensors[0].name}-and-{len(chunk.tensors) - 1}-more.tensors.zst"
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["avatar-release-manifest.json", "dit-f8.xla.zst", "sr-f8.xla.zst", "vae-f8.xla.zst", title])
+        ["avatar-release-manifest.json", "dit-f8.xla.zst", "sr-f8.xla.zst", "vae-f8.xla.zst", title]
+    )
     assert (out / "avatar-release-manifest.json").read_bytes() == reg.get_manifest_bytes(digest)
     assert (out / title).read_bytes() == reg.get_blob(chunk.blob.digest, chunk.blob.size)
 
@@ -43,9 +44,12 @@ def test_oras_pull_materializes_a_build_as_named_files_each_weight_chunk_named_b
 def test_skopeo_inspect_raw_shows_artifact_type_annotations_and_titles(published):
     binary("skopeo")
     reg, build_id, digest, m = published
-    raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
-                          f"docker://{reg.location.host}/{reg.location.repo}:dev"],
-                         capture_output=True, check=True, timeout=60).stdout
+    raw = subprocess.run(
+        ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{reg.location.host}/{reg.location.repo}:dev"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert "sha256:" + hashlib.sha256(raw).hexdigest() == digest
     doc = json.loads(raw)
     assert doc["artifactType"] == "application/vnd.avatar-release.build.v1"

@@ -48,9 +48,21 @@ def test_basic_auth_over_tls_with_a_docker_login_and_a_ca_in_the_uri(basic_serve
         certs = tmp_path / "certs"
         certs.mkdir()
         shutil.copy(pki["ca"], certs / "ca.crt")
-        raw = subprocess.run(["skopeo", "inspect", "--raw", "--cert-dir", str(certs), "--creds",
-                              f"ana:{USERS['ana']}", f"docker://{reg.location.host}/{reg.location.repo}:dev"],
-                             capture_output=True, check=True, timeout=60).stdout
+        raw = subprocess.run(
+            [
+                "skopeo",
+                "inspect",
+                "--raw",
+                "--cert-dir",
+                str(certs),
+                "--creds",
+                f"ana:{USERS['ana']}",
+                f"docker://{reg.location.host}/{reg.location.repo}:dev",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
         assert "sha256:" + __import__("hashlib").sha256(raw).hexdigest() == digest
 
 
@@ -61,8 +73,7 @@ def test_the_ca_can_come_from_the_environment(basic_server, pki, logins, tmp_pat
     assert reg.list_builds() == []
 
 
-def test_wrong_password_is_a_registry_error_naming_the_user_and_the_login_file(basic_server, pki, logins,
-                                                                                tmp_path):
+def test_wrong_password_is_a_registry_error_naming_the_user_and_the_login_file(basic_server, pki, logins, tmp_path):
     path = logins(auths(basic_server.host, "ana", "not-her-password"))
     reg = OciRegistry(basic_uri(basic_server, pki["ca"]), retry=FAST, lock_dir=tmp_path)
     with pytest.raises(RegistryError, match="wrong user name or password") as err:
@@ -160,8 +171,10 @@ def test_token_flow_pulls_and_pushes_with_one_token_per_scope(token_reg, oci_ser
     anonymous = OciRegistry(oci_server.uri(f"t/{uuid.uuid4().hex[:10]}"), retry=FAST, lock_dir=tmp_path / "anon")
     roundtrip(anonymous)
     with capsys.disabled():
-        print(f"\n[measure] publish + move + read: {anonymous.transport.requests} requests anonymous, "
-              f"{reg.transport.requests} with token auth (challenges and token fetches included)")
+        print(
+            f"\n[measure] publish + move + read: {anonymous.transport.requests} requests anonymous, "
+            f"{reg.transport.requests} with token auth (challenges and token fetches included)"
+        )
     # the token flow costs its challenges and token fetches, not a request per operation
     assert reg.transport.requests <= anonymous.transport.requests + 6
     scopes = [tuple(s) for _, s in issuer.issued]
@@ -195,8 +208,18 @@ def test_an_expired_token_is_fetched_again_and_a_token_expired_on_arrival_is_an_
     # the cached token expires at the server before the client expected it to (a clock skew, a revocation)
     cached = reg.transport.auth._tokens[reg.transport.scope("GET")]
     now = int(time.time())
-    cached.value = issuer.sign({"iss": issuer.issuer, "sub": "ana", "aud": issuer.service, "exp": now - 3600,
-                                "nbf": now - 7200, "iat": now - 7200, "jti": "old", "access": []})
+    cached.value = issuer.sign(
+        {
+            "iss": issuer.issuer,
+            "sub": "ana",
+            "aud": issuer.service,
+            "exp": now - 3600,
+            "nbf": now - 7200,
+            "iat": now - 7200,
+            "jti": "old",
+            "access": [],
+        }
+    )
     assert reg.list_builds() == []  # the 401 fetched a fresh token, and the request went through
     assert reg.transport.auth.token_fetches == 2
     issuer.expired_next = 10  # every token stale: the registry refuses even the fresh one

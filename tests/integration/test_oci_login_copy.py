@@ -8,8 +8,7 @@ from tests.helpers import cli
 from tests.oci_logins import USERS, auths, basic_uri
 
 
-def test_copy_to_a_basic_auth_tls_registry_sends_the_login_with_every_blob(built_registry, basic_server, pki,
-                                                                              logins):
+def test_copy_to_a_basic_auth_tls_registry_sends_the_login_with_every_blob(built_registry, basic_server, pki, logins):
     root, result = built_registry
     logins(auths(basic_server.host, "ana", USERS["ana"]))
     uri = basic_uri(basic_server, pki["ca"])

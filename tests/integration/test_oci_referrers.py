@@ -33,9 +33,18 @@ PREDICATE = "io.avatar-release.predicate-type"
 def skopeo_raw(reg: OciRegistry, ref: str) -> bytes:
     binary("skopeo")
     sep = "@" if ref.startswith("sha256:") else ":"
-    return subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
-                           f"docker://{reg.location.host}/{reg.location.repo}{sep}{ref}"],
-                          capture_output=True, check=True, timeout=60).stdout
+    return subprocess.run(
+        [
+            "skopeo",
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            f"docker://{reg.location.host}/{reg.location.repo}{sep}{ref}",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
 
 
 def oci(server, tmp_path) -> OciRegistry:
@@ -63,8 +72,11 @@ def test_skopeo_sees_the_evidence_and_the_statement_listed_under_the_builds_refe
         raw = skopeo_raw(reg, d["digest"])
         manifest = json.loads(raw)
         assert sha256_digest(raw) == d["digest"] and len(raw) == d["size"]
-        assert manifest["subject"] == {"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                       "digest": digest, "size": len(reg.build_artifact(digest))}
+        assert manifest["subject"] == {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest,
+            "size": len(reg.build_artifact(digest)),
+        }
         assert manifest["artifactType"] == d["artifactType"] and manifest["annotations"] == d["annotations"]
         assert d["annotations"]["io.avatar-release.build-id"] == build_id
         (layer,) = manifest["layers"]
@@ -89,8 +101,13 @@ def test_oras_pulls_an_attached_envelope_that_verifies_under_the_gate_key(attest
     (path,) = out.iterdir()
     assert path.name.startswith("gate-result-") and path.name.endswith(".dsse.json")
     public = local_identity().gate_key().public_key()
-    att = verify_envelope(path.read_bytes(), path.name, trusted={key_id(public): public}, kind="gate-result",
-                          subject_digest=m.content_digest())
+    att = verify_envelope(
+        path.read_bytes(),
+        path.name,
+        trusted={key_id(public): public},
+        kind="gate-result",
+        subject_digest=m.content_digest(),
+    )
     assert att.build_id == build_id and att.predicate["status"] == "passed"
 
 
@@ -104,13 +121,20 @@ def test_referrers_reads_the_fallback_tag_filters_by_type_and_grows_without_dupl
     store_attestation(reg, build_id, envelope)  # the same envelope again: nothing new to attach
     assert skopeo_raw(reg, tag) == before
     # more evidence (a compile gate): one more referrer, the first one kept
-    sign_and_store(reg, local_identity().gate_key(), kind="compile-gate", build_id=build_id,
-                   subject_digest=m.content_digest(), predicate={"status": "passed"})
+    sign_and_store(
+        reg,
+        local_identity().gate_key(),
+        kind="compile-gate",
+        build_id=build_id,
+        subject_digest=m.content_digest(),
+        predicate={"status": "passed"},
+    )
     after = reg.referrers(build_id, artifact_type=DSSE)
     assert len(after) == 2 and after[0] == reg.referrers(build_id)[0]
     assert after[1].annotations[PREDICATE].endswith("/compile-gate/v1")
-    assert {r.annotations["io.avatar-release.envelope"] for r in after} == {e.digest for e in
-                                                                           attestation_refs(reg, build_id)}
+    assert {r.annotations["io.avatar-release.envelope"] for r in after} == {
+        e.digest for e in attestation_refs(reg, build_id)
+    }
     # the spec's tag is in the tag list (that is where cosign and oras look), but it is not a channel
     assert tag in reg.manifests.list_tags() and [c.channel for c in reg.list_channels()] == ["staging"]
 

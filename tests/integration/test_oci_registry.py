@@ -21,7 +21,14 @@ import pytest
 import requests
 
 from avatar_release._digest import sha256_digest
-from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError, RegistryError, SchemaVersionError
+from avatar_release.errors import (
+    ConflictError,
+    InputError,
+    IntegrityError,
+    NotFoundError,
+    RegistryError,
+    SchemaVersionError,
+)
 from avatar_release.registry import OciRegistry, Registry, open_registry
 from avatar_release.registry.oci import LAYOUT_1, RetryPolicy, TagLayout, parse_oci_uri
 from tests.oci_memory import MemoryResponse
@@ -29,6 +36,7 @@ from tests.oci_server import OciServer
 from tests.tools import binary
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
+TAG_LAYOUT = TagLayout()
 
 
 # ---- fixtures and helpers ----------------------------------------------------------------------
@@ -65,10 +73,11 @@ def make_reg(oci_server, tmp_path):
     """Registries on a fresh repository of the shared server, sharing one lock directory."""
     repo = f"t/{uuid.uuid4().hex[:12]}"
 
-    def make(session=None, retry=FAST, server=None, layout=TagLayout()):
+    def make(session=None, retry=FAST, server=None, layout=TAG_LAYOUT):
         host = (server or oci_server).host
-        return OciRegistry(f"oci://{host}/{repo}", session=session, retry=retry, lock_dir=tmp_path / "locks",
-                           layout=layout)
+        return OciRegistry(
+            f"oci://{host}/{repo}", session=session, retry=retry, lock_dir=tmp_path / "locks", layout=layout
+        )
 
     return make
 
@@ -82,9 +91,15 @@ def publish(reg, build_id: str, payloads=(b"exe",), **fields) -> tuple[str, dict
     """A build whose manifest references real blobs (so they become OCI layers)."""
     media = "application/vnd.avatar-release.executable.v1+zstd"
     refs = [{"digest": reg.put_blob(p), "size": len(p), "media_type": media} for p in payloads]
-    doc = {"build_id": build_id, "pipeline": "tiny", "target": "cpu-8", "created_at": "2026-11-29T00:00:00.000000Z",
-           "weights": {"blob": refs[0]}, "executables": [{"key": f"dit/b{i}", "blob": r} for i, r in enumerate(refs)],
-           **fields}
+    doc = {
+        "build_id": build_id,
+        "pipeline": "tiny",
+        "target": "cpu-8",
+        "created_at": "2026-11-29T00:00:00.000000Z",
+        "weights": {"blob": refs[0]},
+        "executables": [{"key": f"dit/b{i}", "blob": r} for i, r in enumerate(refs)],
+        **fields,
+    }
     digest, _ = reg.put_build(build_id, json.dumps(doc).encode())
     return digest, doc
 
@@ -107,15 +122,18 @@ def test_oci_uris_pick_http_for_loopback_and_https_elsewhere():
     assert isinstance(opened, OciRegistry) and isinstance(opened, Registry)
 
 
-@pytest.mark.parametrize("uri, why", [
-    ("oci://127.0.0.1:5000", "invalid repository"),
-    ("oci://127.0.0.1:5000/Upper", "invalid repository"),
-    ("oci://127.0.0.1:5000/a/../b", "invalid repository"),
-    ("oci://user:pw@host/repo", "no credentials"),
-    ("oci://host/repo?x=1", "no credentials, query"),
-    ("oci:///repo", "invalid host"),
-    ("ocix://host/repo", "expected oci://"),
-])
+@pytest.mark.parametrize(
+    "uri, why",
+    [
+        ("oci://127.0.0.1:5000", "invalid repository"),
+        ("oci://127.0.0.1:5000/Upper", "invalid repository"),
+        ("oci://127.0.0.1:5000/a/../b", "invalid repository"),
+        ("oci://user:pw@host/repo", "no credentials"),
+        ("oci://host/repo?x=1", "no credentials, query"),
+        ("oci:///repo", "invalid host"),
+        ("ocix://host/repo", "expected oci://"),
+    ],
+)
 def test_bad_oci_uris_are_input_errors(uri, why):
     with pytest.raises(InputError, match=why):
         OciRegistry(uri)
@@ -142,8 +160,9 @@ def test_build_is_an_oci_artifact_that_skopeo_reads(reg, oci_server):
     manifest_bytes = reg.get_manifest_bytes(digest)
     assert m["config"]["digest"] == sha256_digest(manifest_bytes) and json.loads(manifest_bytes) == doc
     assert m["layers"][0]["digest"] == m["config"]["digest"]
-    assert {layer["digest"] for layer in m["layers"][1:]} == {sha256_digest(p) for p in (b"weights", b"exe-1",
-                                                                                        b"exe-2")}
+    assert {layer["digest"] for layer in m["layers"][1:]} == {
+        sha256_digest(p) for p in (b"weights", b"exe-1", b"exe-2")
+    }
 
     tags = json.loads(skopeo("list-tags", "--tls-verify=false", ref))["Tags"]
     assert {"dev", "staging", "_avr.b.tiny-cpu-8-aaaa", "_avr.history"} <= set(tags)
@@ -320,8 +339,9 @@ def test_server_stopped_mid_publish_leaves_nothing_half_published(tmp_path):
         flaky = OciRegistry(uri, session=HookedSession(before=before), retry=FAST, lock_dir=tmp_path / "locks")
         with pytest.raises(RegistryError, match=rf"{server.host}/avatar: push blob .* failed after 4 attempt"):
             digest, _ = publish(flaky, "b-2", (b"2a", b"2b", b"2c"))
-            flaky.move_channel("dev", flaky.resolve(digest), expected_digest=None, action="publish", who="t",
-                               reason="r")
+            flaky.move_channel(
+                "dev", flaky.resolve(digest), expected_digest=None, action="publish", who="t", reason="r"
+            )
         server.start()
         after = OciRegistry(uri, retry=FAST, lock_dir=tmp_path / "locks")
         assert after.resolve("dev").build_id == "b-1"
@@ -335,6 +355,7 @@ def test_server_stopped_mid_publish_leaves_nothing_half_published(tmp_path):
 def _failing_put(tag: str):
     def before(method, url, kw):
         return server_error(url) if method == "PUT" and url.endswith(f"/manifests/{tag}") else None
+
     return before
 
 
@@ -390,9 +411,9 @@ def test_a_tag_moved_by_another_tool_is_recorded_by_the_next_move(make_reg, oci_
 def test_a_real_build_loads_and_renders_from_the_oci_registry(built_registry, reg):
     import numpy as np
 
+    from avatar_release.media import sample_audio, sample_image
     from avatar_release.registry import LocalRegistry, read_manifest
     from avatar_release.runtime import load, stream
-    from avatar_release.media import sample_audio, sample_image
 
     root, _ = built_registry
     local = LocalRegistry(root, create=False)
@@ -422,15 +443,28 @@ def test_a_repository_in_the_retired_tag_layout_is_refused_until_migrated_then_m
     old.move_channel("dev", old.resolve("b-1"), expected_digest=None, action="publish", who="t", reason="r1")
     old.put_record("reviews", "b-1", b"old review")
     tags = set(old.manifests.list_tags())
-    assert {"_b.b-1", "_history", "_pending", "_r.reviews.N.b-1"} <= tags and not any(t.startswith("_avr.") for t in tags)
+    assert {"_b.b-1", "_history", "_pending", "_r.reviews.N.b-1"} <= tags and not any(
+        t.startswith("_avr.") for t in tags
+    )
 
     reg = make_reg()  # today's code on the same repository
-    with pytest.raises(SchemaVersionError, match=r"tag layout of before 2026-12-01 \(_history.*`avatar-release "
-                                                 r"registry migrate --registry oci://"):
+    with pytest.raises(
+        SchemaVersionError,
+        match=r"tag layout of before 2026-12-01 \(_history.*`avatar-release "
+        r"registry migrate --registry oci://",
+    ):
         reg.history()
     done = reg.migrate_tags()
-    assert set(done.moved) == {("_b.b-1", "_avr.b.b-1"), ("_history", "_avr.history"), ("_pending", "_avr.pending"),
-                               ("_r.reviews.N.b-1", "_avr.r.reviews.N.b-1")} and not done.too_long
+    assert (
+        set(done.moved)
+        == {
+            ("_b.b-1", "_avr.b.b-1"),
+            ("_history", "_avr.history"),
+            ("_pending", "_avr.pending"),
+            ("_r.reviews.N.b-1", "_avr.r.reviews.N.b-1"),
+        }
+        and not done.too_long
+    )
     assert reg.migrate_tags().moved == ()  # again: nothing left to move
     assert [b.build_id for b in reg.list_builds()] == ["b-1"] and reg.resolve("b").digest == d1
     assert reg.resolve(d1).build_id == "b-1" and reg.put_build("b-1", b"{}") == (d1, False)
@@ -486,7 +520,9 @@ def test_a_streamed_pull_holds_one_chunk_and_verifies_before_the_file_appears(ma
     finally:
         tracemalloc.stop()
     assert out.read_bytes() == data
-    print(f"[measure] 24 MiB blob: chunked push peak {push_peak / 2**20:.1f} MiB (4 MiB chunks), streamed pull peak {pull_peak / 2**20:.1f} MiB")
+    print(
+        f"[measure] 24 MiB blob: chunked push peak {push_peak / 2**20:.1f} MiB (4 MiB chunks), streamed pull peak {pull_peak / 2**20:.1f} MiB"
+    )
     assert push_peak < 12 << 20 and pull_peak < 4 << 20, (push_peak, pull_peak)  # a 24 MiB blob
     with pytest.raises(IntegrityError, match="more than 1000 bytes"):
         reg.pull_blob_to(digest, 1000, tmp_path / "short.bin")

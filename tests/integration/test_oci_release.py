@@ -11,10 +11,10 @@ import pytest
 from avatar_release.errors import Refusal, TrustError
 from avatar_release.gates import run_gate
 from avatar_release.promote import promote
-from avatar_release.trust.state_pod import PinnedRoot
 from avatar_release.registry import LocalRegistry, open_registry, read_manifest
 from avatar_release.runtime import TrustConfig, load
 from avatar_release.trust import AcceptedState, generate_keypair, load_private_key, load_public_key
+from avatar_release.trust.state_pod import PinnedRoot
 from tests.helpers import with_release_state
 from tests.tools import binary
 
@@ -26,8 +26,7 @@ def _skopeo_tags(uri: str) -> set[str]:
     return set(json.loads(out.stdout)["Tags"])
 
 
-def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, oci_server, tmp_path,
-                                                              monkeypatch):
+def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, oci_server, tmp_path, monkeypatch):
     monkeypatch.setenv("AVATAR_RELEASE_LOCK_DIR", str(tmp_path / "locks"))
     root, built = built_registry
     local = LocalRegistry(root, create=False)
@@ -45,9 +44,17 @@ def test_compile_gate_promote_and_serve_through_an_oci_registry(built_registry, 
     outcome = run_gate(manifest.build_id, reg, baseline="none")  # the workers pull from the server
     assert outcome.result.status == "passed" and outcome.result.build_digest == digest
     # The gate result and its frames are layers of the record's artifact: server GC keeps them.
-    raw = subprocess.run([binary("skopeo"), "inspect", "--raw", "--tls-verify=false",
-                          "docker://" + uri.removeprefix("oci://") + f":_avr.r.gate-results.N.{manifest.build_id}"],
-                         capture_output=True, check=True).stdout
+    raw = subprocess.run(
+        [
+            binary("skopeo"),
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            "docker://" + uri.removeprefix("oci://") + f":_avr.r.gate-results.N.{manifest.build_id}",
+        ],
+        capture_output=True,
+        check=True,
+    ).stdout
     layers = {layer["digest"] for layer in json.loads(raw)["layers"]}
     assert {outcome.digest, outcome.result.frames_blob.digest} <= layers
 

@@ -74,14 +74,30 @@ def test_an_unknown_project_is_compiled_gated_promoted_served_and_judged_by_its_
     assert _cli(project, "promote", first, "--to", "staging", "--registry", reg)["changed"] is True
     # From outside the project, promotion names it: the policy checks the build against its target spec.
     refused = _cli(elsewhere, "promote", "staging", "--to", "prod", "--registry", reg, rc=1)
-    assert "cannot check that the build is a cpu-8 program" in refused["message"] and "--project DIR" in refused["message"]
-    assert _cli(elsewhere, "promote", "staging", "--to", "prod", "--project", str(project), "--registry",
-                reg)["changed"] is True
+    assert (
+        "cannot check that the build is a cpu-8 program" in refused["message"] and "--project DIR" in refused["message"]
+    )
+    assert (
+        _cli(elsewhere, "promote", "staging", "--to", "prod", "--project", str(project), "--registry", reg)["changed"]
+        is True
+    )
 
     # A render from prod as a pod does it: the example's frame size, 0 compiles (cwd: no project needed).
     frames_dir = tmp_path / "frames"
-    doc = _cli(elsewhere, "render", "--channel", "prod", "--seconds", "0.5", "--out", str(tmp_path / "prod.mp4"),
-               "--frames-dir", str(frames_dir), "--registry", reg)
+    doc = _cli(
+        elsewhere,
+        "render",
+        "--channel",
+        "prod",
+        "--seconds",
+        "0.5",
+        "--out",
+        str(tmp_path / "prod.mp4"),
+        "--frames-dir",
+        str(frames_dir),
+        "--registry",
+        reg,
+    )
     assert doc["build_id"] == first and doc["compiles"] == 0 and doc["frames"] == 13 and doc["chunks"] == 2
     from PIL import Image
 
@@ -90,16 +106,25 @@ def test_an_unknown_project_is_compiled_gated_promoted_served_and_judged_by_its_
 
     # A streamed request through the serving pod: ready only after a warm chunk with 0 compiles.
     with open(tmp_path / "pod.log", "w") as log:  # a file: an unread stderr pipe could fill and block the pod
-        pod = subprocess.Popen([sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel",
-                                "prod", "--port", "0"], cwd=elsewhere, env=_env(), stdout=subprocess.PIPE,
-                               stderr=log, text=True)
+        pod = subprocess.Popen(
+            [sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel", "prod", "--port", "0"],
+            cwd=elsewhere,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     try:
         line = pod.stdout.readline()
         assert line, (tmp_path / "pod.log").read_text()[-3000:]
         ready = json.loads(line)
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == first
-        req = urllib.request.Request(f"http://127.0.0.1:{ready['port']}/render", data=b'{"seconds": 0.4, "seed": 3}',
-                                     method="POST", headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{ready['port']}/render",
+            data=b'{"seconds": 0.4, "seed": 3}',
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=120) as resp:
             headers, body = resp.headers, resp.read()
         assert headers["X-Compiles"] == "0" and headers["X-Frames"] == "10" and headers["X-Build-Id"] == first
@@ -114,8 +139,9 @@ def test_an_unknown_project_is_compiled_gated_promoted_served_and_judged_by_its_
     assert (probe.width, probe.height, probe.frames) == (W, H, 10)
 
     # A changed build (a config key that is no lever) against prod: tier 1, not bit-exact, exit 1.
-    changed = _cli(project, "compile", "--pipeline", "puppet-tiny", "--set", "decode.contrast=0.3",
-                   "--registry", reg)["build_id"]
+    changed = _cli(project, "compile", "--pipeline", "puppet-tiny", "--set", "decode.contrast=0.3", "--registry", reg)[
+        "build_id"
+    ]
     doc = _cli(project, "gate", changed, "--registry", reg, "--report", str(tmp_path / "r2"), rc=1)
     assert doc["result"]["status"] == "failed" and doc["result"]["tier"] == 1
     assert any("decode.contrast" in r and "tier 1" in r for r in doc["result"]["tier_reasons"])
@@ -123,10 +149,19 @@ def test_an_unknown_project_is_compiled_gated_promoted_served_and_judged_by_its_
 
     # The declared lever, compiled and gated from elsewhere with --project: tier 2, judged by the
     # example's own band (k = 2 is one of its band_variants: one frame moves by one level, inside it).
-    lever = _cli(elsewhere, "compile", "--project", str(project), "--pipeline", "puppet-tiny",
-                 "--set", "matmul_k_split=2", "--registry", reg)["build_id"]
-    doc = _cli(elsewhere, "gate", lever, "--project", str(project), "--registry", reg,
-               "--report", str(tmp_path / "r3"))
+    lever = _cli(
+        elsewhere,
+        "compile",
+        "--project",
+        str(project),
+        "--pipeline",
+        "puppet-tiny",
+        "--set",
+        "matmul_k_split=2",
+        "--registry",
+        reg,
+    )["build_id"]
+    doc = _cli(elsewhere, "gate", lever, "--project", str(project), "--registry", reg, "--report", str(tmp_path / "r3"))
     result = doc["result"]
     assert result["status"] == "passed" and result["tier"] == 2 and result["baseline"]
     assert result["tier_reasons"] == ["override matmul_k_split: None -> 2 (reassociation)"]

@@ -44,8 +44,10 @@ def podman_env(tmp_path_factory):
         binary(tool)
     d = tmp_path_factory.mktemp("podman")
     conf = d / "containers.conf"
-    conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]\n'
-                    '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n')
+    conf.write_text(
+        '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]\n'
+        '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
+    )
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     env.pop("XLA_FLAGS", None)
     return d, env
@@ -66,17 +68,42 @@ def serve_image(podman_env):
     site = next((venv / "lib").glob("python3*/site-packages"))
     build_base_tar(d / "base.tar", elf_files(site))
     base = "localhost/avatar-test-host-python:3.11"
-    _podman(env, "import", "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin", "--change", "ENV HOME=/root",
-            str(d / "base.tar"), base)
+    _podman(
+        env,
+        "import",
+        "--change",
+        "ENV PATH=/usr/local/bin:/usr/bin:/bin",
+        "--change",
+        "ENV HOME=/root",
+        str(d / "base.tar"),
+        base,
+    )
     pip_conf = d / "pip.conf"
-    pip_conf.write_text("[global]\nextra-index-url = file:///opt/pypi/simple file:///opt/pypi-more/simple\n"
-                        "find-links = /opt/wheels\ncert = /etc/ssl/certs/ca-certificates.crt\n"
-                        "disable-pip-version-check = true\n")
-    mounts = [f"{pip_conf}:/etc/pip.conf:ro", "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro"]
+    pip_conf.write_text(
+        "[global]\nextra-index-url = file:///opt/pypi/simple file:///opt/pypi-more/simple\n"
+        "find-links = /opt/wheels\ncert = /etc/ssl/certs/ca-certificates.crt\n"
+        "disable-pip-version-check = true\n"
+    )
+    mounts = [
+        f"{pip_conf}:/etc/pip.conf:ro",
+        "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
+    ]
     mounts += [f"{p}:{p}:ro" for p in ("/opt/pypi", "/opt/pypi-more", "/opt/wheels") if Path(p).is_dir()]
     tag = "localhost/avatar-serve:test"
-    _podman(env, "build", "-q", "-f", str(REPO / "deploy" / "Containerfile"), "--build-arg", f"BASE={base}",
-            *[a for m in mounts for a in ("-v", m)], "-t", tag, str(REPO), timeout=1800)
+    _podman(
+        env,
+        "build",
+        "-q",
+        "-f",
+        str(REPO / "deploy" / "Containerfile"),
+        "--build-arg",
+        f"BASE={base}",
+        *[a for m in mounts for a in ("-v", m)],
+        "-t",
+        tag,
+        str(REPO),
+        timeout=1800,
+    )
     yield tag
     _podman(env, "rmi", "-f", tag, base, check=False)
 
@@ -85,13 +112,15 @@ def _kube_yaml(out: Path, image: str, registry: Path, keys: Path, claim_name: st
     docs = list(yaml.safe_load_all((REPO / "deploy" / "serving.cpu.yaml").read_text()))
     (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
     (claim,) = sts["spec"]["volumeClaimTemplates"]
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": sts["metadata"],
-           "spec": {"replicas": 1, "selector": sts["spec"]["selector"], "template": sts["spec"]["template"]}}
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim_name},
-           "spec": claim["spec"]}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": sts["metadata"],
+        "spec": {"replicas": 1, "selector": sts["spec"]["selector"], "template": sts["spec"]["template"]},
+    }
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim_name}, "spec": claim["spec"]}
     pod = dep["spec"]["template"]["spec"]
-    pod["volumes"].append({"name": claim["metadata"]["name"],
-                           "persistentVolumeClaim": {"claimName": claim_name}})
+    pod["volumes"].append({"name": claim["metadata"]["name"], "persistentVolumeClaim": {"claimName": claim_name}})
     (c,) = pod["containers"]
     c["image"] = image
     c["args"] = ["dev" if a == "prod" else a for a in c["args"]]
@@ -118,8 +147,9 @@ def _get(path: str, timeout=10):
     return urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=timeout)
 
 
-def test_the_container_image_serves_the_deployment_under_podman_kube_play(podman_env, serve_image, registry_copy,
-                                                                           tmp_path):
+def test_the_container_image_serves_the_deployment_under_podman_kube_play(
+    podman_env, serve_image, registry_copy, tmp_path
+):
     from avatar_release.promote.actions import refresh_timestamp, sign_channel
     from avatar_release.registry import LocalRegistry
     from avatar_release.trust.keys import generate_keypair, load_private_key
@@ -149,10 +179,15 @@ def test_the_container_image_serves_the_deployment_under_podman_kube_play(podman
                 break
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(1)
-        assert ready and ready["ready"] is True and ready["build_id"] == result.build_id, \
-            _podman(env, "logs", "avatar-serve-cpu-pod-0-serve", check=False).stderr[-3000:]
-        req = urllib.request.Request(f"http://127.0.0.1:{PORT}/render", data=json.dumps({"seconds": 0.4}).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
+        assert ready and ready["ready"] is True and ready["build_id"] == result.build_id, _podman(
+            env, "logs", "avatar-serve-cpu-pod-0-serve", check=False
+        ).stderr[-3000:]
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{PORT}/render",
+            data=json.dumps({"seconds": 0.4}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=300) as resp:
             data = resp.read()
             assert resp.headers["X-Compiles"] == "0" and resp.headers["X-Build-Id"] == result.build_id

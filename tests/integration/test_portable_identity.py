@@ -54,10 +54,17 @@ def _executables(registry: str, build_id: str) -> dict[str, tuple]:
     """Per executable: what the identity covers of it, its size, and its bytes as compiled."""
     reg = open_registry(registry, create=False)
     m = manifest_of(reg, build_id)
-    return {e.key: (e.hlo_digest, e.fingerprint, e.raw_size,
-                    zstandard.ZstdDecompressor().decompress(reg.get_blob(e.blob.digest, e.blob.size),
-                                                            max_output_size=e.raw_size))
-            for e in m.executables}
+    return {
+        e.key: (
+            e.hlo_digest,
+            e.fingerprint,
+            e.raw_size,
+            zstandard.ZstdDecompressor().decompress(
+                reg.get_blob(e.blob.digest, e.blob.size), max_output_size=e.raw_size
+            ),
+        )
+        for e in m.executables
+    }
 
 
 def test_a_project_compiles_to_the_same_build_from_any_folder_and_site_packages(tmp_path):
@@ -67,8 +74,9 @@ def test_a_project_compiles_to_the_same_build_from_any_folder_and_site_packages(
     compile_args = ("compile", "--pipeline", "puppet-tiny", "--target", "cpu-8", "--registry")
 
     first = cli_json(short, *compile_args, reg_short, env=_env(), timeout=300)["build_id"]
-    second = cli_json(long, *compile_args, reg_long, env=_env(PYTHONPATH=_site_packages_elsewhere(tmp_path)),
-                      timeout=300)["build_id"]
+    second = cli_json(
+        long, *compile_args, reg_long, env=_env(PYTHONPATH=_site_packages_elsewhere(tmp_path)), timeout=300
+    )["build_id"]
 
     assert first == second
     ours, theirs = _executables(reg_short, first), _executables(reg_long, second)

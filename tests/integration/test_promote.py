@@ -47,8 +47,11 @@ def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, build_
     from avatar_release.trust.attest import PREDICATE_TYPES, open_envelope
     from avatar_release.trust.evidence import read_attestations
 
-    added = [(ref, data) for ref, data in read_attestations(LocalRegistry(root), a)
-             if open_envelope(data, "x").predicate_type == PREDICATE_TYPES["release-approval"]]
+    added = [
+        (ref, data)
+        for ref, data in read_attestations(LocalRegistry(root), a)
+        if open_envelope(data, "x").predicate_type == PREDICATE_TYPES["release-approval"]
+    ]
     assert approval is not None and len(added) == 1
     after = _blob_bytes(root)
     assert after[0] == before[0] + 2 and 0 < after[1] - before[1] - added[0][0].size < 2048

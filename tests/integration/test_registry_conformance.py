@@ -26,14 +26,15 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from avatar_release._digest import sha256_digest
 from avatar_release.errors import ConflictError, InputError, IntegrityError, NotFoundError
+from avatar_release.records import BlobRef
 from avatar_release.records.stored import (
     STORED_NAMESPACES,
     render_attestations_index,
@@ -41,17 +42,22 @@ from avatar_release.records.stored import (
     render_shard_record,
     shard_record_name,
 )
-from avatar_release.records import BlobRef
 from avatar_release.registry import LocalRegistry, MemoryRegistry, OciRegistry, Registry
 from avatar_release.registry.oci import RetryPolicy
-from tests.oci_memory import MemoryDistribution
 from tests.oci_logins import USERS, auths, basic_uri
+from tests.oci_memory import MemoryDistribution
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 # The logged-in servers (TLS + htpasswd, a token service) run in the full suite; the edit loop
 # (-m "not slow") keeps the anonymous one, which exercises the same protocol code.
-BACKENDS = ["memory", "local", "oci-memory", "oci", pytest.param("oci-basic-tls", marks=pytest.mark.slow),
-            pytest.param("oci-token", marks=pytest.mark.slow)]
+BACKENDS = [
+    "memory",
+    "local",
+    "oci-memory",
+    "oci",
+    pytest.param("oci-basic-tls", marks=pytest.mark.slow),
+    pytest.param("oci-token", marks=pytest.mark.slow),
+]
 
 
 @dataclass
@@ -88,9 +94,11 @@ class Backend:
 
 def _distribution_blob(server) -> Callable[[str], Path]:
     """distribution's filesystem driver keeps a blob at blobs/sha256/<2 hex>/<hex>/data."""
+
     def path(digest: str) -> Path:
         hex_ = digest.removeprefix("sha256:")
         return server.root / "data" / "docker" / "registry" / "v2" / "blobs" / "sha256" / hex_[:2] / hex_ / "data"
+
     return path
 
 
@@ -103,8 +111,13 @@ def backend(request, tmp_path, monkeypatch) -> Backend:
         return Backend(name, store, lambda: store, None, None)
     if name == "local":
         root = tmp_path / "store"
-        return Backend(name, LocalRegistry(root), lambda: LocalRegistry(root, create=False), str(root),
-                       lambda d: root / "blobs" / "sha256" / d.removeprefix("sha256:"))
+        return Backend(
+            name,
+            LocalRegistry(root),
+            lambda: LocalRegistry(root, create=False),
+            str(root),
+            lambda d: root / "blobs" / "sha256" / d.removeprefix("sha256:"),
+        )
     locks = tmp_path / "locks"
     monkeypatch.setenv("AVATAR_RELEASE_LOCK_DIR", str(locks))  # the same lock for a racing process
     if name == "oci-memory":
@@ -143,16 +156,23 @@ def publish(store: Registry, build_id: str, payloads: tuple[bytes, ...] = (b"exe
     """A build whose manifest names real blobs (weights and executables), as compile publishes one."""
     media = "application/vnd.avatar-release.executable.v1+zstd"
     refs = [{"digest": store.put_blob(p), "size": len(p), "media_type": media} for p in payloads]
-    doc = {"build_id": build_id, "pipeline": "tiny", "target": "cpu-8", "created_at": "2026-12-01T00:00:00.000000Z",
-           "weights": {"blob": refs[0]}, "executables": [{"key": f"dit/b{i}", "blob": r} for i, r in enumerate(refs)]}
+    doc = {
+        "build_id": build_id,
+        "pipeline": "tiny",
+        "target": "cpu-8",
+        "created_at": "2026-12-01T00:00:00.000000Z",
+        "weights": {"blob": refs[0]},
+        "executables": [{"key": f"dit/b{i}", "blob": r} for i, r in enumerate(refs)],
+    }
     digest, created = store.put_build(build_id, json.dumps(doc).encode())
     assert created
     return digest, doc
 
 
 def move(store: Registry, channel: str, ref: str, expected: str | None, who: str = "ci", reason: str = "r", **kw):
-    return store.move_channel(channel, store.resolve(ref), expected_digest=expected, action="promote", who=who,
-                              reason=reason, **kw)
+    return store.move_channel(
+        channel, store.resolve(ref), expected_digest=expected, action="promote", who=who, reason=reason, **kw
+    )
 
 
 # ---- blobs: put, get, dedup, verified reads, missing, tampered --------------------------------------------
@@ -318,8 +338,9 @@ def test_channel_states_and_history_as_another_client_sees_them(backend):
     r1, r2, r3 = (store.resolve(f"b-{n}") for n in (1, 2, 3))
     gate = sha256_digest(b"gate result")
     e1 = store.move_channel("dev", r1, expected_digest=None, action="publish", who="ci", reason="one")
-    e2 = store.move_channel("staging", r1, expected_digest=None, action="promote", who="ann", reason="gate ok",
-                            gate_result_digest=gate)
+    e2 = store.move_channel(
+        "staging", r1, expected_digest=None, action="promote", who="ann", reason="gate ok", gate_result_digest=gate
+    )
     e3 = store.move_channel("dev", r2, expected_digest=r1.digest, action="publish", who="ci", reason="two")
     e4 = store.move_channel("dev", r3, expected_digest=r2.digest, action="publish", who="ci", reason="three")
     e5 = store.move_channel("dev", r2, expected_digest=r3.digest, action="rollback", who="bob", reason="bad")
@@ -331,7 +352,9 @@ def test_channel_states_and_history_as_another_client_sees_them(backend):
     dev = other.get_channel("dev")
     assert (dev.build_id, dev.digest, dev.sequence, dev.updated_at) == ("b-2", r2.digest, 5, e5.when)
     assert sorted((c.channel, c.build_id, c.sequence) for c in other.list_channels()) == [
-        ("dev", "b-2", 5), ("staging", "b-1", 2)]
+        ("dev", "b-2", 5),
+        ("staging", "b-1", 2),
+    ]
     assert other.get_channel("prod") is None
 
 
@@ -391,8 +414,15 @@ def test_concurrent_moves_from_separate_processes_exactly_one_wins(backend, tmp_
     publish(backend.store, "b-1", (b"1",))
     publish(backend.store, "b-2", (b"2",))
     go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, backend.uri, b, str(go)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for b in ("b-1", "b-2")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, backend.uri, b, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for b in ("b-1", "b-2")
+    ]
     go.write_text("go")
     results = [p.communicate(timeout=120) for p in procs]
     assert sorted(out.strip() for out, _ in results) == ["conflict", "won"], [err[-500:] for _, err in results]
@@ -414,17 +444,31 @@ def _a_record_of_each_namespace(store: Registry, build_id: str) -> dict[str, tup
     move = _blob(store, b'{"kind": "avatar-release/move"}')
     by_namespace = {
         "gate-results": (build_id, render_results_index(results, frames), results + frames),
-        "gate-shards": (shard_record_name(build_id, 0, 2, [0, 1], "run-7"), render_shard_record(envelope, partial,
-                                                                                                frames),
-                        [envelope, partial, *frames]),
+        "gate-shards": (
+            shard_record_name(build_id, 0, 2, [0, 1], "run-7"),
+            render_shard_record(envelope, partial, frames),
+            [envelope, partial, *frames],
+        ),
         "compile-gates": (build_id, b'{"status": "passed", "gates": []}', []),
         "reviews": (build_id, b'{"verdict": "ok"}', []),
         "statements": ("staging", b'{"payloadType": "application/vnd.in-toto+json", "signatures": []}', []),
         "attestations": (build_id, render_attestations_index([envelope]), [envelope]),
         "timestamps": ("staging", b"\x00\xff binary is kept as is \n", []),
         # a channel's signed metadata keeps its move record and the evidence it names
-        "release-state": ("3.prod.json", json.dumps({"signed": {"_type": "targets", "targets": {"prod/build": {
-            "custom": {"move": move.model_dump(), "evidence": [envelope.model_dump()]}}}}}).encode(), [move, envelope]),
+        "release-state": (
+            "3.prod.json",
+            json.dumps(
+                {
+                    "signed": {
+                        "_type": "targets",
+                        "targets": {
+                            "prod/build": {"custom": {"move": move.model_dump(), "evidence": [envelope.model_dump()]}}
+                        },
+                    }
+                }
+            ).encode(),
+            [move, envelope],
+        ),
     }
     assert set(by_namespace) == set(STORED_NAMESPACES), "a namespace was declared: add it to the suite"
     return by_namespace
@@ -471,8 +515,9 @@ def test_concurrent_record_updates_from_separate_clients_lose_nothing(backend):
 
     def add(client, k):
         for i in range(5):
-            client.update_record("gate-results", "b-1", lambda old, tag=f"{k}.{i}": json.dumps(
-                json.loads(old or b"[]") + [tag]).encode())
+            client.update_record(
+                "gate-results", "b-1", lambda old, tag=f"{k}.{i}": json.dumps(json.loads(old or b"[]") + [tag]).encode()
+            )
 
     threads = [threading.Thread(target=add, args=(c, k)) for k, c in enumerate(clients)]
     for t in threads:
@@ -480,4 +525,5 @@ def test_concurrent_record_updates_from_separate_clients_lose_nothing(backend):
     for t in threads:
         t.join()
     assert sorted(json.loads(backend.store.get_record("gate-results", "b-1"))) == sorted(
-        f"{k}.{i}" for k in range(4) for i in range(5))
+        f"{k}.{i}" for k in range(4) for i in range(5)
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -61,9 +61,18 @@ def _append_history(root: Path, reg: LocalRegistry, *moves: tuple[str, str, str]
     seq = max(e.sequence for e in reg.history()) + 1
     with (root / "history.jsonl").open("ab") as f:
         for i, (channel, frm, to) in enumerate(moves):
-            e = HistoryEntry(sequence=seq + i, channel=channel, action="promote", from_build=frm,
-                             from_digest=reg.resolve(frm).digest, to_build=to, to_digest=reg.resolve(to).digest,
-                             who="mallory", when="2026-12-05T00:00:00Z", reason="")
+            e = HistoryEntry(
+                sequence=seq + i,
+                channel=channel,
+                action="promote",
+                from_build=frm,
+                from_digest=reg.resolve(frm).digest,
+                to_build=to,
+                to_digest=reg.resolve(to).digest,
+                who="mallory",
+                when="2026-12-05T00:00:00Z",
+                reason="",
+            )
             f.write(e.to_json_bytes() + b"\n")
 
 
@@ -83,8 +92,7 @@ def test_rollback_follows_only_the_signed_history(registry_copy):
     assert out.exit_code == 1 and "was never in prod" in out.output and _signed(reg, "prod") == a
 
 
-def test_a_revocation_hidden_from_the_index_still_holds_and_a_deleted_pointer_is_not_an_empty_channel(
-        registry_copy):
+def test_a_revocation_hidden_from_the_index_still_holds_and_a_deleted_pointer_is_not_an_empty_channel(registry_copy):
     root, result = registry_copy
     reg, a, b, r = _released(root, result)
     assert cli("promote", b, "--to", "prod", *r).exit_code == 0  # prod: a -> b
@@ -118,9 +126,20 @@ def test_missing_or_mixed_signed_state_is_exit_4_and_decides_nothing(registry_co
     c, _ = _stand_in(other, a, "c")
     with monkeypatch.context() as m:  # on another machine (this one would call the copy's newer state a rollback)
         m.setenv("AVATAR_RELEASE_STATE_DIR", str(tmp_path / "elsewhere"))
-        _, moved = record_move(other, load_policy(), load_state(other, load_policy()), "prod", action="promote",
-                               build_id=c, manifest_digest=read_manifest(other, c)[1].content_digest(),
-                               manifest_size=1, who="x", reason="", gate_result_digest=None, evidence=())
+        _, moved = record_move(
+            other,
+            load_policy(),
+            load_state(other, load_policy()),
+            "prod",
+            action="promote",
+            build_id=c,
+            manifest_digest=read_manifest(other, c)[1].content_digest(),
+            manifest_size=1,
+            who="x",
+            reason="",
+            gate_result_digest=None,
+            evidence=(),
+        )
     assert cli("promote", b, "--to", "prod", *r).exit_code == 0
     name = f"{moved.version}.prod.json"
     good = (state / name).read_bytes()
@@ -136,7 +155,9 @@ def test_missing_or_mixed_signed_state_is_exit_4_and_decides_nothing(registry_co
     shutil.rmtree(state)
     out = cli("rollback", "prod", *r, "--json")
     assert out.exit_code == 4 and "registry upgrade" in json.loads(out.stdout)["message"]
-    assert cli("promote", a, "--to", "staging", *r).exit_code == 4 and cli("revoke", a, "--reason", "x", *r).exit_code == 4
+    assert (
+        cli("promote", a, "--to", "staging", *r).exit_code == 4 and cli("revoke", a, "--reason", "x", *r).exit_code == 4
+    )
     assert reg.get_channel("prod").build_id == b  # nothing moved, even in the plain mirror
 
 
@@ -147,14 +168,15 @@ def _expire_timestamp(reg: LocalRegistry) -> None:
 
     md = Metadata.from_bytes(reg.get_record(NAMESPACE, "timestamp.json"))
     md.signed.version += 1
-    md.signed.expires = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+    md.signed.expires = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
     md.signatures.clear()
     md.sign(tuf_signer(local_identity().release_key()))
     reg.put_record(NAMESPACE, "timestamp.json", to_bytes(md))
 
 
 def test_a_pod_from_a_pinned_root_refuses_rollback_turns_unready_when_frozen_and_needs_both_roles_for_prod(
-        registry_copy, tmp_path):
+    registry_copy, tmp_path
+):
     root, result = registry_copy
     reg, a, b, r = _released(root, result)
     pinned = tmp_path / "root.json"
@@ -197,9 +219,21 @@ def test_no_single_key_makes_a_pod_run_an_ungated_build(registry_copy, tmp_path)
     # to c with no gate evidence. The metadata verifies; a pod refuses it for want of evidence that
     # only the gate role can sign, through the real render command.
     release_only = [ident.release_key()]
-    state, _ = record_move(reg, policy, state, "prod", action="promote", build_id=c, manifest_digest=mc.content_digest(),
-                           manifest_size=1, who="mallory", reason="", gate_result_digest=None, evidence=(),
-                           given=release_only)
+    state, _ = record_move(
+        reg,
+        policy,
+        state,
+        "prod",
+        action="promote",
+        build_id=c,
+        manifest_digest=mc.content_digest(),
+        manifest_size=1,
+        who="mallory",
+        reason="",
+        gate_result_digest=None,
+        evidence=(),
+        given=release_only,
+    )
     out = cli("render", "--channel", "prod", "--trust-root", pinned, "--out", tmp_path / "o.mp4", *r, "--json")
     assert out.exit_code == 4 and "no gate evidence" in out.output and not (tmp_path / "o.mp4").exists()
     # The gate key: it signs a gate envelope for c and may move prod, but a pod also needs a release
@@ -209,15 +243,28 @@ def test_no_single_key_makes_a_pod_run_an_ungated_build(registry_copy, tmp_path)
     signed_gate_result(reg, c, dc, mc)
     gate_env = attestation_refs(reg, c)[-1]
     state = load_state(reg, policy)  # storing the gate result listed it in the state's evidence role
-    state, _ = record_move(reg, policy, state, "prod", action="promote", build_id=c, manifest_digest=mc.content_digest(),
-                           manifest_size=1, who="mallory", reason="", gate_result_digest=None, evidence=(gate_env,),
-                           given=[ident.gate_key()])
+    state, _ = record_move(
+        reg,
+        policy,
+        state,
+        "prod",
+        action="promote",
+        build_id=c,
+        manifest_digest=mc.content_digest(),
+        manifest_size=1,
+        who="mallory",
+        reason="",
+        gate_result_digest=None,
+        evidence=(gate_env,),
+        given=[ident.gate_key()],
+    )
     with pytest.raises(TrustError, match="no release approval"):
         verify_channel_state(reg, "prod", load_pinned_root(pinned))
 
 
 def test_an_unsigned_registry_is_upgraded_once_and_root_keys_rotate_without_re_pinning_pods(
-        registry_copy, tmp_path, monkeypatch):
+    registry_copy, tmp_path, monkeypatch
+):
     from avatar_release._paths import config_dir
 
     root, result = registry_copy
@@ -236,7 +283,10 @@ def test_an_unsigned_registry_is_upgraded_once_and_root_keys_rotate_without_re_p
     # New root keys: the policy names them; the registry's root still names the old ones.
     assert cli("keys", "generate", "--out", tmp_path / "k", "--name", "root2").exit_code == 0
     text = (config_dir() / "trust.toml").read_text().replace('"keys/', f'"{config_dir()}/keys/')
-    text = text.replace("[keys]\n", f'[keys]\nroot2 = "{tmp_path / "k" / "root2.pub"}"\n', 1) + '\n[state]\nroot = ["root2"]\n'
+    text = (
+        text.replace("[keys]\n", f'[keys]\nroot2 = "{tmp_path / "k" / "root2.pub"}"\n', 1)
+        + '\n[state]\nroot = ["root2"]\n'
+    )
     policy = tmp_path / "trust.toml"
     policy.write_text(text)
     policy.chmod(0o600)
@@ -244,8 +294,16 @@ def test_an_unsigned_registry_is_upgraded_once_and_root_keys_rotate_without_re_p
     refused = cli("registry", "status", *r, "--json")
     assert refused.exit_code == 4 and "registry rotate" in json.loads(refused.stdout)["message"]
     assert cli("registry", "rotate", *r).exit_code == 2  # the old root keys must vouch: --old-root-key
-    rotated = cli("registry", "rotate", "--old-root-key", local_identity().release_key_path,
-                  "--sign-key", tmp_path / "k" / "root2.key", *r, "--json")
+    rotated = cli(
+        "registry",
+        "rotate",
+        "--old-root-key",
+        local_identity().release_key_path,
+        "--sign-key",
+        tmp_path / "k" / "root2.key",
+        *r,
+        "--json",
+    )
     assert rotated.exit_code == 0, rotated.output
     assert json.loads(rotated.stdout)["root_version"] == 2
     assert cli("registry", "status", *r).exit_code == 0
@@ -260,8 +318,9 @@ def test_a_failed_re_gate_hidden_from_the_index_still_blocks_the_rollback(regist
     root, result = registry_copy
     reg, a, b, r = _released(root, result)
     assert cli("promote", b, "--to", "prod", *r).exit_code == 0  # prod: a -> b
-    signed_gate_result(reg, a, reg.resolve(a).digest, read_manifest(reg, a)[1], status="failed",
-          against=(b, reg.resolve(b).digest))  # a re-gated against the prod it would replace: failed
+    signed_gate_result(
+        reg, a, reg.resolve(a).digest, read_manifest(reg, a)[1], status="failed", against=(b, reg.resolve(b).digest)
+    )  # a re-gated against the prod it would replace: failed
     index = root / "records" / "attestations" / a
     doc = json.loads(index.read_text())
     doc["envelopes"] = doc["envelopes"][:-1]  # the attacker hides the failing verdict

@@ -21,7 +21,6 @@ from tests.serving_fakes import fake_build
 pytestmark = pytest.mark.slow
 
 
-
 def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_copy, tmp_path, capsys):
     root, result = registry_copy
     reg, bid, r = LocalRegistry(root), result.build_id, ["--registry", str(root)]
@@ -42,7 +41,11 @@ def test_approve_then_revoke_prod_through_the_cli_and_a_following_pod(registry_c
     assert refused.exit_code == 2 and "--reason" in refused.output  # a revocation says why
     out = cli("revoke", "prod", "--reason", "lip sync drifts after 30 s", *r, "--json")
     doc = json.loads(out.stdout)
-    assert out.exit_code == 0 and doc["channels"] == ["dev", "staging", "prod"] and doc["next"] == "avatar-release rollback prod"
+    assert (
+        out.exit_code == 0
+        and doc["channels"] == ["dev", "staging", "prod"]
+        and doc["next"] == "avatar-release rollback prod"
+    )
 
     # The pod serving it keeps serving (the channel still points there) and says so: log, health, metrics.
     capsys.readouterr()

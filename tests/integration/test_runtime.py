@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from avatar_release.cli import cli
 from avatar_release.errors import EnvironmentMismatch, IntegrityError, NotFoundError, RecompileError
+from avatar_release.media import sample_audio, sample_image
 from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry
-from avatar_release.media import sample_audio, sample_image
 from tests.helpers import manifest_of
 
 pytestmark = pytest.mark.slow
@@ -180,8 +180,21 @@ def test_cli_render_writes_video_frames_and_summary(built_registry, tmp_path):
     root, result = built_registry
     out = tmp_path / "out.mp4"
     frames_dir = tmp_path / "frames"
-    res = CliRunner().invoke(cli, ["render", "--registry", str(root), "--seconds", "0.4", "--out", str(out),
-                                   "--frames-dir", str(frames_dir), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "render",
+            "--registry",
+            str(root),
+            "--seconds",
+            "0.4",
+            "--out",
+            str(out),
+            "--frames-dir",
+            str(frames_dir),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["build_id"] == result.build_id
@@ -211,10 +224,27 @@ def test_cli_render_takes_a_photo_of_any_size_and_an_mp3_and_reports_how_it_read
 
     root, _ = built_registry
     photo, speech = tmp_path / "photo.jpg", tmp_path / "speech.mp3"
-    subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "testsrc=size=1280x720", "-frames:v", "1",
-                    str(photo)], check=True)
-    subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "sine=frequency=220:duration=0.4:sample_rate=44100",
-                    "-ac", "2", "-c:a", "libmp3lame", str(speech)], check=True)
+    subprocess.run(
+        [ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "testsrc=size=1280x720", "-frames:v", "1", str(photo)],
+        check=True,
+    )
+    subprocess.run(
+        [
+            ffmpeg_exe(),
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=220:duration=0.4:sample_rate=44100",
+            "-ac",
+            "2",
+            "-c:a",
+            "libmp3lame",
+            str(speech),
+        ],
+        check=True,
+    )
     args = ["render", "--registry", str(root), "--image", str(photo), "--audio", str(speech), "--json"]
     res = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "out.mp4")])
     assert res.exit_code == 0, res.output
@@ -224,7 +254,12 @@ def test_cli_render_takes_a_photo_of_any_size_and_an_mp3_and_reports_how_it_read
     assert fit["source_size"] == [1280, 720] and fit["target_size"] == [80, 48]
     assert fit["box"] == [40, 0, 1240, 720]  # 5:3 of a 16:9 picture, centred: 40 px off each side
     audio = summary["inputs"]["audio"]
-    assert (audio["container"], audio["codec"], audio["source_rate"], audio["channels"]) == ("MP3", "mp3", 44100, "stereo")
+    assert (audio["container"], audio["codec"], audio["source_rate"], audio["channels"]) == (
+        "MP3",
+        "mp3",
+        44100,
+        "stereo",
+    )
     assert audio["sample_rate"] == 16000 and 0.4 <= audio["seconds"] < 0.5
     assert summary["compiles"] == 0 and summary["frames"] == -(-audio["samples"] // 640)  # 25 fps at 16 kHz
     refused = CliRunner().invoke(cli, args + ["--fit", "exact", "--out", str(tmp_path / "exact.mp4")])
@@ -235,7 +270,9 @@ def test_cli_render_takes_a_photo_of_any_size_and_an_mp3_and_reports_how_it_read
 
 def test_cli_refusals_have_distinct_exit_codes(registry_copy, tmp_path):
     root, _ = registry_copy
-    r = CliRunner().invoke(cli, ["render", "--registry", str(root), "--channel", "prod", "--out", str(tmp_path / "a.mp4")])
+    r = CliRunner().invoke(
+        cli, ["render", "--registry", str(root), "--channel", "prod", "--out", str(tmp_path / "a.mp4")]
+    )
     assert r.exit_code == 3 and "empty" in r.output
     reg = LocalRegistry(root, create=False)
     m = manifest_of(reg)
@@ -309,14 +346,16 @@ def test_verify_without_programs_never_starts_jax_and_still_names_a_damaged_blob
     memory is the store's pieces, not the runtime's), and a damaged executable still fails. (The
     peak is read from VmHWM: ru_maxrss would carry the test process's own peak over the exec.)"""
     root, _ = registry_copy
-    program = ("import json, sys\n"
-               "from avatar_release.cli import main\n"
-               "try:\n"
-               "    main(['verify', 'dev', '--no-programs', '--json', '--registry', sys.argv[1]])\n"
-               "except SystemExit as e:\n"
-               "    code = e.code\n"
-               "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-               "print(json.dumps({'code': code, 'jax': 'jax' in sys.modules, 'peak_mb': hwm // 1024}))\n")
+    program = (
+        "import json, sys\n"
+        "from avatar_release.cli import main\n"
+        "try:\n"
+        "    main(['verify', 'dev', '--no-programs', '--json', '--registry', sys.argv[1]])\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "print(json.dumps({'code': code, 'jax': 'jax' in sys.modules, 'peak_mb': hwm // 1024}))\n"
+    )
 
     def run() -> tuple[dict, dict]:
         out = subprocess.run([sys.executable, "-c", program, str(root)], capture_output=True, text=True, timeout=300)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from avatar_release.compile import compile_build
-from avatar_release.compile._loopcost import _WHILE, _COND_BODY, _Module, run_cost
+from avatar_release.compile._loopcost import _COND_BODY, _WHILE, _Module, run_cost
 from avatar_release.registry import MemoryRegistry
 
 pytestmark = pytest.mark.slow  # compiles tiny twice
@@ -31,8 +31,9 @@ def _dims(line: str) -> list[int]:
 
 def test_a_scanned_stack_gathers_each_layers_weights_inside_its_loop_and_is_costed_per_run(build_cache):
     reg = MemoryRegistry()
-    scanned = compile_build("tiny", "cpu-8", registry=reg, overrides={"scan_layers": "true"}, move_dev=False,
-                            keep_compiled=True)
+    scanned = compile_build(
+        "tiny", "cpu-8", registry=reg, overrides={"scan_layers": "true"}, move_dev=False, keep_compiled=True
+    )
     hlo = scanned.compiled["dit/f8"].as_text()
     bodies = _loop_bodies(hlo)
     assert len(bodies) == 4  # one scan per sampler step
@@ -55,8 +56,8 @@ def test_a_scanned_stack_gathers_each_layers_weights_inside_its_loop_and_is_cost
     # The lever still serves: zero compiles, close to the unscanned default (another fusion and
     # reduction order, so not bit-exact: scan_layers is a tier-2 lever).
     from avatar_release.gates.metrics import psnr
-    from avatar_release.runtime import load, render
     from avatar_release.media import sample_audio, sample_image
+    from avatar_release.runtime import load, render
 
     base = build_cache.compile("tiny", "cpu-8", registry=reg, move_dev=False)
     image, audio = sample_image(48, 80), sample_audio(0.64)

@@ -45,9 +45,23 @@ def _start(root, *extra, log_dir=None):
     log_path = Path(tempfile.mkdtemp(dir=log_dir)) / "pod.log"
     with open(log_path, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "avatar_release", "serve", "--registry", str(root), "--channel", "dev",
-             "--port", "0", *extra],
-            stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "avatar_release",
+                "serve",
+                "--registry",
+                str(root),
+                "--channel",
+                "dev",
+                "--port",
+                "0",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
         )
     pod = _Pod(proc, log_path)
     line = proc.stdout.readline()
@@ -62,8 +76,9 @@ def _get(base, path):
 
 
 def _render(base, doc, timeout=300):
-    req = urllib.request.Request(base + "/render", data=json.dumps(doc).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        base + "/render", data=json.dumps(doc).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return resp.headers, resp.read()
 
@@ -110,8 +125,7 @@ def _check_deadline_misses(metrics: str, requests: list[dict], manifest) -> None
 
 
 def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_registry, tmp_path):
-    from avatar_release.media import encode_wav_bytes, ffmpeg_exe, probe_mp4
-    from avatar_release.media import sample_audio
+    from avatar_release.media import encode_wav_bytes, ffmpeg_exe, probe_mp4, sample_audio
 
     root, result = built_registry
     pod, ready = _start(root, log_dir=tmp_path)
@@ -122,19 +136,42 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
         assert ready["deadline"]["chunks"] == 0  # the warm-up chunk is not a request's
         base = f"http://127.0.0.1:{ready['port']}"
         assert _get(base, "/healthz")["ready"] is True and _get(base, "/readyz")["ready"] is True
-        headers, data = _render(base, {"audio_wav_b64": base64.b64encode(encode_wav_bytes(sample_audio(0.4), 16000)).decode()})
+        headers, data = _render(
+            base, {"audio_wav_b64": base64.b64encode(encode_wav_bytes(sample_audio(0.4), 16000)).decode()}
+        )
         assert headers["X-Compiles"] == "0" and headers["X-Frames"] == "10"
         assert headers["Transfer-Encoding"] == "chunked" and data[4:8] == b"ftyp" and b"moof" in data
         (tmp_path / "r.mp4").write_bytes(data)
         assert probe_mp4(tmp_path / "r.mp4").frames == 10
         # A photo of another size and an MP3: fitted and decoded by the pod, as the CLI does.
         photo, speech = tmp_path / "p.jpg", tmp_path / "s.mp3"
-        subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "testsrc=size=640x480", "-frames:v", "1",
-                        str(photo)], check=True)
-        subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "sine=frequency=220:duration=0.3",
-                        "-c:a", "libmp3lame", str(speech)], check=True)
-        headers, _ = _render(base, {"image_b64": base64.b64encode(photo.read_bytes()).decode(),
-                                    "audio_b64": base64.b64encode(speech.read_bytes()).decode(), "fit": "contain"})
+        subprocess.run(
+            [ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "testsrc=size=640x480", "-frames:v", "1", str(photo)],
+            check=True,
+        )
+        subprocess.run(
+            [
+                ffmpeg_exe(),
+                "-v",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=220:duration=0.3",
+                "-c:a",
+                "libmp3lame",
+                str(speech),
+            ],
+            check=True,
+        )
+        headers, _ = _render(
+            base,
+            {
+                "image_b64": base64.b64encode(photo.read_bytes()).decode(),
+                "audio_b64": base64.b64encode(speech.read_bytes()).decode(),
+                "fit": "contain",
+            },
+        )
         assert headers["X-Compiles"] == "0" and int(headers["X-Frames"]) >= 8
         # A damaged picture is the client's fault: 400 with a stable code and what was wrong.
         with pytest.raises(urllib.error.HTTPError) as ei:
@@ -145,7 +182,9 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
             with pytest.raises(urllib.error.HTTPError) as ei:
                 _render(base, bad)
             assert ei.value.code == 400 and json.loads(ei.value.read())["error"] in (
-                "invalid_request", "duration_too_long")
+                "invalid_request",
+                "duration_too_long",
+            )
         metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
         assert "avatar_serve_compiles_total 0.0" in metrics and f'build_id="{result.build_id}"' in metrics
         paced = _get(base, "/healthz")["deadline"]  # every request's chunks so far, against playback
@@ -162,8 +201,9 @@ def test_serving_pod_reports_ready_and_streams_renders_with_zero_compiles(built_
     _check_deadline_misses(metrics, requests, manifest_of(LocalRegistry(root, create=False)))
 
 
-def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_sigterm(registry_copy, build_cache,
-                                                                                       tmp_path):
+def test_follow_refuses_a_bad_build_swaps_a_good_one_under_load_and_drains_on_sigterm(
+    registry_copy, build_cache, tmp_path
+):
     from avatar_release.promote import publish_to_dev
     from avatar_release.registry import LocalRegistry, read_manifest
 

@@ -18,8 +18,13 @@ from avatar_release.registry import LocalRegistry
 
 def _cli(*args, env=None):
     code = "import sys; from avatar_release.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(registry_copy, tmp_path):
@@ -29,8 +34,19 @@ def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(regi
     assert whole.result.status == "passed"
 
     summary = tmp_path / "summary.md"
-    procs = [_cli("gate", build.build_id, "--shard", f"{k}/3", "--registry", str(root), "--json",
-                  env={"AVATAR_RELEASE_GATE_RUN_ID": "ci-7"}) for k in range(3)]
+    procs = [
+        _cli(
+            "gate",
+            build.build_id,
+            "--shard",
+            f"{k}/3",
+            "--registry",
+            str(root),
+            "--json",
+            env={"AVATAR_RELEASE_GATE_RUN_ID": "ci-7"},
+        )
+        for k in range(3)
+    ]
     outs = [(p.wait(timeout=900), *p.communicate()) for p in procs]
     for k, (rc, out, err) in enumerate(outs):
         assert rc == 0, err
@@ -41,8 +57,19 @@ def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(regi
         assert doc["next"] == f"avatar-release gate merge {build.build_id} --run-id ci-7"
     assert len(shard_refs(reg, build.build_id)) == 3
 
-    p = _cli("gate", "merge", build.build_id, "--baseline", "none", "--registry", str(root), "--json",
-             "--report", str(tmp_path / "rep"), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    p = _cli(
+        "gate",
+        "merge",
+        build.build_id,
+        "--baseline",
+        "none",
+        "--registry",
+        str(root),
+        "--json",
+        "--report",
+        str(tmp_path / "rep"),
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     rc, out, err = p.wait(timeout=600), *p.communicate()
     assert rc == 0, err
     doc = json.loads(out)

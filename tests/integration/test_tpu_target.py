@@ -32,9 +32,13 @@ def tpu_build(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tpu") / "reg"
     reg = LocalRegistry(root)
-    result = compile_build("tiny", "tpu-v6e-8", registry=reg, keep_compiled=True,
-                           overrides={"attention_kernel": "blocksparse", "fused_preattn": "true",
-                                      "dit.attention": "flash"})
+    result = compile_build(
+        "tiny",
+        "tpu-v6e-8",
+        registry=reg,
+        keep_compiled=True,
+        overrides={"attention_kernel": "blocksparse", "fused_preattn": "true", "dit.attention": "flash"},
+    )
     return root, result
 
 
@@ -71,8 +75,12 @@ def test_every_pallas_kernel_is_a_mosaic_call_carrying_the_low_priority_llo_sche
     _, result = tpu_build
     man = result.manifest
     found = {(e.stage, k.name): k for e in man.executables for k in e.kernels}
-    assert set(found) == {("dit", "preattn"), ("dit", "dit_flash_attention"), ("sr", "preattn"),
-                          ("sr", "sr_blocksparse_attention")}
+    assert set(found) == {
+        ("dit", "preattn"),
+        ("dit", "dit_flash_attention"),
+        ("sr", "preattn"),
+        ("sr", "sr_blocksparse_attention"),
+    }
     for k in found.values():
         assert k.backend == "mosaic" and k.count >= 1 and k.flags == {LLO: True}
     # The compiled programs themselves: every Mosaic custom call carries the flag in its config.
@@ -108,9 +116,15 @@ def test_output_gates_refuse_here_and_the_compile_gate_proves_what_it_can(tpu_bu
     out = json.loads(res.stdout)
     checks = {c["name"]: c for c in out["result"]["checks"]}
     assert {n: c["status"] for n, c in checks.items()} == {
-        "every-bucket": "passed", "flags-present": "passed", "fits-memory": "passed",
-        "no-host-callbacks": "passed", "reproducible": "passed"}
-    assert checks["flags-present"]["details"]["mosaic_kernels"] == 4  # pre-attention and flash (dit), pre-attention and block-sparse (sr)
+        "every-bucket": "passed",
+        "flags-present": "passed",
+        "fits-memory": "passed",
+        "no-host-callbacks": "passed",
+        "reproducible": "passed",
+    }
+    assert (
+        checks["flags-present"]["details"]["mosaic_kernels"] == 4
+    )  # pre-attention and flash (dit), pre-attention and block-sparse (sr)
     assert LocalRegistry(reg, create=False).get_record("compile-gates", result.build_id)
     listed = json.loads(runner.invoke(cli, ["ls", "--registry", str(reg), "--json"]).stdout)["builds"]
     assert [(b["gate"], b["compile_gate"]) for b in listed] == [("ungated", "passed")]
@@ -191,9 +205,26 @@ def test_production_shapes_compile_for_tpu_from_abstract_shapes(tmp_path):
     reg = tmp_path / "reg"
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     proc = subprocess.run(
-        [sys.executable, "-m", "avatar_release", "compile", "--pipeline", "avatar-720p", "--target", "tpu-v6e-8",
-         "--set", "dit.steps=1", "--registry", str(reg), "--json"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        [
+            sys.executable,
+            "-m",
+            "avatar_release",
+            "compile",
+            "--pipeline",
+            "avatar-720p",
+            "--target",
+            "tpu-v6e-8",
+            "--set",
+            "dit.steps=1",
+            "--registry",
+            str(reg),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     out = json.loads(proc.stdout)
@@ -209,16 +240,17 @@ def test_production_shapes_compile_for_tpu_from_abstract_shapes(tmp_path):
     assert fit.weights_bytes < m.weights.raw_size / 7
     assert m.weights.raw_size > fit.capacity_bytes
     assert {(e.stage, k.name) for e in m.executables for k in e.kernels} == {
-        ("dit", "dit_flash_attention"), ("sr", "sr_blocksparse_attention")}  # the production defaults
+        ("dit", "dit_flash_attention"),
+        ("sr", "sr_blocksparse_attention"),
+    }  # the production defaults
     assert m.executable("dit", "f16").cost_loop_scale > 30  # 36 scanned blocks, counted once by XLA
 
 
 def test_an_abstract_build_verifies_but_a_pod_refuses_it_for_lack_of_weights(tmp_path, monkeypatch):
     from avatar_release.compile import compile_build
     from avatar_release.errors import InputError
-    from avatar_release.runtime import load
+    from avatar_release.runtime import load, verify_build
     from avatar_release.specs import manifests_dir
-    from avatar_release.runtime import verify_build
 
     manifests = tmp_path / "manifests"
     shutil.copytree(manifests_dir(), manifests)
@@ -230,6 +262,11 @@ def test_an_abstract_build_verifies_but_a_pod_refuses_it_for_lack_of_weights(tmp
     w = result.manifest.weights
     assert not w.materialized and w.blob is None and w.tensors > 100 and w.raw_size > 0
     report = verify_build(result.build_id, str(tmp_path / "reg"))
-    assert report["ok"] and [b["what"] for b in report["blobs"]] == ["manifest", "dit/f8", "sr/f8", "vae/f8"]  # no weights row
+    assert report["ok"] and [b["what"] for b in report["blobs"]] == [
+        "manifest",
+        "dit/f8",
+        "sr/f8",
+        "vae/f8",
+    ]  # no weights row
     with pytest.raises(InputError, match="compiled from abstract shapes.*carries no weights"):
         load(result.build_id, reg)

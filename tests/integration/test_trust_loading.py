@@ -37,16 +37,31 @@ def _plant(reg: LocalRegistry, root, build_id: str, marker) -> str:
     evil = pickle.dumps(_Payload(marker))
     z = zstandard.ZstdCompressor().compress(evil)
     blob = reg.put_blob(z)
-    entries = [e.model_copy(update={"blob": e.blob.model_copy(update={"digest": blob, "size": len(z)}),
-                                    "raw_size": len(evil), "raw_digest": sha256_digest(evil)})
-               if e.stage == "dit" else e for e in m.executables]
+    entries = [
+        e.model_copy(
+            update={
+                "blob": e.blob.model_copy(update={"digest": blob, "size": len(z)}),
+                "raw_size": len(evil),
+                "raw_digest": sha256_digest(evil),
+            }
+        )
+        if e.stage == "dit"
+        else e
+        for e in m.executables
+    ]
     bad = m.model_copy(update={"executables": entries})
     bad = bad.model_copy(update={"seal": manifest_seal(bad)})
     (root / "builds" / build_id).unlink()
     digest, _ = reg.put_build(bad.build_id, bad.to_json_bytes())
     current = reg.get_channel("dev")
-    reg.move_channel("dev", reg.resolve(digest), expected_digest=current.digest if current else None,
-                     action="publish", who="attacker", reason="")
+    reg.move_channel(
+        "dev",
+        reg.resolve(digest),
+        expected_digest=current.digest if current else None,
+        action="publish",
+        who="attacker",
+        reason="",
+    )
     return bad.build_id
 
 
@@ -59,8 +74,9 @@ def test_the_allow_list_is_exactly_what_an_executable_needs(built_registry):
     _, m = read_manifest(reg, result.build_id)
     seen = set()
     for e in m.executables:
-        raw = zstandard.ZstdDecompressor().decompress(reg.get_blob(e.blob.digest, e.blob.size),
-                                                      max_output_size=e.raw_size)
+        raw = zstandard.ZstdDecompressor().decompress(
+            reg.get_blob(e.blob.digest, e.blob.size), max_output_size=e.raw_size
+        )
         seen |= classes_in(raw, backend=jax.devices()[0].client, execution_devices=jax.devices())
     want = allowed_classes()  # the installed jax's list (CI: the pinned 0.10.2, whose list is ALLOWED)
     assert seen == want, f"new: {sorted(seen - want)}, gone: {sorted(want - seen)}"
@@ -125,10 +141,21 @@ def test_a_manifest_mixing_in_another_builds_executable_is_refused(registry_copy
     _, mb = read_manifest(reg, b.build_id)
     from_b = mb.executable("dit", "f8")
     entries = [from_b if e.key == "dit/f8" else e for e in ma.executables]
-    mixed = ma.model_copy(update={"executables": [
-        e.model_copy(update={"hlo_digest": ma.executable("dit", "f8").hlo_digest,
-                             "fingerprint": ma.executable("dit", "f8").fingerprint}) if e.key == "dit/f8" else e
-        for e in entries]})
+    mixed = ma.model_copy(
+        update={
+            "executables": [
+                e.model_copy(
+                    update={
+                        "hlo_digest": ma.executable("dit", "f8").hlo_digest,
+                        "fingerprint": ma.executable("dit", "f8").fingerprint,
+                    }
+                )
+                if e.key == "dit/f8"
+                else e
+                for e in entries
+            ]
+        }
+    )
     (root / "builds" / a.build_id).unlink()
     reg.put_build(a.build_id, mixed.to_json_bytes())
     with pytest.raises(IntegrityError, match="not the ones it was sealed with"):

@@ -34,8 +34,19 @@ def test_a_zstd_build_is_another_build_and_loads_renders_and_verifies_as_the_raw
     assert m.weights.compression == "zstd"
     assert all(c.blob.media_type.endswith("+zstd") and c.raw_blake3 for c in m.weights.chunks)
     assert sum(c.blob.size for c in m.weights.chunks) < sum(c.raw_size for c in m.weights.chunks)
-    rendered = cli_json(project, "render", "--registry", reg_dir, "--build", made["build_id"], "--seconds", "0.3",
-                        "--out", tmp_path / "out.mp4", env=env)
+    rendered = cli_json(
+        project,
+        "render",
+        "--registry",
+        reg_dir,
+        "--build",
+        made["build_id"],
+        "--seconds",
+        "0.3",
+        "--out",
+        tmp_path / "out.mp4",
+        env=env,
+    )
     assert rendered["compiles"] == 0 and (tmp_path / "out.mp4").stat().st_size > 0
     checked = cli_json(project, "verify", made["build_id"], "--registry", reg_dir, "--no-programs", env=env)
     assert checked["ok"] and [r["what"] for r in checked["blobs"]][:2] == ["manifest", "weights chunk 0"]

@@ -22,6 +22,7 @@ from tests.integration.installs import build_wheel_venv
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.fixture(scope="module")
 def wheel_env(tmp_path_factory):
     """(wheel path, venv) for a wheel of this checkout installed in a fresh venv."""
@@ -43,8 +44,16 @@ def test_the_wheel_holds_one_top_level_package_and_no_repository_folders(wheel_e
     # The toolchain only: no pipeline (model/, kernels/, examples/), nothing of tests/, manifests/ or
     # benchmarks/; the contract a pipeline satisfies is in it.
     assert "avatar_release/pipeline/__init__.py" in names and "avatar_release/runtime/__init__.py" in names
-    assert not [n for n in names if n.startswith(("model/", "kernels/", "examples/")) or "/model/" in n
-                or "/kernels/" in n or "/tests/" in n or "/manifests/" in n or "benchmarks" in n]
+    assert not [
+        n
+        for n in names
+        if n.startswith(("model/", "kernels/", "examples/"))
+        or "/model/" in n
+        or "/kernels/" in n
+        or "/tests/" in n
+        or "/manifests/" in n
+        or "benchmarks" in n
+    ]
 
 
 def test_a_clean_environment_serves_a_build_from_the_wheel(wheel_env, built_registry, tmp_path):
@@ -54,13 +63,15 @@ def test_a_clean_environment_serves_a_build_from_the_wheel(wheel_env, built_regi
     py = str(venv / "bin" / "python")
 
     # Everything imported comes from the venv, and there is no manifests folder to lean on.
-    probe = ("import avatar_release, sys\n"
-             "from avatar_release.errors import SpecError\n"
-             "from avatar_release.specs import manifests_dir\n"
-             "try:\n    manifests_dir(); found = True\n"
-             "except SpecError:\n    found = False\n"
-             "import importlib.util as u\n"
-             "print(avatar_release.__file__); print(found); print(u.find_spec('torch') is None and u.find_spec('torchax') is None)")
+    probe = (
+        "import avatar_release, sys\n"
+        "from avatar_release.errors import SpecError\n"
+        "from avatar_release.specs import manifests_dir\n"
+        "try:\n    manifests_dir(); found = True\n"
+        "except SpecError:\n    found = False\n"
+        "import importlib.util as u\n"
+        "print(avatar_release.__file__); print(found); print(u.find_spec('torch') is None and u.find_spec('torchax') is None)"
+    )
     out = subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
     where, found, no_torch = out.stdout.split()
     assert where.startswith(str(venv)) and found == "False"
@@ -70,7 +81,11 @@ def test_a_clean_environment_serves_a_build_from_the_wheel(wheel_env, built_regi
 
     proc = subprocess.Popen(
         [str(venv / "bin" / "avatar-release"), "serve", "--registry", str(root), "--channel", "dev", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=open(tmp_path / "pod.log", "w"), text=True, cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "pod.log", "w"),
+        text=True,
+        cwd=tmp_path,
+        env=env,
     )
     try:
         line = proc.stdout.readline()
@@ -79,8 +94,12 @@ def test_a_clean_environment_serves_a_build_from_the_wheel(wheel_env, built_regi
         assert ready["build_id"] == result.build_id and ready["compiles"] == 0
         base = f"http://127.0.0.1:{ready['port']}"
         assert json.loads(urllib.request.urlopen(base + "/readyz", timeout=30).read())["ready"] is True
-        req = urllib.request.Request(base + "/render", data=json.dumps({"seconds": 0.4}).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            base + "/render",
+            data=json.dumps({"seconds": 0.4}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=300) as resp:
             data = resp.read()
             assert resp.headers["X-Compiles"] == "0" and resp.headers["X-Build-Id"] == result.build_id

@@ -78,8 +78,9 @@ class Runner:
         is applied over every step's own."""
         github = {"event_name": event, "actor": "release-bot", "sha": "0" * 40, "run_id": "4242", "run_attempt": "1"}
         jobs, done, outputs = self.wf["jobs"], [], {}
-        pending = [name for name, job in jobs.items()
-                   if _condition(job.get("if"), {"github": github, "inputs": inputs or {}})]
+        pending = [
+            name for name, job in jobs.items() if _condition(job.get("if"), {"github": github, "inputs": inputs or {}})
+        ]
         while pending:
             ready = [n for n in pending if all(d in done for d in _needs(jobs[n]))]
             assert ready, f"jobs wait on each other: {pending}"
@@ -105,8 +106,15 @@ class Runner:
         job_outputs: dict = {}
         for matrix in legs:
             steps: dict = {}
-            ctx = {"github": github, "inputs": inputs, "needs": needs, "matrix": matrix, "steps": steps,
-                   "secrets": self.secrets, "vars": {"AVATAR_RELEASE_REGISTRY": self.registry}}
+            ctx = {
+                "github": github,
+                "inputs": inputs,
+                "needs": needs,
+                "matrix": matrix,
+                "steps": steps,
+                "secrets": self.secrets,
+                "vars": {"AVATAR_RELEASE_REGISTRY": self.registry},
+            }
             env = dict(self.base_env)
             for scope in (self.wf.get("env", {}), job.get("env", {})):
                 env.update({k: _expand(str(v), ctx) for k, v in scope.items()})
@@ -119,21 +127,44 @@ class Runner:
                 step_env = {**env, **{k: _expand(str(v), ctx) for k, v in step.get("env", {}).items()}, **extra_env}
                 out_file = self.workspace / f"out-{name}-{i}"
                 out_file.write_text("")
-                step_env.update(GITHUB_OUTPUT=str(out_file), RUNNER_TEMP=str(self.workspace / "runner-temp"),
-                                GITHUB_STEP_SUMMARY=str(self.workspace / "summary.md"),
-                                GITHUB_WORKSPACE=str(self.workspace))
-                proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=self.workspace,
-                                      env=step_env, capture_output=True, text=True, timeout=1800)
-                self.log.append({"job": name, "matrix": matrix, "step": step.get("name", script[:40]),
-                                 "rc": proc.returncode, "stderr": proc.stderr[-3000:]})
+                step_env.update(
+                    GITHUB_OUTPUT=str(out_file),
+                    RUNNER_TEMP=str(self.workspace / "runner-temp"),
+                    GITHUB_STEP_SUMMARY=str(self.workspace / "summary.md"),
+                    GITHUB_WORKSPACE=str(self.workspace),
+                )
+                proc = subprocess.run(
+                    ["bash", "-e", "-o", "pipefail", "-c", script],
+                    cwd=self.workspace,
+                    env=step_env,
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                )
+                self.log.append(
+                    {
+                        "job": name,
+                        "matrix": matrix,
+                        "step": step.get("name", script[:40]),
+                        "rc": proc.returncode,
+                        "stderr": proc.stderr[-3000:],
+                    }
+                )
                 if proc.returncode != 0 and proc.returncode == expect_rc:
-                    return {"failed_step": step.get("name", ""), "rc": proc.returncode, "stderr": proc.stderr,
-                            "stdout": proc.stdout}
-                assert proc.returncode == 0, f"{name} {matrix} step {step.get('name', i)!r} exited " \
-                                             f"{proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+                    return {
+                        "failed_step": step.get("name", ""),
+                        "rc": proc.returncode,
+                        "stderr": proc.stderr,
+                        "stdout": proc.stdout,
+                    }
+                assert proc.returncode == 0, (
+                    f"{name} {matrix} step {step.get('name', i)!r} exited "
+                    f"{proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+                )
                 if "id" in step:
-                    steps[step["id"]] = {"outputs": dict(line.split("=", 1) for line in out_file.read_text().splitlines()
-                                                         if "=" in line)}
+                    steps[step["id"]] = {
+                        "outputs": dict(line.split("=", 1) for line in out_file.read_text().splitlines() if "=" in line)
+                    }
             job_outputs = {k: _expand(str(v), ctx) for k, v in job.get("outputs", {}).items()}
         assert expect_rc == 0, f"{name} was expected to exit {expect_rc} and passed"
         return job_outputs
@@ -165,9 +196,15 @@ def workspace(tmp_path):
     # The project the workflow's commands find upward from the checkout: its specs and the pipeline's code.
     for folder in ("manifests", "model", "kernels"):
         shutil.copytree(ROOT / folder, ws / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    return ws, {"AVATAR_RELEASE_GATE_KEY_CPU": secrets["ci-gate-cpu"],
-                "AVATAR_RELEASE_GATE_KEY_TPU": secrets["ci-gate-tpu"],
-                "AVATAR_RELEASE_SIGNING_KEY": secrets["release"]}, keys
+    return (
+        ws,
+        {
+            "AVATAR_RELEASE_GATE_KEY_CPU": secrets["ci-gate-cpu"],
+            "AVATAR_RELEASE_GATE_KEY_TPU": secrets["ci-gate-tpu"],
+            "AVATAR_RELEASE_SIGNING_KEY": secrets["release"],
+        },
+        keys,
+    )
 
 
 def _cli(ws, env, *args) -> dict:
@@ -186,9 +223,13 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
 
     # 0. An earlier release is in prod (another build: the k-split lever), put there by hand
     #    through the same policy, so this push gates against prod and a rollback has a target.
-    env = {**base_env, "AVATAR_RELEASE_REGISTRY": str(registry), "AVATAR_RELEASE_ACTOR": "earlier-release",
-           "AVATAR_RELEASE_TRUST_POLICY": str(ws / "examples" / "trust.toml"),
-           "AVATAR_RELEASE_GATE_KEY": str(keys / "ci-gate-cpu.key")}
+    env = {
+        **base_env,
+        "AVATAR_RELEASE_REGISTRY": str(registry),
+        "AVATAR_RELEASE_ACTOR": "earlier-release",
+        "AVATAR_RELEASE_TRUST_POLICY": str(ws / "examples" / "trust.toml"),
+        "AVATAR_RELEASE_GATE_KEY": str(keys / "ci-gate-cpu.key"),
+    }
     # the release manager initialises the registry's signed state once (the workflow's header says so)
     _cli(ws, env, "registry", "init", "--sign-key", str(keys / "release.key"))
     old = _cli(ws, env, "compile", "--pipeline", "tiny", "--target", "cpu-8", "--set", "matmul_k_split=2")["build_id"]
@@ -205,10 +246,14 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
 
     def on_cpu(outputs, needs):
         if not refusals:
-            github = {"event_name": "push", "actor": "release-bot", "sha": "0" * 40, "run_id": "4242",
-                      "run_attempt": "1"}
-            refusals.append(runner.run_job("gate-tpu-shard", github, {}, needs, {}, legs=[{"shard": 0}],
-                                           expect_rc=5))
+            github = {
+                "event_name": "push",
+                "actor": "release-bot",
+                "sha": "0" * 40,
+                "run_id": "4242",
+                "run_attempt": "1",
+            }
+            refusals.append(runner.run_job("gate-tpu-shard", github, {}, needs, {}, legs=[{"shard": 0}], expect_rc=5))
         moved = {**needs, "build-tpu": {"outputs": {"build": outputs["build-gate-stage"]["build"]}}}
         return moved, {"GATE_KEY_PEM": secrets["AVATAR_RELEASE_GATE_KEY_CPU"]}
 
@@ -233,8 +278,12 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
     assert new in summary and "staging" in summary  # gate and promote appended their step summaries
     # No raw C++ log reaches a step's output: the compiler's glog lines are summarised (and listed
     # under "xla_log" in the compile's JSON).
-    raw = [(e["job"], line) for e in runner.log for line in e["stderr"].splitlines()
-           if re.match(r"[IWEF]\d{4} \d\d:\d\d:", line) or "Contact Shardy" in line]
+    raw = [
+        (e["job"], line)
+        for e in runner.log
+        for line in e["stderr"].splitlines()
+        if re.match(r"[IWEF]\d{4} \d\d:\d\d:", line) or "Contact Shardy" in line
+    ]
     assert not raw, raw[:3]
     # ... and there is nothing to summarise: no build of tiny makes the partitioner fall back to
     # replicating a tensor (the SPMD rematerialization warning), on cpu-8 or on tpu-v6e-8.

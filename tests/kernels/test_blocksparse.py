@@ -9,10 +9,15 @@ import pytest
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
 from kernels import masks
-from kernels.blocksparse import (blocksparse_attention, blocksparse_attention_jit, cost_estimate,
-                                 frame_reference, reference_attention)
+from kernels.blocksparse import (
+    blocksparse_attention,
+    blocksparse_attention_jit,
+    cost_estimate,
+    frame_reference,
+    reference_attention,
+)
 
-BF16_EPS = 2.0 ** -7  # bf16 spacing at 1.0
+BF16_EPS = 2.0**-7  # bf16 spacing at 1.0
 
 
 def _qkv(heads: int, frames: int, tokens: int, head_dim: int, dtype, seed: int = 0):
@@ -45,8 +50,9 @@ def test_aligned_sizes_divide_and_are_multiples_of_16(tokens):
     assert masks.default_block(tokens) in sizes
 
 
-@pytest.mark.parametrize("frames,tokens,window", [(3, 240, 1), (9, 240, 1), (9, 960, 1), (17, 3680, 2),
-                                                  (4, 48, 0), (5, 96, 2)])
+@pytest.mark.parametrize(
+    "frames,tokens,window", [(3, 240, 1), (9, 240, 1), (9, 960, 1), (17, 3680, 2), (4, 48, 0), (5, 96, 2)]
+)
 def test_aligned_blocks_have_no_partial_blocks(frames, tokens, window):
     for block in masks.aligned_block_sizes(tokens):
         c = masks.tile_counts(frames, tokens, window, block)
@@ -60,15 +66,14 @@ def test_stock_128_tiles_straddle_frames():
     assert masks.tile_counts(3, 240, 1, 128) == masks.TileCounts(128, 768, full=17, partial=15, empty=4)
     assert masks.tile_counts(9, 240, 1, 128) == masks.TileCounts(128, 2176, full=71, partial=66, empty=152)
     # avatar-720p: 17 frames x 3680 tokens, window 2.
-    assert masks.tile_counts(17, 3680, 2, 128) == masks.TileCounts(128, 62592, full=74199, partial=1778,
-                                                                      empty=163144)
+    assert masks.tile_counts(17, 3680, 2, 128) == masks.TileCounts(128, 62592, full=74199, partial=1778, empty=163144)
     # The aligned default for 720p (368) has none, and no padding.
-    assert masks.tile_counts(17, 3680, 2, 368) == masks.TileCounts(368, 62560, full=9100, partial=0,
-                                                                      empty=19800)
+    assert masks.tile_counts(17, 3680, 2, 368) == masks.TileCounts(368, 62560, full=9100, partial=0, empty=19800)
 
 
-@pytest.mark.parametrize("frames,tokens,window,block", [(3, 240, 1, 128), (3, 240, 1, 48), (4, 48, 0, 32),
-                                                        (5, 96, 2, 64), (3, 96, 1, 16)])
+@pytest.mark.parametrize(
+    "frames,tokens,window,block", [(3, 240, 1, 128), (3, 240, 1, 48), (4, 48, 0, 32), (5, 96, 2, 64), (3, 96, 1, 16)]
+)
 def test_block_live_map_matches_token_mask(frames, tokens, window, block):
     seq = frames * tokens
     padded = -(-seq // block) * block
@@ -145,22 +150,37 @@ def _pallas_eqn(fn, *args):
     return eqns[0]
 
 
-@pytest.mark.parametrize("frames,tokens,window,block,q_block",
-                         [(3, 48, 1, 16, 16), (6, 96, 1, 32, 32), (6, 96, 2, 48, 48),
-                          (3, 48, 1, 16, 48), (6, 96, 2, 32, 96), (6, 96, 1, 48, 16)])
+@pytest.mark.parametrize(
+    "frames,tokens,window,block,q_block",
+    [
+        (3, 48, 1, 16, 16),
+        (6, 96, 1, 32, 32),
+        (6, 96, 2, 48, 48),
+        (3, 48, 1, 16, 48),
+        (6, 96, 2, 32, 96),
+        (6, 96, 1, 48, 16),
+    ],
+)
 def test_grid_is_exactly_the_live_blocks(frames, tokens, window, block, q_block):
     heads, d = 2, 16
     q, k, v = _qkv(heads, frames, tokens, d, jnp.bfloat16)
-    eqn = _pallas_eqn(lambda q, k, v: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                            window=window, block=block, q_block=q_block), q, k, v)
+    eqn = _pallas_eqn(
+        lambda q, k, v: blocksparse_attention(
+            q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=block, q_block=q_block
+        ),
+        q,
+        k,
+        v,
+    )
     live = masks.live_fraction(frames, window)
     nq, nk = frames * tokens // q_block, frames * tokens // block
     assert eqn.params["grid_mapping"].grid == (heads, round(live * nq * nk))
     # The estimate XLA sees scales with the live fraction, not with S^2.
     cost = eqn.params["cost_estimate"]
     assert cost.flops == round(4 * live * (frames * tokens) ** 2 * d * heads)
-    assert cost == cost_estimate(heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens,
-                                 window=window, block=block, q_block=q_block)
+    assert cost == cost_estimate(
+        heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens, window=window, block=block, q_block=q_block
+    )
 
 
 def test_bytes_are_counted_from_the_blocks_the_grid_fetches():
@@ -178,14 +198,17 @@ def test_bytes_are_counted_from_the_blocks_the_grid_fetches():
         return heads * (2 * seq + 2 * rows) * d * 2 + 0
 
     for q_block in (16, 48, 96):
-        est = cost_estimate(heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens, window=window,
-                            block=16, q_block=q_block)
+        est = cost_estimate(
+            heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens, window=window, block=16, q_block=q_block
+        )
         table = masks.live_block_table(frames, tokens, window, 16, q_block)
         assert est.bytes_accessed == by_hand(q_block) + 2 * 4 * table.n_pairs
-    tall = cost_estimate(heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens, window=window,
-                         block=16, q_block=96)
-    square = cost_estimate(heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens, window=window,
-                           block=16, q_block=16)
+    tall = cost_estimate(
+        heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens, window=window, block=16, q_block=96
+    )
+    square = cost_estimate(
+        heads=heads, head_dim=d, frames=frames, tokens_per_frame=tokens, window=window, block=16, q_block=16
+    )
     assert tall.bytes_accessed < square.bytes_accessed / 4 and tall.flops == square.flops
 
 
@@ -194,10 +217,12 @@ def test_tall_query_blocks_give_the_square_kernels_result(q_block):
     """Each query row meets the same key blocks in the same order whatever the query block is."""
     frames, tokens, window = 3, 240, 1
     q, k, v = _qkv(2, frames, tokens, 8, jnp.float32)
-    square = blocksparse_attention_jit(q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=48,
-                                       q_block=48)
-    tall = blocksparse_attention_jit(q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=48,
-                                     q_block=q_block)
+    square = blocksparse_attention_jit(
+        q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=48, q_block=48
+    )
+    tall = blocksparse_attention_jit(
+        q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=48, q_block=q_block
+    )
     ref = frame_reference(q, k, v, frames=frames, tokens_per_frame=tokens, window=window)
     assert _max_err(tall, ref) <= 2e-6
     assert _max_err(tall, square) <= 1e-6
@@ -211,11 +236,11 @@ def test_dead_blocks_are_never_read():
     frames, tokens = 4, 48
     q, k, v = _qkv(2, frames, tokens, 8, jnp.float32)
     ref = frame_reference(q, k, v, frames=frames, tokens_per_frame=tokens, window=0)  # clean inputs
-    k = k.at[:, 2 * tokens:].set(jnp.nan)
-    v = v.at[:, 2 * tokens:].set(jnp.nan)
+    k = k.at[:, 2 * tokens :].set(jnp.nan)
+    v = v.at[:, 2 * tokens :].set(jnp.nan)
     out = blocksparse_attention_jit(q, k, v, frames=frames, tokens_per_frame=tokens, window=0, block=16)
     assert _max_err(out[:, : 2 * tokens], ref[:, : 2 * tokens]) <= 2e-6  # frames 0 and 1 never see 2, 3
-    assert bool(jnp.isnan(out[:, 2 * tokens:]).all())
+    assert bool(jnp.isnan(out[:, 2 * tokens :]).all())
 
 
 # ---- inside jit, compiled, serialised -----------------------------------------------------------

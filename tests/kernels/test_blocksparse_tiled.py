@@ -26,4 +26,4 @@ def test_128_tiles_visit_partial_tiles_and_more_token_pairs_than_aligned_blocks(
     counts = masks.tile_counts(frames, tokens, window, 128)
     assert tiled.n_pairs == counts.full + counts.partial and counts.partial > 0
     aligned = live_table(frames, tokens, window, 240)
-    assert tiled.n_pairs * 128 ** 2 > aligned.n_pairs * 240 ** 2
+    assert tiled.n_pairs * 128**2 > aligned.n_pairs * 240**2

@@ -10,11 +10,18 @@ from jax.experimental.serialize_executable import deserialize_and_load, serializ
 
 from kernels import masks
 from kernels.blocksparse import frame_reference, reference_attention
-from kernels.bounded_softmax import (DEFAULT_MAX_GAP, bounded_reference, bounded_softmax_attention,
-                                     bounded_softmax_attention_jit, eligible_heads, gap_estimate,
-                                     key_stats, row_bounds)
+from kernels.bounded_softmax import (
+    DEFAULT_MAX_GAP,
+    bounded_reference,
+    bounded_softmax_attention,
+    bounded_softmax_attention_jit,
+    eligible_heads,
+    gap_estimate,
+    key_stats,
+    row_bounds,
+)
 
-BF16_EPS = 2.0 ** -7
+BF16_EPS = 2.0**-7
 
 
 def _qkv(heads: int, frames: int, tokens: int, head_dim: int, seed: int = 0):
@@ -153,8 +160,15 @@ def test_inside_jit_serializes_and_reloads_bit_exact():
 
     @jax.jit
     def program(q, k, v):
-        o = bounded_softmax_attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16),
-                                      frames=frames, tokens_per_frame=tokens, window=window, block=16)
+        o = bounded_softmax_attention(
+            q.astype(jnp.bfloat16),
+            k.astype(jnp.bfloat16),
+            v.astype(jnp.bfloat16),
+            frames=frames,
+            tokens_per_frame=tokens,
+            window=window,
+            block=16,
+        )
         return jnp.tanh(o.astype(jnp.float32))
 
     q, k, v = _qkv(2, frames, tokens, 16, seed=4)

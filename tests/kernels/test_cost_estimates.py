@@ -50,8 +50,7 @@ def _live_pairs_by_hand(frames, tokens, window, block, pad: bool = False, q_bloc
     nq = -(-seq // qb) if pad else seq // qb
     tm = np.zeros((max(n * block, nq * qb),) * 2, bool)
     tm[:seq, :seq] = masks.token_mask(frames, tokens, window)
-    return [(i, j) for i in range(nq) for j in range(n)
-            if tm[i * qb:(i + 1) * qb, j * block:(j + 1) * block].any()]
+    return [(i, j) for i in range(nq) for j in range(n) if tm[i * qb : (i + 1) * qb, j * block : (j + 1) * block].any()]
 
 
 def _qkv(heads, seq, d):
@@ -82,9 +81,12 @@ def test_blocksparse_counts_the_live_blocks_and_refetched_kv(frames, tokens, win
     q_block = block if q_rows == "square" else masks.default_query_block(tokens)  # tall: the whole frame here
     pairs = _live_pairs_by_hand(frames, tokens, window, block, q_block=q_block)
     flops, nbytes = _pair_kernel_count(pairs, heads, d, block, q_block=q_block)
-    est = _estimate(lambda q, k, v: blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                          window=window, block=block, q_block=q_block),
-                    *_qkv(heads, frames * tokens, d))
+    est = _estimate(
+        lambda q, k, v: blocksparse_attention(
+            q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=block, q_block=q_block
+        ),
+        *_qkv(heads, frames * tokens, d),
+    )
     assert (est.flops, est.bytes_accessed) == (flops, nbytes)
     # Re-fetched K/V blocks are counted: more than one pass over K and V whenever a key block
     # is visited by several query blocks.
@@ -101,8 +103,12 @@ def test_bounded_softmax_adds_the_centre_flags_and_radius_table(frames, tokens, 
     centre = _copies(steps, lambda h, qb, kb: h) * d * 4  # (1, d) float32 per head
     smem = heads * 4 + heads * frames * 4  # eligibility flags, per-frame radius
     bound = heads * seq * 4 * d  # |q|^2 and q . c per row, once per query block
-    est = _estimate(lambda q, k, v: bounded_softmax_attention(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                              window=window, block=block), *_qkv(heads, seq, d))
+    est = _estimate(
+        lambda q, k, v: bounded_softmax_attention(
+            q, k, v, frames=frames, tokens_per_frame=tokens, window=window, block=block
+        ),
+        *_qkv(heads, seq, d),
+    )
     assert (est.flops, est.bytes_accessed) == (flops + bound, nbytes + centre + smem)
 
 
@@ -111,12 +117,15 @@ def test_tiled_counts_full_and_partial_tiles_of_the_padded_sequence(frames, toke
     heads, d, tile = 2, 16, 128
     pairs = _live_pairs_by_hand(frames, tokens, window, tile, pad=True)
     flops, nbytes = _pair_kernel_count(pairs, heads, d, tile)
-    est = _estimate(lambda q, k, v: tiled_blocksparse_attention(q, k, v, frames=frames, tokens_per_frame=tokens,
-                                                                window=window, tile=tile),
-                    *_qkv(heads, frames * tokens, d))
+    est = _estimate(
+        lambda q, k, v: tiled_blocksparse_attention(
+            q, k, v, frames=frames, tokens_per_frame=tokens, window=window, tile=tile
+        ),
+        *_qkv(heads, frames * tokens, d),
+    )
     assert (est.flops, est.bytes_accessed) == (flops, nbytes)
     aligned = _live_pairs_by_hand(frames, tokens, window, tokens)
-    assert len(pairs) * tile ** 2 > len(aligned) * tokens ** 2  # it visits more token pairs than the live ones
+    assert len(pairs) * tile**2 > len(aligned) * tokens**2  # it visits more token pairs than the live ones
 
 
 @pytest.mark.parametrize("seq,block_q,block_k", [(480, 96, 160), (480, 480, 160), (256, 64, 256)])
@@ -149,10 +158,16 @@ def test_preattn_counts_what_its_grid_copies(tokens, block_tokens, block_heads):
     tables = 2 * _copies(steps, lambda n, i: i) * bt * (hd // 2) * 4
     out = _copies(steps, lambda n, i: (n, i)) * 3 * hb * bt * hd * 2
     rng = np.random.default_rng(0)
-    params = PreAttnParams(jnp.asarray(rng.standard_normal((3 * dim, dim)), jnp.bfloat16),
-                           jnp.zeros((3 * dim,), jnp.float32), jnp.ones((hd,)), jnp.ones((hd,)))
+    params = PreAttnParams(
+        jnp.asarray(rng.standard_normal((3 * dim, dim)), jnp.bfloat16),
+        jnp.zeros((3 * dim,), jnp.float32),
+        jnp.ones((hd,)),
+        jnp.ones((hd,)),
+    )
     cos, sin = rope_tables(5, 6, 8, hd)
-    est = _estimate(lambda x: preattn(x, params, cos, sin, heads=heads, block_tokens=block_tokens,
-                                      block_heads=block_heads), jnp.zeros((tokens, dim), jnp.float32))
+    est = _estimate(
+        lambda x: preattn(x, params, cos, sin, heads=heads, block_tokens=block_tokens, block_heads=block_heads),
+        jnp.zeros((tokens, dim), jnp.float32),
+    )
     assert est.bytes_accessed == weights + bias + norms + x + tables + out
     assert est.flops >= 2 * tokens * dim * 3 * dim  # the qkv matmul at least (the rest is op by op)

@@ -9,11 +9,10 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from avatar_release.compile._flops import traced_flops
-from kernels.flash import (NAME, cost_estimate, default_blocks, flash_attention, flash_attention_jit,
-                                          flash_reference)
+from kernels.flash import NAME, cost_estimate, default_blocks, flash_attention, flash_attention_jit, flash_reference
 from kernels.ulysses import reference_attention, ulysses_attention
 
-BF16_EPS = 2.0 ** -7  # bf16 spacing at 1.0
+BF16_EPS = 2.0**-7  # bf16 spacing at 1.0
 
 
 def _qkv(heads: int, seq: int, head_dim: int, dtype, seed: int = 0, spread: float = 1.0):
@@ -88,8 +87,9 @@ def test_the_flop_count_of_a_build_counts_the_kernel_inside_shard_map():
     def dit_attention(fn):
         return lambda q, k, v: ulysses_attention(q, k, v, mesh=mesh, axis="fsdp", attention_fn=fn)
 
-    flash = traced_flops(jax.make_jaxpr(dit_attention(lambda a, b, c, m: flash_attention(a, b, c)))(q, k, v),
-                         count_trips=True)
+    flash = traced_flops(
+        jax.make_jaxpr(dit_attention(lambda a, b, c, m: flash_attention(a, b, c)))(q, k, v), count_trips=True
+    )
     dense = traced_flops(jax.make_jaxpr(dit_attention(reference_attention))(q, k, v), count_trips=True)
     assert flash == dense == 4 * heads * seq * seq * d
 
@@ -100,19 +100,22 @@ def test_lowers_through_mosaic_for_the_tpu_target_with_its_flags(heads, seq, hea
     """Compiled for v6e:2x4 on this host: one Mosaic call per device program, carrying the flag
     profile's kernel flags, and XLA:TPU's cost analysis takes the kernel's estimate."""
     from avatar_release.compile import make_mesh, target_devices
-    from kernels.target import kernel_target
     from avatar_release.machine import configure_compile_env
     from avatar_release.specs import load_flag_profile, load_target
+    from kernels.target import kernel_target
 
     tgt = load_target("tpu-v6e-8")
     configure_compile_env(tgt)
     flags = load_flag_profile(tgt.flag_profile)
     mesh = make_mesh(target_devices(tgt), tgt)
-    x = jax.ShapeDtypeStruct((heads, seq, head_dim), jnp.bfloat16,
-                             sharding=NamedSharding(mesh, PartitionSpec(None, "fsdp", None)))
+    x = jax.ShapeDtypeStruct(
+        (heads, seq, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, PartitionSpec(None, "fsdp", None))
+    )
 
     def dit_attention(q, k, v):
-        return ulysses_attention(q, k, v, mesh=mesh, axis="fsdp", attention_fn=lambda a, b, c, m: flash_attention(a, b, c))
+        return ulysses_attention(
+            q, k, v, mesh=mesh, axis="fsdp", attention_fn=lambda a, b, c, m: flash_attention(a, b, c)
+        )
 
     with kernel_target("tpu", flags.kernel_flags):
         lowered = jax.jit(dit_attention).lower(x, x, x)

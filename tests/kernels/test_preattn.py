@@ -148,8 +148,10 @@ def test_cost_estimate_is_honest():
     # One token tile (240 tokens): x and the tables are copied once whatever the head blocks, as
     # their block index never changes; five 48-token tiles are re-copied for every head block.
     assert cost_estimate(tokens, dim, heads, block_heads=2).bytes_accessed == once + per_head_block
-    assert (cost_estimate(tokens, dim, heads, block_heads=2, block_tokens=48).bytes_accessed
-            == once + (heads // 2) * per_head_block)
+    assert (
+        cost_estimate(tokens, dim, heads, block_heads=2, block_tokens=48).bytes_accessed
+        == once + (heads // 2) * per_head_block
+    )
 
 
 def test_default_block_tokens():

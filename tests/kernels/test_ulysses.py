@@ -46,7 +46,9 @@ def mesh():
 @pytest.fixture(scope="module")
 def qkv_host() -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(0)
-    return tuple(np.asarray(jnp.asarray(rng.standard_normal((HEADS, SEQ, HEAD_DIM)) * 2, jnp.bfloat16)) for _ in range(3))
+    return tuple(
+        np.asarray(jnp.asarray(rng.standard_normal((HEADS, SEQ, HEAD_DIM)) * 2, jnp.bfloat16)) for _ in range(3)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +127,9 @@ def test_custom_attention_fn_sees_full_sequence(mesh, qkv):
         return v  # then the two all-to-alls must be exact inverses of each other
 
     mask = FrameWindow(FRAMES, TOKENS, WINDOW)
-    out = jax.jit(lambda q, k, v: ulysses_attention(q, k, v, mesh=mesh, groups=2, mask=mask, attention_fn=identity_on_v))(*qkv)
+    out = jax.jit(
+        lambda q, k, v: ulysses_attention(q, k, v, mesh=mesh, groups=2, mask=mask, attention_fn=identity_on_v)
+    )(*qkv)
     local = (HEADS // 2 // P, SEQ, HEAD_DIM)
     assert seen and all(s == (local, local, (SEQ, SEQ)) for s in seen)
     np.testing.assert_array_equal(_bits(out), _bits(qkv[2]))
@@ -210,6 +214,7 @@ def test_a_tpu_build_moves_q_k_v_as_they_are_with_one_group(mesh, qkv):
     from kernels.target import kernel_target
 
     q, k, v = (t.astype(jnp.bfloat16) for t in qkv)
+
     def traced(platform: str) -> list[str]:
         fn = lambda a, b, c: ulysses_attention(a, b, c, mesh=mesh, groups=1)  # noqa: E731 - a fresh trace each
         with kernel_target(platform):

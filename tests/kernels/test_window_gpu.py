@@ -14,20 +14,25 @@ import pytest
 
 from kernels import masks
 from kernels.blocksparse import frame_reference
-from kernels.window_gpu import BLOCK, NAME, key_runs, estimate, visited_blocks, window_attention_gpu
+from kernels.window_gpu import BLOCK, NAME, estimate, key_runs, visited_blocks, window_attention_gpu
 
 
 def _qkv(heads, seq, head_dim, dtype, seed=0):
-    return tuple(jax.random.normal(k, (heads, seq, head_dim), dtype) for k in jax.random.split(jax.random.PRNGKey(seed), 3))
+    return tuple(
+        jax.random.normal(k, (heads, seq, head_dim), dtype) for k in jax.random.split(jax.random.PRNGKey(seed), 3)
+    )
 
 
-@pytest.mark.parametrize("frames,tokens,window,heads,head_dim", [
-    (9, 240, 1, 2, 8),  # tiny's SR: frames of 240 tokens (blocks straddle frame edges), head_dim padded to 16
-    (5, 100, 1, 1, 16),  # a sequence that is not a whole number of blocks (padded, the pad masked)
-    (4, 48, 2, 2, 24),  # frames shorter than a block; head_dim not a power of two
-    (6, 64, 0, 1, 32),  # window 0: frame 0 and each frame itself
-    (3, 16, 5, 1, 16),  # one block holds every frame; the window wider than the clip
-])
+@pytest.mark.parametrize(
+    "frames,tokens,window,heads,head_dim",
+    [
+        (9, 240, 1, 2, 8),  # tiny's SR: frames of 240 tokens (blocks straddle frame edges), head_dim padded to 16
+        (5, 100, 1, 1, 16),  # a sequence that is not a whole number of blocks (padded, the pad masked)
+        (4, 48, 2, 2, 24),  # frames shorter than a block; head_dim not a power of two
+        (6, 64, 0, 1, 32),  # window 0: frame 0 and each frame itself
+        (3, 16, 5, 1, 16),  # one block holds every frame; the window wider than the clip
+    ],
+)
 def test_matches_the_dense_masked_reference_in_float32(frames, tokens, window, heads, head_dim):
     q, k, v = _qkv(heads, frames * tokens, head_dim, jnp.float32)
     out = window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=tokens, window=window, interpret=True)
@@ -49,25 +54,28 @@ def test_the_reference_frame_sees_only_itself():
     """Frame 0's queries must ignore every other frame: changing frame 1's keys leaves them alone."""
     frames, tokens = 4, 64
     q, k, v = _qkv(1, frames * tokens, 16, jnp.float32)
-    k2 = k.at[:, tokens: 2 * tokens].add(5.0)
+    k2 = k.at[:, tokens : 2 * tokens].add(5.0)
     a = window_attention_gpu(q, k, v, frames=frames, tokens_per_frame=tokens, window=1, interpret=True)
     b = window_attention_gpu(q, k2, v, frames=frames, tokens_per_frame=tokens, window=1, interpret=True)
     assert np.array_equal(np.asarray(a[:, :tokens]), np.asarray(b[:, :tokens]))
-    assert not np.allclose(np.asarray(a[:, tokens: 2 * tokens]), np.asarray(b[:, tokens: 2 * tokens]))
+    assert not np.allclose(np.asarray(a[:, tokens : 2 * tokens]), np.asarray(b[:, tokens : 2 * tokens]))
 
 
-@pytest.mark.parametrize("frames,tokens,window,block", [(9, 240, 1, 64), (17, 368, 2, 64), (5, 100, 3, 32), (3, 16, 0, 16)])
+@pytest.mark.parametrize(
+    "frames,tokens,window,block", [(9, 240, 1, 64), (17, 368, 2, 64), (5, 100, 3, 32), (3, 16, 0, 16)]
+)
 def test_every_block_with_a_live_key_is_visited_once_and_only_the_window_is_walked(frames, tokens, window, block):
     live = masks.token_mask(frames, tokens, window)
     seq = frames * tokens
     n_blocks = -(-seq // block)
     walked = 0
     for qb in range(n_blocks):
-        end0, start1, end1 = key_runs(qb, block=block, frames=frames, tokens_per_frame=tokens, window=window,
-                                   n_blocks=n_blocks)
+        end0, start1, end1 = key_runs(
+            qb, block=block, frames=frames, tokens_per_frame=tokens, window=window, n_blocks=n_blocks
+        )
         visited = list(range(end0)) + list(range(start1, end1))
         assert len(visited) == len(set(visited)) and end0 <= start1 <= end1 <= n_blocks
-        rows = live[qb * block: (qb + 1) * block]
+        rows = live[qb * block : (qb + 1) * block]
         needed = {c // block for c in np.flatnonzero(rows.any(axis=0))}
         assert needed <= set(visited)
         walked += len(visited)
@@ -85,8 +93,9 @@ def test_the_estimate_counts_the_visited_blocks_near_the_masks_own_flops():
     floor = 4 * live_pairs * head_dim
     assert floor <= est["flops"] < 1.05 * floor
     assert est["bytes accessed"] == 4 * frames * tokens * head_dim * 2  # q, k, v, out once each
-    no_reuse = estimate(heads=1, head_dim=head_dim, frames=frames, tokens_per_frame=tokens, window=window,
-                        l2_reuse=False)
+    no_reuse = estimate(
+        heads=1, head_dim=head_dim, frames=frames, tokens_per_frame=tokens, window=window, l2_reuse=False
+    )
     assert no_reuse["bytes accessed"] > 10 * est["bytes accessed"]
 
 

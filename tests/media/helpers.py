@@ -24,8 +24,25 @@ def gradient(height: int, width: int) -> np.ndarray:
 
 def encode_still(raw: bytes, pix_fmt: str, width: int, height: int, codec: str, *extra: str) -> bytes:
     """One frame of raw pixels encoded by ffmpeg (png, mjpeg, libwebp) to bytes."""
-    return ffmpeg("-f", "rawvideo", "-pix_fmt", pix_fmt, "-s", f"{width}x{height}", "-i", "-", "-frames:v", "1",
-                  "-c:v", codec, *extra, "-f", "image2pipe", "-", data=raw)
+    return ffmpeg(
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        pix_fmt,
+        "-s",
+        f"{width}x{height}",
+        "-i",
+        "-",
+        "-frames:v",
+        "1",
+        "-c:v",
+        codec,
+        *extra,
+        "-f",
+        "image2pipe",
+        "-",
+        data=raw,
+    )
 
 
 def tone(path: Path, *args: str, seconds: float = 1.0, rate: int = 44100, freq: int = 440) -> Path:
@@ -51,10 +68,15 @@ def adam7_png(rgb: np.ndarray) -> bytes:
         if sub.size:
             raw += b"".join(b"\x00" + row.tobytes() for row in sub)
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 1)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw)) + _chunk(b"IEND", b""))
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw)) + _chunk(b"IEND", b"")
 
 
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG whose header claims ``width`` x ``height`` with one tiny IDAT: a decompression bomb's shape."""
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + _chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", ihdr)
+        + _chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+        + _chunk(b"IEND", b"")
+    )

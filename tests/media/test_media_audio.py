@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from avatar_release import media
-from avatar_release.media import samples
 from avatar_release.errors import InputError
+from avatar_release.media import samples
 from tests.media.helpers import tone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,10 +61,13 @@ def test_44k1_to_16k_gives_pinned_samples(tmp_path):
 
 def test_same_samples_in_a_fresh_process(tmp_path):
     path = tone(tmp_path / "t.mp3", "-ac", "2", "-c:a", "libmp3lame")
-    code = ("import sys; from avatar_release import media; "
-            "print(media.load_audio(sys.argv[1], sample_rate=16000).source.sha256)")
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True,
-                         cwd=ROOT).stdout.strip()
+    code = (
+        "import sys; from avatar_release import media; "
+        "print(media.load_audio(sys.argv[1], sample_rate=16000).source.sha256)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
     assert out == media.load_audio(path, sample_rate=16000).source.sha256
 
 
@@ -113,8 +116,9 @@ def test_stereo_is_downmixed_to_the_mean(tmp_path):
 
 def test_the_audio_of_a_video_file_is_read(tmp_path):
     video = tmp_path / "clip.mp4"
-    media.write_mp4(video, np.zeros((10, 16, 16, 3), np.uint8), fps=25, audio=samples.sample_audio(0.4, 16000),
-                    sample_rate=16000)
+    media.write_mp4(
+        video, np.zeros((10, 16, 16, 3), np.uint8), fps=25, audio=samples.sample_audio(0.4, 16000), sample_rate=16000
+    )
     loaded = media.load_audio(video, sample_rate=16000)
     assert loaded.source.container == "MP4/M4A" and loaded.source.codec == "aac"
     assert 0.35 < loaded.source.seconds < 0.5
@@ -168,8 +172,11 @@ def _children() -> list[str]:
     pids = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         pids += (task / "children").read_text().split()
-    return [p for p in pids if Path(f"/proc/{p}/stat").exists()
-            and Path(f"/proc/{p}/stat").read_text().split(") ")[-1][:1] != "Z"]
+    return [
+        p
+        for p in pids
+        if Path(f"/proc/{p}/stat").exists() and Path(f"/proc/{p}/stat").read_text().split(") ")[-1][:1] != "Z"
+    ]
 
 
 def test_refusals_say_what_was_found_and_what_is_accepted(tmp_path):
@@ -177,8 +184,7 @@ def test_refusals_say_what_was_found_and_what_is_accepted(tmp_path):
     media.write_png(png, np.zeros((4, 4, 3), np.uint8))
     playlist = tmp_path / "list.m3u8"
     playlist.write_text(f"#EXTM3U\n#EXTINF:1,\nfile://{png}\n")
-    cases = {png: "found a PNG image", playlist: "found an M3U playlist",
-             tmp_path / "notes.wav": "found text"}
+    cases = {png: "found a PNG image", playlist: "found an M3U playlist", tmp_path / "notes.wav": "found text"}
     (tmp_path / "notes.wav").write_text("just some words")
     for path, words in cases.items():
         with pytest.raises(InputError) as exc:
@@ -253,11 +259,21 @@ def test_check_audio():
 def test_the_converter_writes_what_a_render_would_read(tmp_path):
     src = tone(tmp_path / "in.m4a", "-ac", "2", "-c:a", "aac", seconds=2)
     out = tmp_path / "out.wav"
-    res = subprocess.run([sys.executable, "-m", "avatar_release.media", "audio", str(src), str(out), "--seconds", "1"],
-                         capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "avatar_release.media", "audio", str(src), str(out), "--seconds", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr
-    assert np.array_equal(media.read_audio(out, sample_rate=16000),
-                          media.stream_audio(src, sample_rate=16000, max_seconds=1, cut=True).read())
-    bad = subprocess.run([sys.executable, "-m", "avatar_release.media", "audio", str(tmp_path / "nope.mp3"),
-                          str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert np.array_equal(
+        media.read_audio(out, sample_rate=16000),
+        media.stream_audio(src, sample_rate=16000, max_seconds=1, cut=True).read(),
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "avatar_release.media", "audio", str(tmp_path / "nope.mp3"), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert bad.returncode == 2 and "not found" in bad.stderr

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from avatar_release import media
-from avatar_release.media import samples
 from avatar_release.errors import InputError
+from avatar_release.media import samples
 from tests.media.helpers import adam7_png, encode_still, gradient, tone
 
 # 1 GiB above what the process already maps: a 50 MP decode fits several times over; a decoder
@@ -100,8 +100,9 @@ def _decode_image(data: bytes, fit: str) -> None:
 
 
 _IMAGE_MAGIC = [b"", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff\xe0", b"RIFF\x00\x00\x00\x00WEBPVP8 ", b"\x93NUMPY\x01\x00"]
-_IMAGE_SETTINGS = settings(max_examples=150, deadline=timedelta(seconds=2), database=None,
-                           suppress_health_check=[HealthCheck.too_slow])
+_IMAGE_SETTINGS = settings(
+    max_examples=150, deadline=timedelta(seconds=2), database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @_IMAGE_SETTINGS
@@ -130,18 +131,31 @@ def _audio_corpus() -> list[bytes]:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         out.append(media.encode_wav_bytes(samples.sample_audio(0.3, 22050), 22050))
-        for name, opts in [("a.mp3", ["-c:a", "libmp3lame"]), ("a.flac", ["-c:a", "flac"]),
-                           ("a.ogg", ["-c:a", "libvorbis"]), ("a.m4a", ["-c:a", "aac"]),
-                           ("a.webm", ["-ar", "48000", "-c:a", "libopus"])]:
+        for name, opts in [
+            ("a.mp3", ["-c:a", "libmp3lame"]),
+            ("a.flac", ["-c:a", "flac"]),
+            ("a.ogg", ["-c:a", "libvorbis"]),
+            ("a.m4a", ["-c:a", "aac"]),
+            ("a.webm", ["-ar", "48000", "-c:a", "libopus"]),
+        ]:
             out.append(tone(d / name, *opts, seconds=0.3).read_bytes())
     return out
 
 
-_AUDIO_MAGIC = [b"RIFF\x24\x00\x00\x00WAVEfmt ", b"fLaC", b"OggS\x00\x02", b"ID3\x04\x00\x00\x00\x00\x00\x00",
-                b"\xff\xfb\x90\x00", b"\xff\xf1\x50\x80", b"\x00\x00\x00\x20ftypM4A ", b"\x1aE\xdf\xa3",
-                b"FORM\x00\x00\x00\x00AIFF"]
-_AUDIO_SETTINGS = settings(max_examples=30, deadline=timedelta(seconds=5), database=None,
-                           suppress_health_check=[HealthCheck.too_slow])
+_AUDIO_MAGIC = [
+    b"RIFF\x24\x00\x00\x00WAVEfmt ",
+    b"fLaC",
+    b"OggS\x00\x02",
+    b"ID3\x04\x00\x00\x00\x00\x00\x00",
+    b"\xff\xfb\x90\x00",
+    b"\xff\xf1\x50\x80",
+    b"\x00\x00\x00\x20ftypM4A ",
+    b"\x1aE\xdf\xa3",
+    b"FORM\x00\x00\x00\x00AIFF",
+]
+_AUDIO_SETTINGS = settings(
+    max_examples=30, deadline=timedelta(seconds=5), database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _decode_audio(tmp_path: Path, data: bytes) -> None:

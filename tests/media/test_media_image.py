@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from avatar_release import media
-from avatar_release.media import samples
 from avatar_release.errors import InputError
+from avatar_release.media import samples
 from avatar_release.media._geometry import cover_box
 from tests.media.helpers import adam7_png, encode_still, ffmpeg, gradient, png_header_only
 
@@ -100,12 +100,21 @@ def _variants():
         ("rgb8", encode_still(rgb.tobytes(), "rgb24", w, h, "png"), rgb),
         ("rgba8, alpha dropped", encode_still(np.concatenate([rgb, alpha], 2).tobytes(), "rgba", w, h, "png"), rgb),
         ("gray8", encode_still(gray.tobytes(), "gray", w, h, "png"), np.repeat(gray[:, :, None], 3, 2)),
-        ("gray+alpha8", encode_still(np.stack([gray, alpha[:, :, 0]], 2).tobytes(), "ya8", w, h, "png"),
-         np.repeat(gray[:, :, None], 3, 2)),
-        ("rgb16, high byte", encode_still(wide.astype(">u2").tobytes(), "rgb48be", w, h, "png"),
-         (wide >> 8).astype(np.uint8)),
-        ("gray16, high byte", encode_still(wide_gray.astype(">u2").tobytes(), "gray16be", w, h, "png"),
-         np.repeat((wide_gray >> 8).astype(np.uint8)[:, :, None], 3, 2)),
+        (
+            "gray+alpha8",
+            encode_still(np.stack([gray, alpha[:, :, 0]], 2).tobytes(), "ya8", w, h, "png"),
+            np.repeat(gray[:, :, None], 3, 2),
+        ),
+        (
+            "rgb16, high byte",
+            encode_still(wide.astype(">u2").tobytes(), "rgb48be", w, h, "png"),
+            (wide >> 8).astype(np.uint8),
+        ),
+        (
+            "gray16, high byte",
+            encode_still(wide_gray.astype(">u2").tobytes(), "gray16be", w, h, "png"),
+            np.repeat((wide_gray >> 8).astype(np.uint8)[:, :, None], 3, 2),
+        ),
         ("palette with alpha", encode_still(idx.tobytes() + bgra.tobytes(), "pal8", w, h, "png"), palette_rgb),
         ("1-bit", encode_still(mono_bits.tobytes(), "monob", w, h, "png"), np.repeat(mono[:, :, None] * 255, 3, 2)),
         ("interlaced (Adam7)", adam7_png(rgb), rgb),
@@ -124,13 +133,17 @@ def test_png_variants_decode_to_the_expected_rgb(tmp_path, name, data, want):
 
 def test_jpeg_and_webp_decode(tmp_path):
     src = gradient(72, 96)
-    jpeg = _write(tmp_path, "a.jpg", encode_still(src.tobytes(), "rgb24", 96, 72, "mjpeg", "-q:v", "2",
-                                                  "-pix_fmt", "yuvj444p"))
+    jpeg = _write(
+        tmp_path, "a.jpg", encode_still(src.tobytes(), "rgb24", 96, 72, "mjpeg", "-q:v", "2", "-pix_fmt", "yuvj444p")
+    )
     assert _psnr(media.read_image(jpeg), src) > 30  # lossy, but the same picture
     webp = _write(tmp_path, "a.webp", encode_still(src.tobytes(), "rgb24", 96, 72, "libwebp", "-lossless", "1"))
     assert np.array_equal(media.read_image(webp), src)
-    gray_jpeg = _write(tmp_path, "g.jpg", encode_still(src[:, :, 0].tobytes(), "gray", 96, 72, "mjpeg",
-                                                       "-q:v", "2", "-pix_fmt", "gray"))
+    gray_jpeg = _write(
+        tmp_path,
+        "g.jpg",
+        encode_still(src[:, :, 0].tobytes(), "gray", 96, 72, "mjpeg", "-q:v", "2", "-pix_fmt", "gray"),
+    )
     g = media.read_image(gray_jpeg)
     assert g.shape == (72, 96, 3) and np.array_equal(g[:, :, 0], g[:, :, 2])
 
@@ -179,7 +192,7 @@ def _framed(width: int, height: int, band: int) -> np.ndarray:
     """Gray picture with ``band`` pixels of pure red at the left and right edges."""
     img = np.full((height, width, 3), 128, np.uint8)
     img[:, :band] = (255, 0, 0)
-    img[:, width - band:] = (255, 0, 0)
+    img[:, width - band :] = (255, 0, 0)
     return img
 
 
@@ -238,10 +251,13 @@ def test_cover_box_is_centred_inside_and_has_the_target_shape(w, h, tw, th):
 def test_fitting_is_deterministic_across_processes(tmp_path):
     src = tmp_path / "src.png"
     media.write_png(src, gradient(333, 517))
-    code = ("import hashlib, sys; from avatar_release import media; "
-            "print(hashlib.sha256(media.read_image(sys.argv[1], height=48, width=80).tobytes()).hexdigest())")
-    out = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, check=True,
-                         cwd=ROOT).stdout.strip()
+    code = (
+        "import hashlib, sys; from avatar_release import media; "
+        "print(hashlib.sha256(media.read_image(sys.argv[1], height=48, width=80).tobytes()).hexdigest())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(src)], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
     assert out == hashlib.sha256(media.read_image(src, height=48, width=80).tobytes()).hexdigest()
 
 
@@ -330,9 +346,11 @@ def test_image_bytes_from_a_request(tmp_path):
 
 
 def test_media_modules_import_neither_pillow_nor_ffmpeg_nor_jax():
-    code = ("import sys; import avatar_release.media, avatar_release.media.samples; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('torch', 'jax', 'jaxlib', 'torchax', 'PIL', 'imageio_ffmpeg')); print(','.join(bad))")
+    code = (
+        "import sys; import avatar_release.media, avatar_release.media.samples; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'jax', 'jaxlib', 'torchax', 'PIL', 'imageio_ffmpeg')); print(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from avatar_release import media
-from avatar_release.media import samples
 from avatar_release.errors import InputError
 from avatar_release.gates.metrics import psnr
+from avatar_release.media import samples
 
 
 def _listing(directory: Path) -> list[str]:

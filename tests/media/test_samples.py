@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from avatar_release import media
-from avatar_release.media import samples
 from avatar_release.gates.metrics import frame_sha256, psnr
+from avatar_release.media import samples
 
 
 def test_sample_image_deterministic_and_variants_differ():
@@ -43,8 +43,13 @@ def test_sample_audio_same_in_a_fresh_process():
         "print(hashlib.sha256(samples.sample_audio(1.5, 16000, 2).tobytes()).hexdigest(), "
         "hashlib.sha256(samples.sample_image(48, 80, 1).tobytes()).hexdigest())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout.split()
     assert out == [
         hashlib.sha256(samples.sample_audio(1.5, 16000, 2).tobytes()).hexdigest(),
         hashlib.sha256(samples.sample_image(48, 80, 1).tobytes()).hexdigest(),

@@ -40,7 +40,9 @@ def speech_like(n: int, seed: int = 0) -> np.ndarray:
     """A deterministic waveform in [-1, 1] with a changing pitch and loudness."""
     t = np.arange(n) / 16000.0
     rng = np.random.default_rng(seed)
-    wave = 0.4 * np.sin(2 * np.pi * (150 + 80 * np.sin(2 * np.pi * 3 * t)) * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 2 * t))
+    wave = (
+        0.4 * np.sin(2 * np.pi * (150 + 80 * np.sin(2 * np.pi * 3 * t)) * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 2 * t))
+    )
     return np.clip(wave + 0.02 * rng.standard_normal(n), -1, 1).astype(np.float32)
 
 

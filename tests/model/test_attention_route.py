@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from model.routing import AttentionRoute
 from avatar_release.compile._overrides import apply_overrides
 from avatar_release.errors import InputError
 from model.config import get_config
+from model.routing import AttentionRoute
 
 
 def _route(name: str, **overrides: str) -> AttentionRoute:
@@ -28,14 +28,20 @@ def test_the_dit_lever_moves_the_unmasked_calls_and_leaves_the_sr_on_gspmd():
 
 
 def test_an_sr_kernel_or_head_groups_send_both_through_the_kernels_as_before():
-    for r in (_route("tiny", attention_kernel="blocksparse"), _route("tiny", **{"dit.attention": "flash",
-                                                                              "attention_kernel": "bounded"})):
+    for r in (
+        _route("tiny", attention_kernel="blocksparse"),
+        _route("tiny", **{"dit.attention": "flash", "attention_kernel": "bounded"}),
+    ):
         assert r.via_kernels(masked=True) and r.via_kernels(masked=False)
 
 
 def test_production_configs_default_to_flash_and_the_small_ones_do_not():
     assert {n: get_config(n).dit.attention for n in ("tiny", "small", "avatar-720p", "avatar-1080p")} == {
-        "tiny": "xla", "small": "xla", "avatar-720p": "flash", "avatar-1080p": "flash"}
+        "tiny": "xla",
+        "small": "xla",
+        "avatar-720p": "flash",
+        "avatar-1080p": "flash",
+    }
     assert _route("avatar-720p", **{"dit.attention": "xla"}).dit_kernel == "xla"  # the lever turns it off
 
 
@@ -52,7 +58,9 @@ def test_the_sr_has_its_own_head_groups_and_the_dit_keeps_the_pipelines():
     r = _route("tiny")
     assert (r.groups_for(masked=True), r.groups_for(masked=False)) == (1, 1) and r.default
     # Unset (0), the SR follows ulysses_groups, as before the SR had its own.
-    r = _route("tiny", **{"dit.heads": "16", "dit.dim": "128", "sr.heads": "16", "sr.dim": "128", "ulysses_groups": "2"})
+    r = _route(
+        "tiny", **{"dit.heads": "16", "dit.dim": "128", "sr.heads": "16", "sr.dim": "128", "ulysses_groups": "2"}
+    )
     assert (r.groups_for(masked=True), r.groups_for(masked=False)) == (2, 2)
     r = _route("tiny", **{"sr.heads": "16", "sr.dim": "128", "sr.ulysses_groups": "2"})
     assert (r.groups_for(masked=True), r.groups_for(masked=False)) == (2, 1) and not r.default
@@ -62,8 +70,9 @@ def test_the_sr_has_its_own_head_groups_and_the_dit_keeps_the_pipelines():
 
 
 def test_on_a_gpu_the_mosaic_only_kernels_give_way_to_xla_with_the_reason_and_the_triton_ones_stay():
-    config, _ = apply_overrides(get_config("tiny"), {"dit.attention": "flash", "attention_kernel": "blocksparse",
-                                                     "fused_preattn": "true"})
+    config, _ = apply_overrides(
+        get_config("tiny"), {"dit.attention": "flash", "attention_kernel": "blocksparse", "fused_preattn": "true"}
+    )
     gpu, replaced = AttentionRoute.from_config(config, platform="gpu").for_platform()
     # flash and block-sparse have Triton forms; the fused pre-attention runs as its reference
     assert gpu.kernel == "blocksparse" and gpu.dit_kernel == "flash" and gpu.fused_preattn
@@ -95,4 +104,4 @@ def test_the_triton_flash_kernel_takes_power_of_two_blocks_dividing_the_dit_sequ
     assert cost_bytes(heads=5, seq=14720, head_dim=128) == 4 * one
     assert cost_bytes(heads=5, seq=14720, head_dim=128, l2_reuse=False) == 2 * one + 2 * one * 115
     est = estimate(heads=5, seq=14720, head_dim=128)
-    assert est["flops"] == cost_flops(heads=5, seq=14720, head_dim=128) == 4 * 5 * 14720 ** 2 * 128
+    assert est["flops"] == cost_flops(heads=5, seq=14720, head_dim=128) == 4 * 5 * 14720**2 * 128

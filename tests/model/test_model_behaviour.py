@@ -13,7 +13,6 @@ from model.noise import chunk_noise  # noqa: E402
 from model.pipeline import STAGES, stage_inputs, stage_module, stage_outputs  # noqa: E402
 from model.sr import frame_window_mask  # noqa: E402
 
-
 # ---- the SR mask ---------------------------------------------------------------------------------
 
 
@@ -115,7 +114,9 @@ def test_bf16_residual_stream_is_close_but_not_equal(tiny, tiny_pipeline, tiny_c
     assert 0 < diff.mean() < 0.1 * np.abs(tiny_eager_stages["dit"][0]).mean()
 
 
-def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
+def test_matmul_k_split_reorders_sums_without_changing_the_math(
+    tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages
+):
     from model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(matmul_k_split=2))
@@ -132,7 +133,9 @@ def test_matmul_k_split_reorders_sums_without_changing_the_math(tiny, tiny_pipel
 
 
 @pytest.mark.slow  # seconds on 2 cores
-def test_the_fused_pre_attention_op_is_the_same_math_in_eager(tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages):
+def test_the_fused_pre_attention_op_is_the_same_math_in_eager(
+    tiny, tiny_pipeline, tiny_chunk_inputs, tiny_eager_stages
+):
     from model.dit import MotionDiT
 
     dit = MotionDiT(tiny.replace(fused_preattn=True))
@@ -160,7 +163,9 @@ def rendered(tiny_pipeline, track, seed):
 
 
 @pytest.mark.slow  # two eager renders of a 10-frame track (seconds on 2 cores)
-def test_render_twin_runs_are_identical_and_carry_the_last_latent(tiny, tiny_pipeline, track, rendered, seed, monkeypatch):
+def test_render_twin_runs_are_identical_and_carry_the_last_latent(
+    tiny, tiny_pipeline, track, rendered, seed, monkeypatch
+):
     assert rendered.shape == (10, tiny.height, tiny.width, 3) and rendered.dtype == np.uint8
     calls = []
     original = tiny_pipeline.render_chunk
@@ -174,7 +179,7 @@ def test_render_twin_runs_are_identical_and_carry_the_last_latent(tiny, tiny_pip
     assert np.array_equal(tiny_pipeline.render(*track, seed=seed), rendered)  # twin runs: identical
     assert len(calls) == 2
     chunks = audio_chunks(tiny, track[1])
-    for i, (audio, prev, noise, _) in enumerate(calls):
+    for i, (audio, _prev, noise, _) in enumerate(calls):
         assert np.array_equal(audio, chunks[i]) and np.array_equal(noise, chunk_noise(tiny, seed, i))
     assert not calls[0][1].any()  # the first chunk continues from zeros
     assert np.array_equal(calls[1][1], calls[0][3])  # the second from the first chunk's last latent
@@ -242,8 +247,8 @@ def test_per_channel_norm_statistics_are_group_norm_in_another_order(groups, cha
 
 def test_the_dits_per_frame_modulation_is_the_one_stationary_layer_of_a_block(tiny):
     """A compiler gathering a block's weights layer by layer leaves these sharded (compile/_scan.py)."""
-    from model.dit import DiTBlock
     from avatar_release.pipeline import stationary_params
+    from model.dit import DiTBlock
     from model.sr import SRBlock
 
     assert stationary_params(DiTBlock(64, 8, 4)) == {"modulation.weight", "modulation.bias"}

@@ -101,8 +101,7 @@ def test_replace_and_round_trip():
 
 
 def test_config_module_imports_no_torch():
-    code = ("import model, model.config, model.noise, "
-            "model.chunks, model.errors, sys; print('torch' in sys.modules)")
+    code = "import model, model.config, model.noise, model.chunks, model.errors, sys; print('torch' in sys.modules)"
     repo = Path(__file__).resolve().parents[2]  # python -c puts the cwd on sys.path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo)
     assert out.stdout.strip() == "False"

@@ -126,7 +126,9 @@ def test_weights_of_another_config_are_refused(tmp_path, tiny_pipeline):
     from model.config import get_config
 
     path = save_weights(tiny_pipeline, tmp_path / "w.safetensors")
-    with pytest.raises(WeightsError, match=r"missing 48 tensor\(s\) for config 'small'.*has shape .*more tensors of the wrong shape"):
+    with pytest.raises(
+        WeightsError, match=r"missing 48 tensor\(s\) for config 'small'.*has shape .*more tensors of the wrong shape"
+    ):
         load_weights(get_config("small"), path)
     assert load_file(path)  # the file itself is intact
 

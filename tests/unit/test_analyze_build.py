@@ -11,14 +11,15 @@ from click.testing import CliRunner
 import avatar_release.cli._analyze_cmds as analyze_cmds
 from avatar_release.cli import cli
 from avatar_release.records import Manifest, ScheduleRecord
-from tests.helpers import cpu_manifest, stored_manifest
+from tests.helpers import cpu_manifest
 
 PEAK, BW = 918e12, 1640e9  # manifests/targets/tpu-v6e-8.toml
 
 
 def _schedule(hidden: int, exposed: int) -> ScheduleRecord:
-    return ScheduleRecord(all_to_alls=hidden + exposed, async_pairs=hidden + exposed, synchronous=0,
-                          hidden=hidden, exposed=exposed)
+    return ScheduleRecord(
+        all_to_alls=hidden + exposed, async_pairs=hidden + exposed, synchronous=0, hidden=hidden, exposed=exposed
+    )
 
 
 def _retargeted_manifest() -> Manifest:
@@ -28,12 +29,23 @@ def _retargeted_manifest() -> Manifest:
     m = cpu_manifest()
     synthetic = {
         "dit": ({"flops": PEAK * 0.010 / 4, "bytes accessed": BW * 0.002 / 4}, 4.0, _schedule(6, 2)),
-        "sr": ({"flops": PEAK * 0.001, "bytes accessed": BW * 0.010, "optimal_seconds": -1.0,
-                "collective bytes per run": 8e9, "exposed collective bytes per run": 4e9}, 1.0, _schedule(0, 4)),
+        "sr": (
+            {
+                "flops": PEAK * 0.001,
+                "bytes accessed": BW * 0.010,
+                "optimal_seconds": -1.0,
+                "collective bytes per run": 8e9,
+                "exposed collective bytes per run": 4e9,
+            },
+            1.0,
+            _schedule(0, 4),
+        ),
         "vae": ({"flops": PEAK * 1e-4, "bytes accessed": BW * 5e-5}, 1.0, None),
     }
-    entries = [e.model_copy(update=dict(zip(("cost", "cost_loop_scale", "schedule"), synthetic[e.stage])))
-               for e in m.executables]
+    entries = [
+        e.model_copy(update=dict(zip(("cost", "cost_loop_scale", "schedule"), synthetic[e.stage])))
+        for e in m.executables
+    ]
     return m.model_copy(update={"target": "tpu-v6e-8", "executables": entries})
 
 
@@ -45,7 +57,9 @@ def analyze(monkeypatch):
     monkeypatch.setattr(analyze_cmds, "read_manifest", lambda reg, ref: (None, m))
 
     def run(*extra):
-        res = CliRunner().invoke(cli, ["analyze", "build", "dev", "--registry", "memory://analyze", *extra], catch_exceptions=False)
+        res = CliRunner().invoke(
+            cli, ["analyze", "build", "dev", "--registry", "memory://analyze", *extra], catch_exceptions=False
+        )
         assert res.exit_code == 0, res.output
         return res.output
 
@@ -82,7 +96,10 @@ def test_human_output_keeps_the_label_and_names_bound_share_and_exposure_per_sta
     assert "compiler estimate" in text and "not a measurement" in text
     assert "compute floor 11.1 ms = 0.37 of the estimate; all-to-alls 6 hidden, 6 exposed" in text
     dit = next(line for line in text.splitlines() if line.strip().startswith("dit/f8"))
-    assert "10.00 ms = roofline 10.00 ms (compute-bound: compute 10.00 ms, memory 2.00 ms); compute-floor share 1.00" in dit
+    assert (
+        "10.00 ms = roofline 10.00 ms (compute-bound: compute 10.00 ms, memory 2.00 ms); compute-floor share 1.00"
+        in dit
+    )
     assert "all-to-alls: 6 hidden, 2 exposed of 8" in dit
     sr = next(line for line in text.splitlines() if line.strip().startswith("sr/f8"))
     assert "20.00 ms = roofline 10.00 ms (memory-bound" in sr

@@ -23,7 +23,7 @@ from avatar_release.errors import CompileError, ContractError
 from avatar_release.pipeline import StageSignature, author_frame, check_pipeline, defined_at, signature_of
 from avatar_release.records import ArraySpec
 
-MODEL = '''
+MODEL = """
 def broken(helper, x):
     return helper.call(lambda: int("not a number"))
 
@@ -49,11 +49,11 @@ def stage_wide(params, args):
     (x,) = args
     import jax.numpy as jnp
     return jnp.concatenate([x @ params["w"], x], axis=-1)
-'''
-HELPER = '''
+"""
+HELPER = """
 def call(fn):
     return fn()
-'''
+"""
 
 
 def _module(name: str, path: Path, text: str) -> ModuleType:
@@ -99,8 +99,10 @@ def test_an_entry_function_that_raises_names_its_file_and_line(files):
     with pytest.raises(ContractError) as info:
         check_pipeline(model.make_broken, "spec x", project)
     line = _line(MODEL, "the author's entry broke")
-    assert str(info.value).startswith("spec x: the entry function raised ValueError: the author's entry broke at "
-                                      f"puppet/model.py:{line} (in make_broken)")
+    assert str(info.value).startswith(
+        "spec x: the entry function raised ValueError: the author's entry broke at "
+        f"puppet/model.py:{line} (in make_broken)"
+    )
     assert info.value.exit_code == 2
 
 
@@ -117,11 +119,15 @@ def test_where_a_function_is_defined_is_named_relative_to_the_project(files):
 
 def _plan(fn: object, out_shape: list[int], out_dtype: str = "float32") -> StagePlan:
     return StagePlan(
-        stage="toy", bucket="f2", jax_func=fn,
-        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])], param_keys=["w"],
+        stage="toy",
+        bucket="f2",
+        jax_func=fn,
+        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])],
+        param_keys=["w"],
         inputs=[ArraySpec(name="x", shape=[2, 4], dtype="float32", sharding=[None, None])],
         outputs=[ArraySpec(name="y", shape=out_shape, dtype=out_dtype, sharding=[None] * len(out_shape))],
-        where="pipeline spec toy-tiny", signature_at="toy/release.py:7",
+        where="pipeline spec toy-tiny",
+        signature_at="toy/release.py:7",
     )
 
 
@@ -129,13 +135,18 @@ def test_declared_outputs_are_checked_by_number_shape_and_dtype():
     plan = _plan(None, [2, 4])
     check_outputs(plan, (np.zeros((2, 4), np.float32),))
     where = re.escape("pipeline spec toy-tiny: signature (toy/release.py:7): stage toy, bucket f2: ")
-    with pytest.raises(ContractError, match=where + re.escape("output 'y' is declared (2, 4) float32, traced "
-                                                              "(2, 8) float32. Fix the signature or the stage")):
+    with pytest.raises(
+        ContractError,
+        match=where
+        + re.escape("output 'y' is declared (2, 4) float32, traced (2, 8) float32. Fix the signature or the stage"),
+    ):
         check_outputs(plan, (np.zeros((2, 8), np.float32),))
     with pytest.raises(ContractError, match=re.escape("'y' is declared (2, 4) float32, traced (2, 4) int32")):
         check_outputs(plan, (np.zeros((2, 4), np.int32),))
-    with pytest.raises(ContractError, match=re.escape("declares 1 outputs (y), the traced program returns 2 "
-                                                      "((2, 4) float32, (2,) float32)")):
+    with pytest.raises(
+        ContractError,
+        match=re.escape("declares 1 outputs (y), the traced program returns 2 ((2, 4) float32, (2,) float32)"),
+    ):
         check_outputs(plan, (np.zeros((2, 4), np.float32), np.zeros(2, np.float32)))
 
 
@@ -146,8 +157,10 @@ def mesh():
 
 def test_a_stage_traced_wider_than_declared_is_refused_before_lowering(files, mesh):
     project, model, _ = files
-    with pytest.raises(ContractError, match=re.escape("stage toy, bucket f2: output 'y' is declared (2, 4) float32, "
-                                                      "traced (2, 8) float32")):
+    with pytest.raises(
+        ContractError,
+        match=re.escape("stage toy, bucket f2: output 'y' is declared (2, 4) float32, traced (2, 8) float32"),
+    ):
         lower_stage(_plan(model.stage_wide, [2, 4]), mesh, project_root=project)
     assert lower_stage(_plan(model.stage_wide, [2, 8]), mesh, project_root=project).lowered is not None
 
@@ -157,8 +170,10 @@ def test_a_stage_that_raises_while_traced_names_the_member_and_its_line(files, m
     with pytest.raises(ContractError) as info:
         lower_stage(_plan(model.stage_raises, [2, 4]), mesh, project_root=project)
     line = _line(MODEL, "the stage broke")
-    assert str(info.value).startswith("pipeline spec toy-tiny: stage(tree, 'toy') (bucket f2), while traced, raised "
-                                      f"ValueError: the stage broke at puppet/model.py:{line} (in stage_raises)")
+    assert str(info.value).startswith(
+        "pipeline spec toy-tiny: stage(tree, 'toy') (bucket f2), while traced, raised "
+        f"ValueError: the stage broke at puppet/model.py:{line} (in stage_raises)"
+    )
 
 
 def test_a_trace_failure_outside_the_project_stays_a_compile_error(mesh, tmp_path):
@@ -172,6 +187,9 @@ def test_a_trace_failure_outside_the_project_stays_a_compile_error(mesh, tmp_pat
 def test_a_signature_shape_that_is_not_ints_is_refused_naming_the_tensor():
     sig = StageSignature(inputs=(("x", (2, "four"), "float32"),), outputs=())
     pipe = SimpleNamespace(stages=("toy",), signature=lambda config, frames: {"toy": sig})
-    with pytest.raises(ContractError, match=r"^spec x: stage toy: 'x''s shape must be a tuple of ints, "
-                                            r"got \(2, 'four'\)"):
+    with pytest.raises(
+        ContractError,
+        match=r"^spec x: stage toy: 'x''s shape must be a tuple of ints, "
+        r"got \(2, 'four'\)",
+    ):
         signature_of(pipe, None, 2, "spec x")

@@ -26,18 +26,18 @@ from tests.helpers import cpu_manifest
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 # Two entries in the shape XLA writes them; the HLO strings hold braces and escaped quotes.
-GEMM = '''results {
+GEMM = """results {
   device: "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz"
   hlo: "(bf16[256,512]{1,0}) -> bf16[256,256]{1,0} {\\n  %p = bf16[256,512]{1,0} parameter(0) \\"}\\"\\n}"
   result { gemm { algorithm: 5 } run_time { nanos: 10240 } }
 }
-'''
-CONV = '''results {
+"""
+CONV = """results {
   device: "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz"
   hlo: "custom-call(%a, %b), window={size=3x3 pad=1_1x1_1}"
   result { algorithm { algo_id: 14 math_type: TENSOR_OP_MATH } run_time { nanos: 2048 } }
 }
-'''
+"""
 
 
 def test_results_are_read_with_their_version_and_entries_and_merged_the_same_whatever_the_order():
@@ -50,16 +50,19 @@ def test_results_are_read_with_their_version_and_entries_and_merged_the_same_wha
     assert read_results(ab.text, where="again").text == ab.text  # canonical text reads back as itself
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"\x08\x03\x12\xc1\x01", "not UTF-8 text at byte 3"),  # the binary form (.pb)
-    (b"\x08\x03\x12\x10results", "not text: a control character at character 0"),  # binary that happens to be UTF-8
-    (b"results {\n  device: \"x\"\n", "never closed (a truncated file?)"),
-    (GEMM.encode(), "no `version: N` line"),
-    (b"version: 3\nversion: 4\n", "version given twice"),
-    (b"version: 3\n{ }", "expected a field name"),
-    (b"version: 3\nresults\n", "field results has no value"),
-    (b"v" * (MAX_RESULTS_BYTES + 1), "allowed for autotune results"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"\x08\x03\x12\xc1\x01", "not UTF-8 text at byte 3"),  # the binary form (.pb)
+        (b"\x08\x03\x12\x10results", "not text: a control character at character 0"),  # binary that happens to be UTF-8
+        (b'results {\n  device: "x"\n', "never closed (a truncated file?)"),
+        (GEMM.encode(), "no `version: N` line"),
+        (b"version: 3\nversion: 4\n", "version given twice"),
+        (b"version: 3\n{ }", "expected a field name"),
+        (b"version: 3\nresults\n", "field results has no value"),
+        (b"v" * (MAX_RESULTS_BYTES + 1), "allowed for autotune results"),
+    ],
+)
 def test_what_is_not_xlas_text_form_is_refused_with_the_reason(data, message):
     with pytest.raises(InputError, match=re.escape(message)):
         read_results(data, where="--results f")
@@ -73,8 +76,10 @@ def test_results_from_two_xla_versions_are_not_merged():
 def test_a_plan_hands_xla_the_results_file_and_the_record_keeps_their_digest_not_the_path(tmp_path):
     results = read_results(f"version: 3\n{GEMM}{CONV}".encode(), where="r")
     plan = AutotunePlan(results=results, results_file=tmp_path / "r.textproto")
-    assert plan.compiler_options() == {"xla_gpu_load_autotune_results_from": str(tmp_path / "r.textproto"),
-                                       "xla_gpu_require_complete_aot_autotune_results": True}
+    assert plan.compiler_options() == {
+        "xla_gpu_load_autotune_results_from": str(tmp_path / "r.textproto"),
+        "xla_gpu_require_complete_aot_autotune_results": True,
+    }
     assert AutotunePlan(dump_to=tmp_path).compiler_options() == {}  # the compile names one dump file a stage
     options = {"xla_gpu_deterministic_ops": True, **plan.compiler_options()}
     rec = autotune_record({"vae/f8": ""}, options, deviceless=True, results=results)

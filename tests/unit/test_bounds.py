@@ -16,8 +16,15 @@ from hypothesis import strategies as st
 
 from avatar_release._digest import is_digest
 from avatar_release.errors import IntegrityError, SchemaVersionError
-from avatar_release.records import check_identity, manifest_identity, readable_versions
-from avatar_release.records import ChannelState, HistoryEntry, Manifest, parse_record
+from avatar_release.records import (
+    ChannelState,
+    HistoryEntry,
+    Manifest,
+    check_identity,
+    manifest_identity,
+    parse_record,
+    readable_versions,
+)
 from avatar_release.registry import MemoryRegistry
 from avatar_release.registry._blobcheck import BLOB_CHUNK
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO, check_bounds, decompress, memory_cap
@@ -34,7 +41,7 @@ def _into(data: bytes, size: int, digest: str, *, where: str) -> bytes:
     """inflate_into, as the weight loader calls it: the stored bytes in the store's pieces, into a
     reused buffer larger than the chunk."""
     buf = bytearray(b"\xee" * (size + 64))
-    pieces = iter([data[i: i + BLOB_CHUNK] for i in range(0, len(data), BLOB_CHUNK)])
+    pieces = iter([data[i : i + BLOB_CHUNK] for i in range(0, len(data), BLOB_CHUNK)])
     return bytes(inflate_into(pieces, memoryview(buf), size, digest, where=where))
 
 
@@ -69,13 +76,16 @@ def test_a_frame_without_its_size_in_the_header_takes_the_streaming_check():
         decompress(bytes(lying), len(raw), _digest(raw), where="x")
 
 
-@pytest.mark.parametrize("case, message", [
-    ("longer", "decompresses to more than the 1000 bytes"),
-    ("shorter", "decompresses to 500 bytes, the manifest says 1000"),
-    ("digest", "hash to sha256:"),
-    ("junk", "zstd frame is corrupt or truncated"),
-    ("trailing-frame", "decompresses to more than the 1000 bytes"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("longer", "decompresses to more than the 1000 bytes"),
+        ("shorter", "decompresses to 500 bytes, the manifest says 1000"),
+        ("digest", "hash to sha256:"),
+        ("junk", "zstd frame is corrupt or truncated"),
+        ("trailing-frame", "decompresses to more than the 1000 bytes"),
+    ],
+)
 @INFLATERS
 def test_decompress_refuses_what_the_manifest_does_not_say(case, message, inflate):
     raw = b"a" * 1000
@@ -107,8 +117,9 @@ def test_a_bomb_under_a_small_declared_size_allocates_only_that(inflate):
 
 # ------------------------------------------------------------------------------ bounds
 def _with_dit(m: Manifest, **changes) -> Manifest:
-    return m.model_copy(update={"executables": [e.model_copy(update=changes) if e.key == "dit/f8" else e
-                                                for e in m.executables]})
+    return m.model_copy(
+        update={"executables": [e.model_copy(update=changes) if e.key == "dit/f8" else e for e in m.executables]}
+    )
 
 
 def test_a_real_build_is_within_every_bound():
@@ -204,8 +215,19 @@ def _with_pid(pid) -> bytes:
     return f.getvalue()
 
 
-@pytest.mark.parametrize("case", ["empty", "truncated", "not-a-triple", "unknown-device", "bad-pid",
-                                  "garbage-executable", "too-few-leaves", "random"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty",
+        "truncated",
+        "not-a-triple",
+        "unknown-device",
+        "bad-pid",
+        "garbage-executable",
+        "too-few-leaves",
+        "random",
+    ],
+)
 def test_a_malformed_pickle_is_an_integrity_error_naming_the_executable(tiny_executable, case):
     import jax
 
@@ -223,11 +245,13 @@ def test_a_malformed_pickle_is_an_integrity_error_naming_the_executable(tiny_exe
         "random": bytes(range(256)) * 4,
     }[case]
     with pytest.raises(IntegrityError, match="^stage x/y: "):
-        deserialize_and_load(data, in_tree, out_tree, backend=jax.devices()[0].client,
-                             execution_devices=jax.devices(), what="stage x/y")
+        deserialize_and_load(
+            data, in_tree, out_tree, backend=jax.devices()[0].client, execution_devices=jax.devices(), what="stage x/y"
+        )
     # and the genuine payload still loads
-    exe = deserialize_and_load(payload, in_tree, out_tree, backend=jax.devices()[0].client,
-                               execution_devices=jax.devices(), what="stage x/y")
+    exe = deserialize_and_load(
+        payload, in_tree, out_tree, backend=jax.devices()[0].client, execution_devices=jax.devices(), what="stage x/y"
+    )
     assert exe.runtime_executable().fingerprint
 
 
@@ -240,19 +264,34 @@ def _registry_with_a_build() -> tuple[MemoryRegistry, str]:
     return reg, m.build_id
 
 
-@pytest.mark.parametrize("key, data, call, message", [
-    ("channels/dev.json", b"garbage", lambda r, b: r.get_channel("dev"), "channels/dev.json: not valid JSON"),
-    ("channels/dev.json", b"[]", lambda r, b: r.resolve("dev"), "channels/dev.json: not a channel file"),
-    ("channels/dev.json", b'{"state": {}, "entry": {}}', lambda r, b: r.history(),
-     "channels/dev.json: missing or non-integer schema_version"),
-    ("builds/{b}", b"\xff\xfe", lambda r, b: r.list_builds(), "builds/{b}: not valid JSON"),
-    ("builds/{b}", b'{"build_id": 1}', lambda r, b: r.resolve(b), "builds/{b}: not a build reference"),
-    ("builds/{b}", b'{"build_id": "x", "digest": "sha256:00", "published_at": ""}', lambda r, b: r.resolve(b),
-     "builds/{b}: names build 'x'"),
-    ("builds/{b}", b'{"build_id": "{b}", "digest": "md5:00", "published_at": ""}', lambda r, b: r.resolve(b),
-     "builds/{b}: digest 'md5:00'"),
-    ("history.jsonl", b"garbage\n{old}", lambda r, b: r.history(), "history.jsonl line 1: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "key, data, call, message",
+    [
+        ("channels/dev.json", b"garbage", lambda r, b: r.get_channel("dev"), "channels/dev.json: not valid JSON"),
+        ("channels/dev.json", b"[]", lambda r, b: r.resolve("dev"), "channels/dev.json: not a channel file"),
+        (
+            "channels/dev.json",
+            b'{"state": {}, "entry": {}}',
+            lambda r, b: r.history(),
+            "channels/dev.json: missing or non-integer schema_version",
+        ),
+        ("builds/{b}", b"\xff\xfe", lambda r, b: r.list_builds(), "builds/{b}: not valid JSON"),
+        ("builds/{b}", b'{"build_id": 1}', lambda r, b: r.resolve(b), "builds/{b}: not a build reference"),
+        (
+            "builds/{b}",
+            b'{"build_id": "x", "digest": "sha256:00", "published_at": ""}',
+            lambda r, b: r.resolve(b),
+            "builds/{b}: names build 'x'",
+        ),
+        (
+            "builds/{b}",
+            b'{"build_id": "{b}", "digest": "md5:00", "published_at": ""}',
+            lambda r, b: r.resolve(b),
+            "builds/{b}: digest 'md5:00'",
+        ),
+        ("history.jsonl", b"garbage\n{old}", lambda r, b: r.history(), "history.jsonl line 1: not valid JSON"),
+    ],
+)
 def test_a_corrupt_registry_file_is_an_integrity_error_naming_it(key, data, call, message):
     reg, build_id = _registry_with_a_build()
     key = key.replace("{b}", build_id)
@@ -263,13 +302,21 @@ def test_a_corrupt_registry_file_is_an_integrity_error_naming_it(key, data, call
 
 
 # What each read looks at: a damaged file may change the reads of it, and no other.
-_READS = {"list_builds": {"builds/b"}, "list_channels": {"channels/dev.json"},
-          "history": {"history.jsonl", "channels/dev.json"}, "resolve": {"builds/b"}}
+_READS = {
+    "list_builds": {"builds/b"},
+    "list_channels": {"channels/dev.json"},
+    "history": {"history.jsonl", "channels/dev.json"},
+    "resolve": {"builds/b"},
+}
 
 
 def _reads(reg: MemoryRegistry, build_id: str) -> dict:
-    return {"list_builds": reg.list_builds, "list_channels": reg.list_channels, "history": reg.history,
-            "resolve": lambda: reg.resolve(build_id)}
+    return {
+        "list_builds": reg.list_builds,
+        "list_channels": reg.list_channels,
+        "history": reg.history,
+        "resolve": lambda: reg.resolve(build_id),
+    }
 
 
 def _leaves(doc, path=()):
@@ -313,8 +360,11 @@ def _check_read(name: str, got, reg: MemoryRegistry, build_id: str) -> None:
     elif name == "list_builds":
         for b in got:
             stored = json.loads(reg._read(f"builds/{b.build_id}"))
-            assert (b.build_id, b.digest, b.published_at) == (stored["build_id"], stored["digest"],
-                                                                stored["published_at"]) and is_digest(b.digest)
+            assert (b.build_id, b.digest, b.published_at) == (
+                stored["build_id"],
+                stored["digest"],
+                stored["published_at"],
+            ) and is_digest(b.digest)
     else:
         assert got.build_id == build_id and got.digest == json.loads(reg._read(f"builds/{build_id}"))["digest"]
 
@@ -339,12 +389,20 @@ def _damaged_reads(key: str, raw: bytes) -> None:
             assert got == before[name], f"{name} changed when {key}, which it does not read, was damaged"
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=200) | st.builds(lambda d: json.dumps(d).encode(), st.dictionaries(
-    st.sampled_from(["state", "entry", "build_id", "digest", "published_at"]),
-    st.none() | st.integers() | st.text(max_size=8) | st.dictionaries(st.text(max_size=5), st.integers()))),
-    key=st.sampled_from(sorted(set().union(*_READS.values()))))
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.binary(max_size=200)
+    | st.builds(
+        lambda d: json.dumps(d).encode(),
+        st.dictionaries(
+            st.sampled_from(["state", "entry", "build_id", "digest", "published_at"]),
+            st.none() | st.integers() | st.text(max_size=8) | st.dictionaries(st.text(max_size=5), st.integers()),
+        ),
+    ),
+    key=st.sampled_from(sorted(set().union(*_READS.values()))),
+)
 def test_any_bytes_in_a_registry_file_are_read_or_refused_never_a_crash(data, key):
     _damaged_reads(key, data)
 

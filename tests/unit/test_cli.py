@@ -8,7 +8,7 @@ from pathlib import Path
 
 from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cpu_manifest, cli, put_stand_in_build
+from tests.helpers import cli, cpu_manifest, put_stand_in_build
 
 
 def _store(tmp_path) -> tuple[Path, Manifest]:
@@ -68,12 +68,16 @@ def test_version_names_the_toolchain_a_bug_report_needs():
 
     from avatar_release import __version__
 
-    out = subprocess.run([sys.executable, "-m", "avatar_release", "--version"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "avatar_release", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[:3] == [f"avatar-release {__version__}", f"python {platform.python_version()}",
-                         f"jax {metadata.version('jax')}"]
+    assert lines[:3] == [
+        f"avatar-release {__version__}",
+        f"python {platform.python_version()}",
+        f"jax {metadata.version('jax')}",
+    ]
     names = [line.split(" ", 1)[0] for line in lines]
     assert names == ["avatar-release", "python", "jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "torch", "torchax"]
     assert all(line.split(" ", 1)[1] for line in lines)  # a version, or "not installed"

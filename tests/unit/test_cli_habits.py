@@ -13,7 +13,7 @@ from avatar_release import errors
 from avatar_release.cli import cli as root
 from avatar_release.cli._exit_codes import COMMAND_CODES, EXIT_MEANINGS, codes_for
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cpu_manifest, DATA, cli, put_stand_in_build
+from tests.helpers import DATA, cli, cpu_manifest, put_stand_in_build
 
 
 def _published(tmp_path, channel: str | None = "dev") -> tuple[str, str]:
@@ -55,8 +55,11 @@ def test_serve_on_an_empty_prod_names_the_channel_that_holds_a_build(tmp_path):
 
 def test_render_and_serve_take_one_ref_positionally_or_as_an_option(tmp_path):
     root_dir, _ = _published(tmp_path)
-    for args in (["render", "dev", "--channel", "dev"], ["render", "dev", "--build", "x"], ["serve", "dev", "--channel",
-                                                                                          "prod"]):
+    for args in (
+        ["render", "dev", "--channel", "dev"],
+        ["render", "dev", "--build", "x"],
+        ["serve", "dev", "--channel", "prod"],
+    ):
         res = cli(*args, "--registry", root_dir)
         assert res.exit_code == 2 and "give one build reference, not 2" in res.stderr, args
     # REF alone resolves like --channel: an empty channel is "not found", with what holds a build
@@ -104,17 +107,29 @@ def test_the_top_level_help_and_a_mistyped_command_import_no_room(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import sys, runpy; sys.argv = ['avatar-release'] + sys.argv[1:]\n"
-             "try:\n    runpy.run_module('avatar_release', run_name='__main__')\n"
-             "except SystemExit: pass\n"
-             "print(sorted(m for m in sys.modules if m.startswith(('avatar_release.', 'jax', 'numpy', 'pydantic'))))")
+    probe = (
+        "import sys, runpy; sys.argv = ['avatar-release'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('avatar_release', run_name='__main__')\n"
+        "except SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('avatar_release.', 'jax', 'numpy', 'pydantic'))))"
+    )
     for args in (["--help"], ["promot", "x"]):
-        out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=tmp_path,
-                             timeout=60).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(
+                [sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=tmp_path, timeout=60
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         loaded = set(eval(out))  # noqa: S307 - our own print of a list of module names
         assert not {m for m in loaded if m.split(".")[0] in ("jax", "numpy", "pydantic")}, (args, loaded)
-        assert not {m for m in loaded if m.startswith(("avatar_release.registry", "avatar_release.records",
-                                                       "avatar_release.gates", "avatar_release.promote"))}, args
+        assert not {
+            m
+            for m in loaded
+            if m.startswith(
+                ("avatar_release.registry", "avatar_release.records", "avatar_release.gates", "avatar_release.promote")
+            )
+        }, args
 
 
 def test_every_command_declares_its_exit_codes_and_every_code_has_a_meaning():
@@ -124,8 +139,11 @@ def test_every_command_declares_its_exit_codes_and_every_code_has_a_meaning():
     for path, _ in _commands(root):
         assert path in COMMAND_CODES or path.split(" ")[0] in COMMAND_CODES, f"{path}: no exit codes declared"
         assert set(codes_for(path)) <= set(EXIT_MEANINGS), path
-    raised = {cls.exit_code for cls in vars(errors).values()
-              if isinstance(cls, type) and issubclass(cls, errors.AvatarReleaseError)}
+    raised = {
+        cls.exit_code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.AvatarReleaseError)
+    }
     assert raised - {10} <= set(EXIT_MEANINGS), "an error class's exit code has no meaning in the table"
 
 
@@ -147,7 +165,7 @@ def test_gate_help_shows_the_common_paths_options():
 
 def test_the_exit_codes_page_lists_the_same_exit_codes():
     page = (DATA.parent.parent / "docs" / "reference" / "exit-codes.md").read_text()
-    line = page[page.index("Exit codes: 0 ok"):].split("\n\n")[0]
+    line = page[page.index("Exit codes: 0 ok") :].split("\n\n")[0]
     assert {int(c) for c in re.findall(r"(?:·|:)\s+(\d+) ", line)} == set(EXIT_MEANINGS)
     table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", page, re.M))
     assert {int(c): meaning for c, meaning in table.items()} == EXIT_MEANINGS
@@ -210,8 +228,17 @@ def test_a_mistyped_key_in_a_spec_file_names_the_closest_allowed_key(tmp_path, m
     assert "allowed here:" in str(err.value) and str(target) in str(err.value)
 
 
-@pytest.mark.parametrize("args", [["gate", ""], ["gate", "", "--registry", "REG"], ["gate", "--registry", "REG", ""],
-                                  ["gate", "run", "  "], ["inspect", ""], ["verify", "", "--registry", "REG"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["gate", ""],
+        ["gate", "", "--registry", "REG"],
+        ["gate", "--registry", "REG", ""],
+        ["gate", "run", "  "],
+        ["inspect", ""],
+        ["verify", "", "--registry", "REG"],
+    ],
+)
 def test_an_empty_ref_is_a_usage_error_naming_ref(tmp_path, args):
     root_dir, _ = _published(tmp_path)
     res = cli(*[root_dir if a == "REG" else a for a in args])

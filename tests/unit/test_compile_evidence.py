@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from avatar_release.compile._evidence import host_callbacks, kernels_in, memory_fit, per_device_bytes, schedule_of
 from avatar_release.analysis import estimate_chunks
+from avatar_release.compile._evidence import host_callbacks, kernels_in, memory_fit, per_device_bytes, schedule_of
 from avatar_release.records import ArraySpec
 
 HLO = """HloModule jit_stage_fn, is_scheduled=true
@@ -65,15 +65,26 @@ class _Entry:
 
 
 def _w(n_rows, sharded=True):
-    return ArraySpec(name="w", shape=[n_rows, 1024], dtype="bfloat16", sharding=["fsdp", None] if sharded else [None, None])
+    return ArraySpec(
+        name="w", shape=[n_rows, 1024], dtype="bfloat16", sharding=["fsdp", None] if sharded else [None, None]
+    )
 
 
 def test_memory_fit_keeps_every_stages_weights_resident_and_adds_the_largest_working_set():
     w = _w(8 * 1024)  # 16 MiB, 2 MiB per device
     assert per_device_bytes(w, 8) == 2 * 2**20 and per_device_bytes(_w(8 * 1024, False), 8) == 16 * 2**20
     a = _Entry("dit/f8", [w], {"argument_size": 2 * 2**20 + 100, "output_size": 10, "temp_size": 3 * 2**20})
-    b = _Entry("vae/f8", [w, w], {"argument_size": 4 * 2**20 + 100, "output_size": 10, "temp_size": 5 * 2**20,
-                                  "alias_size": 0, "generated_code_size": 50})
+    b = _Entry(
+        "vae/f8",
+        [w, w],
+        {
+            "argument_size": 4 * 2**20 + 100,
+            "output_size": 10,
+            "temp_size": 5 * 2**20,
+            "alias_size": 0,
+            "generated_code_size": 50,
+        },
+    )
     fit = memory_fit([a, b], capacity=16 * 2**20, mesh_size=8, weight_sharding="fsdp")
     assert fit.weights_bytes == 6 * 2**20 and fit.peak_stage == "vae/f8"
     assert fit.peak_working_bytes == 100 + 10 + 5 * 2**20 + 50

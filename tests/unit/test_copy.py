@@ -20,6 +20,7 @@ from avatar_release.trust.statements import verify_channel
 from tests.helpers import signed_holder, with_release_state
 from tests.release_records import gate_with_frames, publish_with_blobs, records_of
 
+
 @pytest.fixture
 def released(tmp_path):
     """A directory store with a gated build promoted to staging with a signed statement."""
@@ -38,8 +39,12 @@ def test_copy_carries_blobs_manifest_records_and_the_signed_channel(released, tm
     assert r.build_created and r.destination_digest == src.resolve(build_id).digest
     assert dst.get_manifest_bytes(r.destination_digest) == src.get_manifest_bytes(r.source_digest)
     assert records_of(dst, build_id) == records_of(src, build_id)  # byte-identical, every namespace
-    assert {k.split("/")[0] for k in records_of(dst, build_id)} >= {"gate-results", "attestations", "statements",
-                                                                       "timestamps"}
+    assert {k.split("/")[0] for k in records_of(dst, build_id)} >= {
+        "gate-results",
+        "attestations",
+        "statements",
+        "timestamps",
+    }
     for ref in m.blobs():
         assert dst.get_blob(ref.digest, ref.size) == src.get_blob(ref.digest, ref.size)
     assert r.channel_moved and r.statement_copied and not r.statement_binds_store_digest
@@ -81,8 +86,14 @@ def test_a_destination_with_channels_but_no_signed_state_is_refused(released):
 def test_a_channel_ref_is_read_from_the_sources_signed_state(released):
     src, build_id, m, _ = released
     other, _, _ = publish_with_blobs(src, "b")
-    src.move_channel("staging", src.resolve(other), expected_digest=src.get_channel("staging").digest,
-                     action="promote", who="mallory", reason="")  # the plain pointer, moved without keys
+    src.move_channel(
+        "staging",
+        src.resolve(other),
+        expected_digest=src.get_channel("staging").digest,
+        action="promote",
+        who="mallory",
+        reason="",
+    )  # the plain pointer, moved without keys
     r = copy_build(src, MemoryRegistry("mirror"), "staging")
     assert r.build_id == build_id == signed_holder(src, "staging")
 
@@ -106,8 +117,7 @@ def test_a_second_copy_changes_nothing_and_a_killed_one_resumes(released, monkey
     resumed = copy_build(src, dst, build_id, channel="staging")
     assert resumed.blobs_copied == 0 and resumed.records_present == 1 and resumed.records_copied
     again = copy_build(src, dst, build_id, channel="staging")
-    assert (again.blobs_copied, again.records_copied, again.build_created, again.channel_moved) == (0, [], False,
-                                                                                                    False)
+    assert (again.blobs_copied, again.records_copied, again.build_created, again.channel_moved) == (0, [], False, False)
     assert records_of(dst, build_id) == records_of(src, build_id)
 
 
@@ -143,8 +153,9 @@ def test_copy_cli_prints_what_it_did_and_json(released, tmp_path):
     src, build_id, _, _ = released
     runner = CliRunner()
     dst = tmp_path / "dst"
-    r = runner.invoke(cli, ["copy", build_id, "--registry", str(tmp_path / "src"), "--to", str(dst),
-                            "--channel", "staging", "--json"])
+    r = runner.invoke(
+        cli, ["copy", build_id, "--registry", str(tmp_path / "src"), "--to", str(dst), "--channel", "staging", "--json"]
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["ok"] and out["build_id"] == build_id and out["channel_moved"] and out["statement_copied"]
@@ -179,8 +190,12 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
         return None
 
     fast = RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001)
-    dst = OciRegistry("oci+http://registry.test/mirror/a", session=MemoryDistribution(before=slow_uploads),
-                      retry=fast, lock_dir=tmp_path / "locks")
+    dst = OciRegistry(
+        "oci+http://registry.test/mirror/a",
+        session=MemoryDistribution(before=slow_uploads),
+        retry=fast,
+        lock_dir=tmp_path / "locks",
+    )
     lines: list[str] = []
     r = copy_build(src, dst, build_id, progress=lines.append)
     n = len({b.digest for b in m.blobs()})
@@ -194,8 +209,12 @@ def test_blobs_move_side_by_side_with_a_progress_line_each(tmp_path):
             return MemoryResponse(400, {}, b'{"errors":[{"code":"DENIED","message":"quota"}]}', url)
         return None
 
-    broken = OciRegistry("oci+http://registry.test/mirror/b", session=MemoryDistribution(before=refuse_one),
-                         retry=fast, lock_dir=tmp_path / "locks")
+    broken = OciRegistry(
+        "oci+http://registry.test/mirror/b",
+        session=MemoryDistribution(before=refuse_one),
+        retry=fast,
+        lock_dir=tmp_path / "locks",
+    )
     with pytest.raises(Exception, match="quota"):
         copy_build(src, broken, build_id, workers=4)
     assert broken.list_builds() == []  # the build reference is written only after every blob landed

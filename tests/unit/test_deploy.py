@@ -41,10 +41,16 @@ def test_each_index_of_the_job_runs_a_shard_the_cli_accepts_on_a_v6e_8_slice():
     job = _job()
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                                   "cloud.google.com/gke-tpu-topology": "2x4"}
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "2x4",
+    }
     (container,) = pod["containers"]
-    assert container["resources"]["requests"]["google.com/tpu"] == container["resources"]["limits"]["google.com/tpu"] == "8"
+    assert (
+        container["resources"]["requests"]["google.com/tpu"]
+        == container["resources"]["limits"]["google.com/tpu"]
+        == "8"
+    )
     command = " ".join(container["args"])
     m = re.search(r'--shard "\$JOB_COMPLETION_INDEX/(\d+)"', command)
     assert m and int(m.group(1)) == spec["completions"]
@@ -55,8 +61,9 @@ def test_each_index_of_the_job_runs_a_shard_the_cli_accepts_on_a_v6e_8_slice():
 
 def test_the_example_workflow_is_a_valid_github_workflow():
     exe = binary("check-jsonschema")
-    out = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [exe, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -87,8 +94,12 @@ def test_the_example_workflow_installs_the_right_extras_logs_in_and_takes_keys_f
     triggers = wf[True]  # YAML 1.1 reads the key `on` as true
     assert triggers["workflow_dispatch"]["inputs"]["action"]["type"] == "choice"
     assert wf["env"]["AVATAR_RELEASE_TRUST_POLICY"] == "examples/trust.toml"
-    extras = {"build-gate-stage": {"compile", "gar"}, "build-tpu": {"compile", "tpu", "gar"},
-              "gate-tpu-shard": {"tpu", "gar"}, "gate-tpu-merge": {"gar"}}
+    extras = {
+        "build-gate-stage": {"compile", "gar"},
+        "build-tpu": {"compile", "tpu", "gar"},
+        "gate-tpu-shard": {"tpu", "gar"},
+        "gate-tpu-merge": {"gar"},
+    }
     for name, job in wf["jobs"].items():
         steps = job["steps"]
         install = next(s["run"] for s in steps if "pip install" in str(s.get("run", "")))

@@ -67,8 +67,10 @@ def test_probes_args_and_grace_match_the_pod(variant, monkeypatch):
     (claim,) = dep["spec"]["volumeClaimTemplates"]
     assert claim["metadata"]["name"] == state["name"] and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     if variant == "tpu":
-        assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                                       "cloud.google.com/gke-tpu-topology": "2x4"}
+        assert pod["nodeSelector"] == {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": "2x4",
+        }
         assert c["resources"]["limits"]["google.com/tpu"] == "8"
     else:
         assert "nodeSelector" not in pod and "google.com/tpu" not in str(c["resources"])
@@ -100,7 +102,11 @@ def test_the_pods_of_a_node_share_one_node_cache_the_server_can_write(variant, m
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert {m["name"] for m in init["volumeMounts"]} == {mount["name"]}
     # what the server makes of that environment: a registry read through the cache there
-    cached = with_node_cache(OciRegistry("oci://registry.example:5000/avatar", lock_dir=tmp_path), {
-        **env, "AVATAR_RELEASE_CACHE_DIR": str(tmp_path / "cache")})
+    cached = with_node_cache(
+        OciRegistry("oci://registry.example:5000/avatar", lock_dir=tmp_path),
+        {**env, "AVATAR_RELEASE_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert isinstance(cached, CachedRegistry)
-    assert cached.cache.max_bytes >= 20 << 30 and cached.cache.concurrency == int(env["AVATAR_RELEASE_PULL_CONCURRENCY"])
+    assert cached.cache.max_bytes >= 20 << 30 and cached.cache.concurrency == int(
+        env["AVATAR_RELEASE_PULL_CONCURRENCY"]
+    )

@@ -6,7 +6,7 @@ import json
 
 from avatar_release.promote.diff import diff_builds
 from avatar_release.registry import LocalRegistry
-from tests.helpers import cpu_manifest, cli, put_stand_in_build
+from tests.helpers import cli, cpu_manifest, put_stand_in_build
 from tests.release_records import signed_gate_result
 
 
@@ -14,12 +14,23 @@ def _two_builds(tmp_path):
     reg = LocalRegistry(tmp_path / "reg")
     a = cpu_manifest().model_copy(update={"build_id": "tiny-cpu-8-" + "a" * 12})
     exe = a.executables[0]
-    changed_exe = exe.model_copy(update={"hlo_digest": "sha256:" + "9" * 64, "raw_size": exe.raw_size * 2,
-                                         "cost": {**exe.cost, "flops": 2 * exe.cost.get("flops", 1.0)}})
+    changed_exe = exe.model_copy(
+        update={
+            "hlo_digest": "sha256:" + "9" * 64,
+            "raw_size": exe.raw_size * 2,
+            "cost": {**exe.cost, "flops": 2 * exe.cost.get("flops", 1.0)},
+        }
+    )
     flags = a.flags.model_copy(update={"compiler_options": {**a.flags.compiler_options, "xla_new_option": True}})
-    b = a.model_copy(update={"build_id": "tiny-cpu-8-" + "b" * 12, "overrides": {"matmul_k_split": 2},
-                             "flags": flags, "executables": [changed_exe, *a.executables[1:]],
-                             "toolchain": a.toolchain.model_copy(update={"jax": "9.9.9"})})
+    b = a.model_copy(
+        update={
+            "build_id": "tiny-cpu-8-" + "b" * 12,
+            "overrides": {"matmul_k_split": 2},
+            "flags": flags,
+            "executables": [changed_exe, *a.executables[1:]],
+            "toolchain": a.toolchain.model_copy(update={"jax": "9.9.9"}),
+        }
+    )
     da, db = put_stand_in_build(reg, a), put_stand_in_build(reg, b)
     return reg, a, b, da, db
 
@@ -58,8 +69,9 @@ def test_the_command_prints_a_table_json_and_exits_1_with_exit_code(tmp_path):
     assert any(line.split()[:2] == ["toolchain", "jax"] and "9.9.9" in line for line in table)
     assert any(line.startswith("executables") and "hlo_digest" in line for line in table)
     assert "the same:" in res.stdout and "platform" in res.stdout.split("the same:")[1]
-    doc = json.loads(cli("diff", a.build_id, b.build_id, "--registry", str(reg.root), "--json",
-                         "--section", "flags").stdout)
+    doc = json.loads(
+        cli("diff", a.build_id, b.build_id, "--registry", str(reg.root), "--json", "--section", "flags").stdout
+    )
     assert doc["ok"] and {r["section"] for r in doc["differences"]} == {"flags"}
     res = cli("diff", a.build_id, b.build_id, "--registry", str(reg.root), "--exit-code")
     assert res.exit_code == 1 and "differ in" in res.stderr

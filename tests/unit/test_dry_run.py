@@ -20,9 +20,13 @@ from tests.release_records import publish_stand_in, signed_gate_result
 def _state(reg, *builds):
     """What a move would change: the signed release state's files (and where it puts each channel),
     the plain pointers and history it mirrors to, and each build's evidence."""
-    return (sorted(reg.list_records("release-state")), [signed_holder(reg, c) for c in ("dev", "staging", "prod")],
-            [c.model_dump() for c in reg.list_channels()], len(reg.history()),
-            [len(attestation_refs(reg, b)) for b in builds])
+    return (
+        sorted(reg.list_records("release-state")),
+        [signed_holder(reg, c) for c in ("dev", "staging", "prod")],
+        [c.model_dump() for c in reg.list_channels()],
+        len(reg.history()),
+        [len(attestation_refs(reg, b)) for b in builds],
+    )
 
 
 @pytest.fixture

@@ -39,8 +39,11 @@ def _store_unsigned(reg, result):
 
     data = result.to_json_bytes()
     ref = store.BlobRef(digest=reg.put_blob(data), size=len(data), media_type=store.RESULT_MEDIA_TYPE)
-    reg.put_record("gate-results", result.build_id,
-                   json.dumps({"results": [ref.model_dump()], "frames": [result.frames_blob.model_dump()]}).encode())
+    reg.put_record(
+        "gate-results",
+        result.build_id,
+        json.dumps({"results": [ref.model_dump()], "frames": [result.frames_blob.model_dump()]}).encode(),
+    )
 
 
 def test_a_copied_passing_result_for_another_build_does_not_promote(reg):
@@ -101,8 +104,9 @@ def test_a_forged_review_approval_does_not_promote(reg):
     from avatar_release.gates.store import load_review
 
     rv = load_review(reg, a)
-    forged = rv.model_copy(update={"decision": ReviewDecision(decision="approved", reviewer="anyone", note="",
-                                                              at=utcnow())})
+    forged = rv.model_copy(
+        update={"decision": ReviewDecision(decision="approved", reviewer="anyone", note="", at=utcnow())}
+    )
     save_review(reg, forged)  # the record says approved; no reviewer signed it
     with pytest.raises(Refusal, match="'needs-review'"):
         promote(reg, a, "staging")
@@ -124,9 +128,11 @@ def test_prod_needs_as_many_distinct_approvals_as_the_policy_says(reg, tmp_path)
     me = local_identity()
     policy_file = tmp_path / "trust.toml"
     policy_file.write_text(
-        "schema_version = 1\n[keys]\ngate = \"%s\"\n%s = \"%s\"\n[gate]\n\"*\" = [\"gate\"]\n"
-        "[review]\nreviewers = [\"%s\"]\nprod_approvals = 2\n" % (
-            me.gate_key_path.with_suffix(".pub"), me.reviewer, me.reviewer_key_path.with_suffix(".pub"), me.reviewer))
+        'schema_version = 1\n[keys]\ngate = "{}"\n{} = "{}"\n[gate]\n"*" = ["gate"]\n'
+        '[review]\nreviewers = ["{}"]\nprod_approvals = 2\n'.format(
+            me.gate_key_path.with_suffix(".pub"), me.reviewer, me.reviewer_key_path.with_suffix(".pub"), me.reviewer
+        )
+    )
     policy = load_policy(policy_file)
     decide(reg, a, approve=True, reviewer=me.reviewer, note="", policy=policy)
     from avatar_release.promote.policy import check_promotion
@@ -139,15 +145,18 @@ def test_prod_needs_as_many_distinct_approvals_as_the_policy_says(reg, tmp_path)
     from avatar_release.promote.policy import check_gate_evidence
 
     with pytest.raises(Refusal, match="'needs-review'"):
-        check_gate_evidence(reg, reg.resolve(a), manifest_of(reg, a), what="prod", channel="prod", policy=policy,
-                            channels=channels)
-
+        check_gate_evidence(
+            reg, reg.resolve(a), manifest_of(reg, a), what="prod", channel="prod", policy=policy, channels=channels
+        )
 
 
 def test_an_envelope_with_a_changed_predicate_fails_verification(stranger):
     key, kid = stranger
-    env = json.loads(attest(key, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64,
-                            predicate={"status": "failed"}))
+    env = json.loads(
+        attest(
+            key, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64, predicate={"status": "failed"}
+        )
+    )
     import base64
 
     payload = json.loads(base64.b64decode(env["payload"]))
@@ -196,13 +205,18 @@ def test_our_ed25519_verifier_agrees_with_securesystemslibs_on_every_case(strang
     key, kid = stranger
     other_priv, _, other_kid = generate_keypair(tmp_path / "o", "other")
     other = load_private_key(other_priv)
-    good = attest(key, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64,
-                  predicate={"status": "passed"})
+    good = attest(
+        key, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64, predicate={"status": "passed"}
+    )
     doc = json.loads(good)
-    tampered = dict(doc, payload=base64.b64encode(base64.b64decode(doc["payload"]).replace(b"passed", b"failed"))
-                    .decode())
-    foreign = json.loads(attest(other, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64,
-                                predicate={"status": "passed"}))
+    tampered = dict(
+        doc, payload=base64.b64encode(base64.b64decode(doc["payload"]).replace(b"passed", b"failed")).decode()
+    )
+    foreign = json.loads(
+        attest(
+            other, kind="gate-result", build_id="b", subject_digest="sha256:" + "1" * 64, predicate={"status": "passed"}
+        )
+    )
     unsigned = dict(doc, signatures=[])
     cases = {"good": doc, "tampered": tampered, "foreign": foreign, "unsigned": unsigned}
     sslib_key = SSlibKey.from_crypto(key.public_key(), keyid=kid)

@@ -24,8 +24,11 @@ def compiled() -> CompiledStage:
         return jnp.tanh(x @ params["w"])
 
     plan = StagePlan(
-        stage="toy", bucket="f1", jax_func=stage,
-        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])], param_keys=["w"],
+        stage="toy",
+        bucket="f1",
+        jax_func=stage,
+        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])],
+        param_keys=["w"],
         inputs=[ArraySpec(name="x", shape=[2, 4], dtype="float32", sharding=[None, None])],
         outputs=[ArraySpec(name="y", shape=[2, 4], dtype="float32", sharding=[None, None])],
     )

@@ -78,8 +78,12 @@ def blob_upload_server(method, url):
 # ---- URIs --------------------------------------------------------------------------------------------
 def test_uri_maps_to_the_docker_endpoint_and_the_api_resource_names():
     loc = parse_gar_uri(URI)
-    assert (loc.project, loc.location, loc.repository, loc.package) == ("my-proj", "us-central1", "releases",
-                                                                          "avatar-release")
+    assert (loc.project, loc.location, loc.repository, loc.package) == (
+        "my-proj",
+        "us-central1",
+        "releases",
+        "avatar-release",
+    )
     assert loc.host == "us-central1-docker.pkg.dev" and loc.oci_repo == "my-proj/releases/avatar-release"
     assert loc.package_name == "projects/my-proj/locations/us-central1/repositories/releases/packages/avatar-release"
     custom = parse_gar_uri(URI + "/packages/team/avatar")
@@ -90,17 +94,20 @@ def test_uri_maps_to_the_docker_endpoint_and_the_api_resource_names():
     assert reg.location.base == BASE
 
 
-@pytest.mark.parametrize("uri, why", [
-    ("gar://projects/my-proj/locations/us-central1", "expected gar://projects/PROJECT"),
-    ("gar://project/my-proj/locations/us-central1/repositories/r", "expected gar://projects/PROJECT"),
-    ("gar://projects/my-proj/locations/us-central1/repositories/r/images/x", "expected gar://projects/PROJECT"),
-    ("gar://projects/My_Proj/locations/us-central1/repositories/r", "invalid project 'My_Proj'"),
-    ("gar://projects/example.com:proj/locations/us/repositories/r", "no query, fragment, port"),
-    ("gar://projects/my-proj/locations/US/repositories/r", "invalid location 'US'"),
-    ("gar://projects/my-proj/locations/us-central1/repositories/-r", "invalid repository '-r'"),
-    ("gar://projects/my-proj/locations/us-central1/repositories/r/packages/../x", "invalid image"),
-    ("gar://projects/my-proj/locations/us-central1/repositories/r?x=1", "no query"),
-])
+@pytest.mark.parametrize(
+    "uri, why",
+    [
+        ("gar://projects/my-proj/locations/us-central1", "expected gar://projects/PROJECT"),
+        ("gar://project/my-proj/locations/us-central1/repositories/r", "expected gar://projects/PROJECT"),
+        ("gar://projects/my-proj/locations/us-central1/repositories/r/images/x", "expected gar://projects/PROJECT"),
+        ("gar://projects/My_Proj/locations/us-central1/repositories/r", "invalid project 'My_Proj'"),
+        ("gar://projects/example.com:proj/locations/us/repositories/r", "no query, fragment, port"),
+        ("gar://projects/my-proj/locations/US/repositories/r", "invalid location 'US'"),
+        ("gar://projects/my-proj/locations/us-central1/repositories/-r", "invalid repository '-r'"),
+        ("gar://projects/my-proj/locations/us-central1/repositories/r/packages/../x", "invalid image"),
+        ("gar://projects/my-proj/locations/us-central1/repositories/r?x=1", "no query"),
+    ],
+)
 def test_bad_uris_are_input_errors_that_show_the_form(uri, why):
     with pytest.raises(InputError, match=why) as err:
         open_registry(uri)
@@ -194,8 +201,13 @@ def test_a_token_that_cannot_be_refreshed_is_a_registry_error(tmp_path):
 
 @pytest.mark.extra("gar")  # google-auth
 def test_refused_access_names_the_roles_to_grant(tmp_path):
-    body = json.dumps({"errors": [{"code": "DENIED", "message": "Permission "
-                                   "'artifactregistry.repositories.downloadArtifacts' denied"}]}).encode()
+    body = json.dumps(
+        {
+            "errors": [
+                {"code": "DENIED", "message": "Permission 'artifactregistry.repositories.downloadArtifacts' denied"}
+            ]
+        }
+    ).encode()
     session = FakeSession(lambda m, u: (403, {}, body))
     reg = GarRegistry(URI, credentials=FakeCredentials(), session=session, retry=FAST, lock_dir=tmp_path)
     with pytest.raises(RegistryError) as err:
@@ -230,8 +242,9 @@ def test_an_unreachable_endpoint_over_real_sockets(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    reg = GarRegistry(URI, credentials=FakeCredentials(), endpoint=f"http://127.0.0.1:{port}", retry=FAST,
-                      lock_dir=tmp_path)
+    reg = GarRegistry(
+        URI, credentials=FakeCredentials(), endpoint=f"http://127.0.0.1:{port}", retry=FAST, lock_dir=tmp_path
+    )
     with pytest.raises(RegistryError, match=rf"127\.0\.0\.1:{port}/my-proj/releases/avatar-release: pull blob"):
         reg.get_blob(sha256_digest(b"x"), 1)
 
@@ -244,8 +257,14 @@ def test_bad_endpoint_override_is_an_input_error():
 # ---- tags through the Artifact Registry API -------------------------------------------------------------
 def test_tags_are_listed_through_the_artifact_registry_api(tmp_path):
     client = FakeTagsClient(["dev", "_avr.b.b-1", "_avr.b.b-2", "_avr.r.reviews.N.b-1", "_avr.history"])
-    reg = GarRegistry(URI + "/packages/team/avatar", credentials=FakeCredentials(), tags_client=client,
-                      session=FakeSession(lambda m, u: (404, {}, b"")), retry=FAST, lock_dir=tmp_path)
+    reg = GarRegistry(
+        URI + "/packages/team/avatar",
+        credentials=FakeCredentials(),
+        tags_client=client,
+        session=FakeSession(lambda m, u: (404, {}, b"")),
+        retry=FAST,
+        lock_dir=tmp_path,
+    )
     assert reg.list_records("reviews") == ["b-1"]
     parent = "projects/my-proj/locations/us-central1/repositories/releases/packages/team%2Favatar"
     assert client.requests == [{"parent": parent, "page_size": 1000}]
@@ -254,11 +273,21 @@ def test_tags_are_listed_through_the_artifact_registry_api(tmp_path):
 
 def test_a_package_that_does_not_exist_yet_has_no_tags(tmp_path):
     NotFound = type("NotFound", (Exception,), {})
-    reg = GarRegistry(URI, credentials=FakeCredentials(), tags_client=FakeTagsClient([], NotFound("404 package")),
-                      retry=FAST, lock_dir=tmp_path)
+    reg = GarRegistry(
+        URI,
+        credentials=FakeCredentials(),
+        tags_client=FakeTagsClient([], NotFound("404 package")),
+        retry=FAST,
+        lock_dir=tmp_path,
+    )
     assert reg.list_records("reviews") == []
-    broken = GarRegistry(URI, credentials=FakeCredentials(), tags_client=FakeTagsClient([], RuntimeError("503")),
-                         retry=FAST, lock_dir=tmp_path)
+    broken = GarRegistry(
+        URI,
+        credentials=FakeCredentials(),
+        tags_client=FakeTagsClient([], RuntimeError("503")),
+        retry=FAST,
+        lock_dir=tmp_path,
+    )
     with pytest.raises(RegistryError, match="listing tags of projects/my-proj/.* through the Artifact Registry API"):
         broken.list_builds()
 
@@ -292,8 +321,15 @@ def test_full_behaviour_through_the_gar_code_path_against_a_local_stand_in(oci_s
     uri = f"gar://projects/my-proj/locations/us-central1/repositories/releases/packages/t{uuid.uuid4().hex[:8]}"
     session, creds = RecordingSession(), FakeCredentials(tokens=("tok-a",))
     tags = OciBackedTagsClient(f"http://{oci_server.host}/v2/{parse_gar_uri(uri).oci_repo}")
-    reg = GarRegistry(uri, credentials=creds, tags_client=tags, endpoint=f"http://{oci_server.host}",
-                      session=session, retry=FAST, lock_dir=tmp_path)
+    reg = GarRegistry(
+        uri,
+        credentials=creds,
+        tags_client=tags,
+        endpoint=f"http://{oci_server.host}",
+        session=session,
+        retry=FAST,
+        lock_dir=tmp_path,
+    )
     blob = reg.put_blob(b"exe")
     doc = {"build_id": "b-1", "weights": {"blob": {"digest": blob, "size": 3, "media_type": "application/x-exe"}}}
     digest, created = reg.put_build("b-1", json.dumps(doc).encode())

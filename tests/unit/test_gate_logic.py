@@ -10,16 +10,26 @@ import pytest
 
 from avatar_release.errors import InputError, IntegrityError, NotFoundError, Refusal, SpecError
 from avatar_release.gates import _compare as C
-from avatar_release.records import (
-    Band, EnvironmentRecord, GateEvidence, GateRequestRecord, GateResult, GateSetRecord,
-)
 from avatar_release.gates.review import decide, new_review, record_answer, review_page, unseal_order
 from avatar_release.gates.store import latest_result, load_review, save_result, save_review
 from avatar_release.gates.tier import decide_tier, load_levers
-from avatar_release.records import LeverRecord
-from avatar_release.records import BlobRef, Manifest, parse_record
+from avatar_release.records import (
+    Band,
+    BlobRef,
+    EnvironmentRecord,
+    GateEvidence,
+    GateRequestRecord,
+    GateResult,
+    GateSetRecord,
+    LeverRecord,
+    Manifest,
+    parse_record,
+)
 from avatar_release.records.gate import (
-    BitExactDetails, SimilarityBandDetails, TwinBaselineDetails, ZeroRecompileDetails,
+    BitExactDetails,
+    SimilarityBandDetails,
+    TwinBaselineDetails,
+    ZeroRecompileDetails,
 )
 from avatar_release.registry import MemoryRegistry
 from tests.helpers import cpu_manifest
@@ -33,9 +43,15 @@ def manifest() -> Manifest:
 
 
 def _gs(frames: int = 4, requests: int = 2) -> GateSetRecord:
-    return GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
-        GateRequestRecord(name=f"r{i}", image_variant=i, audio_variant=0, seed=0, frames=frames, buckets=["f8"])
-        for i in range(requests)])
+    return GateSetRecord(
+        name="t",
+        version=1,
+        digest="sha256:" + "0" * 64,
+        requests=[
+            GateRequestRecord(name=f"r{i}", image_variant=i, audio_variant=0, seed=0, frames=frames, buckets=["f8"])
+            for i in range(requests)
+        ],
+    )
 
 
 def _frames(n: int = 8, seed: int = 0) -> np.ndarray:
@@ -43,11 +59,30 @@ def _frames(n: int = 8, seed: int = 0) -> np.ndarray:
 
 
 def _band(floor: float, ceiling: int = 1) -> Band:
-    env = EnvironmentRecord(fingerprint="sha256:" + "1" * 64, backend="cpu", platform_version="x",
-                            device_kind="cpu", device_count=8, jax="0", jaxlib="0")
-    return Band(pipeline="tiny", target="cpu-8", psnr_floor_db=floor, max_abs_diff_ceiling=ceiling, margin_db=0,
-                reference_build="b", reference_digest="sha256:" + "2" * 64, variants=[], gate_set=_gs(),
-                environment=env, tool={}, measured_at="now", method="test")
+    env = EnvironmentRecord(
+        fingerprint="sha256:" + "1" * 64,
+        backend="cpu",
+        platform_version="x",
+        device_kind="cpu",
+        device_count=8,
+        jax="0",
+        jaxlib="0",
+    )
+    return Band(
+        pipeline="tiny",
+        target="cpu-8",
+        psnr_floor_db=floor,
+        max_abs_diff_ceiling=ceiling,
+        margin_db=0,
+        reference_build="b",
+        reference_digest="sha256:" + "2" * 64,
+        variants=[],
+        gate_set=_gs(),
+        environment=env,
+        tool={},
+        measured_at="now",
+        method="test",
+    )
 
 
 # ---- verdicts -------------------------------------------------------------------------------------
@@ -56,8 +91,12 @@ def _band(floor: float, ceiling: int = 1) -> Band:
 def test_zero_recompile_names_every_compile_with_its_stage():
     ok = C.zero_recompile([("a", 0, []), ("b", 0, [])])
     assert ok.status == "passed"
-    bad = C.zero_recompile([("a", 0, []), ("b", 2, [{"during": "stage sr/f8 (inputs latents(8,))"},
-                                                    {"during": "stage vae/f8 (inputs x(1,))"}])])
+    bad = C.zero_recompile(
+        [
+            ("a", 0, []),
+            ("b", 2, [{"during": "stage sr/f8 (inputs latents(8,))"}, {"during": "stage vae/f8 (inputs x(1,))"}]),
+        ]
+    )
     evidence = bad.details_as(ZeroRecompileDetails)
     assert bad.status == "failed" and evidence.compiles == 2 and [e["run"] for e in evidence.events] == ["b", "b"]
     assert "stage sr/f8 (inputs latents(8,))" in bad.summary and "stage vae/f8" in bad.summary
@@ -151,8 +190,9 @@ def test_evidence_that_does_not_fit_its_model_is_an_integrity_error_naming_the_f
         band({"frames_below": ["3"]}).details_as(SimilarityBandDetails)  # no coercion of signed evidence
     with pytest.raises(IntegrityError, match="similarity-band evidence: frames: Extra inputs are not permitted"):
         band({"frames": [3]}).details_as(SimilarityBandDetails)
-    result = GateResult.model_validate({**json.loads((DATA / "gate-result.v1.json").read_bytes()),
-                                        "band": {"path": "b.json", "psnr_floor_db": 40.0}})
+    result = GateResult.model_validate(
+        {**json.loads((DATA / "gate-result.v1.json").read_bytes()), "band": {"path": "b.json", "psnr_floor_db": 40.0}}
+    )
     with pytest.raises(IntegrityError, match="gate result band: digest: Field required"):
         result.band_used()
 
@@ -160,8 +200,11 @@ def test_evidence_that_does_not_fit_its_model_is_an_integrity_error_naming_the_f
 def test_added_evidence_is_checked_and_only_the_fields_set_are_written():
     zr = C.zero_recompile([("twin #1", 0, []), ("twin #2", 0, [])])
     more = zr.with_details(ZeroRecompileDetails(imports=[], hosts={"twin #1": "pod-a", "twin #2": "pod-b"}))
-    assert more.details == {"runs": ["twin #1", "twin #2"], "imports": [], "hosts": {"twin #1": "pod-a",
-                                                                                      "twin #2": "pod-b"}}
+    assert more.details == {
+        "runs": ["twin #1", "twin #2"],
+        "imports": [],
+        "hosts": {"twin #1": "pod-a", "twin #2": "pod-b"},
+    }
     assert zr.details == {"runs": ["twin #1", "twin #2"]}  # records are frozen: a copy
 
 
@@ -180,8 +223,9 @@ def test_declared_levers_make_a_candidate_tier_2(manifest):
     """Levers are the pipeline's: each v4 manifest records the ones its pipeline declared."""
     levers = load_levers()
     base = _variant(manifest, levers=_declared("matmul_k_split", "residual_dtype"))
-    cand = _variant(base, overrides={**manifest.overrides, "matmul_k_split": "2"},
-                    config={**manifest.config, "matmul_k_split": 2})
+    cand = _variant(
+        base, overrides={**manifest.overrides, "matmul_k_split": "2"}, config={**manifest.config, "matmul_k_split": 2}
+    )
     d = decide_tier(cand, base, levers)
     assert d.tier == 2 and "matmul_k_split" in d.reasons[0]
     bf16 = _variant(base, overrides={"residual_dtype": "bfloat16"})
@@ -229,11 +273,16 @@ def test_gate_set_covers_every_bucket_with_at_least_three_chunks(manifest):
 
     gs = gate_set(manifest)
     assert len(gs.requests) == 4 and {(r.image_variant, r.audio_variant) for r in gs.requests} == {
-        (0, 0), (0, 1), (1, 0), (1, 1)}
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    }
     assert all(len(r.buckets) >= 3 for r in gs.requests)
     assert gate_set(manifest).digest == gs.digest  # deterministic
-    two = manifest.model_copy(update={"buckets": [
-        manifest.buckets[0], manifest.buckets[0].model_copy(update={"name": "f4", "frames": 4})]})
+    two = manifest.model_copy(
+        update={"buckets": [manifest.buckets[0], manifest.buckets[0].model_copy(update={"name": "f4", "frames": 4})]}
+    )
     gs2 = gate_set(two)
     assert set(gs2.requests[0].buckets) == {"f8", "f4"} and gs2.digest != gs.digest
 
@@ -244,11 +293,22 @@ def test_gate_set_covers_every_bucket_with_at_least_three_chunks(manifest):
 def _result(manifest, status="needs-review") -> GateResult:
     env = _band(0).environment
     return GateResult(
-        status=status, build_id="tiny-cpu-8-aaaaaaaaaaaa", build_digest="sha256:" + "a" * 64,
-        pipeline="tiny", target="cpu-8", baseline=None, tier=2, environment=env, tool={}, gate_set=_gs(),
+        status=status,
+        build_id="tiny-cpu-8-aaaaaaaaaaaa",
+        build_digest="sha256:" + "a" * 64,
+        pipeline="tiny",
+        target="cpu-8",
+        baseline=None,
+        tier=2,
+        environment=env,
+        tool={},
+        gate_set=_gs(),
         gates=[GateEvidence(name="similarity-band", status="below-band", summary="x")],
-        frame_sha256=[], frames_blob=BlobRef(digest="sha256:" + "b" * 64, size=1, media_type="x"),
-        created_at="now", created_by="test")
+        frame_sha256=[],
+        frames_blob=BlobRef(digest="sha256:" + "b" * 64, size=1, media_type="x"),
+        created_at="now",
+        created_by="test",
+    )
 
 
 def test_review_order_is_sealed_behind_a_salted_commitment_and_capped(manifest):
@@ -263,7 +323,7 @@ def test_review_order_is_sealed_behind_a_salted_commitment_and_capped(manifest):
     # the same order commits differently (a fresh salt each time): the record cannot be matched to it
     assert salt_a != salt_b and a.order_commitment != b.order_commitment
     assert a.order_commitment == sha256_digest(canonical_json({"candidate_left": left_a, "salt": salt_a}))
-    assert b"candidate_left\":[" not in a.to_json_bytes() and salt_a not in a.to_json_bytes().decode()
+    assert b'candidate_left":[' not in a.to_json_bytes() and salt_a not in a.to_json_bytes().decode()
     with pytest.raises(InputError):
         new_review(r, "sha256:" + "c" * 64, [])
 

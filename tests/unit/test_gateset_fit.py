@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from avatar_release.gates import gateset
-from avatar_release.records import Manifest, parse_record
 from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parent.parent / "data"

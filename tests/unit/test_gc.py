@@ -35,7 +35,8 @@ def test_every_build_keyed_record_kind_is_pruned_with_its_build(reg):
     report = collect_garbage(reg, prune_builds=True, min_age_s=0)
     assert report.pruned_builds == [b] and report.kept_builds == [a]
     assert sorted(report.pruned_records) == sorted(
-        f"{ns}/{b}" for ns in ("gate-results", "compile-gates", "reviews", "attestations"))
+        f"{ns}/{b}" for ns in ("gate-results", "compile-gates", "reviews", "attestations")
+    )
     for ns in (GATE_RESULTS, COMPILE_GATES, REVIEWS, ATTESTATIONS):
         assert reg.get_record(ns.name, b) is None
     assert reg.get_record(GATE_RESULTS.name, a) is not None  # the kept build's evidence stays
@@ -71,8 +72,9 @@ def test_dry_run_deletes_nothing(reg):
 
 
 def test_every_declared_namespace_is_keyed_and_rooted():
-    assert {"gate-results", "compile-gates", "reviews", "statements", "attestations",
-            "release-state"} <= set(STORED_NAMESPACES)
+    assert {"gate-results", "compile-gates", "reviews", "statements", "attestations", "release-state"} <= set(
+        STORED_NAMESPACES
+    )
     assert all(ns.keyed_by in ("build", "channel", "registry") for ns in STORED_NAMESPACES.values())
     assert STORED_NAMESPACES["release-state"].keyed_by == "registry"  # one per registry: never pruned with a build
 
@@ -134,7 +136,8 @@ def test_per_shard_records_go_with_their_build_and_keep_their_blobs_while_it_sta
     report = collect_garbage(reg, prune_builds=True, min_age_s=0)
     assert report.pruned_builds == [b]
     assert sorted(r for r in report.pruned_records if r.startswith("gate-shards/")) == sorted(
-        f"gate-shards/{name}" for name, _ in gone)
+        f"gate-shards/{name}" for name, _ in gone
+    )
     blobs = set(reg.list_blob_digests())
     for name, digests in kept:
         assert reg.get_record(GATE_SHARDS.name, name) is not None and digests <= blobs

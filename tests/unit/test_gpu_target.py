@@ -44,22 +44,31 @@ def manifests_copy(tmp_path, monkeypatch):
 # ---- the target descriptions and the specs that pin them ---------------------------------------
 
 
-@pytest.mark.parametrize("target, device", [("gpu-h100-8", "NVIDIA H100 80GB HBM3"),
-                                            ("gpu-h200-1", "NVIDIA H200 141GB HBM3e")])
+@pytest.mark.parametrize(
+    "target, device", [("gpu-h100-8", "NVIDIA H100 80GB HBM3"), ("gpu-h200-1", "NVIDIA H200 141GB HBM3e")]
+)
 def test_each_gpu_target_pins_a_description_of_its_device_with_its_provenance(target, device):
     t = load_target(target)
     desc = target_description(t)
-    assert desc.digest == "sha256:" + hashlib.sha256(desc.path.read_bytes()).hexdigest() == \
-        "sha256:" + t.target_config_sha256
+    assert (
+        desc.digest
+        == "sha256:" + hashlib.sha256(desc.path.read_bytes()).hexdigest()
+        == "sha256:" + t.target_config_sha256
+    )
     assert f'device_description_str: "{device}"' in desc.text
     assert 'platform_name: "CUDA"' in desc.text
     # the one change from upstream is said in the file itself (Apache-2.0 section 4b) and in PROVENANCE.md
-    assert "Modified by avatar-release" in desc.text and "collective_memory_granularity" not in desc.text.split(
-        "manifests/gpu/PROVENANCE.md")[1]
+    assert (
+        "Modified by avatar-release" in desc.text
+        and "collective_memory_granularity" not in desc.text.split("manifests/gpu/PROVENANCE.md")[1]
+    )
     provenance = (GPU_DIR / "PROVENANCE.md").read_text()
     assert t.target_config_sha256 in provenance and desc.path.name in provenance
-    assert re.search(r"https://github.com/openxla/xla/blob/[0-9a-f]{40}/xla/backends/gpu/target_config/specs/"
-                     + re.escape(desc.path.name), provenance)
+    assert re.search(
+        r"https://github.com/openxla/xla/blob/[0-9a-f]{40}/xla/backends/gpu/target_config/specs/"
+        + re.escape(desc.path.name),
+        provenance,
+    )
     assert (GPU_DIR / "LICENSE-APACHE-2.0").read_text().lstrip().startswith("Apache License")
     # the device memory the fit is checked against is the description's own
     assert t.hbm_bytes_per_device == int(re.search(r"device_memory_size: (\d+)", desc.text).group(1))
@@ -88,8 +97,9 @@ def test_the_description_digest_is_part_of_the_target_spec_digest_and_cpu_tpu_di
     before = load_target("gpu-h100-8").digest()
     # as the file was named before GPU targets existed: gate evidence naming these keeps verifying
     assert load_target("cpu-8").digest() == "sha256:e9d98dfc795ee2a3d5914cfaf34ae9ab3fcf154090668fafea3fc55bacd8dab0"
-    assert load_target("tpu-v6e-8").digest() == \
-        "sha256:45be5de691901c21e3d6e623b885ea7a3422cc1d1bc1ecdcc142b8c739c5bd3c"
+    assert (
+        load_target("tpu-v6e-8").digest() == "sha256:45be5de691901c21e3d6e623b885ea7a3422cc1d1bc1ecdcc142b8c739c5bd3c"
+    )
     path = manifests_copy / "gpu" / "h100_sxm.txtpb"
     path.write_text(path.read_text() + "\n")
     spec = manifests_copy / "targets" / "gpu-h100-8.toml"
@@ -127,8 +137,9 @@ def test_the_installed_cuda_plugin_reads_each_description_as_compile_only_device
 
     for target, kind in (("gpu-h100-8", "NVIDIA H100 80GB HBM3"), ("gpu-h200-1", "NVIDIA H200 141GB HBM3e")):
         t = load_target(target)
-        topo = topologies.get_topology_desc(platform="cuda", topology_name="", target_config=target_description(t).text,
-                                            topology=t.topology)
+        topo = topologies.get_topology_desc(
+            platform="cuda", topology_name="", target_config=target_description(t).text, topology=t.topology
+        )
         assert len(topo.devices) == t.device_count
         assert {d.device_kind for d in topo.devices} == {kind}
         assert topo.devices[0].client.runtime_type == "compile_only_runtime"
@@ -148,16 +159,24 @@ def test_a_cpu_manifest_read_and_written_again_keeps_its_bytes_digest_and_identi
 
 def test_the_target_description_digest_is_covered_by_the_build_identity():
     m = cpu_manifest()
-    relabelled = m.model_copy(update={"platform": m.platform.model_copy(
-        update={"target_config": "sha256:" + "0" * 64})})
+    relabelled = m.model_copy(
+        update={"platform": m.platform.model_copy(update={"target_config": "sha256:" + "0" * 64})}
+    )
     assert manifest_identity(relabelled) != m.identity
     with pytest.raises(IntegrityError, match="hash to identity"):
         check_identity(relabelled)
 
 
 def test_platform_fields_added_later_are_left_out_only_while_unset():
-    p = Platform(backend="gpu", platform_version="topology:1x1x8", device_kind="NVIDIA H100 80GB HBM3", device_count=8,
-                 mesh_axes=["fsdp"], mesh_shape=[8], topology="1x1x8")
+    p = Platform(
+        backend="gpu",
+        platform_version="topology:1x1x8",
+        device_kind="NVIDIA H100 80GB HBM3",
+        device_count=8,
+        mesh_axes=["fsdp"],
+        mesh_shape=[8],
+        topology="1x1x8",
+    )
     assert "target_config" not in p.model_dump(mode="json")
     doc = p.model_copy(update={"target_config": "sha256:" + "1" * 64}).model_dump(mode="json")
     assert doc["target_config"] == "sha256:" + "1" * 64
@@ -168,11 +187,13 @@ def test_platform_fields_added_later_are_left_out_only_while_unset():
 
 
 def test_a_pallas_kernel_lowered_through_triton_is_found_by_name_with_its_launch_parameters():
-    line = ('  ROOT %pallas_call.0 = bf16[1,1024,8,64]{3,2,1,0} custom-call(%q.1, %k.1, %v.1), '
-            'custom_call_target="__gpu$xla.gpu.triton", api_version=API_VERSION_TYPED_FFI, '
-            'metadata={op_name="jit(f)/jit(mha)/mha_forward/pallas_call" stack_frame_id=3}, '
-            'backend_config={debug = false, grid_x = 8 : i32, ir = "ML\\EFR", name = "mha_forward", '
-            'num_stages = 2 : i32, num_warps = 4 : i32}')
+    line = (
+        "  ROOT %pallas_call.0 = bf16[1,1024,8,64]{3,2,1,0} custom-call(%q.1, %k.1, %v.1), "
+        'custom_call_target="__gpu$xla.gpu.triton", api_version=API_VERSION_TYPED_FFI, '
+        'metadata={op_name="jit(f)/jit(mha)/mha_forward/pallas_call" stack_frame_id=3}, '
+        'backend_config={debug = false, grid_x = 8 : i32, ir = "ML\\EFR", name = "mha_forward", '
+        "num_stages = 2 : i32, num_warps = 4 : i32}"
+    )
     (k,) = kernels_in(line)
     assert (k.name, k.backend, k.count, k.flags) == ("mha_forward", "triton", 1, {"num_stages": 2, "num_warps": 4})
 
@@ -182,12 +203,15 @@ def test_a_deviceless_compile_leaves_the_convolution_to_run_time_and_assigns_def
     assert f.convolutions_at_run_time == 1  # __cudnn$convForward with algorithm -1
     assert f.gemm_fusions >= 1  # the dot: a Triton GEMM fusion with the default tiling
     assert f.block_fusions >= 1  # the softmax: a Triton block-level fusion
-    assert '"algo_id":"-1"' in HLO and "__triton_nested_gemm_fusion" in HLO and "__triton\"" in HLO
+    assert '"algo_id":"-1"' in HLO and "__triton_nested_gemm_fusion" in HLO and '__triton"' in HLO
     rec = autotune_record({"x/f8": HLO}, load_flag_profile("gpu-default").compiler_options, deviceless=True)
     assert rec.deviceless and rec.select_first and rec.results is None
     assert rec.convolutions_at_run_time == 1 and rec.executables["x/f8"] == f
-    assert rec.settings == {"xla_gpu_deterministic_ops": True, "xla_gpu_exclude_nondeterministic_ops": True,
-                            "xla_gpu_require_complete_aot_autotune_results": False}
+    assert rec.settings == {
+        "xla_gpu_deterministic_ops": True,
+        "xla_gpu_exclude_nondeterministic_ops": True,
+        "xla_gpu_require_complete_aot_autotune_results": False,
+    }
     assert not autotune_record({}, {"xla_gpu_autotune_level": 4}, deviceless=False).select_first
 
 
@@ -202,11 +226,13 @@ def test_a_cudnn_convolution_is_charged_its_flops_and_its_operands_and_result():
 
 
 def test_a_triton_kernel_is_charged_the_estimate_its_route_declared():
-    line = ('ENTRY %main (q: bf16[1,128,8,64], k: bf16[1,128,8,64], v: bf16[1,128,8,64]) -> bf16[1,128,8,64] {\n'
-            '  %q = bf16[1,128,8,64]{3,2,1,0} parameter(0)\n  %k = bf16[1,128,8,64]{3,2,1,0} parameter(1)\n'
-            '  %v = bf16[1,128,8,64]{3,2,1,0} parameter(2)\n'
-            '  ROOT %pallas_call.0 = bf16[1,128,8,64]{3,2,1,0} custom-call(%q, %k, %v), '
-            'custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(f)/mha_forward/pallas_call"}\n}\n')
+    line = (
+        "ENTRY %main (q: bf16[1,128,8,64], k: bf16[1,128,8,64], v: bf16[1,128,8,64]) -> bf16[1,128,8,64] {\n"
+        "  %q = bf16[1,128,8,64]{3,2,1,0} parameter(0)\n  %k = bf16[1,128,8,64]{3,2,1,0} parameter(1)\n"
+        "  %v = bf16[1,128,8,64]{3,2,1,0} parameter(2)\n"
+        "  ROOT %pallas_call.0 = bf16[1,128,8,64]{3,2,1,0} custom-call(%q, %k, %v), "
+        'custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(f)/mha_forward/pallas_call"}\n}\n'
+    )
     module = _Module(line)
     plain, n = _kernel_costs(module, module.entry)
     assert n == 0 and plain["flops"] == 0 and plain["bytes accessed"] == 4 * 128 * 8 * 64 * 2  # q, k, v, out once
@@ -220,22 +246,40 @@ def test_a_triton_kernel_is_charged_the_estimate_its_route_declared():
 
 def _gpu_build(kind: str = "NVIDIA H100 80GB HBM3") -> Manifest:
     m = cpu_manifest()
-    p = Platform(backend="gpu", platform_version="topology:1x1x8", device_kind=kind, device_count=8,
-                 mesh_axes=["fsdp"], mesh_shape=[8], topology="1x1x8", target_config="sha256:" + "2" * 64)
+    p = Platform(
+        backend="gpu",
+        platform_version="topology:1x1x8",
+        device_kind=kind,
+        device_count=8,
+        mesh_axes=["fsdp"],
+        mesh_shape=[8],
+        topology="1x1x8",
+        target_config="sha256:" + "2" * 64,
+    )
     return m.model_copy(update={"platform": p})
 
 
 def test_an_h100_build_differs_from_an_h200_host_by_device_kind_and_from_cpu_by_backend():
     build = Machine.of_build(_gpu_build())
-    h200 = Machine(backend="gpu", platform_version="PJRT C API\ncuda 12080", device_kind="NVIDIA H200 141GB HBM3e",
-                   device_count=8, jaxlib=build.jaxlib)
+    h200 = Machine(
+        backend="gpu",
+        platform_version="PJRT C API\ncuda 12080",
+        device_kind="NVIDIA H200 141GB HBM3e",
+        device_count=8,
+        jaxlib=build.jaxlib,
+    )
     diff = diff_machines(build, h200, fields=RUN_FIELDS)
     assert diff.differences == {"device_kind": ("NVIDIA H100 80GB HBM3", "NVIDIA H200 141GB HBM3e")}
     cpu = Machine(backend="cpu", platform_version="cpu", device_kind="cpu", device_count=8, jaxlib=build.jaxlib)
     assert set(diff_machines(build, cpu, fields=RUN_FIELDS).differences) == {"backend", "device_kind"}
     # a topology build records no live platform version: an H100 host is not refused for its own
-    h100 = Machine(backend="gpu", platform_version="PJRT C API\ncuda 12080", device_kind="NVIDIA H100 80GB HBM3",
-                   device_count=8, jaxlib=build.jaxlib)
+    h100 = Machine(
+        backend="gpu",
+        platform_version="PJRT C API\ncuda 12080",
+        device_kind="NVIDIA H100 80GB HBM3",
+        device_count=8,
+        jaxlib=build.jaxlib,
+    )
     assert not diff_machines(build, h100, fields=RUN_FIELDS)
 
 

@@ -82,7 +82,6 @@ def _stand_in_build(serve_shape_of_sr: bool):
     the declared input shapes when ``serve_shape_of_sr``, else with half the frames (as if it were
     compiled for another bucket), so serving it compiles.
     """
-    from avatar_release.records import Manifest, parse_record
     from avatar_release.runtime import LoadedBuild, LoadTimings
     from avatar_release.runtime._load import LoadedStage
 
@@ -101,8 +100,9 @@ def _stand_in_build(serve_shape_of_sr: bool):
         warm = [jax.device_put(np.zeros(s, spec.dtype)) for s, spec in zip(shapes, entry.inputs)]
         exe({}, *warm)
         stages[(entry.stage, entry.bucket)] = LoadedStage(entry, exe, [None] * len(entry.inputs), {})
-    return LoadedBuild(resolved=None, manifest=manifest, registry="stand-in", mesh=None, stages=stages,
-                       timings=LoadTimings())
+    return LoadedBuild(
+        resolved=None, manifest=manifest, registry="stand-in", mesh=None, stages=stages, timings=LoadTimings()
+    )
 
 
 def test_strict_stream_raises_recompile_error_naming_the_stage_that_compiled():

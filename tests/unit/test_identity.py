@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from avatar_release.errors import IntegrityError
-from avatar_release.records import build_id_for, check_identity, manifest_identity
-from avatar_release.records import BUILD_SCHEMA_VERSION, Manifest, parse_record
+from avatar_release.records import (
+    BUILD_SCHEMA_VERSION,
+    Manifest,
+    build_id_for,
+    check_identity,
+    manifest_identity,
+    parse_record,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -24,11 +30,14 @@ def test_the_stored_current_manifest_hashes_to_its_own_identity():
     assert build_id_for(m.pipeline, m.target, manifest_identity(m)) == m.build_id
 
 
-@pytest.mark.parametrize("field, value", [
-    ("env_flags", ["--xla_cpu_enable_fast_math=true"]),
-    ("compiler_options", {"xla_cpu_enable_fast_min_max": True}),
-    ("kernel_flags", {"XLA_TPU_FORCE_LP_LLO_SCHEDULER": False}),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("env_flags", ["--xla_cpu_enable_fast_math=true"]),
+        ("compiler_options", {"xla_cpu_enable_fast_min_max": True}),
+        ("kernel_flags", {"XLA_TPU_FORCE_LP_LLO_SCHEDULER": False}),
+    ],
+)
 def test_an_edited_flag_profile_is_refused_or_renames_the_build(field, value):
     m = _current()
     edited = m.model_copy(update={"flags": m.flags.model_copy(update={field: value})})

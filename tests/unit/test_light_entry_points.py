@@ -18,14 +18,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_entry_points_stay_light():
-    heavy = ("jax", "jaxlib", "torch", "torchax", "PIL", "imageio_ffmpeg", "avatar_release.compile",
-             "avatar_release.pipeline", "model", "kernels")
-    code = ("import importlib, json, sys; importlib.import_module(sys.argv[1]); "
-            f"print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))")
+    heavy = (
+        "jax",
+        "jaxlib",
+        "torch",
+        "torchax",
+        "PIL",
+        "imageio_ffmpeg",
+        "avatar_release.compile",
+        "avatar_release.pipeline",
+        "model",
+        "kernels",
+    )
+    code = (
+        "import importlib, json, sys; importlib.import_module(sys.argv[1]); "
+        f"print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
+    )
 
     def pulled(module: str) -> list[str]:
-        out = subprocess.run([sys.executable, "-c", code, module], capture_output=True, text=True, cwd=ROOT,
-                             timeout=120, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code, module], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     assert pulled("avatar_release.media") == []

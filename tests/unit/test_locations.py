@@ -25,18 +25,18 @@ from avatar_release.compile._locations import location_pattern, portable_locatio
 from avatar_release.compile._stage import StagePlan, compile_stage, lower_stage
 from avatar_release.records import ArraySpec
 
-MODEL = '''
+MODEL = """
 def stage(helper, params, args):
     (x,) = args
     return helper.twice(x @ params["w"])
-'''
-HELPER = '''
+"""
+HELPER = """
 import jax.numpy as jnp
 
 
 def twice(x):
     return jnp.tanh(x) * 2
-'''
+"""
 
 
 def _module(name: str, path: Path, text: str) -> ModuleType:
@@ -59,8 +59,11 @@ def _lay_out(base: Path, tag: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
 
 def _plan(fn: object) -> StagePlan:
     return StagePlan(
-        stage="toy", bucket="f1", jax_func=fn,
-        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])], param_keys=["w"],
+        stage="toy",
+        bucket="f1",
+        jax_func=fn,
+        params=[ArraySpec(name="toy.w", shape=[4, 4], dtype="float32", sharding=[None, None])],
+        param_keys=["w"],
         inputs=[ArraySpec(name="x", shape=[2, 4], dtype="float32", sharding=[None, None])],
         outputs=[ArraySpec(name="y", shape=[2, 4], dtype="float32", sharding=[None, None])],
     )
@@ -104,11 +107,14 @@ def test_the_scope_gives_back_jax_options_and_frame_filter_as_they_were(tmp_path
     assert source_info_util.is_user_filename(str(site / "helper.py"))
 
 
-@pytest.mark.parametrize("name, portable", [
-    ("/home/ann/proj/puppet/model.py", "puppet/model.py"),  # the project, deepest root first
-    ("/home/ann/lib/util.py", "lib/util.py"),  # a shallower root
-    ("/opt/elsewhere/kit/mod.py", "mod.py"),  # under no root: its base name
-    ("puppet/model.py", "puppet/model.py"),  # already relative
-])
+@pytest.mark.parametrize(
+    "name, portable",
+    [
+        ("/home/ann/proj/puppet/model.py", "puppet/model.py"),  # the project, deepest root first
+        ("/home/ann/lib/util.py", "lib/util.py"),  # a shallower root
+        ("/opt/elsewhere/kit/mod.py", "mod.py"),  # under no root: its base name
+        ("puppet/model.py", "puppet/model.py"),  # already relative
+    ],
+)
 def test_a_file_name_is_made_relative_to_the_deepest_root(name, portable):
     assert re.sub(location_pattern(["/home/ann/proj/", "/home/ann/"]), "", name) == portable

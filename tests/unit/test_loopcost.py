@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from avatar_release.compile._loopcost import PER_RUN_KEYS, _kernel_costs, _Module, run_cost
 from avatar_release.analysis import estimate_chunks
+from avatar_release.compile._loopcost import PER_RUN_KEYS, _kernel_costs, _Module, run_cost
 
 
 def _compiled(fn, *shapes):
@@ -89,10 +89,13 @@ def test_a_loop_whose_trip_count_cannot_be_read_is_counted_once_and_named():
 def test_pallas_cost_estimates_are_added_once_per_call_site_and_multiplied_by_their_loop():
     estimate = {"flops": "1000", "transcendentals": "10", "bytes_accessed": "500", "remote_bytes_transferred": "0"}
     config = json.dumps({"custom_call_config": {"cost_estimate": estimate}}).replace('"', '\\"')
-    line = (f'  %k = f32[8]{{0}} custom-call(f32[8]{{0}} %p), custom_call_target="tpu_custom_call", '
-            f'backend_config="{config}"')
-    module = _Module("HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  %p = f32[8]{0} parameter(0)\n"
-                     f"{line}\n}}\n")
+    line = (
+        f'  %k = f32[8]{{0}} custom-call(f32[8]{{0}} %p), custom_call_target="tpu_custom_call", '
+        f'backend_config="{config}"'
+    )
+    module = _Module(
+        f"HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {{\n  %p = f32[8]{{0}} parameter(0)\n{line}\n}}\n"
+    )
     total, n = _kernel_costs(module, "main")
     assert n == 1 and total == {"flops": 1000.0, "bytes accessed": 500.0, "transcendentals": 10.0}
 
@@ -103,8 +106,12 @@ def test_a_stage_estimate_prefers_the_per_run_figures_over_the_scaled_ones():
 
     class _E:
         key, bucket, cost_loop_scale, schedule = "dit/f8", "f8", 36.0, None
-        cost = {"flops": 1e12, "bytes accessed": 1e10,
-                PER_RUN_KEYS["flops"]: 2e13, PER_RUN_KEYS["bytes accessed"]: 3.28e11}
+        cost = {
+            "flops": 1e12,
+            "bytes accessed": 1e10,
+            PER_RUN_KEYS["flops"]: 2e13,
+            PER_RUN_KEYS["bytes accessed"]: 3.28e11,
+        }
 
     class M:
         class program:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release.machine import ALL_FIELDS, RUN_FIELDS, Machine, diff_machines
-from avatar_release.records import EnvironmentRecord, Manifest, parse_record
+from avatar_release.records import EnvironmentRecord, Manifest
 from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -19,9 +19,16 @@ def _build() -> Manifest:
 
 def _env(m: Manifest, **changes) -> EnvironmentRecord:
     p = m.platform
-    fields = dict(fingerprint="sha256:" + "1" * 64, backend=p.backend, platform_version=p.platform_version,
-                  device_kind=p.device_kind, device_count=p.device_count, jax=m.toolchain.jax,
-                  jaxlib=m.toolchain.jaxlib, cpu_features=p.cpu_features)
+    fields = dict(
+        fingerprint="sha256:" + "1" * 64,
+        backend=p.backend,
+        platform_version=p.platform_version,
+        device_kind=p.device_kind,
+        device_count=p.device_count,
+        jax=m.toolchain.jax,
+        jaxlib=m.toolchain.jaxlib,
+        cpu_features=p.cpu_features,
+    )
     return EnvironmentRecord(**{**fields, **changes})
 
 

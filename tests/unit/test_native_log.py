@@ -9,14 +9,16 @@ import sys
 
 from avatar_release.machine._native_log import summarize
 
-REMAT = ("W1201 10:08:06.669259    5184 spmd_partitioner.cc:656] [SPMD] Involuntary full rematerialization. "
-         "The compiler cannot go from sharding {devices=[8,1,1]<=[8]} to {devices=[1,4,1,2]<=[8] "
-         "last_tile_dim_replicate} efficiently for HLO operation %add.7 = f32[1,240,64]{2,1,0} add(%dot, %add.6), "
-         "sharding={devices=[8,1,1]<=[8]}. As the last resort, SPMD will replicate the tensor and then partition "
-         "it to obtain the target sharding, which is inefficient. This issue will be fixed by Shardy partitioner "
-         "in the future, which is tracked in b/433785288. Contact Shardy or XLA team for help.")
+REMAT = (
+    "W1201 10:08:06.669259    5184 spmd_partitioner.cc:656] [SPMD] Involuntary full rematerialization. "
+    "The compiler cannot go from sharding {devices=[8,1,1]<=[8]} to {devices=[1,4,1,2]<=[8] "
+    "last_tile_dim_replicate} efficiently for HLO operation %add.7 = f32[1,240,64]{2,1,0} add(%dot, %add.6), "
+    "sharding={devices=[8,1,1]<=[8]}. As the last resort, SPMD will replicate the tensor and then partition "
+    "it to obtain the target sharding, which is inefficient. This issue will be fixed by Shardy partitioner "
+    "in the future, which is tracked in b/433785288. Contact Shardy or XLA team for help."
+)
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys
 from avatar_release.machine import native_log_filter
 print("before", file=sys.stderr, flush=True)
@@ -30,7 +32,7 @@ with native_log_filter() as notes:
     os.write(2, b"=== Source Location Trace: === \nlearning/45eac/tfrc/runtime/libtpu_init_utils.cc:327\n")
 print("after", file=sys.stderr, flush=True)
 print(json.dumps([n.to_json() for n in notes]))
-'''
+"""
 
 
 def test_glog_lines_become_one_note_each_and_the_rest_passes_in_order():
@@ -45,7 +47,9 @@ def test_glog_lines_become_one_note_each_and_the_rest_passes_in_order():
     assert remat.startswith("  xla warning [spmd_partitioner.cc]") and "f32[1,240,64]{2,1,0} add" in remat
     notes = json.loads(out.stdout)
     assert [(n["severity"], n["source"], n["count"]) for n in notes] == [
-        ("warning", "spmd_partitioner.cc", 3), ("error", "common_lib.cc", 1)]  # info lines are dropped
+        ("warning", "spmd_partitioner.cc", 3),
+        ("error", "common_lib.cc", 1),
+    ]  # info lines are dropped
 
 
 def test_a_message_is_shortened_without_its_contact_us_tail():

@@ -37,18 +37,30 @@ def b64(text: str) -> str:
 
 
 def test_challenges_parse_with_commas_inside_quotes():
-    c = parse_challenge('Bearer realm="https://auth.example/token",service="registry.example",'
-                        'scope="repository:a/b:pull,push",error="insufficient_scope"')
+    c = parse_challenge(
+        'Bearer realm="https://auth.example/token",service="registry.example",'
+        'scope="repository:a/b:pull,push",error="insufficient_scope"'
+    )
     assert c.scheme == "bearer" and c.params == {
-        "realm": "https://auth.example/token", "service": "registry.example",
-        "scope": "repository:a/b:pull,push", "error": "insufficient_scope"}
+        "realm": "https://auth.example/token",
+        "service": "registry.example",
+        "scope": "repository:a/b:pull,push",
+        "error": "insufficient_scope",
+    }
     assert parse_challenge('Basic realm="x"').scheme == "basic" and parse_challenge(None) is None
 
 
 def test_login_files_in_the_order_container_tools_use(env, monkeypatch):
-    (env / "docker" / "config.json").write_text(json.dumps({"auths": {
-        "https://reg.example:5000/v1/": {"auth": b64("docker-user:pw1")},
-        "other.example": {"username": "u2", "password": "pw2"}}}))
+    (env / "docker" / "config.json").write_text(
+        json.dumps(
+            {
+                "auths": {
+                    "https://reg.example:5000/v1/": {"auth": b64("docker-user:pw1")},
+                    "other.example": {"username": "u2", "password": "pw2"},
+                }
+            }
+        )
+    )
     assert find_credentials("reg.example:5000").username == "docker-user"
     assert find_credentials("REG.example:5000").password == "pw1"
     assert find_credentials("other.example") == Credentials("u2", "pw2", f"{env / 'docker' / 'config.json'} auths")
@@ -75,8 +87,10 @@ def test_unsupported_or_broken_logins_say_so(env):
 
 def test_ca_is_a_uri_parameter_and_nothing_else_is():
     assert parse_oci_uri("oci://reg.example/team/avatar?ca=/etc/ca.pem").ca == "/etc/ca.pem"
-    assert parse_oci_uri("oci://reg.example/team/avatar").verify() in (True, __import__("os").environ.get(
-        "AVATAR_RELEASE_REGISTRY_CA"))
+    assert parse_oci_uri("oci://reg.example/team/avatar").verify() in (
+        True,
+        __import__("os").environ.get("AVATAR_RELEASE_REGISTRY_CA"),
+    )
     for bad in ("oci://reg.example/a?user=x", "oci://reg.example/a?ca=", "oci://u:p@reg.example/a"):
         with pytest.raises(InputError, match="no credentials, query"):
             parse_oci_uri(bad)
@@ -85,8 +99,9 @@ def test_ca_is_a_uri_parameter_and_nothing_else_is():
 def Script(answer):  # noqa: N802 (reads as the class it replaced)
     """The package's in-memory distribution server with every request answered by ``answer(method,
     url, headers) -> (status, headers, body)``; it records what was sent in ``.sent``."""
-    return MemoryDistribution(before=lambda method, url, headers, data: MemoryResponse(*answer(method, url, headers),
-                                                                                     url=url))
+    return MemoryDistribution(
+        before=lambda method, url, headers, data: MemoryResponse(*answer(method, url, headers), url=url)
+    )
 
 
 def test_credentials_go_to_the_registry_host_only():

@@ -17,9 +17,9 @@ from avatar_release.records import BlobRef
 from avatar_release.records.stored import STORED_NAMESPACES, render_shard_record, shard_record_name
 from avatar_release.registry import OciRegistry
 from avatar_release.registry.oci import RetryPolicy
-from tests.oci_memory import MemoryDistribution
 from avatar_release.trust.evidence import attestation_refs, sign_and_store
 from avatar_release.trust.policy import local_identity
+from tests.oci_memory import MemoryDistribution
 from tests.release_records import gate_with_frames, publish_with_blobs
 
 FAST = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, connect_timeout=1.0, read_timeout=5.0)
@@ -46,8 +46,14 @@ def test_a_registry_with_the_referrers_api_lists_the_evidence_itself(tmp_path):
     assert manifest["subject"]["digest"] == digest
     assert manifest["layers"][0]["digest"] == attestation_refs(reg, build_id)[0].digest
     # the filter goes to the server, which applies it
-    sign_and_store(reg, local_identity().gate_key(), kind="compile-gate", build_id=build_id,
-                   subject_digest=m.content_digest(), predicate={"status": "passed"})
+    sign_and_store(
+        reg,
+        local_identity().gate_key(),
+        kind="compile-gate",
+        build_id=build_id,
+        subject_digest=m.content_digest(),
+        predicate={"status": "passed"},
+    )
     assert len(reg.referrers(build_id, artifact_type=DSSE)) == 2
     assert reg.referrers(build_id, artifact_type=PROMOTION) == []
     asked = [u for method, u, _ in server.sent if "/referrers/" in u]
@@ -70,22 +76,38 @@ def test_without_the_api_the_spec_tag_holds_an_index_of_the_referrers(tmp_path):
 def test_a_foreign_manifest_under_the_referrers_tag_is_reported_and_left_alone(tmp_path):
     server, reg, build_id, digest, m = attested(tmp_path, api=False)
     tag = "sha256-" + digest.removeprefix("sha256:")
-    foreign = canonical_json({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                              "config": {}, "layers": []})
+    foreign = canonical_json(
+        {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {}, "layers": []}
+    )
     server.repos["r"].manifests[sha256_digest(foreign)] = ("application/vnd.oci.image.manifest.v1+json", foreign)
     server.repos["r"].tags[tag] = sha256_digest(foreign)
     with pytest.raises(IntegrityError, match=f"referrers tag {tag} is a application/vnd.oci.image.manifest.v1"):
-        sign_and_store(reg, local_identity().gate_key(), kind="compile-gate", build_id=build_id,
-                       subject_digest=m.content_digest(), predicate={"status": "passed"})
+        sign_and_store(
+            reg,
+            local_identity().gate_key(),
+            kind="compile-gate",
+            build_id=build_id,
+            subject_digest=m.content_digest(),
+            predicate={"status": "passed"},
+        )
     assert server.repos["r"].tags[tag] == sha256_digest(foreign)
     assert len(attestation_refs(reg, build_id)) == 1  # the record lists nothing it could not attach
 
 
 def _envelope(build_id: str, predicate_type: str) -> bytes:
-    statement = {"_type": "https://in-toto.io/Statement/v1", "predicateType": predicate_type, "predicate": {},
-                 "subject": [{"name": build_id, "digest": {"sha256": "0" * 64}}]}
-    return json.dumps({"payloadType": "application/vnd.in-toto+json", "signatures": [],
-                       "payload": base64.b64encode(json.dumps(statement).encode()).decode()}).encode()
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "predicateType": predicate_type,
+        "predicate": {},
+        "subject": [{"name": build_id, "digest": {"sha256": "0" * 64}}],
+    }
+    return json.dumps(
+        {
+            "payloadType": "application/vnd.in-toto+json",
+            "signatures": [],
+            "payload": base64.b64encode(json.dumps(statement).encode()).decode(),
+        }
+    ).encode()
 
 
 def test_each_namespace_declares_what_it_attaches_and_to_which_build():
@@ -99,8 +121,13 @@ def test_each_namespace_declares_what_it_attaches_and_to_which_build():
     (s,) = STORED_NAMESPACES["gate-shards"].attachments(shard, shard_record_name("tiny-cpu-8-abc", 0, 2, [0], "r1"))
     assert (s.build_id, s.blob, s.artifact_type) == ("tiny-cpu-8-abc", ref, DSSE)
     # records that do not parse attach nothing (they are refused where they are read); timestamps never attach
-    for ns, raw in [("statements", b"{}"), ("attestations", b"junk"), ("gate-shards", b"[]"),
-                    ("timestamps", envelope), ("reviews", envelope)]:
+    for ns, raw in [
+        ("statements", b"{}"),
+        ("attestations", b"junk"),
+        ("gate-shards", b"[]"),
+        ("timestamps", envelope),
+        ("reviews", envelope),
+    ]:
         assert STORED_NAMESPACES[ns].attachments(raw, "x") == []
     assert a.label(b"not an envelope")[0].startswith("signed-")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from avatar_release.runtime import PaceTally, pace_of
-from tests.helpers import cpu_manifest, stored_manifest
+from tests.helpers import cpu_manifest
 
 
 @dataclass
@@ -19,8 +19,11 @@ class _C:
 
 def _manifest(backend: str, devices: int, kind: str):
     m = cpu_manifest()
-    return m.model_copy(update={"platform": m.platform.model_copy(
-        update={"backend": backend, "device_count": devices, "device_kind": kind})})
+    return m.model_copy(
+        update={
+            "platform": m.platform.model_copy(update={"backend": backend, "device_count": devices, "device_kind": kind})
+        }
+    )
 
 
 def test_virtual_cpu_devices_are_emulated_and_their_overruns_are_not_misses():
@@ -64,9 +67,15 @@ def test_a_chunks_progress_line_reads_correctly():
     """One frame is "1 frame"; a chunk over its deadline says it against the deadline, not after it."""
     emulated = pace_of(_manifest("cpu", 8, "cpu"), host_cores=2)
     line = emulated.chunk_line(3, frames=1, bucket="f8", seconds=0.5, deadline=0.32, compiles=0)
-    assert line == "chunk 3: 1 frame (f8) in 0.50s, over its 0.32s deadline: slower than playback (emulated host), 0 compiles"
+    assert (
+        line
+        == "chunk 3: 1 frame (f8) in 0.50s, over its 0.32s deadline: slower than playback (emulated host), 0 compiles"
+    )
     target = pace_of(_manifest("tpu", 8, "TPU v6 lite"), host_cores=2)
-    assert target.chunk_line(0, frames=8, bucket="f8", seconds=0.1, deadline=0.32, compiles=1) == \
-        "chunk 0: 8 frames (f8) in 0.10s, deadline 0.32s met, 1 compile"
-    assert "over its 0.32s deadline: MISSED" in target.chunk_line(1, frames=8, bucket="f8", seconds=0.5, deadline=0.32,
-                                                                   compiles=0)
+    assert (
+        target.chunk_line(0, frames=8, bucket="f8", seconds=0.1, deadline=0.32, compiles=1)
+        == "chunk 0: 8 frames (f8) in 0.10s, deadline 0.32s met, 1 compile"
+    )
+    assert "over its 0.32s deadline: MISSED" in target.chunk_line(
+        1, frames=8, bucket="f8", seconds=0.5, deadline=0.32, compiles=0
+    )

@@ -11,13 +11,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from avatar_release.errors import IntegrityError, SchemaVersionError
-from avatar_release.records import Band, GateResult, ReviewRecord
-from avatar_release.records import ChannelState, HistoryEntry, Manifest, StatementPayload, parse_record
+from avatar_release.records import (
+    Band,
+    ChannelState,
+    GateResult,
+    HistoryEntry,
+    Manifest,
+    ReviewRecord,
+    StatementPayload,
+    parse_record,
+)
 from tests.helpers import cpu_manifest
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MANIFEST = json.loads(cpu_manifest().to_json_bytes())  # a manifest of the version this tool writes
-MANIFEST["weights"]["chunks"][0]["tensors"] = MANIFEST["weights"]["chunks"][0]["tensors"][:4]  # every field, fewer alike
+MANIFEST["weights"]["chunks"][0]["tensors"] = MANIFEST["weights"]["chunks"][0]["tensors"][
+    :4
+]  # every field, fewer alike
 RECORDS = [Manifest, GateResult, ReviewRecord, Band, ChannelState, HistoryEntry, StatementPayload]
 
 json_values = st.recursive(

@@ -29,8 +29,7 @@ from avatar_release.specs import PROJECT_ENV, find_project, load_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own-pipeline"
-MEMBERS = ("name", "stages", "configs", "create", "init_weights", "load_weights", "stage", "signature",
-           "chunk_program")
+MEMBERS = ("name", "stages", "configs", "create", "init_weights", "load_weights", "stage", "signature", "chunk_program")
 
 
 @pytest.fixture(autouse=True)
@@ -127,17 +126,20 @@ def test_an_object_missing_a_member_is_refused_naming_it(puppet, member):
     assert f"member {member!r}" in str(e.value) and "missing" in str(e.value) and CONTRACT_PAGE in str(e.value)
 
 
-@pytest.mark.parametrize("member, value", [
-    ("name", ""),
-    ("stages", "motion"),  # a string is not a tuple of stage names
-    ("stages", ("motion", "motion")),
-    ("configs", {"tiny": "not callable"}),
-    ("chunk_program", None),
-    ("levers", {"matmul_k_split": "reassociation"}),  # not a Lever
-    ("band_variants", ({"matmul_k_split": 2},)),  # values are override strings
-    ("gate_requests", ((0, 1), (0, 1))),
-    ("source_packages", ("",)),
-])
+@pytest.mark.parametrize(
+    "member, value",
+    [
+        ("name", ""),
+        ("stages", "motion"),  # a string is not a tuple of stage names
+        ("stages", ("motion", "motion")),
+        ("configs", {"tiny": "not callable"}),
+        ("chunk_program", None),
+        ("levers", {"matmul_k_split": "reassociation"}),  # not a Lever
+        ("band_variants", ({"matmul_k_split": 2},)),  # values are override strings
+        ("gate_requests", ((0, 1), (0, 1))),
+        ("source_packages", ("",)),
+    ],
+)
 def test_an_object_with_a_wrong_member_is_refused_naming_it(puppet, member, value):
     members = {**_complete(puppet), "levers": dict(puppet.levers), member: value}
     with pytest.raises(ContractError) as e:
@@ -159,8 +161,9 @@ def test_compile_refuses_a_spec_whose_entry_is_not_a_pipeline_with_exit_2(tmp_pa
     assert 'entry = "json:loads"' in bad
     (project / "manifests" / "pipelines" / "bad.toml").write_text(bad)
     monkeypatch.setenv(PROJECT_ENV, str(project))  # restored after the test (--project sets it too)
-    res = CliRunner().invoke(cli, ["compile", "--pipeline", "bad", "--project", str(project),
-                                   "--registry", str(tmp_path / "reg"), "--json"])
+    res = CliRunner().invoke(
+        cli, ["compile", "--pipeline", "bad", "--project", str(project), "--registry", str(tmp_path / "reg"), "--json"]
+    )
     assert res.exit_code == 2, res.output
     doc = json.loads(res.stdout)
     assert doc["ok"] is False and doc["error"] == "ContractError"
@@ -169,7 +172,10 @@ def test_compile_refuses_a_spec_whose_entry_is_not_a_pipeline_with_exit_2(tmp_pa
 
 
 def test_the_toolchain_never_names_the_example():
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "avatar_release").rglob("*.py")
-            for i, line in enumerate(p.read_text().splitlines(), 1)
-            if "puppet" in line.lower() or "own-pipeline" in line]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in (ROOT / "avatar_release").rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "puppet" in line.lower() or "own-pipeline" in line
+    ]
     assert hits == []

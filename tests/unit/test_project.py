@@ -64,23 +64,31 @@ def test_project_option_wins_over_the_current_directory_and_reaches_child_proces
     monkeypatch.setenv(PROJECT_ENV, "")  # so that monkeypatch restores what use_project sets
     use_project(root)
     assert find_project().root == root.resolve()
-    out = subprocess.run([sys.executable, "-c", "from avatar_release.specs import find_project; "
-                          "print(find_project().root)"], capture_output=True, text=True, check=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", "from avatar_release.specs import find_project; print(find_project().root)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     assert out.stdout.strip() == str(root.resolve())
     with pytest.raises(SpecError, match="holds no manifests/ folder"):
         use_project(tmp_path / "nowhere")
 
 
 def test_the_entry_is_imported_from_the_project_and_checked(tmp_path, monkeypatch):
-    code = ("from avatar_release.pipeline import Pipeline\n"
-            "pipeline = Pipeline(name='m', stages=('a',), configs={}, create=None, init_weights=None,\n"
-            "                    load_weights=None, stage=None, signature=None, chunk_program=None)\n")
+    code = (
+        "from avatar_release.pipeline import Pipeline\n"
+        "pipeline = Pipeline(name='m', stages=('a',), configs={}, create=None, init_weights=None,\n"
+        "                    load_weights=None, stage=None, signature=None, chunk_program=None)\n"
+    )
     root = _project(tmp_path / "proj", code=code)
     monkeypatch.chdir(root)
     monkeypatch.setattr(sys, "path", list(sys.path))
     spec = load_pipeline("mine")
-    with pytest.raises(ContractError,
-                       match=r"member 'configs' must be a mapping.*docs site: Reference > The pipeline contract"):
+    with pytest.raises(
+        ContractError, match=r"member 'configs' must be a mapping.*docs site: Reference > The pipeline contract"
+    ):
         load_entry(spec)
     assert str(root.resolve()) in sys.path  # the project's packages were importable from its root
 
@@ -102,8 +110,9 @@ def test_pallas_kernels_are_named_by_the_traced_program_itself():
         o_ref[...] = x_ref[...] * 2
 
     def f(x):
-        y = pl.pallas_call(double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True,
-                           name="my_team_kernel")(x)
+        y = pl.pallas_call(
+            double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True, name="my_team_kernel"
+        )(x)
         return jax.lax.scan(lambda c, _: (c + y, None), y, None, length=2)[0]
 
     jaxpr = jax.make_jaxpr(f)(jnp.ones((8, 128), jnp.float32))

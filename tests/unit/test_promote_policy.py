@@ -14,6 +14,7 @@ from avatar_release.registry import MemoryRegistry
 from tests.helpers import with_release_state
 from tests.release_records import publish_stand_in, signed_gate_result
 
+
 @pytest.fixture
 def reg():
     return with_release_state(MemoryRegistry("policy"))
@@ -200,6 +201,9 @@ def test_a_program_relabelled_for_another_target_gets_no_keys_trust(reg):
     relabelled = m.model_copy(update={"build_id": "tpu-v6e-8-" + "r" * 12, "target": "tpu-v6e-8"})
     digest, _ = reg.put_build(relabelled.build_id, relabelled.to_json_bytes())
     signed_gate_result(reg, relabelled.build_id, digest, relabelled)
-    with pytest.raises(Refusal, match=r"says target tpu-v6e-8, but the program is not one: backend cpu \(target "
-                                      r"tpu-v6e-8 declares tpu\).*topology None \(declared v6e:2x4\)"):
+    with pytest.raises(
+        Refusal,
+        match=r"says target tpu-v6e-8, but the program is not one: backend cpu \(target "
+        r"tpu-v6e-8 declares tpu\).*topology None \(declared v6e:2x4\)",
+    ):
         promote(reg, relabelled.build_id, "staging")

@@ -26,14 +26,20 @@ def test_publish_to_dev_moves_dev_with_a_publish_entry_and_repeats_as_a_no_op(mo
     first = publish_to_dev(reg, a, reason="compile tiny for cpu-8")
     assert state_exists(reg)  # a new registry: its first publish signed its first state
     second = publish_to_dev(reg, b, reason="again")
-    assert (first.action, first.who, first.from_digest, first.to_digest) == ("publish", "ci-bot", None,
-                                                                              ma.content_digest())
+    assert (first.action, first.who, first.from_digest, first.to_digest) == (
+        "publish",
+        "ci-bot",
+        None,
+        ma.content_digest(),
+    )
     assert (second.from_digest, second.to_digest, second.reason) == (ma.content_digest(), mb.content_digest(), "again")
     assert publish_to_dev(reg, b, reason="same build") is None  # already there: no move
     assert signed_holder(reg, "dev") == b.build_id and signed_holder(reg, "staging") is None
     signed = SignedChannels(reg, load_state(reg, load_policy()))
     assert [(e.action, e.to_build, e.sequence) for e in signed.history("dev")] == [
-        ("publish", a.build_id, first.sequence), ("publish", b.build_id, second.sequence)]
+        ("publish", a.build_id, first.sequence),
+        ("publish", b.build_id, second.sequence),
+    ]
     # the plain pointer and history mirror it
     assert reg.get_channel("dev").digest == b.digest and len(reg.history("dev")) == 2
     assert reg.history("staging") == [] and reg.get_channel("staging") is None

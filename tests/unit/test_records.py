@@ -9,8 +9,8 @@ import pytest
 
 from avatar_release.errors import IntegrityError, SchemaVersionError
 from avatar_release.records import BUILD_SCHEMA_VERSION, STORED_KINDS, Manifest, parse_record, readable_versions
-from avatar_release.records.window import BUILD_OLDEST_SUPPORTED, UPGRADE, support_windows
 from avatar_release.records.schema import render_schemas
+from avatar_release.records.window import BUILD_OLDEST_SUPPORTED, UPGRADE, support_windows
 from avatar_release.specs import manifests_dir
 from tests.helpers import cpu_manifest
 
@@ -40,15 +40,19 @@ def test_a_record_older_than_the_window_is_refused_naming_kind_version_window_an
     with pytest.raises(SchemaVersionError) as info:
         parse_record(cls, (DATA / f"{stem}.v{version}.json").read_bytes(), where=f"{stem}.v{version}.json")
     message = str(info.value)
-    assert f"{stem}.v{version}.json: {kind} schema_version {version}, this avatar-release reads {oldest}..{newest}" \
+    assert (
+        f"{stem}.v{version}.json: {kind} schema_version {version}, this avatar-release reads {oldest}..{newest}"
         in message
+    )
     assert "older than the support window" in message and UPGRADE[kind] in message and "Record formats" in message
     assert info.value.exit_code == 11 and (info.value.found, info.value.supported) == (version, (oldest, newest))
 
 
 def test_build_manifests_before_the_window_are_there_to_be_refused():
     """The stored build manifests of versions the window has left are kept as refusal examples."""
-    assert [v for s, _, v in _older_than_the_window() if s == "build-manifest"] == list(range(1, BUILD_OLDEST_SUPPORTED))
+    assert [v for s, _, v in _older_than_the_window() if s == "build-manifest"] == list(
+        range(1, BUILD_OLDEST_SUPPORTED)
+    )
 
 
 @pytest.mark.parametrize("stem, cls", sorted(STORED_KINDS.items()))
@@ -76,7 +80,9 @@ def test_a_newer_version_is_a_version_error_naming_both_versions_not_an_integrit
 
 
 def test_a_record_of_another_kind_is_refused():
-    with pytest.raises(IntegrityError, match="expected a avatar-release/build record, found kind 'avatar-release/band'"):
+    with pytest.raises(
+        IntegrityError, match="expected a avatar-release/build record, found kind 'avatar-release/band'"
+    ):
         parse_record(Manifest, (DATA / "band.v1.json").read_bytes(), where="x")
 
 
@@ -144,7 +150,7 @@ def test_checked_in_json_schemas_are_current():
         assert (folder / name).read_text() == text, (
             f"manifests/schema/{name} is stale: run "
             "`python -c 'from pathlib import Path; from avatar_release.records.schema import write_schemas; "
-            "write_schemas(Path(\"manifests/schema\"))'`"
+            'write_schemas(Path("manifests/schema"))\'`'
         )
 
 
@@ -175,7 +181,6 @@ def test_a_format_change_moves_the_version():
         )
 
 
-
 @pytest.mark.parametrize("stem, cls", sorted(STORED_KINDS.items()))
 def test_every_released_version_keeps_its_stored_schema(stem, cls):
     """Files of released versions stay as they were: none may go missing when a version moves on
@@ -185,6 +190,7 @@ def test_every_released_version_keeps_its_stored_schema(stem, cls):
     missing = [f"{stem}.v{v}.json" for v in range(1, newest) if not (folder / f"{stem}.v{v}.json").is_file()]
     assert not missing, f"manifests/schema/ lacks {missing}: restore them from the release that wrote them"
 
+
 def test_a_malformed_digest_in_a_channel_file_is_an_integrity_refusal_naming_the_file(tmp_path):
     """Not a crash (exit 70) where the digest is first used: exit 4, the file named, before any read."""
     from click.testing import CliRunner
@@ -193,8 +199,15 @@ def test_a_malformed_digest_in_a_channel_file_is_an_integrity_refusal_naming_the
     from avatar_release.registry import LocalRegistry
 
     LocalRegistry(tmp_path / "reg")  # a real store's folders
-    good = {"schema_version": 1, "kind": "avatar-release/channel", "channel": "dev", "build_id": "tiny-cpu-8-x",
-            "digest": "sha256:" + "0" * 64, "sequence": 1, "updated_at": "2026-12-01T00:00:00Z"}
+    good = {
+        "schema_version": 1,
+        "kind": "avatar-release/channel",
+        "channel": "dev",
+        "build_id": "tiny-cpu-8-x",
+        "digest": "sha256:" + "0" * 64,
+        "sequence": 1,
+        "updated_at": "2026-12-01T00:00:00Z",
+    }
     (tmp_path / "reg" / "channels").mkdir(parents=True, exist_ok=True)
     (tmp_path / "reg" / "channels" / "dev.json").write_text(json.dumps({"state": {**good, "digest": "sha256:xyz"}}))
     for args in (["inspect", "dev"], ["verify", "dev"]):

@@ -25,8 +25,9 @@ def test_history_is_repaired_after_a_crash_between_channel_and_history(tmp_path)
     _publish(reg, "b-1", b"1")
     _publish(reg, "b-2", b"2")
     reg.move_channel("dev", reg.resolve("b-1"), expected_digest=None, action="publish", who="a", reason="1")
-    reg.move_channel("dev", reg.resolve("b-2"), expected_digest=reg.resolve("b-1").digest,
-                     action="publish", who="a", reason="2")
+    reg.move_channel(
+        "dev", reg.resolve("b-2"), expected_digest=reg.resolve("b-1").digest, action="publish", who="a", reason="2"
+    )
     # Simulate kill -9 after the channel file was replaced but before the append finished:
     # drop the last history line, leaving a torn half line.
     path = tmp_path / "reg" / "history.jsonl"
@@ -34,8 +35,9 @@ def test_history_is_repaired_after_a_crash_between_channel_and_history(tmp_path)
     path.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])
     assert [h.sequence for h in reg.history("dev")] == [1, 2]  # still visible through the channel
     _publish(reg, "b-3", b"3")
-    reg.move_channel("dev", reg.resolve("b-3"), expected_digest=reg.resolve("b-2").digest,
-                     action="publish", who="a", reason="3")
+    reg.move_channel(
+        "dev", reg.resolve("b-3"), expected_digest=reg.resolve("b-2").digest, action="publish", who="a", reason="3"
+    )
     assert [h.sequence for h in reg.history()] == [1, 2, 3]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from avatar_release.errors import InputError, NotFoundError
 from avatar_release.registry import LocalRegistry, find_registry
-from tests.helpers import cpu_manifest, cli, put_stand_in_build
+from tests.helpers import cli, cpu_manifest, put_stand_in_build
 
 
 def _registry_with_a_build(root: Path) -> str:
@@ -51,8 +51,13 @@ def test_nothing_found_is_exit_3_naming_every_place_looked_and_the_fix(tmp_path)
         find_registry(cwd=tmp_path, environ=_env(tmp_path))
     msg = str(err.value)
     assert err.value.exit_code == 3
-    for place in ("--registry", "$AVATAR_RELEASE_REGISTRY", "avatar-release.toml", str(tmp_path / "user-config"),
-                  ".avatar-release/"):
+    for place in (
+        "--registry",
+        "$AVATAR_RELEASE_REGISTRY",
+        "avatar-release.toml",
+        str(tmp_path / "user-config"),
+        ".avatar-release/",
+    ):
         assert place in msg, place
     assert "avatar-release compile" in msg and len(err.value.details["looked"]) == 4
 
@@ -82,9 +87,11 @@ def test_a_project_file_without_a_default_falls_through_to_the_user_default(tmp_
 
 
 def test_paths_in_a_config_file_are_relative_to_the_file_and_ca_joins_the_uri(tmp_path):
-    _write(tmp_path / "proj" / "avatar-release.toml",
-           'default = "local"\n[registries.local]\nuri = "regs/main"\n'
-           '[registries.team]\nuri = "oci+https://reg.example.com/avatar"\nca = "certs/ca.pem"\n')
+    _write(
+        tmp_path / "proj" / "avatar-release.toml",
+        'default = "local"\n[registries.local]\nuri = "regs/main"\n'
+        '[registries.team]\nuri = "oci+https://reg.example.com/avatar"\nca = "certs/ca.pem"\n',
+    )
     (tmp_path / "proj" / "sub").mkdir()
     env = _env(tmp_path)
     assert find_registry(cwd=tmp_path / "proj" / "sub", environ=env).uri == str(tmp_path / "proj" / "regs" / "main")
@@ -92,18 +99,24 @@ def test_paths_in_a_config_file_are_relative_to_the_file_and_ca_joins_the_uri(tm
     assert team.uri == f"oci+https://reg.example.com/avatar?ca={tmp_path / 'proj' / 'certs' / 'ca.pem'}"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ('default = "tem"\n[registries.team]\nuri = "/x"\n', "did you mean 'team'"),
-    ('[registries.team]\nurl = "/x"\n', "registries.team.url: unknown key (got '/x'); did you mean 'uri'?"),
-    ('[registries.team]\nca = "ca.pem"\n', "missing required field registries.team.uri; registries.team "
-                                           "(RegistryEntry) takes required: uri; optional: ca"),
-    ('registry = "x"\n', "did you mean 'registries'"),
-    ('[registries.team]\nuri = ""\n', "registries.team.uri: expected a non-empty string"),
-    ('[registries.team]\nuri = 3\n', "registries.team.uri: Input should be a valid string (got 3)"),
-    ('[registries]\nteam = "x"\n', "registries.team: expected a table (got 'x')"),
-    ('[registries.team]\nuri = "/x"\nca = "ca.pem"\n', "ca applies to oci:// registries only"),
-    ("default = \n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('default = "tem"\n[registries.team]\nuri = "/x"\n', "did you mean 'team'"),
+        ('[registries.team]\nurl = "/x"\n', "registries.team.url: unknown key (got '/x'); did you mean 'uri'?"),
+        (
+            '[registries.team]\nca = "ca.pem"\n',
+            "missing required field registries.team.uri; registries.team "
+            "(RegistryEntry) takes required: uri; optional: ca",
+        ),
+        ('registry = "x"\n', "did you mean 'registries'"),
+        ('[registries.team]\nuri = ""\n', "registries.team.uri: expected a non-empty string"),
+        ("[registries.team]\nuri = 3\n", "registries.team.uri: Input should be a valid string (got 3)"),
+        ('[registries]\nteam = "x"\n', "registries.team: expected a table (got 'x')"),
+        ('[registries.team]\nuri = "/x"\nca = "ca.pem"\n', "ca applies to oci:// registries only"),
+        ("default = \n", "not valid TOML"),
+    ],
+)
 def test_a_malformed_config_file_names_the_file_the_key_and_the_fix(tmp_path, text, expected):
     path = _write(tmp_path / "avatar-release.toml", text)
     with pytest.raises(InputError) as err:
@@ -122,8 +135,10 @@ def test_a_mistyped_registry_name_is_not_found_with_a_suggestion(tmp_path):
 
 def test_ls_from_outside_the_project_uses_the_registry_the_config_file_names(tmp_path, monkeypatch):
     build_id = _registry_with_a_build(tmp_path / "shared" / "reg")
-    _write(tmp_path / "user-config" / "config.toml",
-           f'default = "shared"\n[registries.shared]\nuri = "{tmp_path / "shared" / "reg"}"\n')
+    _write(
+        tmp_path / "user-config" / "config.toml",
+        f'default = "shared"\n[registries.shared]\nuri = "{tmp_path / "shared" / "reg"}"\n',
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -135,8 +150,14 @@ def test_ls_from_outside_the_project_uses_the_registry_the_config_file_names(tmp
     shown = cli("registries", "--json")
     doc = json.loads(shown.stdout)
     assert doc["current"]["uri"] == str(tmp_path / "shared" / "reg") and doc["current"]["name"] == "shared"
-    assert doc["registries"] == [{"name": "shared", "uri": str(tmp_path / "shared" / "reg"),
-                                  "file": str(tmp_path / "user-config" / "config.toml"), "default": True}]
+    assert doc["registries"] == [
+        {
+            "name": "shared",
+            "uri": str(tmp_path / "shared" / "reg"),
+            "file": str(tmp_path / "user-config" / "config.toml"),
+            "default": True,
+        }
+    ]
 
 
 def test_ls_with_no_registry_anywhere_is_exit_3_with_the_places_in_json(tmp_path, monkeypatch):

@@ -8,8 +8,6 @@ import os
 
 import pytest
 
-from tests.helpers import with_release_state
-
 from avatar_release.errors import InputError, NeedsApproval, Refusal, Revoked
 from avatar_release.gates.review import decide, new_review, record_answer
 from avatar_release.gates.store import latest_result, load_review, save_review
@@ -22,6 +20,7 @@ from avatar_release.trust.evidence import sign_and_store
 from avatar_release.trust.policy import load_policy, local_identity
 from avatar_release.trust.revocation import revocations
 from avatar_release.trust.state_roles import STATE_KEYS_ENV
+from tests.helpers import with_release_state
 from tests.release_records import publish_stand_in, signed_gate_result
 
 
@@ -43,14 +42,17 @@ def rm(tmp_path):
     return load_private_key(priv), pub, kid
 
 
-def _policy(tmp_path, monkeypatch, *, approvers: str, roles: int = 2, extra_keys: str = "",
-            state_keys: tuple = ()) -> None:
+def _policy(
+    tmp_path, monkeypatch, *, approvers: str, roles: int = 2, extra_keys: str = "", state_keys: tuple = ()
+) -> None:
     """Write and use a trust policy; ``state_keys``: private keys it names that this process holds."""
     me = local_identity()
-    text = (f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\n'
-            f'ana = "{me.reviewer_key_path.with_suffix(".pub")}"\n{extra_keys}'
-            '[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["ana"]\n'
-            f'[release]\napprovers = [{approvers}]\nroles = {roles}\n')
+    text = (
+        f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\n'
+        f'ana = "{me.reviewer_key_path.with_suffix(".pub")}"\n{extra_keys}'
+        '[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["ana"]\n'
+        f"[release]\napprovers = [{approvers}]\nroles = {roles}\n"
+    )
     path = tmp_path / "trust.toml"
     path.write_text(text)
     monkeypatch.setenv("AVATAR_RELEASE_TRUST_POLICY", str(path))
@@ -68,7 +70,9 @@ def _in_staging(reg, suffix="a"):
 def test_the_gate_key_alone_never_reaches_prod_and_a_second_key_does(bare, rm, tmp_path, monkeypatch):
     key, pub, kid = rm
     # rm is the policy's only approver, so the release state's root: the test holds it to initialise
-    _policy(tmp_path, monkeypatch, approvers='"rm"', extra_keys=f'rm = "{pub}"\n', state_keys=(pub.with_suffix(".key"),))
+    _policy(
+        tmp_path, monkeypatch, approvers='"rm"', extra_keys=f'rm = "{pub}"\n', state_keys=(pub.with_suffix(".key"),)
+    )
     reg = with_release_state(bare)
     a, da, m = _in_staging(reg)
     with pytest.raises(NeedsApproval, match=rf"prod needs a release approval .* \(rm\).*avatar-release approve {a}"):
@@ -95,8 +99,14 @@ def test_a_policy_that_makes_the_gate_key_its_approver_still_needs_two_keys(bare
         approve(reg, a, private_key=gate_key)
     # signed by hand, around the command: the policy itself refuses it
     verdict_digest = latest_result(reg, a)[1]
-    sign_and_store(reg, gate_key, kind="release-approval", build_id=a, subject_digest=m.content_digest(),
-                   predicate={"build_id": a, "gate_result_digest": verdict_digest, "approver": "gate", "at": "x"})
+    sign_and_store(
+        reg,
+        gate_key,
+        kind="release-approval",
+        build_id=a,
+        subject_digest=m.content_digest(),
+        predicate={"build_id": a, "gate_result_digest": verdict_digest, "approver": "gate", "at": "x"},
+    )
     with pytest.raises(NeedsApproval, match="one key cannot hold both roles"):
         promote(reg, a, "prod")
 
@@ -152,10 +162,25 @@ def _needs_review(reg, below=(0, 1)):
 def _forged_decision(reg, a, m, digest, **predicate):
     """A reviewer's key signing a decision around `review --approve` (no answers, say)."""
     rv = load_review(reg, a)
-    p = {"build_id": a, "gate_result_digest": digest, "decision": "approved", "reviewer": "ana", "note": "",
-         "at": "2026-12-01T00:00:00Z", "answers": [], "order_commitment": rv.order_commitment, **predicate}
-    sign_and_store(reg, local_identity().reviewer_key(), kind="review-decision", build_id=a,
-                   subject_digest=m.content_digest(), predicate=p)
+    p = {
+        "build_id": a,
+        "gate_result_digest": digest,
+        "decision": "approved",
+        "reviewer": "ana",
+        "note": "",
+        "at": "2026-12-01T00:00:00Z",
+        "answers": [],
+        "order_commitment": rv.order_commitment,
+        **predicate,
+    }
+    sign_and_store(
+        reg,
+        local_identity().reviewer_key(),
+        kind="review-decision",
+        build_id=a,
+        subject_digest=m.content_digest(),
+        predicate=p,
+    )
 
 
 def test_a_signed_approval_with_no_answers_counts_for_nothing(reg):
@@ -217,8 +242,14 @@ def test_a_revoked_build_never_moves_again_and_says_who_and_why(reg, rm):
 def test_a_revocation_by_a_key_nobody_trusts_holds_nothing_back_for_the_policy(reg, rm):
     a, da, m = _in_staging(reg)
     stranger, pub, _ = rm
-    sign_and_store(reg, stranger, kind="revocation", build_id=a, subject_digest=m.content_digest(),
-                   predicate={"build_id": a, "reason": "spite", "revoked_by": "mallory", "at": "x"})
+    sign_and_store(
+        reg,
+        stranger,
+        kind="revocation",
+        build_id=a,
+        subject_digest=m.content_digest(),
+        predicate={"build_id": a, "reason": "spite", "revoked_by": "mallory", "at": "x"},
+    )
     assert promote(reg, a, "prod").changed
     assert revocations(reg, a, m.content_digest(), load_policy().revoker_keys()) == []
     from avatar_release.trust import load_public_key
@@ -264,14 +295,15 @@ def test_concurrent_first_uses_end_with_every_key_matching_its_public_half(tmp_p
     import os
     import subprocess
     import sys
-
     import time
 
     env = {**os.environ, "AVATAR_RELEASE_CONFIG_DIR": str(tmp_path / "cfg")}
     start = time.time() + 3.0  # every process imported (and cryptography loaded) first, then all at once
-    code = ("import time; from avatar_release.trust.policy import load_policy; from avatar_release.trust.keys import "
-            "load_private_key; import cryptography.hazmat.primitives.asymmetric.ed25519; "
-            f"time.sleep(max(0.0, {start} - time.time())); load_policy()")
+    code = (
+        "import time; from avatar_release.trust.policy import load_policy; from avatar_release.trust.keys import "
+        "load_private_key; import cryptography.hazmat.primitives.asymmetric.ed25519; "
+        f"time.sleep(max(0.0, {start} - time.time())); load_policy()"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE) for _ in range(8)]
     errors = [p.communicate()[1].decode() for p in procs]
     assert all(p.returncode == 0 for p in procs), errors
@@ -279,5 +311,7 @@ def test_concurrent_first_uses_end_with_every_key_matching_its_public_half(tmp_p
 
     keys = tmp_path / "cfg" / "keys"
     for name in ("gate", "reviewer", "release"):
-        assert key_id(load_private_key(keys / f"{name}.key").public_key()) == key_id(load_public_key(keys / f"{name}.pub"))
+        assert key_id(load_private_key(keys / f"{name}.key").public_key()) == key_id(
+            load_public_key(keys / f"{name}.pub")
+        )
     assert not [p for p in keys.iterdir() if p.name.startswith(".")]  # no temporary file left behind

@@ -54,7 +54,9 @@ def test_a_pointer_in_a_registry_not_yet_signed_is_checked_against_its_history()
     reg.move_channel("staging", reg.resolve(a), expected_digest=None, action="promote", who="t", reason="")
     st = release_status(reg)
     assert st.problems == [] and {r.build_id: r.channels for r in st.builds} == {a: ["staging"], b: []}
-    reg._write_atomic("channels/staging.json", reg._read("channels/staging.json").replace(a.encode(), b.encode())
-                      .replace(da.encode(), db.encode()))
+    reg._write_atomic(
+        "channels/staging.json",
+        reg._read("channels/staging.json").replace(a.encode(), b.encode()).replace(da.encode(), db.encode()),
+    )
     (problem,) = release_status(reg).problems
     assert f"points at {b}" in problem and f"history says {a}" in problem

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from avatar_release import media
 from avatar_release.errors import InputError
-from avatar_release.serving import RENDER_MAX_AUDIO_SECONDS, render_build_to_files, request_audio
-from avatar_release.runtime import feed_chunks, plan_chunks, render, stream
 from avatar_release.media import sample_audio, sample_image
+from avatar_release.runtime import feed_chunks, plan_chunks, render, stream
+from avatar_release.serving import RENDER_MAX_AUDIO_SECONDS, render_build_to_files, request_audio
 from tests.media.helpers import tone
 from tests.standin_build import standin_build
 
@@ -34,8 +34,10 @@ SPF = 640
 
 
 def _manifest(*frames: int):
-    return SimpleNamespace(program=SimpleNamespace(samples_per_frame=SPF, sample_rate=16000),
-                           buckets=[SimpleNamespace(name=f"f{n}", frames=n) for n in frames])
+    return SimpleNamespace(
+        program=SimpleNamespace(samples_per_frame=SPF, sample_rate=16000),
+        buckets=[SimpleNamespace(name=f"f{n}", frames=n) for n in frames],
+    )
 
 
 def _split(audio: np.ndarray, sizes: list[int]):
@@ -48,8 +50,11 @@ def _split(audio: np.ndarray, sizes: list[int]):
 
 
 @settings(max_examples=150, deadline=None, database=None)
-@given(samples=st.integers(1, 40 * SPF), sizes=st.lists(st.integers(1, 7000), min_size=1, max_size=4),
-       buckets=st.sampled_from([(8,), (8, 4), (16, 8, 2), (5, 3)]))
+@given(
+    samples=st.integers(1, 40 * SPF),
+    sizes=st.lists(st.integers(1, 7000), min_size=1, max_size=4),
+    buckets=st.sampled_from([(8,), (8, 4), (16, 8, 2), (5, 3)]),
+)
 def test_the_feed_cuts_any_pieces_into_the_chunks_the_whole_track_plans(samples, sizes, buckets):
     m = _manifest(*buckets)
     audio = np.random.default_rng(samples).uniform(-1, 1, samples).astype(np.float32)
@@ -96,8 +101,9 @@ def test_a_build_renders_the_same_frames_from_pieces_as_from_one_array():
     pieces = [c for c in stream(build, image, _split(audio, [999, 16000, 7]))]
     assert np.array_equal(np.concatenate([c.frames for c in pieces]), whole)
     assert whole.shape[0] == 33 == report.frames and len(np.unique(whole[:, 0, 0, 0])) > 3  # audio reached frames
-    assert [(c.index, c.bucket, c.first_frame) for c in pieces] == [(c.index, c.bucket, c.first_frame)
-                                                                    for c in report.chunks]
+    assert [(c.index, c.bucket, c.first_frame) for c in pieces] == [
+        (c.index, c.bucket, c.first_frame) for c in report.chunks
+    ]
     assert build.guard.count == 0
 
 
@@ -162,9 +168,14 @@ print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_max
 
 def _render_peak(tmp_path: Path, seconds: int) -> dict:
     speech = tone(tmp_path / f"speech-{seconds}.flac", "-c:a", "flac", seconds=seconds, rate=16000)
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(speech), str(tmp_path / f"out-{seconds}.mp4")],
-                         capture_output=True, text=True, check=True, cwd=ROOT,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(speech), str(tmp_path / f"out-{seconds}.mp4")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    ).stdout
     return json.loads(out)
 
 

@@ -38,23 +38,42 @@ H, W, FPS = 8, 12, 10
 
 
 def _talking_head() -> ChunkProgramSpec:
-    return ChunkProgramSpec(image="image", audio="audio", noise="noise", carry={"prev": "last"}, deliver="frames",
-                            fps=25, sample_rate=16000, samples_per_frame=640, height=48, width=80)
+    return ChunkProgramSpec(
+        image="image",
+        audio="audio",
+        noise="noise",
+        carry={"prev": "last"},
+        deliver="frames",
+        fps=25,
+        sample_rate=16000,
+        samples_per_frame=640,
+        height=48,
+        width=80,
+    )
 
 
 def test_the_older_talking_head_declaration_reads_as_photo_audio_and_noise_in_video_out():
     p = request_program(_talking_head(), "pipeline spec x")
-    assert [(i.kind, i.name, i.required) for i in p.inputs] == [("image", "image", True), ("audio", "audio", True),
-                                                                ("noise", "noise", False)]
+    assert [(i.kind, i.name, i.required) for i in p.inputs] == [
+        ("image", "image", True),
+        ("audio", "audio", True),
+        ("noise", "noise", False),
+    ]
     assert p.of_kind("image").shape == (48, 80, 3) and p.of_kind("audio").samples_per_frame == 640
     assert p.delivers == Delivery.video("frames", height=48, width=80) and p.carry == {"prev": "last"}
 
 
 def test_a_declaration_that_cannot_be_fed_is_refused_naming_every_problem():
-    bad = RequestProgram(inputs=(RequestInput.audio("a", sample_rate=16000, samples_per_frame=640),
-                                 RequestInput.audio("b", sample_rate=16000, samples_per_frame=640),
-                                 RequestInput.text("seed", max_bytes=8), RequestInput("x", "video")),
-                         delivers=Delivery("video", ("f", "g"), height=4, width=6), fps=25)
+    bad = RequestProgram(
+        inputs=(
+            RequestInput.audio("a", sample_rate=16000, samples_per_frame=640),
+            RequestInput.audio("b", sample_rate=16000, samples_per_frame=640),
+            RequestInput.text("seed", max_bytes=8),
+            RequestInput("x", "video"),
+        ),
+        delivers=Delivery("video", ("f", "g"), height=4, width=6),
+        fps=25,
+    )
     with pytest.raises(ContractError) as e:
         request_program(bad, "pipeline spec x")
     msg = str(e.value)
@@ -67,18 +86,31 @@ def test_a_declaration_that_cannot_be_fed_is_refused_naming_every_problem():
 
 
 def test_inputs_and_delivery_are_held_to_the_stage_signatures():
-    p = RequestProgram(inputs=(RequestInput.text("prompt", max_bytes=16), RequestInput.time("t")),
-                       delivers=Delivery.video("frames", height=H, width=W), fps=FPS)
-    sigs = {"s": StageSignature((TensorSpec("prompt", (8,), "uint8"), TensorSpec("t", (5,), "float32")),
-                                (TensorSpec("frames", (5, H, W, 1), "uint8"),))}
+    p = RequestProgram(
+        inputs=(RequestInput.text("prompt", max_bytes=16), RequestInput.time("t")),
+        delivers=Delivery.video("frames", height=H, width=W),
+        fps=FPS,
+    )
+    sigs = {
+        "s": StageSignature(
+            (TensorSpec("prompt", (8,), "uint8"), TensorSpec("t", (5,), "float32")),
+            (TensorSpec("frames", (5, H, W, 1), "uint8"),),
+        )
+    }
     with pytest.raises(ContractError) as e:
         check_request_program("pipeline spec x, bucket f5", p, sigs, 5)
     msg = str(e.value)
     assert "the text input 'prompt' (stage s input) is declared (8,) uint8, expected (16,) uint8" in msg
-    assert f"the delivered video 'frames' (stage s output) is declared (5, {H}, {W}, 1) uint8, expected (5, {H}, {W}, 3)" \
-           in msg
-    ok = {"s": StageSignature((TensorSpec("prompt", (16,), "uint8"), TensorSpec("t", (5,), "float32")),
-                              (TensorSpec("frames", (5, H, W, 3), "uint8"),))}
+    assert (
+        f"the delivered video 'frames' (stage s output) is declared (5, {H}, {W}, 1) uint8, expected (5, {H}, {W}, 3)"
+        in msg
+    )
+    ok = {
+        "s": StageSignature(
+            (TensorSpec("prompt", (16,), "uint8"), TensorSpec("t", (5,), "float32")),
+            (TensorSpec("frames", (5, H, W, 3), "uint8"),),
+        )
+    }
     check_request_program("pipeline spec x, bucket f5", p, ok, 5)
 
 
@@ -97,20 +129,44 @@ def _spec(name: str, shape: list[int], dtype: str) -> ArraySpec:
 
 def _declared_build() -> LoadedBuild:
     m = cpu_manifest()
-    inputs = [RequestInputRecord(name="image", kind="image", required=False, shape=[H, W, 3], dtype="uint8"),
-              RequestInputRecord(name="prompt", kind="text", shape=[16], dtype="uint8"),
-              RequestInputRecord(name="bias", kind="tensor", required=False, shape=[3], dtype="float32"),
-              RequestInputRecord(name="t", kind="time", required=False, dtype="float32")]
-    program = ChunkProgram(stages=["mix"], image_input="image", audio_input=None, noise_input=None, carry={},
-                           deliver="frames", fps=FPS, sample_rate=0, samples_per_frame=0, height=H, width=W,
-                           inputs=inputs, delivers=DeliveryRecord(kind="video", outputs=["frames"]))
+    inputs = [
+        RequestInputRecord(name="image", kind="image", required=False, shape=[H, W, 3], dtype="uint8"),
+        RequestInputRecord(name="prompt", kind="text", shape=[16], dtype="uint8"),
+        RequestInputRecord(name="bias", kind="tensor", required=False, shape=[3], dtype="float32"),
+        RequestInputRecord(name="t", kind="time", required=False, dtype="float32"),
+    ]
+    program = ChunkProgram(
+        stages=["mix"],
+        image_input="image",
+        audio_input=None,
+        noise_input=None,
+        carry={},
+        deliver="frames",
+        fps=FPS,
+        sample_rate=0,
+        samples_per_frame=0,
+        height=H,
+        width=W,
+        inputs=inputs,
+        delivers=DeliveryRecord(kind="video", outputs=["frames"]),
+    )
     entries = []
     for b in m.buckets:
-        e = m.executables[0].model_copy(update={
-            "key": f"mix/{b.name}", "stage": "mix", "bucket": b.name, "params": [],
-            "inputs": [_spec("image", [H, W, 3], "uint8"), _spec("prompt", [16], "uint8"),
-                       _spec("bias", [3], "float32"), _spec("t", [b.frames], "float32")],
-            "outputs": [_spec("frames", [b.frames, H, W, 3], "uint8")]})
+        e = m.executables[0].model_copy(
+            update={
+                "key": f"mix/{b.name}",
+                "stage": "mix",
+                "bucket": b.name,
+                "params": [],
+                "inputs": [
+                    _spec("image", [H, W, 3], "uint8"),
+                    _spec("prompt", [16], "uint8"),
+                    _spec("bias", [3], "float32"),
+                    _spec("t", [b.frames], "float32"),
+                ],
+                "outputs": [_spec("frames", [b.frames, H, W, 3], "uint8")],
+            }
+        )
         entries.append(e)
     m = m.model_copy(update={"program": program, "executables": entries})
     stages = {(e.stage, e.bucket): LoadedStage(e, _mix, [None] * len(e.inputs), {}) for e in entries}
@@ -132,16 +188,26 @@ def test_the_runtime_feeds_each_declared_input_by_its_kind():
     assert again[0, 0, 0, 0] == 7 + hi  # the picture reached the stage; the optional tensor was zeros
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"frames": 3}, "text input 'prompt': build .* requires it \\(\\(16,\\) uint8\\); none given"),
-    ({"frames": 3, "values": {"prompt": "x" * 17}}, "text input 'prompt': 17 bytes of UTF-8; the build takes at most 16"),
-    ({"frames": 3, "values": {"prompt": "x", "bias": np.zeros(4, np.float32)}},
-     "tensor input 'bias': expected float32 \\(3,\\) .* got float32 \\(4,\\)"),
-    ({"frames": 3, "values": {"prompt": "x", "style": 1}}, "declares no input 'style'; it takes image \\(image\\), "
-                                                           "prompt \\(text\\), bias \\(tensor\\)"),
-    ({"audio": np.zeros(640, np.float32), "values": {"prompt": "x"}}, "audio: build .* declares no audio input"),
-    ({"values": {"prompt": "x"}}, "no audio drives this request; give the number of frames"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"frames": 3}, "text input 'prompt': build .* requires it \\(\\(16,\\) uint8\\); none given"),
+        (
+            {"frames": 3, "values": {"prompt": "x" * 17}},
+            "text input 'prompt': 17 bytes of UTF-8; the build takes at most 16",
+        ),
+        (
+            {"frames": 3, "values": {"prompt": "x", "bias": np.zeros(4, np.float32)}},
+            "tensor input 'bias': expected float32 \\(3,\\) .* got float32 \\(4,\\)",
+        ),
+        (
+            {"frames": 3, "values": {"prompt": "x", "style": 1}},
+            "declares no input 'style'; it takes image \\(image\\), prompt \\(text\\), bias \\(tensor\\)",
+        ),
+        ({"audio": np.zeros(640, np.float32), "values": {"prompt": "x"}}, "audio: build .* declares no audio input"),
+        ({"values": {"prompt": "x"}}, "no audio drives this request; give the number of frames"),
+    ],
+)
 def test_what_the_build_does_not_declare_or_declares_otherwise_is_refused(kwargs, message):
     with pytest.raises(InputError, match=message):
         list(stream(_declared_build(), **kwargs))
@@ -181,8 +247,9 @@ def test_the_pods_request_fields_are_the_declarations():
         decode_inputs(build, model.model_validate({"prompt": "x"}), None, b"RIFF", Limits())
     from avatar_release.serving._openapi import openapi_document
 
-    doc = openapi_document(SimpleNamespace(manifest=build.manifest, build_id=build.build_id, digest="sha256:x"),
-                           Limits())
+    doc = openapi_document(
+        SimpleNamespace(manifest=build.manifest, build_id=build.build_id, digest="sha256:x"), Limits()
+    )
     body = doc["components"]["schemas"]["RenderRequest"]["properties"]
     assert set(body) == set(model.model_fields) and "audio_b64" not in body
     assert doc["paths"]["/render"]["post"]["summary"].startswith("render a video from a picture + text + tensors")
@@ -198,16 +265,34 @@ def _echo(params, audio):
 
 def _audio_build() -> LoadedBuild:
     m = cpu_manifest()
-    program = ChunkProgram(stages=["echo"], image_input=None, audio_input="wave", noise_input=None, carry={},
-                           deliver="half", fps=SR // SPF, sample_rate=SR, samples_per_frame=SPF, height=0, width=0,
-                           inputs=[RequestInputRecord(name="wave", kind="audio", dtype="float32", sample_rate=SR,
-                                                      samples_per_frame=SPF)],
-                           delivers=DeliveryRecord(kind="audio", outputs=["half"], sample_rate=SR,
-                                                   samples_per_frame=SPF))
-    entries = [m.executables[0].model_copy(update={
-        "key": f"echo/{b.name}", "stage": "echo", "bucket": b.name, "params": [],
-        "inputs": [_spec("wave", [b.frames * SPF], "float32")],
-        "outputs": [_spec("half", [b.frames * SPF], "float32")]}) for b in m.buckets]
+    program = ChunkProgram(
+        stages=["echo"],
+        image_input=None,
+        audio_input="wave",
+        noise_input=None,
+        carry={},
+        deliver="half",
+        fps=SR // SPF,
+        sample_rate=SR,
+        samples_per_frame=SPF,
+        height=0,
+        width=0,
+        inputs=[RequestInputRecord(name="wave", kind="audio", dtype="float32", sample_rate=SR, samples_per_frame=SPF)],
+        delivers=DeliveryRecord(kind="audio", outputs=["half"], sample_rate=SR, samples_per_frame=SPF),
+    )
+    entries = [
+        m.executables[0].model_copy(
+            update={
+                "key": f"echo/{b.name}",
+                "stage": "echo",
+                "bucket": b.name,
+                "params": [],
+                "inputs": [_spec("wave", [b.frames * SPF], "float32")],
+                "outputs": [_spec("half", [b.frames * SPF], "float32")],
+            }
+        )
+        for b in m.buckets
+    ]
     m = m.model_copy(update={"program": program, "executables": entries})
     stages = {(e.stage, e.bucket): LoadedStage(e, _echo, [None] * len(e.inputs), {}) for e in entries}
     return LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, stages=stages, timings=LoadTimings())
@@ -251,12 +336,15 @@ def test_an_audio_to_audio_build_renders_a_wav_and_is_gated_and_served_by_its_ch
 
     band = parse_record(Band, (ROOT / "tests" / "data" / "band.v2.json").read_bytes(), where="band.v2.json")
     assert band.metric == "snr"
-    inside = similarity_band(gs, chunk_units(louder), units, band.model_copy(update={
-        "psnr_floor_db": 39.5, "max_abs_diff_ceiling": 0.01}))
-    assert inside.status == "passed" and inside.summary.startswith(f"all {len(chunks)} chunks inside the band "
-                                                                   "(lowest SNR 40.00 dB >= 39.50")
-    below = similarity_band(gs, chunk_units(louder), units, band.model_copy(update={
-        "psnr_floor_db": 41.0, "max_abs_diff_ceiling": 0.01}))
+    inside = similarity_band(
+        gs, chunk_units(louder), units, band.model_copy(update={"psnr_floor_db": 39.5, "max_abs_diff_ceiling": 0.01})
+    )
+    assert inside.status == "passed" and inside.summary.startswith(
+        f"all {len(chunks)} chunks inside the band (lowest SNR 40.00 dB >= 39.50"
+    )
+    below = similarity_band(
+        gs, chunk_units(louder), units, band.model_copy(update={"psnr_floor_db": 41.0, "max_abs_diff_ceiling": 0.01})
+    )
     assert below.status == "failed" and below.summary.startswith(f"{len(chunks)} of {len(chunks)} chunks below")
     assert "SNR 40.00 dB (floor 41.00)" in below.summary
     assert "none is available for delivered audio or tensors" in below.summary
@@ -292,8 +380,10 @@ def test_render_reads_text_and_tensor_inputs_by_the_declaration(tmp_path):
     np.save(tmp_path / "bias.npy", np.array([1, 2, 3], np.float32))
     got = request_values_from_text(program, {"prompt": "hello", "bias": str(tmp_path / "bias.npy")})
     assert got["prompt"] == "hello" and np.array_equal(got["bias"], [1, 2, 3])
-    with pytest.raises(InputError, match="--input style=...: this build declares no text or tensor input 'style' "
-                                         "\\(it has prompt, bias\\)"):
+    with pytest.raises(
+        InputError,
+        match="--input style=...: this build declares no text or tensor input 'style' \\(it has prompt, bias\\)",
+    ):
         request_values_from_text(program, {"style": "x"})
     with pytest.raises(InputError, match="--input bias=.*nope.npy: not a readable .npy array"):
         request_values_from_text(program, {"bias": str(tmp_path / "nope.npy")})
@@ -311,18 +401,46 @@ def _tensor_stage(params, x, t):
 
 def _tensors_build() -> LoadedBuild:
     m = cpu_manifest()
-    program = ChunkProgram(stages=["calc"], image_input=None, audio_input=None, noise_input=None, carry={},
-                           deliver="y", fps=FPS, sample_rate=0, samples_per_frame=0, height=0, width=0,
-                           inputs=[RequestInputRecord(name="x", kind="tensor", shape=[3], dtype="float32"),
-                                   RequestInputRecord(name="t", kind="time", required=False, dtype="float32")],
-                           delivers=DeliveryRecord(kind="tensors", outputs=["y", "z"]))
-    entries = [m.executables[0].model_copy(update={
-        "key": f"calc/{b.name}", "stage": "calc", "bucket": b.name, "params": [],
-        "inputs": [_spec("x", [3], "float32"), _spec("t", [b.frames], "float32")],
-        "outputs": [_spec("y", [3], "float32"), _spec("z", [b.frames], "float32")]}) for b in m.buckets]
+    program = ChunkProgram(
+        stages=["calc"],
+        image_input=None,
+        audio_input=None,
+        noise_input=None,
+        carry={},
+        deliver="y",
+        fps=FPS,
+        sample_rate=0,
+        samples_per_frame=0,
+        height=0,
+        width=0,
+        inputs=[
+            RequestInputRecord(name="x", kind="tensor", shape=[3], dtype="float32"),
+            RequestInputRecord(name="t", kind="time", required=False, dtype="float32"),
+        ],
+        delivers=DeliveryRecord(kind="tensors", outputs=["y", "z"]),
+    )
+    entries = [
+        m.executables[0].model_copy(
+            update={
+                "key": f"calc/{b.name}",
+                "stage": "calc",
+                "bucket": b.name,
+                "params": [],
+                "inputs": [_spec("x", [3], "float32"), _spec("t", [b.frames], "float32")],
+                "outputs": [_spec("y", [3], "float32"), _spec("z", [b.frames], "float32")],
+            }
+        )
+        for b in m.buckets
+    ]
     m = m.model_copy(update={"program": program, "executables": entries})
-    return LoadedBuild(resolved=None, manifest=m, registry="stand-in", mesh=None, timings=LoadTimings(),
-                       stages={(e.stage, e.bucket): LoadedStage(e, _tensor_stage, [None] * 2, {}) for e in entries})
+    return LoadedBuild(
+        resolved=None,
+        manifest=m,
+        registry="stand-in",
+        mesh=None,
+        timings=LoadTimings(),
+        stages={(e.stage, e.bucket): LoadedStage(e, _tensor_stage, [None] * 2, {}) for e in entries},
+    )
 
 
 def test_a_tensors_build_is_fed_a_raw_tensor_and_renders_every_chunks_outputs(tmp_path):
@@ -332,8 +450,9 @@ def test_a_tensors_build_is_fed_a_raw_tensor_and_renders_every_chunks_outputs(tm
     m = build.manifest
     largest = max(b.frames for b in m.buckets)
     x = np.array([1, 2, 3], np.float32)
-    report, written = render_build_to_files(build, None, None, out_path=str(tmp_path / "out.npz"), frames=largest,
-                                            values={"x": x})
+    report, written = render_build_to_files(
+        build, None, None, out_path=str(tmp_path / "out.npz"), frames=largest, values={"x": x}
+    )
     assert report.frames == largest and len(report.chunks) == 1
     with np.load(tmp_path / "out.npz") as got:
         assert sorted(got.files) == ["y/0", "z/0"]
@@ -357,8 +476,10 @@ def test_a_pod_answers_a_tensors_build_with_an_npz_and_an_audio_build_with_a_wav
     from avatar_release.serving._lifecycle import uvicorn_config
     from tests.serving_fakes import post_render
 
-    for build, body, media in ((_tensors_build(), {"x": [1.0, 2.0, 3.0], "seconds": 1.0}, "application/x-npz"),
-                               (_audio_build(), {"seconds": 0.2}, "audio/wav")):
+    for build, body, media in (
+        (_tensors_build(), {"x": [1.0, 2.0, 3.0], "seconds": 1.0}, "application/x-npz"),
+        (_audio_build(), {"seconds": 0.2}, "audio/wav"),
+    ):
         build.resolved = Resolved("dev", build.manifest.build_id, "sha256:" + "0" * 64, "channel")
         app = create_app(Pod(None, "dev", build), AppConfig())
         sock = socket.socket()

@@ -20,11 +20,23 @@ from avatar_release.cli import cli
 from avatar_release.errors import InputError, Refusal, TrustError
 from avatar_release.gates import review_outcome
 from avatar_release.gates.review import (
-    ReviewServer, decide, new_review, record_answer, review_page, review_status, unseal_order,
+    ReviewServer,
+    decide,
+    new_review,
+    record_answer,
+    review_page,
+    review_status,
+    unseal_order,
 )
 from avatar_release.gates.store import latest_result, load_review, put_frames, save_result, save_review
 from avatar_release.records import (
-    BaselineRef, GateEvidence, GateRequestRecord, GateResult, GateSetRecord, ReviewAnswer, utcnow,
+    BaselineRef,
+    GateEvidence,
+    GateRequestRecord,
+    GateResult,
+    GateSetRecord,
+    ReviewAnswer,
+    utcnow,
 )
 from avatar_release.registry import LocalRegistry, MemoryRegistry, read_manifest
 from avatar_release.trust import generate_keypair, load_private_key
@@ -37,13 +49,31 @@ PAIRS = [1, 3, 4]  # frames below the band, under review
 
 
 def _result(reg, build_id, digest, m, frames, *, status, baseline=None) -> str:
-    gs = GateSetRecord(name="t", version=1, digest="sha256:" + "0" * 64, requests=[
-        GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=len(frames), buckets=["f8"])])
-    r = GateResult(status=status, build_id=build_id, build_digest=digest, pipeline="tiny", target="cpu-8",
-                   baseline=baseline, tier=2 if baseline else None, environment=environment_of(m), tool={}, gate_set=gs,
-                   gates=[GateEvidence(name="similarity-band", status="below-band", summary="x")],
-                   frame_sha256=[["h"] * len(frames)], frames_blob=put_frames(reg, frames), created_at=utcnow(),
-                   created_by="test")
+    gs = GateSetRecord(
+        name="t",
+        version=1,
+        digest="sha256:" + "0" * 64,
+        requests=[
+            GateRequestRecord(name="r", image_variant=0, audio_variant=0, seed=0, frames=len(frames), buckets=["f8"])
+        ],
+    )
+    r = GateResult(
+        status=status,
+        build_id=build_id,
+        build_digest=digest,
+        pipeline="tiny",
+        target="cpu-8",
+        baseline=baseline,
+        tier=2 if baseline else None,
+        environment=environment_of(m),
+        tool={},
+        gate_set=gs,
+        gates=[GateEvidence(name="similarity-band", status="below-band", summary="x")],
+        frame_sha256=[["h"] * len(frames)],
+        frames_blob=put_frames(reg, frames),
+        created_at=utcnow(),
+        created_by="test",
+    )
     return save_result(reg, r, subject_digest=m.content_digest())
 
 
@@ -56,8 +86,15 @@ def _open_review(reg):
     a, da, ma = publish_stand_in(reg, "a")
     cand = base.copy()
     cand[PAIRS, 0, 0, 0] ^= 1
-    digest = _result(reg, a, da, ma, cand, status="needs-review",
-                     baseline=BaselineRef(build_id=b, digest=db, gate_result_digest=b_digest))
+    digest = _result(
+        reg,
+        a,
+        da,
+        ma,
+        cand,
+        status="needs-review",
+        baseline=BaselineRef(build_id=b, digest=db, gate_result_digest=b_digest),
+    )
     result, _ = latest_result(reg, a)
     review = new_review(result, digest, PAIRS)
     save_review(reg, review)
@@ -78,7 +115,8 @@ def _policy_with(tmp_path, name: str):
     path.write_text(
         f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\n'
         f'{me.reviewer} = "{me.reviewer_key_path.with_suffix(".pub")}"\n{name} = "{pub}"\n'
-        f'[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["{me.reviewer}", "{name}"]\n')
+        f'[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["{me.reviewer}", "{name}"]\n'
+    )
     return load_policy(path), load_private_key(priv)
 
 
@@ -95,7 +133,7 @@ def test_json_status_never_contains_the_order_until_the_decision(tmp_path):
     record_answer(reg, a, 0, "left")
     left, salt = unseal_order(review)
     stored = reg.get_record("reviews", a)
-    assert b"candidate_left\":[" not in stored and salt.encode() not in stored  # the record itself, too
+    assert b'candidate_left":[' not in stored and salt.encode() not in stored  # the record itself, too
 
     res = _cli("review", a, "--registry", str(reg.root), "--json")
     assert res.exit_code == 0, res.output
@@ -113,7 +151,10 @@ def test_json_status_never_contains_the_order_until_the_decision(tmp_path):
     doc = json.loads(_cli("review", a, "--registry", str(reg.root), "--json").stdout)["review"]
     assert doc["order"] == {"candidate_left": left, "salt": salt}  # revealed by the decision
     assert [x["preferred"] for x in doc["answers"]] == [
-        "candidate" if left[0] else "baseline", "same", "baseline" if left[2] else "candidate"]
+        "candidate" if left[0] else "baseline",
+        "same",
+        "baseline" if left[2] else "candidate",
+    ]
     text = _cli("review", a, "--registry", str(reg.root)).output
     assert f"candidate on the {'left' if left[0] else 'right'}" in text
 
@@ -205,10 +246,23 @@ def test_approval_needs_answers_from_reviewers_the_policy_names(tmp_path, strang
     key, _ = stranger
     subject = read_manifest(reg, a)[1].content_digest()
     for k, frame in enumerate(review.frames):
-        sign_and_store(reg, key, kind="review-answer", build_id=a, subject_digest=subject, predicate={
-            "build_id": a, "gate_result_digest": review.gate_result_digest,
-            "order_commitment": review.order_commitment, "pair": k, "frame": frame, "choice": "same",
-            "reviewer": "ana", "at": utcnow()})
+        sign_and_store(
+            reg,
+            key,
+            kind="review-answer",
+            build_id=a,
+            subject_digest=subject,
+            predicate={
+                "build_id": a,
+                "gate_result_digest": review.gate_result_digest,
+                "order_commitment": review.order_commitment,
+                "pair": k,
+                "frame": frame,
+                "choice": "same",
+                "reviewer": "ana",
+                "at": utcnow(),
+            },
+        )
     with pytest.raises(Refusal, match="3 of 3 blind pairs unanswered"):
         decide(reg, a, approve=True, reviewer="ana", note="")
     assert load_review(reg, a).decision is None
@@ -220,11 +274,16 @@ def test_approval_needs_answers_from_reviewers_the_policy_names(tmp_path, strang
 def test_a_forged_answer_record_without_a_signature_does_not_count():
     reg = MemoryRegistry("forged")
     a, review = _open_review(reg)
-    forged = [ReviewAnswer(pair=k, choice="same", at=utcnow(), reviewer="ana", evidence="sha256:" + "e" * 64)
-              for k in range(len(PAIRS))]
+    forged = [
+        ReviewAnswer(pair=k, choice="same", at=utcnow(), reviewer="ana", evidence="sha256:" + "e" * 64)
+        for k in range(len(PAIRS))
+    ]
     save_review(reg, review.model_copy(update={"answers": forged}))  # what write access to the registry allows
-    with pytest.raises(Refusal, match="3 of 3 blind pairs unanswered.*3 answer.s. in the review record carry no "
-                                      "valid signature and do not count"):
+    with pytest.raises(
+        Refusal,
+        match="3 of 3 blind pairs unanswered.*3 answer.s. in the review record carry no "
+        "valid signature and do not count",
+    ):
         decide(reg, a, approve=True, reviewer="ana", note="")
     status = review_status(reg, a)
     assert status.as_json()["answered"] == 0 and status.unsigned == 3 and status.state == "open"
@@ -246,10 +305,23 @@ def test_a_decision_counts_only_in_the_name_of_the_reviewer_whose_key_signed_it(
     subject = read_manifest(reg, a)[1].content_digest()
 
     def approval(name: str) -> None:  # what bo's key can sign by hand, in any name
-        sign_and_store(reg, bo_key, kind="review-decision", build_id=a, subject_digest=subject, predicate={
-            "build_id": a, "gate_result_digest": digest, "decision": "approved", "reviewer": name, "note": "",
-            "at": utcnow(), "answers": [x.evidence for x in load_review(reg, a).answers],
-            "order_commitment": review.order_commitment})
+        sign_and_store(
+            reg,
+            bo_key,
+            kind="review-decision",
+            build_id=a,
+            subject_digest=subject,
+            predicate={
+                "build_id": a,
+                "gate_result_digest": digest,
+                "decision": "approved",
+                "reviewer": name,
+                "note": "",
+                "at": utcnow(),
+                "answers": [x.evidence for x in load_review(reg, a).answers],
+                "order_commitment": review.order_commitment,
+            },
+        )
 
     approval("ana")
     outcome = review_outcome(reg, a, result, digest, subject, wider, 1)
@@ -258,7 +330,8 @@ def test_a_decision_counts_only_in_the_name_of_the_reviewer_whose_key_signed_it(
     approval("bo")  # past the signer check: judged on the review itself (this result lists no frames below)
     outcome = review_outcome(reg, a, result, digest, subject, wider, 1)
     assert outcome.ignored[1:] == (
-        "approval by bo: the review's pairs are not the frames the signed gate result put below the band",)
+        "approval by bo: the review's pairs are not the frames the signed gate result put below the band",
+    )
 
 
 # ---- the seal, the page, the server's own state ---------------------------------------------------
@@ -291,8 +364,7 @@ def test_the_blind_page_is_package_data_with_every_slot_filled_and_escaped():
     assert "{{pairs_json}}" in template and "{{build_id}}" in template
     reg = MemoryRegistry("page")
     _, review = _open_review(reg)
-    decided = review.model_copy(update={"build_id": "<b>&", "candidate_left": [True, False, True],
-                                        "order_salt": "s"})
+    decided = review.model_copy(update={"build_id": "<b>&", "candidate_left": [True, False, True], "order_salt": "s"})
     frames = np.zeros((3, 6, 8, 3), np.uint8)
     page = review_page(decided, frames, frames + 1)
     assert "{{" not in page and page.count("data:image/png;base64,") == 6
@@ -320,8 +392,11 @@ def test_concurrent_answers_to_one_pair_through_the_server_record_exactly_one():
     server = ReviewServer(reg, a).start()
     try:
         with ThreadPoolExecutor(max_workers=6) as pool:
-            codes = list(pool.map(lambda c: _request(server.url + "answer", {"pair": 0, "choice": c}),
-                                  ["left", "right", "same"] * 2))
+            codes = list(
+                pool.map(
+                    lambda c: _request(server.url + "answer", {"pair": 0, "choice": c}), ["left", "right", "same"] * 2
+                )
+            )
     finally:
         server.close()
     assert sorted(codes) == [200, 409, 409, 409, 409, 409]

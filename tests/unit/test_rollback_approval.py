@@ -27,8 +27,10 @@ def test_a_rollback_to_prod_needs_a_release_approval_by_the_approver(tmp_path, m
     rm = load_private_key(priv)
     me = local_identity()
     policy = tmp_path / "trust.toml"
-    policy.write_text(f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\nrm = "{pub}"\n'
-                      '[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["rm"]\n[release]\napprovers = ["rm"]\n')
+    policy.write_text(
+        f'schema_version = 1\n[keys]\ngate = "{me.gate_key_path.with_suffix(".pub")}"\nrm = "{pub}"\n'
+        '[gate]\n"*" = ["gate"]\n[review]\nreviewers = ["rm"]\n[release]\napprovers = ["rm"]\n'
+    )
     monkeypatch.setenv("AVATAR_RELEASE_TRUST_POLICY", str(policy))
     monkeypatch.setenv(STATE_KEYS_ENV, str(priv))  # the release manager initialises the state (the root)...
     reg = with_release_state(MemoryRegistry("rollback-approval"))

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.serving_fakes import SR, H, W, FakeStream, fake_build, mp4_boxes, post_render
+from tests.serving_fakes import SR, FakeStream, H, W, fake_build, mp4_boxes, post_render
 
 
 def test_render_streams_fragments_before_the_render_ends_and_every_fragment_decodes(serve, tmp_path):
@@ -55,34 +55,47 @@ def test_render_streams_fragments_before_the_render_ends_and_every_fragment_deco
     assert frames.shape == (40, H, W, 3)
     assert abs(int(frames[10, 20, 40, 0]) - 160) < 12  # the red ramp survived the round trip
     # the audio track is there and decodes
-    res = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(out), "-map", "0:a:0", "-f", "null", "-"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [ffmpeg_exe(), "-v", "error", "-i", str(out), "-map", "0:a:0", "-f", "null", "-"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0 and "matches no streams" not in res.stderr, res.stderr
 
 
 def _png_header(width: int, height: int) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     chunk = b"IHDR" + ihdr
-    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + chunk + struct.pack(">I", zlib.crc32(chunk))
-            + struct.pack(">I", 0) + b"IDAT" + struct.pack(">I", zlib.crc32(b"IDAT")))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + struct.pack(">I", len(ihdr))
+        + chunk
+        + struct.pack(">I", zlib.crc32(chunk))
+        + struct.pack(">I", 0)
+        + b"IDAT"
+        + struct.pack(">I", zlib.crc32(b"IDAT"))
+    )
 
 
-@pytest.mark.parametrize("body, code", [
-    (b'{"seconds": NaN}', "invalid_json"),
-    (b'{"seconds": Infinity}', "invalid_json"),
-    (b'{"seconds": 1e6}', "duration_too_long"),
-    (b'{"seconds": 3000}', "duration_too_long"),
-    (b'{"seconds": "1"}', "invalid_request"),
-    (b'{"seconds": -1}', "invalid_request"),
-    (b'{"seed": 1.5}', "invalid_request"),
-    (b'{"fit": "stretch"}', "invalid_request"),
-    (b'{"sceonds": 1}', "invalid_request"),
-    (b'[1]', "invalid_request"),
-    (b'{"seconds": 1', "invalid_json"),
-    (b'{"image_b64": "***"}', "invalid_image"),
-    (b'{"audio_b64": "' + base64.b64encode(b"RIFF....WAVEjunk") + b'"}', "invalid_audio"),
-    (b'{"image_b64": "' + base64.b64encode(_png_header(100_000, 100_000)) + b'"}', "invalid_image"),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        (b'{"seconds": NaN}', "invalid_json"),
+        (b'{"seconds": Infinity}', "invalid_json"),
+        (b'{"seconds": 1e6}', "duration_too_long"),
+        (b'{"seconds": 3000}', "duration_too_long"),
+        (b'{"seconds": "1"}', "invalid_request"),
+        (b'{"seconds": -1}', "invalid_request"),
+        (b'{"seed": 1.5}', "invalid_request"),
+        (b'{"fit": "stretch"}', "invalid_request"),
+        (b'{"sceonds": 1}', "invalid_request"),
+        (b"[1]", "invalid_request"),
+        (b'{"seconds": 1', "invalid_json"),
+        (b'{"image_b64": "***"}', "invalid_image"),
+        (b'{"audio_b64": "' + base64.b64encode(b"RIFF....WAVEjunk") + b'"}', "invalid_audio"),
+        (b'{"image_b64": "' + base64.b64encode(_png_header(100_000, 100_000)) + b'"}', "invalid_image"),
+    ],
+)
 def test_bad_requests_get_a_stable_code_and_no_server_detail(serve, body, code):
     port, pod, fake = serve()
     r, data = post_render(port, body)
@@ -112,8 +125,13 @@ def test_bounds_on_the_body_routes_and_content_type(serve):
     assert r.status == 405 and json.loads(r.read())["error"] == "method_not_allowed"
     # chunked body past the cap (no Content-Length to refuse up front)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("POST", "/render", body=iter([b"{", b" " * 3000, b"}"]), headers={"Content-Type": "application/json"},
-              encode_chunked=True)
+    c.request(
+        "POST",
+        "/render",
+        body=iter([b"{", b" " * 3000, b"}"]),
+        headers={"Content-Type": "application/json"},
+        encode_chunked=True,
+    )
     r = c.getresponse()
     assert r.status == 413
     # slowloris: a body that never comes is cut off after body_timeout, with a JSON 408
@@ -135,8 +153,12 @@ def test_multipart_upload_of_image_and_audio_files(serve):
     boundary = "xXxBoundary"
     parts = []
     for name, fname, ctype, payload in [("image", "p.png", "image/png", png), ("audio", "a.wav", "audio/wav", wav)]:
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{fname}"\r\n'
-                     f"Content-Type: {ctype}\r\n\r\n".encode() + payload + b"\r\n")
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{fname}"\r\n'
+            f"Content-Type: {ctype}\r\n\r\n".encode()
+            + payload
+            + b"\r\n"
+        )
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="seed"\r\n\r\n7\r\n'.encode())
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="fit"\r\n\r\ncontain\r\n'.encode())
     body = b"".join(parts) + f"--{boundary}--\r\n".encode()
@@ -214,15 +236,18 @@ def test_probes_and_metrics(serve):
     assert r.status == 503 and json.loads(data)["error"] == "draining"
 
 
-def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_past_its_timeout_is_cut(serve, monkeypatch):
+def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_past_its_timeout_is_cut(
+    serve, monkeypatch
+):
     from avatar_release.errors import RecompileError
     from avatar_release.serving import _render
 
     port, pod, _ = serve(delay=0.3, request_timeout=3.0)
 
     def compiles(build, image, audio, *, seed=0, frames=None, values=None):
-        raise RecompileError("zero-compile guard: XLA compiled while serving stage dit/f8 of build fake-1 "
-                             "(cache /tmp/secret/cache)", [])
+        raise RecompileError(
+            "zero-compile guard: XLA compiled while serving stage dit/f8 of build fake-1 (cache /tmp/secret/cache)", []
+        )
         yield
 
     monkeypatch.setattr(_render, "stream", compiles)
@@ -251,9 +276,8 @@ def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_pas
 
 def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(monkeypatch):
     from avatar_release.errors import RecompileError
-    from avatar_release.serving import Pod, _pod
-
     from avatar_release.registry import MemoryRegistry
+    from avatar_release.serving import Pod, _pod
 
     old, new = fake_build("fake-old"), fake_build("fake-new")
     pod = Pod(MemoryRegistry("follow"), "prod", old)
@@ -261,8 +285,9 @@ def test_following_refuses_a_build_that_compiles_and_keeps_serving_the_old_one(m
     monkeypatch.setattr(_pod, "resolve_channel", lambda reg, ref, trust: (channel, None, None))
     loads = []
     # (the build served now goes along: what the new one shares with it is taken, not loaded again)
-    monkeypatch.setattr(_pod, "_load", lambda reg, ref, resolved, trust, serving=None:
-                        loads.append((resolved.digest, serving)) or new)
+    monkeypatch.setattr(
+        _pod, "_load", lambda reg, ref, resolved, trust, serving=None: loads.append((resolved.digest, serving)) or new
+    )
 
     def compiling_warm_up(build):
         raise RecompileError(f"warm-up of build {build.build_id} compiled 1 time(s): not ready", [])
@@ -290,7 +315,12 @@ def test_serve_takes_host_and_port_from_the_environment(monkeypatch):
     monkeypatch.setenv("AVATAR_RELEASE_PORT", "9123")
     monkeypatch.setenv("AVATAR_RELEASE_REGISTRY", "memory://pod")  # parsing --registry finds the registry
     ctx = cli.get_command(None, "serve").make_context("serve", ["--queue", "2", "--max-body", "4096"])
-    assert (ctx.params["host"], ctx.params["port"], ctx.params["queue"], ctx.params["max_body"]) == ("0.0.0.0", 9123, 2, 4096)
+    assert (ctx.params["host"], ctx.params["port"], ctx.params["queue"], ctx.params["max_body"]) == (
+        "0.0.0.0",
+        9123,
+        2,
+        4096,
+    )
     ctx = cli.get_command(None, "serve").make_context("serve", ["--port", "0"])  # a flag beats the environment
     assert ctx.params["port"] == 0 and ctx.params["follow"] is False and ctx.params["header_timeout"] == 10.0
 

@@ -35,7 +35,8 @@ def _get(port: int, path: str) -> tuple[int, bytes]:
 
 @pytest.mark.parametrize("where", ["making the job", "starting its thread"])
 def test_an_unexpected_error_after_the_accelerator_is_taken_frees_it_and_answers_a_clean_500(
-        serve, monkeypatch, capfd, where):
+    serve, monkeypatch, capfd, where
+):
     from avatar_release.serving import _render
 
     port, pod, fake = serve(queue_timeout=2.0)
@@ -154,8 +155,14 @@ run_server(Pod(None, "dev", fake_build()), ServerConfig(host="127.0.0.1", port=0
 
 def test_a_draining_pod_answers_503_until_its_render_finishes_then_exits_0(tmp_path):
     gate = tmp_path / "gate"
-    proc = subprocess.Popen([sys.executable, "-c", _DRAINING_POD, str(gate)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DRAINING_POD, str(gate)],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     try:
         line = proc.stdout.readline()
         assert line, proc.communicate(timeout=30)[1][-2000:]

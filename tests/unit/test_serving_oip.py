@@ -18,7 +18,7 @@ import re
 import pytest
 
 from avatar_release.records import ChunkProgram, Platform
-from tests.serving_fakes import FPS, H, SPF, SR, W, fake_build, post_render
+from tests.serving_fakes import FPS, SPF, SR, H, W, fake_build, post_render
 
 MAX_SECONDS = 20.0  # the serve fixture's Limits(max_seconds=20)
 
@@ -26,20 +26,33 @@ MAX_SECONDS = 20.0  # the serve fixture's Limits(max_seconds=20)
 def _as_built(build):
     """The fake build with the manifest fields a real one has and the metadata reads."""
     build.manifest.program = ChunkProgram(
-        stages=["audio", "dit", "vae"], image_input="ref_image", audio_input="speech", noise_input="noise",
-        carry={}, deliver="frames", fps=FPS, sample_rate=SR, samples_per_frame=SPF, height=H, width=W)
-    build.manifest.platform = Platform(backend="cpu", platform_version="test", device_kind="cpu", device_count=1,
-                                       mesh_axes=["data"], mesh_shape=[1])
+        stages=["audio", "dit", "vae"],
+        image_input="ref_image",
+        audio_input="speech",
+        noise_input="noise",
+        carry={},
+        deliver="frames",
+        fps=FPS,
+        sample_rate=SR,
+        samples_per_frame=SPF,
+        height=H,
+        width=W,
+    )
+    build.manifest.platform = Platform(
+        backend="cpu", platform_version="test", device_kind="cpu", device_count=1, mesh_axes=["data"], mesh_shape=[1]
+    )
     return build
 
 
 @pytest.fixture
 def pod_at(serve):
     """pod_at(**AppConfig) -> (port, pod): the app on loopback, serving the fake build as built."""
+
     def start(**cfg):
         port, pod, _ = serve(**cfg)
         _as_built(pod.build)
         return port, pod
+
     return start
 
 
@@ -80,6 +93,7 @@ def test_oip_health_says_what_livez_and_readyz_say_when_ready_not_ready_and_drai
     probes = ProbeServer(pod, "127.0.0.1", 0)  # the kubelet's port answers the OIP names too
     probe_port = probes.start()[1]
     try:
+
         def answers(p: int) -> dict:
             return {path: _json(p, path) for path in ("/v2/health/live", "/v2/health/ready", "/readyz")}
 
@@ -122,7 +136,11 @@ def test_server_and_model_metadata_name_the_pipeline_and_the_build_served(pod_at
     assert status == 200
     assert (meta["name"], meta["versions"], meta["platform"]) == ("tiny", ["fake-1"], "avatar-release/cpu")
     assert (meta["build_id"], meta["digest"], meta["channel"], meta["target"]) == (
-        "fake-1", pod.build.digest, "dev", "cpu-8")
+        "fake-1",
+        pod.build.digest,
+        "dev",
+        "cpu-8",
+    )
     assert meta["fps"] == FPS and meta["buckets"] == {"f8": 8, "f4": 4}
     inputs = {t["name"]: t for t in meta["inputs"]}
     assert list(inputs) == ["image", "audio", "seed", "seconds"]
@@ -130,7 +148,9 @@ def test_server_and_model_metadata_name_the_pipeline_and_the_build_served(pod_at
     assert inputs["audio"]["parameters"]["decoded"]["sample_rate"] == SR
     assert inputs["audio"]["parameters"]["max_seconds"] == inputs["seconds"]["parameters"]["max"] == MAX_SECONDS
     assert (inputs["seed"]["datatype"], inputs["seed"]["parameters"]["noise_recipe"]) == (
-        "INT64", "numpy-pcg64-standard-normal/v1")
+        "INT64",
+        "numpy-pcg64-standard-normal/v1",
+    )
     [video] = meta["outputs"]
     assert video["name"] == "video" and video["parameters"]["content_type"] == "video/mp4"
     assert video["parameters"]["frames"]["shape"] == [-1, H, W, 3]
@@ -211,9 +231,21 @@ def test_the_openapi_document_is_openapi_3_1_and_describes_render_as_the_pod_ans
                     for code in part.get("properties", {}).get("error", {}).get("enum", []):
                         assert CODES[code] == int(s), (path, s, code)
                         documented.setdefault(path, set()).add(code)
-    assert {"invalid_json", "invalid_request", "invalid_image", "invalid_audio", "duration_too_long", "body_too_large",
-            "body_timeout", "unsupported_media_type", "queue_full", "queue_timeout", "draining", "render_failed",
-            "render_timeout"} <= documented["/render"]
+    assert {
+        "invalid_json",
+        "invalid_request",
+        "invalid_image",
+        "invalid_audio",
+        "duration_too_long",
+        "body_too_large",
+        "body_timeout",
+        "unsupported_media_type",
+        "queue_full",
+        "queue_timeout",
+        "draining",
+        "render_failed",
+        "render_timeout",
+    } <= documented["/render"]
     assert {"400", "408", "413", "415", "429", "500", "503", "504"} <= set(render["responses"])
     assert all("Retry-After" in render["responses"][s]["headers"] for s in ("429", "503"))
     assert documented["/v2/models/{name}"] == {"not_found"}
@@ -276,8 +308,11 @@ def test_the_documented_bodies_are_the_ones_the_request_parser_accepts(pod_at):
 
     def multipart(parts: dict[str, object], file_parts: list[str]) -> bytes:
         out = [f'--{boundary}\r\nContent-Disposition: form-data; name="{n}"\r\n\r\n{v}\r\n' for n, v in parts.items()]
-        out += [f'--{boundary}\r\nContent-Disposition: form-data; name="{n}"; filename="{n}.bin"\r\n'
-                f"Content-Type: application/octet-stream\r\n\r\nbytes of {n}\r\n" for n in file_parts]
+        out += [
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{n}"; filename="{n}.bin"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\nbytes of {n}\r\n"
+            for n in file_parts
+        ]
         return ("".join(out) + f"--{boundary}--\r\n").encode()
 
     ctype = f"multipart/form-data; boundary={boundary}"
@@ -307,18 +342,37 @@ def test_the_streamed_video_comes_with_the_documented_headers(pod_at):
 
 def test_the_new_routes_are_counted_by_route_template_and_unknown_paths_are_not(pod_at):
     port, pod = pod_at()
-    for path in ("/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/tiny", "/v2/models/tiny/ready",
-                 "/openapi.json", "/v2/models/nope", "/v2/models/nope-2", "/v2/models/nope-3/ready",
-                 "/v2/nowhere", "/v2/models/a/b/c"):
+    for path in (
+        "/v2",
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/v2/models/tiny",
+        "/v2/models/tiny/ready",
+        "/openapi.json",
+        "/v2/models/nope",
+        "/v2/models/nope-2",
+        "/v2/models/nope-3/ready",
+        "/v2/nowhere",
+        "/v2/models/a/b/c",
+    ):
         _get(port, path)
     assert _get(port, "/v2/health/ready", method="POST")[0] == 405
     text = _get(port, "/metrics")[2].decode()
-    counts = {(route, status): float(n) for route, status, n in
-              re.findall(r'avatar_serve_requests_total\{route="([^"]*)",status="(\d+)"\} (\S+)', text)}
-    assert counts == {("/v2", "200"): 1, ("/v2/health/live", "200"): 1, ("/v2/health/ready", "200"): 1,
-                      ("/v2/health/ready", "405"): 1, ("/v2/models/{name}", "200"): 1,
-                      ("/v2/models/{name}", "404"): 2, ("/v2/models/{name}/ready", "200"): 1,
-                      ("/v2/models/{name}/ready", "404"): 1, ("/openapi.json", "200"): 1}
+    counts = {
+        (route, status): float(n)
+        for route, status, n in re.findall(r'avatar_serve_requests_total\{route="([^"]*)",status="(\d+)"\} (\S+)', text)
+    }
+    assert counts == {
+        ("/v2", "200"): 1,
+        ("/v2/health/live", "200"): 1,
+        ("/v2/health/ready", "200"): 1,
+        ("/v2/health/ready", "405"): 1,
+        ("/v2/models/{name}", "200"): 1,
+        ("/v2/models/{name}", "404"): 2,
+        ("/v2/models/{name}/ready", "200"): 1,
+        ("/v2/models/{name}/ready", "404"): 1,
+        ("/openapi.json", "200"): 1,
+    }
     pod.draining = True  # a 503 is counted too, under the same label
     _get(port, "/v2/health/ready")
     text = _get(port, "/metrics")[2].decode()

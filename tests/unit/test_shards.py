@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 import numpy as np
+import pytest
 
 from avatar_release.errors import EnvironmentMismatch, GateInfraError, InputError, NeedsReview, Refusal
 from avatar_release.gates.metrics import frame_sha256
 from avatar_release.gates.shards import _cover, _reassemble, parse_shard, shard_requests
 from avatar_release.gates.steps import GateInputs, compare
 from avatar_release.gates.store import put_frames
-from avatar_release.records import GateShard, Manifest, parse_record
+from avatar_release.records import GateShard, parse_record
 from avatar_release.records.gate import ZeroRecompileDetails
 from avatar_release.registry import MemoryRegistry, Resolved
 from tests.helpers import cpu_manifest
@@ -32,8 +31,9 @@ def _shard(index: int, count: int, twins=(1, 2), **changes) -> tuple[GateShard, 
     gs = ex.gate_set
     run = ex.runs[0]
     runs = [run.model_copy(update={"twin": t, "host": f"pod-{index}-{t}"}) for t in twins]
-    s = ex.model_copy(update={"index": index, "count": count, "requests": shard_requests(gs, index, count),
-                              "runs": runs, **changes})
+    s = ex.model_copy(
+        update={"index": index, "count": count, "requests": shard_requests(gs, index, count), "runs": runs, **changes}
+    )
     return s, f"sha256:{index}{count}{''.join(map(str, twins))}"
 
 
@@ -61,12 +61,15 @@ def test_the_merge_takes_the_newest_run_of_each_shard_and_twin():
     assert chosen[0][2][2] == shards[3][1]  # the rerun of shard 0's twin #2 replaced it
 
 
-@pytest.mark.parametrize("shards, message", [
-    (lambda: [_shard(0, 2), _shard(1, 2, twins=(1,))], r"missing 1/2 twin #2"),
-    (lambda: [_shard(0, 3), _shard(1, 2), _shard(0, 2)], r"split 3 ways, the newest shard 2 ways"),
-    (lambda: [_shard(0, 2), _shard(1, 2, build_digest="sha256:" + "0" * 64)], r"ran build sha256:0000"),
-    (lambda: [_shard(0, 2), _shard(1, 2, requests=["image0-audio0"])], r"rendered \['image0-audio0'\], its slice"),
-])
+@pytest.mark.parametrize(
+    "shards, message",
+    [
+        (lambda: [_shard(0, 2), _shard(1, 2, twins=(1,))], r"missing 1/2 twin #2"),
+        (lambda: [_shard(0, 3), _shard(1, 2), _shard(0, 2)], r"split 3 ways, the newest shard 2 ways"),
+        (lambda: [_shard(0, 2), _shard(1, 2, build_digest="sha256:" + "0" * 64)], r"ran build sha256:0000"),
+        (lambda: [_shard(0, 2), _shard(1, 2, requests=["image0-audio0"])], r"rendered \['image0-audio0'\], its slice"),
+    ],
+)
 def test_a_merge_refuses_shards_that_do_not_cover_one_build_once(shards, message):
     ex = _example()
     with pytest.raises(GateInfraError, match=message):
@@ -95,7 +98,7 @@ def _rendered(reg: MemoryRegistry, shard: GateShard, twin_frames: dict[int, np.n
         hashes, at = [], 0
         for name in shard.requests:
             n = next(q.frames for q in shard.gate_set.requests if q.name == name)
-            hashes.append([frame_sha256(f) for f in frames[at:at + n]])
+            hashes.append([frame_sha256(f) for f in frames[at : at + n]])
             at += n
         runs.append(r.model_copy(update={"frames_blob": put_frames(reg, frames), "frame_sha256": hashes}))
     return shard.model_copy(update={"runs": runs})
@@ -118,13 +121,23 @@ def test_a_merge_reassembles_both_twins_in_gate_set_order_and_names_every_proces
     assert (twins.a.frames[24:48] == 10).sum() > 0 and (twins.a.frames[:24] < 10).all()
     assert twins.a.frame_sha256[1] == shards[1][0].runs[0].frame_sha256[0]
     manifest = cpu_manifest()
-    inputs = GateInputs(Resolved(ex.build_id, ex.build_id, ex.build_digest, "build-id"), manifest,
-                        ex.runs[0].environment, gs, None, None, None, tier=None)
+    inputs = GateInputs(
+        Resolved(ex.build_id, ex.build_id, ex.build_digest, "build-id"),
+        manifest,
+        ex.runs[0].environment,
+        gs,
+        None,
+        None,
+        None,
+        tier=None,
+    )
     comparison = compare(reg, inputs, twins)
     assert comparison.status == "passed" and [g.status for g in comparison.gates] == ["passed", "passed"]
     zr = comparison.gates[0].details_as(ZeroRecompileDetails)
     labels = [f"shard {k}/2 twin #{t}" for t in (1, 2) for k in range(2)]
-    assert zr.runs == labels and zr.hosts == {f"shard {k}/2 twin #{t}": f"pod-{k}-{t}" for k in range(2) for t in (1, 2)}
+    assert zr.runs == labels and zr.hosts == {
+        f"shard {k}/2 twin #{t}": f"pod-{k}-{t}" for k in range(2) for t in (1, 2)
+    }
     assert zr.partials == {label: shards[int(label[6])][1] for label in labels}
     assert zr.imports == sorted(set(ex.runs[0].heavy_modules))
 
@@ -141,11 +154,23 @@ def test_the_step_summary_has_the_verdict_table_worst_frames_report_and_next_ste
     from avatar_release.records import GateEvidence, GateResult
 
     result = GateResult.model_validate(json.loads((DATA / "gate-result.v1.json").read_text()))
-    frames = [{"frame": i, "label": f"image0-audio0 frame {i}", "max_abs_diff": 9 - i, "psnr_db": 30.0 + i}
-              for i in range(8)]
-    result = result.model_copy(update={"status": "failed", "gates": [
-        *result.gates, GateEvidence(name="bit-exact", status="failed", summary="8 of 96 frames | differ",
-                                    details={"frames": frames[::-1]})]})
+    frames = [
+        {"frame": i, "label": f"image0-audio0 frame {i}", "max_abs_diff": 9 - i, "psnr_db": 30.0 + i} for i in range(8)
+    ]
+    result = result.model_copy(
+        update={
+            "status": "failed",
+            "gates": [
+                *result.gates,
+                GateEvidence(
+                    name="bit-exact",
+                    status="failed",
+                    summary="8 of 96 frames | differ",
+                    details={"frames": frames[::-1]},
+                ),
+            ],
+        }
+    )
     md = gate_summary(result, "sha256:abc", "gate-reports/x/index.html", None)
     assert f"`failed`: `{result.build_id}`" in md and "| bit-exact | failed | 8 of 96 frames \\| differ |" in md
     assert md.index("frame 0 | 30.0 | 9") < md.index("frame 4 | 34.0 | 5") and "frame 5 |" not in md
@@ -163,8 +188,20 @@ def test_a_shard_refuses_the_merges_options_as_one_json_document_on_stdout(tmp_p
 
     from avatar_release.cli import cli
 
-    res = CliRunner().invoke(cli, ["gate", "no-such-build", "--shard", "0/2", "--baseline", "none",
-                                                   "--registry", str(tmp_path / "reg"), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "gate",
+            "no-such-build",
+            "--shard",
+            "0/2",
+            "--baseline",
+            "none",
+            "--registry",
+            str(tmp_path / "reg"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 2, res.output
     doc = json.loads(res.stdout)
     assert doc["error"] == "InputError" and "--baseline with --shard" in doc["message"]
@@ -179,6 +216,10 @@ def test_shard_runs_are_listed_from_an_oci_store_too(tmp_path):
     from avatar_release.registry.oci import RetryPolicy
     from tests.oci_memory import MemoryDistribution
 
-    reg = OciRegistry("oci+http://registry.test/t/shards", session=MemoryDistribution(),
-                      retry=RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001), lock_dir=tmp_path)
+    reg = OciRegistry(
+        "oci+http://registry.test/t/shards",
+        session=MemoryDistribution(),
+        retry=RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001),
+        lock_dir=tmp_path,
+    )
     assert shard_envelopes(reg, "tiny-cpu-8-" + "a" * 12) == []

@@ -66,7 +66,7 @@ def test_the_spec_formats_page_is_rendered_from_the_models():
 
 def _nav_block() -> str:
     text = (ROOT / "mkdocs.yml").read_text()
-    return text[text.index("\nnav:"):]
+    return text[text.index("\nnav:") :]
 
 
 def _write_pipeline(manifests: Path, body: str) -> None:
@@ -79,16 +79,21 @@ def test_missing_fields_are_named_all_at_once_with_every_field_of_their_section(
         load_pipeline("mine")
     msg = str(err.value)
     # one round trip: the top level's two missing fields and the bucket's, in one message
-    assert "missing required fields entry, config; the top level (PipelineSpec) takes required: name, entry, " \
-           "config, buckets; optional: schema_version, weights, noise, description" in msg
+    assert (
+        "missing required fields entry, config; the top level (PipelineSpec) takes required: name, entry, "
+        "config, buckets; optional: schema_version, weights, noise, description" in msg
+    )
     assert "missing required field buckets.0.frames; buckets.0 (BucketSpec) takes required: name, frames" in msg
     assert "specs schema" in msg and SPECS_PAGE in msg and "docs/" not in msg
 
 
 def test_a_wrong_bucket_field_names_the_fields_a_bucket_takes(manifests):
     _write_pipeline(manifests, 'name = "mine"\nentry = "m:p"\nconfig = "c"\n[[buckets]]\nname = "f8"\nframe = 8\n')
-    with pytest.raises(SpecError, match=r"buckets\.0\.frame: .*did you mean 'frames' or 'name'\?; "
-                                        r"allowed here: frames, name, schema_version"):
+    with pytest.raises(
+        SpecError,
+        match=r"buckets\.0\.frame: .*did you mean 'frames' or 'name'\?; "
+        r"allowed here: frames, name, schema_version",
+    ):
         load_pipeline("mine")
     with pytest.raises(SpecError) as err:  # the misspelled key stands for the missing one: not reported twice
         load_pipeline("mine")
@@ -109,8 +114,11 @@ def test_a_missing_levers_file_is_a_warning_at_compile_and_a_bad_one_an_error(ma
     assert res.exit_code == 2, res.output
     assert f"warning: {levers} is missing" in res.stderr and "gate` against prod" in res.stderr
     levers.write_text('schema_version = 1\n[options.xla_cpu_enable_fast_math]\neffect = "faster"\n')
-    with pytest.raises(SpecError, match=r"options\.xla_cpu_enable_fast_math\.effect: Input should be "
-                                        r"'reassociation' or 'precision'"):
+    with pytest.raises(
+        SpecError,
+        match=r"options\.xla_cpu_enable_fast_math\.effect: Input should be "
+        r"'reassociation' or 'precision'",
+    ):
         levers_warning(levers)
     res = cli("compile", "--target", "no-such-target", "--registry", str(tmp_path / "r"))
     assert res.exit_code == 2 and "levers.toml: options.xla_cpu_enable_fast_math.effect" in res.stderr

@@ -11,7 +11,7 @@ statement names; ``tests/integration/test_copy.py`` does it against a real regis
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,13 @@ from avatar_release.records import STATEMENT_SCHEMA_VERSION, Manifest
 from avatar_release.registry import MemoryRegistry
 from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
 from avatar_release.trust.statements import (
-    AcceptedState, PromotionStatement, read_statement, read_timestamp, sign, verify, verify_fresh,
+    AcceptedState,
+    PromotionStatement,
+    read_statement,
+    read_timestamp,
+    sign,
+    verify,
+    verify_fresh,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -40,7 +46,7 @@ def stored_v1():
 
 
 def _issued(p) -> datetime:
-    return datetime.strptime(p.issued_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return datetime.strptime(p.issued_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def test_a_stored_version_1_statement_signed_in_an_oci_store_still_verifies_there(stored_v1, tmp_path):
@@ -50,18 +56,30 @@ def test_a_stored_version_1_statement_signed_in_an_oci_store_still_verifies_ther
     oci_digest = st.payload.build_digest  # the OCI manifest digest of the store it was signed in
     assert oci_digest != m.content_digest() and st.payload.build_id == m.build_id
     state = AcceptedState(tmp_path / "pod.json")
-    p = verify(st, pub, channel="prod", digest=oci_digest, content_digest=m.content_digest(), state=state,
-               now=_issued(st.payload))
+    p = verify(
+        st,
+        pub,
+        channel="prod",
+        digest=oci_digest,
+        content_digest=m.content_digest(),
+        state=state,
+        now=_issued(st.payload),
+    )
     verify_fresh(read_timestamp(reg, "prod"), pub, statement=p, now=_issued(st.payload))
     state.accept(p)
     # In a directory copy the channel's digest is the content digest, which this statement never named.
     with pytest.raises(TrustError, match="version-1 statement, it was signed in another store.*keys sign prod"):
-        verify(st, pub, channel="prod", digest=m.content_digest(), content_digest=m.content_digest(),
-               now=_issued(st.payload))
+        verify(
+            st,
+            pub,
+            channel="prod",
+            digest=m.content_digest(),
+            content_digest=m.content_digest(),
+            now=_issued(st.payload),
+        )
 
 
-def test_a_pod_that_accepted_a_version_1_statement_accepts_the_same_move_signed_again_as_version_2(
-        stored_v1, tmp_path):
+def test_a_pod_that_accepted_a_version_1_statement_accepts_the_same_move_signed_again_as_version_2(stored_v1, tmp_path):
     """Re-signing a channel after the upgrade (``keys sign prod``) binds the content digest at the
     same sequence: the same move of the same build, not a replay."""
     from avatar_release.trust.attest import attest
@@ -75,11 +93,17 @@ def test_a_pod_that_accepted_a_version_1_statement_accepts_the_same_move_signed_
     # the same move as version 1 signed it in the OCI store: over that store's digest
     v1_payload = dict(v2.payload.model_dump(mode="json"), schema_version=1, build_digest=oci_digest)
     registry = MemoryRegistry("resigned")
-    registry.put_record("statements", "prod", attest(key, kind="promotion", build_id=m.build_id,
-                                                    subject_digest=oci_digest, predicate=v1_payload))
+    registry.put_record(
+        "statements",
+        "prod",
+        attest(key, kind="promotion", build_id=m.build_id, subject_digest=oci_digest, predicate=v1_payload),
+    )
     state = AcceptedState(tmp_path / "pod.json")
-    state.accept(verify(read_statement(registry, "prod"), pub, channel="prod", digest=oci_digest,
-                        content_digest=m.content_digest()))
+    state.accept(
+        verify(
+            read_statement(registry, "prod"), pub, channel="prod", digest=oci_digest, content_digest=m.content_digest()
+        )
+    )
     p = verify(v2, pub, channel="prod", digest=oci_digest, content_digest=m.content_digest(), state=state)
     assert (p.sequence, p.build_digest) == (7, m.content_digest())
     other = sign(key, build_id="other", build_digest="sha256:" + "9" * 64, channel="prod", sequence=7, who="ci")
@@ -89,16 +113,21 @@ def test_a_pod_that_accepted_a_version_1_statement_accepts_the_same_move_signed_
 
 def test_a_statement_from_a_newer_tool_is_a_version_error_not_a_trust_error(tmp_path):
     priv, _, _ = generate_keypair(tmp_path)
-    st = sign(load_private_key(priv), build_id="b1", build_digest="sha256:" + "1" * 64, channel="prod",
-              sequence=1, who="ci")
+    st = sign(
+        load_private_key(priv), build_id="b1", build_digest="sha256:" + "1" * 64, channel="prod", sequence=1, who="ci"
+    )
     from avatar_release.trust.attest import attest
 
     newer = dict(st.payload.model_dump(mode="json"), schema_version=STATEMENT_SCHEMA_VERSION + 1)
-    env = attest(load_private_key(priv), kind="promotion", build_id="b1", subject_digest=newer["build_digest"],
-                 predicate=newer)
+    env = attest(
+        load_private_key(priv), kind="promotion", build_id="b1", subject_digest=newer["build_digest"], predicate=newer
+    )
     reg = MemoryRegistry("newer")
     reg.put_record("statements", "prod", env)
-    with pytest.raises(SchemaVersionError, match=f"schema_version {STATEMENT_SCHEMA_VERSION + 1}, this avatar-release "
-                                                 f"reads 1..{STATEMENT_SCHEMA_VERSION}.*upgrade avatar-release"):
+    with pytest.raises(
+        SchemaVersionError,
+        match=f"schema_version {STATEMENT_SCHEMA_VERSION + 1}, this avatar-release "
+        f"reads 1..{STATEMENT_SCHEMA_VERSION}.*upgrade avatar-release",
+    ):
         read_statement(reg, "prod")
     assert json.loads(reg.get_record("statements", "prod"))  # left as it was

@@ -15,7 +15,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "records.md"
 def _table() -> dict[str, str]:
     """{kind: "oldest..current"} from the page's support window table."""
     text = PAGE.read_text()
-    section = text[text.index("## Support window"):]
+    section = text[text.index("## Support window") :]
     rows = re.findall(r"^\| `(avatar-release/[a-z-]+)` \| (\d+\.\.\d+) \|", section, flags=re.M)
     return dict(rows)
 
@@ -25,4 +25,5 @@ def test_the_records_page_states_every_kinds_support_window_as_the_code_reads_it
     actual = {w.kind: f"{w.oldest}..{w.current}" for w in support_windows()}
     assert stated == actual, (
         f"docs/reference/records.md, the support window table, says {stated}; avatar_release/records/window.py "
-        f"reads {actual}: update the table (a new schema version moved a window)")
+        f"reads {actual}: update the table (a new schema version moved a window)"
+    )

@@ -12,8 +12,9 @@ import pytest
 from tests import tools
 
 REPO = Path(__file__).resolve().parents[2]
-SWITCH_VARS = [f"AVATAR_RELEASE_REQUIRE_{s}" for s in
-               ("BROWSER", "REGISTRY", "TPU_COMPILER", "GPU_COMPILER", "DOCS", "PODMAN")]
+SWITCH_VARS = [
+    f"AVATAR_RELEASE_REQUIRE_{s}" for s in ("BROWSER", "REGISTRY", "TPU_COMPILER", "GPU_COMPILER", "DOCS", "PODMAN")
+]
 
 
 @pytest.fixture
@@ -79,8 +80,11 @@ def test_a_module_outside_the_table_is_an_error_not_a_skip():
 def test_every_switch_ci_sets_covers_a_tool_in_the_table():
     """.ci/run's exports and the table agree: a switch CI sets but no tool reads would promise nothing."""
     exported = set(re.findall(r"AVATAR_RELEASE_REQUIRE_(\w+)=1", (REPO / ".ci" / "run").read_text()))
-    covered = ({t.switch for t in tools.TOOLS.values()} | {s for _, s in tools.EXTRAS.values()}
-               | set(tools._MODULE_SWITCH.values()))
+    covered = (
+        {t.switch for t in tools.TOOLS.values()}
+        | {s for _, s in tools.EXTRAS.values()}
+        | set(tools._MODULE_SWITCH.values())
+    )
     assert exported == {"BROWSER", "REGISTRY", "TPU_COMPILER", "GPU_COMPILER", "DOCS"}
     assert exported <= covered
     doc = tools.__doc__
@@ -95,8 +99,16 @@ def test_no_test_decides_a_missing_tool_by_itself():
         if path.name in ("tools.py", "test_tools.py"):
             continue
         code = re.sub(r'"""(.*?)"""', "", path.read_text(), flags=re.S)  # prose may name a switch
-        for pattern in ("importorskip(", "AVATAR_RELEASE_REQUIRE_", 'shutil.which("skopeo', 'shutil.which("openssl',
-                        'shutil.which("chromium', 'shutil.which("podman', 'find_spec("libtpu', 'find_spec("mkdocs'):
+        for pattern in (
+            "importorskip(",
+            "AVATAR_RELEASE_REQUIRE_",
+            'shutil.which("skopeo',
+            'shutil.which("openssl',
+            'shutil.which("chromium',
+            'shutil.which("podman',
+            'find_spec("libtpu',
+            'find_spec("mkdocs',
+        ):
             if pattern in code:
                 offenders.append(f"{path.relative_to(REPO)}: {pattern}")
     assert offenders == []
@@ -105,14 +117,35 @@ def test_no_test_decides_a_missing_tool_by_itself():
 def test_a_test_without_skopeo_skips_and_under_the_switch_fails(tmp_path):
     """End to end, as CI sees it: the outcome pytest reports for a test that needs skopeo."""
     (tmp_path / "test_needs_skopeo.py").write_text(
-        "from tests.tools import binary\n\ndef test_it():\n    binary('skopeo')\n")
+        "from tests.tools import binary\n\ndef test_it():\n    binary('skopeo')\n"
+    )
     (tmp_path / "conftest.py").write_text("from tests.tools import pytest_runtest_makereport  # noqa: F401\n")
     env = {"PATH": str(tmp_path), "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
 
     def outcome(**switch: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist",
-                               "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_needs_skopeo.py")],
-                              capture_output=True, text=True, env={**env, **switch}, cwd=tmp_path, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-rs",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                "--rootdir",
+                str(tmp_path),
+                "-c",
+                "/dev/null",
+                str(tmp_path / "test_needs_skopeo.py"),
+            ],
+            capture_output=True,
+            text=True,
+            env={**env, **switch},
+            cwd=tmp_path,
+            timeout=120,
+        )
         return proc.stdout
 
     skipped = outcome()

@@ -6,7 +6,7 @@ import base64
 import json
 import os
 import stat
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,12 +14,16 @@ import pytest
 from avatar_release.errors import InputError, TrustError
 from avatar_release.trust.keys import generate_keypair, key_id, load_private_key, load_public_key
 from avatar_release.trust.statements import (
-    AcceptedState, PromotionStatement, read_statement, sign, verify,
+    AcceptedState,
+    PromotionStatement,
+    read_statement,
+    sign,
+    verify,
 )
+from tests.helpers import cpu_manifest, put_stand_in_build, with_release_state
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
-from tests.helpers import cpu_manifest, put_stand_in_build, with_release_state
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +78,14 @@ def test_unsigned_wrong_key_tampered_wrong_channel_expired_replayed_are_refused(
         verify(_st(priv, channel="dev"), pub, channel="prod", digest=D1)
     with pytest.raises(TrustError, match="moved without a signed promotion"):
         verify(good, pub, channel="prod", digest=D2)
-    past = datetime.now(timezone.utc) - timedelta(days=40)
+    past = datetime.now(UTC) - timedelta(days=40)
     with pytest.raises(TrustError, match="expired"):
-        verify(sign(priv, build_id="b1", build_digest=D1, channel="prod", sequence=5, who="ci", now=past),
-               pub, channel="prod", digest=D1)
+        verify(
+            sign(priv, build_id="b1", build_digest=D1, channel="prod", sequence=5, who="ci", now=past),
+            pub,
+            channel="prod",
+            digest=D1,
+        )
     state = AcceptedState(tmp_path / "a.json")
     state.accept(verify(_st(priv, sequence=9, build_digest=D2, build_id="b2"), pub, channel="prod", digest=D2))
     with pytest.raises(TrustError, match="replayed statement: sequence 5"):
@@ -88,9 +96,8 @@ def test_unsigned_wrong_key_tampered_wrong_channel_expired_replayed_are_refused(
 
 def test_promotions_sign_with_the_history_sequence_and_rollbacks_get_a_newer_one(keys):
     from avatar_release.promote import promote, rollback
-
-    from tests.release_records import publish_stand_in, signed_gate_result
     from avatar_release.registry import MemoryRegistry
+    from tests.release_records import publish_stand_in, signed_gate_result
 
     priv, pub, *_ = keys
     reg = with_release_state(MemoryRegistry("signed"))
@@ -124,11 +131,14 @@ def test_a_statement_in_the_format_before_envelopes_is_refused_naming_the_comman
     data = Path(__file__).resolve().parents[1] / "data"
     reg = MemoryRegistry("legacy-statement")
     reg.put_record("statements", "prod", (data / "signed-statement.v1.json").read_bytes())
-    with pytest.raises(SchemaVersionError, match=r"statement for channel prod: an avatar-release/signed-statement .*"
-                                                 r"outside this avatar-release's support window, which reads DSSE "
-                                                 r"envelopes of avatar-release/statement v1\.\.2; sign the channel "
-                                                 r"again with this avatar-release: `avatar-release keys sign prod "
-                                                 r"--key KEY`") as info:
+    with pytest.raises(
+        SchemaVersionError,
+        match=r"statement for channel prod: an avatar-release/signed-statement .*"
+        r"outside this avatar-release's support window, which reads DSSE "
+        r"envelopes of avatar-release/statement v1\.\.2; sign the channel "
+        r"again with this avatar-release: `avatar-release keys sign prod "
+        r"--key KEY`",
+    ) as info:
         read_statement(reg, "prod")
     assert info.value.exit_code == 11 and info.value.found == 1
 
@@ -149,8 +159,9 @@ def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_pat
     signed_gate_result(reg, a, da, m)
     signed_gate_result(reg, b, db, m)
     promote(reg, a, "staging", signing_key=priv)
-    old = {k: reg._read(k) for k in ("channels/staging.json", "records/statements/staging",
-                                     "records/timestamps/staging")}
+    old = {
+        k: reg._read(k) for k in ("channels/staging.json", "records/statements/staging", "records/timestamps/staging")
+    }
     promote(reg, b, "staging", signing_key=priv)
     assert verify_channel(reg, "staging", pub, digest=db).build_id == b  # a fresh pod, the newest: fine
     # someone with write access puts back a's pointer and statement (both genuinely signed, unexpired)
@@ -160,7 +171,7 @@ def test_a_restarted_pod_refuses_an_older_statement_replayed_to_it(keys, tmp_pat
         verify_channel(reg, "staging", pub, digest=da, state=AcceptedState(tmp_path / "restarted.json"))
     # ...and a's old timestamp too: it expired within a day, so it vouches for nothing
     reg._write_atomic("records/timestamps/staging", old["records/timestamps/staging"])
-    later = datetime.now(timezone.utc) + timedelta(hours=25)
+    later = datetime.now(UTC) + timedelta(hours=25)
     with pytest.raises(TrustError, match="timestamp expired"):
         verify_channel(reg, "staging", pub, digest=da, now=later)
     # without a timestamp at all a pod cannot tell, and says how to fix it
@@ -202,7 +213,6 @@ def test_nothing_from_a_manifest_acts_before_its_signed_statement_is_verified(ke
     from avatar_release.promote import promote
     from avatar_release.registry import MemoryRegistry
     from avatar_release.runtime import TrustConfig
-
     from tests.release_records import signed_gate_result
 
     _, pub, *_ = keys
@@ -223,10 +233,17 @@ def test_a_stateless_pod_accepts_no_timestamp_signed_longer_ago_than_its_cap(key
     from avatar_release.trust.statements import TIMESTAMP_VALIDITY, sign, sign_timestamp, verify_fresh
 
     priv, pub, *_ = keys
-    now = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, 12, tzinfo=UTC)
     st = sign(priv, build_id="b", build_digest="sha256:" + "a" * 64, channel="prod", sequence=3, who="t", now=now)
-    ts = sign_timestamp(priv, channel="prod", sequence=3, build_id="b", build_digest="sha256:" + "a" * 64,
-                        validity=timedelta(hours=24), now=now - timedelta(hours=2))
+    ts = sign_timestamp(
+        priv,
+        channel="prod",
+        sequence=3,
+        build_id="b",
+        build_digest="sha256:" + "a" * 64,
+        validity=timedelta(hours=24),
+        now=now - timedelta(hours=2),
+    )
     assert TIMESTAMP_VALIDITY == timedelta(hours=1)
     with pytest.raises(TrustError, match=r"signed 2\.0 h ago .*longer ago than this pod accepts \(1 h\)"):
         verify_fresh(ts, pub, statement=st.payload, now=now)
@@ -254,8 +271,9 @@ def test_a_stateless_pod_s_replay_window_is_the_timestamp_age_limit(keys, tmp_pa
     kept.accept(verify_channel(reg, "staging", pub, digest=da, state=kept))  # as load() does once loaded
     keys_ = ("channels/staging.json", "records/statements/staging", "records/timestamps/staging")
     old = {k: reg._read(k) for k in keys_}
-    issued = datetime.strptime(read_timestamp(reg, "staging").payload.issued_at,
-                               "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    issued = datetime.strptime(read_timestamp(reg, "staging").payload.issued_at, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=UTC
+    )
     promote(reg, b, "staging", signing_key=priv)
     kept.accept(verify_channel(reg, "staging", pub, digest=db, state=kept))
     for k, v in old.items():
@@ -267,9 +285,16 @@ def test_a_stateless_pod_s_replay_window_is_the_timestamp_age_limit(keys, tmp_pa
         verify_channel(reg, "staging", pub, digest=da, now=issued + timedelta(minutes=61))
     # a pod capped tighter than the signer (--max-timestamp-age 0.25 h) closes it sooner
     with pytest.raises(TrustError, match=r"longer ago than this pod accepts \(0.25 h\)"):
-        verify_channel(reg, "staging", pub, digest=da, now=issued + timedelta(minutes=16),
-                       max_age=timedelta(minutes=15))
+        verify_channel(
+            reg, "staging", pub, digest=da, now=issued + timedelta(minutes=16), max_age=timedelta(minutes=15)
+        )
     # a pod that kept its trust state: refused at once, whatever the timestamp says
     with pytest.raises(TrustError, match="replayed statement"):
-        verify_channel(reg, "staging", pub, digest=da, state=AcceptedState(tmp_path / "kept.json"),
-                       now=issued + timedelta(minutes=1))
+        verify_channel(
+            reg,
+            "staging",
+            pub,
+            digest=da,
+            state=AcceptedState(tmp_path / "kept.json"),
+            now=issued + timedelta(minutes=1),
+        )

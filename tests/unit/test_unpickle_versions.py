@@ -24,4 +24,3 @@ def test_an_unrecorded_jax_is_refused_naming_what_is_recorded_and_how_to_record_
         allowed_classes("0.12.0")
     msg = str(e.value)
     assert "jax 0.12.0" in msg and "recorded: 0.10, 0.11" in msg and "test_trust_loading.py" in msg
-

@@ -55,7 +55,8 @@ def test_a_one_layer_change_reuses_every_other_chunk():
     new = set(blobs_b) - set(blobs_a)
     assert len(new) == 1 and sum(len(blobs_b[d]) for d in new) <= 2 / 8 * sum(len(z) for z in blobs_b.values())
     assert chunk_table_digest(a) != chunk_table_digest(b) and chunk_table_digest(a) == chunk_table_digest(
-        pack_chunks(before, level=3, max_bytes=per_layer + 64)[0])
+        pack_chunks(before, level=3, max_bytes=per_layer + 64)[0]
+    )
 
 
 COMPRESSIONS = [None, "none", "zstd"]  # None: the v5-v7 form
@@ -65,11 +66,19 @@ def _build(reg, tensors, max_bytes, compression=None):
     chunks, blobs = pack_chunks(tensors, level=3, max_bytes=max_bytes, compression=compression)
     for z in blobs.values():
         reg.put_blob(z)
-    weights = WeightsRecord(blob=None, raw_size=sum(c.raw_size for c in chunks),
-                            raw_digest=chunk_table_digest(chunks, compression), tensors=len(tensors), source="test",
-                            chunks=chunks, compression=compression)
-    specs = [ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype,
-                       sharding=["fsdp"] + [None] * (len(t.shape) - 1)) for t in tensors]
+    weights = WeightsRecord(
+        blob=None,
+        raw_size=sum(c.raw_size for c in chunks),
+        raw_digest=chunk_table_digest(chunks, compression),
+        tensors=len(tensors),
+        source="test",
+        chunks=chunks,
+        compression=compression,
+    )
+    specs = [
+        ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=["fsdp"] + [None] * (len(t.shape) - 1))
+        for t in tensors
+    ]
     stage = SimpleNamespace(entry=SimpleNamespace(params=specs, key="dit/f8"), params={})
     return SimpleNamespace(build_id="b-test", weights=weights), {("dit", "f8"): stage}
 
@@ -126,8 +135,9 @@ def test_a_tensor_the_executable_needs_but_no_chunk_holds_is_refused_before_fetc
 
     reg, tensors = MemoryRegistry("w"), _tensors(layers=2)
     manifest, stages = _build(reg, tensors[:-1], max_bytes=10**9)
-    stages[("dit", "f8")].entry.params.append(ArraySpec(name=tensors[-1].name, shape=list(tensors[-1].shape),
-                                                        dtype="float32", sharding=["fsdp"]))
+    stages[("dit", "f8")].entry.params.append(
+        ArraySpec(name=tensors[-1].name, shape=list(tensors[-1].shape), dtype="float32", sharding=["fsdp"])
+    )
     with pytest.raises(IntegrityError, match=f"weights lack tensor '{tensors[-1].name}'"):
         stream_weights(reg, manifest, stages, _mesh())
 
@@ -181,9 +191,13 @@ def test_a_placed_array_that_kept_the_host_bytes_is_seen_so_the_buffer_is_not_re
             at = (-np.frombuffer(buf, dtype=np.uint8).ctypes.data) % 64 + misalign
             host = np.frombuffer(buf, dtype=np.float32, count=n, offset=at).reshape(8, 64)
             host[:] = np.arange(n, dtype=np.float32).reshape(8, 64)
-            arr = (jax.device_put(host, jax.devices("cpu")[0]) if how == "one device" else
-                   jax.make_array_from_callback(host.shape, NamedSharding(_mesh(), PartitionSpec("fsdp")),
-                                                lambda idx, h=host: h[idx]))
+            arr = (
+                jax.device_put(host, jax.devices("cpu")[0])
+                if how == "one device"
+                else jax.make_array_from_callback(
+                    host.shape, NamedSharding(_mesh(), PartitionSpec("fsdp")), lambda idx, h=host: h[idx]
+                )
+            )
             jax.block_until_ready(arr)
             np.frombuffer(buf, dtype=np.uint8)[:] = 0xFF  # what the next chunk would do to the buffer
             kept = bool(np.isnan(np.asarray(arr)[0, 1]))  # observed, independently of the pointers
@@ -216,8 +230,12 @@ def test_a_remote_stores_chunks_enter_through_its_sha256_and_a_damaged_one_is_re
     stats = stream_weights(remote, manifest, stages, _mesh())
     assert stats.read == "stream" and stats.hash > 0
     params = stages[("dit", "f8")].params
-    assert all(np.array_equal(np.asarray(params[t.name.split(".", 1)[1]]),
-                              np.asarray(t.data).view(np.float32).reshape(t.shape)) for t in tensors)
+    assert all(
+        np.array_equal(
+            np.asarray(params[t.name.split(".", 1)[1]]), np.asarray(t.data).view(np.float32).reshape(t.shape)
+        )
+        for t in tensors
+    )
     (chunk,) = manifest.weights.chunks
     key = reg._blob_key(chunk.blob.digest)
     data = bytearray(reg._read(key))
@@ -238,6 +256,9 @@ def test_a_raw_chunk_cut_short_on_this_node_is_refused_by_its_size_naming_the_ch
     (chunk,) = manifest.weights.chunks
     path = tmp_path / "reg" / reg._blob_key(chunk.blob.digest)
     path.write_bytes(path.read_bytes()[:-10])
-    with pytest.raises(IntegrityError, match=f"weights chunk 0: .*size {chunk.blob.size - 10} bytes, manifest says "
-                                             f"{chunk.blob.size}.*avatar-release repair"):
+    with pytest.raises(
+        IntegrityError,
+        match=f"weights chunk 0: .*size {chunk.blob.size - 10} bytes, manifest says "
+        f"{chunk.blob.size}.*avatar-release repair",
+    ):
         stream_weights(reg, manifest, stages, _mesh())

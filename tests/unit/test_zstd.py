@@ -19,7 +19,7 @@ FRAME = zstandard.ZstdCompressor().compress(RAW)
 def test_decode_writes_exactly_the_raw_bytes_into_the_callers_buffer_hashing_each_step():
     out = memoryview(bytearray(len(RAW) + 100))
     seen = hashlib.sha256()
-    got = decode([FRAME[i: i + 4096] for i in range(0, len(FRAME), 4096)], len(RAW), out=out, seen=seen)
+    got = decode([FRAME[i : i + 4096] for i in range(0, len(FRAME), 4096)], len(RAW), out=out, seen=seen)
     assert got is not None and bytes(got) == RAW and seen.digest() == hashlib.sha256(RAW).digest()
     assert decode([FRAME], len(RAW), keep=False) is None  # check only: no output kept
 

@@ -6,13 +6,58 @@ See :mod:`._registry` for how the registry protocol maps onto one repository.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..._digest import canonical_json, is_digest, sha256_digest
 from ...errors import IntegrityError
 
-__all__ = ["descriptor", "artifact", "build_id_of", "blob_refs", "build_layers", "MANIFEST_TITLE", "OCI_MANIFEST", "OCI_INDEX", "DOCKER_MANIFEST", "OCI_EMPTY", "EMPTY_BLOB", "ACCEPT", "BUILD_ARTIFACT", "HISTORY_ARTIFACT", "PENDING_ARTIFACT", "RECORD_ARTIFACT", "BUILD_CONFIG_TYPE", "ENTRY_TYPE", "RECORD_TYPE", "ANN_BUILD_ID", "ANN_PIPELINE", "ANN_TARGET", "ANN_PUBLISHED", "ANN_ENTRY", "ANN_RECORD", "ANN_CREATED", "ANN_TITLE", "INTERNAL_PREFIX", "BUILD_PREFIX", "V1_BUILD_PREFIX", "V1_RECORD_PREFIX", "V1_HISTORY_TAG", "V1_PENDING_TAG", "RECORD_PREFIX", "RECORD_SEP", "HISTORY_TAG", "PENDING_TAG", "MAX_TAG", "MAX_MANIFEST", "ANN_ENVELOPE", "ANN_PREDICATE", "referrers_tag", "is_referrers_tag",
-           "referrers_index"]
+__all__ = [
+    "descriptor",
+    "artifact",
+    "build_id_of",
+    "blob_refs",
+    "build_layers",
+    "MANIFEST_TITLE",
+    "OCI_MANIFEST",
+    "OCI_INDEX",
+    "DOCKER_MANIFEST",
+    "OCI_EMPTY",
+    "EMPTY_BLOB",
+    "ACCEPT",
+    "BUILD_ARTIFACT",
+    "HISTORY_ARTIFACT",
+    "PENDING_ARTIFACT",
+    "RECORD_ARTIFACT",
+    "BUILD_CONFIG_TYPE",
+    "ENTRY_TYPE",
+    "RECORD_TYPE",
+    "ANN_BUILD_ID",
+    "ANN_PIPELINE",
+    "ANN_TARGET",
+    "ANN_PUBLISHED",
+    "ANN_ENTRY",
+    "ANN_RECORD",
+    "ANN_CREATED",
+    "ANN_TITLE",
+    "INTERNAL_PREFIX",
+    "BUILD_PREFIX",
+    "V1_BUILD_PREFIX",
+    "V1_RECORD_PREFIX",
+    "V1_HISTORY_TAG",
+    "V1_PENDING_TAG",
+    "RECORD_PREFIX",
+    "RECORD_SEP",
+    "HISTORY_TAG",
+    "PENDING_TAG",
+    "MAX_TAG",
+    "MAX_MANIFEST",
+    "ANN_ENVELOPE",
+    "ANN_PREDICATE",
+    "referrers_tag",
+    "is_referrers_tag",
+    "referrers_index",
+]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -76,8 +121,13 @@ def descriptor(media_type: str, data_digest: str, size: int, annotations: dict |
     return d
 
 
-def artifact(artifact_type: str, layers: list[dict], annotations: dict[str, str], config: dict | None = None,
-             subject: dict | None = None) -> bytes:
+def artifact(
+    artifact_type: str,
+    layers: list[dict],
+    annotations: dict[str, str],
+    config: dict | None = None,
+    subject: dict | None = None,
+) -> bytes:
     """Canonical bytes of an OCI image manifest for an avatar-release artifact; with ``subject`` (a
     descriptor of another manifest) it is a referrer of that manifest."""
     doc = {

@@ -37,9 +37,10 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
 from ...errors import RegistryError
@@ -155,8 +156,7 @@ def _run_helper(name: str, host: str, where: str) -> Credentials | None:
         user, secret = doc["Username"], doc["Secret"]
     except (ValueError, KeyError, TypeError):
         raise RegistryError(
-            f"registry {host}: credential helper {exe} did not answer JSON with Username and Secret "
-            f"(got {out[:80]!r})"
+            f"registry {host}: credential helper {exe} did not answer JSON with Username and Secret (got {out[:80]!r})"
         ) from None
     if user == "<token>":
         raise RegistryError(
@@ -269,8 +269,13 @@ class LoginAuth:
     transport's session (same TLS settings); ``credentials`` replaces the lookup in the login files.
     """
 
-    def __init__(self, host: str, fetch: Callable[[str, dict[str, str]], tuple[int, Any, bytes]],
-                 credentials: Credentials | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        host: str,
+        fetch: Callable[[str, dict[str, str]], tuple[int, Any, bytes]],
+        credentials: Credentials | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.host = host
         self._fetch, self._clock = fetch, clock
         self._creds: Credentials | None = credentials
@@ -295,9 +300,11 @@ class LoginAuth:
 
     def _no_credentials(self) -> str:
         files = ", ".join(str(p) for p in auth_files())
-        return (f"this registry needs credentials and none were found for {self.host} (looked in {files}); "
-                f"log in with `docker login {self.host}` (or podman/skopeo login), or set DOCKER_CONFIG or "
-                "REGISTRY_AUTH_FILE to a login file that has them")
+        return (
+            f"this registry needs credentials and none were found for {self.host} (looked in {files}); "
+            f"log in with `docker login {self.host}` (or podman/skopeo login), or set DOCKER_CONFIG or "
+            "REGISTRY_AUTH_FILE to a login file that has them"
+        )
 
     def headers(self, scope: str) -> dict[str, str]:
         with self._mutex:
@@ -338,17 +345,24 @@ class LoginAuth:
                 return self._no_credentials() + " (an anonymous token was not enough)"
             return f"{self._who()} is not allowed {scope} here; ask the registry's administrators for access"
         if self._mode == "basic":
-            return (f"the registry refused the credentials of {self._who()}: wrong user name or password; "
-                    f"log in again with `docker login {self.host}`")
+            return (
+                f"the registry refused the credentials of {self._who()}: wrong user name or password; "
+                f"log in again with `docker login {self.host}`"
+            )
         if self._mode == "bearer" and self._creds is None:
             return self._no_credentials() + " (an anonymous token was refused)"
         if self._mode == "bearer":
-            return (f"the registry refused a token just issued by {self._realm} for {scope}"
-                    f"{f' ({error})' if error else ''}: it was expired on arrival or not valid for this "
-                    "registry (check the clocks of the token server and the registry, and the service name); "
-                    f"credentials: {self._who()}")
-        return self._no_credentials() if self.credentials() is None else (
-            f"the registry refused {self._who()} without saying how to authenticate")
+            return (
+                f"the registry refused a token just issued by {self._realm} for {scope}"
+                f"{f' ({error})' if error else ''}: it was expired on arrival or not valid for this "
+                "registry (check the clocks of the token server and the registry, and the service name); "
+                f"credentials: {self._who()}"
+            )
+        return (
+            self._no_credentials()
+            if self.credentials() is None
+            else (f"the registry refused {self._who()} without saying how to authenticate")
+        )
 
     # the distribution token flow -------------------------------------------------------------------
     def _new_token(self, scope: str, challenge_scope: str | None = None) -> _Token:
@@ -372,8 +386,9 @@ class LoginAuth:
         self.token_fetches += 1
         status, _, body = self._fetch(url, headers)
         if status in (401, 403):
-            why = ("wrong user name or password" if creds else
-                   "anonymous access is not allowed: " + self._no_credentials())
+            why = (
+                "wrong user name or password" if creds else "anonymous access is not allowed: " + self._no_credentials()
+            )
             raise RegistryError(
                 f"registry {self.host}: the token server {realm} refused {self._who()} for {scope} "
                 f"(HTTP {status}): {why}"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urljoin
 
 from ... import _atomic
@@ -64,8 +64,13 @@ class Blobs:
             if reply.status == 200 and reply.headers.get("Content-Length") in (None, str(len(data))):
                 return digest  # content-addressed: already there
             loc = self._start_upload(op)
-            done = self.transport.call(op, "PUT", _with_digest(loc, digest), data=data,
-                                       headers={"Content-Type": _OCTETS, "Content-Length": str(len(data))})
+            done = self.transport.call(
+                op,
+                "PUT",
+                _with_digest(loc, digest),
+                data=data,
+                headers={"Content-Type": _OCTETS, "Content-Length": str(len(data))},
+            )
             if done.status in (200, 201, 204):
                 return digest
             if done.status == 404:  # BLOB_UPLOAD_UNKNOWN: a retried PUT after a lost answer
@@ -132,11 +137,16 @@ class Blobs:
             seen = got[0] if got else StreamDigest()
             if not seen.matches(digest, size):
                 n = seen.size
-                what = f"size {'more than ' + str(size) if n > size else n} bytes, manifest says {size}" \
-                    if n != size else f"content hashes to {seen.digest}"
-                raise IntegrityError(f"blob {digest} in {self.uri}: {what}; the store is corrupted or was tampered "
-                                     "with — repair it from a registry holding the same build: "
-                                     "`avatar-release repair BUILD --from REGISTRY`")
+                what = (
+                    f"size {'more than ' + str(size) if n > size else n} bytes, manifest says {size}"
+                    if n != size
+                    else f"content hashes to {seen.digest}"
+                )
+                raise IntegrityError(
+                    f"blob {digest} in {self.uri}: {what}; the store is corrupted or was tampered "
+                    "with — repair it from a registry holding the same build: "
+                    "`avatar-release repair BUILD --from REGISTRY`"
+                )
         return dest
 
     def push_from(self, path: str | os.PathLike, *, chunk_size: int = 16 << 20, resumes: int = 3) -> str:
@@ -157,9 +167,17 @@ class Blobs:
                 f.seek(offset)
                 chunk = f.read(min(chunk_size, size - offset))
                 try:
-                    reply = self.transport.call(op, "PATCH", loc, data=chunk, headers={
-                        "Content-Type": _OCTETS, "Content-Length": str(len(chunk)),
-                        "Content-Range": f"{offset}-{offset + len(chunk) - 1}"})
+                    reply = self.transport.call(
+                        op,
+                        "PATCH",
+                        loc,
+                        data=chunk,
+                        headers={
+                            "Content-Type": _OCTETS,
+                            "Content-Length": str(len(chunk)),
+                            "Content-Range": f"{offset}-{offset + len(chunk) - 1}",
+                        },
+                    )
                 except RegistryError:
                     if left <= 0:
                         raise

@@ -71,8 +71,11 @@ class Builds:
             if existing is not None:
                 return existing, False
             config_digest = self.blobs.put(manifest_bytes)
-            body = self._new_artifact(build_id, manifest_bytes, config_digest) if artifact is None else \
-                self._checked_artifact(build_id, manifest_bytes, artifact)
+            body = (
+                self._new_artifact(build_id, manifest_bytes, config_digest)
+                if artifact is None
+                else self._checked_artifact(build_id, manifest_bytes, artifact)
+            )
             digest = self.manifests.put(tag, body, op)
             now = self.manifests.head(tag, f"{op} (read-back)")
             if now is None:
@@ -102,8 +105,11 @@ class Builds:
         """``body`` if it is an avatar-release build artifact of this very build and manifest."""
         doc = self.manifests.parse(body, f"build artifact of {build_id}", BUILD_ARTIFACT)
         config = doc.get("config") or {}
-        if self.id_of(doc, f"build artifact of {build_id}") != build_id or \
-                config.get("digest") != sha256_digest(manifest_bytes) or config.get("size") != len(manifest_bytes):
+        if (
+            self.id_of(doc, f"build artifact of {build_id}") != build_id
+            or config.get("digest") != sha256_digest(manifest_bytes)
+            or config.get("size") != len(manifest_bytes)
+        ):
             raise IntegrityError(
                 f"{self.where()}: the OCI manifest given for build {build_id} names another build or manifest; "
                 "refusing it"
@@ -201,9 +207,14 @@ class Builds:
 
         A channel tag is read once; the digest it gave is what everything after fetches.
         """
-        return resolve_ref(ref, self.uri, Lookups(
-            by_digest=self._by_digest, channel=self._channel,
-            exact_build=lambda build_id: self.head(build_id, f"resolve build {build_id}"),
-            builds_with_prefix=lambda p: sorted(self.ids(p)),
-            latest=lambda: [b.build_id for b in self.list()],
-        ))
+        return resolve_ref(
+            ref,
+            self.uri,
+            Lookups(
+                by_digest=self._by_digest,
+                channel=self._channel,
+                exact_build=lambda build_id: self.head(build_id, f"resolve build {build_id}"),
+                builds_with_prefix=lambda p: sorted(self.ids(p)),
+                latest=lambda: [b.build_id for b in self.list()],
+            ),
+        )

@@ -21,7 +21,7 @@ from ...records import ChannelState, HistoryEntry, parse_record, utcnow
 from ...records.window import RECORD_FORMATS_PAGE
 from .._cas import Current
 from .._lock import FileLock
-from ._artifact import BUILD_ARTIFACT, ENTRY_TYPE, HISTORY_ARTIFACT, PENDING_ARTIFACT, ANN_ENTRY, artifact, descriptor
+from ._artifact import ANN_ENTRY, BUILD_ARTIFACT, ENTRY_TYPE, HISTORY_ARTIFACT, PENDING_ARTIFACT, artifact, descriptor
 from ._blobs import Blobs
 from ._builds import Builds
 from ._layout import TagLayout
@@ -75,7 +75,11 @@ class Journal:
                     f"before 2026-12-01 ({tag}, _b.<build id>, _r.<record>), outside this avatar-release's "
                     "support window, which reads the _avr.* tags only; move them (the same manifests under "
                     f"today's names; nothing is deleted or re-signed): `avatar-release registry migrate --registry "
-                    f"{self.uri}` ({RECORD_FORMATS_PAGE})", kind="oci tag layout", found=1, supported=(2, 2))
+                    f"{self.uri}` ({RECORD_FORMATS_PAGE})",
+                    kind="oci tag layout",
+                    found=1,
+                    supported=(2, 2),
+                )
 
     def parked(self) -> list[HistoryEntry]:
         return self.entries_of(self.layout.pending_tags, PENDING_ARTIFACT)
@@ -99,20 +103,28 @@ class Journal:
             return None
         return got[0], self.manifests.parse(got[1], f"channel tag {channel}", BUILD_ARTIFACT)
 
-    def channel_state(self, channel: str, digest: str, doc: dict[str, Any],
-                      entries: list[HistoryEntry], builds: Builds) -> ChannelState:
+    def channel_state(
+        self, channel: str, digest: str, doc: dict[str, Any], entries: list[HistoryEntry], builds: Builds
+    ) -> ChannelState:
         build_id = builds.id_of(doc, f"channel tag {channel}")
         for e in reversed(entries):
             if e.channel == channel and e.to_digest == digest:
-                return ChannelState(channel=channel, build_id=build_id, digest=digest, sequence=e.sequence,
-                                    updated_at=e.when)
+                return ChannelState(
+                    channel=channel, build_id=build_id, digest=digest, sequence=e.sequence, updated_at=e.when
+                )
         # The tag was moved by another tool; the next move records it.
-        return ChannelState(channel=channel, build_id=build_id, digest=digest, sequence=0,
-                            updated_at="unknown (tag moved outside avatar-release)")
+        return ChannelState(
+            channel=channel,
+            build_id=build_id,
+            digest=digest,
+            sequence=0,
+            updated_at="unknown (tag moved outside avatar-release)",
+        )
 
     # ---- writing (under the writer lock) --------------------------------------------------
-    def write_entries(self, tag: str, artifact_type: str, entries: list[HistoryEntry], new: list[HistoryEntry],
-                      op: str) -> None:
+    def write_entries(
+        self, tag: str, artifact_type: str, entries: list[HistoryEntry], new: list[HistoryEntry], op: str
+    ) -> None:
         """Write an entry artifact (pushing the blobs of the ``new`` entries), then read it back."""
         self.blobs.ensure_empty()
         for e in new:
@@ -132,12 +144,14 @@ class Journal:
         applied = self.pending_if_applied(entries)
         if applied is not None:
             entries = sorted(entries + [applied], key=lambda e: e.sequence)
-            self.write_entries(self.layout.current.history, HISTORY_ARTIFACT, entries, [applied],
-                               f"{op}: repair history")
+            self.write_entries(
+                self.layout.current.history, HISTORY_ARTIFACT, entries, [applied], f"{op}: repair history"
+            )
         return entries
 
-    def commit_move(self, entry: HistoryEntry, body: bytes, entries: list[HistoryEntry],
-                    new: list[HistoryEntry], op: str) -> None:
+    def commit_move(
+        self, entry: HistoryEntry, body: bytes, entries: list[HistoryEntry], new: list[HistoryEntry], op: str
+    ) -> None:
         """Park the entry, move the tag (read back), append the history: the crash-safe order."""
         names = self.layout.current
         self.write_entries(names.pending, PENDING_ARTIFACT, [entry], [entry], f"{op}: park the move")
@@ -169,21 +183,30 @@ class JournalSwap:
     def next_sequence(self, entries: list[HistoryEntry]) -> int:
         return max([e.sequence for e in entries + self.journal.parked()], default=0) + 1
 
-    def unrecorded(self, channel: str, current: Current | None, entries: list[HistoryEntry],
-                   sequence: int) -> list[HistoryEntry]:
+    def unrecorded(
+        self, channel: str, current: Current | None, entries: list[HistoryEntry], sequence: int
+    ) -> list[HistoryEntry]:
         """An entry for a channel tag moved by another tool, so the history accounts for it."""
         if current is None:
             return []
         last = next((e for e in reversed(entries) if e.channel == channel), None)
         if last is not None and last.to_digest == current.digest:
             return []
-        return [HistoryEntry(
-            sequence=sequence, channel=channel, action="promote",
-            from_build=last.to_build if last else None, from_digest=last.to_digest if last else None,
-            to_build=current.build_id, to_digest=current.digest, who="unknown", when=utcnow(),
-            reason="the channel tag was found here without a history entry (moved outside avatar-release); "
-                   "recorded by the next move",
-        )]
+        return [
+            HistoryEntry(
+                sequence=sequence,
+                channel=channel,
+                action="promote",
+                from_build=last.to_build if last else None,
+                from_digest=last.to_digest if last else None,
+                to_build=current.build_id,
+                to_digest=current.digest,
+                who="unknown",
+                when=utcnow(),
+                reason="the channel tag was found here without a history entry (moved outside avatar-release); "
+                "recorded by the next move",
+            )
+        ]
 
     def commit(self, entry: HistoryEntry, first: list[HistoryEntry], entries: list[HistoryEntry], op: str) -> None:
         body = self.builds.target(entry.to_digest, entry.to_build, op)

@@ -21,8 +21,10 @@ __all__ = ["OciLocation", "parse_oci_uri", "LOCAL_HOSTS", "CA_ENV"]
 CA_ENV = "AVATAR_RELEASE_REGISTRY_CA"
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 _REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-_HOST_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-                      r"|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$")
+_HOST_RE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$"
+)
 
 
 @dataclass(frozen=True)

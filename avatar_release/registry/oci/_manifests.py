@@ -64,8 +64,9 @@ class Manifests:
     # ---- manifests ------------------------------------------------------------------------
     def get(self, ref: str, op: str) -> tuple[str, bytes] | None:
         """(digest, bytes) of the manifest a tag or digest names, or None; digest verified."""
-        reply = self.transport.call(op, "GET", f"{self.base}/manifests/{ref}", headers={"Accept": ACCEPT},
-                                    limit=MAX_MANIFEST)
+        reply = self.transport.call(
+            op, "GET", f"{self.base}/manifests/{ref}", headers={"Accept": ACCEPT}, limit=MAX_MANIFEST
+        )
         if reply.status == 404:
             return None
         if reply.status != 200:
@@ -106,8 +107,9 @@ class Manifests:
                 f"{self.where()}: {op}: manifest is {len(body)} bytes, over the {MAX_MANIFEST}-byte limit "
                 "of OCI registries"
             )
-        reply = self.transport.call(op, "PUT", f"{self.base}/manifests/{ref}",
-                                    headers={"Content-Type": media_type}, data=body)
+        reply = self.transport.call(
+            op, "PUT", f"{self.base}/manifests/{ref}", headers={"Content-Type": media_type}, data=body
+        )
         if reply.status not in (200, 201):
             detail = registry_errors(reply.body)
             if "BLOB_UNKNOWN" in detail:

@@ -71,8 +71,15 @@ class Referrers:
         for d in found:
             if artifact_type is not None and d.get("artifactType") != artifact_type:
                 continue  # a server that did not apply the filter
-            out.append(Referrer(str(d["digest"]), int(d["size"]), str(d.get("artifactType") or ""),
-                                dict(d.get("annotations") or {}), str(d.get("mediaType") or OCI_MANIFEST)))
+            out.append(
+                Referrer(
+                    str(d["digest"]),
+                    int(d["size"]),
+                    str(d.get("artifactType") or ""),
+                    dict(d.get("annotations") or {}),
+                    str(d.get("mediaType") or OCI_MANIFEST),
+                )
+            )
         return out
 
     def _descriptors(self, digest: str, op: str, artifact_type: str | None = None) -> tuple[list[dict[str, Any]], bool]:
@@ -113,7 +120,8 @@ class Referrers:
         manifests = doc.get("manifests") if isinstance(doc, dict) else None
         described = isinstance(manifests, list) and all(
             isinstance(d, dict) and is_digest(str(d.get("digest", ""))) and isinstance(d.get("size"), int)
-            for d in manifests)
+            for d in manifests
+        )
         if not isinstance(doc, dict) or doc.get("mediaType", OCI_INDEX) != OCI_INDEX or not described:
             kind = doc.get("mediaType") if isinstance(doc, dict) else type(doc).__name__
             raise IntegrityError(
@@ -142,8 +150,9 @@ class Referrers:
             if subject is not None:
                 self._attach_to(subject, build_id, wanted, data, f"{op}: attach to build {build_id}")
 
-    def _attach_to(self, subject: dict[str, Any], build_id: str, wanted: list[Attachment], record: bytes,
-                   op: str) -> None:
+    def _attach_to(
+        self, subject: dict[str, Any], build_id: str, wanted: list[Attachment], record: bytes, op: str
+    ) -> None:
         present, from_tag = self._descriptors(subject["digest"], op)
         have = {(d.get("artifactType"), (d.get("annotations") or {}).get(ANN_ENVELOPE)) for d in present}
         unlisted = []
@@ -164,8 +173,9 @@ class Referrers:
         if unlisted:
             self._extend_fallback(subject["digest"], unlisted, present if from_tag else None, op)
 
-    def _manifest(self, a: Attachment, envelope: bytes, build_id: str, subject: dict[str, Any]
-                  ) -> tuple[bytes, dict[str, str]]:
+    def _manifest(
+        self, a: Attachment, envelope: bytes, build_id: str, subject: dict[str, Any]
+    ) -> tuple[bytes, dict[str, str]]:
         """The manifest attaching ``a`` to its build: the same bytes wherever it is written (no times),
         so the same attachment in another registry of the same OCI build has the same digest."""
         title, predicate = a.label(envelope)
@@ -176,8 +186,9 @@ class Referrers:
         layer = descriptor(a.blob.media_type, a.blob.digest, a.blob.size, {ANN_TITLE: title})
         return artifact(a.artifact_type, [layer], ann, subject=subject), ann
 
-    def _extend_fallback(self, digest: str, new: list[dict[str, Any]], current: list[dict[str, Any]] | None,
-                         op: str) -> None:
+    def _extend_fallback(
+        self, digest: str, new: list[dict[str, Any]], current: list[dict[str, Any]] | None, op: str
+    ) -> None:
         """Read-modify-write the referrers tag of ``digest`` (the distribution spec's fallback), read back."""
         tag = referrers_tag(digest)
         current = self._fallback(digest, op) if current is None else current

@@ -101,8 +101,8 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 from pathlib import Path
+from typing import TypeVar
 
 from ..._digest import is_digest
 from ...errors import InputError, IntegrityError, RegistryError
@@ -160,8 +160,9 @@ class OciRegistry:
         self.transport = Transport(self.location, session=session, retry=retry)
         self.transport.auth = auth or LoginAuth(self.location.host, self.transport.fetch_token, credentials)
         key = hashlib.sha256(f"{self.location.host}/{self.location.repo}".encode()).hexdigest()[:32]
-        self.lock = FileLock(Path(lock_dir or default_lock_dir()) / f"{key}.lock", timeout=lock_timeout,
-                             what=self.transport.where())
+        self.lock = FileLock(
+            Path(lock_dir or default_lock_dir()) / f"{key}.lock", timeout=lock_timeout, what=self.transport.where()
+        )
         self.layout = layout
         self.manifests = Manifests(self.transport, tag_lister=tag_lister)
         self.blobs = Blobs(self.transport, uri)
@@ -265,10 +266,14 @@ class OciRegistry:
         when it decided (None for an empty channel); anything else now means a concurrent move won."""
         check_name("channel", channel)
         if is_referrers_tag(channel):
-            raise InputError(f"channel {channel!r}: an OCI registry keeps the referrers of a manifest under a tag of "
-                             "this form (sha256-<hex>, the distribution spec's fallback); pick another channel name")
-        return compare_and_swap(JournalSwap(self.journal, self.builds, self.lock),
-                                Move(channel, resolved, expected_digest, action, who, reason, gate_result_digest))
+            raise InputError(
+                f"channel {channel!r}: an OCI registry keeps the referrers of a manifest under a tag of "
+                "this form (sha256-<hex>, the distribution spec's fallback); pick another channel name"
+            )
+        return compare_and_swap(
+            JournalSwap(self.journal, self.builds, self.lock),
+            Move(channel, resolved, expected_digest, action, who, reason, gate_result_digest),
+        )
 
     # ---- the tag layout -----------------------------------------------------------------------
     def migrate_tags(self) -> TagMigration:
@@ -291,8 +296,10 @@ class OciRegistry:
                     continue
                 op = f"migrate {old} to {new}"
                 if self.manifests.put(new, got[1], op) != got[0] or not self.manifests.points_at(new, got[0], op):
-                    raise RegistryError(f"{self.transport.where()}: {op}: the registry did not keep the manifest "
-                                        f"{got[0]} under {new}; run the migration again")
+                    raise RegistryError(
+                        f"{self.transport.where()}: {op}: the registry did not keep the manifest "
+                        f"{got[0]} under {new}; run the migration again"
+                    )
                 moved.append((old, new))
         return TagMigration(tuple(moved), tuple(present), tuple(too_long))
 

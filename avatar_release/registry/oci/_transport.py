@@ -66,9 +66,17 @@ class RetryPolicy:
         # Lazy (heavy): urllib3 loads with requests, when an oci:// store first talks HTTP.
         from urllib3.util.retry import Retry
 
-        return Retry(total=max(0, self.attempts - 1), redirect=0, status_forcelist=RETRY_STATUS,
-                     allowed_methods=None, backoff_factor=self.base_delay, backoff_max=self.max_delay,
-                     backoff_jitter=self.base_delay, retry_after_max=int(self.max_retry_after), raise_on_status=False)
+        return Retry(
+            total=max(0, self.attempts - 1),
+            redirect=0,
+            status_forcelist=RETRY_STATUS,
+            allowed_methods=None,
+            backoff_factor=self.base_delay,
+            backoff_max=self.max_delay,
+            backoff_jitter=self.base_delay,
+            retry_after_max=int(self.max_retry_after),
+            raise_on_status=False,
+        )
 
 
 @dataclass
@@ -155,8 +163,14 @@ def next_link(link: str | None, root: str) -> str | None:
 class Transport:
     """Requests to one repository's host, with retries, bounded reads, TLS settings and auth."""
 
-    def __init__(self, location: OciLocation, *, session: HttpSession | None = None, retry: RetryPolicy | None = None,
-                 auth: Auth | None = None):
+    def __init__(
+        self,
+        location: OciLocation,
+        *,
+        session: HttpSession | None = None,
+        retry: RetryPolicy | None = None,
+        auth: Auth | None = None,
+    ):
         self.location = location
         self.retry = retry or RetryPolicy()
         self.auth: Auth = auth or AnonymousAuth()
@@ -193,9 +207,17 @@ class Transport:
         actions = "pull" if method in ("GET", "HEAD") else "pull,push"
         return f"repository:{self.location.repo}:{actions}"
 
-    def call(self, op: str, method: str, url: str, *, headers: dict[str, str] | None = None,
-             data: bytes | None = None, limit: int = ERROR_BODY, sink: Callable[[Iterator[bytes]], None] | None = None
-             ) -> Reply:
+    def call(
+        self,
+        op: str,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+        limit: int = ERROR_BODY,
+        sink: Callable[[Iterator[bytes]], None] | None = None,
+    ) -> Reply:
         """One request, retried on 5xx/429 and connection failures; reads at most limit+1 bytes.
 
         With ``sink``, a 2xx body is not held: ``sink(chunks)`` consumes it as it arrives (at most
@@ -219,8 +241,11 @@ class Transport:
             if retry.is_retry(method, reply.status, "Retry-After" in reply.headers):
                 retry = self._again(retry, op, method, url, reply=reply)
                 continue
-            if reply.status == 401 and not reauthed and (self._stale_auth(url, reply, scope)
-                                                          or self.auth.challenged(reply, scope)):
+            if (
+                reply.status == 401
+                and not reauthed
+                and (self._stale_auth(url, reply, scope) or self.auth.challenged(reply, scope))
+            ):
                 reauthed = True  # answering a challenge is not a failed attempt
                 continue
             if reply.status in (401, 403):
@@ -230,8 +255,16 @@ class Transport:
                 )
             return reply
 
-    def _again(self, retry: Retry, op: str, method: str, url: str, *, error: Exception | None = None,
-               reply: Reply | None = None) -> Retry:
+    def _again(
+        self,
+        retry: Retry,
+        op: str,
+        method: str,
+        url: str,
+        *,
+        error: Exception | None = None,
+        reply: Reply | None = None,
+    ) -> Retry:
         """The ``Retry`` for the next try, once its wait is over; RegistryError when none is left."""
         from urllib3.exceptions import InvalidHeader, MaxRetryError
 
@@ -272,26 +305,37 @@ class Transport:
             f"{CA_ENV}=PATH or oci://{self.location.host}/{self.location.repo}?ca=PATH"
         )
 
-    def _exchange(self, method: str, url: str, headers: dict | None, data: bytes | None, limit: int,
-                  scope: str, sink: Callable[[Iterator[bytes]], None] | None = None) -> Reply:
+    def _exchange(
+        self,
+        method: str,
+        url: str,
+        headers: dict | None,
+        data: bytes | None,
+        limit: int,
+        scope: str,
+        sink: Callable[[Iterator[bytes]], None] | None = None,
+    ) -> Reply:
         # Credentials go to this registry's host only, never to a host a Location header names.
         own = urlsplit(url).netloc == self.location.host
         hdrs = {**(self.auth.headers(scope) if own else {}), **(headers or {})}
         timeout = (self.retry.connect_timeout, self.retry.read_timeout)
         self.requests += 1
-        resp = self.session().request(method, url, headers=hdrs, data=data, stream=True, timeout=timeout,
-                                      verify=self.verify())
+        resp = self.session().request(
+            method, url, headers=hdrs, data=data, stream=True, timeout=timeout, verify=self.verify()
+        )
         try:
             # Error bodies are read for their message up to a small bound, whatever ``limit`` is.
             ok = 200 <= resp.status_code < 300
             if ok and sink is not None and method != "HEAD":
                 sink(iter_bounded(resp, limit))
-                return Reply(resp.status_code, resp.headers, b"", str(getattr(resp, "url", url)),
-                             hdrs.get("Authorization"))
+                return Reply(
+                    resp.status_code, resp.headers, b"", str(getattr(resp, "url", url)), hdrs.get("Authorization")
+                )
             bound = limit if ok else ERROR_BODY
             body = b"" if method == "HEAD" else read_bounded(resp, bound)
-            return Reply(resp.status_code, resp.headers, body, str(getattr(resp, "url", url)),
-                         hdrs.get("Authorization"))
+            return Reply(
+                resp.status_code, resp.headers, body, str(getattr(resp, "url", url)), hdrs.get("Authorization")
+            )
         finally:
             resp.close()
 
@@ -303,14 +347,14 @@ class Transport:
         timeout = (self.retry.connect_timeout, self.retry.read_timeout)
         self.requests += 1
         try:
-            resp = self.session().request("GET", url, headers=headers, stream=True, timeout=timeout,
-                                          verify=self.verify(), allow_redirects=False)
+            resp = self.session().request(
+                "GET", url, headers=headers, stream=True, timeout=timeout, verify=self.verify(), allow_redirects=False
+            )
         except requests.exceptions.SSLError as e:
             raise self._tls_error(f"token request to {urlsplit(url).netloc}", e) from None
         except requests.RequestException as e:
             raise RegistryError(
-                f"{self.where()}: the token server {url.split('?')[0]} is unreachable ({type(e).__name__}: "
-                f"{_short(e)})"
+                f"{self.where()}: the token server {url.split('?')[0]} is unreachable ({type(e).__name__}: {_short(e)})"
             ) from None
         try:
             return resp.status_code, resp.headers, read_bounded(resp, 1 << 20)

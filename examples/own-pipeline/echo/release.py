@@ -66,14 +66,19 @@ def _stage(tree: Any, name: str) -> Any:
 def _signature(config: Any, frames: int) -> dict[str, StageSignature]:
     from echo.model import stage_inputs, stage_outputs
 
-    return {"shape": StageSignature(tuple(TensorSpec(*t) for t in stage_inputs(config, frames)),
-                                    tuple(TensorSpec(*t) for t in stage_outputs(config, frames)))}
+    return {
+        "shape": StageSignature(
+            tuple(TensorSpec(*t) for t in stage_inputs(config, frames)),
+            tuple(TensorSpec(*t) for t in stage_outputs(config, frames)),
+        )
+    }
 
 
 def _chunk_program(config: Any) -> RequestProgram:
     return RequestProgram(
-        inputs=(RequestInput.audio("audio", sample_rate=config.sample_rate,
-                                   samples_per_frame=config.samples_per_frame),),
+        inputs=(
+            RequestInput.audio("audio", sample_rate=config.sample_rate, samples_per_frame=config.samples_per_frame),
+        ),
         delivers=Delivery.audio("out", sample_rate=config.sample_rate, samples_per_frame=config.samples_per_frame),
         fps=config.fps,
     )

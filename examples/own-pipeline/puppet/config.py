@@ -57,16 +57,22 @@ class PuppetConfig:
             if not ok:
                 raise ValueError(what)
 
-        need(self.height > 0 and self.width > 0 and self.height % 2 == 0 and self.width % 2 == 0,
-             f"height and width must be positive and even (H.264), got {self.height}x{self.width}")
+        need(
+            self.height > 0 and self.width > 0 and self.height % 2 == 0 and self.width % 2 == 0,
+            f"height and width must be positive and even (H.264), got {self.height}x{self.width}",
+        )
         for cell, what in ((self.id_cell, "id_cell"), (self.decode.cell, "decode.cell")):
-            need(cell > 0 and self.height % cell == 0 and self.width % cell == 0,
-                 f"{what} {cell} must divide height {self.height} and width {self.width}")
+            need(
+                cell > 0 and self.height % cell == 0 and self.width % cell == 0,
+                f"{what} {cell} must divide height {self.height} and width {self.width}",
+            )
         need(self.matmul_k_split >= 1, f"matmul_k_split must be >= 1, got {self.matmul_k_split}")
         need(0.0 <= self.motion.smoothing < 1.0, f"motion.smoothing must be in [0, 1), got {self.motion.smoothing}")
-        need(self.samples_per_frame * self.fps == self.sample_rate,
-             f"samples_per_frame * fps must equal sample_rate ({self.samples_per_frame} * {self.fps} != "
-             f"{self.sample_rate})")
+        need(
+            self.samples_per_frame * self.fps == self.sample_rate,
+            f"samples_per_frame * fps must equal sample_rate ({self.samples_per_frame} * {self.fps} != "
+            f"{self.sample_rate})",
+        )
 
     def chunk_samples(self, frames: int) -> int:
         return frames * self.samples_per_frame
@@ -74,9 +80,13 @@ class PuppetConfig:
 
 CONFIGS = {
     "tiny": lambda: PuppetConfig(),
-    "small": lambda: PuppetConfig(name="small", height=64, width=128,
-                                  motion=MotionConfig(pose_dim=32, hidden=128),
-                                  decode=DecodeConfig(hidden=128)),
+    "small": lambda: PuppetConfig(
+        name="small",
+        height=64,
+        width=128,
+        motion=MotionConfig(pose_dim=32, hidden=128),
+        decode=DecodeConfig(hidden=128),
+    ),
 }
 
 

@@ -96,7 +96,7 @@ class Puppet(nn.Module):
         pose, out = torch.zeros(c.motion.pose_dim), []
         for i in range(chunks):
             noise = torch.from_numpy(noise_fn(i, (frames_per_chunk, c.motion.pose_dim)))
-            poses, pose = self.motion(image, torch.from_numpy(audio[i * n:(i + 1) * n]), pose, noise)
+            poses, pose = self.motion(image, torch.from_numpy(audio[i * n : (i + 1) * n]), pose, noise)
             out.append(self.decode(poses, image).numpy())
         return np.concatenate(out)
 
@@ -114,8 +114,12 @@ def stage_inputs(config: PuppetConfig, frames: int) -> dict[str, Signature]:
     image = ("image", (config.height, config.width, 3), "uint8")
     P = config.motion.pose_dim
     return {
-        "motion": [image, ("audio", (config.chunk_samples(frames),), "float32"), ("pose", (P,), "float32"),
-                   ("noise", (frames, P), "float32")],
+        "motion": [
+            image,
+            ("audio", (config.chunk_samples(frames),), "float32"),
+            ("pose", (P,), "float32"),
+            ("noise", (frames, P), "float32"),
+        ],
         "decode": [("poses", (frames, P), "float32"), image],
     }
 

@@ -51,14 +51,24 @@ def _signature(config: PuppetConfig, frames: int) -> dict[str, StageSignature]:
     from puppet.model import stage_inputs, stage_outputs
 
     ins, outs = stage_inputs(config, frames), stage_outputs(config, frames)
-    return {s: StageSignature(tuple(TensorSpec(*t) for t in ins[s]), tuple(TensorSpec(*t) for t in outs[s]))
-            for s in STAGES}
+    return {
+        s: StageSignature(tuple(TensorSpec(*t) for t in ins[s]), tuple(TensorSpec(*t) for t in outs[s])) for s in STAGES
+    }
 
 
 def _chunk_program(config: PuppetConfig) -> ChunkProgramSpec:
-    return ChunkProgramSpec(image="image", audio="audio", noise="noise", carry={"pose": "last_pose"},
-                            deliver="frames", fps=config.fps, sample_rate=config.sample_rate,
-                            samples_per_frame=config.samples_per_frame, height=config.height, width=config.width)
+    return ChunkProgramSpec(
+        image="image",
+        audio="audio",
+        noise="noise",
+        carry={"pose": "last_pose"},
+        deliver="frames",
+        fps=config.fps,
+        sample_rate=config.sample_rate,
+        samples_per_frame=config.samples_per_frame,
+        height=config.height,
+        width=config.width,
+    )
 
 
 pipeline = Pipeline(
@@ -71,8 +81,9 @@ pipeline = Pipeline(
     stage=_stage,
     signature=_signature,
     chunk_program=_chunk_program,
-    levers={"matmul_k_split": Lever("reassociation", "every matmul's contraction as k float32 partial sums "
-                                    "added in order")},
+    levers={
+        "matmul_k_split": Lever("reassociation", "every matmul's contraction as k float32 partial sums added in order")
+    },
     band_variants=({"matmul_k_split": "2"}, {"matmul_k_split": "4"}),
     gate_requests=GateRequests(images=(0, 1), audio=(0, 1), seed=0),
     source_packages=("puppet",),

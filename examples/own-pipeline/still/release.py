@@ -65,14 +65,17 @@ def _stage(tree: Any, name: str) -> Any:
 def _signature(config: Any, frames: int) -> dict[str, StageSignature]:
     from still.model import stage_inputs, stage_outputs
 
-    return {"sway": StageSignature(tuple(TensorSpec(*t) for t in stage_inputs(config, frames)),
-                                   tuple(TensorSpec(*t) for t in stage_outputs(config, frames)))}
+    return {
+        "sway": StageSignature(
+            tuple(TensorSpec(*t) for t in stage_inputs(config, frames)),
+            tuple(TensorSpec(*t) for t in stage_outputs(config, frames)),
+        )
+    }
 
 
 def _chunk_program(config: Any) -> RequestProgram:
     return RequestProgram(
-        inputs=(RequestInput.image("image", height=config.height, width=config.width),
-                RequestInput.time("times")),
+        inputs=(RequestInput.image("image", height=config.height, width=config.width), RequestInput.time("times")),
         delivers=Delivery.video("frames", height=config.height, width=config.width),
         fps=config.fps,
     )
