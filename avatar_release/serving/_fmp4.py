@@ -49,70 +49,18 @@ class FragmentEncoder:
     ):
         self._tmp = tempfile.mkdtemp(prefix="avatar-serve-")
         self._on_bytes = on_bytes
-        # The audio is cut or padded with silence to exactly the video's length; None: a video
-        # without an audio track (a build with no audio input).
-        sound: list[str] = []
-        if audio is not None:
-            n = int(round(n_frames / fps * sample_rate))
-            fitted = np.zeros(n, np.float32)
-            fitted[: min(n, audio.size)] = audio[:n]
-            wav = os.path.join(self._tmp, "audio.wav")
-            with open(wav, "wb") as fh:
-                fh.write(encode_wav_bytes(fitted, sample_rate))
-            sound = ["-i", wav]
+        # None: a video without an audio track (a build with no audio input).
+        sound = [] if audio is None else ["-i", _write_wav(self._tmp, audio, n_frames / fps, sample_rate)]
         self._pad_w, self._pad_h = width % 2, height % 2
-        times = ",".join(f"{k / fps:.6f}" for k in keyframes)
-        cmd = [
-            ffmpeg_exe(),
-            "-hide_banner",
-            "-nostdin",
-            "-loglevel",
-            "error",
-            "-f",
-            "rawvideo",
-            "-pix_fmt",
-            "rgb24",
-            "-s",
-            f"{width + self._pad_w}x{height + self._pad_h}",
-            "-r",
-            str(fps),
-            "-i",
-            "pipe:0",
-            *sound,
-            "-map",
-            "0:v:0",
-            *(["-map", "1:a:0"] if sound else []),
-            "-c:v",
-            "libx264",
-            "-preset",
-            preset,
-            "-tune",
-            "zerolatency",
-            "-crf",
-            str(int(crf)),
-            "-force_key_frames",
-            times,
-            "-g",
-            str(max(1, n_frames)),
-            "-vf",
-            "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-            "-pix_fmt",
-            "yuv420p",
-            "-colorspace",
-            "bt709",
-            "-color_primaries",
-            "bt709",
-            "-color_trc",
-            "bt709",
-            "-color_range",
-            "tv",
-            *(["-c:a", "aac", "-b:a", "128k"] if sound else []),
-            "-movflags",
-            MOVFLAGS,
-            "-f",
-            "mp4",
-            "pipe:1",
-        ]
+        cmd = _command(
+            size=f"{width + self._pad_w}x{height + self._pad_h}",
+            fps=fps,
+            sound=sound,
+            keyframe_times=",".join(f"{k / fps:.6f}" for k in keyframes),
+            gop=max(1, n_frames),
+            crf=crf,
+            preset=preset,
+        )
         self._err = tempfile.TemporaryFile(dir=self._tmp)
         try:
             self._proc = subprocess.Popen(
@@ -189,3 +137,51 @@ class FragmentEncoder:
         except OSError:
             pass
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _write_wav(tmp: str, audio: np.ndarray, seconds: float, sample_rate: int) -> str:
+    """The audio as a WAV in ``tmp``, cut or padded with silence to exactly the video's length."""
+    n = int(round(seconds * sample_rate))
+    fitted = np.zeros(n, np.float32)
+    fitted[: min(n, audio.size)] = audio[:n]
+    wav = os.path.join(tmp, "audio.wav")
+    with open(wav, "wb") as fh:
+        fh.write(encode_wav_bytes(fitted, sample_rate))
+    return wav
+
+
+# Output colour: BT.709, limited (tv) range, 4:2:0, said in the stream as well as done by the scaler.
+_COLOUR = (
+    "-vf",
+    "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
+    "-pix_fmt",
+    "yuv420p",
+    "-colorspace",
+    "bt709",
+    "-color_primaries",
+    "bt709",
+    "-color_trc",
+    "bt709",
+    "-color_range",
+    "tv",
+)
+
+
+def _command(
+    *, size: str, fps: int, sound: list[str], keyframe_times: str, gop: int, crf: int, preset: str
+) -> list[str]:
+    """ffmpeg's arguments: raw RGB frames on stdin (+ the WAV in ``sound``), fragmented MP4 on stdout."""
+    frames_in = ["-f", "rawvideo", "-pix_fmt", "rgb24", "-s", size, "-r", str(fps), "-i", "pipe:0"]
+    return [
+        ffmpeg_exe(),
+        *("-hide_banner", "-nostdin", "-loglevel", "error"),
+        *frames_in,
+        *sound,
+        *("-map", "0:v:0"),
+        *(["-map", "1:a:0"] if sound else []),
+        *("-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-crf", str(int(crf))),
+        *("-force_key_frames", keyframe_times, "-g", str(gop)),
+        *_COLOUR,
+        *(["-c:a", "aac", "-b:a", "128k"] if sound else []),
+        *("-movflags", MOVFLAGS, "-f", "mp4", "pipe:1"),
+    ]

@@ -15,6 +15,25 @@ __all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
+# The help texts too long for a line of their own beside the metric.
+_DEADLINE_MISSES = (
+    "Chunks that missed their deadline (slower than their playback time) on the build's own hardware, by bucket; "
+    "/healthz deadline.misses_on_target. Never counted on emulated devices "
+    "(/healthz deadline.emulated): see avatar_serve_chunks_over_playback"
+)
+_OVER_PLAYBACK = (
+    "Chunks slower than their playback time, by bucket, on any host (/healthz deadline.chunks_over_deadline); "
+    "on emulated devices they only say the host is slower than the target, not a deadline miss"
+)
+_REVOKED = (
+    "1 while the build served carries a signed revocation "
+    "(the pod keeps serving it until its channel moves; alert on it)"
+)
+_TRUST_FRESH = (
+    "1 while the signed release state this pod follows is unexpired (with --trust-root; 0: nobody refreshed "
+    "its timestamp, or the registry is frozen: the pod is not ready)"
+)
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -38,24 +57,8 @@ class Metrics:
         )
         # One definition of a deadline miss with /healthz (deadline.misses_on_target), the request log
         # (misses) and the render summary: a chunk over its playback time on the build's own hardware.
-        self.deadline_misses = Counter(
-            "avatar_serve_deadline_misses",
-            "Chunks that missed their deadline (slower "
-            "than their playback time) on the build's own hardware, by bucket; "
-            "/healthz deadline.misses_on_target. Never counted on emulated devices "
-            "(/healthz deadline.emulated): see avatar_serve_chunks_over_playback",
-            ["bucket"],
-            registry=r,
-        )
-        self.over_playback = Counter(
-            "avatar_serve_chunks_over_playback",
-            "Chunks slower than their playback time, "
-            "by bucket, on any host (/healthz deadline.chunks_over_deadline); on emulated "
-            "devices they only say the host is slower than the target, not a deadline "
-            "miss",
-            ["bucket"],
-            registry=r,
-        )
+        self.deadline_misses = Counter("avatar_serve_deadline_misses", _DEADLINE_MISSES, ["bucket"], registry=r)
+        self.over_playback = Counter("avatar_serve_chunks_over_playback", _OVER_PLAYBACK, ["bucket"], registry=r)
         self.first_fragment = Histogram(
             "avatar_serve_time_to_first_fragment_seconds",
             "Admission to the first video bytes sent",
@@ -70,19 +73,8 @@ class Metrics:
         self.swaps = Counter(
             "avatar_serve_swaps", "Channel follows: builds swapped in or refused", ["result"], registry=r
         )
-        self.revoked = Gauge(
-            "avatar_serve_build_revoked",
-            "1 while the build served carries a signed revocation "
-            "(the pod keeps serving it until its channel moves; alert on it)",
-            registry=r,
-        )
-        self.trust_fresh = Gauge(
-            "avatar_serve_trust_fresh",
-            "1 while the signed release state this pod follows "
-            "is unexpired (with --trust-root; 0: nobody refreshed its timestamp, or the "
-            "registry is frozen: the pod is not ready)",
-            registry=r,
-        )
+        self.revoked = Gauge("avatar_serve_build_revoked", _REVOKED, registry=r)
+        self.trust_fresh = Gauge("avatar_serve_trust_fresh", _TRUST_FRESH, registry=r)
         self.disconnects = Counter(
             "avatar_serve_client_disconnects", "Renders stopped because the client left", registry=r
         )

@@ -15,10 +15,12 @@ The health routes are ``_probes.probe``'s (one readiness rule for every name).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, get_args
 
 from .. import __version__
 from ..media import ACCEPTED_AUDIO, ACCEPTED_IMAGES
+from ..records import RequestInputRecord
 from ..runtime import LoadedBuild
 from ._errors import ServeError
 from ._pod import Pod
@@ -56,87 +58,100 @@ def _default(field: str) -> Any:
     return RenderRequest.model_fields[field].default
 
 
+def _image_input(i: RequestInputRecord, build: LoadedBuild, limits: Limits) -> dict[str, Any]:
+    """The picture, sent as encoded bytes and decoded (and fitted) to the declared input's shape."""
+    return {
+        "name": "image",
+        "datatype": "BYTES",
+        "shape": [1],
+        "parameters": {
+            "accepts": ACCEPTED_IMAGES,
+            "optional": True,
+            "absent": "the sample picture" if i.required else "zeros (a black picture)",
+            "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
+            "fit": list(get_args(RenderRequest.model_fields["fit"].annotation)),
+            "fit_default": _default("fit"),
+            "max_pixels": limits.max_image_pixels,
+        },
+    }
+
+
+def _audio_input(i: RequestInputRecord, build: LoadedBuild, limits: Limits) -> dict[str, Any]:
+    """The audio, sent as encoded bytes and decoded to mono float samples at the declared rate."""
+    return {
+        "name": "audio",
+        "datatype": "BYTES",
+        "shape": [1],
+        "parameters": {
+            "accepts": ACCEPTED_AUDIO,
+            "optional": True,
+            "absent": "sample audio of `seconds`" if i.required else "silence of `seconds`",
+            "decoded": {
+                "name": i.name,
+                "datatype": "FP32",
+                "shape": [-1],
+                "sample_rate": i.sample_rate,
+                "samples_per_frame": i.samples_per_frame,
+            },
+            "max_seconds": max_seconds(build, limits),
+        },
+    }
+
+
+def _noise_input(i: RequestInputRecord, build: LoadedBuild, limits: Limits) -> dict[str, Any]:
+    """The seed the noise input is drawn from (by the program's recipe)."""
+    return {
+        "name": "seed",
+        "datatype": "INT64",
+        "shape": [1],
+        "parameters": {
+            "optional": True,
+            "default": _default("seed"),
+            "noise_input": i.name,
+            "noise_recipe": build.manifest.program.noise_recipe,
+        },
+    }
+
+
+def _text_input(i: RequestInputRecord, build: LoadedBuild, limits: Limits) -> dict[str, Any]:
+    """A UTF-8 string, fed as bytes padded to the declared length."""
+    return {
+        "name": i.name,
+        "datatype": "BYTES",
+        "shape": [1],
+        "parameters": {
+            "optional": not i.required,
+            "encoding": "utf-8",
+            "max_bytes": i.shape[0],
+            "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
+        },
+    }
+
+
+def _tensor_input(i: RequestInputRecord, build: LoadedBuild, limits: Limits) -> dict[str, Any]:
+    """A raw tensor of the declared shape and dtype, sent as nested JSON arrays."""
+    return {
+        "name": i.name,
+        "datatype": _OIP_TYPES.get(i.dtype, i.dtype.upper()),
+        "shape": list(i.shape),
+        "parameters": {"optional": not i.required, "json": "nested arrays"},
+    }
+
+
+# What a client sends for each kind of declared input (kinds not here, e.g. time, the pod makes itself).
+_INPUT_KINDS: dict[str, Callable[[RequestInputRecord, LoadedBuild, Limits], dict[str, Any]]] = {
+    "image": _image_input,
+    "audio": _audio_input,
+    "noise": _noise_input,
+    "text": _text_input,
+    "tensor": _tensor_input,
+}
+
+
 def _inputs(build: LoadedBuild, limits: Limits) -> list[dict[str, Any]]:
     """What ``/render`` takes, from the inputs the build's program declares."""
     p = build.manifest.program
-    fits = list(get_args(RenderRequest.model_fields["fit"].annotation))
-    out: list[dict[str, Any]] = []
-    for i in p.request_inputs():
-        if i.kind == "image":
-            out.append(
-                {
-                    "name": "image",
-                    "datatype": "BYTES",
-                    "shape": [1],
-                    "parameters": {
-                        "accepts": ACCEPTED_IMAGES,
-                        "optional": True,
-                        "absent": "the sample picture" if i.required else "zeros (a black picture)",
-                        "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
-                        "fit": fits,
-                        "fit_default": _default("fit"),
-                        "max_pixels": limits.max_image_pixels,
-                    },
-                }
-            )
-        elif i.kind == "audio":
-            out.append(
-                {
-                    "name": "audio",
-                    "datatype": "BYTES",
-                    "shape": [1],
-                    "parameters": {
-                        "accepts": ACCEPTED_AUDIO,
-                        "optional": True,
-                        "absent": "sample audio of `seconds`" if i.required else "silence of `seconds`",
-                        "decoded": {
-                            "name": i.name,
-                            "datatype": "FP32",
-                            "shape": [-1],
-                            "sample_rate": i.sample_rate,
-                            "samples_per_frame": i.samples_per_frame,
-                        },
-                        "max_seconds": max_seconds(build, limits),
-                    },
-                }
-            )
-        elif i.kind == "noise":
-            out.append(
-                {
-                    "name": "seed",
-                    "datatype": "INT64",
-                    "shape": [1],
-                    "parameters": {
-                        "optional": True,
-                        "default": _default("seed"),
-                        "noise_input": i.name,
-                        "noise_recipe": p.noise_recipe,
-                    },
-                }
-            )
-        elif i.kind == "text":
-            out.append(
-                {
-                    "name": i.name,
-                    "datatype": "BYTES",
-                    "shape": [1],
-                    "parameters": {
-                        "optional": not i.required,
-                        "encoding": "utf-8",
-                        "max_bytes": i.shape[0],
-                        "decoded": {"name": i.name, "datatype": "UINT8", "shape": list(i.shape)},
-                    },
-                }
-            )
-        elif i.kind == "tensor":
-            out.append(
-                {
-                    "name": i.name,
-                    "datatype": _OIP_TYPES.get(i.dtype, i.dtype.upper()),
-                    "shape": list(i.shape),
-                    "parameters": {"optional": not i.required, "json": "nested arrays"},
-                }
-            )
+    out = [_INPUT_KINDS[i.kind](i, build, limits) for i in p.request_inputs() if i.kind in _INPUT_KINDS]
     out.append(
         {
             "name": "seconds",

@@ -159,50 +159,10 @@ def _request_schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, 
     return {**defs, "RenderRequest": body, "RenderForm": form}
 
 
-def _schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, Any]]:
-    string, integer = {"type": "string"}, {"type": "integer"}
-    tensor = {
-        "type": "object",
-        "required": ["name", "datatype", "shape"],
-        "properties": {
-            "name": string,
-            "datatype": string,
-            "shape": {"type": "array", "items": integer},
-            "parameters": {"type": "object"},
-        },
-    }
-    versions = {"type": "array", "items": string, "minItems": 1, "maxItems": 1}
-    model = {
-        "type": "object",
-        "required": [
-            "name",
-            "versions",
-            "platform",
-            "inputs",
-            "outputs",
-            "build_id",
-            "digest",
-            "channel",
-            "target",
-            "fps",
-            "buckets",
-        ],
-        "properties": {
-            "name": string,
-            "versions": versions,
-            "platform": string,
-            "inputs": {"type": "array", "items": _ref("MetadataTensor")},
-            "outputs": {"type": "array", "items": _ref("MetadataTensor")},
-            "build_id": string,
-            "digest": string,
-            "channel": string,
-            "target": string,
-            "fps": integer,
-            "buckets": {"type": "object", "additionalProperties": integer},
-        },
-    }
+def _answer_schemas() -> dict[str, dict[str, Any]]:
+    """The error body and the probes' answers."""
+    string = {"type": "string"}
     return {
-        **_request_schemas(build, limits),
         "Error": {
             "type": "object",
             "required": ["error", "message"],
@@ -217,19 +177,58 @@ def _schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, Any]]:
             "properties": {"ready": {"const": True}, "build_id": string, "digest": string},
         },
         "Health": {"type": "object", "description": "build, compiles, timings, queue and channel-follow state"},
+    }
+
+
+def _oip_schemas() -> dict[str, dict[str, Any]]:
+    """The Open Inference Protocol's metadata answers (``_oip``), ours added to the model's."""
+    string, integer = {"type": "string"}, {"type": "integer"}
+    tensor = {
+        "type": "object",
+        "required": ["name", "datatype", "shape"],
+        "properties": {
+            "name": string,
+            "datatype": string,
+            "shape": {"type": "array", "items": integer},
+            "parameters": {"type": "object"},
+        },
+    }
+    versions = {"type": "array", "items": string, "minItems": 1, "maxItems": 1}
+    model_props = {
+        "name": string,
+        "versions": versions,
+        "platform": string,
+        "inputs": {"type": "array", "items": _ref("MetadataTensor")},
+        "outputs": {"type": "array", "items": _ref("MetadataTensor")},
+        "build_id": string,
+        "digest": string,
+        "channel": string,
+        "target": string,
+        "fps": integer,
+        "buckets": {"type": "object", "additionalProperties": integer},
+    }
+    return {
         "ServerMetadata": {
             "type": "object",
             "required": ["name", "version", "extensions"],
             "properties": {"name": string, "version": string, "extensions": {"type": "array", "items": string}},
         },
         "MetadataTensor": tensor,
-        "ModelMetadata": model,
+        "ModelMetadata": {
+            "type": "object",
+            "required": list(model_props),
+            "properties": model_props,
+        },  # every field required
         "ModelReady": {
             "type": "object",
             "required": ["name", "versions", "ready"],
             "properties": {"name": string, "versions": versions, "ready": {"type": "boolean"}},
         },
     }
+
+
+def _schemas(build: LoadedBuild, limits: Limits) -> dict[str, dict[str, Any]]:
+    return {**_request_schemas(build, limits), **_answer_schemas(), **_oip_schemas()}
 
 
 def _answer(build: LoadedBuild) -> tuple[str, str]:
@@ -288,18 +287,50 @@ def _get(op: str, summary: str, responses: dict[str, Any], **more: Any) -> dict[
     return {"get": {"operationId": op, "summary": summary, "responses": responses, **more}}
 
 
-def openapi_document(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
-    """The document for the build served now and the app's limits (both shape ``/render``)."""
-    m = build.manifest
+def _oip_paths(pipeline: str) -> dict[str, Any]:
+    """The Open Inference Protocol's routes (``_oip``, ``_probes``)."""
     name = {
         "name": "name",
         "in": "path",
         "required": True,
         "schema": {"type": "string"},
         "description": "the pipeline served",
-        "example": m.pipeline,
+        "example": pipeline,
     }
     not_found = _errors(["not_found"])
+    return {
+        "/v2": _get(
+            "serverMetadata",
+            "Open Inference Protocol server metadata",
+            {"200": _json("server", _ref("ServerMetadata"))},
+        ),
+        "/v2/health/live": _get("serverLive", "OIP liveness (as /livez)", {"200": _json("live", _ref("Live"))}),
+        "/v2/health/ready": _get(
+            "serverReady",
+            "OIP readiness (as /readyz)",
+            {
+                "200": _json("ready", _ref("Ready")),
+                "503": _json("not ready: draining, or compiled while serving", _ref("Ready")),
+            },
+        ),
+        "/v2/models/{name}": _get(
+            "modelMetadata",
+            "OIP model metadata: the build served and what /render takes",
+            {"200": _json("model", _ref("ModelMetadata")), **not_found},
+            parameters=[name],
+        ),
+        "/v2/models/{name}/ready": _get(
+            "modelReady",
+            "OIP model readiness (as /readyz)",
+            {"200": _json("ready", _ref("ModelReady")), "503": _json("not ready", _ref("ModelReady")), **not_found},
+            parameters=[name],
+        ),
+    }
+
+
+def openapi_document(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
+    """The document for the build served now and the app's limits (both shape ``/render``)."""
+    m = build.manifest
     return {
         "openapi": "3.1.0",
         "info": {
@@ -330,32 +361,7 @@ def openapi_document(build: LoadedBuild, limits: Limits) -> dict[str, Any]:
                 },
             ),
             "/openapi.json": _get("openapi", "this document", {"200": _json("OpenAPI 3.1", {"type": "object"})}),
-            "/v2": _get(
-                "serverMetadata",
-                "Open Inference Protocol server metadata",
-                {"200": _json("server", _ref("ServerMetadata"))},
-            ),
-            "/v2/health/live": _get("serverLive", "OIP liveness (as /livez)", {"200": _json("live", _ref("Live"))}),
-            "/v2/health/ready": _get(
-                "serverReady",
-                "OIP readiness (as /readyz)",
-                {
-                    "200": _json("ready", _ref("Ready")),
-                    "503": _json("not ready: draining, or compiled while serving", _ref("Ready")),
-                },
-            ),
-            "/v2/models/{name}": _get(
-                "modelMetadata",
-                "OIP model metadata: the build served and what /render takes",
-                {"200": _json("model", _ref("ModelMetadata")), **not_found},
-                parameters=[name],
-            ),
-            "/v2/models/{name}/ready": _get(
-                "modelReady",
-                "OIP model readiness (as /readyz)",
-                {"200": _json("ready", _ref("ModelReady")), "503": _json("not ready", _ref("ModelReady")), **not_found},
-                parameters=[name],
-            ),
+            **_oip_paths(m.pipeline),
         },
         "components": {"schemas": _schemas(build, limits)},
     }
