@@ -51,11 +51,11 @@ from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.lib import format as npy
 
 from ..errors import InputError, MediaError
 from ._files import PathLike, describe_head, input_file, write_output
 from ._geometry import REDUCING_GAP, jpeg_scale, regions
+from ._npy import NPY_MAGIC, npy_header, npy_rgb
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -94,7 +94,6 @@ ACCEPTED_IMAGES = "JPEG, PNG (8/16-bit, gray, palette, alpha, interlaced), WebP,
 _PIL_FORMATS = ("PNG", "JPEG", "WEBP")
 # (oriented width, oriented height) of a picture -> the DCT scale to decode it at (1, 2, 4, 8).
 ScaleFor = Callable[[int, int], int]
-_NPY_MAGIC = b"\x93NUMPY"
 _SAVE_AS = "save it as PNG or JPEG (any image viewer's Export / Save As does it)"
 _BOMB_PIXELS = re.compile(r"\((\d+) pixels\)")
 # Pixel modes Pillow's PNG/JPEG/WebP decoders produce that mean "colour or gray, maybe alpha".
@@ -271,31 +270,7 @@ def _decode_pil(
 
 def _decode_npy(data: bytes, where: str, max_pixels: int) -> np.ndarray:
     """A .npy uint8 array, its shape checked from the header before anything is allocated."""
-    bio = io.BytesIO(data)
-    try:
-        version = npy.read_magic(bio)
-        if version == (1, 0):
-            shape, fortran, dtype = npy.read_array_header_1_0(bio)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = npy.read_array_header_2_0(bio)
-        else:
-            raise ValueError(f"format version {version}")
-    except Exception as exc:  # ValueError for damage and unknown versions
-        raise InputError(
-            f"image {where}: cannot read as a .npy array ({exc}); save it with "
-            "numpy.save(path, uint8_array_of_shape_HxWx3)"
-        ) from None
-    if dtype != np.uint8:
-        raise InputError(
-            f"image {where}: dtype {dtype}, expected uint8 (0..255 per channel); convert it, "
-            "e.g. numpy.save(path, numpy.clip(a * 255, 0, 255).round().astype(numpy.uint8)) "
-            "for floats in [0, 1]"
-        )
-    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] not in (1, 2, 3, 4)) or 0 in shape:
-        raise InputError(
-            f"image {where}: array shape {tuple(shape)}, expected (height, width, 3) RGB "
-            "(or (height, width) gray, (height, width, 4) RGBA)"
-        )
+    shape, fortran, offset = npy_header(data, where)
     if shape[0] * shape[1] > max_pixels:
         raise _too_many_pixels(
             where,
@@ -303,20 +278,7 @@ def _decode_npy(data: bytes, where: str, max_pixels: int) -> np.ndarray:
             shape[0] * shape[1],
             max_pixels,
         )
-    count = int(np.prod(shape))
-    body = data[bio.tell() :]
-    if len(body) != count:
-        raise InputError(
-            f"image {where}: .npy holds {len(body)} bytes of pixels, its header promises {count}; "
-            "the file is damaged, save it again"
-        )
-    arr = np.frombuffer(body, np.uint8).reshape(shape, order="F" if fortran else "C")
-    if arr.ndim == 2:
-        arr = arr[:, :, None]
-    c = arr.shape[2]
-    if c in (1, 2):  # gray, gray+alpha
-        arr = np.repeat(arr[:, :, :1], 3, axis=2)
-    return np.ascontiguousarray(arr[:, :, :3])
+    return npy_rgb(data[offset:], shape, fortran, where)
 
 
 def _decode(
@@ -328,7 +290,7 @@ def _decode(
         try:
             with open(p, "rb") as fh:
                 head = fh.read(64)
-                if head.startswith(_NPY_MAGIC):
+                if head.startswith(NPY_MAGIC):
                     return _decode_npy(head + fh.read(), where, max_pixels), "NPY", 1, 1
                 fh.seek(0)
                 return _decode_pil(fh, where, max_pixels, head, scale_for)
@@ -337,7 +299,7 @@ def _decode(
     data = bytes(data_or_path)
     if not data:
         raise InputError(f"image {where}: no bytes (empty image); expected {ACCEPTED_IMAGES}")
-    if data.startswith(_NPY_MAGIC):
+    if data.startswith(NPY_MAGIC):
         return _decode_npy(data, where, max_pixels), "NPY", 1, 1
     return _decode_pil(io.BytesIO(data), where, max_pixels, data[:64], scale_for)
 

@@ -1,8 +1,9 @@
 """H.264 MP4 out (and probed, and decoded back for tests) through the bundled ffmpeg binary.
 
 :class:`Mp4Writer` takes frames and samples as they are made: frames go to libx264 as raw rgb24
-on ffmpeg's stdin (yuv420p, BT.709, limited range), one at a time, and mono samples go to a
-16-bit scratch file beside the output, so neither is held in memory however long the video.
+on ffmpeg's stdin (yuv420p, BT.709, limited range; the encoder pipe is :mod:`._h264`), one at a
+time, and mono samples go to a 16-bit scratch file beside the output, so neither is held in
+memory however long the video.
 ``finish`` then muxes the samples in as AAC, cut or padded with silence to the video's length
 (only known once every frame is in; ffmpeg's own apad + -shortest overshoots by up to a
 second). :func:`write_mp4` does the same for frames and audio already in hand. The file appears
@@ -20,13 +21,14 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from ..errors import InputError, MediaError
 from ._ffmpeg import ffmpeg_exe, stderr_tail
 from ._files import PathLike, check_output, output_path, scratch_beside
+from ._h264 import H264Pipe
 from .audio import check_audio, pcm16
 
 __all__ = ["Mp4File", "Mp4Probe", "Mp4Writer", "write_mp4", "probe_mp4", "read_mp4_frames"]
@@ -93,117 +95,6 @@ def _check_fps(fps: Any, where: str) -> float:
     return fps_f
 
 
-class _H264Pipe:
-    """libx264 on ffmpeg's stdin, writing a video-only MP4 to ``out``; frames one at a time."""
-
-    def __init__(self, exe: str, out: Path, shape: tuple[int, ...], fps: float, crf: int, preset: str, where: str):
-        height, width, _ = shape
-        self.shape, self.where, self.count = shape, where, 0
-        self._pad = ((0, height % 2), (0, width % 2), (0, 0))  # yuv420p needs even sizes
-        cmd = [
-            exe,
-            "-hide_banner",
-            "-nostdin",
-            "-loglevel",
-            "error",
-            "-y",
-            "-f",
-            "rawvideo",
-            "-pix_fmt",
-            "rgb24",
-            "-s",
-            f"{width + width % 2}x{height + height % 2}",
-            "-r",
-            repr(fps),
-            "-i",
-            "pipe:0",
-            "-map",
-            "0:v:0",
-            "-c:v",
-            "libx264",
-            "-preset",
-            preset,
-            "-crf",
-            str(int(crf)),
-            # RGB -> BT.709 limited-range YUV, tagged as such so players convert back correctly.
-            "-vf",
-            "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-            "-pix_fmt",
-            "yuv420p",
-            "-colorspace",
-            "bt709",
-            "-color_primaries",
-            "bt709",
-            "-color_trc",
-            "bt709",
-            "-color_range",
-            "tv",
-            "-movflags",
-            "+faststart",
-            "-f",
-            "mp4",
-            str(out),
-        ]
-        self._err = tempfile.TemporaryFile()  # a file, not a pipe: ffmpeg's log can never block it
-        try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._err)
-        except OSError as exc:
-            self._err.close()
-            raise MediaError(f"video {where}: cannot start ffmpeg ({exe}): {exc}") from exc
-
-    @property
-    def _stdin(self) -> IO[bytes]:
-        stdin = self._proc.stdin
-        assert stdin is not None  # started with stdin=PIPE
-        return stdin
-
-    def _stderr(self) -> str:
-        self._err.seek(0)
-        return self._err.read().decode("utf-8", "replace")
-
-    def write(self, frame: np.ndarray) -> None:
-        if frame.shape != self.shape:
-            raise InputError(
-                f"video {self.where}: frame {self.count} has shape {tuple(frame.shape)}, expected "
-                f"{tuple(self.shape)} like frame 0; all frames must have the same size"
-            )
-        if self._pad[0][1] or self._pad[1][1]:  # repeat the last row/column
-            frame = np.pad(frame, self._pad, mode="edge")
-        try:
-            # numpy's stubs give ndarray __buffer__ only for Python >= 3.12; it has the buffer protocol on 3.11 too
-            self._stdin.write(memoryview(frame).cast("B"))  # type: ignore[arg-type]
-        except BrokenPipeError:
-            self._proc.wait()
-            raise MediaError(
-                f"video {self.where}: ffmpeg stopped after {self.count} frames (exit {self._proc.returncode}):\n"
-                + stderr_tail(self._stderr())
-            ) from None
-        self.count += 1
-
-    def close(self) -> int:
-        """Flush and wait for ffmpeg; the number of frames written."""
-        with contextlib.suppress(BrokenPipeError):
-            self._stdin.close()
-        rc = self._proc.wait()
-        try:
-            if rc != 0:
-                raise MediaError(
-                    f"video {self.where}: ffmpeg failed (exit {rc}) encoding {self.count} frames:\n"
-                    + stderr_tail(self._stderr())
-                )
-        finally:
-            self._err.close()
-        return self.count
-
-    def kill(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.kill()
-        with contextlib.suppress(Exception):
-            self._stdin.close()
-        self._proc.wait()
-        self._err.close()
-
-
 class Mp4Writer:
     """An H.264 (+ AAC) MP4 written while frames and samples are still being made.
 
@@ -227,7 +118,7 @@ class Mp4Writer:
         self._crf, self._preset, self._exe = crf, preset, ffmpeg_exe()
         self._scratch: list[Path] = []  # created with the first frame and the first samples
         self._video_path: Path | None = None
-        self._video: _H264Pipe | None = None
+        self._video: H264Pipe | None = None
         self._pcm: BinaryIO | None = None
         self.samples = 0  # samples added so far
         self._done = False
@@ -253,7 +144,7 @@ class Mp4Writer:
         frame = _as_rgb_frame(frame, f"video {self.where}: frame {self.frames}")
         if self._video is None:
             self._video_path = self._new_scratch(".video.mp4")
-            self._video = _H264Pipe(
+            self._video = H264Pipe(
                 self._exe, self._video_path, frame.shape, self.fps, self._crf, self._preset, self.where
             )
         self._video.write(frame)
