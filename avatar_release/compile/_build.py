@@ -116,19 +116,14 @@ def compile_build(
             progress=progress,
         )
     package = package_build(plan, compiled.stages, progress, autotune=autotune, weight_compression=weight_compression)
-    manifest = package.manifest
     result = _result(plan, package, compiled, registry)
     if keep_compiled:
         result.compiled = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled for cs in compiled.stages}
         result.weight_tensors = plan.weight_tensors
     if publish:
-        result.digest, result.created = _publish(registry, package, progress)
-        if not state_exists(registry) and not registry.list_channels() and not registry.history():
-            open_state(registry, load_policy(), init_if_new=True)  # a new registry: its signed state starts here
-        if move_dev:
-            _move_dev(registry, result.digest, reason=f"compile {plan.spec.name} for {plan.target.name}")
+        result.digest, result.created = _publish_build(registry, package, plan, move_dev=move_dev, progress=progress)
     else:
-        result.digest = manifest.content_digest()
+        result.digest = package.manifest.content_digest()
     result.wall_seconds = time.perf_counter() - t_start
     return result
 
@@ -279,6 +274,19 @@ def _publish(registry: Registry, package: Package, progress: Callable[[str], Non
             sent += futures[fut]
             progress(Tick("upload", sent, total, "B"))
     return registry.put_build(build_id, package.manifest.to_json_bytes())
+
+
+def _publish_build(
+    registry: Registry, package: Package, plan: BuildPlan, *, move_dev: bool, progress: Callable[[str], None]
+) -> tuple[str, bool]:
+    """Publish the package (its digest, and whether it was new); then, with ``move_dev``, point the
+    dev channel at it."""
+    digest, created = _publish(registry, package, progress)
+    if not state_exists(registry) and not registry.list_channels() and not registry.history():
+        open_state(registry, load_policy(), init_if_new=True)  # a new registry: its signed state starts here
+    if move_dev:
+        _move_dev(registry, digest, reason=f"compile {plan.spec.name} for {plan.target.name}")
+    return digest, created
 
 
 def _move_dev(registry: Registry, digest: str, *, reason: str) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -235,6 +235,37 @@ def _kernels_within(
     return total, n
 
 
+def _cost_analysis(client: Client | None) -> Callable[[str], Mapping[str, float]]:
+    """XLA's own cost analysis of an HLO module's text, on ``client`` (default: the CPU client)."""
+    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
+    import jax
+    from jax._src.lib import xla_client
+
+    # jaxlib ships no stub for its private _hlo extension (the HLO text parser), only the module itself
+    from jaxlib import _hlo  # type: ignore[attr-defined]
+
+    client = client or jax.devices("cpu")[0].client
+
+    def analyse(text: str) -> Mapping[str, float]:
+        return xla_client._xla.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(text))
+
+    return analyse
+
+
+def _loops_in(module: _Module, name: str, seen: frozenset) -> Iterator[tuple[str, int | None]]:
+    """The while loops computation ``name`` runs, as (body, known trip count); a body already being
+    counted further up the call chain (in ``seen``) is skipped."""
+    for line in module.body(name):
+        m = _WHILE.match(line)
+        if not m:
+            continue
+        cb = _COND_BODY.search(m.group(1))
+        if not cb or cb.group(2) in seen:
+            continue
+        condition, body = cb.groups()
+        yield body, _trips(module, line, condition)
+
+
 def run_cost(
     hlo_text: str,
     client: Client | None = None,
@@ -245,14 +276,7 @@ def run_cost(
     """Trip-weighted cost of a compiled module's HLO text (``compiled.as_text()``), and the bytes
     its collectives bring to each of ``devices`` devices (hidden or exposed by the schedule).
     ``kernel_estimates``: one call's cost, by kernel name, for kernels with no estimate in the program."""
-    # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
-    import jax
-    from jax._src.lib import xla_client
-
-    # jaxlib ships no stub for its private _hlo extension (the HLO text parser), only the module itself
-    from jaxlib import _hlo  # type: ignore[attr-defined]
-
-    client = client or jax.devices("cpu")[0].client
+    analyse = _cost_analysis(client)
     module = _Module(hlo_text)
     generic: dict[str, dict[str, float]] = {}
     loops: list[tuple[str, int | None]] = []
@@ -261,8 +285,7 @@ def run_cost(
     def once(name: str) -> dict[str, float]:
         """XLA's count of ``name`` run once, each loop inside it counted once (its own rule)."""
         if name not in generic:
-            parsed = _hlo.hlo_module_from_text(module.as_entry(name))
-            raw = xla_client._xla.hlo_module_cost_analysis(client, parsed)
+            raw = analyse(module.as_entry(name))
             generic[name] = {k: max(float(raw.get(k, 0.0)), 0.0) for k in KEYS}
         return generic[name]
 
@@ -275,15 +298,7 @@ def run_cost(
             cost[k] += own[k]
         cost["bytes accessed"] -= _async_results(module, name)
         cost["collective bytes"], cost["exposed collective bytes"] = _collective_bytes(module, name, devices)
-        for line in module.body(name):
-            m = _WHILE.match(line)
-            if not m:
-                continue
-            cb = _COND_BODY.search(m.group(1))
-            if not cb or cb.group(2) in seen:
-                continue
-            condition, body = cb.groups()
-            trips = _trips(module, line, condition)
+        for body, trips in _loops_in(module, name, seen):
             loops.append((body, trips))
             inner, counted = full(body, seen | {name}), dict(once(body))
             counted["bytes accessed"] -= _async_results(module, body)  # as counted inside `inner`

@@ -224,15 +224,8 @@ def _manifest(
     fit: MemoryFit | None,
     autotune: AutotuneRecord | None = None,
 ) -> Manifest:
-    spec, tgt, flags, config = plan.spec, plan.target, plan.flags, plan.config
-    flags_rec = FlagProfileRecord(
-        name=flags.name,
-        version=flags.version,
-        compiler_options=dict(flags.compiler_options),
-        env_flags=list(flags.env_flags),
-        kernel_flags=dict(flags.kernel_flags),
-        digest=flags.digest(),
-    )
+    spec, tgt, config = plan.spec, plan.target, plan.config
+    flags_rec = _flags_record(plan)
     tools = toolchain(with_compile_tools=True)
     config_doc = dataclasses.asdict(config)
     src = plan.source_digest
@@ -269,24 +262,44 @@ def _manifest(
         flags=flags_rec,
         toolchain=tools,
         platform=plan.platform,
-        # height x width: the delivered video's; 1 x 1 for audio or tensors (the fields must be positive)
-        buckets=[
-            Bucket(name=b.name, frames=b.frames, height=max(program.height, 1), width=max(program.width, 1))
-            for b in spec.buckets
-        ],
+        buckets=_buckets(plan, program),
         program=program,
         executables=entries,
         memory_fit=fit,
         levers={k: LeverRecord(effect=v.effect, note=v.note) for k, v in sorted(plan.pipeline.levers.items())},
-        gate_requests=GateRequestsRecord(
-            images=list(plan.pipeline.gate_requests.images),
-            audio=list(plan.pipeline.gate_requests.audio),
-            seed=plan.pipeline.gate_requests.seed,
-        ),
+        gate_requests=_gate_requests(plan),
         autotune=autotune,
         kernel_routes=_kernel_routes(plan),
     )
     return manifest.model_copy(update={"seal": manifest_seal(manifest)})
+
+
+def _flags_record(plan: BuildPlan) -> FlagProfileRecord:
+    """The target's flag profile as the manifest records it."""
+    flags = plan.flags
+    return FlagProfileRecord(
+        name=flags.name,
+        version=flags.version,
+        compiler_options=dict(flags.compiler_options),
+        env_flags=list(flags.env_flags),
+        kernel_flags=dict(flags.kernel_flags),
+        digest=flags.digest(),
+    )
+
+
+def _buckets(plan: BuildPlan, program: ChunkProgram) -> list[Bucket]:
+    """One per spec bucket; height x width: the delivered video's, 1 x 1 for audio or tensors (the
+    fields must be positive)."""
+    return [
+        Bucket(name=b.name, frames=b.frames, height=max(program.height, 1), width=max(program.width, 1))
+        for b in plan.spec.buckets
+    ]
+
+
+def _gate_requests(plan: BuildPlan) -> GateRequestsRecord:
+    """The requests the pipeline asks the gates to render."""
+    requests = plan.pipeline.gate_requests
+    return GateRequestsRecord(images=list(requests.images), audio=list(requests.audio), seed=requests.seed)
 
 
 def _autotune(

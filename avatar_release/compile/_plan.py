@@ -102,38 +102,13 @@ def plan_build(
     project = find_project()
     spec = load_pipeline(pipeline)
     tgt = load_target(target)
-    flags = load_flag_profile(tgt.flag_profile)
-    if flags.platform != tgt.platform:
-        raise InputError(
-            f"target {tgt.name} ({tgt.platform}) names flag profile {flags.name}, which is for {flags.platform}"
-        )
-    if weights_path is not None and not Path(weights_path).is_file():
-        raise InputError(f"--weights {weights_path}: no such file")
+    flags = _flag_profile(tgt, weights_path)
 
     progress(f"loading pipeline {spec.entry} ({spec.config}) from {project.root}")
     pipe = load_entry(spec, project)
     where, root = f"pipeline spec {spec.name}", project.root
-    try:
-        config = pipe.config(spec.config, root)
-    except SpecError as e:
-        raise SpecError(f"pipeline spec {spec.name}: {e}") from None
-    with calling(where, f"configs[{spec.config!r}] (its __post_init__ or validate, with the overrides)", root):
-        config, applied = apply_overrides(config, overrides)
-    with calling(where, "chunk_program(config)", root):
-        program = request_program(
-            returned(pipe.chunk_program(config), where, "chunk_program(config)"), f"pipeline spec {spec.name}"
-        )
-    signatures = {b.name: signature_of(pipe, config, b.frames, where, root) for b in spec.buckets}
-    for b in spec.buckets:
-        check_request_program(f"pipeline spec {spec.name}, bucket {b.name}", program, signatures[b.name], b.frames)
-
-    if tgt.platform != "cpu":
-        configure_compile_env(tgt)  # CPU device counts are the entry point's job (before JAX starts)
-    devices = target_devices(tgt)
-    mesh = make_mesh(devices, tgt)
-    platform = current_platform(devices, tgt.mesh_axes, tgt.mesh_shape, tgt.topology)
-    if tgt.platform == "gpu":  # the description compiled for: in the identity, through the platform
-        platform = platform.model_copy(update={"target_config": target_description(tgt).digest})
+    config, applied, program, signatures = _configure(pipe, spec, overrides, root)
+    mesh, platform = _target_machine(tgt)
 
     tree, weights_label = _load_tree(pipe, spec, config, weights_path, root)
     stage_objs = {s: _stage_object(pipe, tree, s, where, root) for s in pipe.stages}
@@ -167,6 +142,52 @@ def plan_build(
         weights_tensors=n_tensors,
         stages=stages,
     )
+
+
+def _flag_profile(tgt: TargetSpec, weights_path: str | None) -> FlagProfile:
+    """The target's flag profile, refused when it is for another platform; a missing --weights file refused."""
+    flags = load_flag_profile(tgt.flag_profile)
+    if flags.platform != tgt.platform:
+        raise InputError(
+            f"target {tgt.name} ({tgt.platform}) names flag profile {flags.name}, which is for {flags.platform}"
+        )
+    if weights_path is not None and not Path(weights_path).is_file():
+        raise InputError(f"--weights {weights_path}: no such file")
+    return flags
+
+
+def _configure(
+    pipe: Pipeline, spec: PipelineSpec, overrides: dict[str, str], root: Path | None
+) -> tuple[Any, dict[str, Any], RequestProgram, dict[str, dict[str, StageSignature]]]:
+    """The spec's config with the overrides applied, the request program it declares, and each
+    bucket's stage signatures (checked against the program)."""
+    where = f"pipeline spec {spec.name}"
+    try:
+        config = pipe.config(spec.config, root)
+    except SpecError as e:
+        raise SpecError(f"pipeline spec {spec.name}: {e}") from None
+    with calling(where, f"configs[{spec.config!r}] (its __post_init__ or validate, with the overrides)", root):
+        config, applied = apply_overrides(config, overrides)
+    with calling(where, "chunk_program(config)", root):
+        program = request_program(
+            returned(pipe.chunk_program(config), where, "chunk_program(config)"), f"pipeline spec {spec.name}"
+        )
+    signatures = {b.name: signature_of(pipe, config, b.frames, where, root) for b in spec.buckets}
+    for b in spec.buckets:
+        check_request_program(f"pipeline spec {spec.name}, bucket {b.name}", program, signatures[b.name], b.frames)
+    return config, applied, program, signatures
+
+
+def _target_machine(tgt: TargetSpec) -> tuple[Any, Platform]:
+    """The mesh over the target's devices and the platform the executables are compiled for."""
+    if tgt.platform != "cpu":
+        configure_compile_env(tgt)  # CPU device counts are the entry point's job (before JAX starts)
+    devices = target_devices(tgt)
+    mesh = make_mesh(devices, tgt)
+    platform = current_platform(devices, tgt.mesh_axes, tgt.mesh_shape, tgt.topology)
+    if tgt.platform == "gpu":  # the description compiled for: in the identity, through the platform
+        platform = platform.model_copy(update={"target_config": target_description(tgt).digest})
+    return mesh, platform
 
 
 def _load_tree(
@@ -248,17 +269,7 @@ def _stage_plans(
     plans = []
     for stage in pipe.stages:
         obj = stage_objs[stage]
-        # FSDP unless the stage asks to keep its (small) weights whole on every device.
-        try:
-            shard = tgt.weight_sharding == "fsdp" and weight_layout_of(obj) == "sharded"
-        except ValueError as e:
-            raise ContractError(
-                f"pipeline spec {spec.name}: stage {stage}: {e}. The pipeline contract: {CONTRACT_PAGE} (layout hints)"
-            ) from None
-
-        def weight_spec(shape: tuple[int, ...], shard: bool = shard) -> list[str | None]:
-            return fsdp_spec(shape, axis, size) if shard else [None] * len(shape)
-
+        shard = _shards_weights(tgt, obj, spec, stage)
         states, jax_func = stage_function(obj)
         keys = sorted(states)
         params = [
@@ -266,7 +277,7 @@ def _stage_plans(
                 name=f"{stage}.{k}",
                 shape=list(states[k][0]),
                 dtype=dtype_name(states[k][1]),
-                sharding=weight_spec(tuple(states[k][0])),
+                sharding=fsdp_spec(tuple(states[k][0]), axis, size) if shard else [None] * len(states[k][0]),
             )
             for k in keys
         ]
@@ -280,10 +291,6 @@ def _stage_plans(
 
         for b in spec.buckets:
             sig = signatures[b.name][stage]
-            # Activations cross stage boundaries sharded by the same shape rule as weights
-            # (leading dim over the mesh axis when it divides): one stage's outputs are then
-            # exactly the next stage's inputs, so serving never needs a resharding program,
-            # and each device works on its slice instead of all of it.
             plans.append(
                 StagePlan(
                     stage=stage,
@@ -291,18 +298,8 @@ def _stage_plans(
                     jax_func=jax_func,
                     params=params,
                     param_keys=keys,
-                    inputs=[
-                        ArraySpec(
-                            name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size)
-                        )
-                        for t in sig.inputs
-                    ],
-                    outputs=[
-                        ArraySpec(
-                            name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size)
-                        )
-                        for t in sig.outputs
-                    ],
+                    inputs=_activation_specs(sig.inputs, axis, size),
+                    outputs=_activation_specs(sig.outputs, axis, size),
                     trace_context=trace,
                     routes=routes,
                     where=where,
@@ -310,3 +307,24 @@ def _stage_plans(
                 )
             )
     return plans
+
+
+def _shards_weights(tgt: TargetSpec, obj: Any, spec: PipelineSpec, stage: str) -> bool:
+    """FSDP unless the stage asks to keep its (small) weights whole on every device."""
+    try:
+        return tgt.weight_sharding == "fsdp" and weight_layout_of(obj) == "sharded"
+    except ValueError as e:
+        raise ContractError(
+            f"pipeline spec {spec.name}: stage {stage}: {e}. The pipeline contract: {CONTRACT_PAGE} (layout hints)"
+        ) from None
+
+
+def _activation_specs(tensors: Any, axis: str, size: int) -> list[ArraySpec]:
+    """Activations cross stage boundaries sharded by the same shape rule as weights (leading dim
+    over the mesh axis when it divides): one stage's outputs are then exactly the next stage's
+    inputs, so serving never needs a resharding program, and each device works on its slice
+    instead of all of it."""
+    return [
+        ArraySpec(name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=fsdp_spec(t.shape, axis, size))
+        for t in tensors
+    ]

@@ -255,18 +255,32 @@ def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) 
     returns one (called once here; what it raises names its innermost frame under ``root``).
     """
     if not isinstance(obj, Pipeline) and callable(obj) and not hasattr(obj, "stages"):
-        try:
-            inspect.signature(obj).bind()
-        except TypeError as e:
-            raise ContractError(
-                f"{where}: names a callable that cannot be called with no arguments ({e}); an "
-                f"entry names a Pipeline, or a function of no arguments returning one. "
-                f"The pipeline contract: {CONTRACT_PAGE}"
-            ) from None
-        except ValueError:  # no signature to read (a builtin): calling it tells
-            pass
-        with calling(where, "the entry function", root):
-            obj = returned(obj(), where, getattr(obj, "__qualname__", "the entry function"))
+        obj = _call_entry(obj, where, root)
+    members = _members(obj, where)
+    _check_optional(members, where)
+    return obj if isinstance(obj, Pipeline) else Pipeline(**members)
+
+
+def _call_entry(obj: Callable[[], Any], where: str, root: str | os.PathLike | None) -> Any:
+    """What an entry function of no arguments returns (refused when it needs arguments)."""
+    try:
+        inspect.signature(obj).bind()
+    except TypeError as e:
+        raise ContractError(
+            f"{where}: names a callable that cannot be called with no arguments ({e}); an "
+            f"entry names a Pipeline, or a function of no arguments returning one. "
+            f"The pipeline contract: {CONTRACT_PAGE}"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): calling it tells
+        pass
+    with calling(where, "the entry function", root):
+        obj = returned(obj(), where, getattr(obj, "__qualname__", "the entry function"))
+    return obj
+
+
+def _members(obj: Any, where: str) -> dict[str, Any]:
+    """``obj``'s required members (each checked) and the optional ones it has; stages as a tuple of
+    distinct names."""
     members: dict[str, Any] = {}
     for member, expected in _REQUIRED:
         value = getattr(obj, member, _MISSING)
@@ -289,6 +303,11 @@ def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) 
     members["stages"] = tuple(members["stages"])
     if len(set(members["stages"])) != len(members["stages"]):
         raise _refuse(where, "stages", "a tuple of distinct names", members["stages"])
+    return members
+
+
+def _check_optional(members: dict[str, Any], where: str) -> None:
+    """The optional members' shapes, checked; band_variants and source_packages made tuples."""
     if "trace_context" in members and not callable(members["trace_context"]):
         raise _refuse(
             where, "trace_context", "a function (config, TargetContext) -> context manager", members["trace_context"]
@@ -315,7 +334,6 @@ def check_pipeline(obj: Any, where: str, root: str | os.PathLike | None = None) 
     if not isinstance(packages, (tuple, list)) or not all(isinstance(p, str) and p for p in packages):
         raise _refuse(where, "source_packages", "a tuple of top-level package names", packages)
     members["source_packages"] = tuple(packages)
-    return obj if isinstance(obj, Pipeline) else Pipeline(**members)
 
 
 def signature_of(

@@ -239,6 +239,26 @@ def check_request_program(where: str, program: RequestProgram, sigs: Mapping[str
         for kind, ts in (("input", s.inputs), ("output", s.outputs))
         for t in ts
     }
+    wrong = _unwired(program, sigs)
+    for what, name, shape, dtype, why in _expected_tensors(program, frames):
+        if name not in declared:
+            continue
+        stage, kind, t = declared[name]
+        if (shape is not None and tuple(t.shape) != tuple(shape)) or (dtype and t.dtype != dtype):
+            want = f"{tuple(shape) if shape is not None else '(any shape)'} {dtype or '(any dtype)'}"
+            wrong.append(
+                f"{what} {name!r} (stage {stage} {kind}) is declared {tuple(t.shape)} {t.dtype}, "
+                f"expected {want} ({why})"
+            )
+    if wrong:
+        raise ContractError(
+            f"{where}: chunk_program does not match the stage signatures: {'; '.join(wrong)}. "
+            f"The pipeline contract: {CONTRACT_PAGE}"
+        )
+
+
+def _unwired(program: RequestProgram, sigs: Mapping[str, Any]) -> list[str]:
+    """The names the program wires that are no stage's input or output where they must be."""
     inputs = {t.name for s in sigs.values() for t in s.inputs}
     outputs = {t.name for s in sigs.values() for t in s.outputs}
     wrong = [f"{i.kind} input {i.name!r} is no stage's input" for i in program.inputs if i.name not in inputs]
@@ -249,7 +269,12 @@ def check_request_program(where: str, program: RequestProgram, sigs: Mapping[str
         for n in program.delivers.outputs
         if n not in outputs
     ]
-    # (what, name, shape (None: any), dtype ("": any), how the runtime feeds or reads it)
+    return wrong
+
+
+def _expected_tensors(program: RequestProgram, frames: int) -> list[tuple[str, str, tuple[int, ...] | None, str, str]]:
+    """How the runtime feeds each input and reads the delivered output, for a bucket of ``frames``
+    frames: (what, name, shape (None: any), dtype ("": any), how the runtime feeds or reads it)."""
     expected: list[tuple[str, str, tuple[int, ...] | None, str, str]] = []
     for i in program.inputs:
         if i.kind == "image":
@@ -291,18 +316,4 @@ def check_request_program(where: str, program: RequestProgram, sigs: Mapping[str
                 f"{frames} frames x {d.samples_per_frame} samples",
             )
         )
-    for what, name, shape, dtype, why in expected:
-        if name not in declared:
-            continue
-        stage, kind, t = declared[name]
-        if (shape is not None and tuple(t.shape) != tuple(shape)) or (dtype and t.dtype != dtype):
-            want = f"{tuple(shape) if shape is not None else '(any shape)'} {dtype or '(any dtype)'}"
-            wrong.append(
-                f"{what} {name!r} (stage {stage} {kind}) is declared {tuple(t.shape)} {t.dtype}, "
-                f"expected {want} ({why})"
-            )
-    if wrong:
-        raise ContractError(
-            f"{where}: chunk_program does not match the stage signatures: {'; '.join(wrong)}. "
-            f"The pipeline contract: {CONTRACT_PAGE}"
-        )
+    return expected
