@@ -12,7 +12,8 @@ import click
 from .._progress import counted
 from ..errors import InputError, NotFoundError
 from ..registry import open_registry, with_node_cache
-from ..serving import AppConfig, Limits, ServerConfig, render_to_files, run_server, start_pod
+from ..runtime import TrustConfig
+from ..serving import AppConfig, Limits, Pod, ServerConfig, render_to_files, run_server, start_pod
 from ._app import _T0, _emit, _progress, cli, json_option
 from ._cache_options import cache_options
 from ._devices import prepare_devices_for_build, trust_config, trust_options
@@ -278,21 +279,7 @@ def serve_cmd(
     verify + load + one warm chunk with 0 compiles."""
     chosen = _one_ref(ref, channel=channel) or "prod"
     trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours, trust_root, serve_expired)
-    try:
-        pod = start_pod(
-            with_node_cache(open_registry(registry_uri, create=False)),
-            chosen,
-            trust=trusted,
-            prepare=functools.partial(prepare_devices_for_build, trust=trusted),
-        )
-    except NotFoundError as e:
-        held = e.details.get("channels_holding") or {}
-        if e.details.get("empty_channel") == chosen and held:
-            raise NotFoundError(
-                f"{e}; serve one of those with `avatar-release serve {next(iter(held))}`, or promote "
-                f"a build to {chosen} first"
-            ).with_details(**e.details) from None
-        raise
+    pod = _start_serving(registry_uri, chosen, trusted)
     if probe_port is None:
         probe_port = port + 1 if port else 0
     cfg = ServerConfig(
@@ -308,20 +295,41 @@ def serve_cmd(
             limits=Limits(max_body=max_body, max_seconds=max_seconds), queue=queue, request_timeout=request_timeout
         ),
     )
+    run_server(pod, cfg, functools.partial(_say_ready, pod))
 
-    def ready(addr: tuple[str, int], probe_addr: tuple[str, int] | None) -> None:
-        click.echo(
-            json.dumps(
-                {
-                    "event": "ready",
-                    "host": addr[0],
-                    "port": addr[1],
-                    "probe_port": probe_addr[1] if probe_addr else None,
-                    **pod.health(),
-                }
-            ),
-            nl=True,
+
+def _start_serving(registry_uri: str | None, chosen: str, trusted: TrustConfig | None) -> Pod:
+    """The pod ``serve`` runs, ready (verified, loaded, warm); a channel that holds no build says
+    which channels do and how to serve one of them."""
+    try:
+        return start_pod(
+            with_node_cache(open_registry(registry_uri, create=False)),
+            chosen,
+            trust=trusted,
+            prepare=functools.partial(prepare_devices_for_build, trust=trusted),
         )
-        sys.stdout.flush()
+    except NotFoundError as e:
+        held = e.details.get("channels_holding") or {}
+        if e.details.get("empty_channel") == chosen and held:
+            raise NotFoundError(
+                f"{e}; serve one of those with `avatar-release serve {next(iter(held))}`, or promote "
+                f"a build to {chosen} first"
+            ).with_details(**e.details) from None
+        raise
 
-    run_server(pod, cfg, ready)
+
+def _say_ready(pod: Pod, addr: tuple[str, int], probe_addr: tuple[str, int] | None) -> None:
+    """The line ``serve`` prints once it listens: its addresses and the pod's health, as JSON."""
+    click.echo(
+        json.dumps(
+            {
+                "event": "ready",
+                "host": addr[0],
+                "port": addr[1],
+                "probe_port": probe_addr[1] if probe_addr else None,
+                **pod.health(),
+            }
+        ),
+        nl=True,
+    )
+    sys.stdout.flush()

@@ -39,7 +39,7 @@ from ..media import (
 )
 from ..records import ChunkProgram, Manifest
 from ..registry import CachedRegistry, Registry, Resolved, open_registry, with_node_cache
-from ..runtime import Chunk, LoadedBuild, PaceTally, StreamReport, TrustConfig, load, pace_of, stream
+from ..runtime import Chunk, LoadedBuild, Pace, PaceTally, StreamReport, TrustConfig, load, pace_of, stream
 
 __all__ = [
     "RENDER_MAX_AUDIO_SECONDS",
@@ -289,10 +289,35 @@ def render_to_files(
     progress(f"loading {manifest.build_id} from {registry.uri}")
     build = load(ref if trust is not None else resolved.digest, registry, strict=True, trust=trust)
     frames = None if audio is not None else max(1, math.ceil(seconds * prog.fps - 1e-9))
-    progress(
-        f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {_length(audio, frames, prog.fps)} to {out_path}"
-    )
+    length = _length(audio, frames, prog.fps)
+    progress(f"loaded in {time.perf_counter() - t_imp:.1f}s; rendering {length} to {out_path}")
     pace = pace_of(manifest)
+    report, mp4 = render_build_to_files(
+        build,
+        image,
+        None if audio is None else audio.pieces,
+        out_path=out_path,
+        frames_dir=frames_dir,
+        seed=seed,
+        on_chunk=_chunk_progress(pace, progress),
+        frames=frames,
+        values=values,
+    )
+    return {
+        "build_id": build.build_id,
+        "digest": build.digest,
+        "out": str(Path(out_path).absolute()),
+        "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
+        **report.to_json(),
+        **_run_record(build, registry, pace, report, imports),
+        # what was written: the video, or the delivered audio (WAV) or tensors (npz)
+        prog.delivery().kind: {"bytes": mp4.bytes, "seconds": mp4.seconds},
+        "inputs": _inputs_record(image_record, audio, frames, values, decode_seconds),
+    }
+
+
+def _chunk_progress(pace: Pace, progress: Callable[[str], None]) -> Callable[[Chunk], None]:
+    """The ``on_chunk`` of a render: each chunk's progress line, timed against its playback deadline."""
 
     def say(c: Chunk) -> None:
         progress(
@@ -306,32 +331,21 @@ def render_to_files(
             )
         )
 
-    report, mp4 = render_build_to_files(
-        build,
-        image,
-        None if audio is None else audio.pieces,
-        out_path=out_path,
-        frames_dir=frames_dir,
-        seed=seed,
-        on_chunk=say,
-        frames=frames,
-        values=values,
-    )
+    return say
+
+
+def _run_record(
+    build: LoadedBuild, registry: Registry, pace: Pace, report: StreamReport, imports: float
+) -> dict[str, Any]:
+    """How the load and the render went (the render summary's pace, compiles, node cache and cold start)."""
+    tally = PaceTally.of(report.chunks)
     return {
-        "build_id": build.build_id,
-        "digest": build.digest,
-        "out": str(Path(out_path).absolute()),
-        "frames_dir": str(Path(frames_dir).absolute()) if frames_dir else None,
-        **report.to_json(),
-        "deadline_misses": pace.misses(tally := PaceTally.of(report.chunks)),  # as /healthz and /metrics count them
+        "deadline_misses": pace.misses(tally),  # as /healthz and /metrics count them
         "pace": {**pace.to_json(tally), "summary": pace.summary(tally)},
         "compiles": build.guard.count,
         # --cache-dir: what the node cache did for this load (hits, blobs pulled from the registry)
         "node_cache": registry.cache.stats.to_json() if isinstance(registry, CachedRegistry) else None,
         "cold_start": _cold_start(build, imports, report),
-        # what was written: the video, or the delivered audio (WAV) or tensors (npz)
-        prog.delivery().kind: {"bytes": mp4.bytes, "seconds": mp4.seconds},
-        "inputs": _inputs_record(image_record, audio, frames, values, decode_seconds),
     }
 
 

@@ -181,17 +181,27 @@ class Pod:
             with self.device_lock:  # between renders: the warm chunk never competes with a request
                 warm = warm_up(new)
         except (AvatarReleaseError, OSError, ValueError) as exc:
-            self.follow.refused_digest = resolved.digest
-            self.follow.refused_reason = clean_message(f"{type(exc).__name__}: {exc}")
-            self.metrics.swaps.labels("revoked" if isinstance(exc, Revoked) else "refused").inc()
-            log_event(
-                "swap_refused",
-                channel=self.channel,
-                serving=self.build.build_id,
-                digest=resolved.digest,
-                reason=self.follow.refused_reason,
-            )
-            return self._result("refused")
+            return self._refuse(resolved, exc)
+        return self._swap_in(new, warm)
+
+    def _refuse(self, resolved: Resolved, exc: Exception) -> str:
+        """The channel's new build failed to load or warm: remember its digest (not tried again until
+        ``retry_refused``) and why; the build served now keeps serving."""
+        self.follow.refused_digest = resolved.digest
+        self.follow.refused_reason = clean_message(f"{type(exc).__name__}: {exc}")
+        self.metrics.swaps.labels("revoked" if isinstance(exc, Revoked) else "refused").inc()
+        log_event(
+            "swap_refused",
+            channel=self.channel,
+            serving=self.build.build_id,
+            digest=resolved.digest,
+            reason=self.follow.refused_reason,
+        )
+        return self._result("refused")
+
+    def _swap_in(self, new: LoadedBuild, warm: float) -> str:
+        """Serve ``new`` (loaded and warmed) from the next request on; a render under way keeps the
+        build it started with."""
         with self.device_lock:
             old, self.build, self.warm_seconds = self.build, new, warm
         self.follow.swaps += 1

@@ -71,32 +71,12 @@ class RenderJob:
 
     def _run(self) -> None:
         m = self.pod.metrics
-        p = self.build.manifest.program
         enc: FragmentEncoder | WavEncoder | NpzEncoder | None = None
-        d = p.delivery()
         try:
             with self.pod.device_lock:
                 m.in_flight.inc()
                 try:
-                    if d.kind == "audio":
-                        enc = WavEncoder(
-                            sample_rate=d.sample_rate,
-                            samples=self.n_frames * d.samples_per_frame,
-                            on_bytes=lambda b: self._put("bytes", b),
-                        )
-                    elif d.kind == "tensors":
-                        enc = NpzEncoder(on_bytes=lambda b: self._put("bytes", b))
-                    else:
-                        enc = FragmentEncoder(
-                            width=p.width,
-                            height=p.height,
-                            fps=p.fps,
-                            audio=self.inputs.audio,
-                            sample_rate=p.sample_rate,
-                            n_frames=self.n_frames,
-                            keyframes=self.keyframes,
-                            on_bytes=lambda b: self._put("bytes", b),
-                        )
+                    enc = self._encoder()
                     for chunk in stream(
                         self.build,
                         self.inputs.image,
@@ -131,6 +111,30 @@ class RenderJob:
                 self._loop.call_soon_threadsafe(self._on_finish)
             except RuntimeError:
                 pass
+
+    def _encoder(self) -> FragmentEncoder | WavEncoder | NpzEncoder:
+        """The encoder of the build's delivery: WAV for audio, npz for tensors, else fragmented MP4; each
+        hands its bytes to the event loop as they are ready."""
+        p = self.build.manifest.program
+        d = p.delivery()
+        if d.kind == "audio":
+            return WavEncoder(
+                sample_rate=d.sample_rate,
+                samples=self.n_frames * d.samples_per_frame,
+                on_bytes=lambda b: self._put("bytes", b),
+            )
+        if d.kind == "tensors":
+            return NpzEncoder(on_bytes=lambda b: self._put("bytes", b))
+        return FragmentEncoder(
+            width=p.width,
+            height=p.height,
+            fps=p.fps,
+            audio=self.inputs.audio,
+            sample_rate=p.sample_rate,
+            n_frames=self.n_frames,
+            keyframes=self.keyframes,
+            on_bytes=lambda b: self._put("bytes", b),
+        )
 
     def _account(self, chunk: Chunk) -> None:
         m, s = self.pod.metrics, self.stats

@@ -37,7 +37,7 @@ from starlette.requests import Request
 from .._dtypes import np_dtype
 from ..errors import InputError
 from ..media import load_audio_bytes, load_image_bytes, sample_audio, sample_image
-from ..records import ChunkProgram
+from ..records import ChunkProgram, RequestInputRecord
 from ..runtime import LoadedBuild
 from ._errors import ServeError
 
@@ -337,46 +337,14 @@ def decode_inputs(
     for sent, spec, kind in ((image, img, "image"), (audio, snd, "audio")):
         if sent is not None and spec is None:
             raise ServeError(f"invalid_{kind}", f"build {build.build_id} declares no {kind} input; send none")
-    pixels: np.ndarray | None = None
-    if img is not None and image is None and img.required:
-        pixels = sample_image(img.shape[0], img.shape[1])
-    elif img is not None and image is not None:
-        try:
-            pixels = load_image_bytes(
-                image,
-                height=img.shape[0],
-                width=img.shape[1],
-                fit=getattr(req, "fit", "cover"),
-                where="request image",
-                pipeline=build.manifest.pipeline,
-                max_pixels=limits.max_image_pixels,
-            ).pixels
-        except InputError as exc:
-            raise ServeError("invalid_image", str(exc)) from None
-    samples: np.ndarray | None = None
+    pixels = _request_pixels(build, req, image, img, limits)
     if audio is None and req.seconds > max_seconds:
         raise ServeError(
             "duration_too_long",
             f"seconds {req.seconds:g}; build {build.build_id} serves at most "
             f"{max_seconds:g} s ({max_frames} frames at {p.fps} fps) per request",
         )
-    if snd is not None and audio is None and snd.required:
-        samples = sample_audio(req.seconds, sample_rate=snd.sample_rate)
-    elif snd is not None and audio is not None:
-        try:
-            samples = load_audio_bytes(
-                audio, sample_rate=snd.sample_rate, where="request audio", max_seconds=max_seconds
-            ).samples
-        except InputError as exc:
-            if "longer than the bound" in str(exc):
-                raise ServeError(
-                    "duration_too_long",
-                    f"request audio is longer than {max_seconds:g} s, the most "
-                    f"build {build.build_id} serves per request",
-                ) from None
-            raise ServeError("invalid_audio", str(exc)) from None
-        if samples.size == 0:
-            raise ServeError("invalid_audio", "request audio decodes to no samples")
+    samples = _request_samples(build, req, audio, snd, max_seconds)
     frames = (
         -(-samples.shape[0] // p.samples_per_frame)
         if samples is not None
@@ -392,6 +360,54 @@ def decode_inputs(
         frames,
         values,
     )
+
+
+def _request_pixels(
+    build: LoadedBuild, req: Any, image: bytes | None, img: RequestInputRecord | None, limits: Limits
+) -> np.ndarray | None:
+    """The image input's pixels: the picture sent (fitted, bounded), the sample for a required input
+    left out, None when the build has no image input or an optional one was left out."""
+    if img is not None and image is None and img.required:
+        return sample_image(img.shape[0], img.shape[1])
+    if img is None or image is None:
+        return None
+    try:
+        return load_image_bytes(
+            image,
+            height=img.shape[0],
+            width=img.shape[1],
+            fit=getattr(req, "fit", "cover"),
+            where="request image",
+            pipeline=build.manifest.pipeline,
+            max_pixels=limits.max_image_pixels,
+        ).pixels
+    except InputError as exc:
+        raise ServeError("invalid_image", str(exc)) from None
+
+
+def _request_samples(
+    build: LoadedBuild, req: Any, audio: bytes | None, snd: RequestInputRecord | None, max_seconds: float
+) -> np.ndarray | None:
+    """The audio input's samples: the track sent (decoded, within ``max_seconds``), the sample of
+    ``req.seconds`` for a required input left out, None otherwise."""
+    if snd is not None and audio is None and snd.required:
+        return sample_audio(req.seconds, sample_rate=snd.sample_rate)
+    if snd is None or audio is None:
+        return None
+    try:
+        samples = load_audio_bytes(
+            audio, sample_rate=snd.sample_rate, where="request audio", max_seconds=max_seconds
+        ).samples
+    except InputError as exc:
+        if "longer than the bound" in str(exc):
+            raise ServeError(
+                "duration_too_long",
+                f"request audio is longer than {max_seconds:g} s, the most build {build.build_id} serves per request",
+            ) from None
+        raise ServeError("invalid_audio", str(exc)) from None
+    if samples.size == 0:
+        raise ServeError("invalid_audio", "request audio decodes to no samples")
+    return samples
 
 
 def _values(build: LoadedBuild, req: Any) -> dict[str, np.ndarray]:
