@@ -9,18 +9,10 @@ from ._assemble import assemble
 from ._blobs import BlobCheck, build_blobs, decompress
 from ._feed import ChunkAudio, feed_chunks, feed_frames
 from ._guard import COMPILE_EVENT, CompileGuard
-from ._load import (
-    LoadedBuild,
-    LoadTimings,
-    TrustConfig,
-    check_environment,
-    check_trusted,
-    load,
-    resolve_channel,
-    revocation_keys,
-)
+from ._load import LoadedBuild, LoadTimings, check_environment, load
 from ._pace import Pace, PaceTally, pace_of
 from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, request_values, stream
+from ._trusted import TrustConfig, check_trusted, resolve_channel, revocation_keys
 from ._verify import check_blobs, verify_build
 
 __all__ = [

@@ -285,6 +285,25 @@ def _delivered(build: LoadedBuild, env: dict[str, object], fed: ChunkAudio) -> d
     return out
 
 
+def _fed_chunks(
+    build: LoadedBuild, audio: np.ndarray | Iterable[np.ndarray] | None, frames: int | None
+) -> Iterator[ChunkAudio]:
+    """The request's chunks: fed by its audio (checked first; required where the build's audio input
+    is), else ``frames`` long without audio."""
+    declared = build.manifest.program.input_of("audio")
+    if audio is None and declared is not None and declared.required:
+        raise InputError(
+            f"audio: build {build.build_id} requires its audio input {declared.name!r} (mono float32 "
+            f"at {declared.sample_rate} Hz); none given"
+        )
+    if audio is not None:
+        _check_audio(build, audio)
+        return feed_chunks(build.manifest, audio)
+    if frames is None:
+        raise InputError(f"build {build.build_id}: no audio drives this request; give the number of frames")
+    return feed_frames(build.manifest, frames)
+
+
 def stream(
     build: LoadedBuild,
     image: np.ndarray | None = None,
@@ -304,19 +323,7 @@ def stream(
     """
     prog = build.manifest.program
     given = request_values(build, image, values)
-    declared = prog.input_of("audio")
-    if audio is None and declared is not None and declared.required:
-        raise InputError(
-            f"audio: build {build.build_id} requires its audio input {declared.name!r} (mono float32 "
-            f"at {declared.sample_rate} Hz); none given"
-        )
-    if audio is not None:
-        _check_audio(build, audio)
-        chunks = feed_chunks(build.manifest, audio)
-    elif frames is None:
-        raise InputError(f"build {build.build_id}: no audio drives this request; give the number of frames")
-    else:
-        chunks = feed_frames(build.manifest, frames)
+    chunks = _fed_chunks(build, audio, frames)
     sources = _Sources(build, given, seed)
     guard = build.guard.start()
     try:

@@ -361,6 +361,22 @@ def _check_held(manifest: Manifest, chunks: list[WeightChunk], wanted: dict[str,
         )
 
 
+def _planned(
+    registry: Registry, manifest: Manifest, chunks: list[WeightChunk], v8: bool, workers: int | None
+) -> WeightStats:
+    """The weight path's stats before it runs: its chunks and their bytes, how they are stored and
+    read, and its workers (``workers``, else one per CPU; never more than the chunks, nor 8)."""
+    stats = WeightStats(
+        chunks=len(chunks),
+        stored_bytes=sum(c.blob.size for c in chunks),
+        raw_bytes=sum(c.raw_size for c in chunks),
+        compression=manifest.weights.chunk_codec,
+        read="node" if v8 and isinstance(registry, NodeBlobs) else "stream",
+    )
+    stats.workers = max(1, min(workers or (os.cpu_count() or 1), len(chunks) or 1, 8))
+    return stats
+
+
 def stream_weights(
     registry: Registry,
     manifest: Manifest,
@@ -378,14 +394,7 @@ def stream_weights(
     wanted = _wanted(manifest, stages)
     _check_held(manifest, chunks, wanted)
     v8 = manifest.weights.compression is not None
-    stats = WeightStats(
-        chunks=len(chunks),
-        stored_bytes=sum(c.blob.size for c in chunks),
-        raw_bytes=sum(c.raw_size for c in chunks),
-        compression=manifest.weights.chunk_codec,
-        read="node" if v8 and isinstance(registry, NodeBlobs) else "stream",
-    )
-    stats.workers = max(1, min(workers or (os.cpu_count() or 1), len(chunks) or 1, 8))
+    stats = _planned(registry, manifest, chunks, v8, workers)
     gate, buffers, stored = _Budget(budget), _Buffers(chunks), _Stored()
     placed: Placed = {}
     lock = threading.Lock()  # the placed-arrays table and the step counters
