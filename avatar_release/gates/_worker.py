@@ -26,6 +26,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,10 @@ from ..registry import open_registry, read_manifest
 from ..runtime import Chunk, load, render
 from .gateset import gate_request_inputs, gate_set
 from .metrics import chunk_units, delivered_sha256, frame_sha256
+
+if TYPE_CHECKING:
+    from ..records import GateRequestRecord, GateSetRecord, Manifest
+    from ..runtime import LoadedBuild
 
 
 def _say_chunk(request: str, delivered: list[dict[str, np.ndarray]] | None, chunk: Chunk) -> None:
@@ -65,47 +70,12 @@ def render_gate_set(job: dict) -> dict:
     env = environment_record(manifest.platform.backend)
 
     video = manifest.program.delivery().kind == "video"
-    frames, hashes, chunks = [], [], []
-    delivered: list[dict[str, np.ndarray]] = []
     t0 = time.perf_counter()
-    wanted = job.get("requests")
-    if wanted is not None and set(wanted) - {r.name for r in gs.requests}:
-        raise GateInfraError(
-            f"requests {sorted(set(wanted) - {r.name for r in gs.requests})} are not in gate set "
-            f"{gs.name} v{gs.version}"
-        )
-    for req in gs.requests:
-        if wanted is not None and req.name not in wanted:
-            continue
-        given = gate_request_inputs(manifest, req)
-        first = len(delivered)
-        out, report = render(
-            build,
-            given.image,
-            given.audio,
-            seed=req.seed,
-            frames=given.frames,
-            values=given.values,
-            on_chunk=functools.partial(_say_chunk, req.name, None if video else delivered),
-        )
-        if video:
-            frames.append(out)
-            hashes.append([frame_sha256(f) for f in out])
-        else:  # audio, tensors: one unit per delivered chunk
-            hashes.append([delivered_sha256(c) for c in delivered[first:]])
-        chunks += [{"request": req.name, **c} for c in report.to_json()["per_chunk"]]
+    frames, hashes, chunks, delivered = _render_requests(build, manifest, _wanted_requests(gs, job), video)
     render_seconds = time.perf_counter() - t0
     out_dir = Path(job["out_dir"])
     np.save(out_dir / "frames.npy", np.concatenate(frames) if video else chunk_units(delivered), allow_pickle=False)
-    # What a serving process must never import: the compile-side stack, and the pipeline's own
-    # package (the top-level package of the entry the manifest names), whichever project it is.
-    parts = manifest.model_entry.partition(":")[0].split(".")
-    pipeline_package = ".".join(parts[:2] if parts[0] == "avatar_release" else parts[:1])  # (builds before v4)
-    heavy = sorted(
-        m
-        for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.pipeline", pipeline_package)
-        if m in sys.modules
-    )
+    heavy = _heavy_modules(manifest.model_entry)
     return {
         "ok": True,
         "build_id": manifest.build_id,
@@ -123,6 +93,57 @@ def render_gate_set(job: dict) -> dict:
             "process": round(time.perf_counter() - t_start, 4),
         },
     }
+
+
+def _wanted_requests(gs: GateSetRecord, job: dict) -> list[GateRequestRecord]:
+    """The gate set's requests this job renders (its ``requests``, default all), in gate-set order."""
+    wanted = job.get("requests")
+    if wanted is not None and set(wanted) - {r.name for r in gs.requests}:
+        raise GateInfraError(
+            f"requests {sorted(set(wanted) - {r.name for r in gs.requests})} are not in gate set "
+            f"{gs.name} v{gs.version}"
+        )
+    return [req for req in gs.requests if wanted is None or req.name in wanted]
+
+
+def _render_requests(
+    build: LoadedBuild, manifest: Manifest, requests: list[GateRequestRecord], video: bool
+) -> tuple[list[np.ndarray], list[list[str]], list[dict], list[dict[str, np.ndarray]]]:
+    """Render each request -> (frames (video only), per-request hashes, per-chunk reports, the
+    delivered chunks (audio, tensors only))."""
+    frames, hashes, chunks = [], [], []
+    delivered: list[dict[str, np.ndarray]] = []
+    for req in requests:
+        given = gate_request_inputs(manifest, req)
+        first = len(delivered)
+        out, report = render(
+            build,
+            given.image,
+            given.audio,
+            seed=req.seed,
+            frames=given.frames,
+            values=given.values,
+            on_chunk=functools.partial(_say_chunk, req.name, None if video else delivered),
+        )
+        if video:
+            frames.append(out)
+            hashes.append([frame_sha256(f) for f in out])
+        else:  # audio, tensors: one unit per delivered chunk
+            hashes.append([delivered_sha256(c) for c in delivered[first:]])
+        chunks += [{"request": req.name, **c} for c in report.to_json()["per_chunk"]]
+    return frames, hashes, chunks, delivered
+
+
+def _heavy_modules(model_entry: str) -> list[str]:
+    """What a serving process must never import and did: the compile-side stack, and the pipeline's
+    own package (the top-level package of the entry the manifest names), whichever project it is."""
+    parts = model_entry.partition(":")[0].split(".")
+    pipeline_package = ".".join(parts[:2] if parts[0] == "avatar_release" else parts[:1])  # (builds before v4)
+    return sorted(
+        m
+        for m in ("torch", "torchax", "avatar_release.compile", "avatar_release.pipeline", pipeline_package)
+        if m in sys.modules
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,35 +130,7 @@ def write_report(
     folder.mkdir(parents=True, exist_ok=True)
     _atomic.write_json(folder / "result.json", result.model_dump(mode="json"), sort_keys=False)
     e = html.escape
-    rows = "".join(
-        f'<tr><td>{e(g.name)}</td><td class="{e(g.status)}">{e(g.status)}</td><td>{e(g.summary)}</td></tr>'
-        for g in result.gates
-    )
-    base_txt = (
-        f"{e(result.baseline.build_id)} <code>{e(result.baseline.digest)}</code>"
-        if result.baseline
-        else "none (first build: zero-recompile and twin gates only)"
-    )
-    tier_txt = (f"tier {result.tier}: " + e("; ".join(result.tier_reasons))) if result.tier else "—"
-    body = [
-        f"<h1>Gate report: {e(result.build_id)}</h1>",
-        f'<p>Status: <b class="{e(result.status)}">{e(result.status)}</b></p>',
-        "<table>",
-        f"<tr><th>build</th><td><code>{e(result.build_digest)}</code></td></tr>",
-        f"<tr><th>baseline</th><td>{base_txt}</td></tr>",
-        f"<tr><th>tier</th><td>{tier_txt}</td></tr>",
-        f"<tr><th>gate set</th><td>{e(result.gate_set.name)} v{result.gate_set.version}: "
-        f"{len(result.gate_set.requests)} requests, {result.gate_set.frames} frames "
-        f"<code>{e(result.gate_set.digest)}</code></td></tr>",
-        f"<tr><th>environment</th><td>{e(result.environment.backend)} {e(result.environment.device_kind)} "
-        f"x{result.environment.device_count}, jaxlib {e(result.environment.jaxlib)} "
-        f"<code>{e(result.environment.fingerprint)}</code></td></tr>",
-        f"<tr><th>result</th><td><code>{e(result_digest)}</code> (result.json)</td></tr>",
-        "</table>",
-        "<h2>Gates</h2><table><tr><th>gate</th><th>status</th><th>evidence</th></tr>",
-        rows,
-        "</table>",
-    ]
+    body = _summary(result, result_digest)
     if review_page:
         body.append(
             f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
@@ -184,6 +156,40 @@ def write_report(
     out = folder / "index.html"
     _atomic.write_text(out, page)
     return out
+
+
+def _summary(result: GateResult, result_digest: str) -> list[str]:
+    """The report's head: the verdict, what was gated against what, where, and each gate's evidence."""
+    e = html.escape
+    rows = "".join(
+        f'<tr><td>{e(g.name)}</td><td class="{e(g.status)}">{e(g.status)}</td><td>{e(g.summary)}</td></tr>'
+        for g in result.gates
+    )
+    base_txt = (
+        f"{e(result.baseline.build_id)} <code>{e(result.baseline.digest)}</code>"
+        if result.baseline
+        else "none (first build: zero-recompile and twin gates only)"
+    )
+    tier_txt = (f"tier {result.tier}: " + e("; ".join(result.tier_reasons))) if result.tier else "—"
+    return [
+        f"<h1>Gate report: {e(result.build_id)}</h1>",
+        f'<p>Status: <b class="{e(result.status)}">{e(result.status)}</b></p>',
+        "<table>",
+        f"<tr><th>build</th><td><code>{e(result.build_digest)}</code></td></tr>",
+        f"<tr><th>baseline</th><td>{base_txt}</td></tr>",
+        f"<tr><th>tier</th><td>{tier_txt}</td></tr>",
+        f"<tr><th>gate set</th><td>{e(result.gate_set.name)} v{result.gate_set.version}: "
+        f"{len(result.gate_set.requests)} requests, {result.gate_set.frames} frames "
+        f"<code>{e(result.gate_set.digest)}</code></td></tr>",
+        f"<tr><th>environment</th><td>{e(result.environment.backend)} {e(result.environment.device_kind)} "
+        f"x{result.environment.device_count}, jaxlib {e(result.environment.jaxlib)} "
+        f"<code>{e(result.environment.fingerprint)}</code></td></tr>",
+        f"<tr><th>result</th><td><code>{e(result_digest)}</code> (result.json)</td></tr>",
+        "</table>",
+        "<h2>Gates</h2><table><tr><th>gate</th><th>status</th><th>evidence</th></tr>",
+        rows,
+        "</table>",
+    ]
 
 
 def _plot(result: GateResult, cand: np.ndarray, base: np.ndarray) -> list[str]:

@@ -35,6 +35,7 @@ from ..records.gate import BandUsed, SimilarityBandDetails, ZeroRecompileDetails
 from ..registry import CHANNELS, Registry, Resolved, read_manifest
 from ..specs import load_target
 from ..trust.policy import load_policy
+from ._band_note import band_measured_elsewhere
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
 from ._fresh import GateRun, chunk_ticks, fresh_run
 from .band import load_band
@@ -361,33 +362,6 @@ def _against_baseline(inputs: GateInputs, run: GateRun, base_frames: np.ndarray)
         sb = sb.model_copy(update={"summary": f"{sb.summary}; {elsewhere}"})
     # below the band: a blind review for video; audio and tensors have none, so they fail
     return [be, sb], {"passed": "passed", "below-band": "needs-review"}.get(sb.status, "failed")
-
-
-def band_measured_elsewhere(band: Band, env: EnvironmentRecord) -> str | None:
-    """What differs between the machine a band was measured on and this one (None: the same).
-
-    Reassociation noise depends on the hardware (an XLA:CPU with AMX or AVX-512 BF16 computes a
-    bf16 matmul in another order than one without), so a band is evidence for its own machine:
-    the gate still applies it, and says so when it comes from another."""
-    theirs = band.environment
-    if theirs.fingerprint == env.fingerprint:
-        return None
-    diffs = [
-        f"{f} {getattr(theirs, f)} here {getattr(env, f)}"
-        for f in ("backend", "device_kind", "device_count", "jax", "jaxlib")
-        if getattr(theirs, f) != getattr(env, f)
-    ]
-    ours, its = set(env.cpu_features or []), set(theirs.cpu_features or [])
-    if ours != its:
-        diffs.append(
-            "cpu features"
-            + "".join(f" +{x}" for x in sorted(ours - its))
-            + "".join(f" -{x}" for x in sorted(its - ours))
-        )
-    return (
-        f"the band was measured on another machine ({'; '.join(diffs) or 'its fingerprint differs'}): "
-        "`avatar-release gate calibrate` on this hardware measures its own"
-    )
 
 
 # ---------------------------------------------------------------------- step 5: store, report

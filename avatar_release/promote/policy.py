@@ -119,16 +119,8 @@ def check_gate_evidence(
     verdicts, rejected = signed_verdicts(registry, resolved.build_id, manifest, policy)
     shown_status, shown, _ = effective_status(registry, resolved.build_id)
     if not verdicts:
-        _refuse_ungated(
-            registry,
-            resolved,
-            manifest,
-            policy,
-            what,
-            fix,
-            bool(rejected) or shown is not None,
-            "; ".join(r.reason for r in rejected[-3:]),
-        )
+        why = "; ".join(r.reason for r in rejected[-3:])
+        _refuse_ungated(registry, resolved, manifest, policy, what, fix, bool(rejected) or shown is not None, why)
     prod = channels.get_channel("prod")
     other_prod = prod if prod is not None and prod.digest != resolved.digest else None
     verdict = _deciding(verdicts, other_prod, resolved, what, against_prod)
@@ -146,6 +138,12 @@ def check_gate_evidence(
     )
     if status not in ("passed", "approved"):
         _refuse_status(registry, resolved, manifest, policy, verdict, status, approvals, other_prod, what, fix)
+    _check_gated_machine(resolved, manifest, verdict, what)
+    return Admitted(status, verdict.digest, verdict)
+
+
+def _check_gated_machine(resolved: Resolved, manifest: Manifest, verdict: SignedVerdict, what: str) -> None:
+    """The deciding verdict was gated on the machine the build targets (GATE_MACHINE_FIELDS)."""
     diff = diff_machines(
         Machine.of_build(manifest), Machine.of_environment(verdict.result.environment), fields=GATE_MACHINE_FIELDS
     )
@@ -154,7 +152,6 @@ def check_gate_evidence(
             f"{what}: {resolved.build_id} was gated in an environment that does not match its target "
             f"({diff.inline('build', 'gated on')}); output gates must run on matching hardware"
         )
-    return Admitted(status, verdict.digest, verdict)
 
 
 def _refuse_ungated(

@@ -300,15 +300,7 @@ class KVRegistry(KVCollection, abc.ABC):
 
     def _commit_move(self, entry: HistoryEntry) -> None:
         """The channel file first (atomically, carrying its entry), then the history line."""
-        state = ChannelState(
-            channel=entry.channel,
-            build_id=entry.to_build,
-            digest=entry.to_digest,
-            sequence=entry.sequence,
-            updated_at=entry.when,
-        )
-        doc = {"state": state.model_dump(mode="json"), "entry": entry.model_dump(mode="json")}
-        self._write_atomic(f"channels/{entry.channel}.json", json.dumps(doc, sort_keys=True).encode())
+        self._write_atomic(f"channels/{entry.channel}.json", _channel_file(entry))
         self._append("history.jsonl", entry.to_json_bytes() + b"\n")
 
     def history(self, channel: str | None = None) -> list[HistoryEntry]:
@@ -370,6 +362,19 @@ class _KVSwap:
 
     def commit(self, entry: HistoryEntry, first: list[HistoryEntry], entries: list[HistoryEntry], op: str) -> None:
         self.store._commit_move(entry)
+
+
+def _channel_file(entry: HistoryEntry) -> bytes:
+    """A channel file's bytes: the channel's state after ``entry``, and the entry itself."""
+    state = ChannelState(
+        channel=entry.channel,
+        build_id=entry.to_build,
+        digest=entry.to_digest,
+        sequence=entry.sequence,
+        updated_at=entry.when,
+    )
+    doc = {"state": state.model_dump(mode="json"), "entry": entry.model_dump(mode="json")}
+    return json.dumps(doc, sort_keys=True).encode()
 
 
 def _parse_json(raw: bytes, where: str) -> Any:

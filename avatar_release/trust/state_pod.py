@@ -196,7 +196,7 @@ def _check_prod_evidence(
     """The gate result (gate role) and release approval (approver role, another key) that the
     channel's signed metadata names for this build, each verified here."""
     gate: tuple[Any, str] | None = None
-    approvals = []
+    approvals: list[tuple[BlobRef, bytes]] = []
     for ref in refs:
         try:
             data = registry.get_blob(ref.digest, ref.size)
@@ -228,27 +228,38 @@ def _check_prod_evidence(
             )
         accepted.append(f"gate-result by {', '.join(gate[0].key_ids)}")
     if "approver" in needs:
-        keys, threshold = delegated_keys(targets, "approver")
-        for ref, data in approvals:
-            att = verify_envelope(
-                data,
-                f"release approval {ref.digest}",
-                trusted=keys,
-                kind="release-approval",
-                subject_digest=manifest_digest,
-            )
-            own = gate is not None and set(att.key_ids) & set(gate[0].key_ids)
-            if (
-                len(att.key_ids) >= threshold
-                and not own
-                and gate is not None
-                and att.predicate.get("gate_result_digest") == gate[1]
-            ):
-                accepted.append(f"release-approval by {', '.join(att.key_ids)}")
-                break
-        else:
-            raise TrustError(
-                f"{where}: the signed state names no release approval of {build_id}'s gate result by an "
-                "approver key other than the gate's; prod needs both roles"
-            )
+        accepted.append(_release_approval(targets, build_id, manifest_digest, approvals, gate, where))
     return tuple(accepted)
+
+
+def _release_approval(
+    targets: Metadata,
+    build_id: str,
+    manifest_digest: str,
+    approvals: list[tuple[BlobRef, bytes]],
+    gate: tuple[Any, str] | None,
+    where: str,
+) -> str:
+    """The first release approval (approver role) of the verified gate result, by a key other
+    than the gate's -> what was accepted; TrustError when none qualifies."""
+    keys, threshold = delegated_keys(targets, "approver")
+    for ref, data in approvals:
+        att = verify_envelope(
+            data,
+            f"release approval {ref.digest}",
+            trusted=keys,
+            kind="release-approval",
+            subject_digest=manifest_digest,
+        )
+        own = gate is not None and set(att.key_ids) & set(gate[0].key_ids)
+        if (
+            len(att.key_ids) >= threshold
+            and not own
+            and gate is not None
+            and att.predicate.get("gate_result_digest") == gate[1]
+        ):
+            return f"release-approval by {', '.join(att.key_ids)}"
+    raise TrustError(
+        f"{where}: the signed state names no release approval of {build_id}'s gate result by an "
+        "approver key other than the gate's; prod needs both roles"
+    )

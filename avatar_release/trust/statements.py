@@ -226,18 +226,7 @@ def verify(
             "so only signed promotions are served (promote with --sign-key)"
         )
     p = statement.payload
-    want = key_id(public_key)
-    if p.key_id != want:
-        raise TrustError(f"{where}: signed by key {p.key_id}, this pod trusts {want}")
-    tampered = TrustError(f"{where}: the statement's signature does not verify (tampered, or a wrong key)")
-    try:
-        att = verify_envelope(
-            statement.envelope, where, trusted={want: public_key}, kind="promotion", subject_digest=p.build_digest
-        )
-    except (TrustError, IntegrityError):
-        raise tampered from None
-    if att.predicate != p.model_dump(mode="json"):
-        raise tampered
+    _check_signature(statement, public_key, where)
     if p.channel != channel:
         raise TrustError(f"{where}: the statement was signed for channel {p.channel!r}, not {channel!r}")
     if p.build_digest not in (digest, content_digest):
@@ -259,16 +248,39 @@ def verify(
             f"(avatar-release keys sign {channel} --key KEY)"
         )
     if state is not None:
-        seen = state.highest(channel)
-        # the same sequence is the same move only for the same build (remembered by either of its digests)
-        same_build = seen is not None and seen["digest"] in (p.build_digest, digest, content_digest)
-        if seen is not None and (p.sequence < seen["sequence"] or (p.sequence == seen["sequence"] and not same_build)):
-            raise TrustError(
-                f"{where}: replayed statement: sequence {p.sequence} ({p.build_id}) is older than "
-                f"the {seen['sequence']} ({seen['build_id']}) this pod already accepted; a rollback "
-                "must be a new signed promotion"
-            )
+        _check_not_replayed(p, state.highest(channel), where, digest, content_digest)
     return p
+
+
+def _check_signature(statement: PromotionStatement, public_key: Ed25519PublicKey, where: str) -> None:
+    """The statement is signed by ``public_key`` and its envelope signs exactly its payload."""
+    p = statement.payload
+    want = key_id(public_key)
+    if p.key_id != want:
+        raise TrustError(f"{where}: signed by key {p.key_id}, this pod trusts {want}")
+    tampered = TrustError(f"{where}: the statement's signature does not verify (tampered, or a wrong key)")
+    try:
+        att = verify_envelope(
+            statement.envelope, where, trusted={want: public_key}, kind="promotion", subject_digest=p.build_digest
+        )
+    except (TrustError, IntegrityError):
+        raise tampered from None
+    if att.predicate != p.model_dump(mode="json"):
+        raise tampered
+
+
+def _check_not_replayed(
+    p: StatementPayload, seen: dict[str, Any] | None, where: str, digest: str, content_digest: str | None
+) -> None:
+    """``p`` is not older than ``seen``, the highest statement this pod accepted for its channel."""
+    # the same sequence is the same move only for the same build (remembered by either of its digests)
+    same_build = seen is not None and seen["digest"] in (p.build_digest, digest, content_digest)
+    if seen is not None and (p.sequence < seen["sequence"] or (p.sequence == seen["sequence"] and not same_build)):
+        raise TrustError(
+            f"{where}: replayed statement: sequence {p.sequence} ({p.build_id}) is older than "
+            f"the {seen['sequence']} ({seen['build_id']}) this pod already accepted; a rollback "
+            "must be a new signed promotion"
+        )
 
 
 @dataclass(frozen=True)
