@@ -4,7 +4,7 @@ programs and placed weights from the running build instead of loading them again
 Sameness is decided by digests the new manifest names, never by names alone: a program is the
 same when its raw serialized bytes have the same sha256 (and the same argument trees), a tensor
 when it lies at the same offset, with the same dtype and shape, in a weight chunk whose raw bytes
-have the same sha256 — and both builds run on the same devices in the same mesh. The running
+have the same sha256 and the same BLAKE3 (the digest a v8 load checks) — and both builds run on the same devices in the same mesh. The running
 build verified those bytes before it deserialized or placed them; the new manifest, verified
 before anything here is asked, names the same digests, so they are the bytes it names. Each shared
 program's fingerprint is still checked against the new manifest (``_load``). Device arrays are
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
 __all__ = ["Shared", "shared_with"]
 
 Program = tuple[str, str, str, str]  # (format, raw sha256, in_tree, out_tree)
-Tensor = tuple[str, int, int, str, tuple[int, ...]]  # (chunk raw sha256, offset, nbytes, dtype, shape)
+Tensor = tuple[str, str | None, int, int, str, tuple[int, ...]]  # (chunk raw sha256, raw BLAKE3, offset, ...)
 
 
 @dataclass
@@ -53,7 +53,7 @@ def _program(e: ExecutableEntry) -> Program:
 
 def _tensors(manifest: Manifest) -> dict[str, Tensor]:
     return {
-        t.name: (c.raw_digest, t.offset, t.nbytes, t.dtype, tuple(t.shape))
+        t.name: (c.raw_digest, c.raw_blake3, t.offset, t.nbytes, t.dtype, tuple(t.shape))
         for c in manifest.weights.chunks or []
         for t in c.tensors
     }
@@ -93,6 +93,6 @@ def shared_with(serving: LoadedBuild | None, manifest: Manifest, mesh: Mesh) -> 
             if list(placed[key].shape) != spec.shape:
                 continue
             out.arrays[key] = placed[key]
-            nbytes[spec.name] = source[2]
+            nbytes[spec.name] = source[3]
     out.raw_bytes = sum(nbytes.values())
     return out
