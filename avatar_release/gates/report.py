@@ -45,9 +45,17 @@ def png_data_uri(rgb: np.ndarray) -> str:
 
 
 def psnr_plot_svg(
-    psnrs: list[float], floor: float | None, boundaries: list[int], *, width: int = 760, height: int = 220
+    psnrs: list[float],
+    floor: float | None,
+    boundaries: list[int],
+    *,
+    width: int = 760,
+    height: int = 220,
+    metric: str = "PSNR",
+    unit: str = "frame",
 ) -> str:
-    """Per-frame PSNR as an SVG polyline; identical frames drawn at the top as 'identical'."""
+    """Per-frame PSNR (or another ``metric`` per ``unit``: SNR per chunk of an audio or tensors build)
+    as an SVG polyline; identical units drawn at the top as 'identical'."""
     finite = [p for p in psnrs if not math.isinf(p)] + ([floor] if floor else [])
     top = (max(finite) if finite else 60.0) + 1.5
     bottom = (min(finite) if finite else 40.0) - 1.5
@@ -65,7 +73,7 @@ def psnr_plot_svg(
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'role="img" aria-label="per-frame PSNR">',
+        f'role="img" aria-label="per-{unit} {metric}">',
         f'<rect x="{ml}" y="{mt}" width="{W}" height="{H}" fill="#fafafa" stroke="#ccc"/>',
     ]
     for k in range(5):
@@ -88,8 +96,8 @@ def psnr_plot_svg(
         colour = "#2a2" if math.isinf(p) else ("#c00" if floor is not None and p < floor else "#246")
         parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p):.1f}" r="2" fill="{colour}"/>')
     parts.append(
-        f'<text x="{ml}" y="{height - 6}" font-size="10">frame (gate-set order); '
-        f"PSNR dB vs baseline; identical frames at the top in green</text>"
+        f'<text x="{ml}" y="{height - 6}" font-size="10">{unit} (gate-set order); '
+        f"{metric} dB vs baseline; identical {unit}s at the top in green</text>"
     )
     parts.append("</svg>")
     return "".join(parts)
@@ -204,7 +212,7 @@ def _plot(result: GateResult, cand: np.ndarray, base: np.ndarray) -> list[str]:
     floor = band.psnr_floor_db if band is not None else None
     return [
         f"<h2>Per-{'frame' if video else 'chunk'} {metric_name(cand)} vs baseline</h2>",
-        psnr_plot_svg(psnrs, floor, bounds),
+        psnr_plot_svg(psnrs, floor, bounds, metric=metric_name(cand), unit="frame" if video else "chunk"),
     ]
 
 

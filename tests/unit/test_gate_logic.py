@@ -399,3 +399,7 @@ def test_heatmap_shows_any_difference():
     assert h[1, 1].max() > 0 and h[0, 0].max() == 0
     svg = psnr_plot_svg([60.0, float("inf"), 55.0], 58.0, [1])
     assert svg.startswith("<svg") and "band floor 58.00 dB" in svg and svg.count("<circle") == 3
+    assert "per-frame PSNR" in svg and "SNR" not in svg.replace("PSNR", "")
+    # an audio or tensors build's plot is per chunk and names its metric: SNR, never PSNR
+    snr = psnr_plot_svg([40.0, float("inf")], 35.0, [], metric="SNR", unit="chunk")
+    assert "per-chunk SNR" in snr and "SNR dB vs baseline" in snr and "PSNR" not in snr
