@@ -25,6 +25,7 @@ reads it, and writes the result as PNG or WAV.
 
 from ..errors import InputError, MediaError
 from ._ffmpeg import ffmpeg_exe, ffmpeg_version
+from ._h264 import BT709_ARGS
 from .audio import (
     ACCEPTED_AUDIO,
     DEFAULT_MAX_AUDIO_SECONDS,
@@ -106,6 +107,7 @@ __all__ = [
     "stream_audio",
     "write_wav",
     # video
+    "BT709_ARGS",
     "Mp4File",
     "Mp4Probe",
     "Mp4Writer",

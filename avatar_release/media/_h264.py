@@ -17,7 +17,24 @@ import numpy as np
 from ..errors import InputError, MediaError
 from ._ffmpeg import stderr_tail
 
-__all__ = ["H264Pipe"]
+__all__ = ["BT709_ARGS", "H264Pipe"]
+
+# Output colour, shared by every H.264 the project writes (render's MP4, serve's fMP4): RGB -> BT.709
+# limited (tv) range 4:2:0, said in the stream as well as done by the scaler, so players convert back.
+BT709_ARGS = (
+    "-vf",
+    "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
+    "-pix_fmt",
+    "yuv420p",
+    "-colorspace",
+    "bt709",
+    "-color_primaries",
+    "bt709",
+    "-color_trc",
+    "bt709",
+    "-color_range",
+    "tv",
+)
 
 
 class H264Pipe:
@@ -52,19 +69,7 @@ class H264Pipe:
             preset,
             "-crf",
             str(int(crf)),
-            # RGB -> BT.709 limited-range YUV, tagged as such so players convert back correctly.
-            "-vf",
-            "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-            "-pix_fmt",
-            "yuv420p",
-            "-colorspace",
-            "bt709",
-            "-color_primaries",
-            "bt709",
-            "-color_trc",
-            "bt709",
-            "-color_range",
-            "tv",
+            *BT709_ARGS,
             "-movflags",
             "+faststart",
             "-f",

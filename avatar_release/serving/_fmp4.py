@@ -22,7 +22,7 @@ from typing import IO
 import numpy as np
 
 from ..errors import MediaError
-from ..media import encode_wav_bytes, ffmpeg_exe
+from ..media import BT709_ARGS, encode_wav_bytes, ffmpeg_exe
 
 __all__ = ["FragmentEncoder", "MOVFLAGS"]
 
@@ -150,23 +150,6 @@ def _write_wav(tmp: str, audio: np.ndarray, seconds: float, sample_rate: int) ->
     return wav
 
 
-# Output colour: BT.709, limited (tv) range, 4:2:0, said in the stream as well as done by the scaler.
-_COLOUR = (
-    "-vf",
-    "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-    "-pix_fmt",
-    "yuv420p",
-    "-colorspace",
-    "bt709",
-    "-color_primaries",
-    "bt709",
-    "-color_trc",
-    "bt709",
-    "-color_range",
-    "tv",
-)
-
-
 def _command(
     *, size: str, fps: int, sound: list[str], keyframe_times: str, gop: int, crf: int, preset: str
 ) -> list[str]:
@@ -181,7 +164,7 @@ def _command(
         *(["-map", "1:a:0"] if sound else []),
         *("-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-crf", str(int(crf))),
         *("-force_key_frames", keyframe_times, "-g", str(gop)),
-        *_COLOUR,
+        *BT709_ARGS,
         *(["-c:a", "aac", "-b:a", "128k"] if sound else []),
         *("-movflags", MOVFLAGS, "-f", "mp4", "pipe:1"),
     ]
