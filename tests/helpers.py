@@ -5,10 +5,15 @@ Imported as ``tests.helpers`` (pyproject's ``pythonpath = ["."]``), like ``tests
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +140,65 @@ def cli_json(
         f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
     )
     return json.loads(proc.stdout)
+
+
+def project_env() -> dict[str, str]:
+    """This process's environment without what points at this repository's project or registry, as a
+    user's shell in their own project has it."""
+    drop = ("XLA_FLAGS", "AVATAR_RELEASE_PROJECT", "AVATAR_RELEASE_MANIFESTS", "AVATAR_RELEASE_REGISTRY")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def post_json(port: int, body: dict, path: str = "/render") -> tuple[int, Message, bytes]:
+    """POST ``body`` as JSON to a pod on this host: (status, headers, body), an HTTP error included."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+@contextlib.contextmanager
+def served_pod(registry: str, cwd: Path, log: Path, env: Mapping[str, str], channel: str = "prod") -> Iterator[dict]:
+    """`avatar-release serve` on ``channel`` in another process; yields its ready line (port, build,
+    compiles) and, on leaving, asserts it drains and exits 0 on SIGTERM (its stderr kept in ``log``:
+    an unread pipe could fill and block the pod)."""
+    with open(log, "w") as err:
+        pod = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "avatar_release",
+                "serve",
+                "--registry",
+                registry,
+                "--channel",
+                channel,
+                "--port",
+                "0",
+            ],
+            cwd=cwd,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    try:
+        assert pod.stdout is not None
+        line = pod.stdout.readline()
+        assert line, log.read_text()[-3000:]
+        ready = json.loads(line)
+        assert ready["event"] == "ready", ready
+        yield ready
+    finally:
+        pod.terminate()
+        assert pod.wait(60) == 0, log.read_text()[-3000:]
 
 
 def run_smoke(script: str, *args: str | Path, out: Path, timeout: float = 600) -> Any:

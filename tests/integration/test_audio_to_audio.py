@@ -13,20 +13,16 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 import wave
-from email.message import Message
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers import cli_json
+from tests.helpers import cli_json, post_json, project_env, served_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.extra("compile")]
 
@@ -35,27 +31,8 @@ EXAMPLE = ROOT / "examples" / "own-pipeline"
 SR, SPF = 8000, 320  # 25 frames a second
 
 
-def _env() -> dict[str, str]:
-    drop = ("XLA_FLAGS", "AVATAR_RELEASE_PROJECT", "AVATAR_RELEASE_MANIFESTS", "AVATAR_RELEASE_REGISTRY")
-    return {k: v for k, v in os.environ.items() if k not in drop}
-
-
 def _cli(cwd: Path, *args: str, rc: int = 0) -> dict:
-    return cli_json(cwd, *args, env=_env(), rc=rc, timeout=300)
-
-
-def _post(port: int, body: dict) -> tuple[int, Message, bytes]:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/render",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
+    return cli_json(cwd, *args, env=project_env(), rc=rc, timeout=300)
 
 
 def _wav(samples: np.ndarray) -> bytes:
@@ -124,22 +101,10 @@ def test_an_audio_to_audio_pipeline_is_released_gated_by_its_chunks_and_served_a
     rate, rendered = _read_wav(out.read_bytes())
     assert rate == SR and rendered.shape == (13 * SPF,) and np.abs(rendered[: len(track)]).max() > 0.05
 
-    with open(tmp_path / "pod.log", "w") as log:
-        pod = subprocess.Popen(
-            [sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel", "prod", "--port", "0"],
-            cwd=elsewhere,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-    try:
-        line = pod.stdout.readline()
-        assert line, (tmp_path / "pod.log").read_text()[-3000:]
-        ready = json.loads(line)
+    with served_pod(reg, elsewhere, tmp_path / "pod.log", project_env()) as ready:
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == build
         port = ready["port"]
-        status, headers, body = _post(port, {"audio_b64": base64.b64encode(_wav(track[: int(0.4 * SR)])).decode()})
+        status, headers, body = post_json(port, {"audio_b64": base64.b64encode(_wav(track[: int(0.4 * SR)])).decode()})
         assert status == 200, body[:300]
         assert headers["Content-Type"] == "audio/wav" and headers["X-Compiles"] == "0"
         assert headers["X-Frames"] == "10" and headers["X-Build-Id"] == build
@@ -147,7 +112,7 @@ def test_an_audio_to_audio_pipeline_is_released_gated_by_its_chunks_and_served_a
         assert rate == SR and served.shape == (10 * SPF,)
         assert np.array_equal(served, rendered[: 10 * SPF])  # the same model, the same samples as render's
         for field in ("seed", "image_b64"):
-            status, _, body = _post(port, {field: 3 if field == "seed" else "AAAA"})
+            status, _, body = post_json(port, {field: 3 if field == "seed" else "AAAA"})
             assert status == 400 and json.loads(body)["message"].startswith(f"{field}: Extra inputs are not permitted")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=30) as resp:
             api = json.loads(resp.read())
@@ -159,6 +124,3 @@ def test_an_audio_to_audio_pipeline_is_released_gated_by_its_chunks_and_served_a
         render = api["paths"]["/render"]["post"]
         assert list(render["responses"]["200"]["content"]) == ["audio/wav"]
         assert render["summary"].startswith("render audio (WAV) from audio")
-    finally:
-        pod.terminate()
-        assert pod.wait(60) == 0, (tmp_path / "pod.log").read_text()[-3000:]

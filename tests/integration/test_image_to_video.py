@@ -12,19 +12,15 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 import urllib.error
 import urllib.request
-from email.message import Message
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers import cli_json
+from tests.helpers import cli_json, post_json, project_env, served_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.extra("compile")]
 
@@ -33,27 +29,8 @@ EXAMPLE = ROOT / "examples" / "own-pipeline"
 H, W = 32, 64
 
 
-def _env() -> dict[str, str]:
-    drop = ("XLA_FLAGS", "AVATAR_RELEASE_PROJECT", "AVATAR_RELEASE_MANIFESTS", "AVATAR_RELEASE_REGISTRY")
-    return {k: v for k, v in os.environ.items() if k not in drop}
-
-
 def _cli(cwd: Path, *args: str, rc: int = 0) -> dict:
-    return cli_json(cwd, *args, env=_env(), rc=rc, timeout=300)
-
-
-def _post(port: int, body: dict) -> tuple[int, Message, bytes]:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/render",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
+    return cli_json(cwd, *args, env=project_env(), rc=rc, timeout=300)
 
 
 def test_an_image_to_video_pipeline_is_released_served_and_asked_only_for_what_it_declares(tmp_path):
@@ -114,30 +91,20 @@ def test_an_image_to_video_pipeline_is_released_served_and_asked_only_for_what_i
     )
     assert "declares no audio input" in refused["message"]
 
-    with open(tmp_path / "pod.log", "w") as log:
-        pod = subprocess.Popen(
-            [sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel", "prod", "--port", "0"],
-            cwd=elsewhere,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-    try:
-        line = pod.stdout.readline()
-        assert line, (tmp_path / "pod.log").read_text()[-3000:]
-        ready = json.loads(line)
+    with served_pod(reg, elsewhere, tmp_path / "pod.log", project_env()) as ready:
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == build
         port = ready["port"]
         # The request's fields are the declaration's: a picture and the length; no audio, no seed.
         picture = np.full((H, W, 3), 200, np.uint8)
         buf = io.BytesIO()
         np.save(buf, picture, allow_pickle=False)
-        status, headers, body = _post(port, {"seconds": 0.4, "image_b64": base64.b64encode(buf.getvalue()).decode()})
+        status, headers, body = post_json(
+            port, {"seconds": 0.4, "image_b64": base64.b64encode(buf.getvalue()).decode()}
+        )
         assert status == 200, body[:300]
         assert headers["X-Compiles"] == "0" and headers["X-Frames"] == "10" and headers["X-Build-Id"] == build
         (tmp_path / "served.mp4").write_bytes(body)
-        status, _, body = _post(port, {"seconds": 0.4, "seed": 3})
+        status, _, body = post_json(port, {"seconds": 0.4, "seed": 3})
         assert status == 400 and json.loads(body)["message"].startswith("seed: Extra inputs are not permitted")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=30) as resp:
             api = json.loads(resp.read())
@@ -147,8 +114,5 @@ def test_an_image_to_video_pipeline_is_released_served_and_asked_only_for_what_i
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/still-tiny", timeout=30) as resp:
             meta = json.loads(resp.read())
         assert [i["name"] for i in meta["inputs"]] == ["image", "seconds"]
-    finally:
-        pod.terminate()
-        assert pod.wait(60) == 0, (tmp_path / "pod.log").read_text()[-3000:]
     served = probe_mp4(tmp_path / "served.mp4")
     assert (served.width, served.height, served.frames, served.audio_codec) == (W, H, 10, None)

@@ -10,16 +10,13 @@ pipeline's declared lever (tier 2, judged by the band the example commits).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import cli_json
+from tests.helpers import cli_json, project_env, served_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.extra("compile")]
 
@@ -28,15 +25,9 @@ EXAMPLE = ROOT / "examples" / "own-pipeline"
 H, W = 32, 64  # the example's tiny config
 
 
-def _env() -> dict[str, str]:
-    # The CLI sets the device count from the target / the build (XLA_FLAGS); no project is preset.
-    drop = ("XLA_FLAGS", "AVATAR_RELEASE_PROJECT", "AVATAR_RELEASE_MANIFESTS", "AVATAR_RELEASE_REGISTRY")
-    return {k: v for k, v in os.environ.items() if k not in drop}
-
-
 def _cli(cwd: Path, *args: str, rc: int = 0) -> dict:
-    """`avatar-release ARGS --json` in `cwd`, in the environment above."""
-    return cli_json(cwd, *args, env=_env(), rc=rc, timeout=300)
+    """`avatar-release ARGS --json` in `cwd`, in a user's environment (`project_env`)."""
+    return cli_json(cwd, *args, env=project_env(), rc=rc, timeout=300)
 
 
 def _gate(doc: dict, name: str) -> dict:
@@ -105,19 +96,7 @@ def test_an_unknown_project_is_compiled_gated_promoted_served_and_judged_by_its_
     assert len(pngs) == 13 and {Image.open(p).size for p in pngs} == {(W, H)}
 
     # A streamed request through the serving pod: ready only after a warm chunk with 0 compiles.
-    with open(tmp_path / "pod.log", "w") as log:  # a file: an unread stderr pipe could fill and block the pod
-        pod = subprocess.Popen(
-            [sys.executable, "-m", "avatar_release", "serve", "--registry", reg, "--channel", "prod", "--port", "0"],
-            cwd=elsewhere,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-    try:
-        line = pod.stdout.readline()
-        assert line, (tmp_path / "pod.log").read_text()[-3000:]
-        ready = json.loads(line)
+    with served_pod(reg, elsewhere, tmp_path / "pod.log", project_env()) as ready:
         assert ready["event"] == "ready" and ready["compiles"] == 0 and ready["build_id"] == first
         req = urllib.request.Request(
             f"http://127.0.0.1:{ready['port']}/render",
@@ -129,9 +108,6 @@ def test_an_unknown_project_is_compiled_gated_promoted_served_and_judged_by_its_
             headers, body = resp.headers, resp.read()
         assert headers["X-Compiles"] == "0" and headers["X-Frames"] == "10" and headers["X-Build-Id"] == first
         assert body[4:8] == b"ftyp" and b"moof" in body
-    finally:
-        pod.terminate()
-        assert pod.wait(60) == 0, (tmp_path / "pod.log").read_text()[-3000:]
     from avatar_release.media import probe_mp4
 
     (tmp_path / "served.mp4").write_bytes(body)
