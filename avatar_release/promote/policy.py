@@ -359,7 +359,8 @@ def check_rollback_target(
     _check_channel(channel)
     what = f"roll {channel} back to {resolved.build_id}"
     policy = policy or load_policy()
-    been_there = any(m.manifest_digest == manifest.content_digest() for m in channels.moves(channel))
+    subject = manifest.content_digest()
+    been_there = any(m.manifest_digest == subject for m in channels.moves(channel))
     if not been_there:
         raise Refusal(
             f"{what}: {resolved.build_id} was never in {channel} (by its signed history); that is a "
@@ -367,7 +368,7 @@ def check_rollback_target(
         )
     if channel == "dev":
         channels.check_not_revoked(resolved.build_id, what)
-        check_not_revoked(registry, resolved.build_id, manifest.content_digest(), policy.revoker_keys(), what=what)
+        check_not_revoked(registry, resolved.build_id, subject, policy.revoker_keys(), what=what)
         status, _, digest = effective_status(registry, resolved.build_id)
         if status == "rejected":
             raise Refusal(f"{what}: the build was rejected in blind review; it never moves again")
