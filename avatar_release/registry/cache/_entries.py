@@ -189,7 +189,8 @@ class Entries:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)
-            if st.st_size != size or not (self._sealed(hex_, st) or _hashes_to(fd, digest, size)):
+            sealed = st.st_size == size and self._sealed(hex_, st)
+            if st.st_size != size or not (sealed or _hashes_to(fd, digest, size)):
                 os.close(fd)
                 self._drop(hex_, st)
                 return None
@@ -197,7 +198,7 @@ class Entries:
             with contextlib.suppress(OSError):
                 os.close(fd)
             raise
-        if not self._sealed(hex_, st):
+        if not sealed:
             self._write_seal(hex_, st)  # hashed just now: sealed as it is
         self.touch(hex_)
         return Mapped(fd, size)
@@ -210,10 +211,8 @@ class Entries:
         except FileNotFoundError:
             return False
         with f:
-            st, seen = os.fstat(f.fileno()), StreamDigest()
-            for piece in iter(lambda: f.read(_CHUNK), b""):
-                seen.update(piece)
-        if seen.matches(digest, size):
+            st, whole = os.fstat(f.fileno()), _hashes_to(f.fileno(), digest, size)
+        if whole:
             return True
         self._drop(hex_, st)
         return False
