@@ -39,7 +39,7 @@ from ..records import (
     parse_record,
 )
 from ..records.stored import STATEMENTS, TIMESTAMPS
-from ..records.window import RECORD_FORMATS_PAGE, STATEMENT_OLDEST_SUPPORTED
+from ..records.window import RECORD_FORMATS_PAGE, oldest_supported
 from ..registry import Registry, read_manifest
 from .attest import attest, open_envelope, verify_envelope
 from .keys import key_id
@@ -156,11 +156,11 @@ def parse_statement(raw: bytes, channel: str) -> PromotionStatement:
             raise SchemaVersionError(
                 f"{where}: an {_BARE_KIND} (a bare signature beside the payload, written before 2026-12-01), a format "
                 "outside this avatar-release's support window, which reads DSSE envelopes of "
-                f"avatar-release/statement v{STATEMENT_OLDEST_SUPPORTED}..{STATEMENT_SCHEMA_VERSION}; sign the channel "
+                f"avatar-release/statement v{oldest_supported(STATEMENT_SCHEMA_VERSION)}..{STATEMENT_SCHEMA_VERSION}; sign the channel "
                 f"again with this avatar-release: `avatar-release keys sign {channel} --key KEY` ({RECORD_FORMATS_PAGE})",
                 kind=_BARE_KIND,
                 found=doc.get("schema_version") if isinstance(doc.get("schema_version"), int) else None,
-                supported=(STATEMENT_OLDEST_SUPPORTED, STATEMENT_SCHEMA_VERSION),
+                supported=(oldest_supported(STATEMENT_SCHEMA_VERSION), STATEMENT_SCHEMA_VERSION),
             )
         att = open_envelope(raw, where)
         # parse_record checks the version first: a newer statement is a version error (exit 11)

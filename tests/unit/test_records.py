@@ -10,7 +10,7 @@ import pytest
 from avatar_release.errors import IntegrityError, SchemaVersionError
 from avatar_release.records import BUILD_SCHEMA_VERSION, STORED_KINDS, Manifest, parse_record, readable_versions
 from avatar_release.records.schema import render_schemas
-from avatar_release.records.window import BUILD_OLDEST_SUPPORTED, UPGRADE, support_windows
+from avatar_release.records.window import UPGRADE, oldest_supported, support_windows
 from avatar_release.specs import manifests_dir
 from tests.helpers import cpu_manifest
 
@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 def test_the_window_is_the_current_version_and_the_one_before_for_every_kind():
     assert readable_versions(Manifest) == ("avatar-release/build", BUILD_SCHEMA_VERSION - 1, BUILD_SCHEMA_VERSION)
-    assert BUILD_OLDEST_SUPPORTED == BUILD_SCHEMA_VERSION - 1
+    assert oldest_supported(BUILD_SCHEMA_VERSION) == BUILD_SCHEMA_VERSION - 1
     for w in support_windows():
         assert (w.oldest, w.current) == (max(1, w.current - 1), readable_versions(STORED_KINDS[w.stem])[2])
         assert w.oldest == 1 or w.upgrade, f"{w.kind}: a version outside the window needs its upgrade advice"
@@ -51,7 +51,7 @@ def test_a_record_older_than_the_window_is_refused_naming_kind_version_window_an
 def test_build_manifests_before_the_window_are_there_to_be_refused():
     """The stored build manifests of versions the window has left are kept as refusal examples."""
     assert [v for s, _, v in _older_than_the_window() if s == "build-manifest"] == list(
-        range(1, BUILD_OLDEST_SUPPORTED)
+        range(1, oldest_supported(BUILD_SCHEMA_VERSION))
     )
 
 
@@ -112,7 +112,7 @@ def test_cli_exits_11_on_a_build_older_than_the_window_naming_the_recompile(tmp_
     from avatar_release.cli import cli
     from avatar_release.registry import LocalRegistry
 
-    old = BUILD_OLDEST_SUPPORTED - 1
+    old = oldest_supported(BUILD_SCHEMA_VERSION) - 1
     reg = LocalRegistry(tmp_path / "reg")
     doc = json.loads((DATA / f"build-manifest.v{old}.json").read_bytes())
     reg.put_build(doc["build_id"], json.dumps(doc).encode())
