@@ -40,6 +40,7 @@ from ..media import (
 from ..records import ChunkProgram, Manifest
 from ..registry import CachedRegistry, Registry, Resolved, open_registry, with_node_cache
 from ..runtime import Chunk, LoadedBuild, Pace, PaceTally, StreamReport, TrustConfig, load, pace_of, stream
+from ._delivered import pcm16
 
 __all__ = [
     "RENDER_MAX_AUDIO_SECONDS",
@@ -235,8 +236,7 @@ def _render_other(
                 wav.setframerate(d.sample_rate)
             for chunk in stream(build, image, audio, seed=seed, frames=frames, values=values):
                 if wav is not None:
-                    pcm = np.clip(np.round(np.asarray(chunk.frames, np.float32) * 32767), -32768, 32767)
-                    wav.writeframes(pcm.astype("<i2").tobytes())
+                    wav.writeframes(pcm16(chunk.frames))  # the bytes serve's WAV sends
                     samples += int(chunk.frames.shape[0])
                 else:
                     kept.update({f"{name}/{chunk.index}": a for name, a in chunk.outputs.items()})
