@@ -117,9 +117,23 @@ def _is_talking_head(p: ChunkProgram) -> bool:
     )
 
 
+_last_model: tuple[ChunkProgram, type[BaseModel]] | None = None  # the served program's, made once
+
+
 def request_model(program: ChunkProgram) -> type[BaseModel]:
     """The JSON body's model for a build's declared inputs: ``RenderRequest`` itself for a talking
-    head (photo, audio and noise in, video out), else a model with only the fields it declares."""
+    head (photo, audio and noise in, video out), else a model with only the fields it declares.
+    The pod asks on every request: the model is made once per program, not per request."""
+    global _last_model
+    last = _last_model
+    if last is not None and last[0] is program:
+        return last[1]
+    model = _declared_model(program)
+    _last_model = (program, model)
+    return model
+
+
+def _declared_model(program: ChunkProgram) -> type[BaseModel]:
     if _is_talking_head(program):
         return RenderRequest
     base = RenderRequest.model_fields
