@@ -103,10 +103,31 @@ def check_blobs(
     check_program = _program_checker(manifest) if programs else None
     cap = memory_cap(manifest) if contents else None
     rows: list[BlobCheck] = []
+    # A blob several entries name (a program shared across buckets, compile/_share.py) is fetched,
+    # checked and deserialized once: a later entry asking the same of it takes the note it passed with.
+    passed: dict[tuple, str | None] = {}
     for what, ref in build_blobs(manifest):
         if only is not None and what not in only:
             continue
         note = None
+        entry = next((e for e in manifest.executables if e.key == what), None)
+        same = (
+            (
+                ref.digest,
+                ref.size,
+                entry.raw_size,
+                entry.raw_digest,
+                entry.format,
+                entry.in_tree,
+                entry.out_tree,
+                entry.fingerprint,
+            )
+            if entry
+            else ()
+        )
+        if same in passed:
+            rows.append(BlobCheck(what, ref.digest, ref.size, True, note=passed[same]))
+            continue
         try:
             if contents:
                 raw_size, raw_digest = raw_of(manifest, what)
@@ -116,7 +137,7 @@ def check_blobs(
                     error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
                 if error:
                     raise IntegrityError(error)
-            program = check_program is not None and any(e.key == what for e in manifest.executables)
+            program = check_program is not None and entry is not None
             payload, _ = fetch_inflated(
                 registry,
                 ref,
@@ -127,9 +148,11 @@ def check_blobs(
             )
             if contents:
                 note = "raw bytes match"
-                if check_program is not None and payload is not None:
-                    note += "; " + check_program(next(e for e in manifest.executables if e.key == what), payload)
+                if check_program is not None and entry is not None and payload is not None:
+                    note += "; " + check_program(entry, payload)
                 del payload
+            if entry is not None:
+                passed[same] = note
             rows.append(BlobCheck(what, ref.digest, ref.size, True, note=note))
         except AvatarReleaseError as e:
             rows.append(BlobCheck(what, ref.digest, ref.size, False, str(e)))
