@@ -24,20 +24,8 @@ def checked_blob(data: B, digest: str, size: int, where: str) -> B:
     Backends read at most ``size`` + 1 bytes, so "more than size" is detected without reading
     an endless body.
     """
-    if len(data) != size:
-        got = f"more than {size}" if len(data) > size else str(len(data))
-        raise IntegrityError(
-            f"blob {digest} in {where}: size {got} bytes, manifest says {size}; "
-            "the store is corrupted or was tampered with — repair it from a registry holding the same "
-            "build: `avatar-release repair BUILD --from REGISTRY`"
-        )
-    actual = sha256_digest(data)
-    if actual != digest:
-        raise IntegrityError(
-            f"blob {digest} in {where}: content hashes to {actual}; "
-            "the store is corrupted or was tampered with — repair it from a registry holding the same "
-            "build: `avatar-release repair BUILD --from REGISTRY`"
-        )
+    check_size(len(data), digest, size, where)
+    _check_hash(sha256_digest(data), digest, where)
     return data
 
 
@@ -66,20 +54,15 @@ def checked_stream(
     result = sink(counted())
     for _ in counted():  # what the sink left unread still counts: the whole blob is checked
         pass
-    if seen.size != size:
-        got = f"more than {size}" if seen.size > size else str(seen.size)
-        raise IntegrityError(
-            f"blob {digest} in {where}: size {got} bytes, manifest says {size}; "
-            "the store is corrupted or was tampered with — repair it from a registry holding "
-            "the same build: `avatar-release repair BUILD --from REGISTRY`"
-        )
-    if seen.digest != digest:
-        raise IntegrityError(
-            f"blob {digest} in {where}: content hashes to {seen.digest}; "
-            "the store is corrupted or was tampered with — repair it from a registry holding "
-            "the same build: `avatar-release repair BUILD --from REGISTRY`"
-        )
+    check_size(seen.size, digest, size, where)
+    _check_hash(seen.digest, digest, where)
     return result
+
+
+_REPAIR = (
+    "the store is corrupted or was tampered with — repair it from a registry holding the same "
+    "build: `avatar-release repair BUILD --from REGISTRY`"
+)
 
 
 def check_size(got: int, digest: str, size: int, where: str) -> None:
@@ -88,9 +71,13 @@ def check_size(got: int, digest: str, size: int, where: str) -> None:
     if got != size:
         raise IntegrityError(
             f"blob {digest} in {where}: size {f'more than {size}' if got > size else got} bytes, "
-            f"manifest says {size}; the store is corrupted or was tampered with — repair it from a "
-            "registry holding the same build: `avatar-release repair BUILD --from REGISTRY`"
+            f"manifest says {size}; {_REPAIR}"
         )
+
+
+def _check_hash(actual: str, digest: str, where: str) -> None:
+    if actual != digest:
+        raise IntegrityError(f"blob {digest} in {where}: content hashes to {actual}; {_REPAIR}")
 
 
 def copy_into(pieces: Iterable[bytes], out: memoryview, size: int) -> int:
