@@ -145,9 +145,7 @@ def revoke_cmd(ref: str, reason: str, key_path: str | None, registry_uri: str | 
     build in its log, /healthz and metrics): roll back or promote a fixed build next."""
     reg = open_registry(registry_uri, create=False)
     r = revoke_build(reg, ref, reason=reason, private_key=_signing_key(key_path))
-    holding = [
-        c for c in ("dev", "staging", "prod") if (s := reg.get_channel(c)) is not None and s.build_id == r.build_id
-    ]
+    holding = [c for c in CHANNELS if (s := reg.get_channel(c)) is not None and s.build_id == r.build_id]
     nxt = f"avatar-release rollback {holding[-1]}" if holding else None
     hold = f"\n  still in {', '.join(holding)}: move it" if holding else ""
     _emit(
