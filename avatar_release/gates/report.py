@@ -18,8 +18,8 @@ import numpy as np
 from .. import _atomic
 from ..media import encode_png
 from ..records import GateResult
-from ._compare import frame_label
-from .metrics import metric_name, similarity_db
+from ._compare import frame_label, per_frame_psnr
+from .metrics import metric_name
 
 __all__ = ["heatmap", "psnr_plot_svg", "write_report", "png_data_uri"]
 
@@ -112,10 +112,9 @@ code{background:#f4f4f4;padding:1px 3px}
 """
 
 
-def _samples(result: GateResult, cand: np.ndarray, base: np.ndarray | None, limit: int = 4) -> list[int]:
-    if base is None:
+def _samples(cand: np.ndarray, scores: list[float] | None, limit: int = 4) -> list[int]:
+    if scores is None:
         return [int(i) for i in np.linspace(0, len(cand) - 1, num=min(limit, len(cand)))]
-    scores = [similarity_db(a, b) for a, b in zip(cand, base)]
     order = sorted(range(len(scores)), key=lambda i: scores[i])  # worst first
     return sorted(order[:limit])
 
@@ -144,8 +143,9 @@ def write_report(
             f'<p class="needs-review">Below the band: answer the <a href="{e(review_page)}">blind '
             f"review</a> (served by <code>avatar-release review {e(result.build_id)} --serve</code>).</p>"
         )
-    if base is not None:
-        body += _plot(result, cand, base)
+    scores = per_frame_psnr(cand, base) if base is not None else None  # once, for the plot and the samples
+    if scores is not None:
+        body += _plot(result, cand, scores)
     if review_page:
         # An open blind review: a labelled baseline/candidate frame (or its heat map) next to the
         # unlabelled pairs would tell a reviewer which side is which. Shown after the decision.
@@ -156,7 +156,7 @@ def write_report(
             "in each pair, and a later gate report shows the frames.</p>"
         )
     elif cand.dtype == np.uint8:  # pictures of video frames; an audio or tensors build has only the plot
-        body += _sample_frames(result, cand, base)
+        body += _sample_frames(result, cand, base, scores)
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>Gate report {e(result.build_id)}</title>"
         f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
@@ -200,10 +200,9 @@ def _summary(result: GateResult, result_digest: str) -> list[str]:
     ]
 
 
-def _plot(result: GateResult, cand: np.ndarray, base: np.ndarray) -> list[str]:
+def _plot(result: GateResult, cand: np.ndarray, psnrs: list[float]) -> list[str]:
     """Per-frame PSNR (per-chunk SNR for an audio or tensors build) against the band's floor."""
     video = cand.dtype == np.uint8  # else an audio or tensors build's delivered chunks
-    psnrs = [similarity_db(a, b) for a, b in zip(cand, base)]
     bounds, k = [], 0
     for r in result.gate_set.requests[:-1]:
         k += r.frames if video else len(r.buckets)
@@ -216,7 +215,9 @@ def _plot(result: GateResult, cand: np.ndarray, base: np.ndarray) -> list[str]:
     ]
 
 
-def _sample_frames(result: GateResult, cand: np.ndarray, base: np.ndarray | None) -> list[str]:
+def _sample_frames(
+    result: GateResult, cand: np.ndarray, base: np.ndarray | None, scores: list[float] | None
+) -> list[str]:
     """The worst frames (or evenly spread ones without a baseline), labelled, with heat maps."""
     e = html.escape
     body = []
@@ -225,7 +226,7 @@ def _sample_frames(result: GateResult, cand: np.ndarray, base: np.ndarray | None
         + ("<th>baseline</th><th>candidate</th><th>difference</th>" if base is not None else "<th>candidate</th>")
         + "</tr>"
     )
-    for i in _samples(result, cand, base):
+    for i in _samples(cand, scores):
         cells = [f"<td>{e(frame_label(result.gate_set, i))}</td>"]
         if base is not None:
             d = int(np.abs(cand[i].astype(np.int16) - base[i].astype(np.int16)).max())
