@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from ...errors import AvatarReleaseError, IntegrityError
 from ...records import Manifest, parse_record
+from .._blobcheck import check_size
 from .._protocol import Action, BuildRef, Registry, Resolved
 from ._node import BlobLike, CacheStats, NodeCache
 
@@ -122,7 +123,7 @@ class CachedRegistry:
         self._read_ahead(digest)
         mapped = self.cache.open(self.store, digest, size, keep=self._loading)
         try:
-            mapped.read_into(out)
+            check_size(mapped.read_into(out), digest, size, f"node cache {self.cache.root}")
         finally:
             mapped.close()
 

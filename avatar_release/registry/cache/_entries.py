@@ -93,13 +93,16 @@ class Mapped:
         for start in range(0, self.size, chunk):
             yield self.view[start : start + chunk]
 
-    def read_into(self, out: memoryview) -> None:
+    def read_into(self, out: memoryview) -> int:
+        """The entry copied into ``out``; how many bytes there were (fewer than ``size`` if it was
+        cut short since it was opened)."""
         got = 0
         while got < self.size:
             n = os.preadv(self.fd, [out[got : self.size]], got)
             if n <= 0:
-                raise OSError(f"the entry ended after {got} of {self.size} bytes")
+                break
             got += n
+        return got
 
     def close(self) -> None:
         with contextlib.suppress(BufferError):  # a view handed out is still alive: the GC frees it
