@@ -10,8 +10,10 @@ In order, each step before the next allocates anything:
    of this host and of the target's devices (``memory_cap``). A zstd bomb, or a manifest that
    lies about ``raw_size``, is refused with the numbers before a byte is fetched.
 2. Each blob is read at most its declared size + 1 bytes by the store (which checks size and
-   digest), then hashed again here, independent of the store: a backend with a bug in its own
-   check still cannot hand the loader bytes the manifest does not name.
+   digest) and hashed again by the reader (``_inflate.fetch_inflated``), independent of the store:
+   a backend with a bug in its own check still cannot hand the loader bytes the manifest does not
+   name. A v8 weight chunk on this node (``NodeBlobs``) is read unhashed, size checked, and its
+   raw bytes checked against the manifest's BLAKE3 instead (``_weights``).
 3. Decompression (``decompress``) is streamed in chunks into a buffer of the declared (bounded)
    raw size, hashed as it goes, and stops one byte past it: a frame that decompresses to more
    than the manifest says is refused having produced raw_size + 1 bytes, whatever it claims.
