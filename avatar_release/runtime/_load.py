@@ -330,7 +330,7 @@ def _side_by_side(
     )
 
     def programs() -> dict[tuple[str, str], LoadedStage]:
-        return _programs_side_by_side(reg, programs_of, t)
+        return _programs_side_by_side(reg, programs_of, t, mesh)
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="executables") as pool:
@@ -358,7 +358,9 @@ def _side_by_side(
 PROGRAM_THREADS = 4
 
 
-def _programs_side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings) -> dict[tuple[str, str], LoadedStage]:
+def _programs_side_by_side(
+    reg: Registry, manifest: Manifest, t: LoadTimings, mesh: Mesh
+) -> dict[tuple[str, str], LoadedStage]:
     """Every executable of ``manifest`` streamed, verified and deserialized, several at once: the
     programs are dealt, largest first, to up to ``PROGRAM_THREADS`` threads, each running the one
     path (``_stream_executables`` then ``_deserialize_all``) over its share; entries of one program
@@ -368,14 +370,14 @@ def _programs_side_by_side(reg: Registry, manifest: Manifest, t: LoadTimings) ->
         groups.setdefault(e.raw_digest, []).append(e)
     n = min(PROGRAM_THREADS, os.cpu_count() or 1, len(groups))
     if n <= 1:
-        return _deserialize_all(manifest, _stream_executables(reg, manifest, t), t)[1] if groups else {}
+        return _deserialize_all(manifest, _stream_executables(reg, manifest, t), t, mesh) if groups else {}
     shares: list[list[ExecutableEntry]] = [[] for _ in range(n)]
     for entries in sorted(groups.values(), key=lambda es: -es[0].raw_size):
         min(shares, key=lambda s: sum(e.raw_size for e in s)).extend(entries)
 
     def one(share: list[ExecutableEntry]) -> tuple[LoadTimings, dict[tuple[str, str], LoadedStage]]:
         part, own = manifest.model_copy(update={"executables": share}), LoadTimings()
-        return own, _deserialize_all(part, _stream_executables(reg, part, own), own)[1]
+        return own, _deserialize_all(part, _stream_executables(reg, part, own), own, mesh)
 
     loaded: dict[tuple[str, str], LoadedStage] = {}
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="programs") as pool:
@@ -412,16 +414,14 @@ def _joined(
 
 
 def _deserialize_all(
-    manifest: Manifest, payloads: dict[str, bytes | bytearray], t: LoadTimings
-) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
-    """(mesh, loaded stages): every executable deserialized onto the build's devices, its
-    fingerprint compared with the manifest's (the program the identity names, not another)."""
+    manifest: Manifest, payloads: dict[str, bytes | bytearray], t: LoadTimings, mesh: Mesh
+) -> dict[tuple[str, str], LoadedStage]:
+    """The loaded stages: every executable deserialized onto the build's devices, its fingerprint
+    compared with the manifest's (the program the identity names, not another)."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
-    from jax.sharding import Mesh
 
     devices = devices_for(manifest)
-    mesh = Mesh(np.array(devices).reshape(manifest.platform.mesh_shape), tuple(manifest.platform.mesh_axes))
     t0 = time.perf_counter()
     where = f"build {manifest.build_id}"
     loaded: dict[tuple[str, str], LoadedStage] = {}
@@ -460,7 +460,7 @@ def _deserialize_all(
             tuned_at_first_run=0 if again else _tuned_at_first_run(manifest, e, exe),
         )
     t.deserialize = time.perf_counter() - t0
-    return mesh, loaded
+    return loaded
 
 
 def _tuned_at_first_run(manifest: Manifest, entry: ExecutableEntry, exe: Any) -> int:
