@@ -94,10 +94,14 @@ def package_build(
     blobs: dict[str, bytes] = {}
     weights = _weights_record(plan, blobs, weight_compression)
     entries, reports = [], []
+    packed: dict[int, bytes] = {}  # a program shared across buckets (_share.py: one payload) is compressed once
     for cs in compiled:
-        z = cctx.compress(cs.payload)
-        blobs[sha256_digest(z)] = z
-        entries.append(_executable_entry(cs, z, plan.executable_format))
+        z = packed.get(id(cs.payload))
+        if z is None:
+            z = packed[id(cs.payload)] = cctx.compress(cs.payload)
+        entry = _executable_entry(cs, z, plan.executable_format)
+        blobs[entry.blob.digest] = z
+        entries.append(entry)
         p, ev = cs.plan, cs.evidence
         reports.append(
             ExecutableReport(
