@@ -79,6 +79,25 @@ def test_every_bucket_still_names_its_executable_and_the_shared_one_is_stored_on
     assert registry.has_blob(entries["encode/f8"].blob.digest)
 
 
+def test_verify_fetches_and_deserializes_the_shared_program_once_and_passes_both_entries(released, monkeypatch):
+    from avatar_release.runtime import _verify
+
+    _, registry, result, _, _ = released
+    m = result.manifest
+    fetched, loaded = [], []
+    fetch, deserialize = _verify.fetch_inflated, _verify.deserialize_and_load
+    monkeypatch.setattr(
+        _verify, "fetch_inflated", lambda reg, ref, *a, **k: fetched.append(ref.digest) or fetch(reg, ref, *a, **k)
+    )
+    monkeypatch.setattr(_verify, "deserialize_and_load", lambda *a, **k: loaded.append(1) or deserialize(*a, **k))
+    rows = {r.what: r for r in _verify.check_blobs(registry, m, programs=True)}
+    assert all(r.ok for r in rows.values()), [r.error for r in rows.values() if not r.ok]
+    assert rows["encode/f4"].note == rows["encode/f8"].note and "fingerprint" in (rows["encode/f8"].note or "")
+    shared = next(e for e in m.executables if e.key == "encode/f8").blob.digest
+    assert fetched.count(shared) == 1
+    assert len(loaded) == len({e.blob.digest for e in m.executables})
+
+
 def test_a_pod_loads_the_shared_program_once_and_renders_both_buckets_as_the_eager_model(released):
     from avatar_release.runtime import CompileGuard, chunk_noise, load, render
 
