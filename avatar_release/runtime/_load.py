@@ -39,7 +39,7 @@ from ..trust.state_pod import VerifiedChannel
 from ._blobs import check_bounds
 from ._guard import CompileGuard, tuned_at_first_run
 from ._inflate import StreamTimes, fetch_inflated
-from ._reuse import Shared, shared_with
+from ._reuse import Program, Shared, program_of, shared_with
 from ._trusted import TrustConfig, check_trusted, resolve_channel, revocation_keys
 from ._unpickle import check_fingerprint, deserialize_and_load, tree_from_text
 from ._weights import place_weights, sharding_of, stream_weights
@@ -428,9 +428,9 @@ def _deserialize_all(
     backend = jax.extend.backend.get_backend(manifest.platform.backend) if hasattr(jax, "extend") else None
     # A program shared across buckets (compile/_share.py: one blob, several entries) is deserialized
     # once; each entry still has its fingerprint checked against the loaded executable.
-    shared: dict[tuple[str, str, str, str], Any] = {}
+    shared: dict[Program, Any] = {}
     for e in manifest.executables:
-        same = (e.format, e.raw_digest, e.in_tree, e.out_tree)
+        same = program_of(e)
         exe: Any = shared.get(same)
         again = exe is not None
         if e.format == "jax-export":

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
 
     from ._load import LoadedBuild, LoadedStage
 
-__all__ = ["Shared", "shared_with"]
+__all__ = ["Shared", "shared_with", "program_of"]
 
 Program = tuple[str, str, str, str]  # (format, raw sha256, in_tree, out_tree)
 Tensor = tuple[str, str | None, int, int, str, tuple[int, ...]]  # (chunk raw sha256, raw BLAKE3, offset, ...)
@@ -47,7 +47,9 @@ class Shared:
         }
 
 
-def _program(e: ExecutableEntry) -> Program:
+def program_of(e: ExecutableEntry) -> Program:
+    """What makes two entries one program: the same bytes under the same argument trees (a swap, a
+    program shared across buckets)."""
     return (e.format, e.raw_digest, e.in_tree, e.out_tree)
 
 
@@ -72,10 +74,10 @@ def shared_with(serving: LoadedBuild | None, manifest: Manifest, mesh: Mesh) -> 
     out = Shared()
     if serving is None or not _same_devices(serving, mesh):
         return out
-    programs = {_program(ls.entry): ls for ls in serving.stages.values() if ls.executable is not None}
+    programs = {program_of(ls.entry): ls for ls in serving.stages.values() if ls.executable is not None}
     for e in manifest.executables:
-        if _program(e) in programs:
-            out.programs[e.key] = programs[_program(e)]
+        if program_of(e) in programs:
+            out.programs[e.key] = programs[program_of(e)]
     ours, theirs = _tensors(manifest), _tensors(serving.manifest)
     placed: dict[tuple[str, tuple[str | None, ...]], Any] = {}
     for ls in serving.stages.values():
