@@ -3,7 +3,7 @@ declared sizes -> verify every blob -> decompress (streamed, bounded) -> deseria
 devices -> check each program's fingerprint -> place weights. Imports no torch.
 What a pod trusts, and the signature's checks before any of it: ``_trusted``.
 
-A chunked build (v5+) loads on two paths side by side: threads of their own fetch, verify,
+A chunked build (v7+, all the window reads) loads on two paths side by side: threads of their own fetch, verify,
 decompress and deserialize the executables (several programs at once) while the weight chunks
 stream and are placed (``_weights``); each path keeps its own order (a blob verified before it is
 unpickled, a chunk before it is placed), and nothing runs until both are done. Neither waits on
@@ -295,7 +295,7 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
 def _side_by_side(
     reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None, serving: LoadedBuild | None
 ) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
-    """(mesh, loaded stages) of a v5+ build: its executables (each streamed into its raw buffer,
+    """(mesh, loaded stages) of a v7+ build: its executables (each streamed into its raw buffer,
     verified, deserialized, its fingerprint checked) on threads of their own while its weight
     chunks stream and are placed as their shards on others (``_weights.stream_weights``), into
     stages that hold only the manifest's shardings until the programs join them. Both paths finish

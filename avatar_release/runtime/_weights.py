@@ -12,7 +12,7 @@ from a view of it (``jax.device_put`` with the tensor's sharding) without a host
 (a per-build choice for registries where transfer costs more than CPU) adds one bounded zstd
 decode (``avatar_release._zstd``) from a second reused buffer of stored bytes.
 
-Version-5 to 7 builds store zstd chunks with sha256 raw digests: fetch, a piece at a time (the
+Version-7 builds (the oldest read) store zstd chunks with sha256 raw digests: fetch, a piece at a time (the
 Registry protocol's ``stream_blob``, whose size and sha256 check of the stored bytes the
 conformance suite holds every store to) -> bounded zstd decompression of the pieces as they arrive
 into the worker's own raw buffer -> sha256 of the raw bytes -> placement.
@@ -84,7 +84,7 @@ class WeightStats:
     # The two interleave (each piece is decompressed as it arrives): fetch is the time spent waiting
     # for the pieces, which includes the store's own size and sha256 check of the stored bytes.
     fetch: float = 0.0
-    decompress: float = 0.0  # zstd (v5-v7: with the raw bytes' sha256); 0 for raw chunks
+    decompress: float = 0.0  # zstd (v7: with the raw bytes' sha256); 0 for raw chunks
     hash: float = 0.0  # v8: the raw bytes' BLAKE3
     place: float = 0.0
     compression: str = "zstd"  # how the chunks were stored ("none": raw, v8)
@@ -386,7 +386,7 @@ def stream_weights(
     workers: int | None = None,
     budget: int = DEFAULT_WEIGHT_BUDGET,
 ) -> WeightStats:
-    """Fetch, verify, (decompress) and place every weight chunk of a v5+ build, side by side."""
+    """Fetch, verify, (decompress) and place every weight chunk of a v7+ build, side by side."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
