@@ -4,7 +4,7 @@ Needs the ``compile`` extra (torch, torchax). Nothing is imported until called.
 """
 
 from ._autotune_results import AutotuneResults, read_results
-from ._build import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, CompileResult, compile_build
+from ._build import EXECUTABLE_MEDIA_TYPE, CompileResult, compile_build
 from ._devices import make_mesh, target_devices
 from ._evidence import schedule_of
 from ._overrides import apply_overrides, override_keys, parse_set_args
@@ -28,5 +28,4 @@ __all__ = [
     "target_devices",
     "schedule_of",
     "EXECUTABLE_MEDIA_TYPE",
-    "WEIGHTS_MEDIA_TYPE",
 ]

@@ -25,12 +25,12 @@ from ..trust.policy import load_policy
 from ..trust.state_moves import open_state, publish_to_dev
 from ..trust.state_read import state_exists
 from ._autotune import AutotunePlan
-from ._package import EXECUTABLE_MEDIA_TYPE, WEIGHTS_MEDIA_TYPE, ExecutableReport, Package, package_build
+from ._package import EXECUTABLE_MEDIA_TYPE, ExecutableReport, Package, package_build
 from ._plan import BuildPlan, plan_build
 from ._share import shared_compiles
 from ._stage import CompiledStage, LoweredStage, compile_stage, lower_stage, shared_stage
 
-__all__ = ["CompileResult", "compile_build", "EXECUTABLE_MEDIA_TYPE", "WEIGHTS_MEDIA_TYPE"]
+__all__ = ["CompileResult", "compile_build", "EXECUTABLE_MEDIA_TYPE"]
 
 
 @dataclass

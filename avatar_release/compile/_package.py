@@ -48,7 +48,6 @@ from ._weights import WEIGHT_CHUNKING, chunk_table_digest, pack_chunks
 
 __all__ = [
     "EXECUTABLE_MEDIA_TYPE",
-    "WEIGHTS_MEDIA_TYPE",
     "NOISE_RECIPES",
     "ExecutableReport",
     "Package",
@@ -56,7 +55,6 @@ __all__ = [
 ]
 
 EXECUTABLE_MEDIA_TYPE = "application/vnd.avatar-release.executable.v1+zstd"
-WEIGHTS_MEDIA_TYPE = "application/vnd.avatar-release.weights.safetensors.v1+zstd"
 ZSTD_LEVEL = 9
 # Weights compress about as well at level 3 as at 9 (bf16 ~N(0, 0.02), 64 MiB: 0.780 vs 0.771 of
 # the raw bytes) in a fifth of the time (0.40 s vs 1.98 s on one core, measured 2026-12-02); at
