@@ -85,6 +85,34 @@ def _program_checker(manifest: Manifest) -> Callable[[ExecutableEntry, bytes | b
     return check
 
 
+def _blob_key(ref: Any, entry: Any) -> tuple:
+    """What makes two entries' checks of one blob the same check: the blob, and for an executable its
+    raw bytes, trees and fingerprint (a program shared across buckets, compile/_share.py)."""
+    if entry is None:
+        return ()
+    return (
+        ref.digest,
+        ref.size,
+        entry.raw_size,
+        entry.raw_digest,
+        entry.format,
+        entry.in_tree,
+        entry.out_tree,
+        entry.fingerprint,
+    )
+
+
+def _within_bounds(manifest: Manifest, what: str, ref: Any, cap: tuple[int, str]) -> tuple[int, str]:
+    """The blob's declared raw size and digest, refused (IntegrityError) past the bounds or the memory cap."""
+    raw_size, raw_digest = raw_of(manifest, what)
+    error = _bound_error(manifest, what, ref, raw_size)
+    if error is None and ref.size + raw_size > cap[0]:
+        error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
+    if error:
+        raise IntegrityError(error)
+    return raw_size, raw_digest
+
+
 def check_blobs(
     registry: Registry,
     manifest: Manifest,
@@ -111,32 +139,14 @@ def check_blobs(
             continue
         note = None
         entry = next((e for e in manifest.executables if e.key == what), None)
-        same = (
-            (
-                ref.digest,
-                ref.size,
-                entry.raw_size,
-                entry.raw_digest,
-                entry.format,
-                entry.in_tree,
-                entry.out_tree,
-                entry.fingerprint,
-            )
-            if entry
-            else ()
-        )
+        same = _blob_key(ref, entry)
         if same in passed:
             rows.append(BlobCheck(what, ref.digest, ref.size, True, note=passed[same]))
             continue
         try:
             if contents:
-                raw_size, raw_digest = raw_of(manifest, what)
-                error = _bound_error(manifest, what, ref, raw_size)
                 assert cap is not None  # measured above for contents
-                if error is None and ref.size + raw_size > cap[0]:
-                    error = f"build {manifest.build_id}: {what}: {_gib(ref.size + raw_size)} is more than {cap[1]}"
-                if error:
-                    raise IntegrityError(error)
+                raw_size, raw_digest = _within_bounds(manifest, what, ref, cap)
             program = check_program is not None and entry is not None
             payload, _ = fetch_inflated(
                 registry,
