@@ -62,6 +62,9 @@ def test_results_are_read_with_their_version_and_entries_and_merged_the_same_wha
         (b"version: 3\nresults\n", "field results has no value"),
         (b"v" * (MAX_RESULTS_BYTES + 1), "allowed for autotune results"),
     ],
+    # Named by what each refusal is about: pytest would spell the last case's 64 MiB of bytes into
+    # its test id, which every worker then sends to the controller and every report prints.
+    ids=["binary", "binary-utf8", "truncated", "no-version", "two-versions", "no-field", "no-value", "too-large"],
 )
 def test_what_is_not_xlas_text_form_is_refused_with_the_reason(data, message):
     with pytest.raises(InputError, match=re.escape(message)):
