@@ -7,11 +7,14 @@ Two lanes (see README, "Two commands"):
   a group of its own); compiled builds are shared by both workers through ``build_cache``.
 * ``python3 -m pytest -m "not slow" -n 2 -q``: the edit loop on both cores (pytest-xdist), about a minute on 2.
 
-A test is ``slow`` when it compiles a pipeline, runs fresh-process gate workers, or is otherwise
-seconds long. Tests that use one of the compiling fixtures below are marked here, at collection,
-so a new test that asks for a build lands in the right lane without remembering the marker; a
-test that compiles by itself carries ``@pytest.mark.slow`` (or its module a ``pytestmark``). At
-the end of a run, unmarked tests that took longer than ``FAST_LANE_LIMIT_S`` are listed.
+A test is ``slow`` when it compiles a pipeline, runs fresh-process gate workers, or otherwise takes
+over ``FAST_LANE_LIMIT_S`` (a second) on an idle machine: the fast lane is many short tests. Tests
+that use one of the compiling fixtures below are marked here, at collection, so a new test that
+asks for a build lands in the right lane without remembering the marker; a test that compiles by
+itself carries ``@pytest.mark.slow`` (or its module a ``pytestmark``). At the end of a run,
+unmarked tests that took longer than ``FAST_LANE_LIMIT_S`` are listed.
+
+Under pytest-xdist the groups start longest first (tests/durations.py, from tests/durations.json).
 
 Optional extras: ``@pytest.mark.extra("gar")`` skips a test when the extra's modules are not
 installed, or fails it where the extra's ``AVATAR_RELEASE_REQUIRE_*`` variable demands it; that
@@ -41,6 +44,9 @@ for _var in ("AVATAR_RELEASE_TRUST_POLICY", "AVATAR_RELEASE_GATE_KEY"):
     os.environ.pop(_var, None)  # a developer's own policy must not decide what the tests see
 
 import pytest  # noqa: E402
+
+# The order groups start in: longest first, from the seconds a full run measured (tests/durations.py).
+from tests.durations import longest_first, record_duration, store_durations  # noqa: E402
 
 # Shared fixture: the real OCI registry server (started only by the tests that ask for it).
 from tests.oci_server import oci_server  # noqa: E402,F401
@@ -83,13 +89,27 @@ def _own_state_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("AVATAR_RELEASE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
 
 
-# An unmarked test slower than this (setup + call + teardown) is reported at the end of the run.
-FAST_LANE_LIMIT_S = 5.0
+# An unmarked test slower than this (setup + call + teardown) is reported at the end of the run (on a
+# busy machine more are: judge them on an idle one).
+FAST_LANE_LIMIT_S = 1.0
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="write each group's measured seconds to tests/durations.json (the order the groups start in)",
+    )
 
 
 def pytest_configure(config):
     # pytest-xdist declares it when installed; without it the marks below are still known names
     config.addinivalue_line("markers", "xdist_group(name): tests run on one worker under --dist loadgroup")
+    # Groups start in the order collection leaves them (longest first, below), not xdist's default
+    # of most tests first, which started the single-test groups (a smoke row, the workflow test)
+    # last and left one core idle while the other finished them.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
@@ -101,6 +121,7 @@ def pytest_collection_modifyitems(config, items):
         # once), as with loadfile, unless a test names its own group (the benchmark smokes' rows).
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items[:] = longest_first(items, lambda item: item.get_closest_marker("xdist_group").args[0])
 
 
 def pytest_runtest_setup(item):
@@ -115,6 +136,12 @@ _unmarked_seconds: dict[str, float] = {}
 def pytest_runtest_logreport(report):
     if "slow" not in report.keywords:
         _unmarked_seconds[report.nodeid] = _unmarked_seconds.get(report.nodeid, 0.0) + report.duration
+    record_duration(report)
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("store_durations") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        store_durations()
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -129,6 +156,6 @@ def pytest_terminal_summary(terminalreporter):
         )
     over = sorted(((s, n) for n, s in _unmarked_seconds.items() if s > FAST_LANE_LIMIT_S), reverse=True)
     if over:
-        terminalreporter.section(f"tests not marked slow that took over {FAST_LANE_LIMIT_S:.0f} s")
+        terminalreporter.section(f"tests not marked slow that took over {FAST_LANE_LIMIT_S:g} s")
         for seconds, nodeid in over:
-            terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}  (compiles? mark it slow)")
+            terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}  (mark it slow if it does so on an idle machine)")

@@ -20,6 +20,7 @@ from tests.release_records import gate_with_frames, publish_with_blobs, records_
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, connect_timeout=2.0, read_timeout=20.0)
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_local_to_oci_to_local_keeps_bytes_ids_and_signatures(oci_server, tmp_path, capsys):
     from avatar_release.promote import promote
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
@@ -119,6 +120,7 @@ def test_a_trusting_pod_loads_from_a_directory_copy_of_a_build_signed_in_oci(reg
         load("staging", local, trust=TrustConfig(load_public_key(other), AcceptedState(tmp_path / "pod2.json")))
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_oci_to_oci_keeps_the_digest_so_oci_signed_statements_verify(oci_server, tmp_path):
     from avatar_release.promote import promote
     from avatar_release.trust.keys import generate_keypair, load_private_key, load_public_key
@@ -139,6 +141,7 @@ def test_oci_to_oci_keeps_the_digest_so_oci_signed_statements_verify(oci_server,
     verify_channel(b, "staging", load_public_key(pub), digest=digest)
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_a_statement_signed_in_oci_verifies_in_a_directory_copy_and_in_another_registry(oci_server, tmp_path):
     """Signed while working against an OCI store, the statement binds the manifest's content digest,
     not the OCI manifest digest: byte for byte the same statement verifies in every copy."""

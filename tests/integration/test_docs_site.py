@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from avatar_release.cli import cli
@@ -66,6 +67,7 @@ def _section(page: str, anchor: str) -> str:
     return page[start : after.start() if after else len(page)]
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_the_site_builds_strict_and_its_cli_page_covers_every_command(tmp_path):
     need_extra("docs")
     site = tmp_path / "site"

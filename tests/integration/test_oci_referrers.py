@@ -62,6 +62,7 @@ def attested(oci_server, tmp_path):
     return reg, build_id, digest, m
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_skopeo_sees_the_evidence_and_the_statement_listed_under_the_builds_referrers_tag(attested):
     reg, build_id, digest, m = attested
     index = json.loads(skopeo_raw(reg, "sha256-" + digest.removeprefix("sha256:")))
@@ -91,6 +92,7 @@ def test_skopeo_sees_the_evidence_and_the_statement_listed_under_the_builds_refe
     assert predicate.endswith("/promotion/v1")
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_oras_pulls_an_attached_envelope_that_verifies_under_the_gate_key(attested, tmp_path):
     oras = module("oras.client")
     reg, build_id, digest, m = attested
@@ -111,6 +113,7 @@ def test_oras_pulls_an_attached_envelope_that_verifies_under_the_gate_key(attest
     assert att.build_id == build_id and att.predicate["status"] == "passed"
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_referrers_reads_the_fallback_tag_filters_by_type_and_grows_without_duplicates(attested):
     reg, build_id, digest, m = attested
     assert [r.artifact_type for r in reg.referrers("staging")] == [DSSE, PROMOTION]
@@ -139,6 +142,7 @@ def test_referrers_reads_the_fallback_tag_filters_by_type_and_grows_without_dupl
     assert tag in reg.manifests.list_tags() and [c.channel for c in reg.list_channels()] == ["staging"]
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_copy_attaches_the_evidence_in_each_registry_with_the_same_manifests(oci_server, tmp_path):
     src = with_release_state(LocalRegistry(tmp_path / "src"))
     build_id, digest, m = publish_with_blobs(src)

@@ -128,6 +128,7 @@ def test_matches_reference_bf16(frames, tokens, window, block):
     assert _max_err(out, ref) <= 2 * BF16_EPS * float(jnp.max(jnp.abs(ref.astype(jnp.float32))))
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_dense_when_single_frame():
     """frames=1 is plain dense attention (frame 0 sees frame 0)."""
     q, k, v = _qkv(2, 1, 96, 8, jnp.float32)
@@ -228,6 +229,7 @@ def test_tall_query_blocks_give_the_square_kernels_result(q_block):
     assert _max_err(tall, square) <= 1e-6
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_dead_blocks_are_never_read():
     """NaN keys/values in a frame that query frame 0 cannot see leave frame 0's rows finite.
 
@@ -246,6 +248,7 @@ def test_dead_blocks_are_never_read():
 # ---- inside jit, compiled, serialised -----------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_inside_jit_serializes_and_reloads_bit_exact():
     frames, tokens, window = 3, 48, 1
 

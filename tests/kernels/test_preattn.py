@@ -71,6 +71,7 @@ def test_kernel_vs_reference(tokens, grid, dim, heads, groups, block_tokens, blo
     _bf16_close(out, model_dot)
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_packing_layout():
     """packed[g] is group g's all-to-all operand: contiguous heads, q/k/v stacked."""
     rng = np.random.default_rng(2)

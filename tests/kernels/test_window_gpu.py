@@ -50,6 +50,7 @@ def test_bf16_stays_close_to_the_float32_reference():
     assert err < 1e-2  # bf16 operands into the matmuls, float32 accumulation
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_the_reference_frame_sees_only_itself():
     """Frame 0's queries must ignore every other frame: changing frame 1's keys leaves them alone."""
     frames, tokens = 4, 64

@@ -63,6 +63,7 @@ def test_log_mel_hears_pitch_and_silence(tiny):
 # ---- stage signatures ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_stage_signatures_match_eager_outputs(tiny, tiny_eager_stages, tiny_chunk_inputs):
     ins, outs = stage_inputs(tiny), stage_outputs(tiny)
     assert list(ins) == list(outs) == list(STAGES)

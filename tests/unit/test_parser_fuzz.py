@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,6 +83,7 @@ def _paths(doc, prefix=()):
 MANIFEST_PATHS = list(_paths(MANIFEST))
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 @settings(max_examples=300, deadline=None)
 @given(path=st.sampled_from(MANIFEST_PATHS), value=json_values, drop=st.booleans())
 def test_a_manifest_with_one_field_mangled(path, value, drop):

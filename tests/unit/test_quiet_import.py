@@ -33,6 +33,7 @@ def test_only_the_plugin_lines_are_dropped_and_the_rest_keeps_its_order():
     assert keep(lines) == [b"first\n", lines[3], NOISE[0], b"a line of our own after absl's notice\n"]
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 @pytest.mark.extra("gpu")  # the CUDA plugin
 def test_a_process_that_starts_jax_shows_none_of_the_plugin_lines():
     code = (

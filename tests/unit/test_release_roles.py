@@ -288,6 +288,7 @@ def test_evidence_that_names_another_target_spec_does_not_vouch(reg):
     assert read_manifest(reg, a)[1].target == "cpu-8"
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_concurrent_first_uses_end_with_every_key_matching_its_public_half(tmp_path):
     """Gate twins and CLI steps may make the first-use identity at the same moment: one private key
     wins per role, and every .pub is that key's (a mismatch would make this machine's own evidence

@@ -24,6 +24,7 @@ import pytest
 from tests.serving_fakes import SR, FakeStream, H, W, fake_build, mp4_boxes, post_render
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_render_streams_fragments_before_the_render_ends_and_every_fragment_decodes(serve, tmp_path):
     from avatar_release.media import ffmpeg_exe, probe_mp4, read_mp4_frames
 
@@ -170,6 +171,7 @@ def test_multipart_upload_of_image_and_audio_files(serve):
     assert r.status == 400 and json.loads(data)["error"] == "invalid_request"
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_one_render_at_a_time_and_a_full_queue_answers_429(serve):
     port, pod, fake = serve(delay=0.3, queue=1)
     results = []
@@ -192,6 +194,7 @@ def test_one_render_at_a_time_and_a_full_queue_answers_429(serve):
     assert fake.started == 2
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_a_client_that_leaves_stops_the_render_between_chunks(serve):
     port, pod, fake = serve(delay=0.2)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -236,6 +239,7 @@ def test_probes_and_metrics(serve):
     assert r.status == 503 and json.loads(data)["error"] == "draining"
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_a_render_that_fails_before_the_first_fragment_is_a_json_500_and_one_past_its_timeout_is_cut(
     serve, monkeypatch
 ):
@@ -325,6 +329,7 @@ def test_serve_takes_host_and_port_from_the_environment(monkeypatch):
     assert ctx.params["port"] == 0 and ctx.params["follow"] is False and ctx.params["header_timeout"] == 10.0
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_slow_headers_are_cut_off_and_do_not_take_the_pods_connections(serve):
     port, pod, fake = serve()
     slow = []
@@ -437,6 +442,7 @@ def _metric_total(text: str, name: str) -> float:
     return sum(s.value for s in families[name].samples if s.name.endswith("_total"))
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 @pytest.mark.parametrize("backend", ["cpu", "tpu"])
 def test_metrics_healthz_and_request_log_agree_on_what_a_deadline_miss_is(serve, capsys, backend):
     """Chunks over their playback time on emulated CPU devices are not deadline misses (as /healthz

@@ -153,6 +153,7 @@ run_server(Pod(None, "dev", fake_build()), ServerConfig(host="127.0.0.1", port=0
 """
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_a_draining_pod_answers_503_until_its_render_finishes_then_exits_0(tmp_path):
     gate = tmp_path / "gate"
     proc = subprocess.Popen(

@@ -114,6 +114,7 @@ def test_no_test_decides_a_missing_tool_by_itself():
     assert offenders == []
 
 
+@pytest.mark.slow  # seconds long (tests/conftest.py: FAST_LANE_LIMIT_S)
 def test_a_test_without_skopeo_skips_and_under_the_switch_fails(tmp_path):
     """End to end, as CI sees it: the outcome pytest reports for a test that needs skopeo."""
     (tmp_path / "test_needs_skopeo.py").write_text(
