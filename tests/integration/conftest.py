@@ -1,5 +1,5 @@
-"""One compiled tiny build per test session, shared read-only by the integration tests; and the
-registries teams run (htpasswd over TLS, token auth), started by the tests that ask for them."""
+"""One compiled tiny build per test session, shared read-only by the integration tests (also gated
+once, for tests that need a gated baseline or a promotable first build); and the registries teams run (htpasswd over TLS, token auth), started by the tests that ask for them."""
 
 from __future__ import annotations
 
@@ -28,3 +28,28 @@ def registry_copy(built_registry, tmp_path):
     dest = tmp_path / "reg"
     shutil.copytree(root, dest)
     return dest, result
+
+
+@pytest.fixture(scope="session")
+def gated_registry(built_registry, tmp_path_factory):
+    """The built registry with its build gated on its own (``--baseline none``, two fresh serving
+    processes), once per session and worker: a baseline for candidates, a first build that may be
+    promoted. Returns (root, the build, the gate's outcome); copy it before changing it."""
+    from avatar_release.gates import run_gate
+    from avatar_release.registry import LocalRegistry
+
+    root, result = built_registry
+    dest = tmp_path_factory.mktemp("gated") / "reg"
+    shutil.copytree(root, dest)
+    outcome = run_gate(result.build_id, LocalRegistry(dest), baseline="none")
+    assert outcome.result.status == "passed", outcome.result.gates
+    return dest, result, outcome
+
+
+@pytest.fixture
+def gated_copy(gated_registry, tmp_path):
+    """A private copy of the gated registry that a test may damage: (root, the build, the gate's outcome)."""
+    root, result, outcome = gated_registry
+    dest = tmp_path / "gated-reg"  # beside registry_copy's, for a test that wants both
+    shutil.copytree(root, dest)
+    return dest, result, outcome
