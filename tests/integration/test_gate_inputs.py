@@ -49,10 +49,12 @@ def _pinned_policy(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(
-    registry_copy, build_cache, tmp_path, monkeypatch
+    registry_copy, gated_copy, build_cache, tmp_path, monkeypatch
 ):
-    root, first = registry_copy
+    root, first = registry_copy  # its build never gated: the redefined project's gate is its first
     reg, a = str(root), first.build_id
+    pinned_root, _, _ = gated_copy  # the same build, gated under the repository's files (the pinned ones)
+    pinned_reg = str(pinned_root)
     policy = _pinned_policy(tmp_path, monkeypatch)
     pinned_spec = load_target("cpu-8").digest()
     pinned_band = sha256_digest((REPO / "manifests" / "bands" / "tiny-cpu-8.json").read_bytes())
@@ -78,9 +80,9 @@ def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(
     assert f"does not pin: target spec {other_spec}, where [gate_inputs] targets.cpu-8 allows {pinned_spec}" in flat
     assert f"run `avatar-release gate {a}` with the pinned files in place" in flat
 
-    # Under the pinned project the same build gates and promotes all the way.
+    # Gated under the pinned project, the same build promotes all the way.
     monkeypatch.delenv("AVATAR_RELEASE_MANIFESTS")
-    assert cli("gate", a, "--baseline", "none", "--registry", reg, "--report", tmp_path / "r2").exit_code == 0
+    root, reg = pinned_root, pinned_reg  # from here on: the registry where it was gated so
     for channel in ("staging", "prod"):
         res = cli("promote", a, "--to", channel, "--registry", reg)
         assert res.exit_code == 0, res.output
