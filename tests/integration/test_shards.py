@@ -1,5 +1,8 @@
 """A sharded gate of a real tiny build: 3 shards as parallel processes, then one merge, give the
-verdict and frame hashes of the unsharded gate; the CLI keeps JSON on stdout and progress on stderr."""
+verdict and frame hashes of the unsharded gate; the CLI keeps JSON on stdout and progress on stderr.
+
+The shards run as the parallel processes a CI matrix starts; a merge, which renders nothing, runs
+in this process (``tests.helpers.cli``: stdout and stderr still apart)."""
 
 from __future__ import annotations
 
@@ -10,10 +13,10 @@ import sys
 
 import pytest
 
-from avatar_release.gates import run_gate
 from avatar_release.gates.store import get_frames, latest_result, shard_refs
 from avatar_release.records.gate import ZeroRecompileDetails
 from avatar_release.registry import LocalRegistry
+from tests.helpers import cli
 
 
 def _cli(*args, env=None):
@@ -27,11 +30,10 @@ def _cli(*args, env=None):
     )
 
 
-def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(registry_copy, tmp_path):
-    root, build = registry_copy
+def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(gated_copy, tmp_path, monkeypatch):
+    root, build, whole = gated_copy  # the unsharded gate of the same build (--baseline none), stored in it
     reg = LocalRegistry(root)
-    whole = run_gate(build.build_id, reg, baseline="none")
-    assert whole.result.status == "passed"
+    assert whole.result.status == "passed" and latest_result(reg, build.build_id)[1] == whole.digest
 
     summary = tmp_path / "summary.md"
     procs = [
@@ -57,22 +59,21 @@ def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(regi
         assert doc["next"] == f"avatar-release gate merge {build.build_id} --run-id ci-7"
     assert len(shard_refs(reg, build.build_id)) == 3
 
-    p = _cli(
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    res = cli(
         "gate",
         "merge",
         build.build_id,
         "--baseline",
         "none",
         "--registry",
-        str(root),
+        root,
         "--json",
         "--report",
-        str(tmp_path / "rep"),
-        env={"GITHUB_STEP_SUMMARY": str(summary)},
+        tmp_path / "rep",
     )
-    rc, out, err = p.wait(timeout=600), *p.communicate()
-    assert rc == 0, err
-    doc = json.loads(out)
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
     merged = doc["result"]
     assert doc["status"] == whole.result.status == "passed"
     assert merged["frame_sha256"] == whole.result.frame_sha256
@@ -91,14 +92,12 @@ def test_three_shards_in_parallel_merge_to_the_unsharded_verdict_and_hashes(regi
 
 def test_a_merge_with_a_shard_missing_runs_nothing_and_says_which(registry_copy):
     root, build = registry_copy
-    p = _cli("gate", build.build_id, "--shard", "1/2", "--twin", "2", "--registry", str(root), "--run-id", "x")
-    rc, out, err = p.wait(timeout=600), *p.communicate()
-    assert rc == 0, err
-    assert "twin #2 on " in out and "twin #1" not in out
-    p = _cli("gate", "merge", build.build_id, "--baseline", "none", "--registry", str(root))
-    rc, out, err = p.wait(timeout=300), *p.communicate()
-    assert rc == 12, err
-    assert "missing 0/2 twin #1, 0/2 twin #2, 1/2 twin #1" in err
+    res = cli("gate", build.build_id, "--shard", "1/2", "--twin", "2", "--registry", root, "--run-id", "x")
+    assert res.exit_code == 0, res.stderr
+    assert "twin #2 on " in res.stdout and "twin #1" not in res.stdout
+    res = cli("gate", "merge", build.build_id, "--baseline", "none", "--registry", root)
+    assert res.exit_code == 12, res.stderr
+    assert "missing 0/2 twin #1, 0/2 twin #2, 1/2 twin #1" in res.stderr
 
 
 pytestmark = pytest.mark.slow
