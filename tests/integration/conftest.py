@@ -1,9 +1,11 @@
 """One compiled tiny build per test session, shared read-only by the integration tests (also gated
-once, for tests that need a gated baseline or a promotable first build); and the registries teams run (htpasswd over TLS, token auth), started by the tests that ask for them."""
+once, for tests that need a gated baseline or a promotable first build); and the registries teams
+run (htpasswd over TLS, token auth), started by the tests that ask for them."""
 
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,22 +35,34 @@ def registry_copy(built_registry, tmp_path):
 @pytest.fixture(scope="session")
 def gated_registry(built_registry, tmp_path_factory):
     """The built registry with its build gated on its own (``--baseline none``, two fresh serving
-    processes), once per session and worker: a baseline for candidates, a first build that may be
-    promoted. Returns (root, the build, the gate's outcome); copy it before changing it."""
-    from avatar_release.gates import run_gate
-    from avatar_release.registry import LocalRegistry
+    processes), once per session: both xdist workers share it beside the build cache (one file lock,
+    as tests/build_cache.py does for builds). A baseline for candidates, a first build that may be
+    promoted. Returns (root, the build, its stored verdict: ``result`` and ``digest``); copy it
+    before changing it."""
+    from filelock import FileLock
 
-    root, result = built_registry
-    dest = tmp_path_factory.mktemp("gated") / "reg"
-    shutil.copytree(root, dest)
-    outcome = run_gate(result.build_id, LocalRegistry(dest), baseline="none")
-    assert outcome.result.status == "passed", outcome.result.gates
-    return dest, result, outcome
+    from avatar_release.gates import run_gate
+    from avatar_release.gates.store import latest_result
+    from avatar_release.registry import LocalRegistry
+    from tests.build_cache import cache_dir
+
+    root, build = built_registry
+    shared = cache_dir(tmp_path_factory.getbasetemp()) / f"gated-{build.build_id}"
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(shared) + ".lock"):
+        if not (shared / "done").is_file():
+            shutil.rmtree(shared, ignore_errors=True)  # a worker that died while gating left it half made
+            shutil.copytree(root, shared / "reg")
+            outcome = run_gate(build.build_id, LocalRegistry(shared / "reg"), baseline="none")
+            assert outcome.result.status == "passed", outcome.result.gates
+            (shared / "done").write_text(outcome.digest)  # written last: the entry is complete
+    result, digest = latest_result(LocalRegistry(shared / "reg"), build.build_id)
+    return shared / "reg", build, SimpleNamespace(result=result, digest=digest)
 
 
 @pytest.fixture
 def gated_copy(gated_registry, tmp_path):
-    """A private copy of the gated registry that a test may damage: (root, the build, the gate's outcome)."""
+    """A private copy of the gated registry that a test may damage: (root, the build, its verdict)."""
     root, result, outcome = gated_registry
     dest = tmp_path / "gated-reg"  # beside registry_copy's, for a test that wants both
     shutil.copytree(root, dest)
