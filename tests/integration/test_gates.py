@@ -1,7 +1,10 @@
 """Each gate saying no for the right reason, on real tiny builds rendered in fresh processes.
 
 One module-scoped registry: the band is calibrated here (reference build + two reassociation
-variants), the reference is gated alone, and each test compiles the candidate it needs.
+variants), the reference is gated alone, and each test takes the candidate it needs from the
+session's build cache or compiles it. One candidate, a build with one changed weight, is gated once
+against prod (in a copy of the registry whose prod holds the reference): the tier-1 test reads that
+verdict, and the test of what a failed verdict against prod forbids starts from it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,46 @@ def gated(tmp_path_factory, build_cache):
     ref = cal.band.reference_build
     outcome = run_gate(ref, reg, baseline="none", report_dir=root / "report-ref")
     return SimpleNamespace(root=root, reg=reg, band_file=root / "band.json", cal=cal, ref=ref, ref_outcome=outcome)
+
+
+@pytest.fixture(scope="module")
+def against_prod(gated, build_cache, tmp_path_factory):
+    """A copy of the registry whose prod holds the reference (its first release), and a candidate
+    with one changed weight gated there once through the CLI against prod (the default baseline):
+    ``gate`` is that command's result, read by the tests that are about its verdict."""
+    import torch
+
+    from model.config import get_config
+    from model.weights import init_pipeline, save_weights
+
+    root = tmp_path_factory.mktemp("against-prod")
+    shutil.copytree(gated.reg.root, root / "reg")
+    reg = LocalRegistry(root / "reg")
+    with pytest.MonkeyPatch.context() as mp:  # this registry's signed state, seen by this fixture only
+        mp.setenv("AVATAR_RELEASE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+        for args in (["promote", gated.ref, "--to", "staging"], ["promote", "staging", "--to", "prod"]):
+            res = _cli(*args, "--registry", str(reg.root))
+            assert res.exit_code == 0, res.output  # the first release: prod was empty
+        pipe = init_pipeline(get_config("tiny"), seed=0)
+        with torch.no_grad():
+            w = pipe.vae.conv_out.weight
+            w[0, 0, 1, 1] = w[0, 0, 1, 1] * 1.5 + 0.01
+        save_weights(pipe, root / "w.safetensors")
+        cand = build_cache.compile(
+            "tiny", "cpu-8", registry=reg, weights_path=str(root / "w.safetensors"), move_dev=False
+        )
+        gate = _cli(
+            "gate",
+            cand.build_id,
+            "--registry",
+            str(reg.root),
+            "--report",
+            str(root / "rep"),
+            "--band",
+            str(gated.band_file),
+            "--json",
+        )
+    return SimpleNamespace(reg=reg, cand=cand, gate=gate, report=root / "rep")
 
 
 def _cli(*args):
@@ -90,37 +133,13 @@ def test_reassociation_is_not_bit_exact_but_stays_inside_the_band(gated):
     assert "<svg" in out.report.read_text()  # the per-frame PSNR plot
 
 
-def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, tmp_path):
-    import torch
-
-    from model.config import get_config
-    from model.weights import init_pipeline, save_weights
-
-    pipe = init_pipeline(get_config("tiny"), seed=0)
-    with torch.no_grad():
-        w = pipe.vae.conv_out.weight
-        w[0, 0, 1, 1] = w[0, 0, 1, 1] * 1.5 + 0.01
-    save_weights(pipe, tmp_path / "w.safetensors")
-    cand = compile_build(
-        "tiny", "cpu-8", registry=gated.reg, weights_path=str(tmp_path / "w.safetensors"), move_dev=False
-    )
-    res = _cli(
-        "gate",
-        cand.build_id,
-        "--baseline",
-        gated.ref,
-        "--registry",
-        str(gated.reg.root),
-        "--report",
-        str(tmp_path / "rep"),
-        "--band",
-        str(gated.band_file),
-        "--json",
-    )
+def test_one_changed_weight_fails_bit_exact_as_tier_1(gated, against_prod):
+    res = against_prod.gate  # `gate CANDIDATE --registry R --report DIR --band FILE --json`, prod holding the reference
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)
     r = doc["result"]
     assert doc["status"] == "failed" and r["tier"] == 1 and any("weights" in x for x in r["tier_reasons"])
+    assert r["baseline"]["build_id"] == gated.ref  # prod's build
     # Each twin run's chunks are reported as the fresh process renders them (stderr; stdout is the document).
     chunks = len(r["gate_set"]["requests"]) and sum(len(q["buckets"]) for q in r["gate_set"]["requests"])
     for twin in ("twin run 1 of 2", "twin run 2 of 2"):
@@ -292,18 +311,13 @@ def test_the_report_folder_is_written_where_asked(gated):
     assert report.name == "index.html" and Path(report).parent == gated.root / "report-ref"
 
 
-def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_nothing(gated, build_cache, tmp_path):
+def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_nothing(gated, against_prod, tmp_path):
     """The promise: bit-exact or in band *against prod*. `--baseline none` proves determinism only:
     while prod holds a build, its verdict never promotes, and the gate says so when it runs."""
-    import shutil
-
     root = tmp_path / "reg"
-    shutil.copytree(gated.root / "reg", root)
+    shutil.copytree(against_prod.reg.root, root)  # prod holds the reference; the candidate was gated against it
     reg = LocalRegistry(root)
-    for args in (["promote", gated.ref, "--to", "staging"], ["promote", "staging", "--to", "prod"]):
-        assert _cli(*args, "--registry", str(root)).exit_code == 0  # the first release: prod was empty
-    other = build_cache.compile("tiny", "cpu-8", registry=reg, overrides={"dit.steps": "3"}, move_dev=False)
-    failed = _cli("gate", other.build_id, "--registry", str(root), "--report", str(tmp_path / "r1"), "--json")
+    other, failed = against_prod.cand, against_prod.gate
     assert failed.exit_code == 1 and json.loads(failed.stdout)["error"] == "Refusal"
     alone = _cli(
         "gate",
@@ -337,4 +351,4 @@ def test_a_build_that_failed_against_prod_cannot_reach_prod_by_comparing_with_no
         ("failed", f"compared with {gated.ref}", True),
         ("passed", "compared with nothing (--baseline none)", True),
     ]
-    assert (tmp_path / "r1" / "index.html").is_file() and (tmp_path / "r2" / "index.html").is_file()
+    assert (against_prod.report / "index.html").is_file() and (tmp_path / "r2" / "index.html").is_file()
