@@ -13,16 +13,12 @@ def _blob_bytes(root: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, build_cache, tmp_path, monkeypatch):
-    root, first = registry_copy
+def test_compile_gate_promote_rollback_moves_only_pointers(gated_copy, build_cache, tmp_path, monkeypatch):
+    root, first, _ = gated_copy  # the first build, gated on its own (--baseline none) once for the session
     reg = str(root)
     monkeypatch.setenv("AVATAR_RELEASE_ACTOR", "ci-bot")
     a = first.build_id
 
-    res = cli("promote", a, "--to", "staging", "--registry", reg)
-    assert res.exit_code == 1 and "never been gated" in res.output
-    res = cli("gate", a, "--baseline", "none", "--registry", reg, "--report", str(tmp_path / "ra"))
-    assert res.exit_code == 0, res.output
     res = cli("promote", a, "--to", "prod", "--registry", reg)
     assert res.exit_code == 1 and "only the build in staging may go to prod" in res.output
 
@@ -58,6 +54,8 @@ def test_compile_gate_promote_rollback_moves_only_pointers(registry_copy, build_
 
     # A second build (a declared lever; compiled once per session, tests/build_cache.py): on dev, gated, promoted; then prod is rolled back to the first.
     b = build_cache.compile("tiny", "cpu-8", registry=LocalRegistry(root), overrides={"matmul_k_split": "2"}).build_id
+    res = cli("promote", b, "--to", "staging", "--registry", reg)
+    assert res.exit_code == 1 and "never been gated" in res.output
     # Against prod (a): the only comparison that promotes while prod holds a build; a declared lever, so
     # tier 2, judged by the band.
     assert cli("gate", b, "--registry", reg, "--report", str(tmp_path / "rb")).exit_code == 0
