@@ -212,7 +212,7 @@ def _cli(ws, env, *args) -> dict:
     return cli_json(ws, *args, env=env, program=("avatar-release",), timeout=None)
 
 
-def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollback(workspace, tmp_path):
+def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollback(workspace, build_cache, tmp_path):
     from avatar_release.registry import open_registry
     from avatar_release.trust.statements import read_timestamp
 
@@ -232,7 +232,12 @@ def test_the_example_workflow_runs_push_then_a_manual_prod_release_then_a_rollba
     }
     # the release manager initialises the registry's signed state once (the workflow's header says so)
     _cli(ws, env, "registry", "init", "--sign-key", str(keys / "release.key"))
-    old = _cli(ws, env, "compile", "--pipeline", "tiny", "--target", "cpu-8", "--set", "matmul_k_split=2")["build_id"]
+    # The build `compile --set matmul_k_split=2` publishes (the session's build cache holds it: the
+    # workflow's own compile, below, is the one this test is about); dev then points at it, signed.
+    old = build_cache.compile(
+        "tiny", "cpu-8", registry=open_registry(str(registry)), overrides={"matmul_k_split": "2"}, move_dev=False
+    ).build_id
+    _cli(ws, env, "promote", old, "--to", "dev")
     assert _cli(ws, env, "gate", old, "--baseline", "none")["status"] == "passed"
     _cli(ws, env, "promote", old, "--to", "staging")
     _cli(ws, env, "approve", "staging", "--key", str(keys / "release.key"))  # the second role
