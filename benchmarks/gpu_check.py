@@ -11,6 +11,7 @@ Each step runs in a fresh process (imports, cold start and compiles are real):
              them differs from what this checkout pins (each a blocker with its reason)
   compile    the pipeline for the target, on this machine (its GPUs when the process sees the
              target's own: XLA autotunes on them); compile wall, the manifest's autotune record
+             (``--compiled``: the build already on ``--registry``'s dev channel, its manifest read)
   gate       ``avatar-release gate BUILD --baseline none``: two fresh serving processes, zero
              compiles after load, bit-exact twins (the verdict and its evidence)
   serve      load from the registry and stream chunks: time to first chunk, steady chunk against
@@ -28,6 +29,11 @@ and the JSON still comes back with the others.
 
     python benchmarks/gpu_check.py --target gpu-h200-1 --out benchmarks/results/gpu-h200.json
     python benchmarks/gpu_check.py --target cpu-8 --smoke --out /tmp/gpu-check.json
+    python benchmarks/gpu_check.py --target cpu-8 --smoke --registry DIR --compiled --out FILE  # the tests' row
+
+The tests' row hands it their session's tiny cpu-8 build (a copy of its registry) with ``--compiled``
+rather than compile the same build again (compile itself is tested in tests/integration/test_compile.py):
+the row proves that every other step runs on it and that the JSON carries each step.
 """
 
 from __future__ import annotations
@@ -103,23 +109,40 @@ def step_preflight(args) -> dict:
     return {"found": found, "plugins": plugins, "pins": PINS, "blockers": blockers, "devices": devices}
 
 
-def step_compile(args) -> dict:
-    from avatar_release.compile import compile_build
-    from avatar_release.registry import LocalRegistry
-
-    t0 = time.perf_counter()
-    res = compile_build(args.pipeline, args.target, registry=LocalRegistry(args.registry))
-    m = res.manifest
+def _built(build_id: str, m) -> dict:
+    """What the manifest says of a build: its platform, autotune record, kernel routes, executables."""
     return {
-        "build_id": res.build_id,
-        "wall_s": time.perf_counter() - t0,
-        "compile_wall_s": res.compile_wall_seconds,
+        "build_id": build_id,
         "platform": m.platform.model_dump(mode="json"),
         "autotune": m.autotune.model_dump(mode="json") if m.autotune else None,
         "kernel_routes": {k: [r.model_dump(mode="json") for r in v] for k, v in (m.kernel_routes or {}).items()},
         "executables": [
             {"key": e.key, "compile_s": e.compile_seconds, "zstd_bytes": e.blob.size} for e in m.executables
         ],
+    }
+
+
+def step_compile(args) -> dict:
+    from avatar_release.registry import LocalRegistry, read_manifest
+
+    reg = LocalRegistry(args.registry)
+    if args.compiled:  # compiled elsewhere (the tests hand their session's build): read, not compiled again
+        resolved, m = read_manifest(reg, "dev")
+        if m.target != args.target or m.pipeline != args.pipeline:
+            raise SystemExit(
+                f"--compiled: dev holds {m.pipeline} for {m.target}, not {args.pipeline} for {args.target}"
+            )
+        return {"compiled_here": False, "wall_s": None, "compile_wall_s": None, **_built(resolved.build_id, m)}
+    from avatar_release.compile import compile_build
+
+    t0 = time.perf_counter()
+    res = compile_build(args.pipeline, args.target, registry=reg)
+    wall = time.perf_counter() - t0
+    return {
+        "compiled_here": True,
+        "wall_s": wall,
+        "compile_wall_s": res.compile_wall_seconds,
+        **_built(res.build_id, res.manifest),
     }
 
 
@@ -349,6 +372,7 @@ def _run(name: str, args, **extra) -> dict:
         args.registry,
         "--jax-cache",
         args.jax_cache,
+        *(["--compiled"] if args.compiled else []),
     ]
     t0 = time.perf_counter()
     try:
@@ -380,6 +404,11 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=6)
     ap.add_argument("--registry", default=None)
     ap.add_argument("--jax-cache", default=None)
+    ap.add_argument(
+        "--compiled",
+        action="store_true",
+        help="--registry's dev channel already holds the build (compiled elsewhere): the compile step reads it",
+    )
     ap.add_argument("--smoke", action="store_true", help="two chunks: proves the steps run")
     ap.add_argument("--out", help="write the JSON here (default: print it)")
     args = ap.parse_args()

@@ -118,9 +118,10 @@ def _gpu(doc: Any, build: Any) -> None:
 
 
 def _gpu_check(doc: Any, build: Any) -> None:
-    """Every step of the H200 check, for cpu-8: the served build never compiles."""
+    """Every step of the H200 check, for cpu-8, on the session's build: the served build never compiles."""
     assert doc["run_on_gpu"] is False and doc["preflight"]["blockers"] == []
     assert doc["compile"]["build_id"].startswith("tiny-cpu-8-")
+    assert doc["compile"]["build_id"] == build.build_id and doc["compile"]["compiled_here"] is False  # --compiled
     assert doc["gate"]["exit_code"] == 0 and doc["gate"]["result"]["status"] == "passed"
     assert doc["serve"]["compiles_after_load"] == 0 and doc["serve"]["chunks"] == 2
     assert doc["jit_warm_cache"]["cache_entries"] > 0
@@ -369,7 +370,8 @@ SMOKES: dict[str, Smoke] = {
     "flash": Smoke("bench_flash.py", _flash, slow=False, extras=("tpu",)),
     "gates": Smoke("bench_gates.py", _gates, build=True, timeout=900),
     "gpu": Smoke("bench_gpu.py", _gpu, extras=("gpu",)),
-    "gpu_check": Smoke("gpu_check.py", _gpu_check, args=("--target", "cpu-8"), timeout=900),
+    # the session's build read, not compiled again (--compiled); the gate in fresh processes, the JIT path twice
+    "gpu_check": Smoke("gpu_check.py", _gpu_check, args=("--target", "cpu-8", "--compiled"), build=True, timeout=900),
     "house": Smoke("bench_house.py", _house, slow=False, timeout=120),
     "kernels": Smoke("bench_kernels.py", _kernels),  # seven XLA compiles of interpret-mode Pallas kernels
     "media": Smoke("bench_media.py", _media, args=("--no-render",), slow=False, timeout=300),

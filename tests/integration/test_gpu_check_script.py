@@ -2,8 +2,9 @@
 block the H200's toolchain.
 
 The GPU figures need the H200 (not run yet: see docs/how-to/gpu-builds.md, "The H200 check"). The same
-steps end to end for cpu-8 (``--smoke``: preflight, compile, the gate in fresh processes, serve, and the
-JIT path twice with one JAX cache) are a row of tests/integration/test_benchmarks.py.
+steps end to end for cpu-8 (``--smoke``: preflight, the session's build read by the compile step, the gate
+in fresh processes, serve, and the JIT path twice with one JAX cache) are a row of
+tests/integration/test_benchmarks.py.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def test_each_step_has_a_limit_inside_the_runs_and_a_hung_step_leaves_a_record_n
         raise subprocess.TimeoutExpired(cmd, kw["timeout"], stderr=b"still measuring")
 
     monkeypatch.setattr(mod.subprocess, "run", hangs)
-    args = type("A", (), {"target": "gpu-h200-1", "pipeline": "tiny", "chunks": 2, "registry": "r", "jax_cache": "c"})
+    args = type(
+        "A",
+        (),
+        {"target": "gpu-h200-1", "pipeline": "tiny", "chunks": 2, "registry": "r", "jax_cache": "c", "compiled": False},
+    )
     out = mod._run("autotune", args)
     assert out == {"failed": True, "timed_out_s": limits["autotune"], "stderr": "still measuring"}
