@@ -29,6 +29,7 @@ class Smoke:
     check: Callable[[Any, Any], None]  # (the JSON it wrote, the build given with --registry or None)
     args: tuple[str, ...] = ()
     build: bool = False  # --registry: a private copy of the session's tiny build (dev holds it, ungated)
+    gated: bool = False  # with build: that build gated once for the session (--baseline none: gated_copy)
     # (flag, overrides): another build of tiny from the session's build cache, published beside it
     # (dev stays) and named to the benchmark by its build id after FLAG (None: found there by the benchmark)
     candidate: tuple[str | None, dict[str, str]] | None = None
@@ -198,8 +199,9 @@ def _node_cache(doc: Any, build: Any) -> None:
 
 
 def _policy(doc: Any, build: Any) -> None:
-    """A real build gated and promoted to prod; the policy's share of each promotion, and a pod's checks."""
-    assert doc["build_id"] == build.build_id
+    """A real build, gated once for the session, promoted to prod; the policy's share of each promotion,
+    and a pod's checks."""
+    assert doc["build_id"] == build.build_id and doc["gate_wall_seconds"] is None  # --gated: not gated again
     for channel in ("staging", "prod"):
         row = doc["promote"][channel]
         assert 0 < row["policy_seconds"] < row["cli_wall_seconds"]  # a part of the whole command
@@ -379,7 +381,7 @@ SMOKES: dict[str, Smoke] = {
     "node_cache": Smoke(
         "bench_node_cache.py", _node_cache, binaries=("docker-registry",), timeout=300
     ),  # 5 fresh processes
-    "policy": Smoke("bench_policy.py", _policy, build=True),
+    "policy": Smoke("bench_policy.py", _policy, args=("--gated",), build=True, gated=True),
     "probes": Smoke("bench_probes.py", _probes, build=True, timeout=300),
     # the bench leaves the OCI half out without docker-registry; under the switch that fails
     "promote": Smoke("bench_promote.py", _promote, slow=False, optional=("docker-registry",), timeout=300),
@@ -403,6 +405,7 @@ SMOKES: dict[str, Smoke] = {
 def _marks(name: str, smoke: Smoke) -> list[pytest.MarkDecorator]:
     assert smoke.slow or not smoke.build, f"{name}: a row given the session's build is slow"
     assert smoke.build or smoke.candidate is None, f"{name}: a candidate is published beside the session's build"
+    assert smoke.build or not smoke.gated, f"{name}: the gated build is the session's build"
     marks = [pytest.mark.xdist_group(f"smoke-{name}")]  # a row of its own under --dist loadgroup
     if smoke.slow:
         marks.append(pytest.mark.slow)
@@ -420,7 +423,7 @@ def test_smoke_mode(name, request, tmp_path):
         binary_if_present(program)
     args, build = list(smoke.args), None
     if smoke.build:
-        root, build = request.getfixturevalue("registry_copy")
+        root, build, *_ = request.getfixturevalue("gated_copy" if smoke.gated else "registry_copy")
         args += ["--registry", str(root)]
         if smoke.candidate is not None:
             from avatar_release.registry import LocalRegistry
