@@ -8,6 +8,9 @@ the after/before ratios and writes JSON. Nothing is asserted: figures, not tests
 
     python benchmarks/bench_checkouts.py --before /path/to/old/checkout [--rounds 3] [--out FILE]
     python benchmarks/bench_checkouts.py --smoke      # this checkout only, one round (the tests run it)
+
+``--smoke``: this checkout, one round of a compile and one render (a full round renders twice and
+reports the second, its page cache warm), no gate.
 """
 
 from __future__ import annotations
@@ -43,14 +46,14 @@ def _cli(checkout: Path, registry: Path, *args: str) -> tuple[dict, float]:
     return json.loads(out.stdout), wall
 
 
-def one_round(checkout: Path, work: Path, gate: bool) -> dict:
+def one_round(checkout: Path, work: Path, gate: bool, renders: int = 2) -> dict:
     registry = Path(tempfile.mkdtemp(dir=work, prefix="reg-"))
     compiled, compile_wall = _cli(checkout, registry, "compile")
-    renders = [
+    done = [
         _cli(checkout, registry, "render", "--channel", "dev", "--out", str(registry / f"o{i}.mp4"))[0]
-        for i in range(2)
+        for i in range(renders)
     ]
-    r = renders[-1]  # the second render: the page cache warm, as a restarted pod's would be
+    r = done[-1]  # the second render: the page cache warm, as a restarted pod's would be (--smoke: one)
     steady = [c["seconds"] for c in r["per_chunk"][1:]] or [r["per_chunk"][0]["seconds"]]
     row = {
         "build_id": compiled["build_id"],
@@ -79,7 +82,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=Path, default=None, help="the other checkout (the 'before')")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--smoke", action="store_true", help="this checkout only, one round, no gate")
+    ap.add_argument("--smoke", action="store_true", help="this checkout only, one round, one render, no gate")
     ap.add_argument(
         "--out", type=Path, help="write the JSON here (default benchmarks/results/checkouts.json; --smoke: nowhere)"
     )
@@ -91,7 +94,7 @@ def main() -> None:
         for i in range(rounds):
             order = list(sides.items()) if i % 2 == 0 else list(sides.items())[::-1]  # ABBA: no side always second
             for name, path in order:
-                rows[name].append(one_round(path, Path(work), gate=not a.smoke and i == 0))
+                rows[name].append(one_round(path, Path(work), gate=not a.smoke and i == 0, renders=1 if a.smoke else 2))
                 print(f"round {i + 1} {name}: {json.dumps(rows[name][-1])}", file=sys.stderr)
     keys = ("compile_process_seconds", "time_to_ready_seconds", "steady_chunk_seconds")
     result = {
