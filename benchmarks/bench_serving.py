@@ -7,25 +7,27 @@ clients and requests, every request with a timeout.
 
 * **TTFF ratio**: a ``--seconds`` (10) request: seconds to the first ``moof`` byte at the client
   over seconds to the last byte; median of ``--runs``. Goal <= 0.25.
-* **Concurrent clients**: ``--clients`` threads x ``--requests`` 1-second renders each against a
-  queue of ``clients``: p50/p99 of time to first fragment and to the whole video, failures.
-* **Burst**: ``--burst`` simultaneous requests against ``--queue``: how many render, how many get
+* **Concurrent clients**: ``--clients`` threads x ``--requests`` ``--short`` (1-second) renders each
+  against a queue of ``clients``: p50/p99 of time to first fragment and to the whole video, failures.
+* **Burst**: ``--burst`` simultaneous ``--short`` requests against ``--queue``: how many render, how many get
   429 (with Retry-After), none fail otherwise.
 * **RSS**: the pod's peak (VmHWM) and current (VmRSS) resident memory after the runs.
 * **Flat memory**: a fresh pod's peak RSS after one ``--seconds`` request vs another fresh pod's
   after one ``--long`` (120) request. Goal: within 10%.
 * **Hostile input**: a PNG whose header declares 60000x60000 and ``seconds=1e6``: status, seconds
   to the answer, the pod's RSS before and after. Goal: 4xx in under a second, no growth.
-* **Promotion under load**: a ``--follow`` pod, two clients rendering back to back, dev moved to
-  another build: requests failed across the swap (goal 0) and seconds until it was swapped in.
+* **Promotion under load**: a ``--follow`` pod, two clients rendering back to back (for 3 s before),
+  dev moved to another build: requests failed across the swap (goal 0) and seconds until it was swapped in.
 * **Full queue**: the burst's accepted requests' p99 time to first fragment.
 
     python benchmarks/bench_serving.py [--registry DIR] [--out benchmarks/results/serving.json]
     python benchmarks/bench_serving.py --smoke --registry DIR --out FILE   # every measurement, smallest; the tests run it
 
-``--smoke``: 1-second requests, one run, 2 clients x 1 request, a burst of 3 against a queue of 1,
-flat memory over 1 s vs 2 s; the promotion still compiles its second tiny build. ``--registry`` is
-copied, never changed (the promotion publishes a build to its dev channel).
+``--smoke``: a 1-second request for the TTFF ratio (four chunks: the muxer sends a fragment when the
+next one begins) with no warm-up request before it, one run, 2 clients x 1 and a burst of 3 against a
+queue of 1 in 0.4-second requests, flat memory over 1 s vs 2 s, 1 s of load before the promotion
+(which compiles its second tiny build unless ``--candidate`` names one). ``--registry`` is copied,
+never changed (the promotion publishes a build to its dev channel).
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ sys.path.insert(0, str(ROOT))
 
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
-# --smoke: (seconds, runs, clients, requests, burst, queue, long)
-SMOKE = (1.0, 1, 2, 1, 3, 1, 2.0)
+# --smoke: (seconds, runs, clients, requests, burst, queue, long, short)
+SMOKE = (1.0, 1, 2, 1, 3, 1, 2.0, 0.4)
 
 
 def _pod(registry: str, queue: int, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -161,9 +163,10 @@ def _hostile(base: str, pid: int) -> dict:
     return out
 
 
-def _promotion_under_load(registry: str, clients: int = 2, candidate: str | None = None) -> dict:
-    """dev moves to another build while clients render: failures across the swap, time to swap.
-    ``candidate``: that build, already in the registry (default: tiny compiled with matmul_k_split=2)."""
+def _promotion_under_load(registry: str, clients: int = 2, candidate: str | None = None, load_s: float = 3.0) -> dict:
+    """dev moves to another build while clients render (for ``load_s`` before it moves): failures across
+    the swap, time to swap. ``candidate``: that build, already in the registry (default: tiny compiled
+    with matmul_k_split=2)."""
     from avatar_release.promote import publish_to_dev
     from avatar_release.registry import LocalRegistry, read_manifest
 
@@ -185,7 +188,7 @@ def _promotion_under_load(registry: str, clients: int = 2, candidate: str | None
     try:
         for t in threads:
             t.start()
-        time.sleep(3.0)
+        time.sleep(load_s)
         t0 = time.perf_counter()
         publish_to_dev(reg, read_manifest(reg, b.digest)[0], reason="bench: promotion under load")
         swapped = None
@@ -253,6 +256,7 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=8)
     ap.add_argument("--queue", type=int, default=2)
     ap.add_argument("--long", type=float, default=120.0, help="the long request of the flat-memory check")
+    ap.add_argument("--short", type=float, default=1.0, help="seconds of the concurrent and burst requests")
     ap.add_argument("--skip-long", action="store_true", help="skip the flat-memory check (minutes on 2 cores)")
     ap.add_argument("--only-long", action="store_true", help="run only the flat-memory check")
     ap.add_argument("--smoke", action="store_true", help="every measurement at its smallest: proves the benchmark runs")
@@ -260,7 +264,7 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
     if a.smoke:
-        a.seconds, a.runs, a.clients, a.requests, a.burst, a.queue, a.long = SMOKE
+        a.seconds, a.runs, a.clients, a.requests, a.burst, a.queue, a.long, a.short = SMOKE
     out = out_path(a.out, None, smoke=a.smoke)
 
     from avatar_release.machine import configure_compile_env
@@ -288,7 +292,8 @@ def main() -> None:
 
         proc, base = _pod(registry, max(a.clients, a.queue))
         try:
-            _render(base, 1.0)  # first request in the process (ffmpeg, page cache)
+            if not a.smoke:
+                _render(base, a.short)  # first request in the process (ffmpeg, page cache)
             runs = [_render(base, a.seconds) for _ in range(a.runs)]
             result["ttff"] = {
                 "runs": [{k: round(v, 4) for k, v in r.items() if isinstance(v, float)} for r in runs],
@@ -303,7 +308,7 @@ def main() -> None:
 
             rs = [
                 x
-                for batch in _parallel(a.clients, lambda: [_render(base, 1.0) for _ in range(a.requests)])
+                for batch in _parallel(a.clients, lambda: [_render(base, a.short) for _ in range(a.requests)])
                 for x in batch
             ]
             ok = [r for r in rs if r["status"] == 200]
@@ -327,7 +332,7 @@ def main() -> None:
 
         proc, base = _pod(registry, a.queue)
         try:
-            rs = _parallel(a.burst, lambda: _render(base, 1.0))
+            rs = _parallel(a.burst, lambda: _render(base, a.short))
             accepted = [r for r in rs if r["status"] == 200]
             result["burst"] = {
                 "requests": a.burst,
@@ -343,7 +348,9 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(60)
-        result["promotion_under_load"] = _promotion_under_load(registry, candidate=a.candidate)
+        result["promotion_under_load"] = _promotion_under_load(
+            registry, candidate=a.candidate, load_s=1.0 if a.smoke else 3.0
+        )
         print(f"promotion under load: {result['promotion_under_load']}")
         if not a.skip_long:
             result["flat_memory"] = _flat_memory(registry, a.seconds, a.long)
