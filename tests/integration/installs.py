@@ -59,7 +59,18 @@ def build_wheel_venv(out: Path) -> tuple[Path, Path]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+        # --no-compile: pip would byte-compile every installed module (jax's thousands) up front; the
+        # pod's first imports compile what they use, which is what the tests run.
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-compile",
+            str(wheel),
+        ],
         check=True,
         cwd=out,
         env=env,
