@@ -11,7 +11,8 @@ registry as ``compile_build`` would (a new registry's signed state started, dev 
 ``move_dev=False``), so each test holds its own copy and may damage it.
 
 The cache directory is shared by pytest-xdist's workers (the session's temporary root), with one
-file lock per build: a build the other worker is compiling is waited for, not compiled twice.
+file lock per build (``made_once``, which other session-wide entries use too): a build the other
+worker is compiling is waited for, not compiled twice.
 
 What it never is: a JAX compilation cache. Each build is compiled by ``compile_build`` exactly as a
 user's compile runs; a program loaded from a build still counts every compile it triggers, so the
@@ -28,12 +29,14 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-__all__ = ["BuildCache", "cache_dir"]
+__all__ = ["BuildCache", "cache_dir", "made_once"]
 
 
 def cache_dir(basetemp: Path) -> Path:
@@ -41,6 +44,20 @@ def cache_dir(basetemp: Path) -> Path:
     (their common parent is new each session), inside the session's root otherwise."""
     shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
     return shared / "build-cache"
+
+
+def made_once(entry: Path, make: Callable[[Path], None]) -> Path:
+    """``entry``, made by ``make(entry)`` in whichever process of the session asks first; the others
+    wait on its file lock and find it made. A marker written after ``make`` returns says the entry is
+    complete: one left half made by a process that died is cleared and made again."""
+    done = entry / ".made"
+    with FileLock(str(entry) + ".lock"):
+        if not done.is_file():
+            shutil.rmtree(entry, ignore_errors=True)
+            entry.mkdir(parents=True)
+            make(entry)
+            done.write_text("")
+    return entry
 
 
 def _plain(value: Any) -> Any:
@@ -119,24 +136,25 @@ class BuildCache:
         key = self.identity(
             pipeline, target, overrides=overrides, weights_path=weights_path, executable_format=executable_format
         )
-        entry = self.root / key
-        with FileLock(str(entry) + ".lock"):
-            if not (entry / "result.pickle").is_file():
-                result = self._compile_build(
-                    pipeline,
-                    target,
-                    registry=LocalRegistry(entry / "reg"),
-                    overrides=overrides,
-                    weights_path=weights_path,
-                    executable_format=executable_format,
-                    move_dev=False,
-                )
-                assert result.manifest is not None
-                (entry / "manifest.json").write_bytes(result.manifest.to_json_bytes())
-                (entry / "result.pickle").write_bytes(pickle.dumps(result))  # written last: the entry is complete
-                with open(self.root / "compiles.log", "a") as log:  # every real compile of the session
-                    log.write(f"{key} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}\n")
-                self.compiles += 1
+
+        def make(entry: Path) -> None:
+            result = self._compile_build(
+                pipeline,
+                target,
+                registry=LocalRegistry(entry / "reg"),
+                overrides=overrides,
+                weights_path=weights_path,
+                executable_format=executable_format,
+                move_dev=False,
+            )
+            assert result.manifest is not None
+            (entry / "manifest.json").write_bytes(result.manifest.to_json_bytes())
+            (entry / "result.pickle").write_bytes(pickle.dumps(result))
+            with open(self.root / "compiles.log", "a") as log:  # every real compile of the session
+                log.write(f"{key} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}\n")
+            self.compiles += 1
+
+        entry = made_once(self.root / key, make)
         self.served += 1
         cached = pickle.loads((entry / "result.pickle").read_bytes())
         return self._publish(

@@ -46,7 +46,7 @@ for _var in ("AVATAR_RELEASE_TRUST_POLICY", "AVATAR_RELEASE_GATE_KEY"):
 import pytest  # noqa: E402
 
 # The order groups start in: longest first, from the seconds a full run measured (tests/durations.py).
-from tests.durations import longest_first, record_duration, store_durations  # noqa: E402
+from tests.durations import group_of_nodeid, longest_first, record_duration, store_durations  # noqa: E402
 
 # Shared fixture: the real OCI registry server (started only by the tests that ask for it).
 from tests.oci_server import oci_server  # noqa: E402,F401
@@ -120,7 +120,7 @@ def pytest_collection_modifyitems(config, items):
         # Under `--dist loadgroup` a file's tests stay on one worker (its module-scoped fixtures made
         # once), as with loadfile, unless a test names its own group (the benchmark smokes' rows).
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            item.add_marker(pytest.mark.xdist_group(group_of_nodeid(item.nodeid)))  # its file
     items[:] = longest_first(items, lambda item: item.get_closest_marker("xdist_group").args[0])
 
 

@@ -35,27 +35,23 @@ def registry_copy(built_registry, tmp_path):
 @pytest.fixture(scope="session")
 def gated_registry(built_registry, tmp_path_factory):
     """The built registry with its build gated on its own (``--baseline none``, two fresh serving
-    processes), once per session: both xdist workers share it beside the build cache (one file lock,
-    as tests/build_cache.py does for builds). A baseline for candidates, a first build that may be
+    processes), once per session: both xdist workers share it beside the build cache
+    (tests/build_cache.py's ``made_once``, as for builds). A baseline for candidates, a first build that may be
     promoted. Returns (root, the build, its stored verdict: ``result`` and ``digest``); copy it
     before changing it."""
-    from filelock import FileLock
-
     from avatar_release.gates import run_gate
     from avatar_release.gates.store import latest_result
     from avatar_release.registry import LocalRegistry
-    from tests.build_cache import cache_dir
+    from tests.build_cache import cache_dir, made_once
 
     root, build = built_registry
-    shared = cache_dir(tmp_path_factory.getbasetemp()) / f"gated-{build.build_id}"
-    shared.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(shared) + ".lock"):
-        if not (shared / "done").is_file():
-            shutil.rmtree(shared, ignore_errors=True)  # a worker that died while gating left it half made
-            shutil.copytree(root, shared / "reg")
-            outcome = run_gate(build.build_id, LocalRegistry(shared / "reg"), baseline="none")
-            assert outcome.result.status == "passed", outcome.result.gates
-            (shared / "done").write_text(outcome.digest)  # written last: the entry is complete
+
+    def gate(entry):
+        shutil.copytree(root, entry / "reg")
+        outcome = run_gate(build.build_id, LocalRegistry(entry / "reg"), baseline="none")
+        assert outcome.result.status == "passed", outcome.result.gates
+
+    shared = made_once(cache_dir(tmp_path_factory.getbasetemp()) / f"gated-{build.build_id}", gate)
     result, digest = latest_result(LocalRegistry(shared / "reg"), build.build_id)
     return shared / "reg", build, SimpleNamespace(result=result, digest=digest)
 
