@@ -3,14 +3,15 @@ declared sizes -> verify every blob -> decompress (streamed, bounded) -> deseria
 devices -> check each program's fingerprint -> place weights. Imports no torch.
 What a pod trusts, and the signature's checks before any of it: ``_trusted``.
 
-A chunked build (v7+, all the window reads) loads on two paths side by side: threads of their own fetch, verify,
-decompress and deserialize the executables (several programs at once) while the weight chunks
-stream and are placed (``_weights``); each path keeps its own order (a blob verified before it is
-unpickled, a chunk before it is placed), and nothing runs until both are done. Neither waits on
-the other: the weights need only the shardings the manifest names, not the programs. A pod's swap
-passes the build it serves: the
-programs and placed weights the new build shares with it byte for byte (by the digests the new
-manifest names, ``_reuse``) are taken from it, not fetched, deserialized or placed again.
+A chunked build (v7+, all the window reads) loads on two paths side by side: threads of their own
+fetch, verify, decompress and deserialize the executables (several programs at once) while the
+weight chunks stream and are placed (``_weights``); each path keeps its own order (a blob verified
+before it is unpickled, a chunk before it is placed), and nothing runs until both are done. Neither
+waits on the other: the weights need only the shardings the manifest names, not the programs. The
+revocation check runs beside both (``_beside``); the build is returned only after its verdict. A
+pod's swap passes the build it serves: the programs and placed weights the new build shares with it
+byte for byte (by the digests the new manifest names, ``_reuse``) are taken from it, not fetched,
+deserialized or placed again.
 
 Order matters for safety: the serialized executable is a pickle, and unpickling untrusted
 bytes can run code. Every blob's size and sha256 are verified against the manifest (whose
@@ -26,16 +27,18 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from threading import Event
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import EnvironmentMismatch, InputError, IntegrityError
+from ..errors import AvatarReleaseError, EnvironmentMismatch, InputError, IntegrityError
 from ..machine import RUN_FIELDS, Machine, current_platform, diff_machines, missing_env_flags
 from ..records import ExecutableEntry, Manifest, StatementPayload, check_identity
 from ..registry import Registry, Resolved, open_registry, read_manifest
 from ..trust.revocation import check_not_revoked
 from ..trust.state_pod import VerifiedChannel
+from ._beside import RevocationBeside
 from ._blobs import check_bounds
 from ._guard import CompileGuard, tuned_at_first_run
 from ._inflate import StreamTimes, fetch_inflated
@@ -72,7 +75,8 @@ class LoadTimings:
     deserialize: float = 0.0
     weights: float = 0.0
     signature: float = 0.0  # statement fetch + ed25519 verification (0 without a trust key)
-    revocation: float = 0.0  # reading the build's attestations for a revocation
+    revocation: float = 0.0  # reading the build's attestations for a revocation, beside deserialize + weights
+    revocation_wait: float = 0.0  # the wait for its verdict once they were done: total() counts this
     # the weight chunks' path (fetch + verify + decompress + place run side by side
     # inside ``weights``): chunks, bytes, workers and each step's seconds summed over workers
     weight_path: dict | None = None
@@ -88,9 +92,9 @@ class LoadTimings:
         return self.side_by_side or self.deserialize + self.weights
 
     def total(self) -> float:
-        before = self.resolve + self.signature + self.revocation
         if self.side_by_side:
-            return before + self.side_by_side
+            return self.resolve + self.signature + self.revocation_wait + self.side_by_side
+        before = self.resolve + self.signature + self.revocation
         return before + self.fetch + self.verify + self.decompress + self.deserialize + self.weights
 
     def to_json(self) -> dict[str, Any]:
@@ -231,15 +235,19 @@ def load(
         t0 = time.perf_counter()
         accepted = check_trusted(reg, resolved, trust, manifest)
         t.signature = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    check_not_revoked(reg, resolved.build_id, manifest.content_digest(), revocation_keys(trust), what=f"load {ref}")
-    t.revocation = time.perf_counter() - t0
-    check_environment(manifest)
-    _require_weights(manifest)
-    # Bound what the manifest declares before fetching or allocating anything; then fetch and
-    # verify every blob before decompressing or unpickling any of them.
-    check_bounds(manifest)
-    mesh, loaded = _side_by_side(reg, manifest, t, workers, serving)  # executables and weight chunks
+    revoked = (reg, resolved.build_id, manifest.content_digest(), revocation_keys(trust))
+    try:
+        check_environment(manifest)
+        _require_weights(manifest)
+        # Bound what the manifest declares before fetching or allocating anything; then fetch and
+        # verify every blob before decompressing or unpickling any of them.
+        check_bounds(manifest)
+    except AvatarReleaseError:
+        check_not_revoked(*revoked, what=f"load {ref}")  # a revoked build is named as such first
+        raise
+    with RevocationBeside(*revoked, what=f"load {ref}") as beside:  # its verdict named before any failure here
+        mesh, loaded = _side_by_side(reg, manifest, t, workers, serving, beside.stop)  # executables, weight chunks
+    t.revocation, t.revocation_wait = beside.seconds, beside.wait
     if isinstance(accepted, StatementPayload) and trust is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
     return LoadedBuild(resolved, manifest, reg.uri, mesh, loaded, t, CompileGuard(strict=strict))
@@ -293,14 +301,15 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
 
 
 def _side_by_side(
-    reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None, serving: LoadedBuild | None
+    reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None, serving: LoadedBuild | None, stop: Event
 ) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
     """(mesh, loaded stages) of a v7+ build: its executables (each streamed into its raw buffer,
     verified, deserialized, its fingerprint checked) on threads of their own while its weight
     chunks stream and are placed as their shards on others (``_weights.stream_weights``), into
     stages that hold only the manifest's shardings until the programs join them. Both paths finish
     before this returns; a failure of either is raised once the other has stopped, the executables'
-    first. What the new build shares with ``serving`` is neither fetched nor loaded again."""
+    first; once ``stop`` is set, no further weight chunk is fetched. What the new build shares with
+    ``serving`` is neither fetched nor loaded again."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import Mesh
 
@@ -329,15 +338,12 @@ def _side_by_side(
         else manifest.model_copy(update={"weights": manifest.weights.model_copy(update={"chunks": chunks})})
     )
 
-    def programs() -> dict[tuple[str, str], LoadedStage]:
-        return _programs_side_by_side(reg, programs_of, t, mesh)
-
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="executables") as pool:
-        loading = pool.submit(programs)
+        loading = pool.submit(_programs_side_by_side, reg, programs_of, t, mesh)
         try:
             if needed:  # (none: every tensor taken from the serving build)
-                t.weight_path = stream_weights(reg, weights_of, placing, mesh, workers=workers).to_json()
+                t.weight_path = stream_weights(reg, weights_of, placing, mesh, workers=workers, stop=stop).to_json()
         except BaseException:
             if loading.exception() is not None:  # waits: the executables' own failure is named first
                 loading.result()

@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # only for annotations: JAX starts only after XLA_FLAGS are s
     Stages = dict[tuple[str, str], LoadedStage]  # (stage, bucket) -> the loaded executable
     Placed = dict[tuple[str, tuple[str | None, ...]], jax.Array]  # (tensor, sharding) -> its device array
 
-__all__ = ["WeightStats", "stream_weights", "place_weights", "sharding_of", "DEFAULT_WEIGHT_BUDGET"]
+__all__ = ["StoppedEarly", "WeightStats", "stream_weights", "place_weights", "sharding_of", "DEFAULT_WEIGHT_BUDGET"]
 
 # Stored + raw bytes of the chunks in flight at once (at least one chunk, whatever its size).
 DEFAULT_WEIGHT_BUDGET = 1 << 30
@@ -377,6 +377,16 @@ def _planned(
     return stats
 
 
+class StoppedEarly(Exception):
+    """The weights' path gave up on its load's word (``stop``); the load raises that word instead."""
+
+
+def _not_stopped(stop: threading.Event | None, where: str) -> None:
+    """Once ``stop`` is set (a load's revocation check said no), no further chunk is fetched."""
+    if stop is not None and stop.is_set():
+        raise StoppedEarly(f"{where}: not fetched, the load was stopped")
+
+
 def stream_weights(
     registry: Registry,
     manifest: Manifest,
@@ -385,8 +395,9 @@ def stream_weights(
     *,
     workers: int | None = None,
     budget: int = DEFAULT_WEIGHT_BUDGET,
+    stop: threading.Event | None = None,
 ) -> WeightStats:
-    """Fetch, verify, (decompress) and place every weight chunk of a v7+ build, side by side."""
+    """Fetch, verify, (decompress) and place every weight chunk of a v7+ build, side by side (until ``stop``)."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     import jax
 
@@ -404,6 +415,7 @@ def stream_weights(
         cost = chunk.blob.size + chunk.raw_size
         gate.acquire(cost)
         try:
+            _not_stopped(stop, where)
             t0 = time.perf_counter()
             buf = buffers.take(chunk.raw_size)
             hashing = decoding = 0.0

@@ -262,3 +262,33 @@ def test_a_raw_chunk_cut_short_on_this_node_is_refused_by_its_size_naming_the_ch
         f"{chunk.blob.size}.*avatar-release repair",
     ):
         stream_weights(reg, manifest, stages, _mesh())
+
+
+class _StopsAfterFirst(_Remote):
+    """A remote store that says "stop" (as a load's revocation check does when it finds one) once
+    it has served its first chunk, and counts what it served."""
+
+    def __init__(self, store, stop):
+        super().__init__(store)
+        self.stop, self.served = stop, 0
+
+    def stream_blob(self, digest, size, sink):
+        out = super().stream_blob(digest, size, sink)
+        self.served += 1
+        self.stop.set()
+        return out
+
+
+def test_a_stopped_load_fetches_no_further_chunk():
+    import threading
+
+    from avatar_release.runtime._weights import StoppedEarly, stream_weights
+
+    reg, tensors = MemoryRegistry("w"), _tensors(layers=4)
+    manifest, stages = _build(reg, tensors, max_bytes=20000, compression="none")
+    assert len(manifest.weights.chunks) > 2
+    stop = threading.Event()
+    remote = _StopsAfterFirst(reg, stop)
+    with pytest.raises(StoppedEarly, match="weights chunk 1: not fetched"):
+        stream_weights(remote, manifest, stages, _mesh(), workers=1, stop=stop)
+    assert remote.served == 1
