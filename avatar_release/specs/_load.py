@@ -10,9 +10,9 @@ import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._config_files import describe_validation_error as describe_problems
 from .._digest import canonical_json, sha256_digest
@@ -26,6 +26,7 @@ __all__ = [
     "PipelineSpec",
     "BucketSpec",
     "WeightsSpec",
+    "GateSpec",
     "manifests_dir",
     "load_target",
     "TargetDescription",
@@ -151,6 +152,26 @@ class WeightsSpec(_Spec):
     seed: int = Field(0, description='the seed of "init" weights')
 
 
+class GateSpec(_Spec):
+    """The [gate] table of a pipeline: the gate set's requests for this spec's builds, where they
+    differ from what the pipeline declares (e.g. a CI spec that renders fewer pairs)."""
+
+    images: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=1, description="sample image variants (default: the pipeline's gate_requests)"
+    )
+    audio: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=1, description="sample audio variants (default: the pipeline's gate_requests)"
+    )
+    seed: int | None = Field(None, ge=0, description="the requests' seed (default: the pipeline's gate_requests)")
+
+    @field_validator("images", "audio")
+    @classmethod
+    def _distinct(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError(f"each variant once: {v}")
+        return v
+
+
 class PipelineSpec(_Spec):
     """manifests/pipelines/<name>.toml: the model a build compiles, through its entry, and its shapes."""
 
@@ -159,6 +180,9 @@ class PipelineSpec(_Spec):
     config: str = Field(description="a model config the entry's configs mapping names")
     buckets: list[BucketSpec] = Field(description="[[buckets]] tables, one per chunk shape (at least one)")
     weights: WeightsSpec = Field(WeightsSpec(), description="the [weights] table")
+    gate: GateSpec | None = Field(
+        None, description="the [gate] table: the gate set's requests (default: the pipeline's)"
+    )
     # "seeded": chunk noise from (request seed, chunk index); "entropy": fresh noise per request.
     noise: Literal["seeded", "entropy"] = Field(
         "seeded", description='"seeded": chunk noise from (request seed, chunk index); "entropy": fresh per request'

@@ -81,7 +81,7 @@ def test_missing_fields_are_named_all_at_once_with_every_field_of_their_section(
     # one round trip: the top level's two missing fields and the bucket's, in one message
     assert (
         "missing required fields entry, config; the top level (PipelineSpec) takes required: name, entry, "
-        "config, buckets; optional: schema_version, weights, noise, description" in msg
+        "config, buckets; optional: schema_version, weights, gate, noise, description" in msg
     )
     assert "missing required field buckets.0.frames; buckets.0 (BucketSpec) takes required: name, frames" in msg
     assert "specs schema" in msg and SPECS_PAGE in msg and "docs/" not in msg
@@ -101,6 +101,47 @@ def test_a_wrong_bucket_field_names_the_fields_a_bucket_takes(manifests):
     _write_pipeline(manifests, 'name = "mine"\nentry = "m:p"\nconfig = "c"\nbuckets = []\n')
     with pytest.raises(SpecError, match=r"declares no shape buckets; .*name \(str\) and frames \(int > 0\)"):
         load_pipeline("mine")
+
+
+_MINE = 'name = "mine"\nentry = "m:p"\nconfig = "c"\n[[buckets]]\nname = "f8"\nframes = 8\n'
+
+
+def test_a_gate_table_narrows_the_requests_and_its_mistakes_are_named(manifests):
+    assert load_pipeline("tiny").gate.model_dump() == {
+        "schema_version": 1,
+        "images": [0, 1],
+        "audio": [0],
+        "seed": None,
+    }
+    _write_pipeline(manifests, _MINE)
+    assert load_pipeline("mine").gate is None  # no table: the pipeline's own gate_requests
+    for table, expected in (
+        ("images = [0, 0]", r"gate\.images: .*each variant once: \[0, 0\]"),
+        ("audio = []", r"gate\.audio: .*at least 1 item"),
+        ("images = [-1]", r"gate\.images\.0: .*greater than or equal to 0"),
+        ("image = [1]", r"gate\.image: .*did you mean 'images'\?"),
+    ):
+        _write_pipeline(manifests, _MINE + f"[gate]\n{table}\n")
+        with pytest.raises(SpecError, match=expected):
+            load_pipeline("mine")
+
+
+def test_compile_records_the_gate_tables_requests_over_the_pipelines(manifests):
+    """Each field the [gate] table sets replaces the pipeline's declaration; the others stay."""
+    from types import SimpleNamespace
+
+    from avatar_release.compile._package import _gate_requests
+    from avatar_release.pipeline import GateRequests
+
+    declared = SimpleNamespace(gate_requests=GateRequests(images=(0, 1), audio=(0, 1), seed=3))
+    _write_pipeline(manifests, _MINE + "[gate]\naudio = [1]\n")
+    plan = SimpleNamespace(pipeline=declared, spec=load_pipeline("mine"))
+    assert _gate_requests(plan).model_dump() == {"images": [0, 1], "audio": [1], "seed": 3}
+    plan = SimpleNamespace(pipeline=declared, spec=load_pipeline("tiny"))
+    assert _gate_requests(plan).model_dump() == {"images": [0, 1], "audio": [0], "seed": 3}
+    _write_pipeline(manifests, _MINE)
+    plan = SimpleNamespace(pipeline=declared, spec=load_pipeline("mine"))
+    assert _gate_requests(plan).model_dump() == {"images": [0, 1], "audio": [0, 1], "seed": 3}
 
 
 def test_a_missing_levers_file_is_a_warning_at_compile_and_a_bad_one_an_error(manifests, tmp_path):
