@@ -307,12 +307,16 @@ def _ratio(summary: dict, a: str, b: str) -> float | None:
     return round(summary[a]["seconds"]["median"] / summary[b]["seconds"]["median"], 3)
 
 
-def measure_size(folder: Path, gib: float, side: int, runs: int, server, baseline: dict | None) -> tuple[dict, dict]:
+def measure_size(
+    folder: Path, gib: float, side: int, runs: int, server, baseline: dict | None, only: list[str] | None = None
+) -> tuple[dict, dict]:
+    """Every mode at one size (``only``: just these), alternated run after run."""
     info = write(folder, int(gib * 2**30), side)
     modes = list(WARM_MODES)
     if server is not None:
         push(folder, server.uri(f"bench/w{str(gib).replace('.', '-')}"))
         modes += PULL_MODES
+    modes = [m for m in modes if only is None or m in only]
     baseline = baseline or _run_child("baseline", folder)
     results: dict[str, list[dict]] = {m: [] for m in modes}
     for i in range(runs):  # alternated: each run takes every mode once, in a rotated order
@@ -445,11 +449,21 @@ def main(argv: list[str] | None = None) -> dict:
         help="also the first pull from a loopback OCI registry (docker-registry) into an empty node cache",
     )
     ap.add_argument("--memory", action="store_true", help="also the load, render and verify RSS of a wide build")
+    ap.add_argument(
+        "--modes",
+        help=f"only these modes, comma separated (of {', '.join(WARM_MODES + PULL_MODES)}; default: all "
+        "that apply), e.g. --pull --modes ours-pull,safetensors-pull for the first pull alone",
+    )
     ap.add_argument("--smoke", action="store_true", help="16 MiB of 1024 x 1024 tensors, one run: seconds")
     ap.add_argument("--out")
     ap.add_argument("--keep", help="write the stores here and keep them")
     args = ap.parse_args(argv)
     sizes = [16 / 1024] if args.smoke else [float(x) for x in args.sizes.split(",") if x.strip()]  # "": none
+    only = [m.strip() for m in args.modes.split(",")] if args.modes else None
+    if only and (unknown := set(only) - set(WARM_MODES + PULL_MODES)):
+        ap.error(f"--modes: unknown {', '.join(sorted(unknown))}; modes: {', '.join(WARM_MODES + PULL_MODES)}")
+    if only and set(only) & set(PULL_MODES) and not args.pull:
+        ap.error("--modes names a first-pull mode: add --pull (it starts the loopback registry)")
     side, runs = (1024, 1) if args.smoke else (SIDE, args.runs)
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-weights-"))
     server = None
@@ -466,7 +480,7 @@ def main(argv: list[str] | None = None) -> dict:
         for gib in sizes:
             folder = tmp / f"{gib:g}GiB"
             print(f"{gib:g} GiB ...", file=sys.stderr, flush=True)
-            row, baseline = measure_size(folder, gib, side, runs, server, baseline)
+            row, baseline = measure_size(folder, gib, side, runs, server, baseline, only)
             rows.append(row)
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)
