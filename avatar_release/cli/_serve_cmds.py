@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import sys
 from typing import Literal
@@ -13,7 +14,7 @@ from .._progress import counted
 from ..errors import InputError, NotFoundError
 from ..registry import open_registry, with_node_cache
 from ..runtime import TrustConfig
-from ..serving import AppConfig, Limits, Pod, ServerConfig, render_to_files, run_server, start_pod
+from ..serving import Pod, start_pod  # the rest of serving (the HTTP stack) once it is needed
 from ._app import _T0, _emit, _progress, cli, json_option
 from ._cache_options import cache_options
 from ._devices import prepare_devices_for_build, trust_config, trust_options
@@ -126,8 +127,9 @@ def render_cmd(
 ) -> None:
     """Load build REF (a channel, build id or digest; default dev) as a serving pod would and render a
     video with zero compiles."""
-    chosen = _one_ref(ref, channel=channel, build=build_ref) or "dev"
+    from ..serving import render_to_files
 
+    chosen = _one_ref(ref, channel=channel, build=build_ref) or "dev"
     trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours, trust_root, serve_expired)
     summary = render_to_files(
         ref=chosen,
@@ -280,6 +282,8 @@ def serve_cmd(
     chosen = _one_ref(ref, channel=channel) or "prod"
     trusted = trust_config(trust_key, trust_state, allow_stale, max_timestamp_hours, trust_root, serve_expired)
     pod = _start_serving(registry_uri, chosen, trusted)
+    from ..serving import AppConfig, Limits, ServerConfig, run_server  # imported while the build loaded
+
     if probe_port is None:
         probe_port = port + 1 if port else 0
     cfg = ServerConfig(
@@ -307,6 +311,7 @@ def _start_serving(registry_uri: str | None, chosen: str, trusted: TrustConfig |
             chosen,
             trust=trusted,
             prepare=functools.partial(prepare_devices_for_build, trust=trusted),
+            beside=_server_imports,
         )
     except NotFoundError as e:
         held = e.details.get("channels_holding") or {}
@@ -316,6 +321,13 @@ def _start_serving(registry_uri: str | None, chosen: str, trusted: TrustConfig |
                 f"a build to {chosen} first"
             ).with_details(**e.details) from None
         raise
+
+
+def _server_imports() -> None:
+    """The HTTP server's modules (starlette, uvicorn, the app), imported on a thread of their own while
+    the pod's build loads (``start_pod(beside=...)``), not before JAX starts."""
+    for module in ("avatar_release.serving._lifecycle", "avatar_release.serving._request", "uvicorn"):
+        importlib.import_module(module)
 
 
 def _say_ready(pod: Pod, addr: tuple[str, int], probe_addr: tuple[str, int] | None) -> None:

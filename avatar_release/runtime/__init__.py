@@ -9,7 +9,7 @@ from ._assemble import assemble
 from ._blobs import BlobCheck, build_blobs, decompress
 from ._feed import ChunkAudio, feed_chunks, feed_frames
 from ._guard import COMPILE_EVENT, CompileGuard
-from ._load import LoadedBuild, LoadTimings, check_environment, load
+from ._load import LoadedBuild, LoadTimings, check_environment, devices_for, load
 from ._pace import Pace, PaceTally, pace_of
 from ._stream import Chunk, ChunkTiming, StreamReport, chunk_noise, plan_chunks, render, request_values, stream
 from ._trusted import TrustConfig, check_trusted, resolve_channel, revocation_keys
@@ -23,6 +23,7 @@ __all__ = [
     "TrustConfig",
     "resolve_channel",
     "check_environment",
+    "devices_for",
     "check_trusted",
     "revocation_keys",
     "BlobCheck",

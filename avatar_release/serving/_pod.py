@@ -14,6 +14,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,17 @@ from ..errors import AvatarReleaseError, RecompileError, Revoked
 from ..media import sample_audio, sample_image
 from ..records import Manifest
 from ..registry import Registry, Resolved
-from ..runtime import LoadedBuild, PaceTally, TrustConfig, load, pace_of, resolve_channel, revocation_keys, stream
+from ..runtime import (
+    LoadedBuild,
+    PaceTally,
+    TrustConfig,
+    devices_for,
+    load,
+    pace_of,
+    resolve_channel,
+    revocation_keys,
+    stream,
+)
 from ..trust.evidence import attestation_refs
 from ..trust.revocation import revocations
 from ..trust.state_pod import StateExpired
@@ -295,6 +306,15 @@ def _load(
     return load(ref if trust else resolved.digest, registry, strict=True, trust=trust, serving=serving)
 
 
+def _jax_up(manifest: Manifest) -> None:
+    """Start JAX on the build's devices (as the load would first thing); a machine without them is
+    named by the load itself (``check_environment``, after a revocation if there is one)."""
+    try:
+        devices_for(manifest)
+    except RuntimeError:
+        pass
+
+
 # What prepares this process for the build ``ref`` names before it loads (the CLI's device and flag
 # setup): (registry, ref) -> (resolved, manifest), read and checked.
 Prepare = Callable[[Registry, str], tuple[Resolved, Manifest]]
@@ -307,10 +327,22 @@ def start_pod(
     trust: TrustConfig | None = None,
     prepare: Prepare | None = None,
     metrics: Metrics | None = None,
+    beside: Callable[[], object] | None = None,
 ) -> Pod:
     """A pod ready to serve ``ref``: devices prepared for the build, verified (and its signed
-    statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles."""
-    resolved, _ = prepare(registry, ref) if prepare else resolve_channel(registry, ref, trust)[:2]
-    build = _load(registry, ref, resolved, trust)
+    statement checked when ``trust`` is given), loaded strictly, one warm chunk with zero compiles.
+
+    ``beside``: work of the caller's (``serve``: the HTTP server's imports) run on a thread of its
+    own while the build loads, once JAX is up: JAX's import holds the GIL as that work would, while
+    deserializing and placing weights mostly do not. Its failure is raised once the build loaded."""
+    resolved, manifest = prepare(registry, ref) if prepare else resolve_channel(registry, ref, trust)[:2]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="beside-load") as pool:
+        done = None
+        if beside is not None:
+            _jax_up(manifest)
+            done = pool.submit(beside)
+        build = _load(registry, ref, resolved, trust)
+        if done is not None:
+            done.result()
     warm = warm_up(build)
     return Pod(registry, ref, build, trust=trust, warm_seconds=warm, metrics=metrics)

@@ -4,7 +4,10 @@ again, and the swapped build renders exactly what a fresh load of it renders, wi
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+import pytest
 
 from avatar_release.media import sample_audio, sample_image
 
@@ -88,3 +91,22 @@ def test_a_tensor_whose_chunk_digest_differs_is_loaded_not_taken(registry_copy):
     assert taken == {t.name for c in rest for t in c.tensors} and not taken & {t.name for t in first.tensors}
     assert {name for name, _ in shared_with(served, m, served.mesh).arrays} == set(_tensors(m))
     assert shared_with(None, m, served.mesh).arrays == {}
+
+
+def test_a_pod_runs_its_callers_work_beside_the_load_and_names_the_works_failure(registry_copy):
+    """``start_pod(beside=...)`` (``serve``: the HTTP server's imports while the build loads): the work
+    runs on a thread of its own and the pod is ready as without it; work that fails fails the start."""
+    from avatar_release.registry import LocalRegistry
+    from avatar_release.serving import start_pod
+
+    reg = LocalRegistry(registry_copy[0])
+    ran_on = []
+    pod = start_pod(reg, "dev", beside=lambda: ran_on.append(threading.current_thread().name))
+    assert len(ran_on) == 1 and ran_on[0] != threading.current_thread().name
+    assert pod.ready and pod.build.guard.count == 0
+
+    def broken() -> None:
+        raise ImportError("No module named 'uvicorn'")
+
+    with pytest.raises(ImportError, match="uvicorn"):
+        start_pod(reg, "dev", beside=broken)

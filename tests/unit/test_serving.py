@@ -465,3 +465,19 @@ def test_metrics_healthz_and_request_log_agree_on_what_a_deadline_miss_is(serve,
     lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
     line = next(x for x in lines if x.get("event") == "request")
     assert line["misses"] == paced["misses_on_target"] and line["over_playback"] == chunks
+
+
+def test_the_pod_and_render_load_without_the_http_stack_and_the_app_is_there_when_asked_for():
+    """``start_pod`` and ``render_to_files`` come without starlette and uvicorn (``render`` never needs
+    them; ``serve`` imports them while its build loads); every other name still resolves."""
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from avatar_release.serving import render_to_files, start_pod\n"
+        "print(sorted(m for m in ('starlette', 'uvicorn') if m in sys.modules))\n"
+        "import avatar_release.serving as s\n"
+        "print(all(getattr(s, n) is not None for n in s.__all__), 'starlette' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[]", "True True"]
