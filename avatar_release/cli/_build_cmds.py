@@ -85,6 +85,8 @@ def compile_cmd(
         )
     # compile publishes; moving dev is promote's job.
     publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     rows = "\n".join(
         f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
         f"trace {e.trace_seconds:5.2f}s lower {e.lower_seconds:5.2f}s "
@@ -103,7 +105,7 @@ def compile_cmd(
             **result.to_json(),
             "xla_log": [n.to_json() for n in xla_log],
             "next": nxt,
-            "warnings": [levers] if levers else [],
+            "warnings": ([levers] if levers else []) + result.warnings,
         },
         f"{state}: {result.build_id}\n  digest {result.digest}\n{rows}\n"
         f"  dev -> {result.build_id}   ({result.wall_seconds:.1f}s)\n{_next_step(nxt)}",

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._progress import Tick
 from ..errors import InputError
-from ..records import WEIGHT_COMPRESSIONS, Manifest
+from ..records import WEIGHT_COMPRESSIONS, GateRequestsRecord, Manifest
 from ..registry import Registry, read_manifest
 from ..trust.policy import load_policy
 from ..trust.state_moves import open_state, publish_to_dev
@@ -51,6 +51,7 @@ class CompileResult:
     weight_tensors: list | None = None  # compile._weights.HostTensor, with keep_compiled
     # executable key -> the key whose executable it shares (the same program, compiled once: _share.py)
     shared: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # what the user should know (the build was published)
 
     def to_json(self) -> dict:
         return {
@@ -64,6 +65,7 @@ class CompileResult:
             "compile_wall_seconds": round(self.compile_wall_seconds, 3),
             "executables": [dataclasses.asdict(e) for e in self.executables],
             "shared": dict(self.shared),
+            "warnings": list(self.warnings),
         }
 
 
@@ -122,10 +124,30 @@ def compile_build(
         result.weight_tensors = plan.weight_tensors
     if publish:
         result.digest, result.created = _publish_build(registry, package, plan, move_dev=move_dev, progress=progress)
+        if not result.created:
+            result.warnings += _kept_gate_requests(registry, result.digest, package.manifest)
     else:
         result.digest = package.manifest.content_digest()
     result.wall_seconds = time.perf_counter() - t_start
     return result
+
+
+def _kept_gate_requests(registry: Registry, digest: str, compiled: Manifest) -> list[str]:
+    """A build published earlier keeps its manifest (builds are immutable), gate requests included:
+    say so when this compile would have recorded others (a spec's [gate] table, or the pipeline's
+    gate_requests, changed since; they are not part of the build's identity)."""
+    kept = read_manifest(registry, digest)[1].gate_requests
+    if kept == compiled.gate_requests:
+        return []
+    return [
+        f"build {compiled.build_id} was published earlier with gate requests {_requests(kept)}; this compile's "
+        f"are {_requests(compiled.gate_requests)} (the spec's [gate] table or the pipeline's gate_requests "
+        "changed). The published build keeps its own, and its gates render those"
+    ]
+
+
+def _requests(r: GateRequestsRecord | None) -> str:
+    return "the defaults" if r is None else f"images {r.images} x audio {r.audio}, seed {r.seed}"
 
 
 def _check_compression(weight_compression: str) -> None:

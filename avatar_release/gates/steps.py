@@ -129,7 +129,9 @@ def check_inputs(
             here.differences,
         )
     gs = gate_set(manifest)
-    base_ref, base_manifest, base_result = _resolve_baseline(registry, baseline, resolved.digest, env, gs.digest)
+    base_ref, base_manifest, base_result = _resolve_baseline(
+        registry, baseline, resolved.digest, env, gs.digest, [r.name for r in gs.requests]
+    )
     inputs = GateInputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None)
     if base_manifest is not None:
         levers, inputs.levers_digest, _ = read_levers()
@@ -158,8 +160,29 @@ def check_inputs(
     return inputs
 
 
+def _gate_set_hint(base: GateSetRecord, build_id: str, candidate: list[str]) -> str:
+    """How to get two builds onto one gate set: the same requests (re-gate the baseline with this
+    avatar-release) or not (each build renders the requests its manifest records)."""
+    names = [r.name for r in base.requests]
+    if names == candidate:
+        return (
+            f"re-gate the baseline with this version of avatar-release (avatar-release gate {build_id} --baseline none)"
+        )
+    return (
+        f"the baseline renders requests {names}, the candidate {candidate}: each build records the "
+        "requests of its spec's [gate] table (or the pipeline's gate_requests) when it is compiled, so "
+        "these two cannot be compared frame by frame. Compile the candidate with the baseline's "
+        "requests (restore the [gate] table), or gate against a baseline compiled with the candidate's"
+    )
+
+
 def _resolve_baseline(
-    registry: Registry, baseline: str, resolved_digest: str, env: EnvironmentRecord, gs_digest: str
+    registry: Registry,
+    baseline: str,
+    resolved_digest: str,
+    env: EnvironmentRecord,
+    gs_digest: str,
+    candidate_requests: list[str],
 ) -> tuple[BaselineRef | None, Manifest | None, GateResult | None]:
     """The baseline named by ``--baseline``, refused unless it passed, here, on this gate set."""
     if baseline == "none":
@@ -191,7 +214,7 @@ def _resolve_baseline(
         raise Refusal(
             f"baseline {b_resolved.build_id} was gated on gate set {b_result.gate_set.name} "
             f"v{b_result.gate_set.version} ({b_result.gate_set.digest}), the candidate's is {gs_digest}; "
-            "re-gate the baseline with this version of avatar-release"
+            + _gate_set_hint(b_result.gate_set, b_resolved.build_id, candidate_requests)
         )
     return (
         BaselineRef(build_id=b_resolved.build_id, digest=b_resolved.digest, gate_result_digest=b_digest),

@@ -118,3 +118,35 @@ def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(
     assert "`avatar-release gate inputs` prints the digests of the files in force" in flat
     res = cli("history", "staging", "--registry", reg, "--json")
     assert [e["to_build"] for e in json.loads(res.stdout)["entries"]] == [a]  # staging never moved to b
+
+
+def test_a_baseline_gated_on_other_requests_is_refused_naming_both_and_the_way_out(gated_copy):
+    """A candidate whose manifest records other gate requests (its spec's [gate] table changed)
+    cannot be compared frame by frame with the baseline: refused before anything renders, naming
+    both request lists; re-gating the baseline would not help (its manifest keeps its requests)."""
+    from avatar_release.records import GateRequestsRecord, build_id_for, manifest_identity, manifest_seal
+    from avatar_release.registry import read_manifest
+
+    root, base, _ = gated_copy
+    reg = LocalRegistry(root)
+    _, m = read_manifest(reg, base.build_id)
+    cand = m.model_copy(
+        update={
+            "overrides": {"matmul_k_split": 2},  # another build (its identity), over the same blobs
+            "gate_requests": GateRequestsRecord(images=[0, 1], audio=[0, 1], seed=0),
+        }
+    )
+    identity = manifest_identity(cand)
+    cand = cand.model_copy(
+        update={"identity": identity, "build_id": build_id_for(cand.pipeline, cand.target, identity)}
+    )
+    cand = cand.model_copy(update={"seal": manifest_seal(cand)})
+    reg.put_build(cand.build_id, cand.to_json_bytes())
+    res = cli("gate", cand.build_id, "--baseline", base.build_id, "--registry", root, "--json")
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and doc["error"] == "Refusal", res.output
+    message = doc["message"]
+    assert f"baseline {base.build_id} was gated on gate set" in message
+    assert "the baseline renders requests ['image0-audio0', 'image1-audio0']" in message
+    assert "the candidate ['image0-audio0', 'image0-audio1', 'image1-audio0', 'image1-audio1']" in message
+    assert "restore the [gate] table" in message and "re-gate the baseline with this version" not in message
