@@ -63,8 +63,7 @@ def compile_cmd(
     overrides = parse_set_args(sets)
     # Before the compile, not at the first gate against prod: a missing lever list is a warning, a
     # malformed one an error (exit 2), so a long compile never ends in a gate that cannot run.
-    levers = levers_warning(manifests_dir() / "levers.toml")
-    if levers:
+    if levers := levers_warning(manifests_dir() / "levers.toml"):
         click.echo(f"warning: {levers}", err=True)
     prepare_devices_for_target(target)
     registry = open_registry(registry_uri)
@@ -85,8 +84,7 @@ def compile_cmd(
         )
     # compile publishes; moving dev is promote's job.
     publish_to_dev(registry, registry.resolve(result.digest), reason=f"compile {result.pipeline} for {result.target}")
-    for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    click.echo("".join(f"warning: {w}\n" for w in result.warnings), err=True, nl=False)
     rows = "\n".join(
         f"  {e.key:<12} raw {e.raw_size / 1e6:7.2f} MB  zstd {e.compressed_size / 1e6:7.2f} MB  "
         f"trace {e.trace_seconds:5.2f}s lower {e.lower_seconds:5.2f}s "

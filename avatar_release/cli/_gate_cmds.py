@@ -112,6 +112,14 @@ def _compare_options(f: _F) -> _F:
     envvar="AVATAR_RELEASE_GATE_RUN_ID",
     help="With --shard: groups the shards of one pipeline run (merge picks them by it).",
 )
+@click.option(
+    "--requests-of",
+    default=None,
+    metavar="BUILD",
+    shell_complete=complete_ref,
+    help="With --baseline none: render BUILD's gate requests instead of REF's own, so that REF can be the "
+    "baseline of a candidate compiled with another [gate] table.",
+)
 @registry_option
 @project_option
 @json_option
@@ -123,11 +131,16 @@ def gate_run_cmd(
     shard: str | None,
     twin: str | None,
     run_id: str | None,
+    requests_of: str | None,
     registry_uri: str | None,
     as_json: bool,
 ) -> None:
     """Gate REF: zero recompiles, twin baseline, bit-exact or similarity band."""
     if shard is not None:
+        if requests_of is not None:
+            raise InputError(
+                "--requests-of with --shard: re-gate the baseline on one machine (gate REF --baseline none)"
+            )
         _gate_shard(registry_uri, ref, shard, twin, run_id, as_json)
         return
     if twin is not None:
@@ -143,6 +156,7 @@ def gate_run_cmd(
         report_dir=report_dir or _run_report_dir(manifest.build_id),
         band_file=band_file,
         progress=_progress(),
+        requests_of=requests_of,
     )
     _gate_finish(outcome, as_json)
 

@@ -123,9 +123,8 @@ def compile_build(
         result.compiled = {f"{cs.plan.stage}/{cs.plan.bucket}": cs.compiled for cs in compiled.stages}
         result.weight_tensors = plan.weight_tensors
     if publish:
-        result.digest, result.created = _publish_build(registry, package, plan, move_dev=move_dev, progress=progress)
-        if not result.created:
-            result.warnings += _kept_gate_requests(registry, result.digest, package.manifest)
+        published = _publish_build(registry, package, plan, move_dev=move_dev, progress=progress)
+        result.digest, result.created, result.warnings = published
     else:
         result.digest = package.manifest.content_digest()
     result.wall_seconds = time.perf_counter() - t_start
@@ -300,15 +299,16 @@ def _publish(registry: Registry, package: Package, progress: Callable[[str], Non
 
 def _publish_build(
     registry: Registry, package: Package, plan: BuildPlan, *, move_dev: bool, progress: Callable[[str], None]
-) -> tuple[str, bool]:
-    """Publish the package (its digest, and whether it was new); then, with ``move_dev``, point the
-    dev channel at it."""
+) -> tuple[str, bool, list[str]]:
+    """Publish the package (its digest, whether it was new, warnings about a build published
+    earlier); then, with ``move_dev``, point the dev channel at it."""
     digest, created = _publish(registry, package, progress)
+    warnings = [] if created else _kept_gate_requests(registry, digest, package.manifest)
     if not state_exists(registry) and not registry.list_channels() and not registry.history():
         open_state(registry, load_policy(), init_if_new=True)  # a new registry: its signed state starts here
     if move_dev:
         _move_dev(registry, digest, reason=f"compile {plan.spec.name} for {plan.target.name}")
-    return digest, created
+    return digest, created, warnings
 
 
 def _move_dev(registry: Registry, digest: str, *, reason: str) -> None:

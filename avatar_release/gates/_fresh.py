@@ -18,7 +18,7 @@ import numpy as np
 
 from .._progress import Tick
 from ..errors import GateInfraError
-from ..records import GateSetRecord
+from ..records import GateRequestsRecord, GateSetRecord
 
 __all__ = ["GateRun", "fresh_run", "chunk_ticks"]
 
@@ -59,11 +59,13 @@ def fresh_run(
     *,
     label: str,
     requests: list[str] | None = None,
+    gate_requests: GateRequestsRecord | None = None,
     on_chunk: Callable[[int], None] | None = None,
 ) -> GateRun:
     """One run of the gate set (or of the named ``requests``, a shard's slice) in a new Python
     process that only loads and serves. ``on_chunk(n)`` hears the number of chunks rendered so
-    far, as the worker reports each one (its stdout, one JSON line per chunk)."""
+    far, as the worker reports each one (its stdout, one JSON line per chunk). ``gate_requests``:
+    rendered instead of the build's own (``gate --requests-of``)."""
     with tempfile.TemporaryDirectory(prefix="avatar-gate-") as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(
@@ -74,6 +76,7 @@ def fresh_run(
                     "gate_set_digest": gate_set_digest,
                     "out_dir": tmp,
                     **({"requests": requests} if requests is not None else {}),
+                    **({"gate_requests": gate_requests.model_dump(mode="json")} if gate_requests else {}),
                 }
             )
         )

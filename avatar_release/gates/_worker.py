@@ -3,7 +3,8 @@
     python -m avatar_release.gates._worker JOB.json
 
 The job names a registry, a build digest, an output folder and optionally ``requests`` (the names
-of a shard's slice of the gate set; default: all of it). The process imports only
+of a shard's slice of the gate set; default: all of it) and ``gate_requests`` (another build's gate
+requests, rendered instead of this build's own: ``gate --requests-of``). The process imports only
 the runtime loader (never the compiler, torch or torchax), loads the build in counting mode
 (every compile is recorded, none is fatal, so all of them can be reported), renders every
 request of the gate set, and writes:
@@ -33,10 +34,12 @@ import numpy as np
 from .. import _atomic
 from ..errors import AvatarReleaseError, GateInfraError
 from ..machine import configure_for_manifest, environment_record
+from ..records import GateRequestsRecord
 from ..registry import open_registry, read_manifest
 from ..runtime import Chunk, load, render
 from .gateset import gate_request_inputs, gate_set
 from .metrics import chunk_units, delivered_sha256, frame_sha256
+from .requests_of import with_requests
 
 if TYPE_CHECKING:
     from ..records import GateRequestRecord, GateSetRecord, Manifest
@@ -58,6 +61,8 @@ def render_gate_set(job: dict) -> dict:
     registry = open_registry(job["registry"], create=False)
     resolved, manifest = read_manifest(registry, job["digest"])
     configure_for_manifest(manifest)  # before JAX starts: the devices the build was compiled for
+    if "gate_requests" in job:  # another build's requests (gate --requests-of), rendered by this one
+        manifest = with_requests(manifest, GateRequestsRecord.model_validate(job["gate_requests"]))
     gs = gate_set(manifest)
     if gs.digest != job["gate_set_digest"]:
         raise GateInfraError(

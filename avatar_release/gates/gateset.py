@@ -35,7 +35,14 @@ from .._digest import StreamDigest, canonical_json
 from .._dtypes import np_dtype
 from ..errors import SpecError
 from ..media import DEFAULT_FIT, FIT_RESAMPLE, fit_image, sample_audio, sample_image
-from ..records import ChunkProgram, GateRequestRecord, GateSetRecord, Manifest, RequestInputRecord
+from ..records import (
+    ChunkProgram,
+    GateRequestRecord,
+    GateRequestsRecord,
+    GateSetRecord,
+    Manifest,
+    RequestInputRecord,
+)
 from ..runtime import plan_chunks
 
 __all__ = [
@@ -43,6 +50,7 @@ __all__ = [
     "GATE_SET_VERSION",
     "SAMPLE_TEXT",
     "GateInputs",
+    "declared_requests",
     "gate_set",
     "gate_request_inputs",
     "sample_tensor",
@@ -121,6 +129,13 @@ def gate_request_inputs(manifest: Manifest, req: GateRequestRecord) -> GateInput
     return GateInputs(image, audio, req.frames, values)
 
 
+def declared_requests(manifest: Manifest) -> GateRequestsRecord:
+    """The requests a build's gates render: what it recorded (manifest v4), else the defaults."""
+    if manifest.gate_requests is not None:
+        return manifest.gate_requests
+    return GateRequestsRecord(images=list(_IMAGES), audio=list(_AUDIO), seed=_SEED)
+
+
 def gate_set(manifest: Manifest) -> GateSetRecord:
     """The gate set for this build's program and buckets."""
     frames = _frames_per_request(manifest)
@@ -133,11 +148,8 @@ def gate_set(manifest: Manifest) -> GateSetRecord:
             f"{[b for b, _, _ in plan]}; buckets {missing} would never be exercised. "
             "Choose bucket sizes where each smaller bucket is used for the tail."
         )
-    # The pipeline's declared requests (manifest v4), else the defaults: the pairs stay in one order.
-    declared = manifest.gate_requests
-    images, audio, seed = (
-        (declared.images, declared.audio, declared.seed) if declared is not None else (_IMAGES, _AUDIO, _SEED)
-    )
+    declared = declared_requests(manifest)
+    images, audio, seed = declared.images, declared.audio, declared.seed
     p = manifest.program
     has_image, has_audio = p.input_of("image") is not None, p.input_of("audio") is not None
     names = {

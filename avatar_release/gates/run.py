@@ -62,10 +62,13 @@ def run_gate(
     report_dir: str | Path | None = None,
     band_file: str | Path | None = None,
     progress: Progress = lambda m: None,
+    requests_of: str | None = None,
 ) -> GateOutcome:
-    """Gate ``ref`` against ``baseline`` (a channel, a build, or "none"); the steps are in ``steps``."""
+    """Gate ``ref`` against ``baseline`` (a channel, a build, or "none"); the steps are in ``steps``.
+    ``requests_of``: a build whose gate requests the runs render instead of ``ref``'s own (with
+    ``baseline="none"``: a baseline re-gated for a candidate compiled with other requests)."""
     t_start = time.perf_counter()
-    inputs = check_inputs(registry, ref, baseline, band_file)
+    inputs = check_inputs(registry, ref, baseline, band_file, other_requests=requests_of)
     twins = twin_runs(registry, inputs, progress)
     comparison = compare(registry, inputs, twins)
     stored = store_result(registry, inputs, twins, comparison, t_start, progress)

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__, _atomic
-from ..errors import EnvironmentMismatch, GateInfraError, InputError, Refusal, SpecError
+from ..errors import EnvironmentMismatch, GateInfraError, InputError, SpecError
 from ..machine import Machine, configure_host_devices, diff_machines, environment_record, toolchain, who
 from ..records import (
     Band,
     BaselineRef,
     EnvironmentRecord,
     GateEvidence,
+    GateRequestsRecord,
     GateResult,
     GateSetRecord,
     Manifest,
@@ -32,19 +33,21 @@ from ..records import (
     utcnow,
 )
 from ..records.gate import BandUsed, SimilarityBandDetails, ZeroRecompileDetails
-from ..registry import CHANNELS, Registry, Resolved, read_manifest
+from ..registry import Registry, Resolved, read_manifest
 from ..specs import load_target
 from ..trust.policy import load_policy
 from ._band_note import band_measured_elsewhere
 from ._compare import bit_exact, similarity_band, twin_baseline, zero_recompile
 from ._fresh import GateRun, chunk_ticks, fresh_run
 from .band import load_band
+from .baseline import effective_status, resolve_baseline
 from .gateset import gate_set
 from .report import write_report
+from .requests_of import requests_of, with_requests
 from .review import new_review, review_page
-from .store import get_frames, latest_result, load_review, put_frames, save_result, save_review
+from .store import get_frames, load_review, put_frames, save_result, save_review
 from .tier import decide_tier, read_levers
-from .verdicts import signed_verdicts, unpinned_inputs, verdict_status
+from .verdicts import unpinned_inputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,25 +73,6 @@ __all__ = [
 Progress = Callable[[str], None]
 
 
-def effective_status(registry: Registry, build_id: str) -> tuple[str, GateResult | None, str | None]:
-    """What promotion sees: 'passed', 'approved', 'rejected', 'needs-review', 'failed' or 'ungated'."""
-    latest = latest_result(registry, build_id)
-    if latest is None:
-        return "ungated", None, None
-    result, digest = latest
-    review = load_review(registry, build_id)
-    if review is not None and review.decision is not None and review.decision.decision == "rejected":
-        return "rejected", result, digest  # a rejection is final, whatever came later
-    if (
-        result.status == "needs-review"
-        and review is not None
-        and review.decision is not None
-        and review.gate_result_digest == digest
-    ):
-        return review.decision.decision, result, digest
-    return result.status, result, digest
-
-
 # ------------------------------------------------------------------------- step 1: the inputs
 @dataclass
 class GateInputs:
@@ -106,15 +90,22 @@ class GateInputs:
     band: Band | None = None  # tier 2 only
     band_used: BandUsed | None = None  # the band's provenance, as the result records it
     levers_digest: str | None = None  # the levers.toml that decided the tier (None without a baseline)
+    requests: GateRequestsRecord | None = None  # rendered instead of the build's own (--requests-of)
 
 
 def check_inputs(
-    registry: Registry, ref: str, baseline: str, band_file: str | Path | None, env: EnvironmentRecord | None = None
+    registry: Registry,
+    ref: str,
+    baseline: str,
+    band_file: str | Path | None,
+    env: EnvironmentRecord | None = None,
+    other_requests: str | None = None,
 ) -> GateInputs:
     """Step 1: refuse bad input (build, machine, baseline, band) before any rendering.
 
     ``env``: where the runs rendered, when that was elsewhere (``gate merge``: the shards'
-    machines); default this machine, which then must match the build.
+    machines); default this machine, which then must match the build. ``other_requests``: a build
+    whose gate requests the runs render instead of this build's own (``--requests-of``).
     """
     resolved, manifest = read_manifest(registry, ref)
     if env is None:
@@ -128,11 +119,10 @@ def check_inputs(
             f"{Machine.of_environment(env).describe()} ({here.inline()}). Output gates need matching hardware",
             here.differences,
         )
-    gs = gate_set(manifest)
-    base_ref, base_manifest, base_result = _resolve_baseline(
-        registry, baseline, resolved.digest, env, gs.digest, [r.name for r in gs.requests]
-    )
-    inputs = GateInputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None)
+    requests = requests_of(registry, other_requests, baseline, manifest.build_id)
+    gs = gate_set(with_requests(manifest, requests))
+    base_ref, base_manifest, base_result = resolve_baseline(registry, baseline, resolved, env, gs)
+    inputs = GateInputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None, requests=requests)
     if base_manifest is not None:
         levers, inputs.levers_digest, _ = read_levers()
         decision = decide_tier(manifest, base_manifest, levers)
@@ -158,101 +148,6 @@ def check_inputs(
                 environment=band.environment.fingerprint,
             )
     return inputs
-
-
-def _gate_set_hint(base: GateSetRecord, build_id: str, candidate: list[str]) -> str:
-    """How to get two builds onto one gate set: the same requests (re-gate the baseline with this
-    avatar-release) or not (each build renders the requests its manifest records)."""
-    names = [r.name for r in base.requests]
-    if names == candidate:
-        return (
-            f"re-gate the baseline with this version of avatar-release (avatar-release gate {build_id} --baseline none)"
-        )
-    return (
-        f"the baseline renders requests {names}, the candidate {candidate}: each build records the "
-        "requests of its spec's [gate] table (or the pipeline's gate_requests) when it is compiled, so "
-        "these two cannot be compared frame by frame. Compile the candidate with the baseline's "
-        "requests (restore the [gate] table), or gate against a baseline compiled with the candidate's"
-    )
-
-
-def _resolve_baseline(
-    registry: Registry,
-    baseline: str,
-    resolved_digest: str,
-    env: EnvironmentRecord,
-    gs_digest: str,
-    candidate_requests: list[str],
-) -> tuple[BaselineRef | None, Manifest | None, GateResult | None]:
-    """The baseline named by ``--baseline``, refused unless it passed, here, on this gate set."""
-    if baseline == "none":
-        return None, None, None
-    if baseline in CHANNELS and registry.get_channel(baseline) is None:
-        raise InputError(
-            f"--baseline {baseline}: channel {baseline} is empty in {registry.uri}. Gate a first build "
-            "with --baseline none, or name a gated build with --baseline BUILD"
-        )
-    b_resolved, b_manifest = read_manifest(registry, baseline)
-    if b_resolved.digest == resolved_digest:
-        raise InputError(
-            f"--baseline {baseline} is {b_resolved.build_id}, the candidate itself; "
-            "use --baseline none to re-gate a build on its own"
-        )
-    b_result, b_digest = _verified_baseline(registry, b_resolved, b_manifest)
-    if b_result.environment.fingerprint != env.fingerprint:
-        diff = diff_machines(
-            Machine.of_environment(b_result.environment), Machine.of_environment(env), cpu_features="equal"
-        )
-        raise EnvironmentMismatch(
-            f"baseline {b_resolved.build_id} was gated in environment {b_result.environment.fingerprint}, this "
-            f"machine is {env.fingerprint} ({diff.inline('baseline', 'here')}); hashes only compare within one "
-            f"environment. Re-gate the baseline here (avatar-release gate {b_resolved.build_id} --baseline none) "
-            "or gate on a matching machine",
-            diff.differences,
-        )
-    if b_result.gate_set.digest != gs_digest:
-        raise Refusal(
-            f"baseline {b_resolved.build_id} was gated on gate set {b_result.gate_set.name} "
-            f"v{b_result.gate_set.version} ({b_result.gate_set.digest}), the candidate's is {gs_digest}; "
-            + _gate_set_hint(b_result.gate_set, b_resolved.build_id, candidate_requests)
-        )
-    return (
-        BaselineRef(build_id=b_resolved.build_id, digest=b_resolved.digest, gate_result_digest=b_digest),
-        b_manifest,
-        b_result,
-    )
-
-
-def _verified_baseline(registry: Registry, b_resolved: Resolved, b_manifest: Manifest) -> tuple[GateResult, str]:
-    """The baseline's newest gate result that the trust policy accepts (signed by a key trusted for the
-    baseline's target, for its manifest digest, newest by the signed time), and its digest: its frame
-    hashes and frames are what the candidate is compared with. Unsigned records never are."""
-    policy = load_policy()
-    verdicts, rejected = signed_verdicts(registry, b_resolved.build_id, b_manifest, policy)
-    fix = f"avatar-release gate {b_resolved.build_id} --baseline none"
-    if not verdicts:
-        why = f" ({'; '.join(r.reason for r in rejected[-2:])})" if rejected else ""
-        raise Refusal(
-            f"baseline {b_resolved.build_id} has no gate result signed by a key the trust policy "
-            f"{policy.path} accepts for target {b_manifest.target}{why}; a baseline's frames are read only "
-            f"from verified evidence. Gate it first: {fix}"
-        )
-    newest = verdicts[-1]
-    status = verdict_status(
-        registry,
-        b_resolved.build_id,
-        newest,
-        b_manifest,
-        policy,
-        approvals=1,
-        rejected_unsigned=effective_status(registry, b_resolved.build_id)[0] == "rejected",
-    )
-    if status not in ("passed", "approved"):
-        raise Refusal(
-            f"baseline {b_resolved.build_id} did not pass its gates (its newest signed result is "
-            f"{status!r}, {newest.digest}); choose a baseline that passed"
-        )
-    return newest.result, newest.digest
 
 
 # ---------------------------------------------------------------------- step 2: the renderings
@@ -297,14 +192,24 @@ def twin_runs(registry: Registry, inputs: GateInputs, progress: Progress) -> Twi
     progress(f"twin run 1 of 2: {gs.frames} frames in a fresh process")
     run_a = check_run_environment(
         fresh_run(
-            registry.uri, digest, gs.digest, label="twin #1", on_chunk=chunk_ticks(progress, "twin run 1 of 2", gs)
+            registry.uri,
+            digest,
+            gs.digest,
+            label="twin #1",
+            gate_requests=inputs.requests,
+            on_chunk=chunk_ticks(progress, "twin run 1 of 2", gs),
         ),
         inputs,
     )
     progress(f"twin run 2 of 2 ({run_a.wall_seconds:.1f}s for the first)")
     run_b = check_run_environment(
         fresh_run(
-            registry.uri, digest, gs.digest, label="twin #2", on_chunk=chunk_ticks(progress, "twin run 2 of 2", gs)
+            registry.uri,
+            digest,
+            gs.digest,
+            label="twin #2",
+            gate_requests=inputs.requests,
+            on_chunk=chunk_ticks(progress, "twin run 2 of 2", gs),
         ),
         inputs,
     )

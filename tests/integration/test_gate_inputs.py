@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from avatar_release._digest import sha256_digest
+from avatar_release.gates.gateset import gate_set
 from avatar_release.registry import LocalRegistry
 from avatar_release.specs import load_target
 from avatar_release.trust.policy import local_identity
@@ -120,10 +121,11 @@ def test_a_redefined_target_and_a_lowered_band_gate_but_never_promote(
     assert [e["to_build"] for e in json.loads(res.stdout)["entries"]] == [a]  # staging never moved to b
 
 
-def test_a_baseline_gated_on_other_requests_is_refused_naming_both_and_the_way_out(gated_copy):
+def test_a_baseline_gated_on_other_requests_is_refused_then_regated_on_the_candidates(gated_copy, tmp_path):
     """A candidate whose manifest records other gate requests (its spec's [gate] table changed)
-    cannot be compared frame by frame with the baseline: refused before anything renders, naming
-    both request lists; re-gating the baseline would not help (its manifest keeps its requests)."""
+    cannot be compared frame by frame with a baseline gated on its own: refused before anything
+    renders, naming both request lists and the command that gets them onto one gate set. That
+    command re-gates the baseline on the candidate's requests; the candidate then gates against it."""
     from avatar_release.records import GateRequestsRecord, build_id_for, manifest_identity, manifest_seal
     from avatar_release.registry import read_manifest
 
@@ -149,4 +151,24 @@ def test_a_baseline_gated_on_other_requests_is_refused_naming_both_and_the_way_o
     assert f"baseline {base.build_id} was gated on gate set" in message
     assert "the baseline renders requests ['image0-audio0', 'image1-audio0']" in message
     assert "the candidate ['image0-audio0', 'image0-audio1', 'image1-audio0', 'image1-audio1']" in message
-    assert "restore the [gate] table" in message and "re-gate the baseline with this version" not in message
+    fix = f"avatar-release gate {base.build_id} --baseline none --requests-of {cand.build_id}"
+    assert fix in message
+
+    res = cli(*fix.split()[1:], "--registry", root, "--report", tmp_path / "rep", "--json")
+    assert res.exit_code == 0, res.output
+    regated = json.loads(res.stdout)["result"]
+    assert [r["name"] for r in regated["gate_set"]["requests"]] == [r.name for r in gate_set(cand).requests]
+    assert read_manifest(reg, base.build_id)[1].gate_requests == m.gate_requests  # the build is unchanged
+    res = cli("gate", cand.build_id, "--baseline", base.build_id, "--registry", root, "--json")
+    assert res.exit_code == 0, res.output
+    verdict = json.loads(res.stdout)["result"]
+    assert verdict["baseline"]["build_id"] == base.build_id and verdict["status"] == "passed"
+    assert [g["status"] for g in verdict["gates"]][:3] == ["passed", "passed", "passed"]  # the same programs: bit-exact
+
+
+def test_requests_of_is_only_for_a_gate_on_its_own(gated_copy):
+    root, base, _ = gated_copy
+    res = cli("gate", base.build_id, "--requests-of", base.build_id, "--baseline", "prod", "--registry", root)
+    assert res.exit_code == 2 and "use --baseline none" in res.output
+    res = cli("gate", base.build_id, "--requests-of", base.build_id, "--shard", "0/2", "--registry", root)
+    assert res.exit_code == 2 and "--requests-of with --shard" in res.output
