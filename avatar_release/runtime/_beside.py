@@ -3,9 +3,12 @@
 Reading a build's attestations (and, on a registry with signed release state, verifying that state
 to find the evidence it lists; a fresh process imports python-tuf for it) is Python work that holds
 the GIL, while deserializing executables and placing weights mostly run in XLA with it released: a
-fresh pod's cores are partly idle then. So ``_load.load`` starts this check as that section starts
-and waits for its verdict before it returns a build: a revoked build is still never returned, run
-or warmed, and nothing reaches a pod's ready line before the verdict. The weights' path is told to
+fresh pod's cores are partly idle then. So ``_load.load`` starts this check as that section starts:
+the executables' bytes are fetched and verified and the weights placed beside it, but no
+executable is unpickled or handed to XLA's deserializer before the verdict (``cleared``; a
+revocation may answer a leaked signing key, and an executable is code), and the load waits for it
+before it returns a build: a revoked build is never deserialized, returned, run or warmed, and
+nothing reaches a pod's ready line before the verdict. The weights' path is told to
 stop fetching once a revocation is found (``stop``), so a revoked build of many gigabytes is refused
 in about the time the check takes, not after all its weights are placed.
 
@@ -65,6 +68,11 @@ class RevocationBeside:
             raise
         finally:
             self.seconds = time.perf_counter() - t0
+
+    def cleared(self) -> None:
+        """Wait for the check (from any thread) and raise what it raised: the load calls it after a
+        program's bytes are fetched and verified, before they are unpickled and handed to XLA."""
+        self._done.result()
 
     def verdict(self) -> float:
         """Wait for the check; raise what it raised; else its seconds."""

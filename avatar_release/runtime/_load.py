@@ -3,15 +3,13 @@ declared sizes -> verify every blob -> decompress (streamed, bounded) -> deseria
 devices -> check each program's fingerprint -> place weights. Imports no torch.
 What a pod trusts, and the signature's checks before any of it: ``_trusted``.
 
-A chunked build (v7+, all the window reads) loads on two paths side by side: threads of their own
-fetch, verify, decompress and deserialize the executables (several programs at once) while the
-weight chunks stream and are placed (``_weights``); each path keeps its own order (a blob verified
-before it is unpickled, a chunk before it is placed), and nothing runs until both are done. Neither
-waits on the other: the weights need only the shardings the manifest names, not the programs. The
-revocation check runs beside both (``_beside``); the build is returned only after its verdict. A
-pod's swap passes the build it serves: the programs and placed weights the new build shares with it
-byte for byte (by the digests the new manifest names, ``_reuse``) are taken from it, not fetched,
-deserialized or placed again.
+A chunked build (v7+) loads on two paths side by side: threads fetch, verify, decompress and
+deserialize the executables (several programs at once) while the weight chunks stream and are
+placed (``_weights``); each path keeps its order (a blob verified before it is unpickled, a chunk
+before it is placed), and neither waits on the other. The revocation check runs beside both
+(``_beside``): no executable is unpickled before its verdict, nor the build returned. A pod's swap
+passes the build it serves: what the new build shares with it byte for byte (``_reuse``) is taken
+from it, not fetched, deserialized or placed again.
 
 Order matters for safety: the serialized executable is a pickle, and unpickling untrusted
 bytes can run code. Every blob's size and sha256 are verified against the manifest (whose
@@ -27,7 +25,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from threading import Event
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -246,7 +243,7 @@ def load(
         check_not_revoked(*revoked, what=f"load {ref}")  # a revoked build is named as such first
         raise
     with RevocationBeside(*revoked, what=f"load {ref}") as beside:  # its verdict named before any failure here
-        mesh, loaded = _side_by_side(reg, manifest, t, workers, serving, beside.stop)  # executables, weight chunks
+        mesh, loaded = _side_by_side(reg, manifest, t, workers, serving, beside)  # executables, weight chunks
     t.revocation, t.revocation_wait = beside.seconds, beside.wait
     if isinstance(accepted, StatementPayload) and trust is not None and trust.state is not None:
         trust.state.accept(accepted)  # only once the whole build loaded
@@ -275,10 +272,13 @@ def _require_weights(manifest: Manifest) -> None:
         )
 
 
-def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> dict[str, bytes | bytearray]:
+def _stream_executables(
+    reg: Registry, manifest: Manifest, t: LoadTimings, cleared: Callable[[], None]
+) -> dict[str, bytes | bytearray]:
     """{executable key: payload}, each streamed through the store's and our own sha256 into a
     buffer of its declared (bounded) raw size, checked against its raw digest; the seconds split
-    into waiting on the store (fetch), the stored bytes' hash (verify) and zstd (decompress)."""
+    into waiting on the store (fetch), the stored bytes' hash (verify) and zstd (decompress).
+    Returned once ``cleared()`` (the revocation verdict) returns: nothing is unpickled before."""
     payloads: dict[str, bytes | bytearray] = {}
     fetched: dict[tuple[str, int, str], bytes | bytearray] = {}  # a program shared across buckets: fetched once
     spent = StreamTimes()
@@ -297,19 +297,24 @@ def _stream_executables(reg: Registry, manifest: Manifest, t: LoadTimings) -> di
             spent.add(times)
         payloads[e.key] = fetched[blob]
     t.fetch, t.verify, t.decompress = spent.fetch, spent.verify, spent.decompress
+    cleared()
     return payloads
 
 
 def _side_by_side(
-    reg: Registry, manifest: Manifest, t: LoadTimings, workers: int | None, serving: LoadedBuild | None, stop: Event
+    reg: Registry,
+    manifest: Manifest,
+    t: LoadTimings,
+    workers: int | None,
+    serving: LoadedBuild | None,
+    revocation: RevocationBeside,
 ) -> tuple[Mesh, dict[tuple[str, str], LoadedStage]]:
-    """(mesh, loaded stages) of a v7+ build: its executables (each streamed into its raw buffer,
-    verified, deserialized, its fingerprint checked) on threads of their own while its weight
-    chunks stream and are placed as their shards on others (``_weights.stream_weights``), into
-    stages that hold only the manifest's shardings until the programs join them. Both paths finish
-    before this returns; a failure of either is raised once the other has stopped, the executables'
-    first; once ``stop`` is set, no further weight chunk is fetched. What the new build shares with
-    ``serving`` is neither fetched nor loaded again."""
+    """(mesh, loaded stages) of a v7+ build: its executables (streamed, verified, deserialized once
+    ``revocation`` clears them, fingerprints checked) on threads of their own while its weight
+    chunks stream and are placed as their shards (``_weights.stream_weights``, stopped by a
+    revocation) into stages that hold the manifest's shardings until the programs join them. A
+    failure of either path is raised once the other has stopped, the executables' first. What the
+    new build shares with ``serving`` is neither fetched nor loaded again."""
     # Lazy (heavy): JAX starts only after XLA_FLAGS are set (avatar_release.machine.configure_*).
     from jax.sharding import Mesh
 
@@ -321,15 +326,7 @@ def _side_by_side(
         manifest if len(to_load) == len(manifest.executables) else manifest.model_copy(update={"executables": to_load})
     )
     # each stage with only the tensors still to place (the manifest's shardings, no program yet)
-    placing = {
-        (e.stage, e.bucket): LoadedStage(
-            e.model_copy(update={"params": [s for s in e.params if (s.name, tuple(s.sharding)) not in shared.arrays]}),
-            None,
-            [],
-            {},
-        )
-        for e in manifest.executables
-    }
+    placing = {(e.stage, e.bucket): LoadedStage(_unshared(e, shared), None, [], {}) for e in manifest.executables}
     needed = {s.name for ls in placing.values() for s in ls.entry.params}
     chunks = [c for c in manifest.weights.chunks or [] if any(x.name in needed for x in c.tensors)]
     weights_of = (
@@ -340,10 +337,12 @@ def _side_by_side(
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="executables") as pool:
-        loading = pool.submit(_programs_side_by_side, reg, programs_of, t, mesh)
+        loading = pool.submit(_programs_side_by_side, reg, programs_of, t, mesh, revocation.cleared)
         try:
             if needed:  # (none: every tensor taken from the serving build)
-                t.weight_path = stream_weights(reg, weights_of, placing, mesh, workers=workers, stop=stop).to_json()
+                t.weight_path = stream_weights(
+                    reg, weights_of, placing, mesh, workers=workers, stop=revocation.stop
+                ).to_json()
         except BaseException:
             if loading.exception() is not None:  # waits: the executables' own failure is named first
                 loading.result()
@@ -360,30 +359,34 @@ def _side_by_side(
     return mesh, loaded
 
 
+def _unshared(e: ExecutableEntry, shared: Shared) -> ExecutableEntry:
+    """``e`` with only the tensors still to place: those the serving build does not share."""
+    return e.model_copy(update={"params": [s for s in e.params if (s.name, tuple(s.sharding)) not in shared.arrays]})
+
+
 # Executables fetched and deserialized at once (XLA deserializes with the GIL released).
 PROGRAM_THREADS = 4
 
 
 def _programs_side_by_side(
-    reg: Registry, manifest: Manifest, t: LoadTimings, mesh: Mesh
+    reg: Registry, manifest: Manifest, t: LoadTimings, mesh: Mesh, cleared: Callable[[], None]
 ) -> dict[tuple[str, str], LoadedStage]:
-    """Every executable of ``manifest`` streamed, verified and deserialized, several at once: the
-    programs are dealt, largest first, to up to ``PROGRAM_THREADS`` threads, each running the one
-    path (``_stream_executables`` then ``_deserialize_all``) over its share; entries of one program
-    (the same raw bytes) stay together. The steps' seconds are summed over the threads."""
+    """Every executable of ``manifest`` streamed, verified and deserialized, several at once: dealt,
+    largest first, to up to ``PROGRAM_THREADS`` threads, each running ``_stream_executables`` (back
+    once ``cleared()``) then ``_deserialize_all`` over its share (one program's entries together)."""
     groups: dict[str, list[ExecutableEntry]] = {}
     for e in manifest.executables:
         groups.setdefault(e.raw_digest, []).append(e)
     n = min(PROGRAM_THREADS, os.cpu_count() or 1, len(groups))
     if n <= 1:
-        return _deserialize_all(manifest, _stream_executables(reg, manifest, t), t, mesh) if groups else {}
+        return _deserialize_all(manifest, _stream_executables(reg, manifest, t, cleared), t, mesh) if groups else {}
     shares: list[list[ExecutableEntry]] = [[] for _ in range(n)]
     for entries in sorted(groups.values(), key=lambda es: -es[0].raw_size):
         min(shares, key=lambda s: sum(e.raw_size for e in s)).extend(entries)
 
     def one(share: list[ExecutableEntry]) -> tuple[LoadTimings, dict[tuple[str, str], LoadedStage]]:
         part, own = manifest.model_copy(update={"executables": share}), LoadTimings()
-        return own, _deserialize_all(part, _stream_executables(reg, part, own), own, mesh)
+        return own, _deserialize_all(part, _stream_executables(reg, part, own, cleared), own, mesh)
 
     loaded: dict[tuple[str, str], LoadedStage] = {}
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="programs") as pool:

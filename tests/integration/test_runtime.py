@@ -119,6 +119,28 @@ def test_corrupted_blob_is_refused_before_unpickling(registry_copy):
         load("dev", reg)
 
 
+def test_a_revoked_build_is_refused_before_any_executable_is_deserialized(registry_copy, monkeypatch):
+    """The revocation check runs beside the load, but an executable is code: a revoked build's
+    bytes may be fetched and verified beside it, never handed to XLA's deserializer."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    import avatar_release.runtime._load as loader
+    from avatar_release.errors import Revoked
+    from avatar_release.runtime import load
+    from avatar_release.trust.revocation import revoke
+
+    root, build = registry_copy
+    reg = LocalRegistry(root, create=False)
+    m = manifest_of(reg, build.build_id)
+    revoke(reg, build.build_id, m.content_digest(), Ed25519PrivateKey.generate(), reason="leaked key", by="sec")
+    deserialized = []
+    real = loader.deserialize_and_load
+    monkeypatch.setattr(loader, "deserialize_and_load", lambda *a, **k: deserialized.append(a) or real(*a, **k))
+    with pytest.raises(Revoked, match="leaked key"):
+        load(build.build_id, reg)
+    assert deserialized == []
+
+
 def test_truncated_zstd_frame_is_refused(registry_copy):
     """A manifest whose digest matches a truncated frame: caught at decompression."""
     from avatar_release.runtime import load
