@@ -139,7 +139,8 @@ def gate_run_cmd(
     if shard is not None:
         if requests_of is not None:
             raise InputError(
-                "--requests-of with --shard: re-gate the baseline on one machine (gate REF --baseline none)"
+                f"--requests-of with --shard: re-gate the baseline on one machine "
+                f"(avatar-release gate {ref} --baseline none --requests-of {requests_of})"
             )
         _gate_shard(registry_uri, ref, shard, twin, run_id, as_json)
         return

@@ -9,7 +9,7 @@ from ..machine import Machine, diff_machines
 from ..records import BaselineRef, EnvironmentRecord, GateResult, GateSetRecord, Manifest
 from ..registry import CHANNELS, Registry, Resolved, read_manifest
 from ..trust.policy import load_policy
-from .requests_of import gate_set_hint
+from .gateset import gate_set
 from .store import latest_result, load_review
 from .verdicts import signed_verdicts, verdict_status
 
@@ -52,7 +52,8 @@ def resolve_baseline(
             f"--baseline {baseline} is {b_resolved.build_id}, the candidate itself; "
             "use --baseline none to re-gate a build on its own"
         )
-    b_result, b_digest = _verified_baseline(registry, b_resolved, b_manifest)
+    regate = _regate_command(b_resolved.build_id, b_manifest, gs, resolved.build_id)
+    b_result, b_digest = _verified_baseline(registry, b_resolved, b_manifest, gs, regate)
     if b_result.environment.fingerprint != env.fingerprint:
         diff = diff_machines(
             Machine.of_environment(b_result.environment), Machine.of_environment(env), cpu_features="equal"
@@ -60,15 +61,14 @@ def resolve_baseline(
         raise EnvironmentMismatch(
             f"baseline {b_resolved.build_id} was gated in environment {b_result.environment.fingerprint}, this "
             f"machine is {env.fingerprint} ({diff.inline('baseline', 'here')}); hashes only compare within one "
-            f"environment. Re-gate the baseline here (avatar-release gate {b_resolved.build_id} --baseline none) "
-            "or gate on a matching machine",
+            f"environment. Re-gate the baseline here ({regate}) or gate on a matching machine",
             diff.differences,
         )
     if b_result.gate_set.digest != gs.digest:
         raise Refusal(
             f"baseline {b_resolved.build_id} was gated on gate set {b_result.gate_set.name} "
             f"v{b_result.gate_set.version} ({b_result.gate_set.digest}), the candidate's is {gs.digest}; "
-            + gate_set_hint(b_result.gate_set, b_resolved.build_id, gs, resolved.build_id)
+            + _gate_set_hint(b_result.gate_set, gs, regate)
         )
     return (
         BaselineRef(build_id=b_resolved.build_id, digest=b_resolved.digest, gate_result_digest=b_digest),
@@ -77,13 +77,39 @@ def resolve_baseline(
     )
 
 
-def _verified_baseline(registry: Registry, b_resolved: Resolved, b_manifest: Manifest) -> tuple[GateResult, str]:
-    """The baseline's newest gate result that the trust policy accepts (signed by a key trusted for the
-    baseline's target, for its manifest digest, newest by the signed time), and its digest: its frame
-    hashes and frames are what the candidate is compared with. Unsigned records never are."""
+def _requests(gs: GateSetRecord) -> list[tuple[int, int, int]]:
+    return [(r.image_variant, r.audio_variant, r.seed) for r in gs.requests]
+
+
+def _regate_command(build_id: str, manifest: Manifest, gs: GateSetRecord, candidate_id: str) -> str:
+    """The command that gates the baseline on the candidate's gate set: on its own requests, or, where
+    the candidate's differ (its spec's [gate] table changed), on the candidate's (``--requests-of``)."""
+    same = _requests(gate_set(manifest)) == _requests(gs)
+    return f"avatar-release gate {build_id} --baseline none" + ("" if same else f" --requests-of {candidate_id}")
+
+
+def _gate_set_hint(base: GateSetRecord, gs: GateSetRecord, regate: str) -> str:
+    """Why the baseline's verdict is on another gate set, and the command that fixes it."""
+    if _requests(base) == _requests(gs):
+        return f"re-gate the baseline with this version of avatar-release ({regate})"
+    return (
+        f"the baseline rendered requests {[r.name for r in base.requests]} (seed {base.requests[0].seed}), the "
+        f"candidate renders {[r.name for r in gs.requests]} (seed {gs.requests[0].seed}): each build records "
+        "the requests of its spec's [gate] table, or the pipeline's gate_requests, when it is compiled. "
+        f"Re-gate the baseline on the candidate's: {regate}"
+    )
+
+
+def _verified_baseline(
+    registry: Registry, b_resolved: Resolved, b_manifest: Manifest, gs: GateSetRecord, fix: str
+) -> tuple[GateResult, str]:
+    """The baseline's newest gate result on the candidate's gate set (else its newest) that the trust
+    policy accepts (signed by a key trusted for the baseline's target, for its manifest digest, newest
+    by the signed time), and its digest: its frame hashes and frames are what the candidate is
+    compared with. Unsigned records never are. A verdict on another gate set (the baseline re-gated
+    on its own requests after ``--requests-of``) does not hide the one on this gate set."""
     policy = load_policy()
     verdicts, rejected = signed_verdicts(registry, b_resolved.build_id, b_manifest, policy)
-    fix = f"avatar-release gate {b_resolved.build_id} --baseline none"
     if not verdicts:
         why = f" ({'; '.join(r.reason for r in rejected[-2:])})" if rejected else ""
         raise Refusal(
@@ -91,7 +117,7 @@ def _verified_baseline(registry: Registry, b_resolved: Resolved, b_manifest: Man
             f"{policy.path} accepts for target {b_manifest.target}{why}; a baseline's frames are read only "
             f"from verified evidence. Gate it first: {fix}"
         )
-    newest = verdicts[-1]
+    newest = ([v for v in verdicts if v.result.gate_set.digest == gs.digest] or verdicts)[-1]
     status = verdict_status(
         registry,
         b_resolved.build_id,

@@ -12,11 +12,11 @@ be gated against it.
 from __future__ import annotations
 
 from ..errors import InputError
-from ..records import GateRequestsRecord, GateSetRecord, Manifest
+from ..records import GateRequestsRecord, Manifest
 from ..registry import Registry, read_manifest
 from .gateset import declared_requests
 
-__all__ = ["requests_of", "with_requests", "gate_set_hint"]
+__all__ = ["requests_to_render", "with_requests"]
 
 
 def with_requests(manifest: Manifest, requests: GateRequestsRecord | None) -> Manifest:
@@ -24,7 +24,9 @@ def with_requests(manifest: Manifest, requests: GateRequestsRecord | None) -> Ma
     return manifest if requests is None else manifest.model_copy(update={"gate_requests": requests})
 
 
-def requests_of(registry: Registry, other: str | None, baseline: str, build_id: str) -> GateRequestsRecord | None:
+def requests_to_render(
+    registry: Registry, other: str | None, baseline: str, build_id: str
+) -> GateRequestsRecord | None:
     """The gate requests recorded by build ``other`` (None when not asked); only for a gate on its
     own (``--baseline none``), which is what a baseline is re-gated with."""
     if other is None:
@@ -36,17 +38,3 @@ def requests_of(registry: Registry, other: str | None, baseline: str, build_id: 
             f"--baseline none --requests-of {other})"
         )
     return declared_requests(read_manifest(registry, other)[1])
-
-
-def gate_set_hint(base: GateSetRecord, base_id: str, candidate: GateSetRecord, candidate_id: str) -> str:
-    """How to get a candidate and its baseline onto one gate set."""
-    names, wanted = [r.name for r in base.requests], [r.name for r in candidate.requests]
-    if names == wanted:
-        return (
-            f"re-gate the baseline with this version of avatar-release (avatar-release gate {base_id} --baseline none)"
-        )
-    return (
-        f"the baseline renders requests {names}, the candidate {wanted} (each build records the requests of "
-        "its spec's [gate] table, or the pipeline's gate_requests, when it is compiled). Re-gate the baseline "
-        f"on the candidate's: avatar-release gate {base_id} --baseline none --requests-of {candidate_id}"
-    )

@@ -43,7 +43,7 @@ from .band import load_band
 from .baseline import effective_status, resolve_baseline
 from .gateset import gate_set
 from .report import write_report
-from .requests_of import requests_of, with_requests
+from .requests_of import requests_to_render, with_requests
 from .review import new_review, review_page
 from .store import get_frames, load_review, put_frames, save_result, save_review
 from .tier import decide_tier, read_levers
@@ -119,7 +119,7 @@ def check_inputs(
             f"{Machine.of_environment(env).describe()} ({here.inline()}). Output gates need matching hardware",
             here.differences,
         )
-    requests = requests_of(registry, other_requests, baseline, manifest.build_id)
+    requests = requests_to_render(registry, other_requests, baseline, manifest.build_id)
     gs = gate_set(with_requests(manifest, requests))
     base_ref, base_manifest, base_result = resolve_baseline(registry, baseline, resolved, env, gs)
     inputs = GateInputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None, requests=requests)

@@ -119,29 +119,3 @@ def test_tpu_target_without_libtpu_fails_clearly_never_falls_back(tmp_path, monk
     res = cli("compile", "--target", "tpu-v6e-8", "--registry", tmp_path / "reg")
     assert res.exit_code == 6, res.output
     assert "never falls back" in res.output
-
-
-def test_a_build_published_earlier_keeps_its_gate_requests_and_compile_says_so(built_registry, tmp_path, monkeypatch):
-    """The [gate] table is not part of a build's identity: after an edit, compiling the same build
-    again finds it published and keeps its manifest (builds are immutable), and says which gate
-    requests its gates will go on rendering."""
-    import shutil
-
-    from avatar_release.specs import manifests_dir
-
-    root, first = built_registry
-    reg = tmp_path / "reg"
-    shutil.copytree(root, reg)
-    man = tmp_path / "manifests"
-    shutil.copytree(manifests_dir(), man)
-    spec = man / "pipelines" / "tiny.toml"
-    spec.write_text(spec.read_text().replace("audio = [0]\n", "audio = [0, 1]\n"))
-    monkeypatch.setenv("AVATAR_RELEASE_MANIFESTS", str(man))
-    res = cli("compile", "--registry", reg, "--json")
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
-    assert out["build_id"] == first.build_id and out["created"] is False
-    (warning,) = [w for w in out["warnings"] if "gate requests" in w]
-    assert "images [0, 1] x audio [0], seed 0" in warning and "images [0, 1] x audio [0, 1], seed 0" in warning
-    assert f"warning: build {first.build_id} was published earlier" in res.stderr
-    assert manifest_of(LocalRegistry(reg), first.build_id).gate_requests.audio == [0]  # the published one, kept

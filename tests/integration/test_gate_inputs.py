@@ -126,33 +126,27 @@ def test_a_baseline_gated_on_other_requests_is_refused_then_regated_on_the_candi
     cannot be compared frame by frame with a baseline gated on its own: refused before anything
     renders, naming both request lists and the command that gets them onto one gate set. That
     command re-gates the baseline on the candidate's requests; the candidate then gates against it."""
-    from avatar_release.records import GateRequestsRecord, build_id_for, manifest_identity, manifest_seal
+    from avatar_release.records import GateRequestsRecord
     from avatar_release.registry import read_manifest
 
     root, base, _ = gated_copy
     reg = LocalRegistry(root)
     _, m = read_manifest(reg, base.build_id)
-    cand = m.model_copy(
-        update={
-            "overrides": {"matmul_k_split": 2},  # another build (its identity), over the same blobs
-            "gate_requests": GateRequestsRecord(images=[0, 1], audio=[0, 1], seed=0),
-        }
-    )
-    identity = manifest_identity(cand)
-    cand = cand.model_copy(
-        update={"identity": identity, "build_id": build_id_for(cand.pipeline, cand.target, identity)}
-    )
-    cand = cand.model_copy(update={"seal": manifest_seal(cand)})
-    reg.put_build(cand.build_id, cand.to_json_bytes())
+    cand = _stand_in(reg, m, GateRequestsRecord(images=[1], audio=[1], seed=0))  # one request: cheap to render
     res = cli("gate", cand.build_id, "--baseline", base.build_id, "--registry", root, "--json")
     doc = json.loads(res.stdout)
     assert res.exit_code == 1 and doc["error"] == "Refusal", res.output
     message = doc["message"]
     assert f"baseline {base.build_id} was gated on gate set" in message
-    assert "the baseline renders requests ['image0-audio0', 'image1-audio0']" in message
-    assert "the candidate ['image0-audio0', 'image0-audio1', 'image1-audio0', 'image1-audio1']" in message
+    assert "the baseline rendered requests ['image0-audio0', 'image1-audio0'] (seed 0)" in message
+    assert "the candidate renders ['image1-audio1'] (seed 0)" in message
     fix = f"avatar-release gate {base.build_id} --baseline none --requests-of {cand.build_id}"
     assert fix in message
+    seeded = _stand_in(reg, m, GateRequestsRecord(images=[0, 1], audio=[0], seed=1))  # the same names, seed 1
+    res = cli("gate", seeded.build_id, "--baseline", base.build_id, "--registry", root, "--json")
+    message = json.loads(res.stdout)["message"]
+    assert "(seed 0), the candidate renders ['image0-audio0', 'image1-audio0'] (seed 1)" in message
+    assert f"--requests-of {seeded.build_id}" in message  # re-gating on its own seed would not help
 
     res = cli(*fix.split()[1:], "--registry", root, "--report", tmp_path / "rep", "--json")
     assert res.exit_code == 0, res.output
@@ -164,6 +158,25 @@ def test_a_baseline_gated_on_other_requests_is_refused_then_regated_on_the_candi
     verdict = json.loads(res.stdout)["result"]
     assert verdict["baseline"]["build_id"] == base.build_id and verdict["status"] == "passed"
     assert [g["status"] for g in verdict["gates"]][:3] == ["passed", "passed", "passed"]  # the same programs: bit-exact
+    # the baseline re-gated on its own requests later (a scheduled re-gate): its verdict on the
+    # candidate's gate set still counts for the candidate
+    assert cli("gate", base.build_id, "--baseline", "none", "--registry", root).exit_code == 0
+    res = cli("gate", cand.build_id, "--baseline", base.build_id, "--registry", root, "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["result"]["baseline"]["build_id"] == base.build_id
+
+
+def _stand_in(reg, m, requests):
+    """Another build over ``m``'s blobs (an override changes its identity) recording ``requests``."""
+    from avatar_release.records import build_id_for, manifest_identity, manifest_seal
+
+    cand = m.model_copy(update={"overrides": {"matmul_k_split": 2 + requests.seed}, "gate_requests": requests})
+    identity = manifest_identity(cand)
+    cand = cand.model_copy(
+        update={"identity": identity, "build_id": build_id_for(cand.pipeline, cand.target, identity)}
+    )
+    cand = cand.model_copy(update={"seal": manifest_seal(cand)})
+    reg.put_build(cand.build_id, cand.to_json_bytes())
+    return cand
 
 
 def test_requests_of_is_only_for_a_gate_on_its_own(gated_copy):
