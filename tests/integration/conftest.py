@@ -37,8 +37,8 @@ def gated_registry(built_registry, tmp_path_factory):
     """The built registry with its build gated on its own (``--baseline none``, two fresh serving
     processes), once per session: both xdist workers share it beside the build cache
     (tests/build_cache.py's ``made_once``, as for builds). A baseline for candidates, a first build that may be
-    promoted. Returns (root, the build, its stored verdict: ``result`` and ``digest``); copy it
-    before changing it."""
+    promoted. Returns (root, the build, its stored verdict: ``result``, ``digest`` and the HTML
+    ``report`` that gate wrote in ``report_dir``); copy it before changing it."""
     from avatar_release.gates import run_gate
     from avatar_release.gates.store import latest_result
     from avatar_release.registry import LocalRegistry
@@ -48,12 +48,15 @@ def gated_registry(built_registry, tmp_path_factory):
 
     def gate(entry):
         shutil.copytree(root, entry / "reg")
-        outcome = run_gate(build.build_id, LocalRegistry(entry / "reg"), baseline="none")
+        outcome = run_gate(build.build_id, LocalRegistry(entry / "reg"), baseline="none", report_dir=entry / "report")
         assert outcome.result.status == "passed", outcome.result.gates
 
     shared = made_once(cache_dir(tmp_path_factory.getbasetemp()) / f"gated-{build.build_id}", gate)
     result, digest = latest_result(LocalRegistry(shared / "reg"), build.build_id)
-    return shared / "reg", build, SimpleNamespace(result=result, digest=digest)
+    verdict = SimpleNamespace(
+        result=result, digest=digest, report_dir=shared / "report", report=shared / "report" / "index.html"
+    )
+    return shared / "reg", build, verdict
 
 
 @pytest.fixture

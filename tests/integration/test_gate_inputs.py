@@ -129,10 +129,11 @@ def test_a_baseline_gated_on_other_requests_is_refused_then_regated_on_the_candi
     from avatar_release.records import GateRequestsRecord
     from avatar_release.registry import read_manifest
 
-    root, base, _ = gated_copy
+    root, base, verdict = gated_copy
+    first_verdict = verdict.digest  # the baseline gated on its own requests
     reg = LocalRegistry(root)
     _, m = read_manifest(reg, base.build_id)
-    cand = _stand_in(reg, m, GateRequestsRecord(images=[1], audio=[1], seed=0))  # one request: cheap to render
+    cand = _stand_in(reg, m, GateRequestsRecord(images=[1], audio=[1], seed=0), split=2)  # one request: cheap to render
     res = cli("gate", cand.build_id, "--baseline", base.build_id, "--registry", root, "--json")
     doc = json.loads(res.stdout)
     assert res.exit_code == 1 and doc["error"] == "Refusal", res.output
@@ -142,7 +143,7 @@ def test_a_baseline_gated_on_other_requests_is_refused_then_regated_on_the_candi
     assert "the candidate renders ['image1-audio1'] (seed 0)" in message
     fix = f"avatar-release gate {base.build_id} --baseline none --requests-of {cand.build_id}"
     assert fix in message
-    seeded = _stand_in(reg, m, GateRequestsRecord(images=[0, 1], audio=[0], seed=1))  # the same names, seed 1
+    seeded = _stand_in(reg, m, GateRequestsRecord(images=[0, 1], audio=[0], seed=1), split=3)  # the same names, seed 1
     res = cli("gate", seeded.build_id, "--baseline", base.build_id, "--registry", root, "--json")
     message = json.loads(res.stdout)["message"]
     assert "(seed 0), the candidate renders ['image0-audio0', 'image1-audio0'] (seed 1)" in message
@@ -158,18 +159,20 @@ def test_a_baseline_gated_on_other_requests_is_refused_then_regated_on_the_candi
     verdict = json.loads(res.stdout)["result"]
     assert verdict["baseline"]["build_id"] == base.build_id and verdict["status"] == "passed"
     assert [g["status"] for g in verdict["gates"]][:3] == ["passed", "passed", "passed"]  # the same programs: bit-exact
-    # the baseline re-gated on its own requests later (a scheduled re-gate): its verdict on the
-    # candidate's gate set still counts for the candidate
-    assert cli("gate", base.build_id, "--baseline", "none", "--registry", root).exit_code == 0
-    res = cli("gate", cand.build_id, "--baseline", base.build_id, "--registry", root, "--json")
-    assert res.exit_code == 0 and json.loads(res.stdout)["result"]["baseline"]["build_id"] == base.build_id
+    # a candidate on the baseline's own requests is still compared with the baseline's (older)
+    # verdict on those, not with its newest, which is on the other candidate's requests
+    own = _stand_in(reg, m, m.gate_requests, split=4)
+    res = cli("gate", own.build_id, "--baseline", base.build_id, "--registry", root, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["result"]["baseline"]["gate_result_digest"] == first_verdict
 
 
-def _stand_in(reg, m, requests):
-    """Another build over ``m``'s blobs (an override changes its identity) recording ``requests``."""
+def _stand_in(reg, m, requests, *, split: int):
+    """Another build over ``m``'s blobs (the override ``matmul_k_split=split`` changes its identity)
+    recording ``requests``."""
     from avatar_release.records import build_id_for, manifest_identity, manifest_seal
 
-    cand = m.model_copy(update={"overrides": {"matmul_k_split": 2 + requests.seed}, "gate_requests": requests})
+    cand = m.model_copy(update={"overrides": {"matmul_k_split": split}, "gate_requests": requests})
     identity = manifest_identity(cand)
     cand = cand.model_copy(
         update={"identity": identity, "build_id": build_id_for(cand.pipeline, cand.target, identity)}
