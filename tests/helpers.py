@@ -35,6 +35,7 @@ __all__ = [
     "BENCHMARKS",
     "stored_manifest",
     "cpu_manifest",
+    "resealed",
     "manifest_of",
     "put_stand_in_build",
     "with_release_state",
@@ -61,7 +62,13 @@ def cpu_manifest(**update: Any) -> Manifest:
     recomputed as a compile of the same program would name it. ``update``: fields set first."""
     doc = json.loads((DATA / "build-manifest.v5.json").read_bytes())
     doc.update(schema_version=BUILD_SCHEMA_VERSION, **update)
-    m = Manifest.model_validate(doc)
+    return resealed(Manifest.model_validate(doc))
+
+
+def resealed(m: Manifest, **update: Any) -> Manifest:
+    """``m`` with ``update`` applied and its identity, build id and seal recomputed, as a compile of
+    that manifest's content would name and seal it."""
+    m = m.model_copy(update=update)
     identity = manifest_identity(m)
     m = m.model_copy(update={"identity": identity, "build_id": build_id_for(m.pipeline, m.target, identity)})
     return m.model_copy(update={"seal": manifest_seal(m)})

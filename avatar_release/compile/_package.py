@@ -301,12 +301,9 @@ def _buckets(plan: BuildPlan, program: ChunkProgram) -> list[Bucket]:
 def _gate_requests(plan: BuildPlan) -> GateRequestsRecord:
     """The requests the gates render: the pipeline's declaration, each field the spec's [gate]
     table sets replaced by the spec's."""
-    declared, table = plan.pipeline.gate_requests, plan.spec.gate
-    return GateRequestsRecord(
-        images=list(table.images if table and table.images is not None else declared.images),
-        audio=list(table.audio if table and table.audio is not None else declared.audio),
-        seed=table.seed if table and table.seed is not None else declared.seed,
-    )
+    d, table = plan.pipeline.gate_requests, plan.spec.gate
+    given = table.model_dump(exclude_none=True, exclude={"schema_version"}) if table else {}
+    return GateRequestsRecord(**{"images": list(d.images), "audio": list(d.audio), "seed": d.seed, **given})
 
 
 def _autotune(

@@ -4,6 +4,9 @@ trust policy accepts, rendered on this machine's environment and on the candidat
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from ..errors import EnvironmentMismatch, InputError, Refusal
 from ..machine import Machine, diff_machines
 from ..records import BaselineRef, EnvironmentRecord, GateResult, GateSetRecord, Manifest
@@ -52,7 +55,8 @@ def resolve_baseline(
             f"--baseline {baseline} is {b_resolved.build_id}, the candidate itself; "
             "use --baseline none to re-gate a build on its own"
         )
-    regate = _regate_command(b_resolved.build_id, b_manifest, gs, resolved.build_id)
+    # said only in a refusal (it renders the baseline's gate set's inputs to compare requests)
+    regate = functools.partial(_regate_command, b_resolved.build_id, b_manifest, gs, resolved.build_id)
     b_result, b_digest = _verified_baseline(registry, b_resolved, b_manifest, gs, regate)
     if b_result.environment.fingerprint != env.fingerprint:
         diff = diff_machines(
@@ -61,14 +65,14 @@ def resolve_baseline(
         raise EnvironmentMismatch(
             f"baseline {b_resolved.build_id} was gated in environment {b_result.environment.fingerprint}, this "
             f"machine is {env.fingerprint} ({diff.inline('baseline', 'here')}); hashes only compare within one "
-            f"environment. Re-gate the baseline here ({regate}) or gate on a matching machine",
+            f"environment. Re-gate the baseline here ({regate()}) or gate on a matching machine",
             diff.differences,
         )
     if b_result.gate_set.digest != gs.digest:
         raise Refusal(
             f"baseline {b_resolved.build_id} was gated on gate set {b_result.gate_set.name} "
             f"v{b_result.gate_set.version} ({b_result.gate_set.digest}), the candidate's is {gs.digest}; "
-            + _gate_set_hint(b_result.gate_set, gs, regate)
+            + _gate_set_hint(b_result.gate_set, gs, regate())
         )
     return (
         BaselineRef(build_id=b_resolved.build_id, digest=b_resolved.digest, gate_result_digest=b_digest),
@@ -101,7 +105,7 @@ def _gate_set_hint(base: GateSetRecord, gs: GateSetRecord, regate: str) -> str:
 
 
 def _verified_baseline(
-    registry: Registry, b_resolved: Resolved, b_manifest: Manifest, gs: GateSetRecord, fix: str
+    registry: Registry, b_resolved: Resolved, b_manifest: Manifest, gs: GateSetRecord, fix: Callable[[], str]
 ) -> tuple[GateResult, str]:
     """The baseline's newest gate result on the candidate's gate set (else its newest) that the trust
     policy accepts (signed by a key trusted for the baseline's target, for its manifest digest, newest
@@ -115,7 +119,7 @@ def _verified_baseline(
         raise Refusal(
             f"baseline {b_resolved.build_id} has no gate result signed by a key the trust policy "
             f"{policy.path} accepts for target {b_manifest.target}{why}; a baseline's frames are read only "
-            f"from verified evidence. Gate it first: {fix}"
+            f"from verified evidence. Gate it first: {fix()}"
         )
     newest = ([v for v in verdicts if v.result.gate_set.digest == gs.digest] or verdicts)[-1]
     status = verdict_status(

@@ -68,7 +68,7 @@ def run_gate(
     ``requests_of``: a build whose gate requests the runs render instead of ``ref``'s own (with
     ``baseline="none"``: a baseline re-gated for a candidate compiled with other requests)."""
     t_start = time.perf_counter()
-    inputs = check_inputs(registry, ref, baseline, band_file, other_requests=requests_of)
+    inputs = check_inputs(registry, ref, baseline, band_file, requests_of=requests_of)
     twins = twin_runs(registry, inputs, progress)
     comparison = compare(registry, inputs, twins)
     stored = store_result(registry, inputs, twins, comparison, t_start, progress)

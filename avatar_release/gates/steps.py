@@ -99,12 +99,12 @@ def check_inputs(
     baseline: str,
     band_file: str | Path | None,
     env: EnvironmentRecord | None = None,
-    other_requests: str | None = None,
+    requests_of: str | None = None,
 ) -> GateInputs:
     """Step 1: refuse bad input (build, machine, baseline, band) before any rendering.
 
     ``env``: where the runs rendered, when that was elsewhere (``gate merge``: the shards'
-    machines); default this machine, which then must match the build. ``other_requests``: a build
+    machines); default this machine, which then must match the build. ``requests_of``: a build
     whose gate requests the runs render instead of this build's own (``--requests-of``).
     """
     resolved, manifest = read_manifest(registry, ref)
@@ -119,7 +119,7 @@ def check_inputs(
             f"{Machine.of_environment(env).describe()} ({here.inline()}). Output gates need matching hardware",
             here.differences,
         )
-    requests = requests_to_render(registry, other_requests, baseline, manifest.build_id)
+    requests = requests_to_render(registry, requests_of, baseline, manifest.build_id)
     gs = gate_set(with_requests(manifest, requests))
     base_ref, base_manifest, base_result = resolve_baseline(registry, baseline, resolved, env, gs)
     inputs = GateInputs(resolved, manifest, env, gs, base_ref, base_manifest, base_result, tier=None, requests=requests)
@@ -188,32 +188,22 @@ def check_run_environment(run: GateRun, inputs: GateInputs) -> GateRun:
 
 def twin_runs(registry: Registry, inputs: GateInputs, progress: Progress) -> TwinRuns:
     """Step 2: the gate set rendered twice, each in a fresh process that only loads and serves."""
-    digest, gs = inputs.resolved.digest, inputs.gate_set
+    gs = inputs.gate_set
     progress(f"twin run 1 of 2: {gs.frames} frames in a fresh process")
-    run_a = check_run_environment(
-        fresh_run(
+    runs: list[GateRun] = []
+    for n in (1, 2):
+        if runs:
+            progress(f"twin run 2 of 2 ({runs[0].wall_seconds:.1f}s for the first)")
+        run = fresh_run(
             registry.uri,
-            digest,
+            inputs.resolved.digest,
             gs.digest,
-            label="twin #1",
+            label=f"twin #{n}",
             gate_requests=inputs.requests,
-            on_chunk=chunk_ticks(progress, "twin run 1 of 2", gs),
-        ),
-        inputs,
-    )
-    progress(f"twin run 2 of 2 ({run_a.wall_seconds:.1f}s for the first)")
-    run_b = check_run_environment(
-        fresh_run(
-            registry.uri,
-            digest,
-            gs.digest,
-            label="twin #2",
-            gate_requests=inputs.requests,
-            on_chunk=chunk_ticks(progress, "twin run 2 of 2", gs),
-        ),
-        inputs,
-    )
-    return TwinRuns(run_a, run_b)
+            on_chunk=chunk_ticks(progress, f"twin run {n} of 2", gs),
+        )
+        runs.append(check_run_environment(run, inputs))
+    return TwinRuns(runs[0], runs[1])
 
 
 # ------------------------------------------------------------------------ steps 3-4: verdicts

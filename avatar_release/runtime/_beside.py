@@ -49,25 +49,19 @@ class RevocationBeside:
     ):
         self.stop = threading.Event()
         self.seconds = self.wait = 0.0
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="revocation")
-        self._done: Future[None] = self._pool.submit(self._run, registry, build_id, subject_digest, trusted, what)
 
-    def _run(
-        self,
-        registry: Registry,
-        build_id: str,
-        subject_digest: str,
-        trusted: dict[str, Ed25519PublicKey] | None,
-        what: str,
-    ) -> None:
-        t0 = time.perf_counter()
-        try:
-            check_not_revoked(registry, build_id, subject_digest, trusted, what=what)
-        except BaseException:
-            self.stop.set()
-            raise
-        finally:
-            self.seconds = time.perf_counter() - t0
+        def check() -> None:
+            t0 = time.perf_counter()
+            try:
+                check_not_revoked(registry, build_id, subject_digest, trusted, what=what)
+            except BaseException:
+                self.stop.set()
+                raise
+            finally:
+                self.seconds = time.perf_counter() - t0
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="revocation")
+        self._done: Future[None] = self._pool.submit(check)
 
     def cleared(self) -> None:
         """Wait for the check (from any thread) and raise what it raised: the load calls it after a

@@ -20,11 +20,11 @@ import zstandard
 
 from avatar_release._digest import sha256_digest
 from avatar_release.errors import IntegrityError
-from avatar_release.records import Manifest, build_id_for, check_identity, manifest_identity, manifest_seal
+from avatar_release.records import Manifest, build_id_for, check_identity, manifest_identity
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
 from avatar_release.runtime._blobs import MAX_ZSTD_RATIO
-from tests.helpers import cli, local_blob_path
+from tests.helpers import cli, local_blob_path, resealed
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +41,7 @@ def other_build(tmp_path_factory, build_cache):
 def _republish(reg: LocalRegistry, root, m: Manifest) -> Manifest:
     """What a writer who knows the format does: recompute identity, build id and seal, replace the
     build's commit marker, point dev at it."""
-    ident = manifest_identity(m)
-    m = m.model_copy(update={"identity": ident, "build_id": build_id_for(m.pipeline, m.target, ident)})
-    m = m.model_copy(update={"seal": manifest_seal(m)})
+    m = resealed(m)
     (root / "builds" / m.build_id).unlink(missing_ok=True)
     digest, _ = reg.put_build(m.build_id, m.to_json_bytes())
     current = reg.get_channel("dev")

@@ -19,7 +19,7 @@ from avatar_release.cli import cli
 from avatar_release.errors import EnvironmentMismatch, InputError, IntegrityError, NotFoundError
 from avatar_release.registry import LocalRegistry, read_manifest
 from avatar_release.runtime import load
-from tests.helpers import local_blob_path
+from tests.helpers import local_blob_path, resealed
 
 
 def _bytes_read() -> int:
@@ -115,7 +115,6 @@ def test_truncated_and_lying_sizes_and_endless_blobs_read_at_most_the_declared_s
 
 
 def test_a_flag_profile_the_process_lacks_is_an_environment_mismatch(registry_copy):
-    from avatar_release.records import build_id_for, manifest_identity, manifest_seal
 
     root, result = registry_copy
     reg = LocalRegistry(root)
@@ -127,10 +126,7 @@ def test_a_flag_profile_the_process_lacks_is_an_environment_mismatch(registry_co
             "digest": "sha256:" + "3" * 64,
         }
     )
-    f = m.model_copy(update={"flags": flags})
-    ident = manifest_identity(f)
-    f = f.model_copy(update={"identity": ident, "build_id": build_id_for(f.pipeline, f.target, ident)})
-    f = f.model_copy(update={"seal": manifest_seal(f)})
+    f = resealed(m, flags=flags)
     reg.put_build(f.build_id, f.to_json_bytes())
     with pytest.raises(EnvironmentMismatch) as e:
         load(f.build_id, reg)

@@ -19,7 +19,7 @@ from avatar_release.gates.gateset import gate_set
 from avatar_release.registry import LocalRegistry
 from avatar_release.specs import load_target
 from avatar_release.trust.policy import local_identity
-from tests.helpers import cli
+from tests.helpers import cli, resealed
 
 pytestmark = pytest.mark.slow
 
@@ -170,14 +170,7 @@ def test_a_baseline_gated_on_other_requests_is_refused_then_regated_on_the_candi
 def _stand_in(reg, m, requests, *, split: int):
     """Another build over ``m``'s blobs (the override ``matmul_k_split=split`` changes its identity)
     recording ``requests``."""
-    from avatar_release.records import build_id_for, manifest_identity, manifest_seal
-
-    cand = m.model_copy(update={"overrides": {"matmul_k_split": split}, "gate_requests": requests})
-    identity = manifest_identity(cand)
-    cand = cand.model_copy(
-        update={"identity": identity, "build_id": build_id_for(cand.pipeline, cand.target, identity)}
-    )
-    cand = cand.model_copy(update={"seal": manifest_seal(cand)})
+    cand = resealed(m, overrides={"matmul_k_split": split}, gate_requests=requests)
     reg.put_build(cand.build_id, cand.to_json_bytes())
     return cand
 

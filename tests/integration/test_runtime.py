@@ -15,7 +15,7 @@ from avatar_release.errors import EnvironmentMismatch, IntegrityError, NotFoundE
 from avatar_release.media import sample_audio, sample_image
 from avatar_release.records import Manifest
 from avatar_release.registry import LocalRegistry
-from tests.helpers import manifest_of
+from tests.helpers import manifest_of, resealed
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +27,7 @@ def _blob_path(root, digest):
 def _sealed(data: dict) -> Manifest:
     """A manifest whose identity, build id and seal agree with its fields: what a genuine
     build with these fields (e.g. compiled for another machine) would carry."""
-    from avatar_release.records import build_id_for, manifest_identity, manifest_seal
-
-    m = Manifest.model_validate(data)
-    ident = manifest_identity(m)
-    m = m.model_copy(update={"identity": ident, "build_id": build_id_for(m.pipeline, m.target, ident)})
-    return m.model_copy(update={"seal": manifest_seal(m)})
+    return resealed(Manifest.model_validate(data))
 
 
 def _republish(reg, manifest: Manifest, **platform_changes) -> Manifest:
