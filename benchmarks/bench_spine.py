@@ -85,7 +85,10 @@ def _time_chunks(build, image, audio) -> tuple[float, list[float]]:
 def scenario_serve(args) -> dict:
     import jax  # noqa: F401
 
+    from avatar_release.machine import keep_freed_memory
     from avatar_release.runtime import load
+
+    keep_freed_memory()  # as the CLI's render and serve do (configure_for_manifest)
 
     t_imports = time.perf_counter() - T_PROCESS
     build = load("dev", args.registry)

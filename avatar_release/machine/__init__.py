@@ -7,6 +7,7 @@ initialises the JAX backend.
 from __future__ import annotations
 
 from ._diff import ALL_FIELDS, RUN_FIELDS, Machine, MachineDiff, diff_machines
+from ._heap import KEEP_FREED_MEMORY_ENV, keep_freed_memory
 from ._host import (
     backend_initialized,
     configure_compile_env,
@@ -25,6 +26,8 @@ from ._quiet import quiet_jax_import
 
 __all__ = [
     "quiet_jax_import",
+    "keep_freed_memory",
+    "KEEP_FREED_MEMORY_ENV",
     "Machine",
     "MachineDiff",
     "diff_machines",

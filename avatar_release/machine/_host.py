@@ -19,6 +19,7 @@ from .. import __version__
 from .._digest import canonical_json, sha256_digest
 from ..errors import EnvironmentMismatch, InputError
 from ..records import EnvironmentRecord, Manifest, Platform, Toolchain, check_identity
+from ._heap import keep_freed_memory
 from ._process import MAX_HOST_DEVICES, check_process_fields
 from ._quiet import quiet_jax_import
 
@@ -122,7 +123,8 @@ def configure_compile_env(target: TargetSpec) -> None:
 
 
 def configure_for_manifest(manifest: Manifest) -> None:
-    """Before JAX starts: the build's device count (CPU) and its flag profile's process flags.
+    """Before JAX starts: the build's device count (CPU) and its flag profile's process flags; and
+    for the process that will render it, freed chunk memory kept for the next chunk (``_heap``).
 
     The manifest's identity is checked first: process flags are applied only from a manifest
     whose fields (the flag profile included) hash to the build id it carries; then its device
@@ -131,6 +133,7 @@ def configure_for_manifest(manifest: Manifest) -> None:
     """
     check_identity(manifest)
     check_process_fields(manifest)
+    keep_freed_memory()
     quiet_jax_import()
     if manifest.platform.backend == "cpu":
         if not backend_initialized():  # a CPU build runs on CPU: do not start other plugins
