@@ -15,7 +15,7 @@ from pathlib import Path
 
 GIB = 2**30
 
-__all__ = ["compile_rows", "compile_row", "add_evidence", "GIB"]
+__all__ = ["compile_rows", "compile_row", "compiled_row", "add_evidence", "GIB"]
 
 
 def compile_row(pipeline: str, target: str, sets: list[str], registry: Path) -> dict:
@@ -60,6 +60,32 @@ def compile_row(pipeline: str, target: str, sets: list[str], registry: Path) -> 
     row["xla_log"] = doc.get("xla_log", [])  # compiler warnings (e.g. SPMD rematerialization); none expected
     row["compile_wall_seconds"] = doc["compile_wall_seconds"]
     row["compile_seconds"] = {e["key"]: e["compile_seconds"] for e in doc["executables"]}
+    return row
+
+
+def compiled_row(registry: Path, pipeline: str, target: str) -> dict:
+    """The row of the build on ``registry``'s dev channel, compiled elsewhere (``--compiled``): its
+    manifest read, nothing compiled here, so no process wall time or peak RSS (``None``); the
+    per-stage compile seconds are the ones its manifest recorded."""
+    from avatar_release.registry import LocalRegistry, read_manifest
+
+    _, m = read_manifest(LocalRegistry(registry, create=False), "dev")
+    if (m.pipeline, m.target) != (pipeline, target):
+        raise SystemExit(f"--compiled: dev holds {m.pipeline} for {m.target}, not {pipeline} for {target}")
+    row = {
+        "pipeline": pipeline,
+        "target": target,
+        "set": [f"{k}={v}" for k, v in sorted(m.overrides.items())],
+        "compiled_here": False,
+        "wall_seconds": None,
+        "exit_code": 0,
+        "peak_rss_gib": None,
+        "build_id": m.build_id,
+        "xla_log": [],
+        "compile_wall_seconds": None,
+        "compile_seconds": {e.key: e.compile_seconds for e in m.executables},
+    }
+    add_evidence(row, registry)
     return row
 
 

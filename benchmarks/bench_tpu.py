@@ -3,7 +3,8 @@ chunk against the deadline (exposed collectives' wire time included), and hidden
 all-to-alls per Ulysses head-group count.
 
     python benchmarks/bench_tpu.py [--quick] [--no-before] [--replicated] [--out benchmarks/results/tpu.json]
-    python benchmarks/bench_tpu.py --smoke --out FILE   # one tiny compile, G = 1, 2; the tests run it
+    python benchmarks/bench_tpu.py --smoke --out FILE   # one tiny compile, G = 1, 2
+    python benchmarks/bench_tpu.py --smoke --registry DIR --compiled --out FILE   # the tests' row
 
 Production shapes are compiled twice, side by side: "before" (the stand-in shapes, dense DiT
 attention and sharded decoder this project had until issue 20, reproduced with --set overrides:
@@ -17,7 +18,10 @@ the production pipelines' 19B parameters would be 38 GB if materialised). Memory
 XLA's memory_analysis(); times per chunk are compiler estimates (XLA cost model + published
 v6e peaks), never measurements: nothing here runs on a TPU. `--quick` skips the production
 shapes (minutes each on 2 cores); ``--smoke`` compiles tiny once (spec defaults) and probes its
-schedule for G = 1, 2 only. Nothing is asserted.
+schedule for G = 1, 2 only. ``--compiled`` reads tiny's row from the build on ``--registry``'s dev
+channel instead of compiling it (the tests hand it their session's TPU build of tiny, which
+tests/integration/test_tpu_target.py compiled: the same libtpu compile is not paid twice per run);
+that row has no process wall time or peak RSS. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _builds import GIB, compile_rows  # noqa: E402 (benchmarks/_builds.py, beside this file)
+from _builds import GIB, compile_rows, compiled_row  # noqa: E402 (benchmarks/_builds.py, beside this file)
 from _out import out_path, write_results  # noqa: E402 (benchmarks/_out.py, beside this file)
 
 # The stand-in shapes, the dense DiT attention and the sharded decoder before issue 20
@@ -72,6 +76,11 @@ def _stage_rows(rows: list[dict]) -> None:
             )
 
 
+def _num(value: float | None, width: int, places: int) -> str:
+    """A figure for the table; "-" where the row has none (a build read with --compiled)."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{places}f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny only: skip the production shapes")
@@ -79,12 +88,16 @@ def main() -> None:
     ap.add_argument("--replicated", action="store_true", help="also compile 720p with replicated weights (refused)")
     ap.add_argument("--smoke", action="store_true", help="tiny once (spec defaults), schedule probe G = 1, 2")
     ap.add_argument("--out", help="write the JSON here (default benchmarks/results/tpu.json; --smoke: nowhere)")
+    ap.add_argument("--registry", help="with --compiled: the registry whose dev channel holds tiny for tpu-v6e-8")
+    ap.add_argument("--compiled", action="store_true", help="read tiny's row from --registry's dev, compile nothing")
     args = ap.parse_args()
+    if args.compiled and not args.registry:
+        ap.error("--compiled reads the build on --registry's dev channel: give --registry DIR")
     os.environ.setdefault("AVATAR_RELEASE_PROJECT", str(ROOT))  # the bundled pipeline's specs, wherever it runs
     if args.smoke:
         args.quick = True
 
-    runs = [("tiny", "tpu-v6e-8", [])]
+    runs = [] if args.compiled else [("tiny", "tpu-v6e-8", [])]
     if not args.smoke:
         runs += [
             ("tiny", "tpu-v6e-8", ["attention_kernel=blocksparse", "fused_preattn=true"]),
@@ -97,7 +110,7 @@ def main() -> None:
             runs.append((pipeline, "tpu-v6e-8", []))
         if args.replicated:
             runs.append(("avatar-720p", "tpu-v6e-8-replicated", []))
-    rows = compile_rows(runs)
+    rows = ([compiled_row(Path(args.registry), "tiny", "tpu-v6e-8")] if args.compiled else []) + compile_rows(runs)
 
     from avatar_release.machine import configure_compile_env
     from avatar_release.specs import load_target
@@ -126,7 +139,8 @@ def main() -> None:
         ratio = f"{c['ratio']:.2f}" if c.get("ratio") is not None else ("refused" if r["exit_code"] else "-")
         print(
             f"{r['pipeline']:<13} {r['target']:<21} {' '.join(r['set']) or '(spec defaults)':<44} "
-            f"{r['wall_seconds']:>7.1f} {r.get('peak_rss_gib', 0):>8.2f} {hbm:>16} {use:>6} {est:>10} {dl:>9} {ratio:>12}"
+            f"{_num(r['wall_seconds'], 7, 1)} {_num(r.get('peak_rss_gib'), 8, 2)} {hbm:>16} {use:>6} {est:>10} {dl:>9} "
+            f"{ratio:>12}"
         )
     _stage_rows(rows)
     warned = [

@@ -131,6 +131,30 @@ class BuildCache:
     ) -> Any:
         """What ``compile_build(pipeline, target, registry=registry, ...)`` returns, the build
         compiled at most once per session and published into ``registry``."""
+        result, _ = self._compile(pipeline, target, registry, overrides, weights_path, executable_format, move_dev)
+        return result
+
+    def compile_with_program_texts(
+        self, pipeline: str, target: str, *, registry: Any, overrides: dict[str, str] | None = None
+    ) -> tuple[Any, dict[str, str]]:
+        """``compile``, and each executable's compiled program as text (``as_text()`` of the objects
+        ``compile_build(keep_compiled=True)`` returns, kept beside the build when it compiled): for
+        tests that read the programs XLA made, which a build compiled for another platform
+        cannot be loaded here to show."""
+        return self._compile(pipeline, target, registry, overrides, None, "xla-executable", True, program_texts=True)
+
+    def _compile(
+        self,
+        pipeline: str,
+        target: str,
+        registry: Any,
+        overrides: dict[str, str] | None,
+        weights_path: str | None,
+        executable_format: str,
+        move_dev: bool,
+        *,
+        program_texts: bool = False,
+    ) -> tuple[Any, dict[str, str]]:
         from avatar_release.registry import LocalRegistry
 
         key = self.identity(
@@ -146,8 +170,13 @@ class BuildCache:
                 weights_path=weights_path,
                 executable_format=executable_format,
                 move_dev=False,
+                keep_compiled=program_texts,
             )
             assert result.manifest is not None
+            if program_texts:
+                texts = {key: compiled.as_text() for key, compiled in result.compiled.items()}
+                (entry / "program-texts.json").write_text(json.dumps(texts))
+                result = dataclasses.replace(result, compiled=None, weight_tensors=None)  # not picklable, not needed
             (entry / "manifest.json").write_bytes(result.manifest.to_json_bytes())
             (entry / "result.pickle").write_bytes(pickle.dumps(result))
             with open(self.root / "compiles.log", "a") as log:  # every real compile of the session
@@ -157,9 +186,15 @@ class BuildCache:
         entry = made_once(self.root / key, make)
         self.served += 1
         cached = pickle.loads((entry / "result.pickle").read_bytes())
-        return self._publish(
+        texts: dict[str, str] = {}
+        if program_texts:
+            kept = entry / "program-texts.json"
+            assert kept.is_file(), f"{key} was compiled for the session without its program texts: ask for them first"
+            texts = json.loads(kept.read_text())
+        published = self._publish(
             cached, LocalRegistry(entry / "reg"), (entry / "manifest.json").read_bytes(), registry, move_dev=move_dev
         )
+        return published, texts
 
     def in_place_of_compile_build(self) -> Any:
         """A ``compile_build`` answered from this cache, for code that calls it itself (``calibrate``):

@@ -72,7 +72,8 @@ COMPILING_FIXTURES = frozenset(
         "built_registry",  # tests/integration/conftest.py: the session's tiny cpu-8 build (~40 s)
         "registry_copy",  # a private copy of built_registry
         "gated",  # tests/integration/test_gates.py: reference builds gated in fresh serving processes
-        "tpu_build",  # tests/integration/test_tpu_target.py: tiny for tpu-v6e-8 through libtpu
+        "tpu_registry",  # tests/integration/conftest.py: tiny for tpu-v6e-8 through libtpu, once per session
+        "tpu_build",  # tests/integration/test_tpu_target.py: that build, for the module
         "gpu_build",  # tests/integration/test_gpu_target.py: tiny for gpu-h100-8 through the CUDA plugin
         "window_programs",  # tests/kernels/test_ulysses.py: four Ulysses programs over 8 devices
     }

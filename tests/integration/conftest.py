@@ -66,3 +66,24 @@ def gated_copy(gated_registry, tmp_path):
     dest = tmp_path / "gated-reg"  # beside registry_copy's, for a test that wants both
     shutil.copytree(root, dest)
     return dest, result, outcome
+
+
+# Every attention kernel routed to Pallas (Mosaic on the TPU target).
+TPU_KERNELS = {"attention_kernel": "blocksparse", "fused_preattn": "true", "dit.attention": "flash"}
+
+
+@pytest.fixture(scope="session")
+def tpu_registry(tmp_path_factory, build_cache):
+    """tiny for tpu-v6e-8 with every attention kernel on Pallas, published to dev, and each program
+    as XLA compiled it (text): compiled once per session (the build cache) for the TPU target's
+    tests and the tpu benchmark's smoke row. Returns (root, the build, {executable key: program text});
+    copy it before changing it."""
+    from avatar_release.registry import LocalRegistry
+    from tests.tools import need_extra
+
+    need_extra("tpu")
+    root = tmp_path_factory.mktemp("tpu") / "reg"
+    result, texts = build_cache.compile_with_program_texts(
+        "tiny", "tpu-v6e-8", registry=LocalRegistry(root), overrides=TPU_KERNELS
+    )
+    return root, result, texts

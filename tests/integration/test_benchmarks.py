@@ -12,6 +12,7 @@ printed beside their figures.
 from __future__ import annotations
 
 import ast
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ class Smoke:
     args: tuple[str, ...] = ()
     build: bool = False  # --registry: a private copy of the session's tiny build (dev holds it, ungated)
     gated: bool = False  # with build: that build gated once for the session (--baseline none: gated_copy)
+    # --registry: a private copy of the session's TPU build of tiny (tpu_registry, compiled once for the
+    # TPU target's tests), handed over rather than compiled again by the row
+    tpu_build: bool = False
     # (flag, overrides): another build of tiny from the session's build cache, published beside it
     # (dev stays) and named to the benchmark by its build id after FLAG (None: found there by the benchmark)
     candidate: tuple[str | None, dict[str, str]] | None = None
@@ -325,13 +329,18 @@ def _state(doc: Any, build: Any) -> None:
 
 
 def _tpu(doc: Any, build: Any) -> None:
-    """tiny compiled for tpu-v6e-8 on this CPU host through libtpu; its schedule probed."""
+    """The session's TPU build of tiny (every kernel on Mosaic) read with --compiled, its evidence from
+    its manifest; tiny's schedule probed through libtpu."""
     (row,) = doc["compiles"]
-    assert row["exit_code"] == 0 and row["build_id"].startswith("tiny-tpu-v6e-8-") and row["peak_rss_gib"] > 0
+    assert row["exit_code"] == 0 and row["build_id"] == build.build_id and row["compiled_here"] is False
+    assert row["wall_seconds"] is None and row["peak_rss_gib"] is None  # no compile ran here to time
     assert row["memory_fit"]["fits"] and 0 < row["memory_fit"]["total_bytes"] < row["memory_fit"]["capacity_bytes"]
     (chunk,) = row["chunks"][:1]
     assert {s["key"] for s in chunk["stages"]} == set(row["compile_seconds"]) == {"dit/f8", "sr/f8", "vae/f8"}
+    assert all(s > 0 for s in row["compile_seconds"].values())  # as its manifest recorded them
     assert 0 < chunk["estimated_seconds"] and chunk["deadline_seconds"] > 0
+    assert set(row["kernels"]) == {"dit/f8", "sr/f8"}  # the Pallas kernels the build routes to
+    assert [p["groups"] for p in doc["schedule"]["tiny"]] == [1, 2]
 
 
 def _trust(doc: Any, build: Any) -> None:
@@ -397,14 +406,16 @@ SMOKES: dict[str, Smoke] = {
     # a pod's swap, the JIT path (once: it fills its own cache), a fresh pod and bare JAX
     # B, beside the session's build in --registry: found by bench_swap, not compiled there
     "swap": Smoke("bench_swap.py", _swap, build=True, candidate=(None, {"matmul_k_split": "2"}), timeout=900),
-    "tpu": Smoke("bench_tpu.py", _tpu, extras=("tpu",), timeout=900),  # a libtpu compile of tiny
+    # the session's TPU build of tiny read (--compiled), not compiled a second time; its schedule probed
+    "tpu": Smoke("bench_tpu.py", _tpu, args=("--compiled",), tpu_build=True, extras=("tpu",), timeout=900),
     "trust": Smoke("bench_trust.py", _trust, build=True),
     "weights": Smoke("bench_weights.py", _weights),
 }
 
 
 def _marks(name: str, smoke: Smoke) -> list[pytest.MarkDecorator]:
-    assert smoke.slow or not smoke.build, f"{name}: a row given the session's build is slow"
+    assert smoke.slow or not (smoke.build or smoke.tpu_build), f"{name}: a row given the session's build is slow"
+    assert not (smoke.build and smoke.tpu_build), f"{name}: one --registry"
     assert smoke.build or smoke.candidate is None, f"{name}: a candidate is published beside the session's build"
     assert smoke.build or not smoke.gated, f"{name}: the gated build is the session's build"
     marks = [pytest.mark.xdist_group(f"smoke-{name}")]  # a row of its own under --dist loadgroup
@@ -423,6 +434,10 @@ def test_smoke_mode(name, request, tmp_path):
     for program in smoke.optional:
         binary_if_present(program)
     args, build = list(smoke.args), None
+    if smoke.tpu_build:
+        source, build, _ = request.getfixturevalue("tpu_registry")
+        shutil.copytree(source, tmp_path / "tpu-reg")
+        args += ["--registry", str(tmp_path / "tpu-reg")]
     if smoke.build:
         root, build, *_ = request.getfixturevalue("gated_copy" if smoke.gated else "registry_copy")
         args += ["--registry", str(root)]

@@ -25,20 +25,10 @@ LLO = "XLA_TPU_FORCE_LP_LLO_SCHEDULER"
 
 
 @pytest.fixture(scope="module")
-def tpu_build(tmp_path_factory):
-    """tiny for tpu-v6e-8, every attention kernel routed to Pallas, published to dev."""
-    need_extra("tpu")
-    from avatar_release.compile import compile_build
-
-    root = tmp_path_factory.mktemp("tpu") / "reg"
-    reg = LocalRegistry(root)
-    result = compile_build(
-        "tiny",
-        "tpu-v6e-8",
-        registry=reg,
-        keep_compiled=True,
-        overrides={"attention_kernel": "blocksparse", "fused_preattn": "true", "dit.attention": "flash"},
-    )
+def tpu_build(tpu_registry):
+    """tiny for tpu-v6e-8, every attention kernel routed to Pallas, published to dev (the session's:
+    tests/integration/conftest.py); read only here, copied by a test that changes it."""
+    root, result, _ = tpu_registry
     return root, result
 
 
@@ -71,8 +61,8 @@ def test_a_tpu_build_is_compiled_and_published_on_a_host_without_tpus(tpu_build)
     assert fit and fit.fits and fit.capacity_bytes == 32 * 2**30 and fit.weight_sharding == "fsdp"
 
 
-def test_every_pallas_kernel_is_a_mosaic_call_carrying_the_low_priority_llo_scheduler(tpu_build):
-    _, result = tpu_build
+def test_every_pallas_kernel_is_a_mosaic_call_carrying_the_low_priority_llo_scheduler(tpu_registry):
+    _, result, programs = tpu_registry
     man = result.manifest
     found = {(e.stage, k.name): k for e in man.executables for k in e.kernels}
     assert set(found) == {
@@ -85,7 +75,7 @@ def test_every_pallas_kernel_is_a_mosaic_call_carrying_the_low_priority_llo_sche
         assert k.backend == "mosaic" and k.count >= 1 and k.flags == {LLO: True}
     # The compiled programs themselves: every Mosaic custom call carries the flag in its config.
     for key in ("dit/f8", "sr/f8"):
-        calls = [line for line in result.compiled[key].as_text().splitlines() if "tpu_custom_call" in line]
+        calls = [line for line in programs[key].splitlines() if "tpu_custom_call" in line]
         assert calls
         for line in calls:
             assert re.search(r'"flag_type":"' + LLO + r'","value":\{"boolean_value":true\}', line), line[:300]
