@@ -10,21 +10,19 @@ from typing import Any, TypeVar
 
 import click
 
-from ..compile import parse_set_args
 from ..errors import EnvironmentMismatch, InputError, NeedsReview, Refusal
-from ..gates import GateOutcome, calibrate, merge_shards, parse_shard, run_gate, run_shard
+from ..gates import GateOutcome, merge_shards, parse_shard, run_gate, run_shard
 from ..gates.compile_gate import run_compile_gate
-from ..gates.inputs import gate_input_files, gate_inputs_toml
 from ..gates.review import decide, review_status, serve_review
 from ..machine import native_log_filter
 from ..records import Manifest
 from ..registry import open_registry, read_manifest
 from ..runtime import check_environment
-from ..trust.policy import load_policy
 from ._app import _emit, _finish, _next_step, _progress, cli, json_option
+from ._band_cmds import gate_calibrate_cmd, gate_inputs_cmd
 from ._devices import prepare_devices_for_build, prepare_devices_for_target
 from ._exit_codes import ExitCodesGroup
-from ._options import complete_ref, new_registry_option, nonempty_ref, project_option, registry_option
+from ._options import complete_ref, nonempty_ref, project_option, registry_option
 from ._summary import append_step_summary, gate_summary
 
 
@@ -349,87 +347,8 @@ def gate_compile_cmd(ref: str, no_reproduce: bool, registry_uri: str | None, as_
     )
 
 
-@gate_group.command("calibrate")
-@click.option("--pipeline", default="tiny", show_default=True)
-@click.option("--target", default="cpu-8", show_default=True)
-@click.option(
-    "--variant",
-    "variants",
-    multiple=True,
-    metavar="KEY=VALUE[,KEY=VALUE]",
-    help="A mathematically equivalent reduction order (repeatable; default: the pipeline's band_variants).",
-)
-@click.option(
-    "--margin-db", default=0.25, show_default=True, type=float, help="Subtracted from the lowest measured PSNR."
-)
-@click.option("--out", default=None, help="Band file to write (default: manifests/bands/<pipeline>-<target>.json).")
-@new_registry_option
-@project_option
-@json_option
-def gate_calibrate_cmd(
-    pipeline: str,
-    target: str,
-    variants: tuple[str, ...],
-    margin_db: float,
-    out: str | None,
-    registry_uri: str | None,
-    as_json: bool,
-) -> None:
-    """Measure the similarity band that bf16 reassociation alone produces, and store it."""
-    parsed = [parse_set_args([p for p in v.split(",") if p]) for v in variants] or None
-    prepare_devices_for_target(target)
-    registry = open_registry(registry_uri)
-
-    with native_log_filter():  # the variants' compiles: C++ log as readable lines
-        res = calibrate(
-            pipeline, target, registry=registry, variants=parsed, margin_db=margin_db, out=out, progress=_progress()
-        )
-    b = res.band
-    rows = "\n".join(
-        f"  {v.overrides}: min PSNR {v.min_psnr_db} dB, median {v.median_psnr_db} dB, "
-        f"max abs diff {v.max_abs_diff}, identical frames {v.identical_frames}/{v.frames}"
-        for v in b.variants
-    )
-    _emit(
-        as_json,
-        {"ok": True, "path": str(res.path), "digest": res.digest, "band": b.model_dump(mode="json")},
-        f"band for {pipeline} on {target}: PSNR >= {b.psnr_floor_db} dB, max abs diff <= "
-        f"{b.max_abs_diff_ceiling}\n{rows}\n  written to {res.path}\n  digest {res.digest}: a trust policy that pins "
-        "its bands ([gate_inputs]) must list it before a verdict judged by it promotes (`avatar-release gate inputs`)",
-    )
-
-
-@gate_group.command("inputs")
-@click.option(
-    "--band",
-    "bands",
-    multiple=True,
-    metavar="FILE",
-    help="Also list this band file (repeatable; default: manifests/bands/*.json).",
-)
-@project_option
-@json_option
-def gate_inputs_cmd(bands: tuple[str, ...], as_json: bool) -> None:
-    """Print the digests of the bands, target specs and lever list in force, as a trust policy's
-    [gate_inputs] section: pinned there, only these decide a verdict that promotes.
-
-    Each line says whether the trust policy in force allows that file now; digests it allows that no
-    file here has (an earlier band, kept for rollbacks) are kept in the section.
-    """
-    policy = load_policy()
-    files = gate_input_files(bands)
-    text = gate_inputs_toml(files, policy.gate_inputs, str(policy.path))
-    _emit(
-        as_json,
-        {
-            "ok": True,
-            "policy": str(policy.path),
-            "pinned": policy.gate_inputs.pinned,
-            "files": [f.to_json(policy.gate_inputs) for f in files],
-            "toml": text,
-        },
-        text.rstrip("\n"),
-    )
+gate_group.add_command(gate_calibrate_cmd)
+gate_group.add_command(gate_inputs_cmd)
 
 
 @cli.command("review")

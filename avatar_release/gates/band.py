@@ -5,7 +5,9 @@ variant is the same model under a mathematically equivalent but differently orde
 reduction (default: the variants the pipeline declares, ``Pipeline.band_variants``; the bundled
 pipeline splits every matmul's contraction in 2 and in 4 float32 partial sums).
 Each build renders the gate set in a fresh process; the reference twice (it must be
-deterministic, or nothing measured against it means anything). The band is then:
+deterministic, or nothing measured against it means anything), unless its own signed passing gate
+verdict on this gate set and machine already holds those two identical renders and their frames
+(``band_reference``). The band is then:
 
     psnr_floor_db        = lowest per-frame PSNR of any variant vs the reference - margin_db
     max_abs_diff_ceiling = largest per-pixel difference any variant produced
@@ -32,11 +34,12 @@ from .. import _atomic
 from .._digest import sha256_digest
 from ..errors import InputError, Refusal, SpecError
 from ..machine import environment_record, toolchain
-from ..records import Band, BandVariant, GateSetRecord, parse_record, utcnow
+from ..records import Band, BandVariant, GateSetRecord, Manifest, parse_record, utcnow
 from ..registry import Registry, read_manifest
 from ..specs import load_pipeline, manifests_dir
 from ._compare import per_frame_psnr
 from ._fresh import GateRun, chunk_ticks, fresh_run
+from .band_reference import stored_reference
 from .gateset import gate_set
 from .metrics import max_abs_diff
 
@@ -93,10 +96,13 @@ def calibrate(
     variants: list[dict[str, str]] | None = None,
     margin_db: float = DEFAULT_MARGIN_DB,
     out: str | Path | None = None,
+    fresh_reference: bool = False,
     progress: Callable[[str], None] = lambda m: None,
 ) -> CalibrationResult:
     """Compile the reference and each variant, render the gate set in fresh processes, measure
-    each variant against the reference, and write the band with its provenance."""
+    each variant against the reference, and write the band with its provenance. The reference's
+    frames come from its own signed passing gate verdict on this gate set and machine where there
+    is one (``band_reference``), else (or with ``fresh_reference``) from two fresh renders."""
     variants = list(variants or _declared_variants(pipeline))
     if not variants:
         raise InputError(
@@ -108,22 +114,10 @@ def calibrate(
     ref, builds = _compile_all(pipeline, target, registry, variants, progress)
     _, manifest = read_manifest(registry, ref.digest)
     gs = gate_set(manifest)
-    reference = _reference_run(registry, ref, gs, progress)
-    measured, lowest, ceiling = _measure_variants(registry, ref, builds, gs, reference, progress)
+    ref_frames, verdict = _reference_frames(registry, ref, manifest, gs, fresh_reference, progress)
+    measured, lowest, ceiling = _measure_variants(registry, ref, builds, gs, ref_frames, progress)
     tools = toolchain(with_compile_tools=False)
     video = manifest.program.delivery().kind == "video"
-    method = (
-        (
-            "per-frame PSNR and max abs pixel difference of each variant's gate-set frames vs "
-            "the reference's; floor = lowest PSNR - margin, rounded down to 0.01 dB; "
-            "ceiling = largest difference"
-        )
-        if video
-        else (
-            "per-chunk SNR and max abs difference of each variant's delivered chunks vs the reference's; "
-            "floor = lowest SNR - margin, rounded down to 0.01 dB; ceiling = largest difference"
-        )
-    )
     band = Band(
         pipeline=pipeline,
         target=target,
@@ -138,12 +132,47 @@ def calibrate(
         environment=environment_record(manifest.platform.backend),
         tool={"avatar_release": tools.avatar_release, "jax": tools.jax, "jaxlib": tools.jaxlib},
         measured_at=utcnow(),
-        method=method,
+        method=_method(video, verdict),
     )
     path = Path(out) if out else band_path(pipeline, target)
     data = band.to_json_bytes()
     _atomic.write_bytes(path, data)
     return CalibrationResult(band, path, sha256_digest(data))
+
+
+def _reference_frames(
+    registry: Registry,
+    ref: CompileResult,
+    manifest: Manifest,
+    gs: GateSetRecord,
+    fresh: bool,
+    progress: Callable[[str], None],
+) -> tuple[np.ndarray, str | None]:
+    """(the reference's gate-set frames, the verdict they came from or None when rendered here)."""
+    stored = None if fresh else stored_reference(registry, ref.build_id, manifest, gs)
+    if stored is None:
+        return _reference_run(registry, ref, gs, progress).frames, None
+    progress(f"reference frames: its passing gate verdict {stored.verdict} (twins identical here), not rendered again")
+    return stored.frames, stored.verdict
+
+
+def _method(video: bool, verdict: str | None) -> str:
+    """How the band was measured, in words, and (``verdict``) where the reference's frames came from."""
+    method = (
+        (
+            "per-frame PSNR and max abs pixel difference of each variant's gate-set frames vs "
+            "the reference's; floor = lowest PSNR - margin, rounded down to 0.01 dB; "
+            "ceiling = largest difference"
+        )
+        if video
+        else (
+            "per-chunk SNR and max abs difference of each variant's delivered chunks vs the reference's; "
+            "floor = lowest SNR - margin, rounded down to 0.01 dB; ceiling = largest difference"
+        )
+    )
+    if verdict is not None:
+        method += f"; the reference's frames are those of its signed passing gate verdict {verdict}"
+    return method
 
 
 def _compile_all(
@@ -196,7 +225,7 @@ def _measure_variants(
     ref: CompileResult,
     builds: list[tuple[dict[str, str], CompileResult]],
     gs: GateSetRecord,
-    reference: GateRun,
+    ref_frames: np.ndarray,
     progress: Callable[[str], None],
 ) -> tuple[list[BandVariant], float, int | float]:
     """(per-variant statistics, the lowest finite PSNR of any variant, the largest pixel difference);
@@ -211,11 +240,9 @@ def _measure_variants(
         run = fresh_run(
             registry.uri, b.digest, gs.digest, label=f"variant {v}", on_chunk=chunk_ticks(progress, f"variant {v}", gs)
         )
-        psnrs = per_frame_psnr(run.frames, reference.frames)
+        psnrs = per_frame_psnr(run.frames, ref_frames)
         video = run.frames.dtype == np.uint8  # else an audio or tensors build's delivered chunks (float)
-        diffs = [
-            int(d) if video else float(d) for d in (max_abs_diff(x, y) for x, y in zip(run.frames, reference.frames))
-        ]
+        diffs = [int(d) if video else float(d) for d in (max_abs_diff(x, y) for x, y in zip(run.frames, ref_frames))]
         finite = sorted(p for p in psnrs if not math.isinf(p))
         measured.append(
             BandVariant(

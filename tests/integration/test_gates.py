@@ -1,7 +1,8 @@
 """Each gate saying no for the right reason, on real tiny builds rendered in fresh processes.
 
-One module-scoped registry: the band is calibrated here (reference build + two reassociation
-variants), the reference is gated alone, and each test takes the candidate it needs from the
+One module-scoped registry: the reference is gated alone (the session's gated build), the band is
+calibrated here (that reference, whose passing verdict already holds its twin renders and frames,
+and two reassociation variants rendered fresh), and each test takes the candidate it needs from the
 session's build cache or compiles it. One candidate, a build with one changed weight, is gated once
 against prod (in a copy of the registry whose prod holds the reference): the tier-1 test reads that
 verdict, and the test of what a failed verdict against prod forbids starts from it.
@@ -106,6 +107,29 @@ def test_calibration_measures_the_band_from_reassociation_and_records_provenance
     _, manifest = read_manifest(gated.reg, band.reference_build)
     assert band.gate_set.digest == gate_set(manifest).digest
     assert band.environment.device_count == 8 and band.environment.fingerprint.startswith("sha256:")
+    # The reference's frames: its own signed passing verdict's (identical twins on this machine), named.
+    assert f"signed passing gate verdict {gated.ref_outcome.digest}" in band.method
+
+
+def test_a_reference_verdict_from_another_machine_or_gate_set_is_rendered_again(gated, monkeypatch):
+    """Only a verdict whose twins ran on a machine like this one, on the same gate set, stands in
+    for the reference's two renders."""
+    from avatar_release.gates import band_reference
+    from avatar_release.records import EnvironmentRecord
+
+    _, manifest = read_manifest(gated.reg, gated.ref)
+    gs = gate_set(manifest)
+    here = band_reference.stored_reference(gated.reg, gated.ref, manifest, gs)
+    assert here is not None and here.verdict == gated.ref_outcome.digest
+    assert here.frames.shape[0] == gs.frames and here.frames.dtype.name == "uint8"
+    other_gs = gs.model_copy(update={"digest": "sha256:" + "0" * 64})
+    assert band_reference.stored_reference(gated.reg, gated.ref, manifest, other_gs) is None
+    k4 = gated.cal.band.variants[1].build_id  # compiled, never gated
+    assert band_reference.stored_reference(gated.reg, k4, read_manifest(gated.reg, k4)[1], gs) is None
+    elsewhere = gated.ref_outcome.result.environment.model_copy(update={"fingerprint": "sha256:" + "1" * 64})
+    monkeypatch.setattr(band_reference, "environment_record", lambda backend=None: elsewhere)
+    assert isinstance(elsewhere, EnvironmentRecord)
+    assert band_reference.stored_reference(gated.reg, gated.ref, manifest, gs) is None
 
 
 def test_a_first_build_passes_on_its_own_in_fresh_serving_processes(gated):
