@@ -162,11 +162,20 @@ def scenario_eager(args) -> dict:
     }
 
 
-SCENARIOS = {"compile": scenario_compile, "serve": scenario_serve, "jit": scenario_jit, "eager": scenario_eager}
+SCENARIOS = {
+    "compile": scenario_compile,
+    "serve": scenario_serve,
+    # the same serving process with glibc's allocator defaults (AVATAR_RELEASE_KEEP_FREED_MEMORY=0):
+    # what keeping a chunk's freed memory (avatar_release/machine/_heap.py) is worth
+    "serve_glibc_defaults": scenario_serve,
+    "jit": scenario_jit,
+    "eager": scenario_eager,
+}
 
 
 def _run(name: str, args) -> dict:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env["AVATAR_RELEASE_KEEP_FREED_MEMORY"] = "0" if name == "serve_glibc_defaults" else "1"
     cmd = [
         sys.executable,
         __file__,
@@ -211,7 +220,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         args.registry = args.registry or str(Path(tmp) / "reg")
-        r = {name: _run(name, args) for name in ("compile", "serve", "jit", "eager")}
+        r = {name: _run(name, args) for name in ("compile", "serve", "serve_glibc_defaults", "jit", "eager")}
     c, s, j, e = r["compile"], r["serve"], r["jit"], r["eager"]
     chunk_seconds = e["frames_per_chunk"] / e["fps"]
     ratios = [
@@ -223,6 +232,11 @@ def main() -> None:
         ("cold load / (trace+lower+compile)", s["load"]["total"] / c["trace_lower_compile_s"], "<= 0.05"),
         ("first chunk: registry / JIT path", s["time_to_first_chunk_s"] / j["time_to_first_chunk_s"], "<= 0.25"),
         ("steady chunk: loaded / JIT", s["steady_chunk_s"] / j["steady_chunk_s"], "1.00 +- 0.03"),
+        (
+            "steady chunk: freed memory kept / glibc defaults",
+            s["steady_chunk_s"] / r["serve_glibc_defaults"]["steady_chunk_s"],
+            "<= 0.90",
+        ),
         (
             "(verify + decompress) / load",
             (s["load"]["verify"] + s["load"]["decompress"]) / s["load"]["total"],

@@ -284,7 +284,7 @@ def _shards(doc: Any, build: Any) -> None:
 def _spine(doc: Any, build: Any) -> None:
     """Compile, serve, JIT and eager paths for one chunk: the served build never compiles."""
     s = doc["scenarios"]
-    assert set(s) == {"compile", "serve", "jit", "eager"} and doc["chunks"] == 1
+    assert set(s) == {"compile", "serve", "serve_glibc_defaults", "jit", "eager"} and doc["chunks"] == 1
     compiled = s["compile"]
     assert compiled["build_id"].startswith("tiny-cpu-8-")
     assert {e["key"] for e in compiled["per_executable"]} == {"dit/f8", "sr/f8", "vae/f8"}
@@ -292,11 +292,12 @@ def _spine(doc: Any, build: Any) -> None:
     assert compiled["compile_wall_serial_s"] is None  # --smoke skips the serial compile
     served = s["serve"]
     assert served["compiles"] == 0 and served["torch_imported"] is False
+    assert s["serve_glibc_defaults"]["compiles"] == 0  # the allocator's defaults, the same zero compiles
     assert 0 < served["load"]["total"] < compiled["trace_lower_compile_s"]
     assert s["jit"]["steady_chunk_s"] > 0 and s["eager"]["chunk_s"] > 0
     ratios = {name: r["value"] for name, r in doc["ratios"].items()}
     assert ratios.pop("concurrent / serial compile wall") is None
-    assert len(ratios) == 8 and all(v > 0 for v in ratios.values()), ratios
+    assert len(ratios) == 9 and all(v > 0 for v in ratios.values()), ratios
 
 
 def _swap(doc: Any, build: Any) -> None:
