@@ -12,6 +12,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from avatar_release.records import Manifest
 
 GIB = 2**30
 
@@ -47,6 +51,7 @@ def compile_row(pipeline: str, target: str, sets: list[str], registry: Path) -> 
         "pipeline": pipeline,
         "target": target,
         "set": sets,
+        "compiled_here": True,
         "wall_seconds": round(wall, 1),
         "exit_code": proc.returncode,
     }
@@ -85,16 +90,17 @@ def compiled_row(registry: Path, pipeline: str, target: str) -> dict:
         "compile_wall_seconds": None,
         "compile_seconds": {e.key: e.compile_seconds for e in m.executables},
     }
-    add_evidence(row, registry)
+    add_evidence(row, registry, m)
     return row
 
 
-def add_evidence(row: dict, registry: Path) -> None:
+def add_evidence(row: dict, registry: Path, m: Manifest | None = None) -> None:
     from avatar_release.analysis import estimate_chunks
     from avatar_release.registry import LocalRegistry, read_manifest
     from avatar_release.specs import load_target
 
-    _, m = read_manifest(LocalRegistry(registry, create=False), row["build_id"])
+    if m is None:
+        _, m = read_manifest(LocalRegistry(registry, create=False), row["build_id"])
     t = load_target(m.target)
     row["memory_fit"] = m.memory_fit.model_dump() if m.memory_fit else None
     row["chunks"] = [

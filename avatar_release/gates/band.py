@@ -34,7 +34,7 @@ from .. import _atomic
 from .._digest import sha256_digest
 from ..errors import InputError, Refusal, SpecError
 from ..machine import environment_record, toolchain
-from ..records import Band, BandVariant, GateSetRecord, Manifest, parse_record, utcnow
+from ..records import Band, BandVariant, EnvironmentRecord, GateSetRecord, Manifest, parse_record, utcnow
 from ..registry import Registry, read_manifest
 from ..specs import load_pipeline, manifests_dir
 from ._compare import per_frame_psnr
@@ -114,7 +114,8 @@ def calibrate(
     ref, builds = _compile_all(pipeline, target, registry, variants, progress)
     _, manifest = read_manifest(registry, ref.digest)
     gs = gate_set(manifest)
-    ref_frames, verdict = _reference_frames(registry, ref, manifest, gs, fresh_reference, progress)
+    here = environment_record(manifest.platform.backend)  # the band's, and whose verdicts may stand in
+    ref_frames, verdict = _reference_frames(registry, ref, manifest, gs, here, fresh_reference, progress)
     measured, lowest, ceiling = _measure_variants(registry, ref, builds, gs, ref_frames, progress)
     tools = toolchain(with_compile_tools=False)
     video = manifest.program.delivery().kind == "video"
@@ -129,7 +130,7 @@ def calibrate(
         reference_digest=ref.digest,
         variants=measured,
         gate_set=gs,
-        environment=environment_record(manifest.platform.backend),
+        environment=here,
         tool={"avatar_release": tools.avatar_release, "jax": tools.jax, "jaxlib": tools.jaxlib},
         measured_at=utcnow(),
         method=_method(video, verdict),
@@ -145,11 +146,12 @@ def _reference_frames(
     ref: CompileResult,
     manifest: Manifest,
     gs: GateSetRecord,
+    here: EnvironmentRecord,
     fresh: bool,
     progress: Callable[[str], None],
 ) -> tuple[np.ndarray, str | None]:
     """(the reference's gate-set frames, the verdict they came from or None when rendered here)."""
-    stored = None if fresh else stored_reference(registry, ref.build_id, manifest, gs)
+    stored = None if fresh else stored_reference(registry, ref.build_id, manifest, gs, here)
     if stored is None:
         return _reference_run(registry, ref, gs, progress).frames, None
     progress(f"reference frames: its passing gate verdict {stored.verdict} (twins identical here), not rendered again")

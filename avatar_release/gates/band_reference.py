@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..machine import environment_record
-from ..records import GateSetRecord, Manifest
+from ..records import EnvironmentRecord, GateSetRecord, Manifest
 from ..registry import Registry
 from ..trust.policy import load_policy
 from .store import get_frames
@@ -35,21 +34,14 @@ class StoredReference:
 
 
 def stored_reference(
-    registry: Registry, build_id: str, manifest: Manifest, gs: GateSetRecord
+    registry: Registry, build_id: str, manifest: Manifest, gs: GateSetRecord, here: EnvironmentRecord
 ) -> StoredReference | None:
     """The newest signed passing verdict of ``build_id`` on gate set ``gs``, rendered on a machine
-    like this one with identical twins, and its frames; None when there is none."""
+    with ``here``'s environment fingerprint, and its frames; None when there is none. A passing
+    verdict's twins were identical (``steps.compare`` passes nothing else)."""
     verdicts, _ = signed_verdicts(registry, build_id, manifest, load_policy())
-    here = environment_record(manifest.platform.backend).fingerprint
     for v in reversed(verdicts):
         r = v.result
-        twins = r.gate("twin-baseline")
-        if (
-            r.status == "passed"
-            and r.gate_set.digest == gs.digest
-            and r.environment.fingerprint == here
-            and twins is not None
-            and twins.status == "passed"
-        ):
+        if r.status == "passed" and r.gate_set.digest == gs.digest and r.environment.fingerprint == here.fingerprint:
             return StoredReference(get_frames(registry, r.frames_blob), v.digest)
     return None

@@ -111,25 +111,22 @@ def test_calibration_measures_the_band_from_reassociation_and_records_provenance
     assert f"signed passing gate verdict {gated.ref_outcome.digest}" in band.method
 
 
-def test_a_reference_verdict_from_another_machine_or_gate_set_is_rendered_again(gated, monkeypatch):
+def test_a_reference_verdict_from_another_machine_or_gate_set_is_rendered_again(gated):
     """Only a verdict whose twins ran on a machine like this one, on the same gate set, stands in
     for the reference's two renders."""
-    from avatar_release.gates import band_reference
-    from avatar_release.records import EnvironmentRecord
+    from avatar_release.gates.band_reference import stored_reference
 
     _, manifest = read_manifest(gated.reg, gated.ref)
-    gs = gate_set(manifest)
-    here = band_reference.stored_reference(gated.reg, gated.ref, manifest, gs)
-    assert here is not None and here.verdict == gated.ref_outcome.digest
-    assert here.frames.shape[0] == gs.frames and here.frames.dtype.name == "uint8"
+    gs, here = gate_set(manifest), gated.cal.band.environment
+    found = stored_reference(gated.reg, gated.ref, manifest, gs, here)
+    assert found is not None and found.verdict == gated.ref_outcome.digest
+    assert found.frames.shape[0] == gs.frames and found.frames.dtype.name == "uint8"
     other_gs = gs.model_copy(update={"digest": "sha256:" + "0" * 64})
-    assert band_reference.stored_reference(gated.reg, gated.ref, manifest, other_gs) is None
+    assert stored_reference(gated.reg, gated.ref, manifest, other_gs, here) is None
     k4 = gated.cal.band.variants[1].build_id  # compiled, never gated
-    assert band_reference.stored_reference(gated.reg, k4, read_manifest(gated.reg, k4)[1], gs) is None
-    elsewhere = gated.ref_outcome.result.environment.model_copy(update={"fingerprint": "sha256:" + "1" * 64})
-    monkeypatch.setattr(band_reference, "environment_record", lambda backend=None: elsewhere)
-    assert isinstance(elsewhere, EnvironmentRecord)
-    assert band_reference.stored_reference(gated.reg, gated.ref, manifest, gs) is None
+    assert stored_reference(gated.reg, k4, read_manifest(gated.reg, k4)[1], gs, here) is None
+    elsewhere = here.model_copy(update={"fingerprint": "sha256:" + "1" * 64})
+    assert stored_reference(gated.reg, gated.ref, manifest, gs, elsewhere) is None
 
 
 def test_a_first_build_passes_on_its_own_in_fresh_serving_processes(gated):
